@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install every Debian (and PyPI) package that Whale's build, tests and local
+# cluster need. Non-interactive, idempotent, and quick when all is present.
+# Every component adds its packages here, one per line, and nowhere else.
+set -euo pipefail
+
+DEB_PACKAGES=(
+  # build
+  meson ninja-build pkg-config gcc
+  # runtime libraries
+  libjansson-dev libzstd-dev libxxhash-dev libopenblas-dev libopenblas0-pthread libhwloc-dev
+  libpmix-dev libpmix-bin libucx-dev ucx-utils
+  # Slurm + munge (plugin build and the local cluster)
+  slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
+  # tests
+  libcmocka-dev bats iproute2 procps util-linux python3
+)
+PIP_PACKAGES=(
+)
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: run as root (apt-get needs it)" >&2
+  exit 1
+fi
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+  # dpkg-query is fast; only call apt when something is absent.
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # Debian's maintainer scripts would start slurmd/slurmctld/munge on a host
+  # with an init system; the minicluster starts its own daemons.
+  policy_added=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    policy_added=1
+  fi
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ "$policy_added" = 1 ] && rm -f /usr/sbin/policy-rc.d
+else
+  echo "install-deps: all Debian packages present"
+fi
+
+if [ ${#PIP_PACKAGES[@]} -gt 0 ]; then
+  need=()
+  for p in "${PIP_PACKAGES[@]}"; do
+    python3 -c "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('${p%%[=<>]*}'.replace('-','_')) else 1)" 2>/dev/null || need+=("$p")
+  done
+  if [ ${#need[@]} -gt 0 ]; then
+    echo "install-deps: pip installing ${need[*]}"
+    python3 -m pip install -q "${need[@]}"
+  fi
+fi

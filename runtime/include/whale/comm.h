@@ -1,0 +1,115 @@
+/* Process bootstrap, process groups and collectives (host memory over UCX;
+ * device memory over NCCL when built with CUDA).
+ *
+ * This is the API the engine, checkpoints and tools program against. The
+ * implementation lives in src/boot (PMIx + UCX wire-up) and src/comm.
+ *
+ * Semantics shared by all collectives:
+ *  - every member of the group calls the same collective in the same order;
+ *  - count may be 0; groups of any size (odd, non-power-of-two);
+ *  - send == recv means in place;
+ *  - bf16/fp16 are reduced with fp32 accumulation;
+ *  - a dead or unreachable peer makes pending and later operations on the
+ *    affected group return WHALE_EPEER (the failed rank is logged) within the
+ *    configured bound (WHALE_PEER_TIMEOUT, default 5 s); nothing hangs.
+ */
+#ifndef WHALE_COMM_H
+#define WHALE_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct whale_ctx whale_ctx;     /* one per process */
+typedef struct whale_group whale_group; /* a set of logical ranks */
+typedef struct whale_req whale_req;     /* a non-blocking operation */
+
+enum whale_dtype {
+    WHALE_FLOAT32 = 0,
+    WHALE_BFLOAT16,
+    WHALE_FLOAT16,
+    WHALE_INT32,
+    WHALE_INT64,
+    WHALE_UINT8,
+    WHALE_DTYPE_COUNT_
+};
+
+enum whale_op { WHALE_SUM = 0, WHALE_AVG, WHALE_MAX, WHALE_MIN, WHALE_OP_COUNT_ };
+
+size_t whale_dtype_size(enum whale_dtype t);
+const char *whale_dtype_name(enum whale_dtype t);
+
+/* ---- bootstrap ------------------------------------------------------------
+ * Reads the env contract (whale/env.h), initialises PMIx, checks that PMIx
+ * rank/size agree with it, exchanges UCX worker addresses, builds the world,
+ * TP, PP and DP groups. A process without any contract (plain `./prog`) runs
+ * as a world of one. */
+int  whale_init(whale_ctx **out);
+int  whale_finalize(whale_ctx *ctx);
+
+int  whale_rank(const whale_ctx *ctx);        /* logical rank, -1 for a spare */
+int  whale_world_size(const whale_ctx *ctx);  /* working ranks */
+bool whale_is_spare(const whale_ctx *ctx);
+void whale_degrees(const whale_ctx *ctx, int *tp, int *pp, int *dp);
+void whale_coords(const whale_ctx *ctx, int *tp_rank, int *pp_rank, int *dp_rank);
+
+whale_group *whale_world(whale_ctx *ctx);
+whale_group *whale_tp_group(whale_ctx *ctx);
+whale_group *whale_pp_group(whale_ctx *ctx);
+whale_group *whale_dp_group(whale_ctx *ctx);
+
+/* Collective over the parent group: every member passes the same rank list
+ * (logical world ranks, in the order that defines the new group ranks). */
+int  whale_group_create(whale_group *parent, const int *world_ranks, int n, whale_group **out);
+void whale_group_free(whale_group *g);
+int  whale_group_rank(const whale_group *g);
+int  whale_group_size(const whale_group *g);
+int  whale_group_world_rank(const whale_group *g, int group_rank);
+
+/* ---- blocking collectives -------------------------------------------------- */
+int whale_allreduce(whale_group *g, const void *send, void *recv, size_t count,
+                    enum whale_dtype t, enum whale_op op);
+/* send holds size*count elements; rank r receives reduced block r (count). */
+int whale_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                         enum whale_dtype t, enum whale_op op);
+/* send holds count elements; recv gets size*count, block r from rank r. */
+int whale_allgather(whale_group *g, const void *send, void *recv, size_t count,
+                    enum whale_dtype t);
+int whale_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root);
+int whale_reduce(whale_group *g, const void *send, void *recv, size_t count,
+                 enum whale_dtype t, enum whale_op op, int root);
+int whale_barrier(whale_group *g);
+/* Point to point between group ranks; tag separates concurrent streams. */
+int whale_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer, int tag);
+int whale_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer, int tag);
+
+/* ---- non-blocking ---------------------------------------------------------
+ * Return at once with *req; a progress engine completes them while the
+ * caller computes. Buffers must stay valid until completion. Many requests
+ * may be in flight; collectives on one group complete in issue order. */
+int whale_iallreduce(whale_group *g, const void *send, void *recv, size_t count,
+                     enum whale_dtype t, enum whale_op op, whale_req **req);
+int whale_ireduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                          enum whale_dtype t, enum whale_op op, whale_req **req);
+int whale_iallgather(whale_group *g, const void *send, void *recv, size_t count,
+                     enum whale_dtype t, whale_req **req);
+int whale_ibroadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
+                     whale_req **req);
+int whale_isend(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
+                int tag, whale_req **req);
+int whale_irecv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
+                int tag, whale_req **req);
+/* Wait frees the request and returns its status. Test sets *done and, when
+ * done, frees it and returns its status. */
+int whale_wait(whale_req *req);
+int whale_test(whale_req *req, bool *done);
+int whale_waitall(whale_req **reqs, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
