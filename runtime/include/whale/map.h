@@ -32,20 +32,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "whale/planfile.h"   /* enum whale_map_policy, whale_map_policy_parse/name */
 #include "whale/topo.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum whale_map_policy {
-    WHALE_MAP_TOPO  = 0,
-    WHALE_MAP_BLOCK = 1,
-};
-
-/* "topo" | "block" -> policy; -1 when unknown. */
-int whale_map_policy_parse(const char *s);
-const char *whale_map_policy_name(int policy);
 
 /* Bytes each rank sends per training step in each kind of group; all zero
  * selects defaults of a mid-size GPT (the planner passes exact figures). */
@@ -59,7 +51,7 @@ struct whale_map_input {
     int tp, pp;        /* >= 1 */
     int dp;            /* >= 1, or 0: derived = working tasks / (tp * pp) */
     int spares;        /* whole spare nodes held back (>= 0) */
-    int policy;        /* enum whale_map_policy */
+    enum whale_map_policy policy;
     int nnodes;
     const char *const *nodes;  /* step node names in Slurm order */
     const int *ntasks;         /* tasks of the step on each node */
@@ -79,7 +71,7 @@ struct whale_map_cost {
 struct whale_layout {
     int tp, pp, dp, world;     /* world = tp * pp * dp working ranks */
     int ntasks, nnodes, nspare_nodes;
-    int policy;                /* policy actually used */
+    enum whale_map_policy policy; /* policy actually used */
     int *rank_of_task;         /* [ntasks] logical rank, -1 for a spare task */
     int *task_of_rank;         /* [world]  Slurm task id of each logical rank */
     int *node_of_task;         /* [ntasks] index into input->nodes */

@@ -9,23 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-
-int whale_map_policy_parse(const char *s)
-{
-    if (!s)
-        return -1;
-    if (!strcasecmp(s, "topo"))
-        return WHALE_MAP_TOPO;
-    if (!strcasecmp(s, "block"))
-        return WHALE_MAP_BLOCK;
-    return -1;
-}
-
-const char *whale_map_policy_name(int policy)
-{
-    return policy == WHALE_MAP_BLOCK ? "block" : "topo";
-}
 
 void map_default_traffic(int tp, int pp, int dp, struct whale_map_traffic *t)
 {
@@ -304,7 +287,7 @@ void map_sorted_block(struct map_ctx *c, const int *order, int norder, int *slot
     }
 }
 
-static int fill_layout(struct map_ctx *c, const int *slot_of_rank, int policy,
+static int fill_layout(struct map_ctx *c, const int *slot_of_rank, enum whale_map_policy policy,
                        struct whale_layout *out)
 {
     memset(out, 0, sizeof *out);
