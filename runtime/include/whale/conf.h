@@ -106,6 +106,11 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
 int whale_conf_topo_ensure_node(const struct whale_conf *c, struct whale_topo *t,
                                 const char *name);
 
+/* Expand a Slurm hostlist expression ("node[1-4,7]") into names in order.
+ * *names is malloc'd (free each and the array); WHALE_EINVAL when
+ * malformed. */
+int whale_hostlist_expand(const char *expr, char ***names, int *n);
+
 #ifdef __cplusplus
 }
 #endif

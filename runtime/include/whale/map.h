@@ -92,6 +92,12 @@ void whale_layout_free(struct whale_layout *l);
 int whale_map_cost(const struct whale_map_input *in, const struct whale_layout *l,
                    struct whale_map_cost *cost);
 
+/* Multi-line description: one line per node (switch, NVLink domain, each
+ * task's rank and TP/DP/PP coordinates, SPARE), then the cost per link
+ * class. max_nodes > 0 truncates. Malloc'd; NULL on ENOMEM. */
+char *whale_layout_describe(const struct whale_map_input *in, const struct whale_layout *l,
+                            int max_nodes);
+
 /* Logical coordinates of a rank. */
 static inline void whale_rank_coords(int rank, int tp, int dp, int *tp_rank, int *dp_rank,
                                      int *pp_rank)

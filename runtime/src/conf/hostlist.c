@@ -3,6 +3,7 @@
  * brackets such as "n[1-"). The plugin does not link libslurm: inside srun
  * and slurmstepd these symbols come from the process's libslurmfull. */
 #include "conf_internal.h"
+#include "whale/conf.h"
 #include "whale/error.h"
 
 #include <stdint.h>
@@ -141,4 +142,43 @@ int conf_expand_names(const char *expr, char ***names, int *n)
         *n = 0;
     }
     return rc;
+}
+
+struct expand_acc {
+    char **names;
+    int n, cap;
+};
+
+static int expand_push(const char *host, void *user)
+{
+    struct expand_acc *a = user;
+    if (a->n == a->cap) {
+        int nc = a->cap ? a->cap * 2 : 16;
+        char **p = realloc(a->names, (size_t)nc * sizeof *p);
+        if (!p)
+            return WHALE_ENOMEM;
+        a->names = p;
+        a->cap = nc;
+    }
+    if (!(a->names[a->n] = strdup(host)))
+        return WHALE_ENOMEM;
+    a->n++;
+    return 0;
+}
+
+int whale_hostlist_expand(const char *expr, char ***names, int *n)
+{
+    struct expand_acc a = { 0 };
+    int rc = conf_hostlist_foreach(expr, expand_push, &a);
+    if (rc) {
+        for (int i = 0; i < a.n; i++)
+            free(a.names[i]);
+        free(a.names);
+        *names = NULL;
+        *n = 0;
+        return rc;
+    }
+    *names = a.names;
+    *n = a.n;
+    return 0;
 }
