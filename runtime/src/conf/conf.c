@@ -63,6 +63,10 @@ int conf_check_keys(const struct whale_kv_line *l, const char *const *allowed, c
             int bd = 3;
             for (int a = 0; allowed[a]; a++) {
                 int d = edit_distance(k, allowed[a]);
+                size_t la = strlen(allowed[a]);
+                /* "GPUsPerNode" for "GPUs": a known key as prefix is a good hint too */
+                if (d >= bd && la >= 3 && !strncasecmp(k, allowed[a], la))
+                    d = bd - 1;
                 if (d < bd) {
                     bd = d;
                     best = allowed[a];
@@ -310,6 +314,10 @@ static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
             }
             goto fail;
         }
+    }
+    if (ns.gpus == 0 && ns.gpu_type && !whale_kv_find(l, "GPUType")) {
+        free(ns.gpu_type); /* inherited from DEFAULT by CPU-only nodes */
+        ns.gpu_type = NULL;
     }
     if (ns.gpu_type && ns.gpus == 0) {
         whale_error("%s:%d: GPUType=%s given for nodes with GPUs=0", l->file, l->line, ns.gpu_type);

@@ -28,7 +28,6 @@ struct spare_group {
     int first;   /* first step index (stable tie-break) */
     int count;   /* step nodes in the group */
     int lo, hi;  /* range in the sorted key array */
-    int next;    /* next candidate to take, from hi-1 down */
 };
 
 static int cmp_group(const void *a, const void *b)
@@ -130,31 +129,61 @@ int map_choose_spares(struct map_ctx *c)
         g[ng].count = b - a;
         g[ng].lo = a;
         g[ng].hi = b;
-        g[ng].next = b - 1;
         ng++;
         a = b;
     }
     qsort(g, (size_t)ng, sizeof *g, cmp_group);
-    int chosen = 0, progress = 1;
-    while (chosen < ns && progress) {
-        progress = 0;
-        for (int k = 0; k < ng && chosen < ns; k++) {
-            while (g[k].next >= g[k].lo && c->in->ntasks[keys[g[k].next].idx] != mode)
-                g[k].next--;
-            if (g[k].next < g[k].lo)
-                continue;
-            /* keep at least one node of the group working */
-            if (g[k].next == g[k].lo && g[k].count > 1 && ng > 1) {
-                int left = 0;
-                for (int q = g[k].lo; q < g[k].hi; q++)
-                    left += !c->spare[keys[q].idx];
-                if (left <= 1)
+    /* In a multi-node NVLink domain the working tasks must stay a multiple
+     * of TP, so spares leave such a domain k nodes at a time. */
+    int k = 1;
+    bool any_multi = false;
+    for (int q = 0; q < ng; q++)
+        if (keys[g[q].lo].group < ndom)
+            any_multi = true;
+    if (any_multi && mode > 0) {
+        int a = c->in->tp, b = mode;
+        while (b) {
+            int r = a % b;
+            a = b;
+            b = r;
+        }
+        k = c->in->tp / a;
+    }
+    if (ns % k) {
+        whale_error("--whale-spares=%d: spare nodes leave an NVLink domain %d at a time here "
+                    "(TP=%d, %d task(s) per node), so the number of spares must be a multiple of %d",
+                    ns, k, c->in->tp, mode, k);
+        free(dom_nodes);
+        free(keys);
+        free(g);
+        return WHALE_ENOFIT;
+    }
+    /* pass 0 never empties a locality group (a replacement stays close to
+     * the ranks it may replace); pass 1 lifts that when there is no other
+     * way (e.g. one step node per leaf) */
+    int chosen = 0;
+    for (int pass = 0; pass < 2 && chosen < ns; pass++) {
+        int progress = 1;
+        while (chosen < ns && progress) {
+            progress = 0;
+            for (int q = 0; q < ng && chosen < ns; q++) {
+                int kk = keys[g[q].lo].group < ndom ? k : 1;
+                int cand[64], nc = 0, working = 0;
+                for (int x = g[q].hi - 1; x >= g[q].lo; x--) {
+                    int i = keys[x].idx;
+                    if (c->spare[i])
+                        continue;
+                    working++;
+                    if (c->in->ntasks[i] == mode && nc < 64 && nc < kk)
+                        cand[nc++] = i;
+                }
+                if (nc < kk || (pass == 0 && working - kk < 1))
                     continue;
+                for (int x = 0; x < kk; x++)
+                    c->spare[cand[x]] = 1;
+                chosen += kk;
+                progress = 1;
             }
-            c->spare[keys[g[k].next].idx] = 1;
-            g[k].next--;
-            chosen++;
-            progress = 1;
         }
     }
     free(dom_nodes);
