@@ -8,6 +8,8 @@
 #include "whale/env.h"
 #include "whale/log.h"
 
+#include <slurm/slurm.h>
+
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,48 @@ static void print_layout(const struct whale_step *s)
     free(d);
 }
 
+/* The step exists by local_user_init, but srun's environment holds the
+ * job's node list (SLURM_NODELIST), not the step's: ask slurmctld for the
+ * step layout (node list, tasks and the exact task ids of each node). The
+ * libslurm function comes from srun's own libslurmfull. */
+static int build_step(spank_t sp, uint32_t jobid, struct whale_step *step)
+{
+    uint32_t stepid = 0;
+    spank_get_item(sp, S_JOB_STEPID, &stepid);
+    slurm_step_id_t id = { .job_id = jobid, .step_het_comp = NO_VAL, .step_id = stepid };
+    slurm_step_layout_t *sl = slurm_job_step_layout_get(&id);
+    struct whale_step_desc d = { .slurm_conf = getenv("SLURM_CONF") };
+    int *ntasks = NULL, *ids = NULL, rc = -1;
+    if (sl && sl->node_list && sl->node_cnt > 0) {
+        ntasks = malloc(sl->node_cnt * sizeof(int));
+        ids = malloc((sl->task_cnt ? sl->task_cnt : 1) * sizeof(int));
+        if (!ntasks || !ids)
+            goto out;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < sl->node_cnt; i++) {
+            ntasks[i] = sl->tasks[i];
+            for (uint32_t j = 0; j < sl->tasks[i] && k < sl->task_cnt; j++)
+                ids[k++] = (int)sl->tids[i][j];
+        }
+        d.nodelist = sl->node_list;
+        d.ntasks = ntasks;
+        d.task_ids = k == sl->task_cnt ? ids : NULL;
+    } else {
+        /* no answer: srun's own view is right when the step has the job's nodes */
+        slurm_verbose(PLUGIN_NAME ": no step layout from slurmctld; using SLURM_NODELIST");
+        d.nodelist = getenv("SLURM_NODELIST");
+        d.tasks_per_node = getenv("SLURM_TASKS_PER_NODE");
+        d.distribution = getenv("SLURM_DISTRIBUTION");
+    }
+    rc = whale_step_build(step, &d, &g_plan, whale_site.conf) ? -1 : 0;
+out:
+    free(ntasks);
+    free(ids);
+    if (sl)
+        slurm_job_step_layout_free(sl);
+    return rc;
+}
+
 int whale_local_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -60,15 +104,7 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     struct passwd *pw = getpwuid((uid_t)uid);
     if (whale_plan_from_options(whale_site.conf, pw ? pw->pw_name : NULL, jobs, &g_plan))
         goto fail;
-    /* srun has the step's layout in its environment by now */
-    struct whale_step_desc d = {
-        .nodelist = getenv("SLURM_STEP_NODELIST") ? getenv("SLURM_STEP_NODELIST") : getenv("SLURM_NODELIST"),
-        .tasks_per_node = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
-                                                              : getenv("SLURM_TASKS_PER_NODE"),
-        .distribution = getenv("SLURM_DISTRIBUTION"),
-        .slurm_conf = getenv("SLURM_CONF"),
-    };
-    if (whale_step_build(&step, &d, &g_plan, whale_site.conf))
+    if (build_step(sp, jobid, &step))
         goto fail;
     g_plan.dp = step.layout.dp;
     if (whale_plan_validate(&g_plan, step.layout.world, 0, "the Whale options"))

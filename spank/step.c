@@ -44,7 +44,7 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
 {
     memset(s, 0, sizeof *s);
     int rc;
-    if (!d->nodelist || !d->tasks_per_node) {
+    if (!d->nodelist || (!d->tasks_per_node && !d->ntasks)) {
         whale_error("the step's node list or tasks per node is unknown (SLURM_STEP_NODELIST / "
                     "SLURM_STEP_TASKS_PER_NODE not set)");
         return WHALE_EINVAL;
@@ -55,9 +55,19 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
     }
     if (!(s->ntasks = malloc((size_t)s->nnodes * sizeof(int))))
         return WHALE_ENOMEM;
-    if ((rc = whale_map_parse_tasks_per_node(d->tasks_per_node, s->nnodes, s->ntasks)))
+    int total = 0;
+    if (d->ntasks) {
+        memcpy(s->ntasks, d->ntasks, (size_t)s->nnodes * sizeof(int));
+    } else if ((rc = whale_map_parse_tasks_per_node(d->tasks_per_node, s->nnodes, s->ntasks))) {
         return rc;
-    if (d->pmi_mapping && *d->pmi_mapping)
+    }
+    for (int i = 0; i < s->nnodes; i++)
+        total += s->ntasks[i];
+    if (d->task_ids) {
+        if (!(s->task_ids = malloc((size_t)total * sizeof(int))))
+            return WHALE_ENOMEM;
+        memcpy(s->task_ids, d->task_ids, (size_t)total * sizeof(int));
+    } else if (d->pmi_mapping && *d->pmi_mapping)
         rc = whale_map_parse_pmi_mapping(d->pmi_mapping, s->nnodes, s->ntasks, &s->task_ids);
     else
         rc = ids_from_distribution(s, d->distribution);

@@ -19,7 +19,9 @@ struct whale_step {
 
 struct whale_step_desc {
     const char *nodelist;        /* SLURM_STEP_NODELIST */
-    const char *tasks_per_node;  /* SLURM_STEP_TASKS_PER_NODE */
+    const char *tasks_per_node;  /* SLURM_STEP_TASKS_PER_NODE (NULL with ntasks) */
+    const int *ntasks;           /* or tasks per node as numbers */
+    const int *task_ids;         /* node-major task ids (exact, from slurmctld) */
     const char *pmi_mapping;     /* SLURM_PMIX_MAPPING_SERV (exact), or NULL */
     const char *distribution;    /* SLURM_DISTRIBUTION when no mapping (srun) */
     const char *slurm_conf;      /* to find topology.conf */

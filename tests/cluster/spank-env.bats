@@ -172,3 +172,14 @@ for g in (0, 4):
   [[ "$output" == *"switch leaf"* ]]
   [[ "$output" == *"cost per step:"* ]]
 }
+
+@test "a step on a subset of its job's nodes is laid out on the step's nodes" {
+  job=$(timeout 60 salloc -N4 -n8 --no-shell 2>&1 | sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p')
+  [ -n "$job" ]
+  run bash -c "timeout 60 srun --jobid=$job -N2 -n4 -w node3,node4 --whale-tp=2 bash -c '$whale_env_cmd' | sort -n"
+  scancel "$job"
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [[ "$output" != *node1* && "$output" != *node2* ]]
+  run check_table 2 1 2 0 <<< "$output"
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+}
