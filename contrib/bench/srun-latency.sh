@@ -38,15 +38,22 @@ for i in $(seq "$RUNS"); do
   echo "idle $(ms timeout 60 $S true)"
   echo "whale $(ms timeout 60 $S --whale-tp=1 --whale-pp=1 true)"
 done > "$TMP/times"
+# the plugin's own work inside srun (options, config, topology, slurmctld
+# step-layout query, mapping, plan), as srun -v reports it
+for i in $(seq "$RUNS"); do
+  timeout 60 $S -v --whale-tp=1 --whale-pp=1 true 2>&1 | sed -n 's/.*plugin time in srun \([0-9.]*\) ms.*/srunwork \1/p'
+done >> "$TMP/times"
 python3 - "$TMP/times" "$RUNS" "$NODES" <<'PY'
 import statistics, sys
 t = {}
 for line in open(sys.argv[1]):
     k, v = line.split()
-    t.setdefault(k, []).append(int(v))
+    t.setdefault(k, []).append(float(v))
 m = {k: statistics.median(v) for k, v in t.items()}
 print("srun -N%s true, %s runs each (median ms): none %.0f, idle %.0f, whale %.0f"
       % (sys.argv[3], sys.argv[2], m["none"], m["idle"], m["whale"]))
 print("added by the plugin: idle %+.0f ms, whale step %+.0f ms (target < 20 ms)"
       % (m["idle"] - m["none"], m["whale"] - m["none"]))
+if "srunwork" in m:
+    print("plugin work inside srun for a whale step (srun -v): median %.2f ms" % m["srunwork"])
 PY
