@@ -89,7 +89,7 @@ static int build_step(spank_t sp, uint32_t jobid, struct whale_step *step)
         d.tasks_per_node = getenv("SLURM_TASKS_PER_NODE");
         d.distribution = getenv("SLURM_DISTRIBUTION");
     }
-    rc = whale_step_build(step, &d, &g_plan, whale_site.conf) ? -1 : 0;
+    rc = whale_step_describe(step, &d, whale_site.conf) ? -1 : 0;
 out:
     free(ntasks);
     free(ids);
@@ -114,9 +114,13 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     char jobs[16];
     snprintf(jobs, sizeof jobs, "%u", jobid);
     struct passwd *pw = getpwuid((uid_t)uid);
-    if (whale_plan_from_options(whale_site.conf, pw ? pw->pw_name : NULL, jobs, &g_plan))
-        goto fail;
+    /* the step first, so that a plan can be chosen for it (--whale-plan=auto
+     * plugs in at whale_plan_from_options), then the layout */
     if (build_step(sp, jobid, &step))
+        goto fail;
+    if (whale_plan_from_options(whale_site.conf, &step, pw ? pw->pw_name : NULL, jobs, &g_plan))
+        goto fail;
+    if (whale_step_layout(&step, &g_plan))
         goto fail;
     g_plan.dp = step.layout.dp;
     if (whale_plan_validate(&g_plan, step.layout.world, 0, "the Whale options"))

@@ -74,10 +74,12 @@ int whale_site_parse_args(int ac, char **av);
 int whale_site_load(void);
 void whale_site_free(void);
 
-/* Plan from options / --whale-plan=FILE (plan.c). world = working ranks
- * when known (> 0), else the degrees are checked without it. */
-int whale_plan_from_options(const struct whale_conf *c, const char *user, const char *jobid,
-                            struct whale_plan *out);
+/* Plan from options / --whale-plan=FILE (plan.c). step: the step's nodes
+ * and topology (srun), NULL where no step exists yet (sbatch/salloc);
+ * --whale-plan=auto searches on it. */
+struct whale_step;
+int whale_plan_from_options(const struct whale_conf *c, const struct whale_step *step,
+                            const char *user, const char *jobid, struct whale_plan *out);
 
 /* srun: arrange --mpi=pmix before srun reads its options (mpi.c). */
 void whale_mpi_preset(void);

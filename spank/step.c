@@ -39,8 +39,8 @@ static int ids_from_distribution(struct whale_step *s, const char *dist)
     return 0;
 }
 
-int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
-                     const struct whale_plan *plan, const struct whale_conf *c)
+int whale_step_describe(struct whale_step *s, const struct whale_step_desc *d,
+                        const struct whale_conf *c)
 {
     memset(s, 0, sizeof *s);
     int rc;
@@ -78,6 +78,16 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
     for (int i = 0; i < s->nnodes; i++)
         if ((rc = whale_conf_topo_ensure_node(c, s->topo, s->nodes[i])) < 0)
             return rc;
+    return 0;
+}
+
+int whale_step_layout(struct whale_step *s, const struct whale_plan *plan)
+{
+    int rc;
+    if (s->have_layout) {
+        whale_layout_free(&s->layout);
+        s->have_layout = false;
+    }
     s->in.tp = plan->tp;
     s->in.pp = plan->pp;
     s->in.dp = plan->dp;
@@ -92,6 +102,13 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
         return rc;
     s->have_layout = true;
     return 0;
+}
+
+int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
+                     const struct whale_plan *plan, const struct whale_conf *c)
+{
+    int rc = whale_step_describe(s, d, c);
+    return rc ? rc : whale_step_layout(s, plan);
 }
 
 void whale_step_free(struct whale_step *s)

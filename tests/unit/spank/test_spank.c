@@ -197,7 +197,7 @@ static void test_plan_from_flags(void **st)
     assert_int_equal(opt("whale-microbatch", "4"), 0);
     assert_int_equal(opt("whale-ckpt-every", "50"), 0);
     struct whale_plan p;
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "bob", "77", &p), 0);
     assert_int_equal(p.tp, 2);
     assert_int_equal(p.pp, 1);
     assert_int_equal(p.dp, 0);
@@ -212,7 +212,7 @@ static void test_plan_from_flags(void **st)
     write_file("site.conf", "\n", path, sizeof path);
     whale_site_free();
     assert_int_equal(whale_site_load(), 0);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "bob", "77", &p), -1);
     assert_non_null(strstr(last_err, "--whale-ckpt-every needs --whale-ckpt-dir"));
     whale_plan_free(&p);
     unlink(path);
@@ -232,27 +232,27 @@ static void test_plan_file(void **st)
     assert_int_equal(opt("whale-plan", plan), 0);
     assert_int_equal(opt("whale-tp", "2"), 0); /* agrees */
     struct whale_plan p;
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), 0);
     assert_int_equal(p.dp, 2);
     assert_string_equal(p.ckpt_dir, "/c/9");
     whale_plan_free(&p);
     assert_int_equal(opt("whale-pp", "4"), 0); /* contradicts */
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "--whale-pp=4 contradicts the plan file"));
     assert_non_null(strstr(last_err, "(2)"));
     whale_plan_free(&p);
     whale_opts.given[OPT_PP] = false;
     whale_opts.given[OPT_TP] = false;
     write_file("plan.json", "{\"version\":1,\"tp\":16}", plan, sizeof plan);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "asks for more than this site allows"));
     whale_plan_free(&p);
     write_file("plan.json", "{\"version\":1,\"tp\":", plan, sizeof plan);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "cannot use this plan file"));
     whale_plan_free(&p);
     assert_int_equal(opt("whale-plan", "auto"), 0);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     whale_plan_free(&p);
     unlink(plan);
     unlink(site);
