@@ -134,10 +134,17 @@ out:
     return rv;
 }
 
+/* WHALE_* always win (a stale value from an enclosing step must not leak);
+ * device variables already in the task's environment are kept: Slurm's GPU
+ * binding (gres, cgroup-renumbered) and a user's explicit NCCL/UCX choice
+ * know better than our even split. */
 static int set_task_env(const char *name, const char *value, void *user)
 {
     spank_t sp = user;
-    spank_err_t e = spank_setenv(sp, name, value, 1);
+    int overwrite = !strncmp(name, "WHALE_", 6);
+    spank_err_t e = spank_setenv(sp, name, value, overwrite);
+    if (e == ESPANK_ENV_EXISTS && !overwrite)
+        return 0;
     if (e != ESPANK_SUCCESS) {
         slurm_error(PLUGIN_NAME ": cannot set %s: %s", name, spank_strerror(e));
         return -1;

@@ -149,6 +149,11 @@ EOS
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = "0 0 eth0 =eth0" ]
   [ "${lines[1]}" = "1 1 eth1 =eth1" ]
+  # a user's (or Slurm's gres) device choice is kept; stale WHALE_* are replaced
+  run bash -c "NCCL_SOCKET_IFNAME=lo WHALE_RANK=99 timeout 60 srun -N1 -n2 --whale-conf=$conf --whale-tp=2 bash -c 'echo \$WHALE_RANK \$NCCL_SOCKET_IFNAME' | sort"
+  [ "$status" -eq 0 ]
+  [ "${lines[0]}" = "0 lo" ]
+  [ "${lines[1]}" = "1 lo" ]
 }
 
 @test "NVLink domain spanning two nodes (NVL72-style) lets TP cross those nodes only" {
