@@ -215,6 +215,33 @@ static void test_hostlist(void **st)
     assert_int_not_equal(whale_hostlist_expand("node[1-", &n, &k), 0);
 }
 
+/* Garbage never crashes the parser (run under ASan in CI). */
+static void test_garbage(void **st)
+{
+    (void)st;
+    const char alphabet[] = "NodeName=GPUs[]-,0123456789 #\\\"\nabcXYZ=:%/";
+    uint64_t seed = 12345;
+    char buf[256];
+    for (int iter = 0; iter < 3000; iter++) {
+        int n = (int)(seed % 200);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            buf[i] = alphabet[(seed >> 33) % (sizeof alphabet - 1)];
+        }
+        buf[n] = '\0';
+        struct whale_conf *c = NULL;
+        if (whale_conf_parse_string(buf, "fuzz", &c) == 0) {
+            struct whale_topo *t = NULL;
+            if (whale_conf_build_topo(c, "/nonexistent/slurm.conf", &t) == 0)
+                whale_topo_free(t);
+            whale_conf_free(c);
+        }
+        struct whale_topo *t = whale_topo_new();
+        whale_topology_conf_parse_string(buf, "fuzz", t);
+        whale_topo_free(t);
+    }
+}
+
 /* The shipped example and test topologies stay valid. */
 static void test_shipped_files(void **st)
 {
@@ -253,6 +280,7 @@ int main(void)
         cmocka_unit_test_setup(test_topology_conf, setup),
         cmocka_unit_test_setup(test_hostlist, setup),
         cmocka_unit_test_setup(test_shipped_files, setup),
+        cmocka_unit_test_setup(test_garbage, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
