@@ -130,6 +130,12 @@ enum whale_coll {
  * call (per-rank block count for reduce-scatter/allgather). */
 const char *whale_coll_algorithm(whale_group *g, enum whale_coll c, size_t count, enum whale_dtype t);
 
+/* Force an algorithm for later calls of collective c in this process
+ * ("auto" restores the cost model); like WHALE_COLL_ALGO, every rank must
+ * make the same choice. An algorithm that does not apply to a group (e.g.
+ * "raben" on 2 ranks, "hier" on one node) falls back to the cost model. */
+int whale_coll_set_algorithm(whale_ctx *ctx, enum whale_coll c, const char *name);
+
 /* Device buffers over NCCL (builds with CUDA; otherwise WHALE_ENOTSUP).
  * Same semantics as the host calls; `stream` is a cudaStream_t (NULL: the
  * legacy default stream). The first device call on a group creates its

@@ -161,7 +161,6 @@ void build_allreduce_rd(struct sched *s, const void *send, void *recv, size_t co
     const void *src = fold_in(s, send, recv, count, tmp, p2);
     if (!src)
         return;
-    sched_chain(s);
     if (src != recv) {
         sched_round(s);
         sched_copy(s, recv, src, count * s->esz);

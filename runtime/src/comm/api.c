@@ -266,3 +266,16 @@ int whale_irecv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int
         return WHALE_EINVAL;
     return p2p(g, buf, count, t, peer, tag, false, req);
 }
+
+int whale_coll_set_algorithm(whale_ctx *ctx, enum whale_coll c, const char *name)
+{
+    if (!ctx || (unsigned)c >= COMM_COLL_COUNT_ || !name)
+        return WHALE_EINVAL;
+    int a = comm_algo_parse(name);
+    if (a < 0) {
+        whale_error("unknown collective algorithm '%s' (auto, ring, rd, raben, hier, tree)", name);
+        return WHALE_EINVAL;
+    }
+    ctx->forced_algo[c] = a;
+    return 0;
+}
