@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "whale/modeldesc.h"
+#include "whale/planfile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -85,6 +86,7 @@ struct whale_eff_model {
     double mem_eff;        /* achieved fraction of hbm_bw for memory-bound kernels */
     double coll_eff;       /* achieved fraction of link bw by large collectives */
     double dp_overlap;     /* fraction of the DP/ZeRO reduction hidden behind backward */
+    double overlap_cost;   /* compute slowdown per second of hidden communication */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
 };
@@ -172,21 +174,8 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c);
 
 /* ---- plans ---------------------------------------------------------------- */
 
-enum whale_recompute {
-    WHALE_RECOMPUTE_NONE = 0,
-    WHALE_RECOMPUTE_SELECTIVE = 1,  /* attention core only (Korthikanti) */
-    WHALE_RECOMPUTE_FULL = 2,       /* keep only each layer's input */
-    WHALE_RECOMPUTE_AUTO = 3,       /* per-layer optimal set for the memory budget */
-};
-enum whale_offload {
-    WHALE_OFFLOAD_NONE = 0,
-    WHALE_OFFLOAD_OPTIMIZER = 1,    /* fp32 master + Adam states and the update on the host */
-    WHALE_OFFLOAD_PARAMS = 2,       /* + parameters streamed from host (needs ZeRO-3) */
-};
-const char *whale_recompute_name(int r);
-const char *whale_offload_name(int o);
-int whale_recompute_parse(const char *s);  /* -1 when unknown */
-int whale_offload_parse(const char *s);
+/* Recompute (none / selective / full / auto) and offload (none / optimizer
+ * / params) use the enums of whale/planfile.h. */
 
 #define WHALE_PLAN_MAX_STAGES 512
 
@@ -198,7 +187,7 @@ struct whale_plan_config {
     int nmicro;            /* micro-batches per step per replica, m (derived: B / (dp b)) */
     int interleave;        /* virtual stages per rank, v (1 = plain 1F1B) */
     int zero;              /* 0..3 */
-    int recompute;         /* enum whale_recompute */
+    int recompute;         /* enum whale_recompute (NONE..AUTO) */
     int offload;           /* enum whale_offload */
     bool seqpar;           /* Megatron sequence parallelism (with tp > 1) */
     /* Result of recompute=auto on the worst stage: layers per policy. */
@@ -324,8 +313,6 @@ int whale_ckpt_select(int n, int nopt, const double *mem, const double *time,
                       double budget, int slots, int *choice, double *total_time);
 
 /* ---- the one call for the SPANK plugin ----------------------------------- */
-
-struct whale_plan;  /* whale/planfile.h */
 
 /* Plans `model` with `global_batch` sequences per step on cluster `c`
  * (built from the allocation; see whale_cluster_from_topo), applying `cal`

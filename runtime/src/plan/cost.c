@@ -169,7 +169,7 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_gpu_type *g, i
     /* Embedding (first stage): gather + dropout, memory-bound. */
     lc->first_fwd += mem_time(g, e, 6 * M * h / shard) + ovh;
     lc->first_bwd += mem_time(g, e, 8 * M * h / shard) + ovh;
-    lc->first_act = 3 * M * h / shard;
+    lc->first_act = M * h / shard;          /* embedding dropout mask */
     /* Output layer (last stage): logits [b s, h] x [h, V/t], fp32 softmax
      * cross-entropy over b s V / t (read 2 + write 4 forward, ~10 backward). */
     double t_logit = gemm_time(g, e, 1, M, V / t, h);

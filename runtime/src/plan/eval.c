@@ -246,6 +246,9 @@ static int rank_group(const struct whale_cluster *c, int64_t rank)
 static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_config *cfg, int s,
                             int Ls, int m, const struct stage_out *so, double slack, double *total)
 {
+    /* Hidden communication is not free: NCCL kernels take SMs and memory
+     * bandwidth from the overlapped compute. A fraction (overlap_cost) of
+     * every hidden second is added back. */
     *total = 0;
     if (cfg->dp <= 1)
         return 0;
@@ -274,7 +277,7 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         exposed = fmax(0, *total - ov * m * (so->t_comp + so->t_rc) - slack);
         break;
     }
-    return exposed;
+    return exposed + x->c->eff.overlap_cost * fmax(0, *total - exposed);
 }
 
 /* Optimizer step + offload traffic of stage s (exposed seconds). */

@@ -62,31 +62,3 @@ const char *whale_link_class_name(int cls)
     return cls >= 0 && cls < WHALE_LINK_NCLASS ? n[cls] : "?";
 }
 
-static const char *rc_names[] = { "none", "selective", "full", "auto" };
-static const char *off_names[] = { "none", "optimizer", "params" };
-
-const char *whale_recompute_name(int r)
-{
-    return r >= 0 && r < 4 ? rc_names[r] : "?";
-}
-
-const char *whale_offload_name(int o)
-{
-    return o >= 0 && o < 3 ? off_names[o] : "?";
-}
-
-int whale_recompute_parse(const char *s)
-{
-    for (int i = 0; s && i < 4; i++)
-        if (!strcasecmp(s, rc_names[i]))
-            return i;
-    return -1;
-}
-
-int whale_offload_parse(const char *s)
-{
-    for (int i = 0; s && i < 3; i++)
-        if (!strcasecmp(s, off_names[i]))
-            return i;
-    return -1;
-}

@@ -63,13 +63,45 @@ static void keep(struct whale_plan_candidate *list, int *n, int cap, const struc
         (*n)++;
 }
 
+/* Infeasible candidates ordered by how far over memory they are (one per
+ * layout): the "why not" list shows the near misses, not absurd ones. */
+static double overage(const struct whale_plan_candidate *c)
+{
+    return c->pred.mem_total / c->pred.mem_capacity;
+}
+
+static void keep_near_miss(struct whale_plan_candidate *list, int *n, int cap,
+                           const struct whale_plan_candidate *c)
+{
+    int i;
+    for (i = 0; i < *n; i++)
+        if (same_layout(&list[i].cfg, &c->cfg))
+            break;
+    if (i < *n) {
+        if (overage(c) >= overage(&list[i]))
+            return;
+        memmove(&list[i], &list[i + 1], sizeof *list * (size_t)(*n - i - 1));
+        (*n)--;
+    }
+    if (*n == cap && overage(c) >= overage(&list[*n - 1]))
+        return;
+    int pos = *n < cap ? *n : cap - 1;
+    while (pos > 0 && overage(&list[pos - 1]) > overage(c)) {
+        list[pos] = list[pos - 1];
+        pos--;
+    }
+    list[pos] = *c;
+    if (*n < cap)
+        (*n)++;
+}
+
 struct search_state {
     struct plan_ctx x;
     const struct whale_plan_request *req;
     struct whale_plan_result *res;
     bool mixed;
     int topk;
-    struct whale_plan_candidate rej[4];
+    struct whale_plan_candidate rej[16];  /* near misses: faster than the best so far, least over */
     int nrej;
     struct whale_plan_candidate cand;   /* scratch (large: per-stage arrays) */
 };
@@ -84,7 +116,15 @@ static void consider(struct search_state *st, struct whale_plan_config *cfg,
         return;
     res->evaluated++;
     if (!cd->pred.fits) {
-        keep(st->rej, &st->nrej, 4, cd);
+        if (res->ntop == 0 || cd->pred.t_step < res->top[0].pred.t_step) {
+            /* drop near misses the best plan so far already beats */
+            int k = 0;
+            for (int i = 0; i < st->nrej; i++)
+                if (res->ntop == 0 || st->rej[i].pred.t_step < res->top[0].pred.t_step)
+                    st->rej[k++] = st->rej[i];
+            st->nrej = k;
+            keep_near_miss(st->rej, &st->nrej, 16, cd);
+        }
         return;
     }
     keep(res->top, &res->ntop, st->topk, cd);
@@ -239,8 +279,8 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     if (res->ntop > 0) {
         res->found = true;
         res->best = res->top[0];
-        for (int i = 0; i < st->nrej; i++)
-            if (st->rej[i].pred.t_step < res->best.pred.t_step)
+        for (int i = 0; i < st->nrej && res->nrejected < 4; i++)
+            if (st->rej[i].pred.t_step < 0.999 * res->best.pred.t_step)
                 res->rejected[res->nrejected++] = st->rej[i];
     } else {
         rc = WHALE_ENOFIT;
@@ -249,7 +289,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
             char cfgs[160];
             whale_plan_format_config(&r0->cfg, cfgs, sizeof cfgs);
             snprintf(res->why_none, sizeof res->why_none,
-                     "nothing fits: the fastest candidate (%s) needs %.1f GiB per device, %.1f GiB usable",
+                     "nothing fits: the closest candidate (%s) needs %.1f GiB per device, %.1f GiB usable",
                      cfgs, r0->pred.mem_total / 1073741824.0, r0->pred.mem_capacity / 1073741824.0);
         } else if (first_reason[0]) {
             snprintf(res->why_none, sizeof res->why_none, "nothing fits: %s", first_reason);
