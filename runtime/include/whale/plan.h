@@ -46,7 +46,7 @@ struct whale_gpu_type {
     double nvlink_bw;      /* NCCL-achievable bus bandwidth inside the NVLink domain, per GPU */
     double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s */
     double pcie_bw;        /* host <-> device bandwidth (offload), bytes/s */
-    int domain;            /* GPUs per NVLink domain in the usual system (8, 72) */
+    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200 NVL72), 0 = the node */
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
@@ -194,6 +194,7 @@ struct whale_plan_config {
     int rc_full, rc_selective;
     /* Layers per pipeline stage (filled by eval; an input when uneven). */
     bool uneven;           /* mixed clusters: balance layers and batch by device speed */
+    bool layers_given;     /* stage_layers is an input (else eval fills it) */
     int stage_layers[WHALE_PLAN_MAX_STAGES];
     /* Micro-batches per DP replica when uneven (first WHALE_PLAN_MAX_STAGES
      * replicas; 0 = nmicro). */

@@ -50,6 +50,8 @@ int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node, co
         c->link[WHALE_LINK_SPINE].alpha = 50e-6;
     }
     c->nvlink_domain = c->group[0].gpu.domain > gpus_per_node ? c->group[0].gpu.domain : gpus_per_node;
+    if (c->group[0].gpu.domain > 0 && (int64_t)nodes * gpus_per_node < c->nvlink_domain)
+        c->nvlink_domain = nodes * gpus_per_node;   /* a partial rack */
     c->host_mem_per_gpu = 2 * c->group[0].gpu.mem_bytes;
     snprintf(c->name, sizeof c->name, "%dx%d %s", nodes, gpus_per_node, c->group[0].gpu.name);
     return 0;

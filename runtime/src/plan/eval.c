@@ -80,7 +80,7 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
         return why_set(why, why_len, "sequence parallelism needs tp >= 2");
     if (cfg->pp > WHALE_PLAN_MAX_STAGES)
         return why_set(why, why_len, "pp=%d exceeds %d stages", cfg->pp, WHALE_PLAN_MAX_STAGES);
-    if (cfg->uneven) {
+    if (cfg->layers_given) {
         int sum = 0;
         for (int s = 0; s < cfg->pp; s++) {
             if (cfg->stage_layers[s] < 0)
@@ -346,7 +346,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
         cfg->seqpar = false;
     bool mixed = whale_cluster_is_mixed(c);
     int *layers = cfg->stage_layers;
-    if (!cfg->uneven)
+    if (!cfg->layers_given)
         split_even(md->layers, pp, layers);
 
     /* device group of every (stage, replica) */
@@ -398,7 +398,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
         /* per (stage, group) evaluations; groups <= 8 */
         struct stage_out sg[WHALE_CLUSTER_MAX_GROUPS];
         bool present[WHALE_CLUSTER_MAX_GROUPS];
-        if (cfg->uneven) {
+        if (cfg->uneven && !cfg->layers_given) {
             /* layer split for the slowest device of each stage, under memory caps */
             double per_layer[WHALE_PLAN_MAX_STAGES], fixed[WHALE_PLAN_MAX_STAGES];
             int cap[WHALE_PLAN_MAX_STAGES];

@@ -20,16 +20,16 @@
 
 static const struct whale_gpu_type plan_gpus[] = {
     /* name          peak        mem          hbm        nvlink     nic        pcie      domain */
-    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  8 },
-    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  8 },
-    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  8 },
-    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  8 },
-    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  8 },
-    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  8 },
+    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0 },
+    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0 },
+    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  0 },
+    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  0 },
+    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  0 },
+    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  0 },
     { "GB200",      2500 * TF,  186 * GB,    8000 * GB,  900 * GB,  50 * GB,  450 * GB, 72 },
     /* One rank on a 2-core AVX-512 VM: ~0.2 TFLOP/s sgemm, shared-memory and
      * TCP "links" (see the machine baselines note). */
-    { "cpu",         0.2 * TF,    4 * GiB,     20 * GB,    8 * GB,   2 * GB,   20 * GB,  1 },
+    { "cpu",         0.2 * TF,    4 * GiB,     20 * GB,    8 * GB,   2 * GB,   20 * GB,  0 },
 };
 
 const struct whale_gpu_type *whale_gpu_types(int *n)

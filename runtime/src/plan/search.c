@@ -137,7 +137,8 @@ static void consider(struct search_state *st, struct whale_plan_config *cfg,
 /* Most memory-frugal setting allowed by the request. */
 static void frugal(const struct whale_plan_request *rq, struct whale_plan_config *cfg, int dp)
 {
-    cfg->zero = rq->zero >= 0 ? rq->zero : (dp > 1 ? 3 : 0);
+    (void)dp;
+    cfg->zero = rq->zero >= 0 ? rq->zero : 3;
     cfg->offload = rq->offload >= 0 ? rq->offload : (cfg->zero == 3 ? WHALE_OFFLOAD_PARAMS : WHALE_OFFLOAD_OPTIMIZER);
     if (cfg->offload == WHALE_OFFLOAD_PARAMS && cfg->zero != 3)
         cfg->offload = WHALE_OFFLOAD_OPTIMIZER;
@@ -180,6 +181,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     struct plan_layer_cost lc[WHALE_CLUSTER_MAX_GROUPS];
     struct whale_plan_config cfg;
     char first_reason[256] = "";
+    double closest = INFINITY;   /* memory over capacity of the leanest layout seen */
 
     for (int tp = 1; tp <= c->nvlink_domain && tp <= m->heads; tp++) {
         if (rq->tp > 0 && tp != rq->tp)
@@ -223,7 +225,9 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     struct whale_plan_prediction pr;
                     if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && !pr.fits) {
                         res->pruned++;
-                        if (!first_reason[0] || b == 1)
+                        double over = pr.mem_total / pr.mem_capacity;
+                        if (b == 1 && over < closest) {
+                            closest = over;
                             snprintf(first_reason, sizeof first_reason,
                                      "tp=%d pp=%d dp=%d needs %.1f GiB per device even with "
                                      "micro-batch %d, zero=%d, offload=%s, recompute=%s "
@@ -231,6 +235,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                                      tp, pp, dp, pr.mem_total / 1073741824.0, b, f.zero,
                                      whale_offload_name(f.offload), whale_recompute_name(f.recompute),
                                      pr.mem_capacity / 1073741824.0);
+                        }
                         break;
                     }
                 }
@@ -249,11 +254,14 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                             continue;
                         cfg.interleave = v;
                         for (int z = 0; z <= 3; z++) {
-                            if ((rq->zero >= 0 && z != rq->zero) || (z > 0 && dp == 1 && rq->zero < 0))
+                            /* without DP, ZeRO only matters as the vehicle of param offload */
+                            if ((rq->zero >= 0 && z != rq->zero) ||
+                                (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
                                 continue;
                             cfg.zero = z;
                             for (int o = 0; o <= 2; o++) {
-                                if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3))
+                                if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
+                                    (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
                                     continue;
                                 cfg.offload = o;
                                 for (int r = 0; r <= 3; r++) {
