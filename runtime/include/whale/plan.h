@@ -262,6 +262,8 @@ struct whale_plan_request {
     int max_microbatch;               /* 0: 16 */
     int topk;                         /* alternatives kept (<= WHALE_PLAN_TOPK) */
     bool exhaustive;                  /* no pruning (benchmark baseline) */
+    double max_idle;                  /* share of GPUs a plan may leave idle (0: use all);
+                                         lets awkward GPU counts (100,000) factor well */
 };
 void whale_plan_request_init(struct whale_plan_request *r);
 

@@ -40,9 +40,12 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
     const struct whale_cluster *c = x->c;
     if (cfg->tp < 1 || cfg->pp < 1 || cfg->dp < 1 || cfg->microbatch < 1 || cfg->interleave < 1)
         return why_set(why, why_len, "tp, pp, dp, micro-batch and interleave must all be >= 1");
-    if ((int64_t)cfg->tp * cfg->pp * cfg->dp != x->ngpus)
-        return why_set(why, why_len, "tp*pp*dp = %lld but the cluster has %lld GPUs",
-                       (long long)cfg->tp * cfg->pp * cfg->dp, (long long)x->ngpus);
+    int64_t used = (int64_t)cfg->tp * cfg->pp * cfg->dp;
+    if (x->max_idle <= 0 ? used != x->ngpus
+                         : used > x->ngpus || used < (1 - x->max_idle) * x->ngpus - 1e-9)
+        return why_set(why, why_len, "tp*pp*dp = %lld but the cluster has %lld GPUs%s",
+                       (long long)used, (long long)x->ngpus,
+                       x->max_idle > 0 ? " (more than the allowed idle share left over)" : "");
     if (m->heads % cfg->tp || m->ffn % cfg->tp || (m->kv_heads % cfg->tp && cfg->tp % m->kv_heads))
         return why_set(why, why_len, "tp=%d must divide the %d heads, FFN %d and kv heads %d",
                        cfg->tp, m->heads, m->ffn, m->kv_heads);
@@ -574,10 +577,15 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     }
     pr->model_flops_step = (double)x->batch * (3 * md->layers * F1 + 3 * Flog);
     pr->flops_step = pr->model_flops_step + (double)x->batch * (nfull * F1 + nsel * 4 * s_ * s_ * h);
-    double peak = 0;
-    for (int i = 0; i < c->ngroups; i++)
-        peak += (double)c->group[i].nodes * c->group[i].gpus_per_node * c->group[i].gpu.peak_flops;
-    pr->tflops_per_gpu = pr->flops_step / (pr->t_step * x->ngpus) / 1e12;
+    /* peak of the GPUs in use (block order); idle ones do not count */
+    double used = (double)cfg->tp * cfg->pp * cfg->dp;
+    double peak = 0, left = used;
+    for (int i = 0; i < c->ngroups && left > 0; i++) {
+        double n = fmin(left, (double)c->group[i].nodes * c->group[i].gpus_per_node);
+        peak += n * c->group[i].gpu.peak_flops;
+        left -= n;
+    }
+    pr->tflops_per_gpu = pr->flops_step / (pr->t_step * used) / 1e12;
     pr->mfu = pr->model_flops_step / (pr->t_step * peak);
     pr->tokens_per_s = (double)x->batch * s_ / pr->t_step;
     double al, bw;

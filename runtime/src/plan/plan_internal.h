@@ -27,6 +27,7 @@ struct plan_ctx {
     long batch;
     const struct whale_cluster *c;
     int64_t ngpus;
+    double max_idle;               /* fraction of GPUs a plan may leave idle */
     double p_layer;                /* parameters of one block */
     double p_emb;                  /* V h */
     double p_pos;                  /* s h */

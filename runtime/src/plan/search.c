@@ -166,6 +166,12 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     if (!st)
         return WHALE_ENOMEM;
     plan_ctx_init(&st->x, rq->model, rq->global_batch, rq->cluster);
+    if (rq->max_idle < 0 || rq->max_idle >= 1) {
+        whale_error("plan search: max idle share %g must be in [0, 1)", rq->max_idle);
+        free(st);
+        return WHALE_EINVAL;
+    }
+    st->x.max_idle = rq->max_idle;
     st->req = rq;
     st->res = res;
     st->mixed = whale_cluster_is_mixed(rq->cluster);
@@ -190,9 +196,19 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
             (m->kv_heads % tp && tp % m->kv_heads))
             continue;
         for (int pp = 1; pp <= L && pp <= N / tp && pp <= WHALE_PLAN_MAX_STAGES; pp++) {
-            if ((rq->pp > 0 && pp != rq->pp) || (N / tp) % pp)
+            if ((rq->pp > 0 && pp != rq->pp) || (rq->max_idle <= 0 && (N / tp) % pp))
                 continue;
             int64_t dp64 = N / tp / pp;
+            if (rq->max_idle > 0) {
+                /* the largest DP that divides the batch and leaves at most
+                 * max_idle of the GPUs unused */
+                if (rq->dp > 0)
+                    dp64 = rq->dp <= dp64 ? rq->dp : 0;
+                while (dp64 > 0 && (dp64 > B || B % dp64))
+                    dp64--;
+                if (dp64 < 1 || (double)tp * pp * dp64 < (1 - rq->max_idle) * N - 1e-9)
+                    continue;
+            }
             if ((rq->dp > 0 && dp64 != rq->dp) || dp64 > B || B % dp64)
                 continue;
             int dp = (int)dp64;
@@ -245,8 +261,19 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     if (rq->seqpar >= 0 && sp != rq->seqpar && tp > 1)
                         continue;
                     cfg.seqpar = sp;
-                    for (int g = 0; g < c->ngroups; g++)
+                    double lb = INFINITY;
+                    for (int g = 0; g < c->ngroups; g++) {
                         plan_layer_cost(&st->x, &c->group[g].gpu, tp, sp, b, &lc[g]);
+                        lb = fmin(lb, lc[g].fwd + lc[g].bwd);
+                    }
+                    /* bound: m micro-batches through the fullest stage's
+                     * layers, with no recompute, communication or bubble */
+                    lb *= (double)nm * ((L + pp - 1) / pp);
+                    if (!rq->exhaustive && res->ntop > 0 && !st->mixed &&
+                        lb >= res->top[0].pred.t_step && res->ntop >= st->topk) {
+                        res->pruned++;
+                        continue;
+                    }
                     for (int v = 1; v <= L / pp; v++) {
                         if (rq->interleave > 0 && v != rq->interleave)
                             continue;

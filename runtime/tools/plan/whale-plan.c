@@ -49,6 +49,8 @@ static void usage(FILE *f)
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
 "      --seqpar yes|no        Megatron sequence parallelism\n"
 "      --max-microbatch N     largest micro-batch tried (default 16)\n"
+"      --max-idle FRAC        allow plans that leave up to FRAC of the GPUs idle\n"
+"                             (e.g. 0.05 on 100,000 GPUs; default 0: use all)\n"
 "output:\n"
 "  -e, --evaluate             print the full prediction of the constrained best and\n"
 "                             compare it with the planner's unconstrained pick\n"
@@ -92,7 +94,7 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
-    O_V, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
+    O_V, O_IDLE, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
 };
 
 static const struct option longopts[] = {
@@ -117,6 +119,7 @@ static const struct option longopts[] = {
     { "offload", required_argument, 0, O_OFF },
     { "seqpar", required_argument, 0, O_SP },
     { "max-microbatch", required_argument, 0, O_MAXMB },
+    { "max-idle", required_argument, 0, O_IDLE },
     { "evaluate", no_argument, 0, 'e' },
     { "top", required_argument, 0, 't' },
     { "json", required_argument, 0, 'j' },
@@ -218,6 +221,7 @@ int main(int argc, char **argv)
         case O_LEAF: if (parse_int("nodes-per-leaf", optarg, 0, 10000000, &leaf)) return 2; break;
         case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
         case O_CALIB: calib = optarg; break;
+        case O_IDLE: if (parse_dbl("max-idle", optarg, 0, 0.99, &rq.max_idle)) return 2; break;
         case O_TP: if (parse_int("tp", optarg, 1, 1024, &v)) return 2; rq.tp = (int)v; break;
         case O_PP: if (parse_int("pp", optarg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq.pp = (int)v; break;
         case O_DP: if (parse_int("dp", optarg, 1, INT_MAX, &v)) return 2; rq.dp = (int)v; break;
