@@ -7,7 +7,7 @@
  * bytes/s or FLOP/s unless a name says otherwise.
  *
  * Pieces:
- *   - whale_gpu_type   : catalogue of accelerator types (peak, memory, links)
+ *   - whale_plan_device: catalogue of accelerator types (peak, memory, links)
  *   - whale_cluster    : a (possibly hypothetical, possibly mixed) cluster:
  *                        node groups, NVLink domain, leaf switches, link
  *                        classes with alpha-beta, efficiency constants
@@ -16,7 +16,7 @@
  *   - whale_plan_eval  : prediction (memory breakdown + step time) of one
  *                        configuration
  *   - whale_plan_search: the search, with top alternatives and rejections
- *   - whale_ckpt_select: exact per-layer recompute selection (dynamic
+ *   - whale_plan_recompute_select: exact per-layer recompute selection (dynamic
  *                        program), shared with the engine's recompute=auto
  *   - whale_plan_auto  : one call for the plugin (model + batch + cluster ->
  *                        struct whale_plan + explanation)
@@ -38,7 +38,7 @@ extern "C" {
 
 /* ---- accelerators ------------------------------------------------------- */
 
-struct whale_gpu_type {
+struct whale_plan_device {
     char name[32];
     double peak_flops;     /* dense bf16/fp16 tensor FLOP/s (CPU: measured GEMM peak) */
     double mem_bytes;      /* device memory */
@@ -52,20 +52,20 @@ struct whale_gpu_type {
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
  * V100-32GB, cpu). Lookup is case-insensitive; returns WHALE_ENOENT and
  * logs the known names when absent. */
-int whale_gpu_type_find(const char *name, struct whale_gpu_type *out);
-const struct whale_gpu_type *whale_gpu_types(int *n);
+int whale_plan_device_find(const char *name, struct whale_plan_device *out);
+const struct whale_plan_device *whale_plan_devices(int *n);
 
 /* ---- cluster ------------------------------------------------------------ */
 
-enum whale_link_class {
-    WHALE_LINK_NVLINK = 0, /* inside one NVLink domain (node or rack) */
-    WHALE_LINK_LEAF   = 1, /* between domains under one leaf switch */
-    WHALE_LINK_SPINE  = 2, /* across leaf switches */
-    WHALE_LINK_NCLASS
+enum whale_plan_link {
+    WHALE_PLAN_LINK_NVLINK = 0, /* inside one NVLink domain (node or rack) */
+    WHALE_PLAN_LINK_LEAF   = 1, /* between domains under one leaf switch */
+    WHALE_PLAN_LINK_SPINE  = 2, /* across leaf switches */
+    WHALE_PLAN_NLINK
 };
-const char *whale_link_class_name(int cls);
+const char *whale_plan_link_name(int cls);
 
-struct whale_link {
+struct whale_alpha_beta {
     double alpha;          /* latency per message step, seconds */
     double bw;             /* per-GPU bus bandwidth on this class, bytes/s (0 = from GPU type) */
 };
@@ -75,7 +75,7 @@ struct whale_link {
 struct whale_node_group {
     int nodes;
     int gpus_per_node;
-    struct whale_gpu_type gpu;
+    struct whale_plan_device gpu;
 };
 
 /* Efficiency constants of the time model (see plan/README in the report
@@ -98,7 +98,7 @@ struct whale_cluster {
     int nvlink_domain;     /* GPUs per NVLink domain; 0 = GPUs per node */
     int nodes_per_leaf;    /* nodes under one leaf switch; 0 = all under one switch */
     double spine_oversub;  /* >= 1: bandwidth divisor across leaves */
-    struct whale_link link[WHALE_LINK_NCLASS];
+    struct whale_alpha_beta link[WHALE_PLAN_NLINK];
     double overhead_bytes; /* per device: CUDA context, NCCL, workspaces */
     double frag;           /* fraction of device memory lost to fragmentation */
     double host_mem_per_gpu; /* host memory available per GPU for offload */
@@ -159,7 +159,7 @@ struct whale_calib {
     unsigned has;          /* WHALE_CAL_* bits */
     double peak_flops, mem_bytes, hbm_bw;
     double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap;
-    struct whale_link link[WHALE_LINK_NCLASS];
+    struct whale_alpha_beta link[WHALE_PLAN_NLINK];
 };
 
 int whale_calib_load(const char *path, struct whale_calib *out);
@@ -312,7 +312,7 @@ void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, si
  * is exact. O(n * nopt * slots) time, O(n * slots) bytes.
  * choice[i] receives the option of layer i. Returns 0, WHALE_ENOFIT when
  * even the smallest options exceed the budget, WHALE_EINVAL/ENOMEM. */
-int whale_ckpt_select(int n, int nopt, const double *mem, const double *time,
+int whale_plan_recompute_select(int n, int nopt, const double *mem, const double *time,
                       double budget, int slots, int *choice, double *total_time);
 
 /* ---- the one call for the SPANK plugin ----------------------------------- */

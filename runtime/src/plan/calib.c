@@ -90,8 +90,8 @@ static int cal_line(const struct whale_kv_line *l, void *user)
     }
     if (!strcasecmp(kind, "Link")) {
         int cls = -1;
-        for (int k = 0; k < WHALE_LINK_NCLASS; k++)
-            if (!strcasecmp(val0, whale_link_class_name(k)))
+        for (int k = 0; k < WHALE_PLAN_NLINK; k++)
+            if (!strcasecmp(val0, whale_plan_link_name(k)))
                 cls = k;
         if (cls < 0) {
             whale_error("%s:%d: Link=%s: expected nvlink, leaf or spine", l->file, l->line, val0);
@@ -152,9 +152,9 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->has & WHALE_CAL_DP_OVERLAP) fprintf(f, " DPOverlap=%.17g", cal->dp_overlap);
         fputc('\n', f);
     }
-    for (int k = 0; k < WHALE_LINK_NCLASS; k++)
+    for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         if (cal->has & (WHALE_CAL_LINK0 << k)) {
-            fprintf(f, "Link=%s", whale_link_class_name(k));
+            fprintf(f, "Link=%s", whale_plan_link_name(k));
             fprintf(f, " AlphaUs=%.17g", cal->link[k].alpha * 1e6);
             if (cal->link[k].bw > 0) fprintf(f, " BandwidthGBs=%.17g", cal->link[k].bw / 1e9);
             fputc('\n', f);
@@ -181,7 +181,7 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
 {
     bool mixed = whale_cluster_is_mixed(c);
     for (int i = 0; i < c->ngroups; i++) {
-        struct whale_gpu_type *g = &c->group[i].gpu;
+        struct whale_plan_device *g = &c->group[i].gpu;
         if (mixed && cal->device[0] && strcasecmp(cal->device, g->name))
             continue;
         if (cal->has & WHALE_CAL_PEAK) g->peak_flops = cal->peak_flops;
@@ -193,7 +193,7 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
     if (cal->has & WHALE_CAL_MEM_EFF) c->eff.mem_eff = cal->mem_eff;
     if (cal->has & WHALE_CAL_KERNEL_OVH) c->eff.kernel_overhead = cal->kernel_overhead;
     if (cal->has & WHALE_CAL_DP_OVERLAP) c->eff.dp_overlap = cal->dp_overlap;
-    for (int k = 0; k < WHALE_LINK_NCLASS; k++)
+    for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         if (cal->has & (WHALE_CAL_LINK0 << k)) {
             c->link[k].alpha = cal->link[k].alpha;
             if (cal->link[k].bw > 0)

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int whale_ckpt_select(int n, int nopt, const double *mem, const double *time, double budget,
+int whale_plan_recompute_select(int n, int nopt, const double *mem, const double *time, double budget,
                       int slots, int *choice, double *total_time)
 {
     if (n < 0 || nopt < 1 || nopt > 255 || slots < 1 || !mem || !time || (n && !choice)) {
@@ -90,7 +90,7 @@ int whale_ckpt_select(int n, int nopt, const double *mem, const double *time, do
 /* Identical layers: for each count of fully recomputed layers keep as many
  * layers whole as fit, the rest selective. Exact (costs none <= selective
  * <= full, memory the other way round) and O(n), cheap enough for the
- * search's inner loop; the tests check it against whale_ckpt_select. */
+ * search's inner loop; the tests check it against whale_plan_recompute_select. */
 int plan_rc_uniform(int n, const double act[3], const double cost[3], double budget, int *n_sel,
                     int *n_full, double *total_cost)
 {

@@ -34,9 +34,9 @@ int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node, co
     plan_eff_defaults(&c->eff);
     c->nodes_per_leaf = 32;            /* 32 nodes x 8 rails: a 2-level fat-tree pod */
     c->spine_oversub = 1.0;
-    c->link[WHALE_LINK_NVLINK].alpha = 3e-6;
-    c->link[WHALE_LINK_LEAF].alpha = 5e-6;
-    c->link[WHALE_LINK_SPINE].alpha = 7e-6;
+    c->link[WHALE_PLAN_LINK_NVLINK].alpha = 3e-6;
+    c->link[WHALE_PLAN_LINK_LEAF].alpha = 5e-6;
+    c->link[WHALE_PLAN_LINK_SPINE].alpha = 7e-6;
     c->overhead_bytes = 3.0 * GiB;     /* CUDA context, cuBLAS workspace, NCCL buffers */
     c->frag = 0.05;
     int rc = whale_cluster_add_group(c, nodes, gpus_per_node, gpu_type);
@@ -45,9 +45,9 @@ int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node, co
     if (!strcmp(c->group[0].gpu.name, "cpu")) {
         /* CPU ranks: no CUDA context; the runtime and MPI-like buffers. */
         c->overhead_bytes = 0.2 * GiB;
-        c->link[WHALE_LINK_NVLINK].alpha = 2e-6;
-        c->link[WHALE_LINK_LEAF].alpha = 40e-6;
-        c->link[WHALE_LINK_SPINE].alpha = 50e-6;
+        c->link[WHALE_PLAN_LINK_NVLINK].alpha = 2e-6;
+        c->link[WHALE_PLAN_LINK_LEAF].alpha = 40e-6;
+        c->link[WHALE_PLAN_LINK_SPINE].alpha = 50e-6;
     }
     c->nvlink_domain = c->group[0].gpu.domain > gpus_per_node ? c->group[0].gpu.domain : gpus_per_node;
     if (c->group[0].gpu.domain > 0 && (int64_t)nodes * gpus_per_node < c->nvlink_domain)
@@ -69,7 +69,7 @@ int whale_cluster_add_group(struct whale_cluster *c, int nodes, int gpus_per_nod
         return WHALE_ERANGE;
     }
     struct whale_node_group *g = &c->group[c->ngroups];
-    int rc = whale_gpu_type_find(gpu_type, &g->gpu);
+    int rc = whale_plan_device_find(gpu_type, &g->gpu);
     if (rc)
         return rc;
     g->nodes = nodes;
@@ -103,7 +103,7 @@ int whale_cluster_validate(const struct whale_cluster *c)
         return WHALE_EINVAL;
     }
     for (int i = 0; i < c->ngroups; i++) {
-        const struct whale_gpu_type *g = &c->group[i].gpu;
+        const struct whale_plan_device *g = &c->group[i].gpu;
         if (!(g->peak_flops > 0) || !(g->mem_bytes > 0) || !(g->hbm_bw > 0) || !(g->nic_bw > 0)
             || !(g->nvlink_bw > 0)) {
             whale_error("cluster: device type '%s' lacks peak FLOP/s, memory or bandwidth", g->name);

@@ -24,7 +24,7 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
     x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
     x->gpn_min = 1 << 30;
     for (int i = 0; i < c->ngroups; i++) {
-        const struct whale_gpu_type *g = &c->group[i].gpu;
+        const struct whale_plan_device *g = &c->group[i].gpu;
         x->nvlink_bw = fmin(x->nvlink_bw, g->nvlink_bw);
         x->nic_bw = fmin(x->nic_bw, g->nic_bw);
         x->pcie_bw = fmin(x->pcie_bw, g->pcie_bw);
@@ -41,7 +41,7 @@ static inline double dim_eff(double d, double half)
 }
 
 /* Seconds for `count` GEMMs of shape (M x K) * (K x N). */
-static double gemm_time(const struct whale_gpu_type *g, const struct whale_eff_model *e,
+static double gemm_time(const struct whale_plan_device *g, const struct whale_eff_model *e,
                         double count, double M, double N, double K)
 {
     double eff = e->gemm_eff * dim_eff(M, e->gemm_half_dim) * dim_eff(N, e->gemm_half_dim)
@@ -49,7 +49,7 @@ static double gemm_time(const struct whale_gpu_type *g, const struct whale_eff_m
     return count * 2 * M * N * K / (g->peak_flops * eff);
 }
 
-static double mem_time(const struct whale_gpu_type *g, const struct whale_eff_model *e, double bytes)
+static double mem_time(const struct whale_plan_device *g, const struct whale_eff_model *e, double bytes)
 {
     return bytes / (g->hbm_bw * e->mem_eff);
 }
@@ -79,33 +79,33 @@ int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alph
     const struct whale_eff_model *e = &c->eff;
     double span = (double)stride * size;          /* GPUs the group's block covers */
     int dom = c->nvlink_domain;
-    double nv = c->link[WHALE_LINK_NVLINK].bw > 0 ? c->link[WHALE_LINK_NVLINK].bw
+    double nv = c->link[WHALE_PLAN_LINK_NVLINK].bw > 0 ? c->link[WHALE_PLAN_LINK_NVLINK].bw
                                                   : x->nvlink_bw * e->coll_eff;
     if (size <= 1) {
         *alpha = 0;
         *bw = nv;
-        return WHALE_LINK_NVLINK;
+        return WHALE_PLAN_LINK_NVLINK;
     }
     if (span <= dom) {
-        *alpha = c->link[WHALE_LINK_NVLINK].alpha;
+        *alpha = c->link[WHALE_PLAN_LINK_NVLINK].alpha;
         *bw = nv;
-        return WHALE_LINK_NVLINK;
+        return WHALE_PLAN_LINK_NVLINK;
     }
     /* members sharing a domain share its rails: k of them per domain */
     double k = stride >= dom ? 1.0 : fmin(size, (double)dom / stride);
     double leaf_gpus = c->nodes_per_leaf > 0 ? (double)c->nodes_per_leaf * x->gpn_min : INFINITY;
-    int cls = span <= leaf_gpus ? WHALE_LINK_LEAF : WHALE_LINK_SPINE;
+    int cls = span <= leaf_gpus ? WHALE_PLAN_LINK_LEAF : WHALE_PLAN_LINK_SPINE;
     double rail = c->link[cls].bw > 0 ? c->link[cls].bw
-                : c->link[WHALE_LINK_LEAF].bw > 0 ? c->link[WHALE_LINK_LEAF].bw
+                : c->link[WHALE_PLAN_LINK_LEAF].bw > 0 ? c->link[WHALE_PLAN_LINK_LEAF].bw
                 : x->nic_bw * e->coll_eff;
-    if (cls == WHALE_LINK_SPINE && c->link[WHALE_LINK_SPINE].bw <= 0)
+    if (cls == WHALE_PLAN_LINK_SPINE && c->link[WHALE_PLAN_LINK_SPINE].bw <= 0)
         rail /= c->spine_oversub;
     *alpha = c->link[cls].alpha;
     *bw = fmin(nv, k * rail);
     return cls;
 }
 
-void plan_layer_cost(const struct plan_ctx *x, const struct whale_gpu_type *g, int tp, bool sp,
+void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g, int tp, bool sp,
                      int b, struct plan_layer_cost *lc)
 {
     const struct whale_model_desc *m = x->m;

@@ -141,7 +141,7 @@ struct stage_out {
 
 /* Memory and per-micro-batch time of stage s with Ls layers on device g. */
 static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config *cfg,
-                       const struct plan_layer_cost *lc, const struct whale_gpu_type *g, int s,
+                       const struct plan_layer_cost *lc, const struct whale_plan_device *g, int s,
                        int Ls, int m, struct stage_out *o)
 {
     const struct whale_cluster *c = x->c;
@@ -285,7 +285,7 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
 
 /* Optimizer step + offload traffic of stage s (exposed seconds). */
 static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan_config *cfg,
-                               const struct whale_gpu_type *g, int s, int Ls, int m,
+                               const struct whale_plan_device *g, int s, int Ls, int m,
                                const struct stage_out *so, double *offload)
 {
     const struct whale_eff_model *e = &x->c->eff;
@@ -374,7 +374,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     memset(&wmem, 0, sizeof wmem);
 
     if (!mixed) {
-        const struct whale_gpu_type *g = &c->group[0].gpu;
+        const struct whale_plan_device *g = &c->group[0].gpu;
         for (int s = 0; s < pp; s++) {
             /* Middle stages with the same layer count run the same time; their
              * memory only shrinks along the pipeline (fewer micro-batches in
@@ -514,7 +514,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
      * Stage s finishes its last backward about s backward passes before
      * stage 0, which is slack for its reduction. */
     double t_dp = 0, t_opt = 0, t_off = 0;
-    const struct whale_gpu_type *gref = &c->group[0].gpu;
+    const struct whale_plan_device *gref = &c->group[0].gpu;
     for (int gi = 1; gi < c->ngroups; gi++)
         if (c->group[gi].gpu.hbm_bw < gref->hbm_bw)
             gref = &c->group[gi].gpu;
@@ -591,7 +591,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     double al, bw;
     pr->link_tp = plan_group_link(x, 1, cfg->tp, &al, &bw);
     pr->link_dp = plan_group_link(x, cfg->tp, dp, &al, &bw);
-    pr->link_pp = pp > 1 ? plan_group_link(x, cfg->tp * dp, 2, &al, &bw) : WHALE_LINK_NVLINK;
+    pr->link_pp = pp > 1 ? plan_group_link(x, cfg->tp * dp, 2, &al, &bw) : WHALE_PLAN_LINK_NVLINK;
     return 0;
 }
 

@@ -79,8 +79,8 @@ void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf
         "bubble %.4g (%.1f%%)\n", p->t_step, p->t_compute, 100 * p->t_compute / T, p->t_recompute,
         100 * p->t_recompute / T, p->t_bubble, 100 * p->t_bubble / T);
     cat(buf, len, &o, "  + TP comm %.4g [%s] + PP comm %.4g [%s] + DP/ZeRO exposed %.4g [%s] + "
-        "optimizer %.4g + offload %.4g\n", p->t_tp, whale_link_class_name(p->link_tp), p->t_pp,
-        whale_link_class_name(p->link_pp), p->t_dp, whale_link_class_name(p->link_dp), p->t_optim,
+        "optimizer %.4g + offload %.4g\n", p->t_tp, whale_plan_link_name(p->link_tp), p->t_pp,
+        whale_plan_link_name(p->link_pp), p->t_dp, whale_plan_link_name(p->link_dp), p->t_optim,
         p->t_offload);
     cat(buf, len, &o, "rates: %.1f TFLOP/s per device (recompute counted), MFU %.1f%%, %.4g tokens/s\n",
         p->tflops_per_gpu, 100 * p->mfu, p->tokens_per_s);
@@ -141,8 +141,8 @@ void whale_plan_explain(const struct whale_plan_request *req, const struct whale
     double T = p->t_step;
     cat(buf, len, &o, "  - tp=%d keeps tensor-parallel traffic on %s; pp=%d with %d micro-batches "
         "costs a %.1f%% bubble; dp=%d reduces gradients over %s\n", b->cfg.tp,
-        whale_link_class_name(p->link_tp), b->cfg.pp, b->cfg.nmicro, 100 * p->t_bubble / T,
-        b->cfg.dp, whale_link_class_name(p->link_dp));
+        whale_plan_link_name(p->link_tp), b->cfg.pp, b->cfg.nmicro, 100 * p->t_bubble / T,
+        b->cfg.dp, whale_plan_link_name(p->link_dp));
     if (b->cfg.recompute != WHALE_RECOMPUTE_NONE)
         cat(buf, len, &o, "  - recompute=%s is needed to fit (or is cheapest): it costs %.1f%% of the step\n",
             whale_recompute_name(b->cfg.recompute), 100 * p->t_recompute / T);

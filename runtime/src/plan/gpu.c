@@ -18,7 +18,7 @@
 #define GiB 1073741824.0
 #define TF 1e12
 
-static const struct whale_gpu_type plan_gpus[] = {
+static const struct whale_plan_device plan_devices[] = {
     /* name          peak        mem          hbm        nvlink     nic        pcie      domain */
     { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0 },
     { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0 },
@@ -32,16 +32,16 @@ static const struct whale_gpu_type plan_gpus[] = {
     { "cpu",         0.2 * TF,    4 * GiB,     20 * GB,    8 * GB,   2 * GB,   20 * GB,  0 },
 };
 
-const struct whale_gpu_type *whale_gpu_types(int *n)
+const struct whale_plan_device *whale_plan_devices(int *n)
 {
-    *n = (int)(sizeof plan_gpus / sizeof plan_gpus[0]);
-    return plan_gpus;
+    *n = (int)(sizeof plan_devices / sizeof plan_devices[0]);
+    return plan_devices;
 }
 
-int whale_gpu_type_find(const char *name, struct whale_gpu_type *out)
+int whale_plan_device_find(const char *name, struct whale_plan_device *out)
 {
     int n;
-    const struct whale_gpu_type *t = whale_gpu_types(&n);
+    const struct whale_plan_device *t = whale_plan_devices(&n);
     for (int i = 0; i < n; i++)
         if (name && !strcasecmp(name, t[i].name)) {
             *out = t[i];
@@ -56,9 +56,9 @@ int whale_gpu_type_find(const char *name, struct whale_gpu_type *out)
     return WHALE_ENOENT;
 }
 
-const char *whale_link_class_name(int cls)
+const char *whale_plan_link_name(int cls)
 {
     static const char *n[] = { "nvlink", "leaf", "spine" };
-    return cls >= 0 && cls < WHALE_LINK_NCLASS ? n[cls] : "?";
+    return cls >= 0 && cls < WHALE_PLAN_NLINK ? n[cls] : "?";
 }
 

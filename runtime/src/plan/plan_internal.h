@@ -41,7 +41,7 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
                    const struct whale_cluster *c);
 
 /* Layer cost for (tp, seqpar, microbatch) on device `g`. */
-void plan_layer_cost(const struct plan_ctx *x, const struct whale_gpu_type *g, int tp, bool sp,
+void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g, int tp, bool sp,
                      int b, struct plan_layer_cost *lc);
 
 /* Collectives (alpha-beta; the faster of ring and tree as NCCL would pick). */

@@ -174,11 +174,11 @@ static void print_model_constants(const struct whale_cluster *c)
            e->gemm_eff, e->gemm_half_dim, e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff,
            e->dp_overlap, e->overlap_cost, e->host_adam_rate, c->overhead_bytes / 1073741824.0,
            100 * c->frag);
-    for (int k = 0; k < WHALE_LINK_NCLASS; k++)
-        printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_link_class_name(k),
+    for (int k = 0; k < WHALE_PLAN_NLINK; k++)
+        printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_plan_link_name(k),
                c->link[k].alpha * 1e6, c->link[k].bw > 0 ? "calibrated" : "from the device type");
     for (int i = 0; i < c->ngroups; i++) {
-        const struct whale_gpu_type *g = &c->group[i].gpu;
+        const struct whale_plan_device *g = &c->group[i].gpu;
         printf("  %-10s peak %.4g TFLOP/s, %.4g GiB, HBM %.4g GB/s, NVLink %.4g GB/s, NIC %.4g GB/s\n",
                g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
                g->nvlink_bw / 1e9, g->nic_bw / 1e9);
@@ -273,7 +273,7 @@ int main(int argc, char **argv)
     }
     if (list) {
         int n;
-        const struct whale_gpu_type *t = whale_gpu_types(&n);
+        const struct whale_plan_device *t = whale_plan_devices(&n);
         printf("%-10s %10s %9s %10s %11s %8s %7s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
                "NVLink GB/s", "NIC GB/s", "domain");
         for (int i = 0; i < n; i++)

@@ -179,7 +179,7 @@ static void test_ckpt_dp_vs_brute_force(void **state)
         int choice[8];
         double t;
         double want = brute(n, nopt, mem, time, budget);
-        int rc = whale_ckpt_select(n, nopt, mem, time, budget, budget > 0 ? budget : 1, choice, &t);
+        int rc = whale_plan_recompute_select(n, nopt, mem, time, budget, budget > 0 ? budget : 1, choice, &t);
         if (isinf(want)) {
             assert_int_equal(rc, WHALE_ENOFIT);
             infeasible++;
@@ -215,7 +215,7 @@ static void test_ckpt_dp_vs_brute_force(void **state)
         double budget = 8 + (rand() % 100) / 10.0;
         int choice[6];
         double t;
-        if (whale_ckpt_select(n, 3, mem, time, budget, 37, choice, &t) == 0) {
+        if (whale_plan_recompute_select(n, 3, mem, time, budget, 37, choice, &t) == 0) {
             double mm = 0;
             for (int i = 0; i < n; i++)
                 mm += mem[i * 3 + choice[i]];
@@ -242,7 +242,7 @@ static void test_rc_uniform_matches_dp(void **state)
             }
         int choice[10], ns, nf;
         double t_dp, t_u;
-        int rc_dp = whale_ckpt_select(n, 3, mem, time, budget, budget > 0 ? budget : 1, choice, &t_dp);
+        int rc_dp = whale_plan_recompute_select(n, 3, mem, time, budget, budget > 0 ? budget : 1, choice, &t_dp);
         int rc_u = plan_rc_uniform(n, act, cost, budget, &ns, &nf, &t_u);
         assert_int_equal(rc_dp == 0, rc_u == 0);
         if (rc_dp == 0) {
@@ -289,13 +289,13 @@ static void test_calibration_roundtrip(void **state)
     cal.mem_eff = 0.5;
     cal.hbm_bw = 21.5e9;
     cal.dp_overlap = 0.25;
-    cal.link[WHALE_LINK_NVLINK].alpha = 1.5e-6;
-    cal.link[WHALE_LINK_NVLINK].bw = 8.25e9;
-    cal.link[WHALE_LINK_LEAF].alpha = 33e-6;
-    cal.link[WHALE_LINK_LEAF].bw = 1.9e9;
+    cal.link[WHALE_PLAN_LINK_NVLINK].alpha = 1.5e-6;
+    cal.link[WHALE_PLAN_LINK_NVLINK].bw = 8.25e9;
+    cal.link[WHALE_PLAN_LINK_LEAF].alpha = 33e-6;
+    cal.link[WHALE_PLAN_LINK_LEAF].bw = 1.9e9;
     cal.has = WHALE_CAL_PEAK | WHALE_CAL_GEMM_EFF | WHALE_CAL_MEM_EFF | WHALE_CAL_HBM |
-              WHALE_CAL_DP_OVERLAP | (WHALE_CAL_LINK0 << WHALE_LINK_NVLINK) |
-              (WHALE_CAL_LINK0 << WHALE_LINK_LEAF);
+              WHALE_CAL_DP_OVERLAP | (WHALE_CAL_LINK0 << WHALE_PLAN_LINK_NVLINK) |
+              (WHALE_CAL_LINK0 << WHALE_PLAN_LINK_LEAF);
     char path[] = "/tmp/whale-calib-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
@@ -309,15 +309,15 @@ static void test_calibration_roundtrip(void **state)
     assert_string_equal(back.device, "cpu");
     assert_true(back.peak_flops == cal.peak_flops);
     assert_true(back.gemm_eff == cal.gemm_eff && back.hbm_bw == cal.hbm_bw);
-    assert_true(fabs(back.link[WHALE_LINK_LEAF].alpha - 33e-6) < 1e-18);
-    assert_true(back.link[WHALE_LINK_NVLINK].bw == 8.25e9);
+    assert_true(fabs(back.link[WHALE_PLAN_LINK_LEAF].alpha - 33e-6) < 1e-18);
+    assert_true(back.link[WHALE_PLAN_LINK_NVLINK].bw == 8.25e9);
 
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 4, 2, "cpu"), 0);
     whale_calib_apply(&back, &c);
     assert_true(c.group[0].gpu.peak_flops == cal.peak_flops);
     assert_true(c.eff.gemm_eff == 0.61 && c.eff.dp_overlap == 0.25);
-    assert_true(c.link[WHALE_LINK_LEAF].bw == 1.9e9);
+    assert_true(c.link[WHALE_PLAN_LINK_LEAF].bw == 1.9e9);
 
     /* errors name the line and the key */
     struct whale_calib bad;
