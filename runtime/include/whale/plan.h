@@ -116,6 +116,16 @@ int whale_cluster_add_group(struct whale_cluster *c, int nodes, int gpus_per_nod
 int64_t whale_cluster_gpus(const struct whale_cluster *c);
 bool whale_cluster_is_mixed(const struct whale_cluster *c);
 int whale_cluster_validate(const struct whale_cluster *c);
+/* The cluster of one job step from the plugin's topology model
+ * (whale/topo.h, built from whale.conf + topology.conf): `nodes` are the
+ * step's working node indices in t (spares left out), `ranks_per_node` its
+ * tasks per node (0 = the node's GPUs, or cores on CPU-only nodes).
+ * Consecutive nodes of one GPU type form a node group; the NVLink domain
+ * comes from the first node, nodes per leaf from the largest share of the
+ * step under one leaf switch. Defined when the core has the topo module. */
+struct whale_topo;
+int whale_cluster_from_topo(const struct whale_topo *t, const int *nodes, int nnodes,
+                            int ranks_per_node, struct whale_cluster *c);
 /* One-line description ("384 x 8 A100-80GB, NVLink 8, 32 nodes/leaf"). */
 void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len);
 
