@@ -272,6 +272,11 @@ struct whale_plan_request {
     int max_microbatch;               /* 0: 16 */
     int topk;                         /* alternatives kept (<= WHALE_PLAN_TOPK) */
     bool exhaustive;                  /* no pruning (benchmark baseline) */
+    /* Site limits (whale.conf): 0 = none; bit masks of allowed enum
+     * values (1 << WHALE_RECOMPUTE_x, 1 << WHALE_OFFLOAD_x), 0 = all. */
+    int max_tp, max_pp, max_dp;
+    int max_zero;                     /* -1: 3 */
+    unsigned allowed_recompute, allowed_offload;
     double max_idle;                  /* share of GPUs a plan may leave idle (0: use all);
                                          lets awkward GPU counts (100,000) factor well */
 };
@@ -329,13 +334,27 @@ int whale_plan_recompute_select(int n, int nopt, const double *mem, const double
 
 /* Plans `model` with `global_batch` sequences per step on cluster `c`
  * (built from the allocation; see whale_cluster_from_topo), applying `cal`
- * when non-NULL. Fills `out` (the plan the runtime executes, prediction
+ * when non-NULL. `limits` (may be NULL) carries the constraint and site
+ * limit fields of a request (tp/pp/dp/zero/..., max_*, allowed_*); its
+ * model/cluster/batch are ignored. Without limits, sequence parallelism is
+ * off (set limits->seqpar = -1 to let the search use it once the engine
+ * runs it). Fills `out` (the plan the runtime executes, prediction
  * included) and writes a short explanation into `explain`. Returns 0,
  * WHALE_ENOFIT (nothing fits; reason in explain and logged) or another
  * WHALE_E* code. */
 int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
                     const struct whale_cluster *c, const struct whale_calib *cal,
+                    const struct whale_plan_request *limits,
                     struct whale_plan *out, char *explain, size_t explain_len);
+
+/* Prediction for a plan the runtime would execute (from flags or a plan
+ * file): memory per device and step time on cluster `c`. Returns 0 when it
+ * fits, WHALE_ENOFIT when it does not (why: "needs 93.1 GiB per device,
+ * 76.0 usable: weights ..., activations ..."), WHALE_EINVAL when the plan
+ * is inconsistent with the model/cluster (why says how). */
+int whale_plan_predict(const struct whale_model_desc *model, const struct whale_cluster *c,
+                       const struct whale_plan *plan, struct whale_plan_candidate *out,
+                       char *why, size_t why_len);
 
 /* Converts a candidate into the runtime's plan structure. */
 int whale_plan_to_planfile(const struct whale_model_desc *model, long global_batch,

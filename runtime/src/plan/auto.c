@@ -29,7 +29,6 @@ static json_t *prediction_json(const struct whale_cluster *c, const struct whale
     json_object_set_new(o, "mfu", json_real(p->mfu));
     json_object_set_new(o, "tokens_per_second", json_real(p->tokens_per_s));
     json_object_set_new(o, "fits", json_boolean(p->fits));
-    json_object_set_new(o, "sequence_parallel", json_boolean(cd->cfg.seqpar));
     if (cd->cfg.recompute == WHALE_RECOMPUTE_AUTO) {
         json_object_set_new(o, "recompute_full_layers", json_integer(cd->cfg.rc_full));
         json_object_set_new(o, "recompute_selective_layers", json_integer(cd->cfg.rc_selective));
@@ -71,6 +70,7 @@ int whale_plan_to_planfile(const struct whale_model_desc *model, long global_bat
     out->global_batch = (int)global_batch;
     out->interleave = g->interleave;
     out->schedule = g->interleave > 1 ? WHALE_SCHED_INTERLEAVED : WHALE_SCHED_1F1B;
+    out->sequence_parallel = g->seqpar && g->tp > 1;
     out->zero = g->zero;
     out->recompute = (enum whale_recompute)g->recompute;
     out->offload = (enum whale_offload)g->offload;
@@ -113,6 +113,7 @@ nomem:
 
 int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
                     const struct whale_cluster *c, const struct whale_calib *cal,
+                    const struct whale_plan_request *limits,
                     struct whale_plan *out, char *explain, size_t explain_len)
 {
     int rc;
@@ -120,7 +121,12 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
     if (cal)
         whale_calib_apply(cal, &cc);
     struct whale_plan_request rq;
-    whale_plan_request_init(&rq);
+    if (limits) {
+        rq = *limits;
+    } else {
+        whale_plan_request_init(&rq);
+        rq.seqpar = 0;       /* the engine runs no sequence parallelism yet */
+    }
     rq.model = model;
     rq.global_batch = global_batch;
     rq.cluster = &cc;
@@ -151,4 +157,69 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
         rc = whale_plan_to_planfile(model, global_batch, &cc, &res->best, out);
     free(res);
     return rc;
+}
+
+int whale_plan_predict(const struct whale_model_desc *model, const struct whale_cluster *c,
+                       const struct whale_plan *plan, struct whale_plan_candidate *out,
+                       char *why, size_t why_len)
+{
+    struct whale_plan_config *g = &out->cfg;
+    memset(out, 0, sizeof *out);
+    if (why && why_len)
+        why[0] = 0;
+    g->tp = plan->tp;
+    g->pp = plan->pp;
+    g->dp = plan->dp;
+    g->microbatch = plan->micro_batch;
+    g->interleave = plan->interleave > 0 ? plan->interleave : 1;
+    g->zero = plan->zero;
+    /* an explicit layer set is predicted like the optimal set of its size */
+    g->recompute = plan->recompute == WHALE_RECOMPUTE_LAYERS ? WHALE_RECOMPUTE_AUTO : (int)plan->recompute;
+    g->offload = (int)plan->offload;
+    g->seqpar = plan->sequence_parallel;
+    long batch = plan->global_batch > 0 ? plan->global_batch
+               : (long)plan->micro_batch * plan->num_micro_batches * plan->dp;
+    if (plan->n_dp_batch) {
+        batch = 0;
+        for (int i = 0; i < plan->n_dp_batch; i++)
+            batch += plan->dp_batch[i];
+    }
+    if (plan->n_stage_layers) {
+        int v = g->interleave;
+        if (plan->n_stage_layers != g->pp * v || g->pp > WHALE_PLAN_MAX_STAGES) {
+            snprintf(why, why_len, "stage_layers has %d entries, expected pp*interleave = %d",
+                     plan->n_stage_layers, g->pp * v);
+            return WHALE_EINVAL;
+        }
+        for (int s = 0; s < g->pp; s++)
+            for (int k = 0; k < v; k++)
+                g->stage_layers[s] += plan->stage_layers[k * g->pp + s];
+        g->layers_given = true;
+    }
+    if (whale_cluster_validate(c))
+        return WHALE_EINVAL;
+    struct plan_ctx x;
+    plan_ctx_init(&x, model, batch, c);
+    if (g->tp < 1 || g->microbatch < 1) {
+        snprintf(why, why_len, "tp and micro_batch must be >= 1");
+        return WHALE_EINVAL;
+    }
+    struct plan_layer_cost lc[WHALE_CLUSTER_MAX_GROUPS];
+    for (int i = 0; i < c->ngroups; i++)
+        plan_layer_cost(&x, &c->group[i].gpu, g->tp, g->seqpar && g->tp > 1, g->microbatch, &lc[i]);
+    int rc = plan_eval_lc(&x, g, lc, &out->pred, why, why_len);
+    if (rc)
+        return rc;
+    if (!out->pred.fits) {
+        const struct whale_plan_prediction *p = &out->pred;
+        const double G = 1073741824.0;
+        snprintf(why, why_len,
+                 "needs %.1f GiB per device on pipeline stage %d, %.1f GiB usable (weights %.1f, "
+                 "gradients %.1f, optimizer %.1f, activations %.1f, buffers %.1f, runtime %.1f GiB)",
+                 p->mem_total / G, p->worst_stage, p->mem_capacity / G, p->mem_weights / G,
+                 p->mem_grads / G, p->mem_optim / G, p->mem_act / G, p->mem_buffers / G,
+                 p->mem_overhead / G);
+        return WHALE_ENOFIT;
+    }
+    return 0;
 }

@@ -309,12 +309,13 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
 /* Greedy uneven layer split (optimal for min-max of increasing per-stage
  * costs with unit items): give each layer to the stage whose time grows
  * least, within its memory cap. */
-static int split_uneven(int L, int pp, const double *per_layer, const double *fixed, const int *cap,
-                        int *out)
+static int split_uneven(int L, int pp, int min_layers, const double *per_layer, const double *fixed,
+                        const int *cap, int *out)
 {
+    /* every stage keeps at least one layer per virtual stage */
     for (int s = 0; s < pp; s++)
-        out[s] = 0;
-    for (int l = 0; l < L; l++) {
+        out[s] = min_layers;
+    for (int l = pp * min_layers; l < L; l++) {
         int best = -1;
         double bt = INFINITY;
         for (int s = 0; s < pp; s++) {
@@ -422,7 +423,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
                         cap[s] = k < 0 ? 0 : k;
                 }
             }
-            if (split_uneven(md->layers, pp, per_layer, fixed, cap, layers) < 0)
+            if (split_uneven(md->layers, pp, cfg->interleave, per_layer, fixed, cap, layers) < 0)
                 split_even(md->layers, pp, layers);
         }
         double *Mr = malloc(sizeof(double) * 2 * (size_t)dp);

@@ -23,6 +23,7 @@ void whale_plan_request_init(struct whale_plan_request *r)
     r->recompute = -1;
     r->offload = -1;
     r->seqpar = -1;
+    r->max_zero = -1;
     r->topk = 8;
 }
 
@@ -138,11 +139,17 @@ static void consider(struct search_state *st, struct whale_plan_config *cfg,
 static void frugal(const struct whale_plan_request *rq, struct whale_plan_config *cfg, int dp)
 {
     (void)dp;
-    cfg->zero = rq->zero >= 0 ? rq->zero : 3;
-    cfg->offload = rq->offload >= 0 ? rq->offload : (cfg->zero == 3 ? WHALE_OFFLOAD_PARAMS : WHALE_OFFLOAD_OPTIMIZER);
-    if (cfg->offload == WHALE_OFFLOAD_PARAMS && cfg->zero != 3)
-        cfg->offload = WHALE_OFFLOAD_OPTIMIZER;
-    cfg->recompute = rq->recompute >= 0 ? rq->recompute : WHALE_RECOMPUTE_FULL;
+    cfg->zero = rq->zero >= 0 ? rq->zero : rq->max_zero >= 0 ? rq->max_zero : 3;
+    int o = rq->offload >= 0 ? rq->offload : WHALE_OFFLOAD_PARAMS;
+    while (o > 0 && ((o == WHALE_OFFLOAD_PARAMS && cfg->zero != 3) ||
+                     (rq->offload < 0 && rq->allowed_offload && !(rq->allowed_offload & (1u << o)))))
+        o--;
+    cfg->offload = o;
+    int r = rq->recompute >= 0 ? rq->recompute : WHALE_RECOMPUTE_FULL;
+    if (rq->recompute < 0 && rq->allowed_recompute && !(rq->allowed_recompute & (1u << r)))
+        for (r = WHALE_RECOMPUTE_AUTO; r > 0 && !(rq->allowed_recompute & (1u << r)); r--)
+            ;
+    cfg->recompute = r;
     cfg->seqpar = rq->seqpar >= 0 ? rq->seqpar : cfg->tp > 1;
     if (cfg->tp < 2)
         cfg->seqpar = false;
@@ -190,13 +197,14 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     double closest = INFINITY;   /* memory over capacity of the leanest layout seen */
 
     for (int tp = 1; tp <= c->nvlink_domain && tp <= m->heads; tp++) {
-        if (rq->tp > 0 && tp != rq->tp)
+        if ((rq->tp > 0 && tp != rq->tp) || (rq->max_tp > 0 && tp > rq->max_tp))
             continue;
         if (c->nvlink_domain % tp || N % tp || m->heads % tp || m->ffn % tp ||
             (m->kv_heads % tp && tp % m->kv_heads))
             continue;
         for (int pp = 1; pp <= L && pp <= N / tp && pp <= WHALE_PLAN_MAX_STAGES; pp++) {
-            if ((rq->pp > 0 && pp != rq->pp) || (rq->max_idle <= 0 && (N / tp) % pp))
+            if ((rq->pp > 0 && pp != rq->pp) || (rq->max_idle <= 0 && (N / tp) % pp) ||
+                (rq->max_pp > 0 && pp > rq->max_pp))
                 continue;
             int64_t dp64 = N / tp / pp;
             if (rq->max_idle > 0) {
@@ -209,7 +217,8 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                 if (dp64 < 1 || (double)tp * pp * dp64 < (1 - rq->max_idle) * N - 1e-9)
                     continue;
             }
-            if ((rq->dp > 0 && dp64 != rq->dp) || dp64 > B || B % dp64)
+            if ((rq->dp > 0 && dp64 != rq->dp) || dp64 > B || B % dp64 ||
+                (rq->max_dp > 0 && dp64 > rq->max_dp))
                 continue;
             int dp = (int)dp64;
             memset(&cfg, 0, sizeof cfg);
@@ -283,16 +292,20 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                         for (int z = 0; z <= 3; z++) {
                             /* without DP, ZeRO only matters as the vehicle of param offload */
                             if ((rq->zero >= 0 && z != rq->zero) ||
+                                (rq->max_zero >= 0 && z > rq->max_zero) ||
                                 (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
                                 continue;
                             cfg.zero = z;
                             for (int o = 0; o <= 2; o++) {
                                 if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
+                                    (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
                                     (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
                                     continue;
                                 cfg.offload = o;
                                 for (int r = 0; r <= 3; r++) {
-                                    if (rq->recompute >= 0 && r != rq->recompute)
+                                    if ((rq->recompute >= 0 && r != rq->recompute) ||
+                                        (rq->allowed_recompute &&
+                                         !(rq->allowed_recompute & (1u << r))))
                                         continue;
                                     cfg.recompute = r;
                                     cfg.uneven = false;

@@ -405,7 +405,7 @@ static void test_auto_and_planfile(void **state)
     assert_int_equal(whale_cluster_init(&c, 16, 8, "A100-80GB"), 0);
     struct whale_plan p;
     char explain[512];
-    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, &p, explain, sizeof explain), 0);
+    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, NULL, &p, explain, sizeof explain), 0);
     assert_int_equal(p.tp * p.pp * p.dp, 128);
     assert_int_equal(p.micro_batch * p.num_micro_batches * p.dp, 512);
     assert_int_equal(whale_plan_validate(&p, 128, m.layers, "auto"), 0);
@@ -429,7 +429,7 @@ static void test_auto_and_planfile(void **state)
     assert_int_equal(whale_model_desc_load("gpt-1t", &big), 0);
     struct whale_cluster one;
     assert_int_equal(whale_cluster_init(&one, 1, 8, "A100-80GB"), 0);
-    assert_int_equal(whale_plan_auto(&big, 64, &one, NULL, &p, explain, sizeof explain), WHALE_ENOFIT);
+    assert_int_equal(whale_plan_auto(&big, 64, &one, NULL, NULL, &p, explain, sizeof explain), WHALE_ENOFIT);
     assert_non_null(strstr(explain, "GiB"));
 }
 
@@ -458,6 +458,90 @@ static void test_bad_configs(void **state)
     assert_int_equal(whale_cluster_init(&bad, 1, 8, "Z100"), WHALE_ENOENT);
 }
 
+/* Checking a plan given by flags or a file (what the plugin does with
+ * explicit --whale-tp/pp/dp and --whale-model). */
+static void test_predict_plan(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-39.1b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 64, 8, "A100-80GB"), 0);
+    struct whale_plan p;
+    whale_plan_init(&p);
+    p.tp = 8;
+    p.pp = 2;
+    p.dp = 32;
+    p.micro_batch = 1;
+    p.num_micro_batches = 48;
+    p.global_batch = 1536;
+    p.recompute = WHALE_RECOMPUTE_FULL;
+    struct whale_plan_candidate *cd = malloc(sizeof *cd);
+    assert_non_null(cd);
+    char why[512];
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), 0);
+    assert_true(cd->pred.fits && cd->pred.t_step > 0);
+    /* without recompute and with TP=1 it cannot fit: the reason names the memory */
+    p.tp = 1;
+    p.pp = 2;
+    p.dp = 256;
+    p.num_micro_batches = 6;
+    p.recompute = WHALE_RECOMPUTE_NONE;
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), WHALE_ENOFIT);
+    assert_non_null(strstr(why, "GiB per device"));
+    assert_non_null(strstr(why, "activations"));
+    /* inconsistent with the cluster */
+    p.dp = 100;
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), WHALE_EINVAL);
+    assert_non_null(strstr(why, "512 GPUs"));
+    free(cd);
+    whale_plan_free(&p);
+}
+
+/* Site limits and the sequence-parallel plan key. */
+static void test_limits_and_seqpar(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-18.4b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 32, 8, "A100-80GB"), 0);
+    struct whale_plan_request lim;
+    whale_plan_request_init(&lim);
+    lim.max_tp = 2;
+    lim.max_zero = 1;
+    lim.allowed_recompute = (1u << WHALE_RECOMPUTE_NONE) | (1u << WHALE_RECOMPUTE_FULL);
+    lim.seqpar = -1;
+    struct whale_plan p;
+    char explain[512];
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, &lim, &p, explain, sizeof explain), 0);
+    assert_true(p.tp <= 2 && p.zero <= 1);
+    assert_true(p.recompute == WHALE_RECOMPUTE_NONE || p.recompute == WHALE_RECOMPUTE_FULL);
+    whale_plan_free(&p);
+
+    /* the search may pick sequence parallelism; the plan carries it */
+    lim.max_tp = 8;
+    lim.tp = 8;
+    lim.seqpar = 1;
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, &lim, &p, explain, sizeof explain), 0);
+    assert_true(p.sequence_parallel);
+    char *js = whale_plan_to_json(&p, 0);
+    assert_non_null(strstr(js, "\"sequence_parallel\":true"));
+    struct whale_plan back;
+    assert_int_equal(whale_plan_from_json(js, "t", &back), 0);
+    assert_true(back.sequence_parallel);
+    free(js);
+    whale_plan_free(&back);
+    whale_plan_free(&p);
+    /* without limits the default plan has none (the engine runs none yet) */
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, NULL, &p, explain, sizeof explain), 0);
+    assert_false(p.sequence_parallel);
+    js = whale_plan_to_json(&p, 0);
+    assert_null(strstr(js, "sequence_parallel"));
+    free(js);
+    whale_plan_free(&p);
+}
+
 int main(void)
 {
     whale_log_set_level(WHALE_LOG_ERROR + (getenv("WHALE_LOG") ? 3 : 0));
@@ -472,6 +556,8 @@ int main(void)
         cmocka_unit_test(test_heterogeneous),
         cmocka_unit_test(test_auto_and_planfile),
         cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_predict_plan),
+        cmocka_unit_test(test_limits_and_seqpar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,7 +64,7 @@ static void test_from_topo(void **state)
     assert_int_equal(whale_cluster_from_topo(t, idx, 4, 0, &c), 0);
     struct whale_plan p;
     char why[512];
-    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, &p, why, sizeof why), 0);
+    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, NULL, &p, why, sizeof why), 0);
     assert_int_equal(p.tp * p.pp * p.dp, 32);
     whale_plan_free(&p);
 
