@@ -330,6 +330,19 @@ void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, si
 int whale_plan_recompute_select(int n, int nopt, const double *mem, const double *time,
                       double budget, int slots, int *choice, double *total_time);
 
+/* The engine's recompute=auto for a GPT stage: `nlayers` identical layers
+ * of `model` (TP degree tp, sequence parallelism sp, micro-batch b), each
+ * kept for `inflight` micro-batches, activations within `budget` bytes.
+ * Uses the planner's activation sizes (Korthikanti et al.) and recompute
+ * costs on `device` (NULL: A100-80GB; only the ratios matter) and the
+ * exact DP above. policy[i] receives WHALE_RECOMPUTE_NONE / SELECTIVE /
+ * FULL for layer i (full first, at the start of the stage: its activations
+ * live longest). Returns 0 or WHALE_ENOFIT when even all-full exceeds the
+ * budget. */
+int whale_plan_recompute_auto(const struct whale_model_desc *model, int tp, bool sp, int b,
+                              int nlayers, double inflight, double budget,
+                              const struct whale_plan_device *device, int *policy);
+
 /* ---- the one call for the SPANK plugin ----------------------------------- */
 
 /* Plans `model` with `global_batch` sequences per step on cluster `c`

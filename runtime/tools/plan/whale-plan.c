@@ -47,11 +47,15 @@ static void usage(FILE *f)
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
-"      --seqpar yes|no        Megatron sequence parallelism\n"
+"      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
+"                             engine does not run it yet; auto lets the search\n"
+"                             choose, for Megatron-style runtimes)\n"
 "      --max-microbatch N     largest micro-batch tried (default 16)\n"
 "      --max-idle FRAC        allow plans that leave up to FRAC of the GPUs idle\n"
 "                             (e.g. 0.05 on 100,000 GPUs; default 0: use all)\n"
 "output:\n"
+"  -p, --plan FILE            predict the plan in FILE (WHALE_PLAN JSON, e.g. from\n"
+"                             --json or a hand-written one) instead of searching\n"
 "  -e, --evaluate             print the full prediction of the constrained best and\n"
 "                             compare it with the planner's unconstrained pick\n"
 "  -t, --top N                alternatives shown (default 8, max %d)\n"
@@ -121,6 +125,7 @@ static const struct option longopts[] = {
     { "max-microbatch", required_argument, 0, O_MAXMB },
     { "max-idle", required_argument, 0, O_IDLE },
     { "evaluate", no_argument, 0, 'e' },
+    { "plan", required_argument, 0, 'p' },
     { "top", required_argument, 0, 't' },
     { "json", required_argument, 0, 'j' },
     { "exhaustive", no_argument, 0, O_EXH },
@@ -185,10 +190,36 @@ static void print_model_constants(const struct whale_cluster *c)
     }
 }
 
+/* --plan FILE: the prediction of a given plan. */
+static int predict_file(const char *path, const struct whale_model_desc *md,
+                        const struct whale_cluster *cl)
+{
+    struct whale_plan p;
+    if (whale_plan_load_file(path, &p))
+        return 1;
+    struct whale_plan_candidate *cd = malloc(sizeof *cd);
+    char why[512], *buf = malloc(4096);
+    int rc = cd && buf ? whale_plan_predict(md, cl, &p, cd, why, sizeof why) : WHALE_ENOMEM;
+    if (rc == 0 || rc == WHALE_ENOFIT) {
+        whale_plan_format_config(&cd->cfg, buf, 4096);
+        printf("plan %s: %s\n", path, buf);
+        whale_plan_format_breakdown(cd, buf, 4096);
+        fputs(buf, stdout);
+    }
+    if (rc == WHALE_ENOFIT)
+        fprintf(stderr, "whale-plan: %s does not fit: %s\n", path, why);
+    else if (rc == WHALE_EINVAL)
+        fprintf(stderr, "whale-plan: %s: %s\n", path, why);
+    whale_plan_free(&p);
+    free(cd);
+    free(buf);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     whale_log_init_from_env();
-    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB";
+    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB", *plan_file = NULL;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
     double oversub = 1;
     bool evaluate = false, quiet = false, list = false, explain_model = false;
@@ -196,8 +227,9 @@ int main(int argc, char **argv)
     int ngroups = 0;
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
+    rq.seqpar = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:N:g:G:et:j:qhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'b': if (parse_int("batch", optarg, 1, INT_MAX, &batch)) return 2; break;
@@ -250,12 +282,14 @@ int main(int argc, char **argv)
         case O_SP:
             if (!strcasecmp(optarg, "yes") || !strcmp(optarg, "1") || !strcasecmp(optarg, "on")) rq.seqpar = 1;
             else if (!strcasecmp(optarg, "no") || !strcmp(optarg, "0") || !strcasecmp(optarg, "off")) rq.seqpar = 0;
+            else if (!strcasecmp(optarg, "auto")) rq.seqpar = -1;
             else {
-                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes or no\n", optarg);
+                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes, no or auto\n", optarg);
                 return 2;
             }
             break;
         case 'e': evaluate = true; break;
+        case 'p': plan_file = optarg; break;
         case 't': if (parse_int("top", optarg, 1, WHALE_PLAN_TOPK, &top)) return 2; break;
         case 'j': json = optarg; break;
         case O_EXH: rq.exhaustive = true; break;
@@ -317,6 +351,8 @@ int main(int argc, char **argv)
     struct whale_model_desc md;
     if (whale_model_desc_load(model, &md))
         return 1;
+    if (plan_file)
+        return predict_file(plan_file, &md, &cl);
     if (tokens) {
         batch = tokens / md.seq;
         if (batch < 1) {
@@ -363,6 +399,7 @@ int main(int argc, char **argv)
         free_rq.global_batch = batch;
         free_rq.cluster = &cl;
         free_rq.topk = 1;
+        free_rq.seqpar = rq.seqpar == 0 ? 0 : -1;
         struct whale_plan_result *pick = malloc(sizeof *pick);
         if (pick && whale_plan_search(&free_rq, pick) == 0) {
             char a[200], b[200];

@@ -252,6 +252,34 @@ static void test_rc_uniform_matches_dp(void **state)
     }
 }
 
+static void test_recompute_auto_engine(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    model(&m, 8, 1024, 16, 512);
+    int pol[8];
+    /* a generous budget: nothing recomputed; none at all: refused */
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1e12, NULL, pol), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pol[i], WHALE_RECOMPUTE_NONE);
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1, NULL, pol), WHALE_ENOFIT);
+    /* in between: some layers recomputed, the kept bytes within budget */
+    double s = 512, h = 1024, a = 16, sbh = s * h;
+    double none = sbh * (34 + 5 * a * s / h), sel = 34 * sbh, full = 2 * sbh;
+    double budget = 2 * (4 * none + 2 * sel + 2 * full) + 1;
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, budget, NULL, pol), 0);
+    double kept = 0;
+    int changed = 0;
+    for (int i = 0; i < 8; i++) {
+        kept += 2 * (pol[i] == WHALE_RECOMPUTE_NONE ? none : pol[i] == WHALE_RECOMPUTE_SELECTIVE ? sel : full);
+        changed += pol[i] != WHALE_RECOMPUTE_NONE;
+        if (i)
+            assert_true(pol[i] <= pol[i - 1]);   /* full first */
+    }
+    assert_true(kept <= budget);
+    assert_true(changed >= 4 && changed < 8);
+}
+
 static void test_recompute_auto_between(void **state)
 {
     (void)state;
@@ -551,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_inflight),
         cmocka_unit_test(test_ckpt_dp_vs_brute_force),
         cmocka_unit_test(test_rc_uniform_matches_dp),
+        cmocka_unit_test(test_recompute_auto_engine),
         cmocka_unit_test(test_recompute_auto_between),
         cmocka_unit_test(test_calibration_roundtrip),
         cmocka_unit_test(test_heterogeneous),
