@@ -177,6 +177,18 @@ int whale_calib_parse_string(const char *text, const char *origin, struct whale_
 /* Writes the profile (only the fields present in `has`). */
 int whale_calib_write(FILE *f, const struct whale_calib *cal);
 int whale_calib_save(const char *path, const struct whale_calib *cal);
+/* Helpers for whale-bench to turn measurements into profile values.
+ * GEMM: the rates (FLOP/s) of square d x d x d GEMMs at a small and a
+ * large size give PeakTFLOPS, GemmEfficiency=1 and GemmHalfDim of the
+ * model f(d) = d / (d + half) per dimension. Link: an all-reduce over p
+ * ranks timed at a tiny message (latency) and a large one of `bytes`
+ * gives alpha and the per-rank bus bandwidth of the ring model
+ * t = 2(p-1) alpha + 2 (p-1)/p bytes / bw. Both return WHALE_EINVAL when
+ * the measurements are inconsistent (e.g. the small GEMM faster). */
+int whale_calib_fit_gemm(double d_small, double rate_small, double d_large, double rate_large,
+                         struct whale_calib *cal);
+int whale_calib_fit_link(int p, double t_tiny, double bytes, double t_large, int cls,
+                         struct whale_calib *cal);
 /* Overrides the cluster's device/link/efficiency values with the profile's
  * (every node group when the cluster is homogeneous, else the groups whose
  * GPU type is the profile's Device). */

@@ -347,6 +347,19 @@ static void test_calibration_roundtrip(void **state)
     assert_true(c.eff.gemm_eff == 0.61 && c.eff.dp_overlap == 0.25);
     assert_true(c.link[WHALE_PLAN_LINK_LEAF].bw == 1.9e9);
 
+    /* fits: a model with known constants is recovered from two points */
+    struct whale_calib fit;
+    memset(&fit, 0, sizeof fit);
+    double k = 48, pk = 2e11;
+    double g64 = 64 / (64 + k), g2k = 2048 / (2048 + k);
+    assert_int_equal(whale_calib_fit_gemm(64, pk * g64 * g64 * g64, 2048, pk * g2k * g2k * g2k, &fit), 0);
+    assert_true(fabs(fit.gemm_half_dim - k) < 1e-6 && fabs(fit.peak_flops / pk - 1) < 1e-9);
+    double al = 20e-6, bw = 2e9, n = 64e6;
+    assert_int_equal(whale_calib_fit_link(4, 6 * al, n, 6 * al + 1.5 * n / bw, WHALE_PLAN_LINK_LEAF, &fit), 0);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].alpha - al) < 1e-12);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].bw / bw - 1) < 1e-9);
+    assert_int_equal(whale_calib_fit_gemm(2048, 1, 64, 2, &fit), WHALE_EINVAL);
+
     /* errors name the line and the key */
     struct whale_calib bad;
     assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu PeakTFLOP=3\n", "x.cal", &bad),
