@@ -328,7 +328,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         res->found = true;
         res->best = res->top[0];
         for (int i = 0; i < st->nrej && res->nrejected < 4; i++)
-            if (st->rej[i].pred.t_step < 0.999 * res->best.pred.t_step)
+            if (st->rej[i].pred.t_step < 0.995 * res->best.pred.t_step)
                 res->rejected[res->nrejected++] = st->rej[i];
     } else {
         rc = WHALE_ENOFIT;
