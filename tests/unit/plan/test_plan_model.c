@@ -61,6 +61,28 @@ static void test_zero_bytes_per_param(void **state)
         double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
         assert_true(fabs(got - want[z]) < 1e-9);
     }
+    /* CPU ranks train in fp32: 4 + 4 + 8 (Adam m, v; the weights are the master) */
+    struct whale_cluster cpu;
+    assert_int_equal(whale_cluster_init(&cpu, 4, 2, "cpu"), 0);
+    double want32[4] = { 16, 8 + 8 / N, 4 + 12 / N, 16 / N };
+    for (int z = 0; z <= 3; z++) {
+        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
+        struct whale_plan_prediction p;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &cfg, &p), 0);
+        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
+        assert_true(fabs(got - want32[z]) < 1e-9);
+    }
+    /* and 4-byte activations: twice the bf16 formula */
+    {
+        struct whale_model_desc m5;
+        model(&m5, 5, 1024, 16, 512);
+        struct whale_plan_config a = cfg_of(1, 1, 8, 1, 0, WHALE_RECOMPUTE_NONE), b = a;
+        struct whale_plan_prediction p1, p2;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &a, &p1), 0);
+        assert_int_equal(whale_plan_eval(&m5, 8, &cpu, &b, &p2), 0);
+        double sbh = 512.0 * 1024;
+        assert_true(fabs((p2.mem_act - p1.mem_act) / (2 * sbh * (34 + 5 * 16 * 512 / 1024.0)) - 1) < 1e-9);
+    }
     /* optimizer offload moves the 12 (or 12/N) bytes to the host */
     struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, 1, WHALE_RECOMPUTE_NONE);
     cfg.offload = WHALE_OFFLOAD_OPTIMIZER;
