@@ -57,7 +57,7 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
     else
         snprintf(rc, sizeof rc, "%s", whale_recompute_name(g->recompute));
     double T = p->t_step > 0 ? p->t_step : 1;
-    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.1f %9.4g %8.1f %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
+    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
              g->tp, g->pp, g->dp, g->microbatch, g->nmicro, g->interleave, g->seqpar ? "y" : "-",
              g->zero, rc, whale_offload_name(g->offload), p->mem_total / GiB, p->t_step,
              p->tflops_per_gpu, 100 * p->mfu, 100 * p->t_bubble / T,
