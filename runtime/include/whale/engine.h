@@ -167,6 +167,10 @@ struct whale_layer_cost {
 int whale_engine_num_layers(const whale_engine *e);
 int whale_engine_layer_cost(const whale_engine *e, int layer, struct whale_layer_cost *out);
 
+/* OpenBLAS sgemm GFLOP/s on this rank's threads (best of a few 1536^3
+ * products, ~0.3 s): the peak MFU is measured against. */
+double whale_sgemm_peak_gflops(const whale_engine *e);
+
 /* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
 struct whale_engine_memory {
     int64_t param_bytes;   /* model weights held (ZeRO-3: the shard) */

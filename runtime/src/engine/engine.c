@@ -507,3 +507,28 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
     }
     return 0;
 }
+
+double whale_sgemm_peak_gflops(const whale_engine *e)
+{
+    (void)e;
+    const int n = 1536;
+    float *a = zalloc((size_t)n * n), *b = zalloc((size_t)n * n), *c = zalloc((size_t)n * n);
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * n; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        for (int r = 0; r < 5; r++) {
+            double t0 = eng_now();
+            k_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            double dt = eng_now() - t0;
+            double g = 2.0 * n * n * (double)n / dt / 1e9;
+            best = g > best ? g : best;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
+}
