@@ -16,6 +16,24 @@
 /* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
 void openblas_set_num_threads(int num_threads);
 
+/* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
+ * vectorize (libm's expf/tanhf calls do not): Cody-Waite reduction
+ * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
+static inline float k_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+              r * (1.0f / 720))))));
+    union { float f; int32_t i; } u = { .f = p };
+    u.i += (int32_t)n * (1 << 23);
+    return u.f;
+}
+
 static int k_nthreads = 1;
 
 void k_set_threads(int n)
@@ -198,8 +216,9 @@ static inline void k_causal_softmax_row(float *r, int t, int T)
     for (int j = 0; j <= t; j++)
         mx = r[j] > mx ? r[j] : mx;
     float sum = 0;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j <= t; j++) {
-        float e = expf(r[j] - mx);
+        float e = k_exp(r[j] - mx);
         r[j] = e;
         sum += e;
     }
@@ -289,25 +308,27 @@ void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const flo
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
 void k_gelu_fwd(float *out, const float *inp, int64_t n)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
-    }
-}
-
-void k_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t n)
-{
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float d = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = d * dout[i];
+        out[i] = x / (1.0f + k_exp(-2.0f * u));
+    }
+}
+
+/* d gelu / dx = s + 2 x s (1 - s) u', s = sigmoid(2u), u' = K (1 + 3 * 0.044715 x^2) */
+void k_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + k_exp(-2.0f * u));
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
 }
 
@@ -366,8 +387,9 @@ void k_softmax_xent_fwd(float *probs, float *losses, const int32_t *targets, int
         for (int i = 0; i < V; i++)
             mx = r[i] > mx ? r[i] : mx;
         float sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int i = 0; i < V; i++) {
-            float e = expf(r[i] - mx);
+            float e = k_exp(r[i] - mx);
             r[i] = e;
             sum += e;
         }
