@@ -22,6 +22,7 @@
 
 #include "whale/comm.h"
 #include "whale/modeldesc.h"
+#include "whale/planfile.h" /* enum whale_precision */
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,8 +91,6 @@ struct whale_train_state {
 };
 void whale_engine_get_state(const whale_engine *e, struct whale_train_state *s);
 int  whale_engine_set_state(whale_engine *e, const struct whale_train_state *s);
-
-enum whale_precision { WHALE_PREC_FP32 = 0, WHALE_PREC_BF16, WHALE_PREC_FP16 };
 
 struct whale_engine_config {
     struct whale_model_desc model;

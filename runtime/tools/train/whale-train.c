@@ -20,10 +20,11 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
+#include "whale/planfile.h"
 #include "whale_config.h"
 
 struct opts {
-    const char *model, *data, *metrics;
+    const char *model, *data, *metrics, *plan;
     long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
     double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
     int overlap; /* -1: unset */
@@ -52,6 +53,7 @@ static void usage(FILE *f)
 "  --weight-decay X     AdamW decoupled weight decay (0.1)\n"
 "  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
 "  --seed N             model and data seed (1337)\n"
+"  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
@@ -63,8 +65,9 @@ static void usage(FILE *f)
 "  --no-progress        no live progress line\n"
 "  -h, --help           this help;  -V, --version  version\n"
 "\n"
-"Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_ZERO,\n"
-"WHALE_MICRO_BATCH and WHALE_GRAD_ACCUM set defaults that flags override.\n");
+"Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
+"(zero, micro_batch, num_micro_batches, global_batch, model); WHALE_ZERO,\n"
+"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -145,18 +148,16 @@ int main(int argc, char **argv)
         { "log-every", required_argument, 0, O_LOGEVERY },
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
-        { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+        { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
-    o.zero = env_long("WHALE_ZERO", -1);
-    o.micro = env_long("WHALE_MICRO_BATCH", 0);
-    o.accum = env_long("WHALE_GRAD_ACCUM", 0);
-    int c, bad = 0;
+    int c, bad = 0, batch_set = 0;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
         case 'm': o.model = optarg; break;
         case 'd': o.data = optarg; break;
         case 's': bad |= parse_long("--steps", optarg, 0, 1L << 40, &o.steps); break;
-        case 'b': bad |= parse_long("--batch", optarg, 1, 1 << 20, &o.batch); break;
+        case 'b': bad |= parse_long("--batch", optarg, 1, 1 << 20, &o.batch); batch_set = 1; break;
+        case 'p': o.plan = optarg; break;
         case 't': bad |= parse_long("--seq", optarg, 1, 1 << 20, &o.seq); break;
         case 'l': bad |= parse_double("--lr", optarg, 0, 10, &o.lr); break;
         case 'S': bad |= parse_long("--seed", optarg, 0, LONG_MAX, &o.seed); break;
@@ -195,6 +196,45 @@ int main(int argc, char **argv)
         fprintf(stderr, "whale-train: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
+    /* knobs: flags > WHALE_* variables > the plan */
+    struct whale_plan plan;
+    whale_plan_init(&plan);
+    bool have_plan = false;
+    {
+        const char *pv = getenv("WHALE_PLAN");
+        int prc = 0;
+        if (o.plan) {
+            prc = whale_plan_load_file(o.plan, &plan);
+            have_plan = true;
+        } else if (pv && *pv) {
+            prc = whale_plan_from_env_value(pv, &plan);
+            have_plan = true;
+        }
+        if (prc)
+            return 1;
+    }
+    if (o.zero < 0)
+        o.zero = env_long("WHALE_ZERO", have_plan ? plan.zero : -1);
+    if (!o.micro)
+        o.micro = env_long("WHALE_MICRO_BATCH", have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0);
+    if (!o.accum)
+        o.accum = env_long("WHALE_GRAD_ACCUM", have_plan ? plan.num_micro_batches : 0);
+    if (!batch_set && have_plan && plan.global_batch > 0)
+        o.batch = plan.global_batch;
+    if (!o.model && have_plan && plan.model[0])
+        o.model = plan.model;
+    if (have_plan) {
+        const char *why = plan.tp > 1 || plan.pp > 1 ? "tensor/pipeline parallelism (TP, PP > 1)"
+                        : plan.recompute != WHALE_RECOMPUTE_NONE ? "activation recomputation"
+                        : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
+                        : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
+        if (why) {
+            fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
+                    "yet; refusing before any step\n", why);
+            whale_plan_free(&plan);
+            return 1;
+        }
+    }
     if (!o.model || !o.data) {
         fprintf(stderr, "whale-train: --model and --data are required (see --help)\n");
         return 2;
@@ -227,6 +267,18 @@ int main(int argc, char **argv)
         }
     }
 #endif
+    if (have_plan) {
+        if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
+            whale_plan_free(&plan);
+            return 1;
+        }
+        if (plan.dp != dp) {
+            whale_error("the plan says DP=%d but this step runs DP=%d ranks", plan.dp, dp);
+            whale_plan_free(&plan);
+            return 1;
+        }
+    }
+    whale_plan_free(&plan);
     int rc = 1;
     whale_engine *e = NULL;
     whale_data *data = NULL;
