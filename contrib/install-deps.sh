@@ -16,6 +16,8 @@ DEB_PACKAGES=(
   libcmocka-dev bats iproute2 procps util-linux python3
 )
 PIP_PACKAGES=(
+  # checkpoint interop test (tests/unit/ckpt/safetensors_python_reads_consolidated.py)
+  numpy safetensors
 )
 
 if [ "$(id -u)" -ne 0 ]; then
