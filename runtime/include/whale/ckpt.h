@@ -231,6 +231,18 @@ int  whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_
 int  whale_ckpt_verify(whale_ckpt_reader *r, int *bad);
 void whale_ckpt_reader_close(whale_ckpt_reader *r);
 
+/* ---- interchange ------------------------------------------------------------ */
+/* Write every tensor, whole and decoded, into one plain safetensors file
+ * (written to a temporary name, fsynced, renamed). to_dtype < 0 keeps each
+ * tensor's dtype, else float tensors are converted to it; params_only
+ * leaves out "opt.*". __metadata__ holds step, samples, plan. */
+int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dtype,
+                           bool params_only);
+/* Make a checkpoint at `step` under cfg->root from a plain safetensors file
+ * (e.g. a model to fine-tune): one rank, tensor names kept, kinds from
+ * whale_ckpt_kind_from_name. Supported dtypes: F32, BF16, F16, I32, I64, U8. */
+int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 #include <zstd.h>
 
 typedef struct rchunk {
@@ -23,7 +24,8 @@ typedef struct rchunk {
     ckpt_region reg;
     enum ckpt_enc enc;
     int block;
-    uint64_t begin, nbytes, zraw, xxh;
+    uint64_t begin, nbytes, zraw;
+    const char *xxh;     /* xxh3-128 of the stored bytes, hex */
 } rchunk;
 
 typedef struct rtensor {
@@ -270,9 +272,9 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
             y->begin = (uint64_t)json_integer_value(json_object_get(c, "begin"));
             y->nbytes = (uint64_t)json_integer_value(json_object_get(c, "nbytes"));
             y->zraw = (uint64_t)json_integer_value(json_object_get(c, "zstd"));
-            const char *xs = json_string_value(json_object_get(c, "xxh3"));
-            y->xxh = xs ? strtoull(xs, NULL, 16) : 0;
-            if (!y->file || !xs || strstr(y->file, "..") ||
+            const char *xs = json_string_value(json_object_get(c, "xxh3_128"));
+            y->xxh = xs;
+            if (!y->file || !xs || strlen(xs) != 32 || strstr(y->file, "..") ||
                 ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc) ||
                 parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg) ||
                 y->block < 1) {
@@ -394,7 +396,11 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         free(raw);
         return WHALE_ECORRUPT;
     }
-    if (ckpt_xxh64(raw, c->nbytes) != c->xxh) {
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, XXH3_128bits(raw, c->nbytes));
+    char hx[33];
+    ckpt_hex128(&can, hx);
+    if (strcmp(hx, c->xxh)) {
         whale_error("checkpoint: %s: tensor %s: checksum mismatch in bytes [%llu, %llu) "
                     "(corrupted file)", path, t->name, (unsigned long long)c->begin,
                     (unsigned long long)(c->begin + c->nbytes));

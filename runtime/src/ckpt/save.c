@@ -119,6 +119,34 @@ static int plan_chunks(whale_ckpt *ck, struct job *j, chunk **out, size_t *nout)
     return 0;
 }
 
+/* Length of a name's layer prefix: up to and including its first numeric
+ * component ("h.3." of "opt.m.h.3.attn.qkv.weight"), 0 when it has none. */
+static size_t group_len(const char *name)
+{
+    const char *s = name;
+    while (*s) {
+        const char *e = strchr(s, '.');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        bool num = l > 0;
+        for (size_t i = 0; i < l; i++)
+            num = num && s[i] >= '0' && s[i] <= '9';
+        if (num)
+            return (size_t)(s - name) + l + (e ? 1 : 0);
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    return 0;
+}
+
+static bool same_group(const char *a, const char *b)
+{
+    size_t la = group_len(a), lb = group_len(b);
+    return la == lb && !strncmp(a, b, la);
+}
+
+/* Bundles pack consecutive chunks up to chunk_bytes and never mix layers,
+ * so a frozen layer's bundles stay identical from step to step. */
 static int plan_bundles(whale_ckpt *ck, chunk *c, size_t nc, bundle **out, size_t *nout)
 {
     bundle *b = calloc(nc ? nc : 1, sizeof *b);
@@ -127,7 +155,8 @@ static int plan_bundles(whale_ckpt *ck, chunk *c, size_t nc, bundle **out, size_
     size_t nb = 0;
     for (size_t i = 0; i < nc; i++) {
         size_t bytes = (size_t)c[i].n * ckpt_dtype_size(c[i].p->dtype);
-        bool fits = nb > 0 && b[nb - 1].raw_bytes + bytes <= ck->cfg.chunk_bytes;
+        bool fits = nb > 0 && b[nb - 1].raw_bytes + bytes <= ck->cfg.chunk_bytes &&
+                    same_group(c[i - 1].p->name, c[i].p->name);
         if (fits) /* one entry per tensor name in a safetensors file */
             for (size_t k = b[nb - 1].first; k < i; k++)
                 if (!strcmp(c[k].p->name, c[i].p->name))
@@ -293,8 +322,12 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
             ne++;
         }
         /* per-chunk record (manifest) and file metadata */
-        char hx[17];
-        ckpt_hex64(ckpt_xxh64(enc, stored), hx);
+        /* checksum of the stored bytes: for raw chunks the dedup hash already is one */
+        XXH128_hash_t sh = enc == x->raw ? x->h : XXH3_128bits(enc, stored);
+        XXH128_canonical_t can;
+        XXH128_canonicalFromHash(&can, sh);
+        char hx[33];
+        ckpt_hex128(&can, hx);
         json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:I, s:s}",
                                 "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
                                 "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
@@ -304,7 +337,7 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
                                 "shape", shape_json(p->reg.ndim, p->reg.shape),
                                 "region", region_json(&x->reg), "enc", ckpt_enc_name(x->enc),
                                 "block", block, "zstd", (json_int_t)(ck->cfg.zstd_level > 0 ? enc_len : 0),
-                                "nbytes", (json_int_t)stored, "xxh3", hx);
+                                "nbytes", (json_int_t)stored, "xxh3_128", hx);
         char *ms = json_dumps(rec, JSON_COMPACT);
         json_object_set_new(meta, p->name, json_string(ms ? ms : ""));
         free(ms);

@@ -143,7 +143,13 @@ int ckpt_st_read_header(int fd, const char *path, ckpt_st_entry **out, size_t *n
         const char *dt = json_string_value(json_object_get(v, "dtype"));
         json_t *shape = json_object_get(v, "shape");
         json_t *offs = json_object_get(v, "data_offsets");
-        if (ckpt_dtype_from_st(dt, &x->dtype) || !json_is_array(shape) ||
+        if (ckpt_dtype_from_st(dt, &x->dtype)) {
+            whale_error("checkpoint: %s: tensor %s: dtype %s is not supported (F32, BF16, F16, "
+                        "I32, I64, U8, I8)", path, key, dt ? dt : "(missing)");
+            rc = WHALE_ENOTSUP;
+            break;
+        }
+        if (!json_is_array(shape) ||
             json_array_size(shape) > WHALE_CKPT_MAX_DIMS || !json_is_array(offs) ||
             json_array_size(offs) != 2) {
             whale_error("checkpoint: %s: tensor %s: bad safetensors entry", path, key);
