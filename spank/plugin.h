@@ -61,9 +61,11 @@ const char *whale_option_name(int id);
 /* Check option values against the site's limits (after the config is known). */
 int whale_options_check_site(const struct whale_conf *c);
 
-/* Plugstack arguments: conf=PATH (default /etc/slurm/whale.conf). */
+/* Plugstack arguments: conf=PATH (default /etc/slurm/whale.conf),
+ * rankmap_inline_max=BYTES (longer rank maps go to a file, default 64 KiB). */
 struct whale_site {
     char conf_path[1024];      /* from plugstack conf= */
+    long rankmap_inline_max;   /* plugstack rankmap_inline_max= (bytes) */
     const char *used_path;     /* the file actually loaded (site or --whale-conf) */
     struct whale_conf *conf;
 };

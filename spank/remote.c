@@ -14,9 +14,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Linux limits one environment string to 128 KiB (MAX_ARG_STRLEN); larger
- * rank maps go to a file that WHALE_RANKMAP names with '@'. */
-#define RANKMAP_INLINE_MAX (64 * 1024)
+/* Linux limits one environment string to 128 KiB (MAX_ARG_STRLEN); rank
+ * maps longer than whale_site.rankmap_inline_max go to a file that
+ * WHALE_RANKMAP names with '@'. */
 
 static struct {
     struct whale_step step;
@@ -49,11 +49,18 @@ static int write_rankmap_file(spank_t sp, const char *text)
     uint32_t job = 0, stepid = 0;
     spank_get_item(sp, S_JOB_ID, &job);
     spank_get_item(sp, S_JOB_STEPID, &stepid);
+    /* the job's TMPDIR when it exists on this node (it comes from the
+     * submit host), else /tmp */
     char *tmp = step_getenv(sp, "TMPDIR");
-    snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u",
-             tmp && *tmp ? tmp : "/tmp", job, stepid);
+    FILE *f = NULL;
+    for (int attempt = 0; attempt < 2 && !f; attempt++) {
+        const char *dir = attempt == 0 ? tmp : "/tmp";
+        if (!dir || !*dir)
+            continue;
+        snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u", dir, job, stepid);
+        f = fopen(g.rankmap_file, "w");
+    }
     free(tmp);
-    FILE *f = fopen(g.rankmap_file, "w");
     if (!f) {
         slurm_error(PLUGIN_NAME ": cannot write %s: %s", g.rankmap_file, strerror(errno));
         g.rankmap_file[0] = '\0';
@@ -107,7 +114,7 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     char *enc = whale_rankmap_encode(g.step.layout.task_of_rank, g.step.layout.world);
     if (!enc)
         goto out;
-    if (strlen(enc) > RANKMAP_INLINE_MAX) {
+    if ((long)strlen(enc) > whale_site.rankmap_inline_max) {
         if (write_rankmap_file(sp, enc)) {
             free(enc);
             goto out;

@@ -188,3 +188,18 @@ for g in (0, 4):
   run check_table 2 1 2 0 <<< "$output"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
 }
+
+@test "a rank map longer than rankmap_inline_max travels as WHALE_RANKMAP=@file, removed after the step" {
+  cp "$STATE/plugstack.conf" "$BATS_TEST_TMPDIR/plugstack.orig"
+  sed -i 's|\(spank_whale\.so.*\)$|\1 rankmap_inline_max=4|' "$STATE/plugstack.conf"
+  mkdir -p "$BATS_TEST_TMPDIR/tmp"
+  run env TMPDIR="$BATS_TEST_TMPDIR/tmp" timeout 60 srun -N4 -n8 -m cyclic --whale-tp=2 \
+      bash -c 'echo "$WHALE_RANKMAP $(cat ${WHALE_RANKMAP#@})"'
+  cp "$BATS_TEST_TMPDIR/plugstack.orig" "$STATE/plugstack.conf"
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [ "$(sort -u <<< "$output" | wc -l)" -eq 1 ]
+  [[ "${lines[0]}" == "@$BATS_TEST_TMPDIR/tmp/whale-rankmap."*" 0,4,1,5,2,6,3,7" ]]
+  # every node removes its copy when its slurmstepd ends (which may be just after srun)
+  for _ in $(seq 50); do [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ] && break; sleep 0.1; done
+  [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ]
+}
