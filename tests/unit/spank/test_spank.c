@@ -179,6 +179,11 @@ static void test_site_config_errors(void **st)
     assert_string_equal(whale_site.conf_path, "/x/whale.conf");
     assert_int_equal(whale_site_parse_args(1, args2), -1);
     assert_non_null(strstr(last_err, "unknown argument 'cofn=/x'"));
+    char *args3[] = { "rankmap_inline_max=100" }, *args4[] = { "rankmap_inline_max=200000" };
+    assert_int_equal(whale_site_parse_args(1, args3), 0);
+    assert_int_equal(whale_site.rankmap_inline_max, 100);
+    assert_int_equal(whale_site_parse_args(1, args4), -1);
+    assert_non_null(strstr(last_err, "expected 0..122880"));
     unlink(path);
     unlink(other);
     snprintf(path, sizeof path, "%s/bad.conf", dir);
