@@ -22,6 +22,7 @@ static struct {
     struct whale_step step;
     struct whale_plan plan;
     bool ready;
+    bool failed;           /* user_init failed: every task refuses to start */
     char *plan_json;
     char *rankmap;         /* inline list or "@file" */
     char rankmap_file[1024];
@@ -138,7 +139,12 @@ out:
     free(dist);
     free(slurm_conf);
     free(plan);
-    return rv;
+    /* A failing user_init makes Slurm 22.05 abort the launch while srun
+     * still exits 0. Failing each task in task_init instead (before exec:
+     * the user's program never runs) gives srun a non-zero exit status. */
+    if (rv)
+        g.failed = true;
+    return 0;
 }
 
 /* WHALE_* always win (a stale value from an enclosing step must not leak);
@@ -166,7 +172,9 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     if (!whale_opts.enabled)
         return 0;
     if (!g.ready) {
-        slurm_error(PLUGIN_NAME ": no layout for this step (user_init failed)");
+        slurm_error(PLUGIN_NAME ": %s", g.failed ? "task not started: the step's layout failed on "
+                                                   "this node (see above)"
+                                                 : "no layout for this step");
         return -1;
     }
     uint32_t gid = 0;

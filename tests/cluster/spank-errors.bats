@@ -137,3 +137,14 @@ expect_refused() { # message
   run bash -c "readelf -d '$so' | grep NEEDED"
   [[ "$output" != *ucx* && "$output" != *ucp* && "$output" != *pmix* && "$output" != *cuda* && "$output" != *nccl* && "$output" != *slurm* ]]
 }
+
+@test "a node whose whale.conf is broken (srun's is fine): no task runs and srun exits non-zero" {
+  cp "$SITE_CONF" "$BATS_TEST_TMPDIR/good.conf"
+  sed "s|conf=[^ ]*|conf=$BATS_TEST_TMPDIR/good.conf|" "$STATE/plugstack.conf" > "$BATS_TEST_TMPDIR/plugstack.conf"
+  sed "s|^PlugStackConfig=.*|PlugStackConfig=$BATS_TEST_TMPDIR/plugstack.conf|" "$SLURM_CONF" > "$BATS_TEST_TMPDIR/slurm.conf"
+  printf 'Bogus=1\n' >> "$SITE_CONF"
+  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 60 srun -N2 -n4 --whale-tp=2 touch "$MARK"
+  cp "$BATS_FILE_TMPDIR/site.conf.orig" "$SITE_CONF"; printf 'AllowUserConfig=yes\n' >> "$SITE_CONF"
+  expect_refused "unknown key 'Bogus'"
+  [[ "$output" == *"task not started"* ]]
+}
