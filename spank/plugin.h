@@ -86,6 +86,9 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
 /* srun: arrange --mpi=pmix before srun reads its options (mpi.c). */
 void whale_mpi_preset(void);
 int whale_mpi_check(void);
+/* 1 when a mpi_pmix*.so is in one of the ':'-separated dirs, 0 if not,
+ * -1 when the dirs are unknown. */
+int whale_mpi_pmix_installed(const char *dirs);
 
 /* Route libwhale's log lines into Slurm's log (error -> slurm_error). */
 void whale_plugin_log_init(void);

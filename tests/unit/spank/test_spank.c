@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "plugin.h"
@@ -263,6 +264,27 @@ static void test_plan_file(void **st)
     unlink(site);
 }
 
+static void test_pmix_plugin_lookup(void **st)
+{
+    (void)st;
+    char d1[128], d2[128], f[160], both[300];
+    snprintf(d1, sizeof d1, "%s/plugins-a", dir);
+    snprintf(d2, sizeof d2, "%s/plugins-b", dir);
+    assert_int_equal(mkdir(d1, 0755), 0);
+    assert_int_equal(mkdir(d2, 0755), 0);
+    assert_int_equal(whale_mpi_pmix_installed(d1), 0);
+    assert_int_equal(whale_mpi_pmix_installed(""), -1);
+    snprintf(f, sizeof f, "%s/mpi_pmix_v4.so", d2);
+    FILE *fp = fopen(f, "w");
+    fclose(fp);
+    snprintf(both, sizeof both, "%s:%s", d1, d2);
+    assert_int_equal(whale_mpi_pmix_installed(both), 1);
+    assert_int_equal(whale_mpi_pmix_installed(d1), 0);
+    unlink(f);
+    rmdir(d1);
+    rmdir(d2);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/whale-spank-test-XXXXXX");
@@ -275,6 +297,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_site_config_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_file, setup, teardown),
+        cmocka_unit_test(test_pmix_plugin_lookup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);
