@@ -110,6 +110,8 @@ static void test_values(void **st)
     assert_string_equal(last_err, "whale: --whale-map=foo: must be one of topo, block");
     assert_int_equal(opt("whale-recompute", "layers"), -1);
     assert_int_equal(opt("whale-offload", "disk"), -1);
+    assert_int_equal(opt("whale-conf", "relative.conf"), -1);
+    assert_string_equal(last_err, "whale: --whale-conf=relative.conf: give an absolute path");
     assert_false(whale_opts.enabled);
     assert_int_equal(opt("whale-tp", "8"), 0);
     assert_int_equal(opt("whale-tp", "8"), 0); /* replayed: idempotent */
