@@ -125,9 +125,7 @@ static int run_bench(const struct whale_map_input *in, int n)
         ms[i] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
     }
     qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-    int ranks = in->tp * in->pp;
-    (void)ranks;
-    printf("bench: %d runs, map %s: median %.2f ms, min %.2f ms, max %.2f ms\n", n,
+    printf("bench: %d runs, map %s: median %.3f ms, min %.3f ms, max %.3f ms\n", n,
            whale_map_policy_name(in->policy), ms[n / 2], ms[0], ms[n - 1]);
     free(ms);
     return 0;
