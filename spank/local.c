@@ -62,10 +62,18 @@ static void print_layout(const struct whale_step *s)
  * libslurm function comes from srun's own libslurmfull. */
 static int build_step(spank_t sp, uint32_t jobid, struct whale_step *step)
 {
-    uint32_t stepid = 0;
-    spank_get_item(sp, S_JOB_STEPID, &stepid);
-    slurm_step_id_t id = { .job_id = jobid, .step_het_comp = NO_VAL, .step_id = stepid };
-    slurm_step_layout_t *sl = slurm_job_step_layout_get(&id);
+    uint32_t stepid = 0, ntotal = 0;
+    slurm_step_layout_t *sl = NULL;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
+        slurm_step_id_t id = { .job_id = jobid, .step_het_comp = NO_VAL, .step_id = stepid };
+        sl = slurm_job_step_layout_get(&id);
+    }
+    /* a layout of another shape than this srun's step is not ours */
+    if (sl && spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &ntotal) == ESPANK_SUCCESS &&
+        sl->task_cnt != ntotal) {
+        slurm_job_step_layout_free(sl);
+        sl = NULL;
+    }
     struct whale_step_desc d = { .slurm_conf = getenv("SLURM_CONF") };
     int *ntasks = NULL, *ids = NULL, rc = -1;
     if (sl && sl->node_list && sl->node_cnt > 0) {
@@ -142,5 +150,6 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
 fail:
     free(json);
     whale_step_free(&step);
+    whale_plan_free(&g_plan);
     return rv;
 }
