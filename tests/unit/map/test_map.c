@@ -455,6 +455,12 @@ static void test_scale_12500_nodes(void **st)
     whale_layout_free(&blk);
     s.topo = NULL;
     synth_free(&s);
+    /* fragmented: 10,000 of the 12,500 nodes at random, with and without
+     * 16 spare nodes */
+    whale_log_set_sink(sink, NULL);
+    run_props(t, 10000, 8, 8, 16, 0, 5, 1);
+    run_props(t, 10000, 8, 8, 16, 16, 6, 1);
+    whale_log_set_sink(NULL, NULL);
     whale_topo_free(t);
 }
 
