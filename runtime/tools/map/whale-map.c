@@ -26,7 +26,9 @@ static void usage(FILE *f)
         "\n"
         "Step:\n"
         "  -w, --nodes HOSTLIST        step nodes in Slurm order, e.g. gpu[001-016]\n"
+        "                              (default inside a job: $SLURM_JOB_NODELIST)\n"
         "  -t, --tasks-per-node SPEC   N, or Slurm's form such as 8(x15),4\n"
+        "                              (default inside a job: $SLURM_TASKS_PER_NODE)\n"
         "      --distribution block|cyclic   task id order (default block)\n"
         "Degrees:\n"
         "      --tp N  --pp N  --dp N  degrees (dp default: working tasks / (tp*pp))\n"
@@ -204,6 +206,12 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "whale-map: unexpected argument '%s'\n", argv[optind]);
         return 2;
+    }
+    /* inside an allocation: the job's nodes and tasks */
+    if (!nodes_expr && getenv("SLURM_JOB_NODELIST") && *getenv("SLURM_JOB_NODELIST")) {
+        nodes_expr = getenv("SLURM_JOB_NODELIST");
+        if (!tpn)
+            tpn = getenv("SLURM_TASKS_PER_NODE");
     }
     if (!nodes_expr || !tpn || !tp) {
         fprintf(stderr, "whale-map: --nodes, --tasks-per-node and --tp are required (see --help)\n");
