@@ -203,3 +203,12 @@ for g in (0, 4):
   for _ in $(seq 50); do [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ] && break; sleep 0.1; done
   [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ]
 }
+
+@test "--whale-map=block keeps Slurm's task order; topo is the default" {
+  run timeout 60 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-map=block printenv WHALE_RANKMAP
+  [ "$status" -eq 0 ]
+  [ "$(sort -u <<< "$output")" = "0-7" ]
+  run timeout 60 srun -N4 -n8 -m cyclic --whale-tp=2 --whale-map=block true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"block order puts TP group 0 (tasks 0-1) across nodes node1 and node2"* ]]
+}
