@@ -263,16 +263,22 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
     return 0;
 }
 
+/* Back-off while nothing moves: spin briefly (latency), then yield (other
+ * ranks or compute threads may need this core: ranks often outnumber
+ * cores), then sleep (a straggling peer may be minutes away). */
+#ifndef WHALE_RELAX_SLEEP_AFTER
+#define WHALE_RELAX_SLEEP_AFTER 20000
+#endif
 static void relax(int idle)
 {
-    if (idle < 64) {
+    if (idle < 16) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
-    } else if (idle < 256) {
+    } else if (idle < WHALE_RELAX_SLEEP_AFTER) {
         sched_yield();
     } else {
-        struct timespec ts = { 0, idle < 1024 ? 2000 : 50000 };
+        struct timespec ts = { 0, 20000 };
         nanosleep(&ts, NULL);
     }
 }
@@ -297,8 +303,7 @@ static int wait_counted(whale_req *req)
         int ev = comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        if (idle > 256)
-            relax(idle < 300 ? idle : 300); /* blocking callers stay responsive */
+        relax(idle);
     }
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;

@@ -167,6 +167,22 @@ out:
     return rc;
 }
 
+/* Top-level groups own their hierarchical sub-groups. */
+static void destroy_groups(whale_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ngroups;) {
+        if (ctx->groups[i]->internal)
+            i++;
+        else {
+            comm_group_destroy(ctx->groups[i]);
+            i = 0;
+        }
+    }
+    free(ctx->groups);
+    ctx->groups = NULL;
+    ctx->ngroups = 0;
+}
+
 int whale_init(whale_ctx **out)
 {
     if (!out)
@@ -199,9 +215,7 @@ int whale_init(whale_ctx **out)
     return 0;
 fail:
     comm_thread_stop(ctx);
-    while (ctx->ngroups)
-        comm_group_destroy(ctx->groups[0]);
-    free(ctx->groups);
+    destroy_groups(ctx);
     comm_ucx_fini(ctx, false);
     free(ctx->dead);
     boot_finalize(&ctx->boot);
@@ -229,9 +243,7 @@ int whale_finalize(whale_ctx *ctx)
     if (ctx->nactive)
         whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
     comm_ucx_fini(ctx, clean);
-    while (ctx->ngroups)
-        comm_group_destroy(ctx->groups[0]);
-    free(ctx->groups);
+    destroy_groups(ctx);
     free(ctx->dead);
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
