@@ -182,6 +182,8 @@ int comm_progress(whale_ctx *ctx)
     if (ctx->worker)
         for (int i = 0; i < 64 && ucp_worker_progress(ctx->worker); i++)
             events++;
+    if (ctx->nactive)
+        comm_watchdog(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {
         comm_op_t *op = *po;
         if (op_advance(op, &events) ||

@@ -72,39 +72,43 @@ static int wireup(whale_ctx *ctx)
         }
     }
     size_t nlen = strlen(node) + 1;
-    char *blob = malloc(nlen + alen);
+    struct comm_proc_id me = comm_proc_self();
+    char *blob = malloc(nlen + sizeof me + alen);
     if (!blob) {
         if (addr)
             ucp_worker_release_address(ctx->worker, addr);
         return WHALE_ENOMEM;
     }
     memcpy(blob, node, nlen);
+    memcpy(blob + nlen, &me, sizeof me);
     if (alen)
-        memcpy(blob + nlen, addr, alen);
+        memcpy(blob + nlen + sizeof me, addr, alen);
     if (addr)
         ucp_worker_release_address(ctx->worker, addr);
     void **blobs = NULL;
     size_t *lens = NULL;
-    rc = boot_exchange(b, "whale.wireup", blob, nlen + alen, &blobs, &lens);
+    rc = boot_exchange(b, "whale.wireup", blob, nlen + sizeof me + alen, &blobs, &lens);
     free(blob);
     if (rc)
         return rc;
     char **names = calloc((size_t)b->ntasks, sizeof *names);
     void **addrs = calloc((size_t)b->ntasks, sizeof *addrs);
-    if (!names || !addrs) {
+    ctx->procs = calloc((size_t)b->ntasks, sizeof *ctx->procs);
+    if (!names || !addrs || !ctx->procs) {
         rc = WHALE_ENOMEM;
         goto out;
     }
     for (int t = 0; t < b->ntasks; t++) {
         char *bl = blobs[t];
         size_t l = strnlen(bl, lens[t]);
-        if (l == lens[t]) {
+        if (l + 1 + sizeof(struct comm_proc_id) > lens[t]) {
             whale_error("malformed bootstrap data from task %d", t);
             rc = WHALE_EPMIX;
             goto out;
         }
         names[t] = bl;
-        addrs[t] = bl + l + 1;
+        memcpy(&ctx->procs[t], bl + l + 1, sizeof ctx->procs[t]);
+        addrs[t] = bl + l + 1 + sizeof(struct comm_proc_id);
     }
     if ((rc = boot_set_nodes(b, names)))
         goto out;
@@ -218,6 +222,7 @@ fail:
     destroy_groups(ctx);
     comm_ucx_fini(ctx, false);
     free(ctx->dead);
+    free(ctx->procs);
     boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);
@@ -245,6 +250,7 @@ int whale_finalize(whale_ctx *ctx)
     comm_ucx_fini(ctx, clean);
     destroy_groups(ctx);
     free(ctx->dead);
+    free(ctx->procs);
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);
