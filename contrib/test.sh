@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Whale's whole test run, for a fresh Debian 12 machine as root:
+#   installs packages, builds (plain and ASan+UBSan), runs the unit and
+#   integration suites of both builds, starts its own minicluster, runs the
+#   cluster tests (real slurmctld/slurmd, srun, sbatch) and stops it again.
+# Ends with one line "N passed, M failed"; exit status 1 on any failure.
+#
+# Environment:
+#   WHALE_TEST_INSTANCE  minicluster instance (default 9), WHALE_TEST_NODES (4)
+#   WHALE_TEST_SKIP_ASAN=1  skip the sanitizer build (quicker local runs)
+#   WHALE_TEST_FILTER    only cluster test files matching this glob part
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+cd "$ROOT"
+INSTANCE=${WHALE_TEST_INSTANCE:-9}
+NODES=${WHALE_TEST_NODES:-4}
+BUILD=$ROOT/build
+ASAN_BUILD=$ROOT/build-asan
+MC=$ROOT/contrib/minicluster/whale-minicluster
+LOGDIR=$ROOT/build/test-logs
+
+passed=0
+failed=0
+failures=()
+
+stamp() { date +%s; }
+T0=$(stamp)
+section() { echo; echo "=== $* ($(( $(stamp) - T0 )) s)"; }
+
+count_meson() {  # build dir, label, meson test args...
+  local dir=$1 label=$2; shift 2
+  local out rc ok fail
+  out=$(meson test -C "$dir" --print-errorlogs "$@" 2>&1); rc=$?
+  echo "$out" | grep -E '^ *[0-9]+/[0-9]+ ' || true
+  ok=$(echo "$out" | awk '/^Ok:/ {print $2}')
+  fail=$(echo "$out" | awk '/^(Fail|Timeout|Unexpected Pass):/ {s += $NF} END {print s + 0}')
+  ok=${ok:-0}
+  if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then
+    # meson itself failed (e.g. no such suite is fine: rc 0 then)
+    echo "$out" | tail -n 30
+    fail=1
+  fi
+  if [ "$fail" -gt 0 ]; then
+    echo "$out" | sed -n '/^Summary of Failures:/,$p' | head -n 40
+    failures+=("$label: $fail")
+  fi
+  passed=$((passed + ok)); failed=$((failed + fail))
+}
+
+section "dependencies"
+if ! bash contrib/install-deps.sh; then
+  echo "install-deps failed"; echo "0 passed, 1 failed"; exit 1
+fi
+
+section "build"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" >/dev/null || { echo "meson setup failed"; echo "0 passed, 1 failed"; exit 1; }
+fi
+if ! ninja -C "$BUILD" >"$ROOT/build/ninja.log" 2>&1; then
+  tail -n 40 "$ROOT/build/ninja.log"; echo "0 passed, 1 failed"; exit 1
+fi
+if grep -q "warning:" "$ROOT/build/ninja.log"; then
+  echo "compiler warnings:"; grep "warning:" "$ROOT/build/ninja.log" | sort -u | head -20
+  failures+=("build: compiler warnings"); failed=$((failed + 1))
+fi
+mkdir -p "$LOGDIR"
+
+section "unit and integration tests"
+count_meson "$BUILD" "meson test"
+
+if [ "${WHALE_TEST_SKIP_ASAN:-0}" != 1 ]; then
+  section "ASan + UBSan build and tests"
+  if [ ! -f "$ASAN_BUILD/build.ninja" ]; then
+    meson setup "$ASAN_BUILD" -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
+      >/dev/null || { failures+=("asan: setup"); failed=$((failed + 1)); }
+  fi
+  if ninja -C "$ASAN_BUILD" >"$LOGDIR/ninja-asan.log" 2>&1; then
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
+    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp:print_suppressions=0 \
+      count_meson "$ASAN_BUILD" "asan meson test" --no-suite slow
+  else
+    tail -n 30 "$LOGDIR/ninja-asan.log"
+    failures+=("asan: build"); failed=$((failed + 1))
+  fi
+fi
+
+section "cluster tests (minicluster instance $INSTANCE, $NODES nodes)"
+cleanup() { "$MC" -i "$INSTANCE" down >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+trap 'cleanup; exit 130' INT TERM
+if mc_out=$("$MC" -i "$INSTANCE" -b "$BUILD" up "$NODES" 2>&1); then
+  echo "$mc_out" | grep -v '^export' || true
+  eval "$(echo "$mc_out" | grep '^export')"
+  export WHALE_BUILD_DIR=$BUILD WHALE_SRC_DIR=$ROOT
+  files=$(ls tests/cluster/*.bats 2>/dev/null | grep -- "${WHALE_TEST_FILTER:-}" || true)
+  if [ -n "$files" ]; then
+    tap=$(bats --tap $files 2>&1); true
+    echo "$tap" | grep -E '^(ok|not ok)|^#' | head -n 400
+    ok=$(echo "$tap" | grep -c '^ok ' || true)
+    nok=$(echo "$tap" | grep -c '^not ok ' || true)
+    plan=$(echo "$tap" | sed -n 's/^1\.\.\([0-9]*\)$/\1/p' | head -1)
+    # tests that never reported (bats crashed) count as failed
+    if [ -n "$plan" ] && [ $((ok + nok)) -lt "$plan" ]; then nok=$((plan - ok)); fi
+    [ -z "$plan" ] && [ $((ok + nok)) -eq 0 ] && nok=1
+    passed=$((passed + ok)); failed=$((failed + nok))
+    [ "$nok" -gt 0 ] && failures+=("cluster: $nok")
+  fi
+else
+  echo "$mc_out"
+  failures+=("minicluster up"); failed=$((failed + 1))
+fi
+cleanup
+trap - EXIT
+
+section "done"
+for f in "${failures[@]}"; do echo "failed: $f"; done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
