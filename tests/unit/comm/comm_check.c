@@ -177,6 +177,14 @@ int main(int argc, char **argv)
         return 1;
     }
     g_rank = whale_rank(ctx);
+    if (whale_is_spare(ctx)) {
+        /* A spare belongs to no working group; it only joins finalize. */
+        int bad = whale_world(ctx) || whale_tp_group(ctx) || whale_rank(ctx) != -1;
+        if (bad)
+            fprintf(stderr, "comm_check: spare task %d sees a working group\n", whale_task_id(ctx));
+        rc = whale_finalize(ctx);
+        return bad || rc ? 1 : 0;
+    }
     whale_group *w = whale_world(ctx);
     int p = whale_world_size(ctx);
     int *wr = malloc(sizeof(int) * (size_t)p);
