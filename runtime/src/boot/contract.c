@@ -42,8 +42,8 @@ int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_
 {
     int rc;
     int *map = NULL;
-    const bool have_contract = get(WHALE_ENV_WORLD, user) || get(WHALE_ENV_TP, user) ||
-                               get(WHALE_ENV_RANKMAP, user);
+    const char *cw = get(WHALE_ENV_WORLD, user), *ct = get(WHALE_ENV_TP, user);
+    const bool have_contract = (cw && *cw) || (ct && *ct);
     int ntasks, task, tp, pp, dp, world;
 
     if ((rc = get_int(get, user, WHALE_ENV_NTASKS, 1, INT_MAX, pmix_size > 0 ? pmix_size : 1, &ntasks)) ||
