@@ -320,7 +320,7 @@ int main(int argc, char **argv)
     /* Event loop: output, child exits, signals, deadlines. */
     int live = started, user_sig = 0, nsig = 0;
     bool stopping = rc != 0, timed_out = false;
-    double kill_at = 0, deadline = timeout ? now_s() + timeout : 0;
+    double kill_at = 0, all_exited_at = 0, deadline = timeout ? now_s() + timeout : 0;
     const double grace = 3.0;
     struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
     int *who = calloc((size_t)(2 * n + 1), sizeof *who);
@@ -337,6 +337,24 @@ int main(int argc, char **argv)
                 }
         if (live == 0 && open_fds == 0)
             break;
+        /* Every task exited but something it started still holds its
+         * output open: give it a moment, then stop it (like Slurm's
+         * process tracking does at step end). */
+        if (live == 0 && !all_exited_at)
+            all_exited_at = now_s();
+        if (live == 0 && now_s() - all_exited_at > 1.0) {
+            for (int t = 0; t < n; t++) {
+                if (ch[t].pid > 0)
+                    kill(-ch[t].pid, SIGKILL);
+                for (int w = 0; w < 2; w++)
+                    if (ch[t].fd[w] >= 0) {
+                        drain(&ch[t], w, label, true);
+                        close(ch[t].fd[w]);
+                        ch[t].fd[w] = -1;
+                    }
+            }
+            break;
+        }
         int wait_ms = 200;
         int pr = poll(pfd, (nfds_t)np, wait_ms);
         if (pr < 0 && errno != EINTR)
