@@ -146,6 +146,7 @@ struct whale_ctx {
     bool *watch;              /* [ntasks] same-node peer checked by pid */
     double next_watch;        /* next liveness check (CLOCK_MONOTONIC s) */
     double peer_timeout;      /* seconds */
+    bool oversubscribed;      /* more tasks on this node than usable cores */
     struct comm_link link[COMM_LINK_NCLASS];
     size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
     int window;               /* chains in flight */

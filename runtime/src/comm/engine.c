@@ -265,19 +265,19 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
     return 0;
 }
 
-/* Back-off while nothing moves: spin briefly (latency), then yield (other
- * ranks or compute threads may need this core: ranks often outnumber
- * cores), then sleep (a straggling peer may be minutes away). */
-#ifndef WHALE_RELAX_SLEEP_AFTER
-#define WHALE_RELAX_SLEEP_AFTER 20000
-#endif
-static void relax(int idle)
+/* Back-off while nothing moves. With at most one rank per core, spin
+ * (yielding the core would hand it to another process for a whole time
+ * slice and every rendezvous step would wait for it); with more ranks than
+ * cores, yield soon so that the peer we wait for can run. After a long
+ * quiet spell (a straggling peer) sleep briefly. */
+static void relax(const whale_ctx *ctx, int idle)
 {
-    if (idle < 16) {
+    int spin = ctx->oversubscribed ? 16 : 200000;
+    if (idle < spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
-    } else if (idle < WHALE_RELAX_SLEEP_AFTER) {
+    } else if (idle < spin + 20000) {
         sched_yield();
     } else {
         struct timespec ts = { 0, 20000 };
@@ -305,7 +305,7 @@ static int wait_counted(whale_req *req)
         int ev = comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        relax(idle);
+        relax(ctx, idle);
     }
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;
@@ -374,7 +374,8 @@ static void *progress_main(void *arg)
         int ev = comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        relax(idle);
+        /* the thread shares cores with compute: always the polite policy */
+        relax(&(whale_ctx){ .oversubscribed = true }, idle);
         pthread_mutex_lock(&ctx->lock);
     }
     pthread_mutex_unlock(&ctx->lock);

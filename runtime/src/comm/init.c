@@ -1,7 +1,9 @@
 /* whale_init / whale_finalize: bootstrap, UCX wire-up, the standard groups
  * (world, TP, PP, DP, and every task including spares), the cost model and
  * the progress thread. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,6 +209,14 @@ int whale_init(whale_ctx **out)
     whale_log_set_rank(ctx->boot.rank);
     if ((rc = wireup(ctx)) || (rc = std_groups(ctx)))
         goto fail;
+    {
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        int here = 0;
+        for (int t = 0; t < ctx->boot.ntasks; t++)
+            here += ctx->boot.node_of_task[t] == ctx->boot.node_of_task[ctx->boot.task];
+        ctx->oversubscribed = here > cores;
+    }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
     if (ctx->world && ctx->world->size > 1 &&
