@@ -147,6 +147,7 @@ struct whale_ctx {
     double next_watch;        /* next liveness check (CLOCK_MONOTONIC s) */
     double peer_timeout;      /* seconds */
     bool oversubscribed;      /* more tasks on this node than usable cores */
+    int spin;                 /* idle polls before yielding the core */
     struct comm_link link[COMM_LINK_NCLASS];
     size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
     int window;               /* chains in flight */

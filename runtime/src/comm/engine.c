@@ -272,7 +272,7 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
  * quiet spell (a straggling peer) sleep briefly. */
 static void relax(const whale_ctx *ctx, int idle)
 {
-    int spin = ctx->oversubscribed ? 16 : 200000;
+    int spin = ctx->oversubscribed ? 16 : ctx->spin;
     if (idle < spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();

@@ -216,6 +216,8 @@ int whale_init(whale_ctx **out)
         for (int t = 0; t < ctx->boot.ntasks; t++)
             here += ctx->boot.node_of_task[t] == ctx->boot.node_of_task[ctx->boot.task];
         ctx->oversubscribed = here > cores;
+        const char *sp = getenv("WHALE_SPIN");
+        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : 16;
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
