@@ -41,9 +41,25 @@ void comm_op_unref(comm_op_t *op)
 
 static void cancel_recvs(comm_op_t *op)
 {
-    /* Copy: callbacks of cancelled requests run later, inside progress. */
-    for (int i = 0; i < op->nucx; i++)
-        ucp_request_cancel(op->ctx->worker, op->ucx_reqs[i]);
+    /* Work on a copy: UCX may complete a cancelled receive at once, and its
+     * callback removes it from op->ucx_reqs. A reference keeps op alive. */
+    int n = op->nucx;
+    if (!n)
+        return;
+    void **copy = malloc(sizeof(void *) * (size_t)n);
+    if (!copy)
+        return;
+    memcpy(copy, op->ucx_reqs, sizeof(void *) * (size_t)n);
+    op->refs++;
+    for (int i = 0; i < n; i++) {
+        bool still = false;
+        for (int k = 0; k < op->nucx && !still; k++)
+            still = op->ucx_reqs[k] == copy[i];
+        if (still)
+            ucp_request_cancel(op->ctx->worker, copy[i]);
+    }
+    free(copy);
+    comm_op_unref(op);
 }
 
 static int stage_start(comm_op_t *op)
