@@ -234,12 +234,14 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
             }
             if ((rq->dp > 0 && dp64 != rq->dp) || dp64 > B || B % dp64 ||
                 (rq->max_dp > 0 && dp64 > rq->max_dp)) {
-                if ((rq->pp > 0 || rq->dp > 0) && dp64 > 0 && !first_reason[0])
+                if (rq->dp > 0 && dp64 != rq->dp && !first_reason[0] && N % rq->dp)
                     snprintf(first_reason, sizeof first_reason,
-                             "no valid layout: tp=%d pp=%d leaves dp=%lld%s, which must divide the "
-                             "global batch of %ld",
-                             tp, pp, (long long)dp64,
-                             rq->dp > 0 && dp64 != rq->dp ? " (not the dp asked for)" : "", B);
+                             "no valid layout: dp=%d does not divide the %lld GPUs (tp*pp*dp must "
+                             "use them all)", rq->dp, (long long)N);
+                else if ((rq->pp > 0 || rq->dp > 0) && dp64 > 0 && B % dp64 && !first_reason[0])
+                    snprintf(first_reason, sizeof first_reason,
+                             "no valid layout: dp=%lld (tp=%d pp=%d) must divide the global batch "
+                             "of %ld", (long long)dp64, tp, pp, B);
                 continue;
             }
             int dp = (int)dp64;
@@ -248,7 +250,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
             cfg.pp = pp;
             cfg.dp = dp;
             cfg.interleave = 1;
-            char why[256];
+            char why[200];
             cfg.microbatch = 1;
             if (plan_config_check(&st->x, &cfg, why, sizeof why)) {
                 if (!first_reason[0])
