@@ -382,6 +382,23 @@ static void test_calibration_roundtrip(void **state)
     assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].bw / bw - 1) < 1e-9);
     assert_int_equal(whale_calib_fit_gemm(2048, 1, 64, 2, &fit), WHALE_EINVAL);
 
+    /* one-point step fit: reproduces the measured time, then predicts others */
+    {
+        struct whale_model_desc ms;
+        assert_int_equal(whale_model_desc_load("gpt-small", &ms), 0);
+        struct whale_cluster one;
+        assert_int_equal(whale_cluster_init(&one, 1, 1, "cpu"), 0);
+        struct whale_calib sc;
+        memset(&sc, 0, sizeof sc);
+        struct whale_plan_config g = cfg_of(1, 1, 1, 8, 0, WHALE_RECOMPUTE_NONE);
+        assert_int_equal(whale_calib_fit_step(&ms, 8, &one, &g, 1.0, &sc), 0);
+        whale_calib_apply(&sc, &one);
+        struct whale_plan_prediction pp;
+        assert_int_equal(whale_plan_eval(&ms, 8, &one, &g, &pp), 0);
+        assert_true(fabs(pp.t_step - 1.0) < 1e-3);
+        assert_int_equal(whale_calib_fit_step(&ms, 8, &one, &g, 1e-9, &sc), WHALE_ERANGE);
+    }
+
     /* errors name the line and the key */
     struct whale_calib bad;
     assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu PeakTFLOP=3\n", "x.cal", &bad),
