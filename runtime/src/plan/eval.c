@@ -352,6 +352,8 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
         cfg->seqpar = false;
     bool mixed = whale_cluster_is_mixed(c);
     int *layers = cfg->stage_layers;
+    if (cfg->uneven)   /* filled below for mixed clusters with dp <= WHALE_PLAN_MAX_STAGES */
+        memset(cfg->replica_micro, 0, sizeof cfg->replica_micro);
     if (!cfg->layers_given)
         split_even(md->layers, pp, layers);
 
@@ -466,7 +468,9 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
             Fr[r] = (Fr[r] - Mr[r]) / cfg->interleave;
         /* batch split: even, or water-filling micro-batches by replica speed */
         double T = 0;
-        if (!cfg->uneven || dp == 1) {
+        /* per-replica counts are stored for up to WHALE_PLAN_MAX_STAGES replicas;
+         * beyond that the batch stays even (layers may still be uneven) */
+        if (!cfg->uneven || dp == 1 || dp > WHALE_PLAN_MAX_STAGES) {
             for (int r = 0; r < dp; r++)
                 T = fmax(T, m * Mr[r] + Fr[r]);
         } else {
@@ -491,14 +495,13 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
                 if (k > left) k = left;
                 if (k < 1) k = 1;
                 left -= k;
-                if (r < WHALE_PLAN_MAX_STAGES)
-                    cfg->replica_micro[r] = (int)k;
+                cfg->replica_micro[r] = (int)k;
             }
             /* the hi bound guarantees enough capacity; hand out any rest */
-            for (int r = 0; left > 0 && r < dp && r < WHALE_PLAN_MAX_STAGES; r++, left--)
+            for (int r = 0; left > 0 && r < dp; r++, left--)
                 cfg->replica_micro[r]++;
             T = 0;
-            for (int r = 0; r < dp && r < WHALE_PLAN_MAX_STAGES; r++)
+            for (int r = 0; r < dp; r++)
                 T = fmax(T, cfg->replica_micro[r] * Mr[r] + Fr[r]);
         }
         free(Mr);
