@@ -277,10 +277,17 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         *total = m * rs + ag;
         exposed = fmax(0, m * rs - ov * m * so->t_bwd - slack) + ag * (1 - ov);
         break;
-    default:  /* ZeRO-3: gather weights for forward and backward of every micro-batch */
-        *total = m * (2 * ag + rs);
+    default: {
+        /* ZeRO-3: every micro-batch gathers the weights layer by layer for
+         * forward, for the recomputed forward of fully recomputed layers,
+         * and for backward, and reduce-scatters the gradients; one
+         * collective per layer, each paying the ring's latency */
+        double nl = Ls > 0 ? Ls : 1, full = Ls > 0 ? (double)so->n_full / Ls : 0;
+        double lat = nl * (cfg->dp - 1) * al;
+        *total = m * ((2 + full) * (ag + lat) + rs + lat);
         exposed = fmax(0, *total - ov * m * (so->t_comp + so->t_rc) - slack);
         break;
+    }
     }
     return exposed + x->c->eff.overlap_cost * fmax(0, *total - exposed);
 }
