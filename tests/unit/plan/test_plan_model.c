@@ -161,6 +161,33 @@ static void test_pipeline_inflight(void **state)
     }
 }
 
+/* Pipeline schedule: bubble = (p-1)/v stage-times against m of them
+ * (1F1B and interleaved), on a model whose embedding/output are negligible. */
+static void test_pipeline_bubble(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_parse_string(
+        "Name=b Layers=32 Hidden=2048 Heads=16 Seq=1024 Vocab=16", "t", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    struct { int pp, v, mb; } cases[] = { { 4, 1, 1 }, { 8, 1, 2 }, { 4, 2, 1 }, { 8, 4, 1 } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int pp = cases[i].pp, v = cases[i].v, dp = 32 / pp;
+        struct whale_plan_config cfg = cfg_of(1, pp, dp, cases[i].mb, 1, WHALE_RECOMPUTE_FULL);
+        cfg.interleave = v;
+        struct whale_plan_prediction p;
+        long batch = (long)dp * cases[i].mb * 16;   /* m = 16 micro-batches */
+        assert_int_equal(whale_plan_eval(&m, batch, &c, &cfg, &p), 0);
+        assert_int_equal(cfg.nmicro, 16);
+        double pipe = p.t_step - p.t_dp - p.t_optim - p.t_offload;
+        double want = (pp - 1.0) / v / (16 + (pp - 1.0) / v);
+        if (fabs(p.t_bubble / pipe / want - 1) > 0.02)
+            fail_msg("pp=%d v=%d: bubble share %.4f, (p-1)/v over m+(p-1)/v = %.4f", pp, v,
+                     p.t_bubble / pipe, want);
+    }
+}
+
 /* Exhaustive minimum over all nopt^n choices. */
 static double brute(int n, int nopt, const double *mem, const double *time, double budget)
 {
@@ -629,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_zero_bytes_per_param),
         cmocka_unit_test(test_activation_formulas),
         cmocka_unit_test(test_pipeline_inflight),
+        cmocka_unit_test(test_pipeline_bubble),
         cmocka_unit_test(test_ckpt_dp_vs_brute_force),
         cmocka_unit_test(test_rc_uniform_matches_dp),
         cmocka_unit_test(test_recompute_auto_engine),
