@@ -462,6 +462,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int status = res->found ? 0 : 1;
+    /* with --json - the plan owns stdout; the human-readable report goes to stderr */
+    FILE *human = json && !strcmp(json, "-") ? stderr : stdout;
     if (fit_step > 0 && res->found) {
         /* fit on the constrained best configuration, on top of --calib */
         if (whale_calib_fit_step(&md, batch, &uncalibrated, &res->best.cfg, fit_step, &cal) ||
@@ -480,11 +482,11 @@ int main(int argc, char **argv)
     }
     if (quiet && res->found) {
         whale_plan_format_config(&res->best.cfg, buf, 1 << 16);
-        printf("%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
+        fprintf(human, "%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
                res->best.pred.tflops_per_gpu, res->best.pred.mem_total / 1073741824.0);
     } else if (!quiet) {
         whale_plan_explain(&rq, res, buf, 1 << 16);
-        fputs(buf, stdout);
+        fputs(buf, human);
     }
     if (evaluate && res->found) {
         struct whale_plan_request free_rq;
@@ -499,9 +501,9 @@ int main(int argc, char **argv)
             char a[200], b[200];
             whale_plan_format_config(&res->best.cfg, a, sizeof a);
             whale_plan_format_config(&pick->best.cfg, b, sizeof b);
-            printf("\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
+            fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
                    res->best.pred.t_step, res->best.pred.tflops_per_gpu);
-            printf("planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
+            fprintf(human, "planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
                    pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
                    res->best.pred.t_step / pick->best.pred.t_step);
         }

@@ -48,6 +48,9 @@ expect 0 json -- "$P" -m gpt-7.5b -b 512 -N 16 -q --json "$TMP/plan.json"
 has "$TMP/plan.json" '"prediction"' "json prediction"
 has "$TMP/plan.json" '"tp"' "json tp"
 has "$TMP/plan.json" '"step_seconds"' "json step time"
+expect 0 "json on stdout" -- "$P" -m gpt-7.5b -b 512 -N 16 -e -j -
+[ "$(head -c 1 "$TMP/out")" = "{" ] || { echo "FAIL: --json - stdout is not only the plan"; fails=$((fails + 1)); }
+has "$TMP/err" "^best" "report on stderr with --json -"
 expect 0 "predict a plan file" -- "$P" -m gpt-7.5b -N 16 --plan "$TMP/plan.json"
 has "$TMP/out" "time per step" "plan file prediction"
 sed 's/"tp": [0-9]*/"tp": 3/' "$TMP/plan.json" > "$TMP/bad.json"
