@@ -272,7 +272,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     for (int g = 0; g < c->ngroups; g++)
                         plan_layer_cost(&st->x, &c->group[g].gpu, tp, f.seqpar, b, &lc[g]);
                     struct whale_plan_prediction pr;
-                    if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && !pr.fits) {
+                    if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && pr.mem_total > pr.mem_capacity) {
                         res->pruned++;
                         double over = pr.mem_total / pr.mem_capacity;
                         if (b == 1 && over < closest) {

@@ -649,6 +649,43 @@ static void test_limits_and_seqpar(void **state)
     whale_plan_free(&p);
 }
 
+/* Pruning never changes the answer: pruned and exhaustive searches agree. */
+static void test_pruning_is_exact(void **state)
+{
+    (void)state;
+    const char *models[] = { "gpt-1.7b", "gpt-7.5b", "gpt-39.1b", "gpt-145.6b" };
+    const int nodes[] = { 2, 8, 32, 48 }, batch[] = { 64, 256, 512, 768 };
+    const char *gpus[] = { "A100-40GB", "A100-80GB", "H100-80GB", "V100-32GB" };
+    struct whale_plan_result *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    int found = 0;
+    for (int i = 0; i < 4; i++)
+        for (int g = 0; g < 4; g++) {
+            struct whale_model_desc m;
+            assert_int_equal(whale_model_desc_load(models[i], &m), 0);
+            struct whale_cluster c;
+            assert_int_equal(whale_cluster_init(&c, nodes[(i + g) % 4], 8, gpus[g]), 0);
+            struct whale_plan_request rq;
+            whale_plan_request_init(&rq);
+            rq.model = &m;
+            rq.global_batch = batch[(i + 2 * g) % 4];
+            rq.cluster = &c;
+            int ra = whale_plan_search(&rq, a);
+            rq.exhaustive = true;
+            int rb = whale_plan_search(&rq, b);
+            assert_int_equal(ra, rb);
+            if (ra == 0) {
+                found++;
+                assert_true(a->best.pred.t_step == b->best.pred.t_step);
+                assert_true(b->evaluated >= a->evaluated);
+            }
+        }
+    assert_true(found >= 8);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     whale_log_set_level(WHALE_LOG_ERROR + (getenv("WHALE_LOG") ? 3 : 0));
@@ -667,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_predict_plan),
         cmocka_unit_test(test_limits_and_seqpar),
+        cmocka_unit_test(test_pruning_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
