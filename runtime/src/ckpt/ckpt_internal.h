@@ -67,6 +67,10 @@ void   ckpt_decode(enum ckpt_enc e, enum whale_dtype t, const void *src, int64_t
 /* Convert n elements between float dtypes (or copy when equal). */
 int    ckpt_convert(enum whale_dtype from, const void *src, enum whale_dtype to, void *dst,
                     int64_t n);
+/* Byte-shuffle width used before zstd for an encoding (0: none). */
+int    ckpt_shuffle_width(enum ckpt_enc e, enum whale_dtype t);
+void   ckpt_shuffle(const void *src, void *dst, size_t n, int w);
+void   ckpt_unshuffle(const void *src, void *dst, size_t n, int w);
 uint16_t ckpt_f32_to_bf16(float f);
 float    ckpt_bf16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_f16(float f);
