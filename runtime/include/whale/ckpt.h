@@ -141,7 +141,7 @@ void whale_ckpt_config_default(whale_ckpt_config *c);
 /* Override from WHALE_CKPT_DIR, _EVERY (N steps or "30s"/"10m"/"2h"), _KEEP,
  * _ASYNC (0/1), _BUSY (wait|skip), _WEIGHTS (exact|bf16|fp16), _MOMENTS
  * (exact|int8), _ZSTD (level), _INCREMENTAL (0/1), _CHUNK_MB, _PRIVATE
- * (0/1), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
+ * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
  * logged with the variable and the allowed range. */
 int whale_ckpt_config_from_env(whale_ckpt_config *c);
 

@@ -98,6 +98,7 @@ void ckpt_st_entries_free(ckpt_st_entry *e, size_t n);
 typedef struct ckpt_fault {
     long long enospc_after; /* fail writes with ENOSPC after this many bytes (-1 off) */
     int slow_ms;            /* sleep before each file write (kill tests) */
+    int kill_rank;          /* this rank SIGKILLs itself after its first shard file (-1 off) */
     long long written;
 } ckpt_fault;
 void ckpt_fault_from_env(ckpt_fault *f);

@@ -20,11 +20,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-/* WHALE_CKPT_FAULT="enospc_after=BYTES,slow_ms=N" */
+/* WHALE_CKPT_FAULT="enospc_after=BYTES,slow_ms=N,kill_rank=R" */
 void ckpt_fault_from_env(ckpt_fault *f)
 {
     f->enospc_after = -1;
     f->slow_ms = 0;
+    f->kill_rank = -1;
     f->written = 0;
     const char *s = getenv("WHALE_CKPT_FAULT");
     if (!s || !*s)
@@ -34,6 +35,8 @@ void ckpt_fault_from_env(ckpt_fault *f)
         f->enospc_after = atoll(p + 13);
     if ((p = strstr(s, "slow_ms=")))
         f->slow_ms = atoi(p + 8);
+    if ((p = strstr(s, "kill_rank=")))
+        f->kill_rank = atoi(p + 10);
     whale_warn("checkpoint: fault injection active: WHALE_CKPT_FAULT=%s", s);
 }
 

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +400,8 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
     /* Start write-back now; fsync all files at the end keeps the disk busy. */
     sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     ps->fds[ps->nfds++] = fd;
+    if (ck->fault.kill_rank == ck->cfg.rank) /* test hook: kill -9 in the middle of a save */
+        raise(SIGKILL);
     *stored_out = hlen + off;
     for (size_t i = 0; i < n; i++)
         json_array_append(chunks_out, json_array_get(recs, i));
