@@ -43,7 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "whale/comm.h" /* enum whale_dtype */
+#include "whale/comm.h"   /* enum whale_dtype */
+#include "whale/engine.h" /* the engine glue at the end */
 
 #ifdef __cplusplus
 extern "C" {
@@ -242,6 +243,20 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
  * (e.g. a model to fine-tune): one rank, tensor names kept, kinds from
  * whale_ckpt_kind_from_name. Supported dtypes: F32, BF16, F16, I32, I64, U8. */
 int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step);
+
+/* ---- the training engine ------------------------------------------------------
+ * Names on disk: parameters under their engine name, AdamW moments as
+ * "opt.m.<name>" / "opt.v.<name>", fp32 masters as "opt.master.<name>".
+ * The engine's scalar state (struct whale_train_state) goes into the
+ * manifest's "extra" as {"train_state": {...}}. */
+/* Save the pieces this rank writes (writer = true) plus the train state.
+ * plan_json (may be NULL) is stored as the manifest's plan. Call between
+ * steps; with SNAPSHOT_DEFERRED call whale_ckpt_fence before the next step. */
+int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_json,
+                           bool *skipped);
+/* Restore every piece this rank holds (any layout the checkpoint was saved
+ * with) and the train state. */
+int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e);
 
 #ifdef __cplusplus
 }
