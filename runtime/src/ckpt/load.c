@@ -587,13 +587,22 @@ int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
             bad++;
         }
     }
-    for (size_t i = 0; i < r->nt; i++)
-        for (size_t k = 0; k < r->t[i].nc; k++) {
+    for (size_t i = 0; i < r->nt; i++) {
+        const rtensor *t = &r->t[i];
+        int64_t have = 0, want = ckpt_shape_numel(t->ndim, t->shape);
+        for (size_t k = 0; k < t->nc; k++) {
             void *buf = NULL;
-            if (load_chunk(r, &r->t[i], &r->t[i].c[k], &buf))
+            if (load_chunk(r, t, &t->c[k], &buf))
                 bad++;
             free(buf);
+            have += ckpt_region_numel(&t->c[k].reg);
         }
+        /* chunks never overlap (one writer per element), so the sum is the coverage;
+         * a partial tensor is legal (the saver chose it) but worth saying */
+        if (have < want)
+            whale_warn("verify: %s: tensor %s: the checkpoint holds %lld of its %lld elements",
+                       r->dir, t->name, (long long)have, (long long)want);
+    }
     if (bad_out)
         *bad_out = bad;
     return bad ? WHALE_ECORRUPT : 0;

@@ -61,4 +61,13 @@ WHALE_CKPT_WEIGHTS=bf16 WHALE_CKPT_MOMENTS=int8 WHALE_CKPT_ASYNC=0 \
 "$train" "${args[@]}" --metrics "$d/c.jsonl" --resume "$d/ckc/step-00000010" >/dev/null 2>&1 \
     || fail "compressed resume"
 compare "$d/ref.jsonl" "$d/c.jsonl" 11 2e-2 || fail "compressed resume drifted"
-echo "ok: exact resume after kill -9"
+# disk full during a background save: training stops with the reason, the
+# partial directory is gone, the earlier checkpoint is intact
+out=$(WHALE_CKPT_FAULT=enospc_after=2000000 "$train" "${args[@]}" --metrics "" \
+      --whale-ckpt-dir "$d/full" --whale-ckpt-every 5 2>&1) && fail "disk full not reported"
+echo "$out" | grep -q "No space left on device" || fail "no ENOSPC: $out"
+echo "$out" | grep -q "stopping: .*checkpoint.* failed" || fail "training not stopped: $out"
+[ "$(readlink "$d/full/latest")" = step-00000005 ] || fail "latest moved: $(ls -a "$d/full")"
+ls -a "$d/full" | grep -q '^\.tmp-' && fail "partial directory left: $(ls -a "$d/full")"
+"$tool" verify "$d/full" >/dev/null || fail "step 5 no longer verifies"
+echo "ok: exact resume after kill -9; disk full stops training, step 5 intact"
