@@ -417,6 +417,14 @@ int main(int argc, char **argv)
     }
     if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
         goto out;
+    if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", 1, "pp", 1,
+                               "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
+                               "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
+                               "seed", (json_int_t)o.seed);
+        plan_json = json_dumps(pj, JSON_COMPACT);
+        json_decref(pj);
+    }
 
     size_t bt = (size_t)micro * accum * seq;
     in = malloc(bt * sizeof(int32_t));
