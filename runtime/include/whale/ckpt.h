@@ -255,7 +255,9 @@ int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg
 int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_json,
                            bool *skipped);
 /* Restore every piece this rank holds (any layout the checkpoint was saved
- * with) and the train state. */
+ * with) and the train state. A checkpoint without a train state (imported
+ * with whale_ckpt_import_safetensors) initializes the weights only: the
+ * optimizer and the step counter start afresh (fine-tuning). */
 int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e);
 
 #ifdef __cplusplus

@@ -91,13 +91,27 @@ int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
     const whale_ckpt_info *in = whale_ckpt_reader_info(r);
     json_t *x = in->extra_json ? json_loads(in->extra_json, 0, NULL) : NULL;
     json_t *st = json_object_get(x, "train_state");
-    if (!json_is_object(st)) {
-        whale_error("checkpoint %s has no engine train state (not saved by whale-train?)", in->dir);
-        json_decref(x);
-        return WHALE_EDATA;
-    }
     struct whale_train_state ts;
     whale_engine_get_state(e, &ts);
+    if (!json_is_object(st)) {
+        /* not saved by the engine (e.g. imported with whale-ckpt convert
+         * --from-safetensors): take the weights, start the optimizer afresh */
+        json_decref(x);
+        struct collect c;
+        int rc = collect_all(e, false, &c);
+        size_t k = 0;
+        for (size_t i = 0; i < c.n; i++)
+            if (strncmp(c.p[i].name, "opt.", 4))
+                c.p[k++] = c.p[i];
+        if (!rc)
+            rc = whale_ckpt_read(r, c.p, k);
+        free(c.p);
+        free(c.names);
+        if (!rc)
+            whale_info("initialized the weights from %s (no train state: optimizer and step "
+                       "start afresh)", in->dir);
+        return rc;
+    }
     ts.step = json_integer_value(json_object_get(st, "step"));
     ts.adam_t = json_integer_value(json_object_get(st, "adam_t"));
     ts.samples = json_integer_value(json_object_get(st, "samples"));

@@ -61,6 +61,22 @@ WHALE_CKPT_WEIGHTS=bf16 WHALE_CKPT_MOMENTS=int8 WHALE_CKPT_ASYNC=0 \
 "$train" "${args[@]}" --metrics "$d/c.jsonl" --resume "$d/ckc/step-00000010" >/dev/null 2>&1 \
     || fail "compressed resume"
 compare "$d/ref.jsonl" "$d/c.jsonl" 11 2e-2 || fail "compressed resume drifted"
+# fine-tune from a plain safetensors model: export the weights of step 10,
+# import them as a new checkpoint, start from it (optimizer afresh)
+"$tool" convert "$d/ck" "$d/w.safetensors" --which 10 --params-only >/dev/null || fail "export"
+"$tool" convert --from-safetensors "$d/w.safetensors" "$d/ft" >/dev/null || fail "import"
+"$train" "${args[@]}" --steps 3 --metrics "$d/ft.jsonl" --resume "$d/ft" >"$d/ft.out" 2>&1 \
+    || fail "fine-tune start: $(tail -3 "$d/ft.out")"
+grep -q "initialized the weights from" "$d/ft.out" || fail "no init line: $(cat "$d/ft.out")"
+python3 - "$d/ref.jsonl" "$d/ft.jsonl" <<'PY' || fail "fine-tune did not start from the trained weights"
+import json, sys
+ref = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"step"')]
+ft = [json.loads(l) for l in open(sys.argv[2]) if l.startswith('{"step"')]
+# the first step of the fine-tune sees the step-10 weights: far below a fresh model's loss
+print("fresh model %.3f, fine-tune start %.3f" % (ref[0]["loss"], ft[0]["loss"]))
+sys.exit(0 if ft[0]["loss"] < ref[0]["loss"] - 0.3 else 1)
+PY
+
 # disk full during a background save: training stops with the reason, the
 # partial directory is gone, the earlier checkpoint is intact
 out=$(WHALE_CKPT_FAULT=enospc_after=2000000 "$train" "${args[@]}" --metrics "" \
