@@ -122,8 +122,6 @@ double ckpt_now(void);
 
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);
-void ckpt_hex64(uint64_t h, char out[17]);
-uint64_t ckpt_xxh64(const void *p, size_t n);
 
 /* whale_ckpt_resolve, optionally without logging (an empty root is normal) */
 int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);

@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 /* WHALE_CKPT_FAULT="enospc_after=BYTES,slow_ms=N,kill_rank=R" */
 void ckpt_fault_from_env(ckpt_fault *f)
@@ -237,9 +236,3 @@ void ckpt_hex128(const void *hash16, char out[33])
         snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
-void ckpt_hex64(uint64_t h, char out[17])
-{
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
-uint64_t ckpt_xxh64(const void *p, size_t n) { return XXH3_64bits(p, n); }

@@ -517,11 +517,9 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
             }
         }
         if (!linked) {
-            size_t before = json_array_size(chunks);
             rc = write_bundle(ck, ps, c, &b[i], fname, chunks, &fbytes);
             if (rc)
                 break;
-            (void)before;
             st->bytes_written += fbytes;
             st->files_written++;
         }

@@ -359,8 +359,6 @@ static void test_roundtrip_single_rank(void **st)
     float w[6 * 5];
     for (int i = 0; i < 30; i++)
         w[i] = (float)i * 0.5f - 3;
-    double unused;
-    (void)unused;
     int64_t ws[2] = {6, 5}, vs[1] = {4}, es[2] = {0, 3};
     float sc = 42.5f;
     int64_t iv[4] = {1, -2, 3, 1LL << 40};
