@@ -1,0 +1,187 @@
+/* The training engine: a GPT-2-style decoder built from layers, trained with
+ * AdamW under data parallelism with ZeRO stages 0-3 (tensor and pipeline
+ * parallelism build on the same structures).
+ *
+ * Model = a chain of layers: layer 0 embeds tokens (wte, wpe), layers
+ * 1..L are transformer blocks, layer L+1 is the head (final LayerNorm, output
+ * projection tied to wte, cross-entropy). A pipeline stage is a contiguous
+ * range of layers. Every parameter has a global name and global shape and
+ * a tensor-parallel split; its values are a function of (seed, global name,
+ * global element index) only, so any layout starts from exactly the same
+ * model.
+ *
+ * Checkpoints (whale/ckpt) enumerate everything a rank holds with
+ * whale_engine_tensors() and read/write the pieces in place, plus the
+ * scalar state of struct whale_train_state. This interface is stable. */
+#ifndef WHALE_ENGINE_H
+#define WHALE_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "whale/comm.h"
+#include "whale/modeldesc.h"
+#include "whale/planfile.h" /* enum whale_precision */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct whale_engine whale_engine;
+
+#define WHALE_MAX_DIMS 4
+
+/* How tensor parallelism cuts a parameter (Megatron): */
+enum whale_tp_split {
+    WHALE_SPLIT_NONE = 0, /* replicated on every TP rank (LayerNorm, row-parallel bias) */
+    WHALE_SPLIT_COL,      /* output features split (QKV, fc): split_dim holds them */
+    WHALE_SPLIT_ROW,      /* input features split (attn.proj, mlp.proj) */
+    WHALE_SPLIT_VOCAB,    /* embedding rows split by vocabulary range (wte) */
+};
+
+enum whale_tensor_kind {
+    WHALE_TENSOR_PARAM = 0, /* the weights the model computes with */
+    WHALE_TENSOR_ADAM_M,    /* AdamW first moment */
+    WHALE_TENSOR_ADAM_V,    /* AdamW second moment */
+    WHALE_TENSOR_MASTER,    /* fp32 master weights when params are stored in 16 bits */
+    WHALE_TENSOR_KIND_COUNT_
+};
+const char *whale_tensor_kind_name(enum whale_tensor_kind k); /* "param", "adam_m", ... */
+
+/* One piece of one tensor held by this rank. The tensor-parallel piece is a
+ * box [tp_offset, tp_offset + tp_shape) of the global tensor; of that box
+ * (flattened row-major) this rank holds elements [flat_begin, flat_end) at
+ * `data` (ZeRO shards; the whole box without ZeRO). */
+struct whale_tensor_piece {
+    char name[96];                 /* global name, e.g. "h.3.attn.qkv.w" */
+    enum whale_tensor_kind kind;
+    enum whale_dtype dtype;
+    int ndim;
+    int64_t global_shape[WHALE_MAX_DIMS];
+    int64_t tp_offset[WHALE_MAX_DIMS];
+    int64_t tp_shape[WHALE_MAX_DIMS];
+    int64_t flat_begin, flat_end;
+    void *data;                    /* (flat_end - flat_begin) elements of dtype */
+    /* Several ranks may hold identical copies (DP replicas of parameters
+     * without ZeRO-3, TP replicas of LayerNorms, the tied embedding on the
+     * first and last stage). Exactly one holder of each distinct piece has
+     * writer = true; every holder must be restored on load. */
+    bool writer;
+};
+
+typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);
+/* Calls fn for every parameter and optimizer-state piece of this rank, in a
+ * fixed order (same on every rank of the same layout). A non-zero return
+ * stops the walk and is returned. Pieces point at live buffers: call
+ * between steps only. */
+int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user);
+
+/* Scalar state that, with the tensors, makes a resumed run continue
+ * exactly. The data position is `samples` (global sample counter). */
+struct whale_train_state {
+    int64_t step;          /* optimizer steps taken (including skipped ones) */
+    int64_t adam_t;        /* AdamW bias-correction counter (applied steps) */
+    int64_t samples;       /* global samples consumed */
+    uint64_t seed;         /* model/data seed of the run */
+    uint64_t rng_counter;  /* draws taken from the seed's stream (dropout etc.) */
+    float loss_scale;      /* dynamic loss scale (1 in fp32) */
+    int32_t scaler_good_steps;
+    int64_t scaler_skipped;
+};
+void whale_engine_get_state(const whale_engine *e, struct whale_train_state *s);
+int  whale_engine_set_state(whale_engine *e, const struct whale_train_state *s);
+
+struct whale_engine_config {
+    struct whale_model_desc model;
+    int seq;               /* T (<= model.seq, the position table size) */
+    int micro_batch;       /* samples per micro-batch on this rank */
+    int grad_accum;        /* micro-batches per step (>= 1) */
+    uint64_t seed;
+
+    /* optimizer */
+    float lr, min_lr;
+    int64_t warmup_steps, total_steps;
+    float weight_decay, beta1, beta2, eps;
+    float grad_clip;       /* global norm, <= 0 disables */
+
+    /* data parallelism */
+    int zero_stage;        /* 0..3 */
+    size_t bucket_bytes;   /* gradient bucket target size (ZeRO 3: one layer per bucket) */
+    bool overlap;          /* reduce buckets during backward (else after it) */
+
+    /* precision and loss scaling */
+    enum whale_precision precision;
+    bool loss_scaling;     /* dynamic loss scale (default on for fp16) */
+    float init_scale;
+    int scale_growth_interval;
+
+    int threads;           /* compute threads (0: all CPUs of this task / local ranks) */
+};
+/* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
+ * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */
+void whale_engine_config_defaults(struct whale_engine_config *c);
+
+/* ctx may be NULL: a world of one. Otherwise data parallelism runs over
+ * whale_dp_group(ctx). Errors (bad sizes, shapes that do not divide) are
+ * logged with the reason. */
+int  whale_engine_create(const struct whale_engine_config *c, whale_ctx *ctx, whale_engine **out);
+void whale_engine_destroy(whale_engine *e);
+
+struct whale_step_stats {
+    double loss;           /* mean loss over the global batch */
+    double grad_norm;      /* global gradient norm before clipping */
+    float lr;
+    bool skipped;          /* loss scaler found inf/NaN: no update */
+    float loss_scale;
+    double t_total;        /* seconds: whole step */
+    double t_compute;      /* forward + backward + optimizer */
+    double t_comm;         /* time collectives were in flight */
+    double t_wait;         /* time the compute thread blocked on collectives */
+    double overlap;        /* fraction of communication hidden behind compute */
+    double flops;          /* model FLOPs of the step on this rank (6N + attention) */
+};
+
+/* One optimizer step: grad_accum micro-batches of micro_batch x seq inputs
+ * and targets (int32, laid out micro-batch after micro-batch). */
+int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *targets,
+                      struct whale_step_stats *st);
+/* Mean loss of the global batch without updating anything. */
+int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
+                      double *loss);
+
+/* Testing hook: the next step multiplies one gradient element by inf (the
+ * loss-scaling test injects an overflow with it). */
+void whale_engine_inject_overflow(whale_engine *e);
+
+/* ---- costs (what the planner and the recompute solver read) ------------- */
+struct whale_layer_cost {
+    char name[32];         /* "embed", "h.3", "head" */
+    int64_t params;        /* parameters of the layer (global, before TP) */
+    double fwd_flops;      /* per micro-batch, this rank (TP share) */
+    double bwd_flops;
+    int64_t act_bytes;     /* activations kept from forward to backward */
+    int64_t boundary_bytes;/* the layer's output (what a stage boundary sends) */
+};
+int whale_engine_num_layers(const whale_engine *e);
+int whale_engine_layer_cost(const whale_engine *e, int layer, struct whale_layer_cost *out);
+
+/* OpenBLAS sgemm GFLOP/s on this rank's threads (best of a few 1536^3
+ * products, ~0.3 s): the peak MFU is measured against. */
+double whale_sgemm_peak_gflops(const whale_engine *e);
+
+/* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
+struct whale_engine_memory {
+    int64_t param_bytes;   /* model weights held (ZeRO-3: the shard) */
+    int64_t grad_bytes;    /* gradient buffers held (ZeRO-2/3: the shard) */
+    int64_t optim_bytes;   /* AdamW moments (and masters) held */
+    int64_t scratch_bytes; /* transient buckets / gather buffers (peak) */
+    int64_t act_bytes;     /* activations of one micro-batch */
+    int64_t num_params;    /* global parameter count */
+};
+void whale_engine_memory(const whale_engine *e, struct whale_engine_memory *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,73 @@
+/* Optimizer pieces of the training engine: AdamW with decoupled weight
+ * decay, global-norm gradient clipping, cosine learning-rate schedule with
+ * linear warmup, and the dynamic loss scaler of mixed precision.
+ *
+ * All functions work on plain fp32 arrays so the engine can run them on a
+ * ZeRO shard (a contiguous slice of the flat parameter space) as easily as
+ * on whole tensors. Deterministic: no randomness, fixed summation order. */
+#ifndef WHALE_OPTIM_H
+#define WHALE_OPTIM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct whale_adamw {
+    float lr;           /* current learning rate (set by the schedule) */
+    float beta1, beta2; /* 0.9, 0.95 */
+    float eps;          /* 1e-8 */
+    float weight_decay; /* decoupled: w -= lr * wd * w (only where decay is asked) */
+};
+
+/* One AdamW update of n elements at optimizer step t (1-based, for the bias
+ * correction). grad is read only, already unscaled and clipped by the caller
+ * through grad_mul (1 when nothing to do). m, v: fp32 moments.
+ * Shapes: w, g, m, v all (n). */
+void whale_adamw_update(const struct whale_adamw *o, int64_t t, float *w, const float *g,
+                        float *m, float *v, size_t n, float grad_mul, bool decay);
+
+/* Sum of squares of g (n), accumulated in double. */
+double whale_sumsq(const float *g, size_t n);
+/* Multiplier that brings a gradient of global norm `norm` to at most
+ * max_norm (1 when max_norm <= 0 or norm is small enough). */
+float whale_clip_coef(double norm, float max_norm);
+
+/* Cosine schedule: linear warmup from 0 over `warmup` steps, then cosine
+ * from lr_max down to lr_min at step `total`; constant lr_min after.
+ * step is 0-based (the step about to run). */
+struct whale_lr_schedule {
+    float lr_max, lr_min;
+    int64_t warmup, total;
+};
+float whale_lr_at(const struct whale_lr_schedule *s, int64_t step);
+
+/* Dynamic loss scaling (Micikevicius et al.): multiply the loss by `scale`;
+ * when a gradient holds inf/NaN skip the step and divide the scale by
+ * `backoff`; after `growth_interval` clean steps in a row multiply it by
+ * `growth`. With enabled=false the scale stays 1 and nothing is skipped
+ * (fp32 needs no scaling). */
+struct whale_loss_scaler {
+    bool enabled;
+    float scale;           /* current scale, e.g. 65536 */
+    float growth, backoff; /* 2, 2 */
+    int growth_interval;   /* 2000 */
+    float min_scale, max_scale;
+    int good_steps;        /* clean steps since the last change */
+    int64_t skipped;       /* steps skipped in total */
+};
+void whale_loss_scaler_init(struct whale_loss_scaler *s, bool enabled, float init_scale,
+                            int growth_interval);
+/* True when any of the n values is inf or NaN. */
+bool whale_has_inf_nan(const float *g, size_t n);
+/* Record the outcome of a step (found_inf agreed by all ranks). Returns
+ * true when the optimizer must skip this step. */
+bool whale_loss_scaler_update(struct whale_loss_scaler *s, bool found_inf);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,323 @@
+/* Memory-mapped token files, a DP split by global sample index, and a
+ * background thread that prepares the next step's batch. */
+#include "whale/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+struct dfile {
+    char *path;
+    int fd;
+    void *map;
+    size_t map_len;
+    enum whale_data_format fmt;
+    const void *tok;     /* first token */
+    int64_t ntok;
+    int64_t first;       /* global index of its first token */
+};
+
+struct whale_data {
+    struct whale_data_config cfg;
+    struct dfile *f;
+    int nf;
+    int64_t ntok, epoch;
+
+    /* prefetch: one prepared batch */
+    pthread_t th;
+    bool th_started, quit, busy;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t want, have;
+    int32_t *pin, *ptg;
+};
+
+static int open_one(struct dfile *f, const struct whale_data_config *cfg)
+{
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        whale_error("data file %s: %s", f->path, strerror(errno));
+        return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
+    }
+    struct stat sb;
+    if (fstat(f->fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        whale_error("data file %s: not a regular file", f->path);
+        return WHALE_EDATA;
+    }
+    if (sb.st_size == 0) {
+        whale_error("data file %s: empty file", f->path);
+        return WHALE_EDATA;
+    }
+    f->map_len = (size_t)sb.st_size;
+    f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        whale_error("data file %s: mmap: %s", f->path, strerror(errno));
+        return WHALE_EIO;
+    }
+    madvise(f->map, f->map_len, MADV_WILLNEED);
+
+    enum whale_data_format fmt = cfg->format;
+    const int32_t *hdr = f->map;
+    size_t pl = strlen(f->path);
+    if (fmt == WHALE_DATA_AUTO) {
+        bool magic = f->map_len >= 4 && hdr[0] == WHALE_LLMC_MAGIC;
+        bool bin = pl > 4 && !strcmp(f->path + pl - 4, ".bin");
+        fmt = magic || bin ? WHALE_DATA_LLMC : WHALE_DATA_BYTES;
+    }
+    f->fmt = fmt;
+    if (fmt == WHALE_DATA_LLMC) {
+        const size_t hb = WHALE_LLMC_HEADER_INTS * sizeof(int32_t);
+        if (f->map_len < hb) {
+            whale_error("data file %s: truncated llm.c shard: %zu bytes, the header alone is %zu",
+                        f->path, f->map_len, hb);
+            return WHALE_EDATA;
+        }
+        if (hdr[0] != WHALE_LLMC_MAGIC) {
+            whale_error("data file %s: wrong magic %d (an llm.c token shard starts with %d)",
+                        f->path, hdr[0], WHALE_LLMC_MAGIC);
+            return WHALE_EDATA;
+        }
+        if (hdr[1] != 1) {
+            whale_error("data file %s: llm.c shard version %d not supported (expected 1: "
+                        "uint16 tokens)", f->path, hdr[1]);
+            return WHALE_EDATA;
+        }
+        if (hdr[2] <= 0) {
+            whale_error("data file %s: header says %d tokens", f->path, hdr[2]);
+            return WHALE_EDATA;
+        }
+        f->ntok = hdr[2];
+        size_t need = hb + (size_t)f->ntok * 2;
+        if (f->map_len < need) {
+            whale_error("data file %s: truncated: header says %lld tokens (%zu bytes) but the "
+                        "file has %zu bytes", f->path, (long long)f->ntok, need, f->map_len);
+            return WHALE_ECORRUPT;
+        }
+        f->tok = (const char *)f->map + hb;
+        const uint16_t *t = f->tok;
+        int64_t bad = -1;
+        for (int64_t i = 0; i < f->ntok; i++)
+            if (t[i] >= cfg->vocab) {
+                bad = i;
+                break;
+            }
+        if (bad >= 0) {
+            whale_error("data file %s: token %d at position %lld is >= the model's vocabulary "
+                        "size %d", f->path, t[bad], (long long)bad, cfg->vocab);
+            return WHALE_EDATA;
+        }
+    } else {
+        f->tok = f->map;
+        f->ntok = (int64_t)f->map_len;
+        if (cfg->vocab < 256) {
+            const uint8_t *t = f->tok;
+            for (int64_t i = 0; i < f->ntok; i++)
+                if (t[i] >= cfg->vocab) {
+                    whale_error("data file %s: byte %d at offset %lld is >= the model's "
+                                "vocabulary size %d (raw bytes need Vocab >= 256)", f->path, t[i],
+                                (long long)i, cfg->vocab);
+                    return WHALE_EDATA;
+                }
+        }
+    }
+    return 0;
+}
+
+/* dst (n) = tokens [start, start + n) of the concatenated stream */
+static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
+{
+    int fi = 0;
+    while (fi + 1 < d->nf && d->f[fi + 1].first <= start)
+        fi++;
+    int64_t pos = start - d->f[fi].first;
+    for (int i = 0; i < n; i++) {
+        while (pos >= d->f[fi].ntok) {
+            fi = (fi + 1) % d->nf;
+            pos = 0;
+        }
+        if (d->f[fi].fmt == WHALE_DATA_LLMC)
+            dst[i] = ((const uint16_t *)d->f[fi].tok)[pos];
+        else
+            dst[i] = ((const uint8_t *)d->f[fi].tok)[pos];
+        pos++;
+    }
+}
+
+/* inputs/targets (local_batch, seq) of the step starting at global sample gs */
+static void fill(const whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
+{
+    const int T = d->cfg.seq, B = d->cfg.local_batch;
+    int32_t *win = malloc(sizeof(int32_t) * (T + 1));
+    for (int b = 0; b < B; b++) {
+        int64_t g = gs + (int64_t)d->cfg.dp_rank * B + b;
+        int64_t start = (g % d->epoch) * T;
+        copy_tokens(d, start, win, T + 1);
+        memcpy(in + (size_t)b * T, win, sizeof(int32_t) * T);
+        memcpy(tg + (size_t)b * T, win + 1, sizeof(int32_t) * T);
+    }
+    free(win);
+}
+
+static void *prefetch_main(void *arg)
+{
+    whale_data *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (!d->quit && (d->want < 0 || d->want == d->have))
+            pthread_cond_wait(&d->cv, &d->mu);
+        if (d->quit)
+            break;
+        int64_t w = d->want;
+        d->busy = true;
+        pthread_mutex_unlock(&d->mu);
+        fill(d, w, d->pin, d->ptg);
+        pthread_mutex_lock(&d->mu);
+        d->have = w;
+        d->busy = false;
+        pthread_cond_broadcast(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+int whale_data_open(const struct whale_data_config *cfg, whale_data **out)
+{
+    *out = NULL;
+    if (!cfg->paths || !*cfg->paths) {
+        whale_error("no training data given (--data FILE)");
+        return WHALE_EINVAL;
+    }
+    if (cfg->seq < 1 || cfg->local_batch < 1 || cfg->dp_size < 1 || cfg->dp_rank < 0 ||
+        cfg->dp_rank >= cfg->dp_size || cfg->vocab < 1) {
+        whale_error("data loader: bad geometry (seq %d, batch %d, dp %d/%d, vocab %d)", cfg->seq,
+                    cfg->local_batch, cfg->dp_rank, cfg->dp_size, cfg->vocab);
+        return WHALE_EINVAL;
+    }
+    whale_data *d = calloc(1, sizeof *d);
+    if (!d)
+        return WHALE_ENOMEM;
+    d->cfg = *cfg;
+    d->cfg.paths = NULL;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->cv, NULL);
+    d->want = d->have = -1;
+    int n = 1;
+    for (const char *p = cfg->paths; *p; p++)
+        n += *p == ',';
+    d->f = calloc(n, sizeof *d->f);
+    if (!d->f) {
+        free(d);
+        return WHALE_ENOMEM;
+    }
+    int rc = 0;
+    const char *p = cfg->paths;
+    for (int i = 0; i < n && !rc; i++) {
+        size_t len = strcspn(p, ",");
+        if (!len) {
+            whale_error("data list '%s': empty file name", cfg->paths);
+            rc = WHALE_EINVAL;
+            break;
+        }
+        d->f[i].fd = -1;
+        d->f[i].path = strndup(p, len);
+        d->nf = i + 1;
+        rc = open_one(&d->f[i], cfg);
+        if (!rc) {
+            d->f[i].first = d->ntok;
+            d->ntok += d->f[i].ntok;
+        }
+        p += len + (p[len] == ',');
+    }
+    if (!rc && d->ntok < cfg->seq + 1) {
+        whale_error("data %s: %lld tokens, fewer than one sample needs (seq + 1 = %d)", cfg->paths,
+                    (long long)d->ntok, cfg->seq + 1);
+        rc = WHALE_EDATA;
+    }
+    if (rc) {
+        whale_data_close(d);
+        return rc;
+    }
+    d->epoch = (d->ntok - 1) / cfg->seq;
+    if (cfg->prefetch) {
+        size_t bt = (size_t)cfg->local_batch * cfg->seq;
+        d->pin = malloc(bt * sizeof(int32_t));
+        d->ptg = malloc(bt * sizeof(int32_t));
+        if (!d->pin || !d->ptg || pthread_create(&d->th, NULL, prefetch_main, d)) {
+            whale_data_close(d);
+            return WHALE_ENOMEM;
+        }
+        d->th_started = true;
+    }
+    *out = d;
+    return 0;
+}
+
+int whale_data_next(whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
+{
+    if (gs < 0)
+        return WHALE_EINVAL;
+    size_t bt = (size_t)d->cfg.local_batch * d->cfg.seq;
+    if (!d->th_started) {
+        fill(d, gs, in, tg);
+        return 0;
+    }
+    pthread_mutex_lock(&d->mu);
+    while (d->busy)
+        pthread_cond_wait(&d->cv, &d->mu);
+    if (d->have == gs) {
+        memcpy(in, d->pin, bt * sizeof(int32_t));
+        memcpy(tg, d->ptg, bt * sizeof(int32_t));
+    } else {
+        fill(d, gs, in, tg);
+    }
+    d->want = gs + (int64_t)d->cfg.local_batch * d->cfg.dp_size;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+}
+
+int64_t whale_data_tokens(const whale_data *d)
+{
+    return d->ntok;
+}
+
+int64_t whale_data_epoch_samples(const whale_data *d)
+{
+    return d->epoch;
+}
+
+void whale_data_close(whale_data *d)
+{
+    if (!d)
+        return;
+    if (d->th_started) {
+        pthread_mutex_lock(&d->mu);
+        d->quit = true;
+        pthread_cond_broadcast(&d->cv);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->th, NULL);
+    }
+    for (int i = 0; i < d->nf; i++) {
+        if (d->f[i].map)
+            munmap(d->f[i].map, d->f[i].map_len);
+        if (d->f[i].fd >= 0)
+            close(d->f[i].fd);
+        free(d->f[i].path);
+    }
+    free(d->f);
+    free(d->pin);
+    free(d->ptg);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->cv);
+    free(d);
+}

@@ -1,0 +1,39 @@
+/* Data-parallel collectives as the engine uses them (module-internal).
+ *
+ * A thin table over whale/comm.h so the ZeRO bucketing and partition logic
+ * can also run against an in-process backend in unit tests. All buffers
+ * are fp32, reductions are sums. */
+#ifndef ENGINE_ECOMM_H
+#define ENGINE_ECOMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "whale/comm.h"
+
+struct eng_comm {
+    int rank, size;
+    void *impl;
+    /* buf (n) summed in place over the group */
+    int (*iallreduce)(struct eng_comm *c, float *buf, size_t n, void **req);
+    /* send (size*n) -> recv (n): block `rank` of the sum */
+    int (*ireduce_scatter)(struct eng_comm *c, const float *send, float *recv, size_t n,
+                           void **req);
+    /* send (n) -> recv (size*n) */
+    int (*iallgather)(struct eng_comm *c, const float *send, float *recv, size_t n, void **req);
+    int (*test)(struct eng_comm *c, void *req, bool *done);
+    int (*wait)(struct eng_comm *c, void *req);
+};
+
+/* The DP group of a whale context; *have = false for a DP group of one.
+ * Refuses layouts this engine cannot run (logged). */
+int eng_comm_from_ctx(whale_ctx *ctx, struct eng_comm *c, bool *have);
+
+static inline int eng_allreduce(struct eng_comm *c, float *buf, size_t n)
+{
+    void *r;
+    int rc = c->iallreduce(c, buf, n, &r);
+    return rc ? rc : c->wait(c, r);
+}
+
+#endif

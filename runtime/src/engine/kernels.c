@@ -1,0 +1,412 @@
+/* fp32 CPU kernels (shapes in kernels.h beside each prototype).
+ * Reductions over rows (bias, LayerNorm and embedding gradients) are split
+ * by column so every element is summed by one thread in row order: the
+ * result does not depend on the thread count. */
+#include "kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
+void openblas_set_num_threads(int num_threads);
+
+/* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
+ * vectorize (libm's expf/tanhf calls do not): Cody-Waite reduction
+ * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
+static inline float k_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+              r * (1.0f / 720))))));
+    union { float f; int32_t i; } u = { .f = p };
+    u.i += (int32_t)n * (1 << 23);
+    return u.f;
+}
+
+static int k_nthreads = 1;
+
+void k_set_threads(int n)
+{
+    if (n < 1)
+        n = 1;
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+    k_nthreads = n;
+    /* every product is split over our own pool instead */
+    openblas_set_num_threads(1);
+#else
+    k_nthreads = 1;
+    openblas_set_num_threads(n);
+#endif
+}
+
+int k_threads(void)
+{
+    return k_nthreads;
+}
+
+static inline int k_in_parallel(void)
+{
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return 1;
+#endif
+}
+
+void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+            const float *B, int ldb, float beta, float *C, int ldc)
+{
+    const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+    int nt = k_nthreads;
+    if (nt <= 1 || k_in_parallel() || (double)M * N * K < 2e6) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    /* Split the larger output dimension into nt blocks (multiples of 16). */
+    int splitM = M >= N;
+    int dim = splitM ? M : N;
+    int chunk = ((dim + nt - 1) / nt + 15) / 16 * 16;
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        int id = omp_get_thread_num();
+#else
+        int id = 0;
+#endif
+        int lo = id * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
+        if (lo < hi) {
+            if (splitM) {
+                const float *Ab = transA ? A + lo : A + (size_t)lo * lda;
+                cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, Ab, lda, B, ldb, beta,
+                            C + (size_t)lo * ldc, ldc);
+            } else {
+                const float *Bb = transB ? B + (size_t)lo * ldb : B + lo;
+                cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, Bb, ldb, beta,
+                            C + lo, ldc);
+            }
+        }
+    }
+}
+
+void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
+                  int OC)
+{
+    if (b) {
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OC, b, sizeof(float) * OC);
+    }
+    k_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+}
+
+/* db (OC) += column sums of dout (N,OC), split by column blocks. */
+static void k_colsum_acc(float *db, const float *dout, int N, int OC)
+{
+    enum { CB = 64 };
+    int nb = (OC + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < OC ? c0 + CB : OC;
+        float acc[CB] = { 0 };
+        for (int n = 0; n < N; n++) {
+            const float *r = dout + (size_t)n * OC;
+            for (int c = c0; c < c1; c++)
+                acc[c - c0] += r[c];
+        }
+        for (int c = c0; c < c1; c++)
+            db[c] += acc[c - c0];
+    }
+}
+
+void k_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                  const float *w, int N, int IC, int OC, int acc)
+{
+    if (dinp)
+        k_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp, IC);
+    if (dw)
+        k_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (db)
+        k_colsum_acc(db, dout, N, OC);
+}
+
+void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                     const float *b, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        float m = 0;
+        for (int i = 0; i < C; i++)
+            m += x[i];
+        m /= C;
+        float v = 0;
+        for (int i = 0; i < C; i++) {
+            float d = x[i] - m;
+            v += d * d;
+        }
+        v /= C;
+        float s = 1.0f / sqrtf(v + 1e-5f);
+        for (int i = 0; i < C; i++)
+            y[i] = (x[i] - m) * s * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                     const float *w, const float *mean, const float *rstd, int N, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float mdn = 0, mdnx = 0;
+        for (int i = 0; i < C; i++) {
+            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+            mdn += dn;
+            mdnx += dn * xh;
+        }
+        mdn /= C;
+        mdnx /= C;
+        for (int i = 0; i < C; i++) {
+            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+            dx[i] += s * (dn - mdn - xh * mdnx);
+        }
+    }
+    enum { CB = 64 };
+    int nb = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        float aw[CB] = { 0 }, ab[CB] = { 0 };
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                aw[c - c0] += dy[c] * (x[c] - m) * s;
+                ab[c - c0] += dy[c];
+            }
+        }
+        for (int c = c0; c < c1; c++) {
+            dw[c] += aw[c - c0];
+            db[c] += ab[c - c0];
+        }
+    }
+}
+
+/* Row t of a causal score matrix (T) -> probabilities over j <= t, 0 after. */
+static inline void k_causal_softmax_row(float *r, int t, int T)
+{
+    float mx = -INFINITY;
+    for (int j = 0; j <= t; j++)
+        mx = r[j] > mx ? r[j] : mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j <= t; j++) {
+        float e = k_exp(r[j] - mx);
+        r[j] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= t; j++)
+        r[j] *= inv;
+    for (int j = t + 1; j < T; j++)
+        r[j] = 0;
+}
+
+void k_attention_probs(float *att, const float *qkv, int B, int T, int NH, int hd)
+{
+    const int C = NH * hd, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hd;
+        const float *k = q + C;
+        float *S = att + (size_t)bh * T * T;
+        /* S (T,T) = scale * Q (T,hd) @ K (T,hd)^T */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, C3, k, C3, 0.0f,
+                    S, T);
+        for (int t = 0; t < T; t++)
+            k_causal_softmax_row(S + (size_t)t * T, t, T);
+    }
+}
+
+void k_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int hd)
+{
+    const int C = NH * hd, C3 = 3 * C;
+    k_attention_probs(att, qkv, B, T, NH, hd);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *v = qkv + (size_t)b * T * C3 + 2 * C + (size_t)h * hd;
+        const float *P = att + (size_t)bh * T * T;
+        /* out_bh (T,hd) = P (T,T) @ V (T,hd) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, v, C3, 0.0f,
+                    out + (size_t)b * T * C + (size_t)h * hd, C);
+    }
+}
+
+void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                     int T, int NH, int hd)
+{
+    const int C = NH * hd, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel
+    {
+        float *dP = malloc(sizeof(float) * (size_t)T * T);
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            size_t base = (size_t)b * T * C3 + (size_t)h * hd;
+            const float *q = qkv + base, *k = q + C, *v = q + 2 * C;
+            float *dq = dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+            const float *dO = dout + (size_t)b * T * C + (size_t)h * hd;
+            const float *P = att + (size_t)bh * T * T;
+            /* dP (T,T) = dO (T,hd) @ V^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, dO, C, v, C3,
+                        0.0f, dP, T);
+            /* dV (T,hd) = P^T @ dO */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, P, T, dO, C,
+                        0.0f, dv, C3);
+            /* dS = P * (dP - rowsum(P * dP)), stored in dP */
+            for (int t = 0; t < T; t++) {
+                float *r = dP + (size_t)t * T;
+                const float *p = P + (size_t)t * T;
+                float dot = 0;
+                for (int j = 0; j <= t; j++)
+                    dot += p[j] * r[j];
+                for (int j = 0; j <= t; j++)
+                    r[j] = p[j] * (r[j] - dot);
+                for (int j = t + 1; j < T; j++)
+                    r[j] = 0;
+            }
+            /* dQ (T,hd) = scale * dS @ K ; dK (T,hd) = scale * dS^T @ Q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, scale, dP, T, k, C3,
+                        0.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, scale, dP, T, q, C3,
+                        0.0f, dk, C3);
+        }
+        free(dP);
+    }
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
+void k_gelu_fwd(float *out, const float *inp, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + k_exp(-2.0f * u));
+    }
+}
+
+/* d gelu / dx = s + 2 x s (1 - s) u', s = sigmoid(2u), u' = K (1 + 3 * 0.044715 x^2) */
+void k_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + k_exp(-2.0f * u));
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    }
+}
+
+void k_add(float *out, const float *a, const float *b, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+void k_acc(float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
+void k_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
+                 int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const float *e = wte + (size_t)tok[bt] * C, *p = wpe + (size_t)(bt % T) * C;
+        float *o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+}
+
+void k_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
+                 int C)
+{
+    /* Column blocks: repeated tokens never race, order is fixed. */
+    enum { CB = 64 };
+    int nb = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *e = dwte + (size_t)tok[bt] * C, *p = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) {
+                e[c] += d[c];
+                p[c] += d[c];
+            }
+        }
+    }
+}
+
+void k_softmax_xent_fwd(float *probs, float *losses, const int32_t *targets, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = probs + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++)
+            mx = r[i] > mx ? r[i] : mx;
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; i++) {
+            float e = k_exp(r[i] - mx);
+            r[i] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++)
+            r[i] *= inv;
+        losses[n] = -logf(r[targets[n]] > 1e-30f ? r[targets[n]] : 1e-30f);
+    }
+}
+
+void k_softmax_xent_bwd(float *probs, const int32_t *targets, float dloss, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = probs + (size_t)n * V;
+        for (int i = 0; i < V; i++)
+            r[i] *= dloss;
+        r[targets[n]] -= dloss;
+    }
+}

@@ -1,0 +1,107 @@
+/* The layer interface of the engine (module-internal).
+ *
+ * A model is a chain of layers; a pipeline stage is a contiguous range of
+ * them. Each layer declares its parameters (global name, global shape,
+ * tensor-parallel split), runs forward into an explicit `saved` area of
+ * act_floats() floats and backward from it, and reports its FLOPs and
+ * activation bytes per call. Dropping `saved` and calling forward again
+ * before backward is recomputation. */
+#ifndef ENGINE_LAYER_H
+#define ENGINE_LAYER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "whale/engine.h"
+
+struct eng_param {
+    char name[96];
+    int ndim;
+    int64_t gshape[WHALE_MAX_DIMS];   /* global shape */
+    int64_t off[WHALE_MAX_DIMS];      /* this TP rank's box in it */
+    int64_t shape[WHALE_MAX_DIMS];
+    enum whale_tp_split split;
+    int split_dim;
+    size_t numel;                     /* elements of the box */
+    size_t flat;                      /* offset in the stage's flat parameter space */
+    bool decay;                       /* AdamW weight decay applies (matrices, not biases/LN) */
+    float init_std;                   /* 0: constant init_const */
+    float init_const;
+};
+
+/* Dimensions shared by every layer of one model instance. */
+struct eng_dims {
+    int B, T;        /* micro-batch, sequence */
+    int C, NH, hd;   /* hidden, local heads, head size */
+    int F;           /* local MLP width */
+    int V;           /* vocabulary (local rows of wte under TP) */
+    int Ctp;         /* local attention width NH*hd */
+    int L;           /* transformer blocks in the whole model */
+    int tp, tp_rank;
+};
+
+struct eng_layer;
+
+/* Forward / backward arguments. Activations are (B,T,C) fp32. */
+struct eng_io {
+    const int32_t *tokens;   /* (B,T) embed input */
+    const int32_t *targets;  /* (B,T) head targets */
+    const float *in;         /* block/head input (B,T,C) */
+    float *out;              /* embed/block output (B,T,C) */
+    float *saved;            /* this layer's saved activations, act_floats() */
+    float *scratch;          /* shared scratch, scratch_floats() */
+    double loss_sum;         /* head forward: sum of token losses */
+    float dloss;             /* head backward: d(objective)/d(token loss) */
+    float *dstream;          /* backward: gradient of the layer output (B,T,C) on entry,
+                                of the layer input on exit (in place); NULL for embed */
+    bool need_dinput;        /* false for the first layer of the model */
+    void *tp_group;          /* whale_group* of the TP group, NULL when tp == 1 */
+};
+
+struct eng_layer_ops {
+    const char *kind;
+    size_t (*act_floats)(const struct eng_layer *l);
+    size_t (*scratch_floats)(const struct eng_layer *l);
+    int (*forward)(struct eng_layer *l, struct eng_io *io);
+    int (*backward)(struct eng_layer *l, struct eng_io *io);
+    void (*flops)(const struct eng_layer *l, double *fwd, double *bwd);
+};
+
+struct eng_layer {
+    const struct eng_layer_ops *ops;
+    int index;                 /* global layer index: 0 embed, 1..L blocks, L+1 head */
+    char name[32];
+    const struct eng_dims *d;
+    struct eng_param *params;  /* nparams entries (owned by the engine) */
+    int nparams;
+    size_t flat_begin, flat_end; /* range of the flat parameter space */
+    float *w, *g;              /* weight / gradient of flat_begin (rebound under ZeRO 2/3) */
+    struct eng_layer *tied;    /* head: the embedding layer whose wte it uses */
+    int bucket;                /* gradient bucket of this layer */
+};
+
+static inline float *eng_pw(const struct eng_layer *l, int i)
+{
+    return l->w + (l->params[i].flat - l->flat_begin);
+}
+static inline float *eng_pg(const struct eng_layer *l, int i)
+{
+    return l->g + (l->params[i].flat - l->flat_begin);
+}
+
+/* Parameters a layer of this kind declares (count, then fill). */
+int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p);
+int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p);
+int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p);
+
+extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
+
+/* TP hooks (identity when tp_group is NULL): sum over the TP group. */
+int eng_tp_allreduce(void *tp_group, float *buf, size_t n);
+
+/* Deterministic value of element `gidx` of parameter `name` for `seed`:
+ * independent of layout, so TP/PP/ZeRO runs start from the same model. */
+void eng_param_init(const struct eng_param *p, uint64_t seed, float *dst);
+
+#endif

@@ -1,0 +1,383 @@
+/* The three GPT layer kinds: token/position embedding, pre-LayerNorm
+ * transformer block, and the head (final LayerNorm, output projection tied
+ * to wte, cross-entropy). N = B*T rows throughout. */
+#include "kernels.h"
+#include "layer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+/* ---- parameter declarations -------------------------------------------- */
+
+static void decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
+                 const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
+                 float std, float cst)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->split = split;
+    p->split_dim = split_dim;
+    p->decay = decay;
+    p->init_std = std;
+    p->init_const = cst;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->gshape[i] = gshape[i];
+        p->shape[i] = gshape[i];
+        p->off[i] = 0;
+        if (split != WHALE_SPLIT_NONE && i == split_dim && d->tp > 1) {
+            p->shape[i] = gshape[i] / d->tp;
+            p->off[i] = p->shape[i] * d->tp_rank;
+        }
+        p->numel *= (size_t)p->shape[i];
+    }
+}
+
+int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
+{
+    (void)index;
+    if (p) {
+        int64_t Vg = (int64_t)d->V * d->tp;
+        decl(&p[0], d, "wte", 2, (int64_t[]){ Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
+        decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
+    }
+    return 2;
+}
+
+int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
+{
+    if (!p)
+        return 12;
+    int64_t C = d->C, F = (int64_t)d->F * d->tp;
+    float std = 0.02f, pstd = 0.02f / sqrtf(2.0f * d->L);
+    char n[96];
+    int i = 0;
+#define NAME(s) (snprintf(n, sizeof n, "h.%d.%s", index - 1, s), n)
+    decl(&p[i++], d, NAME("ln1.w"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+    decl(&p[i++], d, NAME("ln1.b"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    decl(&p[i++], d, NAME("attn.qkv.w"), 3, (int64_t[]){ 3, C, C }, WHALE_SPLIT_COL, 1, true, std, 0);
+    decl(&p[i++], d, NAME("attn.qkv.b"), 2, (int64_t[]){ 3, C }, WHALE_SPLIT_COL, 1, false, 0, 0);
+    decl(&p[i++], d, NAME("attn.proj.w"), 2, (int64_t[]){ C, C }, WHALE_SPLIT_ROW, 1, true, pstd, 0);
+    decl(&p[i++], d, NAME("attn.proj.b"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    decl(&p[i++], d, NAME("ln2.w"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+    decl(&p[i++], d, NAME("ln2.b"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    decl(&p[i++], d, NAME("mlp.fc.w"), 2, (int64_t[]){ F, C }, WHALE_SPLIT_COL, 0, true, std, 0);
+    decl(&p[i++], d, NAME("mlp.fc.b"), 1, (int64_t[]){ F }, WHALE_SPLIT_COL, 0, false, 0, 0);
+    decl(&p[i++], d, NAME("mlp.proj.w"), 2, (int64_t[]){ C, F }, WHALE_SPLIT_ROW, 1, true, pstd, 0);
+    decl(&p[i++], d, NAME("mlp.proj.b"), 1, (int64_t[]){ C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+#undef NAME
+    return i;
+}
+
+int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p)
+{
+    (void)index;
+    if (p) {
+        decl(&p[0], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+        decl(&p[1], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    }
+    return 2;
+}
+
+/* ---- deterministic initialisation ----------------------------------------- */
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+void eng_param_init(const struct eng_param *p, uint64_t seed, float *dst)
+{
+    if (p->init_std == 0) {
+        for (size_t i = 0; i < p->numel; i++)
+            dst[i] = p->init_const;
+        return;
+    }
+    uint64_t key = mix64(seed ^ mix64(name_hash(p->name)));
+    int nd = p->ndim;
+    int64_t gstride[WHALE_MAX_DIMS];
+    gstride[nd - 1] = 1;
+    for (int i = nd - 2; i >= 0; i--)
+        gstride[i] = gstride[i + 1] * p->gshape[i + 1];
+#pragma omp parallel for schedule(static)
+    for (size_t li = 0; li < p->numel; li++) {
+        /* local row-major index -> global flat index */
+        size_t r = li;
+        int64_t gi = 0;
+        for (int i = nd - 1; i >= 0; i--) {
+            int64_t c = (int64_t)(r % (size_t)p->shape[i]);
+            r /= (size_t)p->shape[i];
+            gi += (c + p->off[i]) * gstride[i];
+        }
+        uint64_t h = mix64(key ^ mix64((uint64_t)gi));
+        double u1 = ((h >> 11) + 1.0) / 9007199254740993.0; /* (0,1] */
+        uint64_t h2 = mix64(h);
+        double u2 = (h2 >> 11) / 9007199254740992.0;
+        dst[li] = (float)(p->init_std * sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+    }
+}
+
+/* ---- embedding ------------------------------------------------------------ */
+
+static size_t embed_act(const struct eng_layer *l)
+{
+    (void)l;
+    return 0;
+}
+static size_t no_scratch(const struct eng_layer *l)
+{
+    (void)l;
+    return 0;
+}
+
+static int embed_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (d->tp > 1) {
+        whale_error("vocabulary-parallel embedding needs tensor parallelism (engine part 2)");
+        return WHALE_ENOTSUP;
+    }
+    /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
+    k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
+    return 0;
+}
+
+static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    /* dwte (V,C), dwpe (T,C) += from dstream (B,T,C) */
+    k_embed_bwd(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->B, d->T, d->C);
+    return 0;
+}
+
+static void embed_flops(const struct eng_layer *l, double *f, double *b)
+{
+    (void)l;
+    *f = 0;
+    *b = 0;
+}
+
+const struct eng_layer_ops eng_embed_ops = {
+    .kind = "embed", .act_floats = embed_act, .scratch_floats = no_scratch,
+    .forward = embed_fwd, .backward = embed_bwd, .flops = embed_flops,
+};
+
+/* ---- transformer block ------------------------------------------------------ */
+
+/* Saved activations of a block, carved from io->saved. */
+struct blk_saved {
+    float *ln1, *mean1, *rstd1; /* (N,C) (N) (N) */
+    float *qkv;                 /* (N,3,NH,hd) */
+    float *att;                 /* (B,NH,T,T) */
+    float *atty;                /* (N,Ctp) */
+    float *r1;                  /* (N,C) residual after attention */
+    float *ln2, *mean2, *rstd2; /* (N,C) (N) (N) */
+    float *fc, *gl;             /* (N,F) pre- and post-GELU */
+};
+
+static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s)
+{
+    size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    size_t o = 0;
+#define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
+    TAKE(ln1, N * C);
+    TAKE(mean1, N);
+    TAKE(rstd1, N);
+    TAKE(qkv, N * 3 * Ct);
+    TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    TAKE(atty, N * Ct);
+    TAKE(r1, N * C);
+    TAKE(ln2, N * C);
+    TAKE(mean2, N);
+    TAKE(rstd2, N);
+    TAKE(fc, N * F);
+    TAKE(gl, N * F);
+#undef TAKE
+    return o;
+}
+
+static size_t blk_act(const struct eng_layer *l)
+{
+    return blk_carve(l->d, NULL, NULL);
+}
+
+static size_t blk_scratch(const struct eng_layer *l)
+{
+    const struct eng_dims *d = l->d;
+    size_t N = (size_t)d->B * d->T;
+    size_t big = (size_t)d->F > 3 * (size_t)d->Ctp ? (size_t)d->F : 3 * (size_t)d->Ctp;
+    size_t mid = (size_t)d->C > (size_t)d->Ctp ? (size_t)d->C : (size_t)d->Ctp;
+    return N * d->C + N * big + N * mid;
+}
+
+/* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
+static int row_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
+                          int IC, int OC, void *tp)
+{
+    if (!tp) {
+        k_linear_fwd(out, inp, w, b, N, IC, OC);
+        return 0;
+    }
+    k_linear_fwd(out, inp, w, NULL, N, IC, OC);
+    int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
+    if (rc)
+        return rc;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < OC; c++)
+            out[(size_t)n * OC + c] += b[c];
+    return 0;
+}
+
+static int blk_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    struct blk_saved s;
+    blk_carve(d, io->saved, &s);
+    float *tmp = io->scratch; /* (N,C) */
+    int rc;
+    k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
+    k_linear_fwd(s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct);
+    k_attention_fwd(s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd);
+    if ((rc = row_linear_fwd(tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group)))
+        return rc;
+    k_add(s.r1, io->in, tmp, (int64_t)N * C);
+    k_layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6), eng_pw(l, 7), N, C);
+    k_linear_fwd(s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F);
+    k_gelu_fwd(s.gl, s.fc, (int64_t)N * F);
+    if ((rc = row_linear_fwd(tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group)))
+        return rc;
+    k_add(io->out, s.r1, tmp, (int64_t)N * C);
+    return 0;
+}
+
+static int blk_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    struct blk_saved s;
+    blk_carve(d, io->saved, &s);
+    size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
+    float *sa = io->scratch;                    /* (N,C) */
+    float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */
+    float *sc = sb + (size_t)N * big;           /* (N,max(C,Ct)) */
+    float *ds = io->dstream;                    /* (N,C), in place: dout -> dinput */
+    int rc;
+    /* MLP: dgl (N,F) = ds @ Wmp ; gradients of mlp.proj */
+    k_linear_bwd(sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl, eng_pw(l, 10), N, F, C, 0);
+    k_gelu_bwd(sb, s.fc, sb, (int64_t)N * F);
+    /* dln2 (N,C) = dfc @ Wfc, summed over TP (column-parallel input grad) */
+    k_linear_bwd(sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8), N, C, F, 0);
+    if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
+        return rc;
+    /* ds += LN2 backward: ds now is d(r1) */
+    k_layernorm_bwd(ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1, eng_pw(l, 6), s.mean2, s.rstd2, N, C);
+    /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
+    k_linear_bwd(sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty, eng_pw(l, 4), N, Ct, C, 0);
+    /* dqkv (N,3Ct) */
+    k_attention_bwd(sb, sc, s.qkv, s.att, d->B, d->T, d->NH, d->hd);
+    /* dln1 (N,C) = dqkv @ Wqkv, summed over TP */
+    k_linear_bwd(sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1, eng_pw(l, 2), N, C, 3 * Ct, 0);
+    if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
+        return rc;
+    k_layernorm_bwd(ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in, eng_pw(l, 0), s.mean1, s.rstd1, N, C);
+    return 0;
+}
+
+static void blk_flops(const struct eng_layer *l, double *f, double *b)
+{
+    const struct eng_dims *d = l->d;
+    double N = (double)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    double mm = 2.0 * N * (C * 3 * Ct + Ct * C + 2 * C * F);
+    /* causal attention: QK^T and PV over the lower triangle */
+    double att = 2.0 * 2.0 * d->B * d->NH * (double)d->T * d->T * d->hd / 2.0;
+    *f = mm + att;
+    *b = 2.0 * (mm + att);
+}
+
+const struct eng_layer_ops eng_block_ops = {
+    .kind = "block", .act_floats = blk_act, .scratch_floats = blk_scratch,
+    .forward = blk_fwd, .backward = blk_bwd, .flops = blk_flops,
+};
+
+/* ---- head ------------------------------------------------------------------- */
+
+/* saved: lnf (N,C), mean (N), rstd (N), probs (N,V); scratch: losses (N), dlnf (N,C) */
+static size_t head_act(const struct eng_layer *l)
+{
+    size_t N = (size_t)l->d->B * l->d->T;
+    return N * l->d->C + 2 * N + N * (size_t)l->d->V;
+}
+static size_t head_scratch(const struct eng_layer *l)
+{
+    size_t N = (size_t)l->d->B * l->d->T;
+    return N + N * l->d->C;
+}
+
+static int head_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, C = d->C, V = d->V;
+    if (d->tp > 1) {
+        whale_error("vocabulary-parallel cross-entropy needs tensor parallelism (engine part 2)");
+        return WHALE_ENOTSUP;
+    }
+    float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
+    float *losses = io->scratch;
+    const float *wte = eng_pw(l->tied, 0);
+    k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
+    /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
+    k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
+    k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    double s = 0;
+    for (int n = 0; n < N; n++)
+        s += losses[n];
+    io->loss_sum = s;
+    return 0;
+}
+
+static int head_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, C = d->C, V = d->V;
+    float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
+    float *dlnf = io->scratch + N;
+    /* probs (N,V) -> dlogits in place */
+    k_softmax_xent_bwd(probs, io->targets, io->dloss, N, V);
+    /* dlnf (N,C) = dlogits @ wte ; dwte (V,C) += dlogits^T @ lnf */
+    k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
+    k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
+                    rstd, N, C);
+    return 0;
+}
+
+static void head_flops(const struct eng_layer *l, double *f, double *b)
+{
+    const struct eng_dims *d = l->d;
+    double mm = 2.0 * d->B * d->T * (double)d->C * d->V;
+    *f = mm;
+    *b = 2 * mm;
+}
+
+const struct eng_layer_ops eng_head_ops = {
+    .kind = "head", .act_floats = head_act, .scratch_floats = head_scratch,
+    .forward = head_fwd, .backward = head_bwd, .flops = head_flops,
+};

@@ -1,0 +1,446 @@
+/* whale-train: train a GPT model from a preset on token data, data-parallel
+ * over the ranks the plugin (srun --whale-...) or whale-run started. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "whale/comm.h"
+#include "whale/data.h"
+#include "whale/engine.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/modeldesc.h"
+#include "whale/planfile.h"
+#include "whale_config.h"
+
+struct opts {
+    const char *model, *data, *metrics, *plan;
+    long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
+    double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
+    int overlap; /* -1: unset */
+    int loss_scale;
+    int format;
+    int progress; /* -1 auto */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: whale-train --model NAME|FILE --data FILE[,FILE...] [options]\n"
+"Train a GPT model on CPU (fp32) with data parallelism and ZeRO over the ranks\n"
+"started by srun --whale-* or whale-run (a plain start is one rank).\n"
+"\n"
+"  --model NAME|FILE    preset (config/models/NAME.conf) or .conf file\n"
+"  --data FILES         llm.c token shards (.bin) or raw byte files, comma-separated\n"
+"  --format auto|llmc|bytes   data format (auto: .bin or magic = llmc)\n"
+"  --steps N            optimizer steps (default 100)\n"
+"  --batch N            global batch in samples per step (default 8)\n"
+"  --micro-batch N      samples per micro-batch per rank (default batch/(DP*accum))\n"
+"  --grad-accum N       micro-batches per step (default 1)\n"
+"  --seq N              sequence length (default: the model's Seq, at most 1024)\n"
+"  --lr X --min-lr X    peak and final learning rate (6e-4, lr/10)\n"
+"  --warmup N           warmup steps (default steps/20)\n"
+"  --weight-decay X     AdamW decoupled weight decay (0.1)\n"
+"  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
+"  --seed N             model and data seed (1337)\n"
+"  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
+"  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
+"  --bucket-mb X        gradient bucket size in MiB (4)\n"
+"  --no-overlap         reduce gradients after backward instead of during it\n"
+"  --loss-scale         dynamic loss scaling (for 16-bit; off in fp32)\n"
+"  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
+"  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
+"  --log-every N        print a line every N steps when not on a terminal (10)\n"
+"  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm)\n"
+"  --no-progress        no live progress line\n"
+"  -h, --help           this help;  -V, --version  version\n"
+"\n"
+"Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
+"(zero, micro_batch, num_micro_batches, global_batch, model); WHALE_ZERO,\n"
+"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n");
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static long env_long(const char *name, long dflt)
+{
+    const char *s = getenv(name);
+    return s && *s ? atol(s) : dflt;
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+static void fmt_eta(char *buf, size_t n, double s)
+{
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, n, "--");
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
+                      .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
+                      .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
+                      .progress = -1, .metrics = "whale-train-metrics.jsonl" };
+    enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
+           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT };
+    static const struct option lo[] = {
+        { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
+        { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
+        { "seq", required_argument, 0, 't' }, { "lr", required_argument, 0, 'l' },
+        { "seed", required_argument, 0, 'S' }, { "micro-batch", required_argument, 0, O_MICRO },
+        { "grad-accum", required_argument, 0, O_ACCUM }, { "min-lr", required_argument, 0, O_MINLR },
+        { "warmup", required_argument, 0, O_WARM }, { "weight-decay", required_argument, 0, O_WD },
+        { "grad-clip", required_argument, 0, O_CLIP }, { "zero", required_argument, 0, O_ZERO },
+        { "bucket-mb", required_argument, 0, O_BUCKET }, { "no-overlap", no_argument, 0, O_NOOVL },
+        { "loss-scale", no_argument, 0, O_LS }, { "threads", required_argument, 0, O_THREADS },
+        { "metrics", required_argument, 0, O_METRICS },
+        { "log-every", required_argument, 0, O_LOGEVERY },
+        { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
+        { "format", required_argument, 0, O_FORMAT },
+        { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+    };
+    int c, bad = 0, batch_set = 0;
+    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'd': o.data = optarg; break;
+        case 's': bad |= parse_long("--steps", optarg, 0, 1L << 40, &o.steps); break;
+        case 'b': bad |= parse_long("--batch", optarg, 1, 1 << 20, &o.batch); batch_set = 1; break;
+        case 'p': o.plan = optarg; break;
+        case 't': bad |= parse_long("--seq", optarg, 1, 1 << 20, &o.seq); break;
+        case 'l': bad |= parse_double("--lr", optarg, 0, 10, &o.lr); break;
+        case 'S': bad |= parse_long("--seed", optarg, 0, LONG_MAX, &o.seed); break;
+        case O_MICRO: bad |= parse_long("--micro-batch", optarg, 1, 1 << 20, &o.micro); break;
+        case O_ACCUM: bad |= parse_long("--grad-accum", optarg, 1, 1 << 20, &o.accum); break;
+        case O_MINLR: bad |= parse_double("--min-lr", optarg, 0, 10, &o.min_lr); break;
+        case O_WARM: bad |= parse_long("--warmup", optarg, 0, 1L << 40, &o.warmup); break;
+        case O_WD: bad |= parse_double("--weight-decay", optarg, 0, 10, &o.wd); break;
+        case O_CLIP: bad |= parse_double("--grad-clip", optarg, 0, 1e9, &o.clip); break;
+        case O_ZERO: bad |= parse_long("--zero", optarg, 0, 3, &o.zero); break;
+        case O_BUCKET: bad |= parse_double("--bucket-mb", optarg, 0.001, 65536, &o.bucket_mb); break;
+        case O_NOOVL: o.overlap = 0; break;
+        case O_LS: o.loss_scale = 1; break;
+        case O_THREADS: bad |= parse_long("--threads", optarg, 1, 4096, &o.threads); break;
+        case O_METRICS: o.metrics = optarg; break;
+        case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &o.log_every); break;
+        case O_PEAK: bad |= parse_double("--peak-gflops", optarg, 0.001, 1e9, &o.peak_gflops); break;
+        case O_NOPROG: o.progress = 0; break;
+        case O_FORMAT:
+            if (!strcmp(optarg, "auto")) o.format = WHALE_DATA_AUTO;
+            else if (!strcmp(optarg, "llmc")) o.format = WHALE_DATA_LLMC;
+            else if (!strcmp(optarg, "bytes")) o.format = WHALE_DATA_BYTES;
+            else {
+                fprintf(stderr, "whale-train: --format=%s: expected auto, llmc or bytes\n", optarg);
+                bad = 1;
+            }
+            break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "whale-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    /* knobs: flags > WHALE_* variables > the plan */
+    struct whale_plan plan;
+    whale_plan_init(&plan);
+    bool have_plan = false;
+    {
+        const char *pv = getenv("WHALE_PLAN");
+        int prc = 0;
+        if (o.plan) {
+            prc = whale_plan_load_file(o.plan, &plan);
+            have_plan = true;
+        } else if (pv && *pv) {
+            prc = whale_plan_from_env_value(pv, &plan);
+            have_plan = true;
+        }
+        if (prc)
+            return 1;
+    }
+    if (o.zero < 0)
+        o.zero = env_long("WHALE_ZERO", have_plan ? plan.zero : -1);
+    if (!o.micro)
+        o.micro = env_long("WHALE_MICRO_BATCH", have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0);
+    if (!o.accum)
+        o.accum = env_long("WHALE_GRAD_ACCUM", have_plan ? plan.num_micro_batches : 0);
+    if (!batch_set && have_plan && plan.global_batch > 0)
+        o.batch = plan.global_batch;
+    if (!o.model && have_plan && plan.model[0])
+        o.model = plan.model;
+    if (have_plan) {
+        const char *why = plan.tp > 1 || plan.pp > 1 ? "tensor/pipeline parallelism (TP, PP > 1)"
+                        : plan.recompute != WHALE_RECOMPUTE_NONE ? "activation recomputation"
+                        : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
+                        : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
+        if (why) {
+            fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
+                    "yet; refusing before any step\n", why);
+            whale_plan_free(&plan);
+            return 1;
+        }
+    }
+    if (!o.model || !o.data) {
+        fprintf(stderr, "whale-train: --model and --data are required (see --help)\n");
+        return 2;
+    }
+    if (o.zero > 3 || o.zero < -1) {
+        fprintf(stderr, "whale-train: WHALE_ZERO=%ld: expected 0..3\n", o.zero);
+        return 2;
+    }
+    whale_log_set_level(WHALE_LOG_INFO);
+    whale_log_init_from_env();
+
+    struct whale_model_desc md;
+    if (whale_model_desc_load(o.model, &md))
+        return 1;
+
+    whale_ctx *ctx = NULL;
+    int rank = 0, dp = 1, dp_rank = 0;
+#ifdef WHALE_HAVE_COMM
+    if (whale_init(&ctx))
+        return 1;
+    {
+        int tp, pp, tpr, ppr;
+        whale_degrees(ctx, &tp, &pp, &dp);
+        whale_coords(ctx, &tpr, &ppr, &dp_rank);
+        rank = whale_rank(ctx);
+        if (whale_is_spare(ctx)) {
+            whale_info("hot spare: idle (promotion needs the elastic module)");
+            whale_finalize(ctx);
+            return 0;
+        }
+    }
+#endif
+    if (have_plan) {
+        if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
+            whale_plan_free(&plan);
+            return 1;
+        }
+        if (plan.dp != dp) {
+            whale_error("the plan says DP=%d but this step runs DP=%d ranks", plan.dp, dp);
+            whale_plan_free(&plan);
+            return 1;
+        }
+    }
+    whale_plan_free(&plan);
+    int rc = 1;
+    whale_engine *e = NULL;
+    whale_data *data = NULL;
+    int32_t *in = NULL, *tg = NULL;
+    FILE *mf = NULL;
+
+    long accum = o.accum > 0 ? o.accum : 1;
+    long micro = o.micro;
+    if (!micro) {
+        if (o.batch % (dp * accum)) {
+            whale_error("--batch=%ld is not divisible by DP (%d) x grad-accum (%ld)", o.batch, dp,
+                        accum);
+            goto out;
+        }
+        micro = o.batch / (dp * accum);
+    }
+    long gbatch = micro * accum * dp;
+    long seq = o.seq ? o.seq : (md.seq < 1024 ? md.seq : 1024);
+    if (seq > md.seq) {
+        whale_error("--seq=%ld exceeds the model's Seq=%d (%s)", seq, md.seq, md.name);
+        goto out;
+    }
+
+    struct whale_engine_config ec;
+    whale_engine_config_defaults(&ec);
+    ec.model = md;
+    ec.seq = (int)seq;
+    ec.micro_batch = (int)micro;
+    ec.grad_accum = (int)accum;
+    ec.seed = (uint64_t)o.seed;
+    ec.lr = (float)o.lr;
+    ec.min_lr = (float)(o.min_lr >= 0 ? o.min_lr : o.lr / 10);
+    ec.warmup_steps = o.warmup >= 0 ? o.warmup : o.steps / 20;
+    ec.total_steps = o.steps;
+    ec.weight_decay = (float)o.wd;
+    ec.grad_clip = (float)o.clip;
+    ec.zero_stage = o.zero >= 0 ? (int)o.zero : 0;
+    ec.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    ec.overlap = o.overlap != 0;
+    ec.loss_scaling = o.loss_scale;
+    ec.threads = (int)o.threads;
+    if (whale_engine_create(&ec, ctx, &e))
+        goto out;
+
+    struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
+                                    .seq = (int)seq, .local_batch = (int)(micro * accum),
+                                    .dp_rank = dp_rank, .dp_size = dp, .prefetch = true };
+    if (whale_data_open(&dc, &data))
+        goto out;
+
+    size_t bt = (size_t)micro * accum * seq;
+    in = malloc(bt * sizeof(int32_t));
+    tg = malloc(bt * sizeof(int32_t));
+    if (!in || !tg)
+        goto out;
+    if (rank == 0 && o.metrics && *o.metrics && !(mf = fopen(o.metrics, "w"))) {
+        whale_error("cannot write metrics file %s: %s", o.metrics, strerror(errno));
+        goto out;
+    }
+    double peak = o.peak_gflops > 0 ? o.peak_gflops : whale_sgemm_peak_gflops(e);
+    struct whale_engine_memory mem;
+    whale_engine_memory(e, &mem);
+    bool tty = o.progress != 0 && rank == 0 && isatty(STDERR_FILENO);
+    if (rank == 0)
+        whale_info("model %s: %lld parameters, %d layers, seq %ld, global batch %ld (%ld x %ld "
+                   "micro x DP %d), ZeRO %d, data %lld tokens, MFU peak %.0f GFLOP/s per rank",
+                   md.name, (long long)mem.num_params, md.layers, seq, gbatch, micro, accum, dp,
+                   ec.zero_stage, (long long)whale_data_tokens(data), peak);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+
+    struct whale_train_state ts;
+    whale_engine_get_state(e, &ts);
+    double t_run = 0, tok_run = 0, first_loss = NAN, last_loss = NAN, sum_tps = 0;
+    double sum_comm = 0, sum_wait = 0, sum_flops = 0;
+    long done = 0, n_tps = 0;
+    for (long step = ts.step; step < o.steps && !stop_requested; step++) {
+        whale_engine_get_state(e, &ts);
+        if ((rc = whale_data_next(data, ts.samples, in, tg))) {
+            rc = 1;
+            goto out;
+        }
+        struct whale_step_stats st;
+        if (whale_engine_step(e, in, tg, &st)) {
+            rc = 1;
+            goto out;
+        }
+        done++;
+        double tokens = (double)gbatch * seq;
+        double tps = tokens / st.t_total;
+        double mfu = st.flops / st.t_total / (peak * 1e9);
+        if (step > ts.step || o.steps - ts.step == 1) { /* the first step warms caches */
+            t_run += st.t_total;
+            tok_run += tokens;
+            sum_tps += tps;
+            n_tps++;
+        }
+        sum_comm += st.t_comm;
+        sum_wait += st.t_wait;
+        sum_flops += st.flops;
+        if (isnan(first_loss))
+            first_loss = st.loss;
+        last_loss = st.loss;
+        if (mf) {
+            json_t *j = json_pack("{sIsfsfsfsfsfsfsfsfsfsfsfsbsf}",
+                                  "step", (json_int_t)(step + 1), "loss", st.loss,
+                                  "grad_norm", st.grad_norm, "lr", (double)st.lr,
+                                  "tokens_per_s", tps, "step_s", st.t_total,
+                                  "compute_s", st.t_compute, "comm_s", st.t_comm,
+                                  "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
+                                  "loss_scale", (double)st.loss_scale, "skipped", st.skipped,
+                                  "peak_rss_mb", peak_rss_mb());
+            json_dumpf(j, mf, JSON_COMPACT);
+            fputc('\n', mf);
+            fflush(mf);
+            json_decref(j);
+        }
+        if (rank == 0) {
+            double avg = n_tps ? t_run / n_tps : st.t_total;
+            char eta[32];
+            fmt_eta(eta, sizeof eta, avg * (o.steps - step - 1));
+            if (tty)
+                fprintf(stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  MFU %.0f%%  ETA %s   ",
+                        step + 1, o.steps, st.loss, tps, 100 * mfu, eta);
+            else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == ts.step)
+                fprintf(stderr, "step %ld/%ld loss %.4f grad_norm %.3f lr %.2e %.0f tok/s MFU "
+                        "%.0f%% ETA %s\n", step + 1, o.steps, st.loss, st.grad_norm,
+                        (double)st.lr, tps, 100 * mfu, eta);
+        }
+    }
+    if (tty)
+        fputc('\n', stderr);
+    if (stop_requested)
+        whale_warn("stopped by a signal after %ld steps", done);
+    if (rank == 0) {
+        double tps = t_run > 0 ? tok_run / t_run : 0;
+        double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
+        double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
+        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
+                              "steps", (json_int_t)done, "first_loss", first_loss,
+                              "final_loss", last_loss, "tokens_per_s", tps, "mfu", mfu,
+                              "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
+                              "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
+                              "global_batch", (int)gbatch);
+        char *s = json_dumps(j, JSON_COMPACT);
+        printf("%s\n", s);
+        if (mf)
+            fprintf(mf, "%s\n", s);
+        free(s);
+        json_decref(j);
+    }
+    rc = stop_requested ? 1 : 0;
+out:
+    if (mf)
+        fclose(mf);
+    free(in);
+    free(tg);
+    whale_data_close(data);
+    whale_engine_destroy(e);
+#ifdef WHALE_HAVE_COMM
+    if (ctx)
+        whale_finalize(ctx);
+#endif
+    return rc;
+}
