@@ -68,7 +68,7 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
                     "has rank %d of %d", s->rank, s->p, c->rank, c->size);
         return WHALE_EINVAL;
     }
-    if (!h->forward || !h->backward || (s->p > 1 && (!h->recv_buf || !h->send_buf))) {
+    if (!h->forward || !h->backward || (s->p * s->v > 1 && (!h->recv_buf || !h->send_buf))) {
         whale_error("pipeline executor: forward/backward (and buffers for p > 1) are required");
         return WHALE_EINVAL;
     }
@@ -78,14 +78,21 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
     struct inflight *snd = calloc((size_t)n, sizeof *snd);
     int *flags = calloc((size_t)n, sizeof *flags);
     int *seen = calloc((size_t)2 * v, sizeof *seen);
+    /* Passes whose input comes from this very rank (v > 1 chunks on a
+     * pipeline of one, or the chain wrapping around p = 1): no transfer, the
+     * consumer copies from the producer's buffer, which stays reserved
+     * (`sent` not called) until then. */
+    const void **self_src = calloc((size_t)n, sizeof *self_src);
+    int *op_of = malloc((size_t)2 * v * m * sizeof *op_of);
     int rc = 0, nsnd = 0;
-    if (!rreq || !snd || !flags || !seen) {
+    if (!rreq || !snd || !flags || !seen || !self_src || !op_of) {
         rc = WHALE_ENOMEM;
         goto out;
     }
     /* first / last pass of each (kind, chunk) */
     for (int i = 0; i < n; i++) {
         const struct whale_pp_op *o = &s->ops[i];
+        op_of[(o->kind * v + o->chunk) * m + o->mb] = i;
         int k = o->kind * v + o->chunk;
         if (seen[k]++ == 0)
             flags[i] |= WHALE_PP_FIRST_MB;
@@ -99,7 +106,7 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
         /* post receives up to `la` passes ahead */
         for (; posted < n && posted <= i + la; posted++) {
             const struct whale_pp_op *q = &s->ops[posted];
-            if (q->recv_peer < 0)
+            if (q->recv_peer < 0 || q->recv_peer == s->rank)
                 continue;
             int vs = whale_pp_vstage(p, s->rank, q->chunk);
             void *buf = h->recv_buf(h->user, (enum whale_pp_kind)q->kind, q->chunk, q->mb);
@@ -128,6 +135,20 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
                 goto out;
             }
         }
+        if (o->recv_peer == s->rank) {
+            int vs = whale_pp_vstage(p, s->rank, o->chunk);
+            int pc = (o->kind == WHALE_PP_FORWARD ? vs - 1 : vs + 1) / p;
+            void *dst = h->recv_buf(h->user, (enum whale_pp_kind)o->kind, o->chunk, o->mb);
+            if (!self_src[i]) {
+                whale_error("pipeline rank %d: %c%d.%d runs before its producer", s->rank,
+                            o->kind ? 'B' : 'F', o->chunk, o->mb);
+                rc = WHALE_ESTATE;
+                goto out;
+            }
+            memcpy(dst, self_src[i], h->msg_bytes);
+            if (h->sent)
+                h->sent(h->user, (enum whale_pp_kind)o->kind, pc, o->mb);
+        }
         uint64_t t0 = whale_trace_now();
         double c0 = now_s();
         if (o->kind == WHALE_PP_FORWARD)
@@ -140,7 +161,12 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
                              t0, o->chunk, o->mb);
         if (rc)
             goto out;
-        if (o->send_peer >= 0) {
+        if (o->send_peer == s->rank) {
+            int vs = whale_pp_vstage(p, s->rank, o->chunk);
+            int dvs = o->kind == WHALE_PP_FORWARD ? vs + 1 : vs - 1;
+            int ci = op_of[(o->kind * v + dvs / p) * m + o->mb];
+            self_src[ci] = h->send_buf(h->user, (enum whale_pp_kind)o->kind, o->chunk, o->mb);
+        } else if (o->send_peer >= 0) {
             int vs = whale_pp_vstage(p, s->rank, o->chunk);
             int dst = o->kind == WHALE_PP_FORWARD ? vs + 1 : vs - 1;
             const void *buf = h->send_buf(h->user, (enum whale_pp_kind)o->kind, o->chunk, o->mb);
@@ -174,6 +200,8 @@ out:
         whale_error("pipeline rank %d: step aborted (%s)", s->rank, whale_strerror(rc));
     }
     free(rreq);
+    free(self_src);
+    free(op_of);
     free(snd);
     free(flags);
     free(seen);
