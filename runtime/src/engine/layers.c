@@ -11,6 +11,12 @@
 #include "whale/error.h"
 #include "whale/log.h"
 
+int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    /* g forward / f backward of Megatron's conjugate pair */
+    return tp ? whale_tp_g(tp, WHALE_PP_FORWARD, buf, n) : 0;
+}
+
 /* ---- parameter declarations -------------------------------------------- */
 
 static void decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
@@ -150,8 +156,20 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     if (d->tp > 1) {
-        whale_error("vocabulary-parallel embedding needs tensor parallelism (engine part 2)");
-        return WHALE_ENOTSUP;
+        /* vocabulary-parallel: out (B,T,C) = sum_tp wte_l (V/tp,C)[tok] + wpe (T,C) */
+        const int N = d->B * d->T, C = d->C;
+        int rc = whale_tp_vocab_embed_fwd(io->tp_group, io->out, io->tokens, eng_pw(l, 0), N, C,
+                                          (int64_t)d->V * d->tp_rank, d->V);
+        if (rc)
+            return rc;
+        const float *wpe = eng_pw(l, 1);
+        for (int n = 0; n < N; n++) {
+            float *o = io->out + (size_t)n * C;
+            const float *p = wpe + (size_t)(n % d->T) * C;
+            for (int c = 0; c < C; c++)
+                o[c] += p[c];
+        }
+        return 0;
     }
     /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
     k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
@@ -161,6 +179,20 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 static int embed_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->tp > 1) {
+        /* dwte_l (V/tp,C) += rows of this rank's tokens; dwpe (T,C) += over the batch */
+        const int N = d->B * d->T, C = d->C;
+        whale_tp_vocab_embed_bwd(eng_pg(l, 0), io->dstream, io->tokens, N, C,
+                                 (int64_t)d->V * d->tp_rank, d->V);
+        float *dwpe = eng_pg(l, 1);
+        for (int n = 0; n < N; n++) {
+            const float *g = io->dstream + (size_t)n * C;
+            float *p = dwpe + (size_t)(n % d->T) * C;
+            for (int c = 0; c < C; c++)
+                p[c] += g[c];
+        }
+        return 0;
+    }
     /* dwte (V,C), dwpe (T,C) += from dstream (B,T,C) */
     k_embed_bwd(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->B, d->T, d->C);
     return 0;
@@ -191,7 +223,9 @@ struct blk_saved {
     float *fc, *gl;             /* (N,F) pre- and post-GELU */
 };
 
-static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s)
+/* keep_att = false (selective recompute): the probabilities are not part of
+ * the saved area; s->att is left NULL for the caller to point at att_tmp. */
+static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s, bool keep_att)
 {
     size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
@@ -200,7 +234,10 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    if (keep_att)
+        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    else if (s)
+        s->att = NULL;
     TAKE(atty, N * Ct);
     TAKE(r1, N * C);
     TAKE(ln2, N * C);
@@ -214,7 +251,14 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
-    return blk_carve(l->d, NULL, NULL);
+    return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
+}
+
+static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_saved *s)
+{
+    blk_carve(l->d, io->saved, s, l->rc != ENG_RC_SELECTIVE);
+    if (!s->att)
+        s->att = io->att_tmp;
 }
 
 static size_t blk_scratch(const struct eng_layer *l)
@@ -228,7 +272,7 @@ static size_t blk_scratch(const struct eng_layer *l)
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
 static int row_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
-                          int IC, int OC, void *tp)
+                          int IC, int OC, struct whale_par_comm *tp)
 {
     if (!tp) {
         k_linear_fwd(out, inp, w, b, N, IC, OC);
@@ -250,7 +294,7 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_bind(l, io, &s);
     float *tmp = io->scratch; /* (N,C) */
     int rc;
     k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
@@ -273,7 +317,9 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_bind(l, io, &s);
+    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
+        k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */
@@ -328,24 +374,29 @@ static size_t head_act(const struct eng_layer *l)
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C;
+    return N + N * l->d->C + 3 * N; /* losses, dlnf, vocabulary-parallel reductions */
 }
 
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
-    if (d->tp > 1) {
-        whale_error("vocabulary-parallel cross-entropy needs tensor parallelism (engine part 2)");
-        return WHALE_ENOTSUP;
-    }
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
     const float *wte = eng_pw(l->tied, 0);
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
-    k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    if (d->tp > 1) {
+        /* logits split by vocabulary: max and sum-exp reduced over TP */
+        int rc = whale_tp_vocab_xent_fwd(io->tp_group, probs, losses, io->targets, N, V,
+                                         (int64_t)V * d->tp_rank,
+                                         io->scratch + N + (size_t)N * C);
+        if (rc)
+            return rc;
+    } else {
+        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    }
     double s = 0;
     for (int n = 0; n < N; n++)
         s += losses[n];
@@ -360,9 +411,17 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlnf = io->scratch + N;
     /* probs (N,V) -> dlogits in place */
-    k_softmax_xent_bwd(probs, io->targets, io->dloss, N, V);
+    if (d->tp > 1)
+        whale_tp_vocab_xent_bwd(probs, io->targets, io->dloss, N, V, (int64_t)V * d->tp_rank);
+    else
+        k_softmax_xent_bwd(probs, io->targets, io->dloss, N, V);
     /* dlnf (N,C) = dlogits @ wte ; dwte (V,C) += dlogits^T @ lnf */
     k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    if (d->tp > 1) { /* each rank holds the part from its vocabulary slice */
+        int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
+        if (rc)
+            return rc;
+    }
     memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
     k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
                     rstd, N, C);
