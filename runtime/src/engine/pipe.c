@@ -376,6 +376,9 @@ static int h_forward(void *u, int c, int mb, int flags)
     struct eng_slot *s = slot_get(e, c, mb);
     if (!s)
         return WHALE_ENOMEM;
+    /* the executor sends the output after this returns: hold the slot */
+    if (e->chunks[c].vstage < e->grp.pp.size * e->nchunks - 1)
+        s->sends++;
     return eng_chunk_forward(e, c, s, mb_in(e, e->cur_in, mb), mb_in(e, e->cur_tg, mb),
                              &e->cur_loss, &e->cur_tc);
 }
@@ -389,6 +392,9 @@ static int h_backward(void *u, int c, int mb, int flags)
     int rc = eng_chunk_backward(e, c, s, mb_in(e, e->cur_in, mb), mb_in(e, e->cur_tg, mb),
                                 e->cur_dloss, flags & WHALE_PP_FIRST_MB, flags & WHALE_PP_LAST_MB,
                                 &e->cur_tc);
+    /* the input gradient is sent after this returns: hold the slot until `sent` */
+    if (e->chunks[c].vstage > 0)
+        s->sends++;
     s->done = true;
     slot_maybe_release(e, s);
     return rc;
@@ -409,7 +415,6 @@ static const void *h_send_buf(void *u, enum whale_pp_kind k, int c, int mb)
     struct eng_slot *s = slot_get(e, c, mb);
     if (!s)
         return NULL;
-    s->sends++;
     const struct eng_chunk *ch = &e->chunks[c];
     return k == WHALE_PP_FORWARD ? s->bnd + (size_t)(ch->l1 - ch->l0) * NC(e) : s->dgrad;
 }
