@@ -177,6 +177,18 @@ int whale_calib_parse_string(const char *text, const char *origin, struct whale_
 /* Writes the profile (only the fields present in `has`). */
 int whale_calib_write(FILE *f, const struct whale_calib *cal);
 int whale_calib_save(const char *path, const struct whale_calib *cal);
+/* Helpers for whale-bench to turn measurements into profile values.
+ * GEMM: the rates (FLOP/s) of square d x d x d GEMMs at a small and a
+ * large size give PeakTFLOPS, GemmEfficiency=1 and GemmHalfDim of the
+ * model f(d) = d / (d + half) per dimension. Link: an all-reduce over p
+ * ranks timed at a tiny message (latency) and a large one of `bytes`
+ * gives alpha and the per-rank bus bandwidth of the ring model
+ * t = 2(p-1) alpha + 2 (p-1)/p bytes / bw. Both return WHALE_EINVAL when
+ * the measurements are inconsistent (e.g. the small GEMM faster). */
+int whale_calib_fit_gemm(double d_small, double rate_small, double d_large, double rate_large,
+                         struct whale_calib *cal);
+int whale_calib_fit_link(int p, double t_tiny, double bytes, double t_large, int cls,
+                         struct whale_calib *cal);
 /* Overrides the cluster's device/link/efficiency values with the profile's
  * (every node group when the cluster is homogeneous, else the groups whose
  * GPU type is the profile's Device). */
@@ -329,6 +341,19 @@ void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, si
  * even the smallest options exceed the budget, WHALE_EINVAL/ENOMEM. */
 int whale_plan_recompute_select(int n, int nopt, const double *mem, const double *time,
                       double budget, int slots, int *choice, double *total_time);
+
+/* The engine's recompute=auto for a GPT stage: `nlayers` identical layers
+ * of `model` (TP degree tp, sequence parallelism sp, micro-batch b), each
+ * kept for `inflight` micro-batches, activations within `budget` bytes.
+ * Uses the planner's activation sizes (Korthikanti et al.) and recompute
+ * costs on `device` (NULL: A100-80GB; only the ratios matter) and the
+ * exact DP above. policy[i] receives WHALE_RECOMPUTE_NONE / SELECTIVE /
+ * FULL for layer i (full first, at the start of the stage: its activations
+ * live longest). Returns 0 or WHALE_ENOFIT when even all-full exceeds the
+ * budget. */
+int whale_plan_recompute_auto(const struct whale_model_desc *model, int tp, bool sp, int b,
+                              int nlayers, double inflight, double budget,
+                              const struct whale_plan_device *device, int *policy);
 
 /* ---- the one call for the SPANK plugin ----------------------------------- */
 

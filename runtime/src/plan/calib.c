@@ -200,3 +200,45 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
                 c->link[k].bw = cal->link[k].bw;
         }
 }
+
+int whale_calib_fit_gemm(double ds, double rs, double dl, double rl, struct whale_calib *cal)
+{
+    if (!(ds > 0 && dl > ds && rs > 0 && rl > 0)) {
+        whale_error("calibration: GEMM sizes/rates must be positive with the large size larger");
+        return WHALE_EINVAL;
+    }
+    double half = 0;
+    if (rs < rl) {
+        /* (g(ds) / g(dl))^3 = rs / rl with g(d) = d / (d + half) */
+        double q = cbrt(rs / rl);
+        double den = ds - q * dl;
+        if (!(den < 0)) {
+            whale_error("calibration: the small GEMM (%g) is too slow for the d/(d+k) model", ds);
+            return WHALE_EINVAL;
+        }
+        half = ds * dl * (q - 1) / den;
+    }
+    double g = dl / (dl + half);
+    cal->peak_flops = rl / (g * g * g);
+    cal->gemm_eff = 1.0;
+    cal->gemm_half_dim = half;
+    cal->has |= WHALE_CAL_PEAK | WHALE_CAL_GEMM_EFF | WHALE_CAL_GEMM_HALF;
+    return 0;
+}
+
+int whale_calib_fit_link(int p, double t_tiny, double bytes, double t_large, int cls,
+                         struct whale_calib *cal)
+{
+    if (p < 2 || cls < 0 || cls >= WHALE_PLAN_NLINK || !(t_tiny >= 0) || !(bytes > 0) ||
+        !(t_large > t_tiny)) {
+        whale_error("calibration: link fit needs p >= 2, a link class, and a large message "
+                    "slower than the tiny one");
+        return WHALE_EINVAL;
+    }
+    double alpha = t_tiny / (2.0 * (p - 1));
+    double bw = 2.0 * (p - 1) / p * bytes / (t_large - 2.0 * (p - 1) * alpha);
+    cal->link[cls].alpha = alpha;
+    cal->link[cls].bw = bw;
+    cal->has |= WHALE_CAL_LINK0 << cls;
+    return 0;
+}

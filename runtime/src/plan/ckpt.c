@@ -122,3 +122,39 @@ int plan_rc_uniform(int n, const double act[3], const double cost[3], double bud
     *total_cost = best;
     return 0;
 }
+
+int whale_plan_recompute_auto(const struct whale_model_desc *model, int tp, bool sp, int b,
+                              int nlayers, double inflight, double budget,
+                              const struct whale_plan_device *device, int *policy)
+{
+    if (!model || tp < 1 || b < 1 || nlayers < 0 || !(inflight > 0) || (nlayers && !policy)) {
+        whale_error("recompute auto: bad arguments (tp=%d micro-batch=%d layers=%d)", tp, b, nlayers);
+        return WHALE_EINVAL;
+    }
+    struct whale_cluster c;
+    int rc = whale_cluster_init(&c, 1, tp, "A100-80GB");
+    if (rc)
+        return rc;
+    if (device)
+        c.group[0].gpu = *device;
+    struct plan_ctx x;
+    plan_ctx_init(&x, model, b, &c);
+    struct plan_layer_cost lc;
+    plan_layer_cost(&x, &c.group[0].gpu, tp, sp && tp > 1, b, &lc);
+    double act[3], cost[3];
+    for (int k = 0; k < 3; k++) {
+        act[k] = lc.act[k] * inflight;
+        cost[k] = lc.rc_cost[k] + (k == WHALE_RECOMPUTE_FULL ? lc.tp_rc : 0);
+    }
+    int ns, nf;
+    double tot;
+    if (plan_rc_uniform(nlayers, act, cost, budget, &ns, &nf, &tot) < 0) {
+        whale_error("recompute auto: %d layers need %.1f MiB even fully recomputed, budget %.1f MiB",
+                    nlayers, nlayers * act[2] / 1048576.0, budget / 1048576.0);
+        return WHALE_ENOFIT;
+    }
+    for (int i = 0; i < nlayers; i++)
+        policy[i] = i < nf ? WHALE_RECOMPUTE_FULL
+                  : i < nf + ns ? WHALE_RECOMPUTE_SELECTIVE : WHALE_RECOMPUTE_NONE;
+    return 0;
+}

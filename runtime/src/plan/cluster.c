@@ -142,6 +142,8 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
         o += (size_t)snprintf(buf + o, len - o, "%s%d x %d %s", i ? " + " : "", c->group[i].nodes,
                               c->group[i].gpus_per_node, c->group[i].gpu.name);
     if (o < len)
-        snprintf(buf + o, len - o, " (%lld GPUs, NVLink domain %d, %d nodes/leaf switch)",
-                 (long long)whale_cluster_gpus(c), c->nvlink_domain, c->nodes_per_leaf);
+        snprintf(buf + o, len - o, " (%lld %s, NVLink domain %d, %d nodes/leaf switch)",
+                 (long long)whale_cluster_gpus(c),
+                 strcmp(c->group[0].gpu.name, "cpu") ? "GPUs" : "CPU ranks", c->nvlink_domain,
+                 c->nodes_per_leaf);
 }

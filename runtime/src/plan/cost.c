@@ -21,6 +21,16 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
     x->p_layer = 2 * h + h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h + h * f + f + f * h + h;
     x->p_emb = (double)m->vocab * h;
     x->p_pos = (double)m->seq * h;
+    /* CPU-only clusters train in fp32: 4-byte activations, 4-byte weights
+     * and gradients, Adam m and v (the weights are the master copy): still
+     * 16 bytes per parameter. GPUs: bf16 + fp32 master, 2 + 2 + 12. */
+    x->fp32 = true;
+    for (int i = 0; i < c->ngroups; i++)
+        x->fp32 = x->fp32 && !strcmp(c->group[i].gpu.name, "cpu");
+    x->es = x->fp32 ? 2.0 : 1.0;
+    x->wbytes = x->fp32 ? 4 : 2;
+    x->gbytes = x->fp32 ? 4 : 2;
+    x->obytes = x->fp32 ? 8 : 12;
     x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
     x->gpn_min = 1 << 30;
     for (int i = 0; i < c->ngroups; i++) {
@@ -129,8 +139,9 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      * ~9 bytes each); layernorms, bias+dropout+residual adds (~22 bytes per
      * b s h element, split by t only with sequence parallelism); GeLU over
      * b s f / t (4 bytes each). */
-    double ew_att = 9.0 * heads * s * s;
-    double ew_other = 22.0 * M * h / shard + 4.0 * M * f / t;
+    double es = x->es;
+    double ew_att = 9.0 * es * heads * s * s;
+    double ew_other = es * (22.0 * M * h / shard + 4.0 * M * f / t);
     double t_ew_att = mem_time(g, e, ew_att), t_ew = mem_time(g, e, ew_other);
     double ovh = e->kernel_overhead;
 
@@ -147,7 +158,7 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     if (tp > 1) {
         double al, bw;
         plan_group_link(x, 1, tp, &al, &bw);
-        double one = plan_allreduce(tp, 2.0 * M * h, al, bw);
+        double one = plan_allreduce(tp, 2.0 * es * M * h, al, bw);
         lc->tp_fwd = 2 * one;
         lc->tp_bwd = 2 * one;
         lc->tp_rc = 2 * one;
@@ -160,23 +171,24 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      * inputs, dropout masks), TP-sharded S = 4 s b h + 4 s b kv + 4 s b f
      * (Q, K, V, projection input, FC2 input, GeLU input), attention core
      * A = 5 a s^2 b. With h = kv, f = 4h: s b h (10 + 24/t + 5 a s/(h t)). */
-    double R = 10 * M * h, S = 4 * M * h + 4 * M * kv + 4 * M * f, A = 5 * a * s * s * b;
-    lc->act_input = 2 * M * h / shard;
+    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + 4 * M * f);
+    double A = es * 5 * a * s * s * b;
+    lc->act_input = es * 2 * M * h / shard;
     lc->act[WHALE_RECOMPUTE_NONE] = R / shard + S / t + A / t;
     lc->act[WHALE_RECOMPUTE_SELECTIVE] = R / shard + S / t;
     lc->act[WHALE_RECOMPUTE_FULL] = lc->act_input;
 
     /* Embedding (first stage): gather + dropout, memory-bound. */
-    lc->first_fwd += mem_time(g, e, 6 * M * h / shard) + ovh;
-    lc->first_bwd += mem_time(g, e, 8 * M * h / shard) + ovh;
+    lc->first_fwd += mem_time(g, e, es * 6 * M * h / shard) + ovh;
+    lc->first_bwd += mem_time(g, e, es * 8 * M * h / shard) + ovh;
     lc->first_act = M * h / shard;          /* embedding dropout mask */
     /* Output layer (last stage): logits [b s, h] x [h, V/t], fp32 softmax
      * cross-entropy over b s V / t (read 2 + write 4 forward, ~10 backward). */
     double t_logit = gemm_time(g, e, 1, M, V / t, h);
-    lc->last_fwd += t_logit + mem_time(g, e, 6 * M * V / t) + mem_time(g, e, 4 * M * h / shard) + ovh;
-    lc->last_bwd += 2 * t_logit + mem_time(g, e, 10 * M * V / t) + ovh;
-    lc->last_act = 6 * M * V / t + 2 * M * h / shard;
+    lc->last_fwd += t_logit + mem_time(g, e, es * 6 * M * V / t) + mem_time(g, e, es * 4 * M * h / shard) + ovh;
+    lc->last_bwd += 2 * t_logit + mem_time(g, e, es * 10 * M * V / t) + ovh;
+    lc->last_act = es * (6 * M * V / t + 2 * M * h / shard);
     /* Pipeline message: b s h 16-bit, split over the TP ranks (Megatron's
      * scatter/gather, or the sequence-parallel shard). */
-    lc->p2p_msg = 2 * M * h / t;
+    lc->p2p_msg = es * 2 * M * h / t;
 }

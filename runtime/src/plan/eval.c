@@ -16,9 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WBYTES 2.0   /* bf16 weights */
-#define GBYTES 2.0   /* bf16 gradients (16 bytes/param in total, as in ZeRO's paper) */
-#define OBYTES 12.0  /* fp32 master weights + Adam m and v */
+/* bytes per parameter (plan_ctx_init): bf16 weights and gradients + fp32
+ * master weights and Adam m, v (16 in total, as in the ZeRO paper) */
+#define WBYTES (x->wbytes)
+#define GBYTES (x->gbytes)
+#define OBYTES (x->obytes)
 
 static int why_set(char *why, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -166,7 +168,7 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
      * ZeRO-3 gathered weights of two layers (current + prefetch), ZeRO-2
      * reduce-scatter bucket. */
     if (cfg->pp > 1) o->buffers += 4 * lc->p2p_msg;
-    if (cfg->tp > 1) o->buffers += 2 * M * h;
+    if (cfg->tp > 1) o->buffers += 2 * x->es * M * h;
     if (cfg->zero == 3) o->buffers += 2 * WBYTES * x->p_layer / cfg->tp;
     if (cfg->zero == 2) o->buffers += GBYTES * fmin(P, 5e7);
 
@@ -294,7 +296,7 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
     *offload = 0;
     if (cfg->offload == WHALE_OFFLOAD_NONE)
         /* Adam: read/write fp32 master, m, v (24 B), read grad, write bf16 weight */
-        return local * 30.0 / (g->hbm_bw * e->mem_eff);
+        return local * (x->obytes * 2 + x->gbytes + x->wbytes * 2) / (g->hbm_bw * e->mem_eff);
     /* host Adam on the shard; gradients down and weights up over PCIe */
     double t = local / e->host_adam_rate;
     *offload = local * (GBYTES + WBYTES) / x->pcie_bw;

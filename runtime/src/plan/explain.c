@@ -57,7 +57,7 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
     else
         snprintf(rc, sizeof rc, "%s", whale_recompute_name(g->recompute));
     double T = p->t_step > 0 ? p->t_step : 1;
-    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.1f %9.4g %8.1f %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
+    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
              g->tp, g->pp, g->dp, g->microbatch, g->nmicro, g->interleave, g->seqpar ? "y" : "-",
              g->zero, rc, whale_offload_name(g->offload), p->mem_total / GiB, p->t_step,
              p->tflops_per_gpu, 100 * p->mfu, 100 * p->t_bubble / T,
@@ -86,12 +86,19 @@ void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf
         p->tflops_per_gpu, 100 * p->mfu, p->tokens_per_s);
 }
 
+static const char *whale_link_class_name_or(int cls)
+{
+    return cls == WHALE_PLAN_LINK_NVLINK ? "NVLink" : cls == WHALE_PLAN_LINK_LEAF
+         ? "one leaf switch" : "the spine";
+}
+
 /* The component in which `a` loses most time against `b`. */
 static const char *worst_component(const struct whale_plan_prediction *a,
                                    const struct whale_plan_prediction *b, double *d)
 {
     struct { const char *n; double v; } comp[] = {
-        { "compute (smaller matrices per device run less efficiently)", a->t_compute - b->t_compute },
+        { "compute on the slowest stage (smaller matrices, or the output layer unbalancing the last stage)",
+          a->t_compute - b->t_compute },
         { "recomputation", a->t_recompute - b->t_recompute },
         { "pipeline bubble", a->t_bubble - b->t_bubble },
         { "tensor-parallel communication", a->t_tp - b->t_tp },
@@ -139,13 +146,25 @@ void whale_plan_explain(const struct whale_plan_request *req, const struct whale
     cat(buf, len, &o, "\nwhy this plan:\n");
     const struct whale_plan_prediction *p = &b->pred;
     double T = p->t_step;
-    cat(buf, len, &o, "  - tp=%d keeps tensor-parallel traffic on %s; pp=%d with %d micro-batches "
-        "costs a %.1f%% bubble; dp=%d reduces gradients over %s\n", b->cfg.tp,
-        whale_plan_link_name(p->link_tp), b->cfg.pp, b->cfg.nmicro, 100 * p->t_bubble / T,
-        b->cfg.dp, whale_plan_link_name(p->link_dp));
+    if (b->cfg.tp > 1)
+        cat(buf, len, &o, "  - tp=%d: tensor-parallel all-reduces stay on %s and cost %.1f%% of the step\n",
+            b->cfg.tp, whale_link_class_name_or(p->link_tp), 100 * p->t_tp / T);
+    else
+        cat(buf, len, &o, "  - no tensor parallelism: the full-width matrices run most efficiently\n");
+    if (b->cfg.pp > 1)
+        cat(buf, len, &o, "  - pp=%d with %d micro-batches%s: the pipeline bubble costs %.1f%%\n",
+            b->cfg.pp, b->cfg.nmicro, b->cfg.interleave > 1 ? " (interleaved)" : "",
+            100 * p->t_bubble / T);
+    else
+        cat(buf, len, &o, "  - no pipeline: no bubble\n");
+    if (b->cfg.dp > 1)
+        cat(buf, len, &o, "  - dp=%d, ZeRO-%d: gradient reduction over %s, %.1f%% of the step left "
+            "exposed after overlap\n", b->cfg.dp, b->cfg.zero, whale_link_class_name_or(p->link_dp),
+            100 * p->t_dp / T);
     if (b->cfg.recompute != WHALE_RECOMPUTE_NONE)
-        cat(buf, len, &o, "  - recompute=%s is needed to fit (or is cheapest): it costs %.1f%% of the step\n",
-            whale_recompute_name(b->cfg.recompute), 100 * p->t_recompute / T);
+        cat(buf, len, &o, "  - recompute=%s (first stage: %d layers full, %d selective) is what fits; "
+            "it costs %.1f%% of the step on the slowest stage\n", whale_recompute_name(b->cfg.recompute),
+            b->cfg.rc_full, b->cfg.rc_selective, 100 * p->t_recompute / T);
     for (int i = 1; i < res->ntop && i < 4; i++) {
         const struct whale_plan_candidate *a = &res->top[i];
         double d;

@@ -28,6 +28,9 @@ struct plan_ctx {
     const struct whale_cluster *c;
     int64_t ngpus;
     double max_idle;               /* fraction of GPUs a plan may leave idle */
+    bool fp32;                     /* CPU ranks train in fp32 (the plan's precision) */
+    double es;                     /* activation element size / 2 bytes: 1 (bf16) or 2 (fp32) */
+    double wbytes, gbytes, obytes; /* per parameter: weights, gradients, optimizer states */
     double p_layer;                /* parameters of one block */
     double p_emb;                  /* V h */
     double p_pos;                  /* s h */

@@ -47,7 +47,10 @@ static void keep(struct whale_plan_candidate *list, int *n, int cap, const struc
         if (same_layout(&list[i].cfg, &c->cfg))
             break;
     if (i < *n) {
-        if (c->pred.t_step >= list[i].pred.t_step)
+        /* Within a layout the search meets simpler settings first (ZeRO 0,
+         * no offload, no recompute); a more involved one must win by more
+         * than the model's resolution to replace them. */
+        if (c->pred.t_step >= (1 - 2e-3) * list[i].pred.t_step)
             return;
         memmove(&list[i], &list[i + 1], sizeof *list * (size_t)(*n - i - 1));
         (*n)--;
@@ -296,7 +299,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                                 (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
                                 continue;
                             cfg.zero = z;
-                            for (int o = 0; o <= 2; o++) {
+                            for (int o = 0; o <= (st->x.fp32 ? 0 : 2); o++) {   /* CPU: host memory is device memory */
                                 if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
                                     (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
                                     (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
@@ -328,7 +331,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         res->found = true;
         res->best = res->top[0];
         for (int i = 0; i < st->nrej && res->nrejected < 4; i++)
-            if (st->rej[i].pred.t_step < 0.999 * res->best.pred.t_step)
+            if (st->rej[i].pred.t_step < 0.995 * res->best.pred.t_step)
                 res->rejected[res->nrejected++] = st->rej[i];
     } else {
         rc = WHALE_ENOFIT;

@@ -13,6 +13,10 @@
 #include "whale/plan.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
+#ifdef WHALE_HAVE_TOPO
+#include "whale/conf.h"
+#include "whale/topo.h"
+#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -43,15 +47,22 @@ static void usage(FILE *f)
 "      --nvlink-domain N      GPUs per NVLink domain (default: node, or 72 for GB200)\n"
 "      --nodes-per-leaf N     nodes under one leaf switch (default 32; 0 = one switch)\n"
 "      --spine-oversub X      bandwidth divisor across leaf switches (default 1)\n"
+"      --conf FILE --nodelist HOSTS\n"
+"                             the cluster as the plugin sees it: whale.conf (+ its\n"
+"                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
 "      --calib FILE           calibration profile written by whale-bench\n"
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
-"      --seqpar yes|no        Megatron sequence parallelism\n"
+"      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
+"                             engine does not run it yet; auto lets the search\n"
+"                             choose, for Megatron-style runtimes)\n"
 "      --max-microbatch N     largest micro-batch tried (default 16)\n"
 "      --max-idle FRAC        allow plans that leave up to FRAC of the GPUs idle\n"
 "                             (e.g. 0.05 on 100,000 GPUs; default 0: use all)\n"
 "output:\n"
+"  -p, --plan FILE            predict the plan in FILE (WHALE_PLAN JSON, e.g. from\n"
+"                             --json or a hand-written one) instead of searching\n"
 "  -e, --evaluate             print the full prediction of the constrained best and\n"
 "                             compare it with the planner's unconstrained pick\n"
 "  -t, --top N                alternatives shown (default 8, max %d)\n"
@@ -94,7 +105,7 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
-    O_V, O_IDLE, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
+    O_V, O_IDLE, O_CONF, O_NODELIST, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
 };
 
 static const struct option longopts[] = {
@@ -109,6 +120,8 @@ static const struct option longopts[] = {
     { "nodes-per-leaf", required_argument, 0, O_LEAF },
     { "spine-oversub", required_argument, 0, O_OVERSUB },
     { "calib", required_argument, 0, O_CALIB },
+    { "conf", required_argument, 0, O_CONF },
+    { "nodelist", required_argument, 0, O_NODELIST },
     { "tp", required_argument, 0, O_TP },
     { "pp", required_argument, 0, O_PP },
     { "dp", required_argument, 0, O_DP },
@@ -121,6 +134,7 @@ static const struct option longopts[] = {
     { "max-microbatch", required_argument, 0, O_MAXMB },
     { "max-idle", required_argument, 0, O_IDLE },
     { "evaluate", no_argument, 0, 'e' },
+    { "plan", required_argument, 0, 'p' },
     { "top", required_argument, 0, 't' },
     { "json", required_argument, 0, 'j' },
     { "exhaustive", no_argument, 0, O_EXH },
@@ -185,10 +199,78 @@ static void print_model_constants(const struct whale_cluster *c)
     }
 }
 
+/* --conf/--nodelist: the cluster the plugin would plan on. Returns 0, 1
+ * (config error, logged) or 2 (unsupported build). */
+static int cluster_from_conf(const char *conf_path, const char *nodelist, int ranks_per_node,
+                             struct whale_cluster *cl)
+{
+#ifdef WHALE_HAVE_TOPO
+    struct whale_conf *conf = NULL;
+    struct whale_topo *topo = NULL;
+    char **names = NULL;
+    int n = 0, rc = 1, *idx = NULL;
+    if (whale_conf_load(conf_path, &conf) || whale_conf_build_topo(conf, getenv("SLURM_CONF"), &topo))
+        goto out;
+    if (whale_hostlist_expand(nodelist, &names, &n) || n < 1) {
+        fprintf(stderr, "whale-plan: --nodelist=%s: not a hostlist expression\n", nodelist);
+        goto out;
+    }
+    idx = malloc(sizeof *idx * (size_t)n);
+    if (!idx)
+        goto out;
+    for (int i = 0; i < n; i++)
+        if ((idx[i] = whale_conf_topo_ensure_node(conf, topo, names[i])) < 0)
+            goto out;
+    if (whale_topo_finalize(topo) || whale_cluster_from_topo(topo, idx, n, ranks_per_node, cl))
+        goto out;
+    rc = 0;
+out:
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    free(idx);
+    whale_topo_free(topo);
+    whale_conf_free(conf);
+    return rc;
+#else
+    (void)conf_path; (void)nodelist; (void)ranks_per_node; (void)cl;
+    fprintf(stderr, "whale-plan: this build has no site-config support (--conf); use --nodes/--gpu\n");
+    return 2;
+#endif
+}
+
+/* --plan FILE: the prediction of a given plan. */
+static int predict_file(const char *path, const struct whale_model_desc *md,
+                        const struct whale_cluster *cl)
+{
+    struct whale_plan p;
+    if (whale_plan_load_file(path, &p))
+        return 1;
+    struct whale_plan_candidate *cd = malloc(sizeof *cd);
+    char why[512], *buf = malloc(4096);
+    int rc = cd && buf ? whale_plan_predict(md, cl, &p, cd, why, sizeof why) : WHALE_ENOMEM;
+    if (rc == 0 || rc == WHALE_ENOFIT) {
+        whale_plan_format_config(&cd->cfg, buf, 4096);
+        printf("plan %s: %s\n", path, buf);
+        whale_plan_format_breakdown(cd, buf, 4096);
+        fputs(buf, stdout);
+    }
+    if (rc == WHALE_ENOFIT)
+        fprintf(stderr, "whale-plan: %s does not fit: %s\n", path, why);
+    else if (rc == WHALE_EINVAL)
+        fprintf(stderr, "whale-plan: %s: %s\n", path, why);
+    whale_plan_free(&p);
+    free(cd);
+    free(buf);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     whale_log_init_from_env();
-    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB";
+    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB", *plan_file = NULL;
+    const char *conf_path = NULL, *nodelist = NULL;
+    bool gpn_given = false;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
     double oversub = 1;
     bool evaluate = false, quiet = false, list = false, explain_model = false;
@@ -196,14 +278,15 @@ int main(int argc, char **argv)
     int ngroups = 0;
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
+    rq.seqpar = 0;
     int c;
-    while ((c = getopt_long(argc, argv, "m:b:N:g:G:et:j:qhV", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'b': if (parse_int("batch", optarg, 1, INT_MAX, &batch)) return 2; break;
         case O_TOKENS: if (parse_int("tokens", optarg, 1, LONG_MAX, &tokens)) return 2; break;
         case 'N': if (parse_int("nodes", optarg, 1, 10000000, &nodes)) return 2; break;
-        case 'g': if (parse_int("gpus-per-node", optarg, 1, 1024, &gpn)) return 2; break;
+        case 'g': if (parse_int("gpus-per-node", optarg, 1, 1024, &gpn)) return 2; gpn_given = true; break;
         case 'G': gpu = optarg; break;
         case O_GROUP: {
             struct group_arg *g = &groups[ngroups];
@@ -221,6 +304,8 @@ int main(int argc, char **argv)
         case O_LEAF: if (parse_int("nodes-per-leaf", optarg, 0, 10000000, &leaf)) return 2; break;
         case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
         case O_CALIB: calib = optarg; break;
+        case O_CONF: conf_path = optarg; break;
+        case O_NODELIST: nodelist = optarg; break;
         case O_IDLE: if (parse_dbl("max-idle", optarg, 0, 0.99, &rq.max_idle)) return 2; break;
         case O_TP: if (parse_int("tp", optarg, 1, 1024, &v)) return 2; rq.tp = (int)v; break;
         case O_PP: if (parse_int("pp", optarg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq.pp = (int)v; break;
@@ -250,12 +335,14 @@ int main(int argc, char **argv)
         case O_SP:
             if (!strcasecmp(optarg, "yes") || !strcmp(optarg, "1") || !strcasecmp(optarg, "on")) rq.seqpar = 1;
             else if (!strcasecmp(optarg, "no") || !strcmp(optarg, "0") || !strcasecmp(optarg, "off")) rq.seqpar = 0;
+            else if (!strcasecmp(optarg, "auto")) rq.seqpar = -1;
             else {
-                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes or no\n", optarg);
+                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes, no or auto\n", optarg);
                 return 2;
             }
             break;
         case 'e': evaluate = true; break;
+        case 'p': plan_file = optarg; break;
         case 't': if (parse_int("top", optarg, 1, WHALE_PLAN_TOPK, &top)) return 2; break;
         case 'j': json = optarg; break;
         case O_EXH: rq.exhaustive = true; break;
@@ -282,13 +369,23 @@ int main(int argc, char **argv)
                    t[i].nic_bw / 1e9, t[i].domain);
         return 0;
     }
-    if (!nodes) {
-        fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
-        return 2;
-    }
     struct whale_cluster cl;
-    if (whale_cluster_init(&cl, (int)nodes, (int)gpn, gpu))
-        return 2;
+    if (conf_path || nodelist) {
+        if (!conf_path || !nodelist || nodes || ngroups) {
+            fprintf(stderr, "whale-plan: --conf and --nodelist go together, instead of --nodes/--group\n");
+            return 2;
+        }
+        int rc = cluster_from_conf(conf_path, nodelist, gpn_given ? (int)gpn : 0, &cl);
+        if (rc)
+            return rc;
+    } else {
+        if (!nodes) {
+            fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
+            return 2;
+        }
+        if (whale_cluster_init(&cl, (int)nodes, (int)gpn, gpu))
+            return 2;
+    }
     for (int i = 0; i < ngroups; i++)
         if (whale_cluster_add_group(&cl, groups[i].nodes, groups[i].gpn, groups[i].type))
             return 2;
@@ -317,6 +414,8 @@ int main(int argc, char **argv)
     struct whale_model_desc md;
     if (whale_model_desc_load(model, &md))
         return 1;
+    if (plan_file)
+        return predict_file(plan_file, &md, &cl);
     if (tokens) {
         batch = tokens / md.seq;
         if (batch < 1) {
@@ -363,6 +462,7 @@ int main(int argc, char **argv)
         free_rq.global_batch = batch;
         free_rq.cluster = &cl;
         free_rq.topk = 1;
+        free_rq.seqpar = rq.seqpar == 0 ? 0 : -1;
         struct whale_plan_result *pick = malloc(sizeof *pick);
         if (pick && whale_plan_search(&free_rq, pick) == 0) {
             char a[200], b[200];

@@ -416,10 +416,11 @@ int main(int argc, char **argv)
 
     struct whale_train_state ts;
     whale_engine_get_state(e, &ts);
+    const int64_t first_step = ts.step;
     double t_run = 0, tok_run = 0, first_loss = NAN, last_loss = NAN, sum_tps = 0;
     double sum_comm = 0, sum_wait = 0, sum_flops = 0;
     long done = 0, n_tps = 0;
-    for (long step = ts.step; step < o.steps && !stop_requested; step++) {
+    for (long step = first_step; step < o.steps && !stop_requested; step++) {
         whale_engine_get_state(e, &ts);
         if ((rc = whale_data_next(data, ts.samples, in, tg))) {
             rc = 1;
@@ -434,7 +435,7 @@ int main(int argc, char **argv)
         double tokens = (double)gbatch * seq;
         double tps = tokens / st.t_total;
         double mfu = st.flops / st.t_total / (peak * 1e9);
-        if (step > ts.step || o.steps - ts.step == 1) { /* the first step warms caches */
+        if (step > first_step || o.steps - first_step == 1) { /* the first step warms caches */
             t_run += st.t_total;
             tok_run += tokens;
             sum_tps += tps;
@@ -470,7 +471,7 @@ int main(int argc, char **argv)
             if (tty)
                 fprintf(stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  MFU %.0f%%  ETA %s   ",
                         step + 1, o.steps, st.loss, tps, 100 * mfu, eta);
-            else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == ts.step)
+            else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == first_step)
                 fprintf(stderr, "step %ld/%ld loss %.4f grad_norm %.3f lr %.2e %.0f tok/s MFU "
                         "%.0f%% ETA %s\n", step + 1, o.steps, st.loss, st.grad_norm,
                         (double)st.lr, tps, 100 * mfu, eta);

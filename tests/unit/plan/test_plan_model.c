@@ -61,6 +61,28 @@ static void test_zero_bytes_per_param(void **state)
         double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
         assert_true(fabs(got - want[z]) < 1e-9);
     }
+    /* CPU ranks train in fp32: 4 + 4 + 8 (Adam m, v; the weights are the master) */
+    struct whale_cluster cpu;
+    assert_int_equal(whale_cluster_init(&cpu, 4, 2, "cpu"), 0);
+    double want32[4] = { 16, 8 + 8 / N, 4 + 12 / N, 16 / N };
+    for (int z = 0; z <= 3; z++) {
+        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
+        struct whale_plan_prediction p;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &cfg, &p), 0);
+        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
+        assert_true(fabs(got - want32[z]) < 1e-9);
+    }
+    /* and 4-byte activations: twice the bf16 formula */
+    {
+        struct whale_model_desc m5;
+        model(&m5, 5, 1024, 16, 512);
+        struct whale_plan_config a = cfg_of(1, 1, 8, 1, 0, WHALE_RECOMPUTE_NONE), b = a;
+        struct whale_plan_prediction p1, p2;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &a, &p1), 0);
+        assert_int_equal(whale_plan_eval(&m5, 8, &cpu, &b, &p2), 0);
+        double sbh = 512.0 * 1024;
+        assert_true(fabs((p2.mem_act - p1.mem_act) / (2 * sbh * (34 + 5 * 16 * 512 / 1024.0)) - 1) < 1e-9);
+    }
     /* optimizer offload moves the 12 (or 12/N) bytes to the host */
     struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, 1, WHALE_RECOMPUTE_NONE);
     cfg.offload = WHALE_OFFLOAD_OPTIMIZER;
@@ -252,6 +274,34 @@ static void test_rc_uniform_matches_dp(void **state)
     }
 }
 
+static void test_recompute_auto_engine(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    model(&m, 8, 1024, 16, 512);
+    int pol[8];
+    /* a generous budget: nothing recomputed; none at all: refused */
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1e12, NULL, pol), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pol[i], WHALE_RECOMPUTE_NONE);
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1, NULL, pol), WHALE_ENOFIT);
+    /* in between: some layers recomputed, the kept bytes within budget */
+    double s = 512, h = 1024, a = 16, sbh = s * h;
+    double none = sbh * (34 + 5 * a * s / h), sel = 34 * sbh, full = 2 * sbh;
+    double budget = 2 * (4 * none + 2 * sel + 2 * full) + 1;
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, budget, NULL, pol), 0);
+    double kept = 0;
+    int changed = 0;
+    for (int i = 0; i < 8; i++) {
+        kept += 2 * (pol[i] == WHALE_RECOMPUTE_NONE ? none : pol[i] == WHALE_RECOMPUTE_SELECTIVE ? sel : full);
+        changed += pol[i] != WHALE_RECOMPUTE_NONE;
+        if (i)
+            assert_true(pol[i] <= pol[i - 1]);   /* full first */
+    }
+    assert_true(kept <= budget);
+    assert_true(changed >= 4 && changed < 8);
+}
+
 static void test_recompute_auto_between(void **state)
 {
     (void)state;
@@ -318,6 +368,19 @@ static void test_calibration_roundtrip(void **state)
     assert_true(c.group[0].gpu.peak_flops == cal.peak_flops);
     assert_true(c.eff.gemm_eff == 0.61 && c.eff.dp_overlap == 0.25);
     assert_true(c.link[WHALE_PLAN_LINK_LEAF].bw == 1.9e9);
+
+    /* fits: a model with known constants is recovered from two points */
+    struct whale_calib fit;
+    memset(&fit, 0, sizeof fit);
+    double k = 48, pk = 2e11;
+    double g64 = 64 / (64 + k), g2k = 2048 / (2048 + k);
+    assert_int_equal(whale_calib_fit_gemm(64, pk * g64 * g64 * g64, 2048, pk * g2k * g2k * g2k, &fit), 0);
+    assert_true(fabs(fit.gemm_half_dim - k) < 1e-6 && fabs(fit.peak_flops / pk - 1) < 1e-9);
+    double al = 20e-6, bw = 2e9, n = 64e6;
+    assert_int_equal(whale_calib_fit_link(4, 6 * al, n, 6 * al + 1.5 * n / bw, WHALE_PLAN_LINK_LEAF, &fit), 0);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].alpha - al) < 1e-12);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].bw / bw - 1) < 1e-9);
+    assert_int_equal(whale_calib_fit_gemm(2048, 1, 64, 2, &fit), WHALE_EINVAL);
 
     /* errors name the line and the key */
     struct whale_calib bad;
@@ -551,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_pipeline_inflight),
         cmocka_unit_test(test_ckpt_dp_vs_brute_force),
         cmocka_unit_test(test_rc_uniform_matches_dp),
+        cmocka_unit_test(test_recompute_auto_engine),
         cmocka_unit_test(test_recompute_auto_between),
         cmocka_unit_test(test_calibration_roundtrip),
         cmocka_unit_test(test_heterogeneous),

@@ -1,0 +1,113 @@
+#!/usr/bin/env bats
+# whale-train with data parallelism and ZeRO 0-3, under whale-run and under
+# srun --whale-dp across namespace nodes: every step's loss equals the
+# single-rank run (same global batch, same seed) within 1e-5 relative.
+
+TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
+RUN="$WHALE_BUILD_DIR/runtime/tools/run/whale-run"
+
+setup_file() {
+  export TMPD=$(mktemp -d)
+  # real text: the project's own sources (always present)
+  cat "$WHALE_SRC_DIR"/runtime/src/*/*.c > "$TMPD/corpus.txt"
+  "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 \
+    --no-progress --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
+}
+teardown_file() { rm -rf "$TMPD"; }
+
+# same_losses REF OTHER: every step within 1e-5 relative, 20 steps present
+same_losses() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == 20 and len(b) == 20, (len(a), len(b))
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+print("worst relative loss difference %.2e" % worst)
+sys.exit(0 if worst < 1e-5 else 1)
+PY
+}
+
+train_args() {
+  echo --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 --no-progress
+}
+
+@test "reference run trains (loss falls)" {
+  [ -s "$TMPD/ref.jsonl" ]
+  run python3 -c "import json;l=[json.loads(x) for x in open('$TMPD/ref.jsonl') if x.startswith('{\"step\"')];assert l[-1]['loss']<l[0]['loss']-0.3"
+  [ "$status" -eq 0 ]
+}
+
+@test "whale-run DP=2, ZeRO 0..3: same loss as one rank" {
+  for z in 0 1 2 3; do
+    run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(train_args) --zero $z --metrics "$TMPD/wr2z$z.jsonl"
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/wr2z$z.jsonl"
+    echo "ZeRO $z: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
+@test "whale-run DP=4, ZeRO 0..3: same loss as one rank" {
+  for z in 0 1 2 3; do
+    run timeout 300 "$RUN" -n 4 --timeout 280 "$TRAIN" $(train_args) --zero $z --metrics "$TMPD/wr4z$z.jsonl"
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/wr4z$z.jsonl"
+    echo "ZeRO $z: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
+@test "srun --whale-dp=2 on 2 nodes, ZeRO 0..3: same loss as one rank" {
+  for z in 0 1 2 3; do
+    run timeout 300 srun -N2 -n2 --whale-dp=2 "$TRAIN" $(train_args) --zero $z --metrics "$TMPD/s2z$z.jsonl"
+    echo "$output" | tail -3
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/s2z$z.jsonl"
+    echo "ZeRO $z: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
+@test "srun --whale-dp=4 on 4 nodes, ZeRO 0..3: same loss as one rank" {
+  for z in 0 1 2 3; do
+    run timeout 300 srun -N4 -n4 --whale-dp=4 "$TRAIN" $(train_args) --zero $z --metrics "$TMPD/s4z$z.jsonl"
+    echo "$output" | tail -3
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/s4z$z.jsonl"
+    echo "ZeRO $z: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
+@test "metrics: JSON lines with the step time split and a summary" {
+  run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(train_args) --zero 2 --bucket-mb 0.05 --metrics "$TMPD/m.jsonl"
+  [ "$status" -eq 0 ]
+  run python3 - "$TMPD/m.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+steps = [l for l in lines if "step" in l]
+for k in ("loss", "grad_norm", "lr", "tokens_per_s", "compute_s", "comm_s", "wait_s", "overlap", "peak_rss_mb"):
+    assert all(k in s for s in steps), k
+assert any(s["comm_s"] > 0 for s in steps)
+s = lines[-1]["summary"]
+assert s["dp"] == 2 and s["zero"] == 2 and s["steps"] == 20
+print("overlap", s["comm_overlap"])
+PY
+  echo "$output"
+  [ "$status" -eq 0 ]
+}
+
+@test "bad data under srun: the file is named, non-zero exit" {
+  : > "$TMPD/empty.bin"
+  run timeout 120 srun -N2 -n2 --whale-dp=2 "$TRAIN" --model gpt-tiny --data "$TMPD/empty.bin" --steps 2 --threads 1
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"$TMPD/empty.bin: empty file"* ]]
+}
+
+@test "global batch not divisible by DP: usage error names the numbers" {
+  run timeout 120 "$RUN" -n 3 --timeout 100 "$TRAIN" $(train_args) --metrics ""
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"--batch=8 is not divisible by DP (3)"* ]]
+}
