@@ -18,6 +18,8 @@ DEB_PACKAGES=(
   python3-torch
 )
 PIP_PACKAGES=(
+  # checkpoint interop test (tests/unit/ckpt/safetensors_python_reads_consolidated.py)
+  numpy safetensors
 )
 
 if [ "$(id -u)" -ne 0 ]; then

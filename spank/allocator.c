@@ -1,11 +1,26 @@
 /* sbatch / salloc (S_CTX_ALLOCATOR). Options given here reach the job's
- * sruns through SLURM_SPANK__SLURM_SPANK_OPTION_whale_* in the environment. */
+ * sruns through SLURM_SPANK__SLURM_SPANK_OPTION_whale_* (an srun option
+ * overrides them). What can be checked without the step is checked now,
+ * so a bad option or config fails the submission, not the job hours later. */
 #include "plugin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 int whale_allocator_init_post_opt(spank_t sp, int ac, char **av)
 {
     (void)sp;
     (void)ac;
     (void)av;
-    return 0;
+    if (!whale_opts.enabled)
+        return 0;
+    if (whale_site_load())
+        return -1;
+    if (whale_options_check_site(whale_site.conf))
+        return -1;
+    struct whale_plan p;
+    int rc = whale_plan_from_options(whale_site.conf, NULL, "%j", &p);
+    whale_plan_free(&p);
+    return rc ? -1 : 0;
 }

@@ -1,6 +1,9 @@
 /* Internal interface of spank_whale.so: one file per Slurm context
- * (local.c = srun, allocator.c = sbatch/salloc, remote.c = slurmstepd),
- * options.c holds the option table and the parsed option state. */
+ * (local.c = srun, allocator.c = sbatch/salloc, remote.c = slurmstepd)
+ * behind the dispatcher in spank_whale.c; options.c holds the option table
+ * and the parsed option state, site.c the plugstack arguments and the site
+ * configuration, plan.c the plan built from options or a plan file, mpi.c
+ * the PMIx arrangement in srun. */
 #ifndef SPANK_WHALE_PLUGIN_H
 #define SPANK_WHALE_PLUGIN_H
 
@@ -9,18 +12,85 @@
 #include <stddef.h>
 #include <slurm/spank.h>
 
+#include "whale/conf.h"
+#include "whale/planfile.h"
+
 #define PLUGIN_NAME "whale"
 
+/* Option ids (spank_option.val). New options (e.g. the planner's
+ * --whale-model) take the next id and one row of the table in options.c. */
+enum whale_opt_id {
+    OPT_ENABLE = 1,   /* --whale */
+    OPT_TP,
+    OPT_PP,
+    OPT_DP,
+    OPT_SPARES,
+    OPT_MAP,
+    OPT_PLAN,
+    OPT_ZERO,
+    OPT_MICROBATCH,
+    OPT_RECOMPUTE,
+    OPT_OFFLOAD,
+    OPT_CKPT_DIR,
+    OPT_CKPT_EVERY,
+    OPT_VERBOSE,
+    OPT_CONF,
+    OPT_COUNT_
+};
+
 struct whale_opts {
-    bool enabled;          /* any --whale* option given */
+    bool enabled;              /* any --whale* option given */
+    bool given[OPT_COUNT_];    /* which options the user set */
+    int tp, pp, dp, spares;
+    enum whale_map_policy map;
+    char plan_file[1024];
+    int zero, microbatch;
+    enum whale_recompute recompute;
+    enum whale_offload offload;
+    char ckpt_dir[1024];
+    int ckpt_every;
+    bool verbose;
+    char conf[1024];           /* --whale-conf (only when the site allows) */
 };
 
 extern struct whale_opts whale_opts;
 
 int whale_options_register(spank_t sp);
+/* Long name of an option id ("whale-tp"). */
+const char *whale_option_name(int id);
+/* Check option values against the site's limits (after the config is known). */
+int whale_options_check_site(const struct whale_conf *c);
+
+/* Plugstack arguments: conf=PATH (default /etc/slurm/whale.conf). */
+struct whale_site {
+    char conf_path[1024];      /* from plugstack conf= */
+    const char *used_path;     /* the file actually loaded (site or --whale-conf) */
+    struct whale_conf *conf;
+};
+extern struct whale_site whale_site;
+int whale_site_parse_args(int ac, char **av);
+/* Load the site config (and --whale-conf if allowed). Logs and fails on
+ * any error; idempotent. */
+int whale_site_load(void);
+void whale_site_free(void);
+
+/* Plan from options / --whale-plan=FILE (plan.c). world = working ranks
+ * when known (> 0), else the degrees are checked without it. */
+int whale_plan_from_options(const struct whale_conf *c, const char *user, const char *jobid,
+                            struct whale_plan *out);
+
+/* srun: arrange --mpi=pmix before srun reads its options (mpi.c). */
+void whale_mpi_preset(void);
+int whale_mpi_check(void);
+
+/* Route libwhale's log lines into Slurm's log (error -> slurm_error). */
+void whale_plugin_log_init(void);
 
 int whale_local_init_post_opt(spank_t sp, int ac, char **av);
+int whale_local_user_init(spank_t sp, int ac, char **av);
 int whale_allocator_init_post_opt(spank_t sp, int ac, char **av);
+int whale_remote_user_init(spank_t sp, int ac, char **av);
 int whale_remote_task_init(spank_t sp, int ac, char **av);
+int whale_remote_exit(spank_t sp, int ac, char **av);
 
 #endif

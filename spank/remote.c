@@ -1,7 +1,149 @@
-/* slurmstepd (S_CTX_REMOTE). */
+/* slurmstepd (S_CTX_REMOTE). user_init runs once per node before any task
+ * is forked: it computes the whole step's layout from the same inputs as
+ * every other node (deterministic mapper), so each node agrees without
+ * talking to the others. task_init applies it: the contract env of one
+ * task. */
 #include "plugin.h"
+#include "step.h"
+#include "whale/env.h"
+#include "whale/log.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Linux limits one environment string to 128 KiB (MAX_ARG_STRLEN); larger
+ * rank maps go to a file that WHALE_RANKMAP names with '@'. */
+#define RANKMAP_INLINE_MAX (64 * 1024)
+
+static struct {
+    struct whale_step step;
+    struct whale_plan plan;
+    bool ready;
+    char *plan_json;
+    char *rankmap;         /* inline list or "@file" */
+    char rankmap_file[1024];
+} g;
+
+static char *step_getenv(spank_t sp, const char *name)
+{
+    size_t cap = 4096;
+    for (;;) {
+        char *buf = malloc(cap);
+        if (!buf)
+            return NULL;
+        spank_err_t e = spank_getenv(sp, name, buf, (int)cap);
+        if (e == ESPANK_SUCCESS)
+            return buf;
+        free(buf);
+        if (e != ESPANK_NOSPACE || cap > (1u << 24))
+            return NULL;
+        cap *= 4;
+    }
+}
+
+static int write_rankmap_file(spank_t sp, const char *text)
+{
+    uint32_t job = 0, stepid = 0;
+    spank_get_item(sp, S_JOB_ID, &job);
+    spank_get_item(sp, S_JOB_STEPID, &stepid);
+    char *tmp = step_getenv(sp, "TMPDIR");
+    snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u",
+             tmp && *tmp ? tmp : "/tmp", job, stepid);
+    free(tmp);
+    FILE *f = fopen(g.rankmap_file, "w");
+    if (!f) {
+        slurm_error(PLUGIN_NAME ": cannot write %s: %s", g.rankmap_file, strerror(errno));
+        g.rankmap_file[0] = '\0';
+        return -1;
+    }
+    int ok = fputs(text, f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        slurm_error(PLUGIN_NAME ": cannot write %s", g.rankmap_file);
+        unlink(g.rankmap_file);
+        g.rankmap_file[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+int whale_remote_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!whale_opts.enabled)
+        return 0;
+    int rv = -1;
+    char *nodelist = step_getenv(sp, "SLURM_STEP_NODELIST");
+    char *tpn = step_getenv(sp, "SLURM_STEP_TASKS_PER_NODE");
+    char *mapping = step_getenv(sp, "SLURM_PMIX_MAPPING_SERV");
+    char *dist = step_getenv(sp, "SLURM_DISTRIBUTION");
+    char *slurm_conf = step_getenv(sp, "SLURM_CONF");
+    char *plan = step_getenv(sp, WHALE_ENV_PLAN);
+    if (whale_site_load())
+        goto out;
+    if (!plan) {
+        slurm_error(PLUGIN_NAME ": WHALE_PLAN is missing from the step environment (was srun "
+                    "run without the plugin? check plugstack.conf on the submit host)");
+        goto out;
+    }
+    whale_plan_init(&g.plan);
+    if (whale_plan_from_env_value(plan, &g.plan))
+        goto out;
+    struct whale_step_desc d = {
+        .nodelist = nodelist, .tasks_per_node = tpn, .pmi_mapping = mapping,
+        .distribution = dist, .slurm_conf = slurm_conf ? slurm_conf : getenv("SLURM_CONF"),
+    };
+    if (whale_step_build(&g.step, &d, &g.plan, whale_site.conf))
+        goto out;
+    if (g.step.layout.dp != g.plan.dp) {
+        slurm_error(PLUGIN_NAME ": node layout gives DP=%d but the plan says dp=%d",
+                    g.step.layout.dp, g.plan.dp);
+        goto out;
+    }
+    char *enc = whale_rankmap_encode(g.step.layout.task_of_rank, g.step.layout.world);
+    if (!enc)
+        goto out;
+    if (strlen(enc) > RANKMAP_INLINE_MAX) {
+        if (write_rankmap_file(sp, enc)) {
+            free(enc);
+            goto out;
+        }
+        free(enc);
+        size_t n = strlen(g.rankmap_file) + 2;
+        if (!(g.rankmap = malloc(n)))
+            goto out;
+        snprintf(g.rankmap, n, "@%s", g.rankmap_file);
+    } else {
+        g.rankmap = enc;
+    }
+    g.plan_json = plan;
+    plan = NULL;
+    g.ready = true;
+    rv = 0;
+out:
+    free(nodelist);
+    free(tpn);
+    free(mapping);
+    free(dist);
+    free(slurm_conf);
+    free(plan);
+    return rv;
+}
+
+static int set_task_env(const char *name, const char *value, void *user)
+{
+    spank_t sp = user;
+    spank_err_t e = spank_setenv(sp, name, value, 1);
+    if (e != ESPANK_SUCCESS) {
+        slurm_error(PLUGIN_NAME ": cannot set %s: %s", name, spank_strerror(e));
+        return -1;
+    }
+    return 0;
+}
 
 int whale_remote_task_init(spank_t sp, int ac, char **av)
 {
@@ -9,16 +151,48 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     (void)av;
     if (!whale_opts.enabled)
         return 0;
+    if (!g.ready) {
+        slurm_error(PLUGIN_NAME ": no layout for this step (user_init failed)");
+        return -1;
+    }
     uint32_t gid = 0;
-    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) != ESPANK_SUCCESS) {
+    int local = -1;
+    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_TASK_ID, &local) != ESPANK_SUCCESS) {
         slurm_error(PLUGIN_NAME ": cannot read the task id");
         return -1;
     }
-    char buf[16];
-    snprintf(buf, sizeof buf, "%u", gid);
-    if (spank_setenv(sp, "WHALE_TASK_ID", buf, 1) != ESPANK_SUCCESS) {
-        slurm_error(PLUGIN_NAME ": cannot set WHALE_TASK_ID");
+    const struct whale_layout *l = &g.step.layout;
+    if ((int)gid >= l->ntasks || l->local_of_task[gid] != local) {
+        slurm_error(PLUGIN_NAME ": task %u (local %d) does not match the computed layout "
+                    "(unsupported task distribution?)", gid, local);
         return -1;
     }
+    const struct whale_conf *c = whale_site.conf;
+    struct whale_env_opts eo = {
+        .plan = g.plan_json,
+        .conf_path = whale_site.used_path,
+        .rankmap = g.rankmap,
+        .set_cuda = c->set_cuda_visible_devices,
+        .set_nics = c->set_ucx_net_devices,
+        .set_nccl = c->set_nccl_env,
+    };
+    return whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp) ? -1 : 0;
+}
+
+int whale_remote_exit(spank_t sp, int ac, char **av)
+{
+    (void)sp;
+    (void)ac;
+    (void)av;
+    if (g.rankmap_file[0])
+        unlink(g.rankmap_file);
+    if (g.ready || g.step.nodes)
+        whale_step_free(&g.step);
+    whale_plan_free(&g.plan);
+    free(g.plan_json);
+    free(g.rankmap);
+    memset(&g, 0, sizeof g);
+    whale_site_free();
     return 0;
 }

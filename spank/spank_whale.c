@@ -1,18 +1,36 @@
 /* Entry points of spank_whale.so: a dispatcher per callback that routes to
  * the file of the current Slurm context. Only slurm_spank_* symbols are
- * exported (spank_whale.map). */
+ * exported (spank_whale.map). Without any --whale* option every callback
+ * returns at once: the plugin does nothing for other jobs. */
 #include "plugin.h"
+
+#include <slurm/slurm.h>
 
 SPANK_PLUGIN(whale, 1);
 
+/* The batch script, extern and interactive steps run no Whale tasks even
+ * when sbatch/salloc got --whale-* options (those are for the job's sruns). */
+static bool special_step(spank_t sp)
+{
+    uint32_t stepid = 0;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+        return false;
+    return stepid == SLURM_BATCH_SCRIPT || stepid == SLURM_EXTERN_CONT ||
+           stepid == SLURM_INTERACTIVE_STEP || stepid == SLURM_PENDING_STEP;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
-    (void)ac;
-    (void)av;
-    /* Inside slurmd itself there is nothing to do; options are registered
-     * in every other context (static tables are not seen by sbatch). */
-    if (spank_context() == S_CTX_SLURMD || spank_context() == S_CTX_JOB_SCRIPT)
+    spank_context_t ctx = spank_context();
+    /* Inside slurmd itself and the prolog/epilog there is nothing to do. */
+    if (ctx == S_CTX_SLURMD || ctx == S_CTX_JOB_SCRIPT)
         return 0;
+    whale_plugin_log_init();
+    if (whale_site_parse_args(ac, av))
+        return -1;
+    if (ctx == S_CTX_LOCAL)
+        whale_mpi_preset();
+    /* options in every context: a static table is not seen by sbatch */
     return whale_options_register(sp);
 }
 
@@ -28,9 +46,32 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     }
 }
 
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+    if (spank_context() != S_CTX_LOCAL)
+        return 0;
+    return whale_local_user_init(sp, ac, av);
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    if (spank_context() != S_CTX_REMOTE || special_step(sp))
+        return 0;
+    return whale_remote_user_init(sp, ac, av);
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
-    if (spank_context() != S_CTX_REMOTE)
+    if (spank_context() != S_CTX_REMOTE || special_step(sp))
         return 0;
     return whale_remote_task_init(sp, ac, av);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    if (spank_context() == S_CTX_REMOTE)
+        return whale_remote_exit(sp, ac, av);
+    if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR)
+        whale_site_free();
+    return 0;
 }

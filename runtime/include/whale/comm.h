@@ -73,10 +73,12 @@ int  whale_group_world_rank(const whale_group *g, int group_rank);
 /* ---- blocking collectives -------------------------------------------------- */
 int whale_allreduce(whale_group *g, const void *send, void *recv, size_t count,
                     enum whale_dtype t, enum whale_op op);
-/* send holds size*count elements; rank r receives reduced block r (count). */
+/* send holds size*count elements; rank r receives reduced block r (count).
+ * In place (send == recv): the result lands in the first count elements. */
 int whale_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
                          enum whale_dtype t, enum whale_op op);
-/* send holds count elements; recv gets size*count, block r from rank r. */
+/* send holds count elements; recv gets size*count, block r from rank r.
+ * In place: send == recv + rank*count. */
 int whale_allgather(whale_group *g, const void *send, void *recv, size_t count,
                     enum whale_dtype t);
 int whale_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root);
@@ -108,6 +110,59 @@ int whale_irecv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int
 int whale_wait(whale_req *req);
 int whale_test(whale_req *req, bool *done);
 int whale_waitall(whale_req **reqs, int n);
+
+/* ---- additions (introspection, device buffers) ------------------------- */
+
+/* Every task of the step, spares included (ranks: task ids). Used for
+ * step-wide agreement such as finalize; working code uses whale_world. */
+whale_group *whale_all_tasks(whale_ctx *ctx);
+int    whale_task_id(const whale_ctx *ctx);
+int    whale_ntasks(const whale_ctx *ctx);
+int    whale_nnodes(const whale_ctx *ctx);
+double whale_peer_timeout(const whale_ctx *ctx);   /* seconds (WHALE_PEER_TIMEOUT) */
+
+enum whale_coll {
+    WHALE_COLL_ALLREDUCE = 0, WHALE_COLL_REDUCE_SCATTER, WHALE_COLL_ALLGATHER,
+    WHALE_COLL_BROADCAST, WHALE_COLL_REDUCE, WHALE_COLL_BARRIER
+};
+/* Name of the algorithm the cost model (or WHALE_COLL_ALGO) picks for this
+ * call on this group: "ring", "rd", "raben", "hier", "tree". count as in the
+ * call (per-rank block count for reduce-scatter/allgather). */
+const char *whale_coll_algorithm(whale_group *g, enum whale_coll c, size_t count, enum whale_dtype t);
+
+/* Force an algorithm for later calls of collective c in this process
+ * ("auto" restores the cost model); like WHALE_COLL_ALGO, every rank must
+ * make the same choice. An algorithm that does not apply to a group (e.g.
+ * "raben" on 2 ranks, "hier" on one node) falls back to the cost model. */
+int whale_coll_set_algorithm(whale_ctx *ctx, enum whale_coll c, const char *name);
+
+/* Device buffers over NCCL (builds with CUDA; otherwise WHALE_ENOTSUP).
+ * Same semantics as the host calls; `stream` is a cudaStream_t (NULL: the
+ * legacy default stream). The first device call on a group creates its
+ * non-blocking NCCL communicator collectively (unique id sent from group
+ * rank 0 over the host path). Calls enqueue work and return; whale_dev_sync
+ * waits for the stream while polling NCCL's asynchronous errors, and turns
+ * a peer failure or a hang longer than WHALE_PEER_TIMEOUT into WHALE_EPEER /
+ * WHALE_ETIMEDOUT (the communicator is then aborted). */
+bool whale_dev_available(void);
+int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, enum whale_op op, void *stream);
+int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                             enum whale_dtype t, enum whale_op op, void *stream);
+int whale_dev_allgather(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, void *stream);
+int whale_dev_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
+                        void *stream);
+int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
+                     enum whale_dtype t, enum whale_op op, int root, void *stream);
+int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream);
+int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream);
+/* Group device send/recv calls so that a pipeline exchange does not deadlock. */
+int whale_dev_group_start(void);
+int whale_dev_group_end(void);
+int whale_dev_sync(whale_group *g, void *stream);
 
 #ifdef __cplusplus
 }

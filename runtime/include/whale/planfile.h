@@ -15,6 +15,8 @@
  *   "global_batch": 64,             sequences per step (0 = micro*num*dp)
  *   "schedule": "1f1b",             1f1b | interleaved | gpipe
  *   "interleave": 1,                virtual stages per rank (>1 with interleaved)
+ *   "sequence_parallel": false,     Megatron sequence parallelism in the TP group
+ *                                   (optional; written only when true)
  *   "zero": 1,                      0..3
  *   "recompute": "selective",       none | selective | full | auto | layers
  *   "recompute_layers": [0,1,...],  with "layers": global layer indices recomputed
@@ -59,6 +61,7 @@ struct whale_plan {
     int global_batch;
     enum whale_schedule schedule;
     int interleave;
+    bool sequence_parallel;   /* shard layernorm/dropout activations over TP (Korthikanti et al.) */
     int zero;
     enum whale_recompute recompute;
     int *recompute_layers; int n_recompute_layers;

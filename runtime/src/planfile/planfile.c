@@ -205,7 +205,14 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
             rc = get_enum(v, key, origin, ENUM_ARGS(whale_schedule_parse), &p->schedule,
                           "1f1b|interleaved|gpipe");
         else if (!strcmp(key, "interleave")) rc = get_int(v, key, origin, 1, 1024, &p->interleave);
-        else if (!strcmp(key, "zero")) rc = get_int(v, key, origin, 0, 3, &p->zero);
+        else if (!strcmp(key, "sequence_parallel")) {
+            if (!json_is_boolean(v)) {
+                whale_error("%s: plan key \"%s\" must be true or false", origin, key);
+                rc = WHALE_EDATA;
+            } else {
+                p->sequence_parallel = json_is_true(v);
+            }
+        } else if (!strcmp(key, "zero")) rc = get_int(v, key, origin, 0, 3, &p->zero);
         else if (!strcmp(key, "recompute"))
             rc = get_enum(v, key, origin, ENUM_ARGS(whale_recompute_parse), &p->recompute,
                           "none|selective|full|auto|layers");
@@ -318,6 +325,8 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
     json_object_set_new(o, "global_batch", json_integer(p->global_batch));
     json_object_set_new(o, "schedule", json_string(whale_schedule_name(p->schedule)));
     json_object_set_new(o, "interleave", json_integer(p->interleave));
+    if (p->sequence_parallel)   /* only when set: older readers keep working */
+        json_object_set_new(o, "sequence_parallel", json_true());
     json_object_set_new(o, "zero", json_integer(p->zero));
     json_object_set_new(o, "recompute", json_string(whale_recompute_name(p->recompute)));
     if (p->n_recompute_layers)
@@ -368,6 +377,10 @@ int whale_plan_validate(const struct whale_plan *p, int world, int layers, const
                         origin, p->num_micro_batches, p->pp);
             return WHALE_EINVAL;
         }
+    }
+    if (p->sequence_parallel && p->tp < 2) {
+        whale_error("%s: sequence_parallel needs tp >= 2 (tp=%d)", origin, p->tp);
+        return WHALE_EINVAL;
     }
     long chunks = (long)p->pp * p->interleave;
     if (p->n_stage_layers && p->n_stage_layers != chunks) {

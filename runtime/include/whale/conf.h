@@ -1,0 +1,117 @@
+/* Site configuration: whale.conf (whale.conf(5)) and Slurm's topology.conf.
+ *
+ * whale.conf uses slurm.conf's line syntax. Lines whose first key is
+ * NodeName=, GPUType= or NVLinkDomain= describe an object; every other line
+ * holds global settings. Hostlist expressions (gpu[001-128]) are expanded
+ * with libslurm. Any unknown key or bad value is an error with file:line;
+ * the caller (the plugin) then refuses to start the step. */
+#ifndef WHALE_CONF_H
+#define WHALE_CONF_H
+
+#include <stdbool.h>
+
+#include "whale/planfile.h"
+#include "whale/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define WHALE_CONF_DEFAULT_PATH "/etc/slurm/whale.conf"
+
+/* Attributes of a NodeName= line; -1 / NULL = not given. */
+struct whale_conf_nodeset {
+    char *hosts;        /* hostlist expression, or "DEFAULT" */
+    int gpus;
+    int cores;
+    char *gpu_type;
+    char **nics;        /* expanded NIC names */
+    int nnics;          /* -1: not given */
+    double nic_gbs;     /* GB/s per NIC, < 0: not given */
+    int line;
+};
+
+struct whale_conf_domain {
+    char *name;
+    char *hosts;
+    int line;
+};
+
+struct whale_conf {
+    char *path;               /* file it came from ("<string>" for tests) */
+
+    /* switch tree / NVLink blocks */
+    char *topology_file;      /* NULL: default next to slurm.conf; "none": no tree */
+    bool topology_file_set;   /* given explicitly: a missing file is an error */
+
+    /* site defaults and limits */
+    enum whale_map_policy default_map;
+    int max_spares;           /* -1: no limit beyond the step's nodes */
+    int max_tp, max_pp, max_dp, max_microbatch;
+    int min_ckpt_every;       /* refuse more frequent checkpoints (0: no limit) */
+    char *checkpoint_root;    /* may hold %u (user) and %j (job id) */
+    unsigned allowed_offload;   /* bit (1 << enum whale_offload), all by default */
+    unsigned allowed_recompute; /* bit (1 << enum whale_recompute) */
+    int max_zero;             /* highest ZeRO stage allowed (3) */
+    bool allow_user_config;   /* --whale-conf=FILE accepted */
+
+    /* per-task environment */
+    bool set_cuda_visible_devices;
+    bool set_ucx_net_devices;
+    bool set_nccl_env;
+
+    /* link bandwidth per class, GB/s per rank (0: derive) */
+    double link_gbs[WHALE_LINK_NCLASS];
+
+    struct whale_conf_nodeset *nodesets;
+    int nnodesets;
+    struct whale_conf_nodeset node_default;  /* NodeName=DEFAULT */
+    struct whale_gpu_type *gpu_types;
+    int ngpu_types;
+    struct whale_conf_domain *domains;
+    int ndomains;
+};
+
+/* Load and validate a file; *out is NULL on error (message logged). */
+int whale_conf_load(const char *path, struct whale_conf **out);
+int whale_conf_parse_string(const char *text, const char *name, struct whale_conf **out);
+/* Defaults only (no file): what a site without whale.conf gets. */
+struct whale_conf *whale_conf_defaults(void);
+void whale_conf_free(struct whale_conf *c);
+
+/* Expand "%u" (user name) and "%j" (job id) in a checkpoint path pattern.
+ * Returns a malloc'd string or NULL. */
+char *whale_conf_expand_path(const char *pattern, const char *user, const char *jobid);
+
+/* The topology file the config points to: its TopologyFile, else
+ * topology.conf next to slurm_conf (SLURM_CONF, may be NULL -> /etc/slurm).
+ * Returns NULL for "none". Malloc'd. */
+char *whale_conf_topology_path(const struct whale_conf *c, const char *slurm_conf);
+
+/* Parse Slurm's topology.conf into t: SwitchName= lines (Nodes= or
+ * Switches=, LinkSpeed=), BlockName= lines (NVLink domains, Slurm's
+ * topology/block). Unknown keys are errors, like slurmctld does. */
+int whale_topology_conf_parse(const char *path, struct whale_topo *t);
+int whale_topology_conf_parse_string(const char *text, const char *name, struct whale_topo *t);
+
+/* Build the topology model: the switch tree from the topology file (if
+ * any), then node attributes, GPU types and NVLink domains from the config.
+ * slurm_conf: value of SLURM_CONF or NULL. */
+int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
+                          struct whale_topo **out);
+
+/* Add a node the topology does not know yet (a step node missing from
+ * topology.conf and NodeName lines) with the NodeName=DEFAULT attributes.
+ * Returns its index or a negative WHALE_E* code. */
+int whale_conf_topo_ensure_node(const struct whale_conf *c, struct whale_topo *t,
+                                const char *name);
+
+/* Expand a Slurm hostlist expression ("node[1-4,7]") into names in order.
+ * *names is malloc'd (free each and the array); WHALE_EINVAL when
+ * malformed. */
+int whale_hostlist_expand(const char *expr, char ***names, int *n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,392 @@
+/* The planner: memory + time model of a hybrid-parallel GPT training step
+ * and a search over TP x PP x DP x micro-batching x ZeRO x recompute x
+ * offload that returns the fastest plan that fits.
+ *
+ * Part of the dependency-free core (linked into the SPANK plugin too): no
+ * UCX, PMIx, BLAS or CUDA here. All sizes are bytes, times seconds, rates
+ * bytes/s or FLOP/s unless a name says otherwise.
+ *
+ * Pieces:
+ *   - whale_plan_device: catalogue of accelerator types (peak, memory, links)
+ *   - whale_cluster    : a (possibly hypothetical, possibly mixed) cluster:
+ *                        node groups, NVLink domain, leaf switches, link
+ *                        classes with alpha-beta, efficiency constants
+ *   - whale_calib      : calibration profile (Key=Value, written by
+ *                        whale-bench, read by whale-plan --calib)
+ *   - whale_plan_eval  : prediction (memory breakdown + step time) of one
+ *                        configuration
+ *   - whale_plan_search: the search, with top alternatives and rejections
+ *   - whale_plan_recompute_select: exact per-layer recompute selection (dynamic
+ *                        program), shared with the engine's recompute=auto
+ *   - whale_plan_auto  : one call for the plugin (model + batch + cluster ->
+ *                        struct whale_plan + explanation)
+ */
+#ifndef WHALE_PLAN_H
+#define WHALE_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "whale/modeldesc.h"
+#include "whale/planfile.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- accelerators ------------------------------------------------------- */
+
+struct whale_plan_device {
+    char name[32];
+    double peak_flops;     /* dense bf16/fp16 tensor FLOP/s (CPU: measured GEMM peak) */
+    double mem_bytes;      /* device memory */
+    double hbm_bw;         /* device memory bandwidth, bytes/s */
+    double nvlink_bw;      /* NCCL-achievable bus bandwidth inside the NVLink domain, per GPU */
+    double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s */
+    double pcie_bw;        /* host <-> device bandwidth (offload), bytes/s */
+    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200 NVL72), 0 = the node */
+};
+
+/* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
+ * V100-32GB, cpu). Lookup is case-insensitive; returns WHALE_ENOENT and
+ * logs the known names when absent. */
+int whale_plan_device_find(const char *name, struct whale_plan_device *out);
+const struct whale_plan_device *whale_plan_devices(int *n);
+
+/* ---- cluster ------------------------------------------------------------ */
+
+enum whale_plan_link {
+    WHALE_PLAN_LINK_NVLINK = 0, /* inside one NVLink domain (node or rack) */
+    WHALE_PLAN_LINK_LEAF   = 1, /* between domains under one leaf switch */
+    WHALE_PLAN_LINK_SPINE  = 2, /* across leaf switches */
+    WHALE_PLAN_NLINK
+};
+const char *whale_plan_link_name(int cls);
+
+struct whale_alpha_beta {
+    double alpha;          /* latency per message step, seconds */
+    double bw;             /* per-GPU bus bandwidth on this class, bytes/s (0 = from GPU type) */
+};
+
+#define WHALE_CLUSTER_MAX_GROUPS 8
+
+struct whale_node_group {
+    int nodes;
+    int gpus_per_node;
+    struct whale_plan_device gpu;
+};
+
+/* Efficiency constants of the time model (see plan/README in the report
+ * and whale-plan --explain-model). Calibrated values override them. */
+struct whale_eff_model {
+    double gemm_eff;       /* best achievable fraction of peak for large GEMMs */
+    double gemm_half_dim;  /* matrix dimension at which one dimension halves efficiency */
+    double mem_eff;        /* achieved fraction of hbm_bw for memory-bound kernels */
+    double coll_eff;       /* achieved fraction of link bw by large collectives */
+    double dp_overlap;     /* fraction of the DP/ZeRO reduction hidden behind backward */
+    double overlap_cost;   /* compute slowdown per second of hidden communication */
+    double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
+    double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
+};
+
+struct whale_cluster {
+    char name[64];
+    int ngroups;
+    struct whale_node_group group[WHALE_CLUSTER_MAX_GROUPS];
+    int nvlink_domain;     /* GPUs per NVLink domain; 0 = GPUs per node */
+    int nodes_per_leaf;    /* nodes under one leaf switch; 0 = all under one switch */
+    double spine_oversub;  /* >= 1: bandwidth divisor across leaves */
+    struct whale_alpha_beta link[WHALE_PLAN_NLINK];
+    double overhead_bytes; /* per device: CUDA context, NCCL, workspaces */
+    double frag;           /* fraction of device memory lost to fragmentation */
+    double host_mem_per_gpu; /* host memory available per GPU for offload */
+    struct whale_eff_model eff;
+};
+
+/* A homogeneous cluster of `nodes` x `gpus_per_node` GPUs of `gpu_type`,
+ * with the default links for that GPU generation (NVLink domain = node,
+ * or the type's domain such as 72 for GB200; 32 nodes per leaf switch). */
+int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node,
+                       const char *gpu_type);
+/* Adds a node group (mixed clusters); the first group comes from init. */
+int whale_cluster_add_group(struct whale_cluster *c, int nodes, int gpus_per_node,
+                            const char *gpu_type);
+int64_t whale_cluster_gpus(const struct whale_cluster *c);
+bool whale_cluster_is_mixed(const struct whale_cluster *c);
+int whale_cluster_validate(const struct whale_cluster *c);
+/* The cluster of one job step from the plugin's topology model
+ * (whale/topo.h, built from whale.conf + topology.conf): `nodes` are the
+ * step's working node indices in t (spares left out), `ranks_per_node` its
+ * tasks per node (0 = the node's GPUs, or cores on CPU-only nodes).
+ * Consecutive nodes of one GPU type form a node group; the NVLink domain
+ * comes from the first node, nodes per leaf from the largest share of the
+ * step under one leaf switch. Defined when the core has the topo module. */
+struct whale_topo;
+int whale_cluster_from_topo(const struct whale_topo *t, const int *nodes, int nnodes,
+                            int ranks_per_node, struct whale_cluster *c);
+/* One-line description ("384 x 8 A100-80GB, NVLink 8, 32 nodes/leaf"). */
+void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len);
+
+/* ---- calibration profile (Key=Value; written by whale-bench) ------------
+ *
+ *   # whale calibration profile
+ *   Calibration=1 Source=whale-bench Host=node1 Date=2026-11-29T15:00:00Z
+ *   Device=cpu PeakTFLOPS=0.2 MemoryGiB=24 MemBandwidthGBs=22 GemmEfficiency=0.62
+ *          GemmHalfDim=48 MemEfficiency=0.6 KernelOverheadUs=5 DPOverlap=0.5
+ *   Link=nvlink AlphaUs=0.4 BandwidthGBs=8.2
+ *   Link=leaf AlphaUs=30 BandwidthGBs=2.0
+ *   Link=spine AlphaUs=40 BandwidthGBs=1.8
+ *
+ * One record per line, named by its first key (Calibration, Device, Link).
+ * Every value but the record name is optional; only what is present
+ * overrides the cluster description. Units: TFLOP/s, GiB, GB/s (1e9 B/s),
+ * microseconds. Device: PeakTFLOPS = peak of the GEMM kernel used (the
+ * model's GemmEfficiency multiplies it), MemBandwidthGBs = streaming
+ * bandwidth, GemmHalfDim = matrix dimension at which efficiency halves per
+ * dimension, KernelOverheadUs = per layer pass, DPOverlap in [0,1].
+ * Link: per-rank bus bandwidth and per-step latency of collectives on that
+ * class (nvlink = inside a node/domain, leaf = between nodes under one
+ * switch, spine = across switches). Unknown keys are errors (file:line). */
+enum {
+    WHALE_CAL_PEAK        = 1u << 0,
+    WHALE_CAL_MEM         = 1u << 1,
+    WHALE_CAL_HBM         = 1u << 2,
+    WHALE_CAL_GEMM_EFF    = 1u << 3,
+    WHALE_CAL_GEMM_HALF   = 1u << 4,
+    WHALE_CAL_MEM_EFF     = 1u << 5,
+    WHALE_CAL_KERNEL_OVH  = 1u << 6,
+    WHALE_CAL_DP_OVERLAP  = 1u << 7,
+    WHALE_CAL_LINK0       = 1u << 8, /* << class: alpha/bw of that class present */
+};
+
+struct whale_calib {
+    char source[64];
+    char host[64];
+    char date[32];
+    char device[32];       /* device type measured ("cpu", "H100-80GB") */
+    unsigned has;          /* WHALE_CAL_* bits */
+    double peak_flops, mem_bytes, hbm_bw;
+    double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap;
+    struct whale_alpha_beta link[WHALE_PLAN_NLINK];
+};
+
+int whale_calib_load(const char *path, struct whale_calib *out);
+int whale_calib_parse_string(const char *text, const char *origin, struct whale_calib *out);
+/* Writes the profile (only the fields present in `has`). */
+int whale_calib_write(FILE *f, const struct whale_calib *cal);
+int whale_calib_save(const char *path, const struct whale_calib *cal);
+/* Helpers for whale-bench to turn measurements into profile values.
+ * GEMM: the rates (FLOP/s) of square d x d x d GEMMs at a small and a
+ * large size give PeakTFLOPS, GemmEfficiency=1 and GemmHalfDim of the
+ * model f(d) = d / (d + half) per dimension. Link: an all-reduce over p
+ * ranks timed at a tiny message (latency) and a large one of `bytes`
+ * gives alpha and the per-rank bus bandwidth of the ring model
+ * t = 2(p-1) alpha + 2 (p-1)/p bytes / bw. Both return WHALE_EINVAL when
+ * the measurements are inconsistent (e.g. the small GEMM faster). */
+int whale_calib_fit_gemm(double d_small, double rate_small, double d_large, double rate_large,
+                         struct whale_calib *cal);
+int whale_calib_fit_link(int p, double t_tiny, double bytes, double t_large, int cls,
+                         struct whale_calib *cal);
+/* Overrides the cluster's device/link/efficiency values with the profile's
+ * (every node group when the cluster is homogeneous, else the groups whose
+ * GPU type is the profile's Device). */
+void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c);
+
+/* ---- plans ---------------------------------------------------------------- */
+
+/* Recompute (none / selective / full / auto) and offload (none / optimizer
+ * / params) use the enums of whale/planfile.h. */
+
+#define WHALE_PLAN_MAX_STAGES 512
+
+/* One configuration. Zero in tp/pp/dp/microbatch/interleave means "free"
+ * for the search; whale_plan_eval needs them all set. */
+struct whale_plan_config {
+    int tp, pp, dp;
+    int microbatch;        /* sequences per micro-batch, b */
+    int nmicro;            /* micro-batches per step per replica, m (derived: B / (dp b)) */
+    int interleave;        /* virtual stages per rank, v (1 = plain 1F1B) */
+    int zero;              /* 0..3 */
+    int recompute;         /* enum whale_recompute (NONE..AUTO) */
+    int offload;           /* enum whale_offload */
+    bool seqpar;           /* Megatron sequence parallelism (with tp > 1) */
+    /* Result of recompute=auto on the worst stage: layers per policy. */
+    int rc_full, rc_selective;
+    /* Layers per pipeline stage (filled by eval; an input when uneven). */
+    bool uneven;           /* mixed clusters: balance layers and batch by device speed */
+    bool layers_given;     /* stage_layers is an input (else eval fills it) */
+    int stage_layers[WHALE_PLAN_MAX_STAGES];
+    /* Micro-batches per DP replica when uneven (first WHALE_PLAN_MAX_STAGES
+     * replicas; 0 = nmicro). */
+    int replica_micro[WHALE_PLAN_MAX_STAGES];
+};
+
+/* Prediction for one configuration on the worst (bottleneck) device. */
+struct whale_plan_prediction {
+    bool fits;
+    /* memory per device, bytes (worst stage) */
+    double mem_weights, mem_grads, mem_optim, mem_act, mem_buffers, mem_overhead, mem_total;
+    double mem_capacity;   /* usable: capacity x (1 - frag) */
+    int worst_stage;
+    /* time per step, seconds */
+    double t_step;
+    double t_compute;      /* forward + backward on the bottleneck stage, m micro-batches */
+    double t_recompute;    /* part of t_compute spent recomputing */
+    double t_bubble;       /* pipeline fill/drain */
+    double t_tp;           /* tensor-parallel collectives on the critical path */
+    double t_pp;           /* pipeline send/recv on the critical path */
+    double t_dp;           /* exposed DP / ZeRO collectives */
+    double t_optim;        /* optimizer step */
+    double t_offload;      /* exposed host<->device transfers */
+    /* rates */
+    double flops_step;     /* hardware FLOPs per step incl. recompute (Megatron's count) */
+    double model_flops_step; /* without recompute (for MFU) */
+    double tflops_per_gpu; /* flops_step / (t_step * gpus) / 1e12 */
+    double mfu;            /* model_flops_step / (t_step * sum of peaks) */
+    double tokens_per_s;
+    int link_tp, link_pp, link_dp; /* link classes the mapping uses */
+};
+
+/* Predicts memory and step time of `cfg` (tp, pp, dp, microbatch,
+ * interleave set) for `model` with `global_batch` sequences per step.
+ * cfg->nmicro, rc_* (auto) and stage_layers (even when !uneven) are filled
+ * in. Returns 0 (pred->fits says whether it fits), or WHALE_EINVAL with a
+ * logged reason when the configuration is inconsistent. */
+int whale_plan_eval(const struct whale_model_desc *model, long global_batch,
+                    const struct whale_cluster *c, struct whale_plan_config *cfg,
+                    struct whale_plan_prediction *pred);
+/* Like eval, but returns the reason instead of logging it. */
+int whale_plan_check(const struct whale_model_desc *model, long global_batch,
+                     const struct whale_cluster *c, const struct whale_plan_config *cfg,
+                     char *why, size_t why_len);
+
+/* ---- search --------------------------------------------------------------- */
+
+#define WHALE_PLAN_TOPK 16
+
+struct whale_plan_candidate {
+    struct whale_plan_config cfg;
+    struct whale_plan_prediction pred;
+};
+
+struct whale_plan_request {
+    const struct whale_model_desc *model;
+    long global_batch;                /* sequences per step */
+    const struct whale_cluster *cluster;
+    /* Constraints: 0 / -1 = free. */
+    int tp, pp, dp, microbatch, interleave;
+    int zero;                         /* -1 free */
+    int recompute;                    /* -1 free */
+    int offload;                      /* -1 free */
+    int seqpar;                       /* -1 free, 0 off, 1 on */
+    int max_microbatch;               /* 0: 16 */
+    int topk;                         /* alternatives kept (<= WHALE_PLAN_TOPK) */
+    bool exhaustive;                  /* no pruning (benchmark baseline) */
+    /* Site limits (whale.conf): 0 = none; bit masks of allowed enum
+     * values (1 << WHALE_RECOMPUTE_x, 1 << WHALE_OFFLOAD_x), 0 = all. */
+    int max_tp, max_pp, max_dp;
+    int max_zero;                     /* -1: 3 */
+    unsigned allowed_recompute, allowed_offload;
+    double max_idle;                  /* share of GPUs a plan may leave idle (0: use all);
+                                         lets awkward GPU counts (100,000) factor well */
+};
+void whale_plan_request_init(struct whale_plan_request *r);
+
+struct whale_plan_result {
+    bool found;
+    struct whale_plan_candidate best;
+    int ntop;
+    struct whale_plan_candidate top[WHALE_PLAN_TOPK];   /* best first (top[0] == best) */
+    int nrejected;
+    struct whale_plan_candidate rejected[4];   /* faster than best but do not fit */
+    /* mixed clusters: the best even split, to report the gain */
+    bool mixed;
+    struct whale_plan_candidate even;
+    /* statistics */
+    int64_t evaluated, pruned;
+    double search_seconds;
+    char why_none[256];                        /* when !found */
+};
+
+/* Runs the search. Returns 0 with result->found, WHALE_ENOFIT (and
+ * result->why_none, also logged) when nothing fits, WHALE_EINVAL on bad
+ * input. */
+int whale_plan_search(const struct whale_plan_request *req, struct whale_plan_result *res);
+
+/* Human-readable report: table of the best + alternatives, why the winner
+ * wins, why faster plans were rejected. */
+void whale_plan_explain(const struct whale_plan_request *req, const struct whale_plan_result *res,
+                        char *buf, size_t len);
+/* One table row / header for a candidate. */
+void whale_plan_format_header(char *buf, size_t len);
+void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size_t len);
+/* Multi-line breakdown (memory and time components). */
+void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf, size_t len);
+/* "tp=8 pp=64 dp=6 mb=1 m=512 v=2 zero=1 rc=full" */
+void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, size_t len);
+
+/* ---- optimal per-layer recompute (dynamic program) -----------------------
+ *
+ * A chain of n layers; layer i offers `nopt` policies (e.g. none / selective
+ * / full), option k keeping mem[i*nopt+k] bytes of activations until its
+ * backward and costing time[i*nopt+k] extra seconds of recomputation.
+ * Chooses one option per layer minimising total time subject to
+ * sum(mem) <= budget. Memory is discretised into `slots` units of
+ * budget/slots, each option's memory rounded UP, so the choice never
+ * exceeds the budget; with integer memories and slots == budget the answer
+ * is exact. O(n * nopt * slots) time, O(n * slots) bytes.
+ * choice[i] receives the option of layer i. Returns 0, WHALE_ENOFIT when
+ * even the smallest options exceed the budget, WHALE_EINVAL/ENOMEM. */
+int whale_plan_recompute_select(int n, int nopt, const double *mem, const double *time,
+                      double budget, int slots, int *choice, double *total_time);
+
+/* The engine's recompute=auto for a GPT stage: `nlayers` identical layers
+ * of `model` (TP degree tp, sequence parallelism sp, micro-batch b), each
+ * kept for `inflight` micro-batches, activations within `budget` bytes.
+ * Uses the planner's activation sizes (Korthikanti et al.) and recompute
+ * costs on `device` (NULL: A100-80GB; only the ratios matter) and the
+ * exact DP above. policy[i] receives WHALE_RECOMPUTE_NONE / SELECTIVE /
+ * FULL for layer i (full first, at the start of the stage: its activations
+ * live longest). Returns 0 or WHALE_ENOFIT when even all-full exceeds the
+ * budget. */
+int whale_plan_recompute_auto(const struct whale_model_desc *model, int tp, bool sp, int b,
+                              int nlayers, double inflight, double budget,
+                              const struct whale_plan_device *device, int *policy);
+
+/* ---- the one call for the SPANK plugin ----------------------------------- */
+
+/* Plans `model` with `global_batch` sequences per step on cluster `c`
+ * (built from the allocation; see whale_cluster_from_topo), applying `cal`
+ * when non-NULL. `limits` (may be NULL) carries the constraint and site
+ * limit fields of a request (tp/pp/dp/zero/..., max_*, allowed_*); its
+ * model/cluster/batch are ignored. Without limits, sequence parallelism is
+ * off (set limits->seqpar = -1 to let the search use it once the engine
+ * runs it). Fills `out` (the plan the runtime executes, prediction
+ * included) and writes a short explanation into `explain`. Returns 0,
+ * WHALE_ENOFIT (nothing fits; reason in explain and logged) or another
+ * WHALE_E* code. */
+int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
+                    const struct whale_cluster *c, const struct whale_calib *cal,
+                    const struct whale_plan_request *limits,
+                    struct whale_plan *out, char *explain, size_t explain_len);
+
+/* Prediction for a plan the runtime would execute (from flags or a plan
+ * file): memory per device and step time on cluster `c`. Returns 0 when it
+ * fits, WHALE_ENOFIT when it does not (why: "needs 93.1 GiB per device,
+ * 76.0 usable: weights ..., activations ..."), WHALE_EINVAL when the plan
+ * is inconsistent with the model/cluster (why says how). */
+int whale_plan_predict(const struct whale_model_desc *model, const struct whale_cluster *c,
+                       const struct whale_plan *plan, struct whale_plan_candidate *out,
+                       char *why, size_t why_len);
+
+/* Converts a candidate into the runtime's plan structure. */
+int whale_plan_to_planfile(const struct whale_model_desc *model, long global_batch,
+                           const struct whale_cluster *c, const struct whale_plan_candidate *cand,
+                           struct whale_plan *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

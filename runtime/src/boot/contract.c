@@ -1,0 +1,198 @@
+/* The WHALE_* environment contract as seen by a task: degrees, logical rank,
+ * rank map. Cross-checked against what PMIx says (size, rank) so that a task
+ * launched by a mismatching launcher fails with a clear message instead of
+ * deadlocking in the first collective. */
+#include "boot/boot.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/env.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#if __has_include("whale/map.h")
+#include "whale/map.h"
+#define contract_rankmap_load whale_rankmap_load
+#else
+/* Until the mapping module lands: the same "A,A-B,..." text (no '@file'). */
+static int contract_rankmap_load(const char *s, int **out, int *n)
+{
+    size_t cap = 16, len = 0;
+    int *v = malloc(cap * sizeof(int));
+    if (!v)
+        return WHALE_ENOMEM;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), bb;
+        if (end == p || a < 0)
+            goto bad;
+        bb = a;
+        p = end;
+        if (*p == '-') {
+            bb = strtol(p + 1, &end, 10);
+            if (end == p + 1 || bb < 0)
+                goto bad;
+            p = end;
+        }
+        for (long x = a;; x += (bb >= a ? 1 : -1)) {
+            if (len == cap) {
+                int *nv = realloc(v, (cap *= 2) * sizeof(int));
+                if (!nv) {
+                    free(v);
+                    return WHALE_ENOMEM;
+                }
+                v = nv;
+            }
+            v[len++] = (int)x;
+            if (x == bb)
+                break;
+        }
+        if (*p == ',')
+            p++;
+        else if (*p)
+            goto bad;
+    }
+    *out = v;
+    *n = (int)len;
+    return 0;
+bad:
+    whale_error("WHALE_RANKMAP='%s' is not a list of A or A-B items", s);
+    free(v);
+    return WHALE_EINVAL;
+}
+#endif
+
+static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        whale_error("%s='%s' is not an integer in [%d, %d]", name, s, lo, hi);
+        return WHALE_EINVAL;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int get_int(boot_getenv_fn get, void *user, const char *name, int lo, int hi, int dflt,
+                   int *out)
+{
+    const char *s = get(name, user);
+    if (!s || !*s) {
+        *out = dflt;
+        return 0;
+    }
+    return parse_int(name, s, lo, hi, out);
+}
+
+int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_size, int pmix_rank)
+{
+    int rc;
+    int *map = NULL;
+    const bool have_contract = get(WHALE_ENV_WORLD, user) || get(WHALE_ENV_TP, user) ||
+                               get(WHALE_ENV_RANKMAP, user);
+    int ntasks, task, tp, pp, dp, world;
+
+    if ((rc = get_int(get, user, WHALE_ENV_NTASKS, 1, INT_MAX, pmix_size > 0 ? pmix_size : 1, &ntasks)) ||
+        (rc = get_int(get, user, WHALE_ENV_TASK_ID, 0, INT_MAX, pmix_rank > 0 ? pmix_rank : 0, &task)) ||
+        (rc = get_int(get, user, WHALE_ENV_TP, 1, INT_MAX, 1, &tp)) ||
+        (rc = get_int(get, user, WHALE_ENV_PP, 1, INT_MAX, 1, &pp)) ||
+        (rc = get_int(get, user, WHALE_ENV_WORLD, 1, INT_MAX, ntasks, &world)))
+        return rc;
+    if ((rc = get_int(get, user, WHALE_ENV_DP, 1, INT_MAX, world / (tp * pp) > 0 ? world / (tp * pp) : 1, &dp)))
+        return rc;
+    if (pmix_size > 0 && ntasks != pmix_size) {
+        whale_error("%s=%d but the launcher (PMIx) started %d tasks: was the step launched with "
+                    "other options than the ones that planned it?", WHALE_ENV_NTASKS, ntasks, pmix_size);
+        return WHALE_EINVAL;
+    }
+    if (pmix_rank >= 0 && task != pmix_rank) {
+        whale_error("%s=%d but PMIx says this is rank %d", WHALE_ENV_TASK_ID, task, pmix_rank);
+        return WHALE_EINVAL;
+    }
+    if ((long)tp * pp * dp != world) {
+        whale_error("contract: TP*PP*DP = %d*%d*%d != %s=%d", tp, pp, dp, WHALE_ENV_WORLD, world);
+        return WHALE_EINVAL;
+    }
+    if (world > ntasks || task >= ntasks) {
+        whale_error("contract: %s=%d, task %d, but only %d tasks in the step", WHALE_ENV_WORLD, world,
+                    task, ntasks);
+        return WHALE_EINVAL;
+    }
+    if (!have_contract && pmix_size > 1)
+        whale_info("no WHALE_* contract in the environment: running %d tasks as pure data parallel",
+                   ntasks);
+
+    const char *rm = get(WHALE_ENV_RANKMAP, user);
+    if (rm && *rm) {
+        int n = 0;
+        if ((rc = contract_rankmap_load(rm, &map, &n)))
+            return rc;
+        if (n != world) {
+            whale_error("%s lists %d ranks but %s=%d", WHALE_ENV_RANKMAP, n, WHALE_ENV_WORLD, world);
+            free(map);
+            return WHALE_EINVAL;
+        }
+    } else {
+        /* Without a map rank r is task r; spares are the last tasks. */
+        map = malloc(sizeof(int) * (size_t)world);
+        if (!map)
+            return WHALE_ENOMEM;
+        for (int r = 0; r < world; r++)
+            map[r] = r;
+    }
+    int *rot = malloc(sizeof(int) * (size_t)ntasks);
+    if (!rot) {
+        free(map);
+        return WHALE_ENOMEM;
+    }
+    for (int t = 0; t < ntasks; t++)
+        rot[t] = -1;
+    for (int r = 0; r < world; r++) {
+        if (map[r] < 0 || map[r] >= ntasks || rot[map[r]] >= 0) {
+            whale_error("%s: rank %d maps to task %d, which is out of range or taken twice",
+                        WHALE_ENV_RANKMAP, r, map[r]);
+            free(map);
+            free(rot);
+            return WHALE_EINVAL;
+        }
+        rot[map[r]] = r;
+    }
+    int rank = rot[task];
+    int env_rank, env_spare;
+    if ((rc = get_int(get, user, WHALE_ENV_RANK, -1, INT_MAX, rank, &env_rank)) ||
+        (rc = get_int(get, user, WHALE_ENV_SPARE, 0, 1, rank < 0, &env_spare))) {
+        free(map);
+        free(rot);
+        return rc;
+    }
+    if (env_rank != rank || env_spare != (rank < 0)) {
+        whale_error("contract: task %d is rank %d by %s but %s=%d %s=%d", task, rank,
+                    WHALE_ENV_RANKMAP, WHALE_ENV_RANK, env_rank, WHALE_ENV_SPARE, env_spare);
+        free(map);
+        free(rot);
+        return WHALE_EINVAL;
+    }
+    b->ntasks = ntasks;
+    b->task = task;
+    b->tp = tp;
+    b->pp = pp;
+    b->dp = dp;
+    b->world = world;
+    b->rank = rank;
+    b->spare = rank < 0;
+    b->task_of_rank = map;
+    b->rank_of_task = rot;
+    if (rank >= 0) {
+        b->tp_rank = rank % tp;
+        b->dp_rank = (rank / tp) % dp;
+        b->pp_rank = rank / (tp * dp);
+    } else {
+        b->tp_rank = b->dp_rank = b->pp_rank = -1;
+    }
+    return 0;
+}

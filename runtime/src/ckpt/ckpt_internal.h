@@ -1,0 +1,130 @@
+/* Module-internal pieces of the checkpoint module (prefix ckpt_). */
+#ifndef WHALE_CKPT_INTERNAL_H
+#define WHALE_CKPT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "whale/ckpt.h"
+
+/* ---- dtypes (safetensors names) ------------------------------------------ */
+/* The comm module's enum plus INT8 for quantized codes. */
+#define CKPT_INT8 ((enum whale_dtype)100)
+size_t      ckpt_dtype_size(enum whale_dtype t);
+const char *ckpt_dtype_st(enum whale_dtype t);          /* "F32", ... or NULL */
+int         ckpt_dtype_from_st(const char *s, enum whale_dtype *t);
+bool        ckpt_dtype_is_float(enum whale_dtype t);
+
+/* ---- regions: a box or a flat range of a row-major tensor ----------------- */
+typedef struct ckpt_region {
+    int ndim;
+    int64_t shape[WHALE_CKPT_MAX_DIMS];
+    bool flat;
+    int64_t off[WHALE_CKPT_MAX_DIMS], cnt[WHALE_CKPT_MAX_DIMS];
+    int64_t fb, fe;
+} ckpt_region;
+
+void    ckpt_region_from_piece(ckpt_region *r, const whale_ckpt_piece *p);
+int64_t ckpt_region_numel(const ckpt_region *r);
+int64_t ckpt_shape_numel(int ndim, const int64_t *shape);
+/* Checks the region lies inside the shape; logs with `what` on failure. */
+int     ckpt_region_check(const ckpt_region *r, const char *what);
+
+/* Contiguous runs of a region in global flat index order. */
+typedef struct ckpt_runs {
+    const ckpt_region *r;
+    int k;                  /* last partial dim (box) */
+    int64_t runlen, nruns, idx;
+    int64_t mi[WHALE_CKPT_MAX_DIMS];
+    int64_t stride[WHALE_CKPT_MAX_DIMS];
+} ckpt_runs;
+void ckpt_runs_init(ckpt_runs *it, const ckpt_region *r);
+bool ckpt_runs_next(ckpt_runs *it, int64_t *gstart, int64_t *len, int64_t *lstart);
+
+/* Calls fn(src_local, dst_local, len) for every overlap of src and dst
+ * (element indices into each region's own row-major contents). */
+typedef void (*ckpt_overlap_fn)(int64_t src, int64_t dst, int64_t len, void *u);
+int64_t ckpt_region_overlap(const ckpt_region *src, const ckpt_region *dst,
+                            ckpt_overlap_fn fn, void *u);
+/* Bounding [lo, hi) of the region's flat indices. */
+void ckpt_region_bounds(const ckpt_region *r, int64_t *lo, int64_t *hi);
+
+/* ---- codecs ---------------------------------------------------------------- */
+enum ckpt_enc { CKPT_ENC_RAW = 0, CKPT_ENC_BF16, CKPT_ENC_FP16, CKPT_ENC_Q8, CKPT_ENC_Q8SQRT };
+const char *ckpt_enc_name(enum ckpt_enc e);
+int         ckpt_enc_from_name(const char *s, enum ckpt_enc *e);
+/* Bytes of the encoded form of n elements of dtype t (before zstd). */
+size_t ckpt_enc_size(enum ckpt_enc e, enum whale_dtype t, int64_t n, int block);
+/* Encode n elements (src of dtype t) into dst (ckpt_enc_size bytes).
+ * Q8 layout: float scales[nblocks] then int8 codes[n]. */
+void   ckpt_encode(enum ckpt_enc e, enum whale_dtype t, const void *src, int64_t n, int block,
+                   void *dst);
+/* Decode into dst (n elements of dtype t). */
+void   ckpt_decode(enum ckpt_enc e, enum whale_dtype t, const void *src, int64_t n, int block,
+                   void *dst);
+/* Convert n elements between float dtypes (or copy when equal). */
+int    ckpt_convert(enum whale_dtype from, const void *src, enum whale_dtype to, void *dst,
+                    int64_t n);
+uint16_t ckpt_f32_to_bf16(float f);
+float    ckpt_bf16_to_f32(uint16_t h);
+uint16_t ckpt_f32_to_f16(float f);
+float    ckpt_f16_to_f32(uint16_t h);
+
+/* ---- safetensors headers --------------------------------------------------- */
+typedef struct ckpt_st_entry {
+    char *name;
+    enum whale_dtype dtype;
+    int ndim;
+    int64_t shape[WHALE_CKPT_MAX_DIMS];
+    uint64_t begin, end;     /* within the data section */
+} ckpt_st_entry;
+
+/* Builds the header bytes (8-byte length + JSON padded to 8) for entries
+ * laid out in order and a metadata object (json_t *, may be NULL). */
+int  ckpt_st_header(const ckpt_st_entry *e, size_t n, void *metadata_json,
+                    char **out, size_t *out_len);
+/* Parses a header from an open file: entries (malloc'd), data offset. */
+int  ckpt_st_read_header(int fd, const char *path, ckpt_st_entry **e, size_t *n,
+                         uint64_t *data_off, uint64_t *file_size, void **metadata_json);
+void ckpt_st_entries_free(ckpt_st_entry *e, size_t n);
+
+/* ---- files ----------------------------------------------------------------- */
+typedef struct ckpt_fault {
+    long long enospc_after; /* fail writes with ENOSPC after this many bytes (-1 off) */
+    int slow_ms;            /* sleep before each file write (kill tests) */
+    long long written;
+} ckpt_fault;
+void ckpt_fault_from_env(ckpt_fault *f);
+
+mode_t ckpt_file_mode(bool priv);
+mode_t ckpt_dir_mode(bool priv);
+int  ckpt_mkdir_p(const char *path, mode_t mode);
+int  ckpt_write_all(int fd, const void *buf, size_t len, ckpt_fault *f);
+int  ckpt_fsync_path(const char *path);       /* fsync a directory (or file) by path */
+int  ckpt_rm_rf(const char *path);
+/* Write a small file atomically: path.tmp, fsync, rename, fsync dir. */
+int  ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
+                            mode_t mode, ckpt_fault *f);
+int  ckpt_read_file(const char *path, char **buf, size_t *len);
+/* Points dir/name at target (a symlink), atomically. */
+int  ckpt_symlink_atomic(const char *dir, const char *name, const char *target);
+char *ckpt_path(const char *a, const char *b);  /* a/b, malloc'd */
+/* step-%08lld parsing; -1 when the name is not a step directory. */
+int64_t ckpt_step_of(const char *name);
+double ckpt_now(void);
+
+/* ---- hashing ---------------------------------------------------------------- */
+void ckpt_hex128(const void *hash16, char out[33]);
+void ckpt_hex64(uint64_t h, char out[17]);
+uint64_t ckpt_xxh64(const void *p, size_t n);
+
+/* whale_ckpt_resolve, optionally without logging (an empty root is normal) */
+int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);
+
+#define CKPT_MANIFEST "manifest.json"
+#define CKPT_FORMAT   "whale-ckpt"
+#define CKPT_VERSION  1
+
+#endif

@@ -1,0 +1,588 @@
+/* Restore: resolve a checkpoint, read the pieces a rank owns now (any
+ * layout) from the chunks that overlap them, verify checksums. */
+#define _GNU_SOURCE
+#include "ckpt_internal.h"
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+typedef struct rchunk {
+    const char *file;    /* relative to the checkpoint directory */
+    ckpt_region reg;
+    enum ckpt_enc enc;
+    int block;
+    uint64_t begin, nbytes, zraw;
+    const char *xxh;     /* xxh3-128 of the stored bytes, hex */
+} rchunk;
+
+typedef struct rtensor {
+    const char *name;
+    enum whale_dtype dtype;
+    int ndim;
+    int64_t shape[WHALE_CKPT_MAX_DIMS];
+    rchunk *c;
+    size_t nc;
+} rtensor;
+
+struct whale_ckpt_reader {
+    char *dir;
+    json_t *man;
+    rtensor *t;
+    size_t nt;
+    whale_ckpt_info info;
+    char *plan, *data, *extra;
+};
+
+/* ---- resolve -------------------------------------------------------------- */
+
+static bool has_manifest(const char *dir)
+{
+    char *p = ckpt_path(dir, CKPT_MANIFEST);
+    json_t *m = p ? json_load_file(p, 0, NULL) : NULL;
+    free(p);
+    bool ok = m && json_is_object(m);
+    json_decref(m);
+    return ok;
+}
+
+static int newest_step(const char *root, int64_t want, char **out)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return WHALE_ENOENT;
+    struct dirent *e;
+    int64_t best = -1;
+    char *bestp = NULL;
+    while ((e = readdir(d))) {
+        int64_t s = ckpt_step_of(e->d_name);
+        if (s < 0 || (want >= 0 && s != want) || s <= best)
+            continue;
+        char *p = ckpt_path(root, e->d_name);
+        if (p && has_manifest(p)) {
+            free(bestp);
+            bestp = p;
+            best = s;
+        } else {
+            free(p);
+        }
+    }
+    closedir(d);
+    if (!bestp)
+        return WHALE_ENOENT;
+    *out = bestp;
+    return 0;
+}
+
+#define LOGQ(...) do { if (!quiet) whale_error(__VA_ARGS__); } while (0)
+
+int ckpt_resolve(const char *root, const char *which, char **out, bool quiet)
+{
+    *out = NULL;
+    if (!root || !*root) {
+        LOGQ("checkpoint: no checkpoint directory given");
+        return WHALE_EINVAL;
+    }
+    bool latest = !which || !*which || !strcmp(which, "latest");
+    if (latest) {
+        if (has_manifest(root)) { /* root is itself a checkpoint */
+            *out = strdup(root);
+            return *out ? 0 : WHALE_ENOMEM;
+        }
+        char *lp = ckpt_path(root, "latest");
+        char target[PATH_MAX];
+        ssize_t n = lp ? readlink(lp, target, sizeof target - 1) : -1;
+        char *dir = NULL;
+        if (n > 0) {
+            target[n] = 0;
+            dir = target[0] == '/' ? strdup(target) : ckpt_path(root, target);
+        } else if (lp) { /* a plain file holding the name also works */
+            char *b = NULL;
+            size_t len = 0;
+            if (!ckpt_read_file(lp, &b, &len) && len) {
+                b[strcspn(b, "\r\n")] = 0;
+                dir = ckpt_path(root, b);
+            }
+            free(b);
+        }
+        free(lp);
+        if (dir && has_manifest(dir)) {
+            *out = dir;
+            return 0;
+        }
+        int rc = newest_step(root, -1, out);
+        if (rc) {
+            LOGQ("checkpoint: no checkpoint under %s (no readable latest or step-*/%s)",
+                        root, CKPT_MANIFEST);
+        } else if (dir) {
+            if (!quiet)
+                whale_warn("checkpoint: %s/latest -> %s is not a readable checkpoint; using %s",
+                           root, dir, *out);
+        }
+        free(dir);
+        return rc;
+    }
+    char *end;
+    const char *num = !strncmp(which, "step-", 5) ? which + 5 : which;
+    long long s = strtoll(num, &end, 10);
+    if (*num && !*end && s >= 0) {
+        int rc = newest_step(root, s, out);
+        if (rc)
+            LOGQ("checkpoint: no readable checkpoint for step %lld under %s", s, root);
+        return rc;
+    }
+    /* a path: relative to the root, else as given */
+    char *p = ckpt_path(root, which);
+    if (p && has_manifest(p)) {
+        *out = p;
+        return 0;
+    }
+    free(p);
+    if (has_manifest(which)) {
+        *out = strdup(which);
+        return *out ? 0 : WHALE_ENOMEM;
+    }
+    LOGQ("checkpoint: %s is not a checkpoint (no readable %s)", which, CKPT_MANIFEST);
+    return WHALE_ENOENT;
+}
+
+int whale_ckpt_resolve(const char *root, const char *which, char **out)
+{
+    return ckpt_resolve(root, which, out, false);
+}
+
+/* ---- open ----------------------------------------------------------------- */
+
+static int parse_region(json_t *j, int ndim, const int64_t *shape, ckpt_region *r)
+{
+    memset(r, 0, sizeof *r);
+    r->ndim = ndim;
+    memcpy(r->shape, shape, sizeof r->shape);
+    json_t *o = json_object_get(j, "offsets"), *c = json_object_get(j, "count");
+    if (json_array_size(o) != (size_t)ndim || json_array_size(c) != (size_t)ndim)
+        return WHALE_EDATA;
+    for (int d = 0; d < ndim; d++) {
+        r->off[d] = json_integer_value(json_array_get(o, (size_t)d));
+        r->cnt[d] = json_integer_value(json_array_get(c, (size_t)d));
+    }
+    json_t *flat = json_object_get(j, "flat");
+    if (flat) {
+        r->flat = true;
+        r->fb = json_integer_value(json_array_get(flat, 0));
+        r->fe = json_integer_value(json_array_get(flat, 1));
+    }
+    return ckpt_region_check(r, "stored chunk");
+}
+
+static char *dump_or_null(json_t *v)
+{
+    if (!v || json_is_null(v))
+        return NULL;
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+void whale_ckpt_reader_close(whale_ckpt_reader *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->nt; i++)
+        free(r->t[i].c);
+    free(r->t);
+    json_decref(r->man);
+    free(r->plan);
+    free(r->data);
+    free(r->extra);
+    free(r->dir);
+    free(r);
+}
+
+int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
+{
+    *out = NULL;
+    whale_ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return WHALE_ENOMEM;
+    r->dir = strdup(dir);
+    char *mp = ckpt_path(dir, CKPT_MANIFEST);
+    json_error_t je;
+    r->man = mp ? json_load_file(mp, 0, &je) : NULL;
+    int rc = 0;
+    if (!r->man) {
+        whale_error("checkpoint: %s: %s", mp ? mp : dir, mp ? je.text : "out of memory");
+        rc = access(mp, F_OK) ? WHALE_ENOENT : WHALE_ECORRUPT;
+        free(mp);
+        whale_ckpt_reader_close(r);
+        return rc;
+    }
+    const char *fmt = json_string_value(json_object_get(r->man, "format"));
+    if (!fmt || strcmp(fmt, CKPT_FORMAT) ||
+        json_integer_value(json_object_get(r->man, "version")) != CKPT_VERSION) {
+        whale_error("checkpoint: %s: not a %s version %d manifest", mp, CKPT_FORMAT,
+                    CKPT_VERSION);
+        free(mp);
+        whale_ckpt_reader_close(r);
+        return WHALE_EDATA;
+    }
+    json_t *tensors = json_object_get(r->man, "tensors");
+    r->t = calloc(json_object_size(tensors) + 1, sizeof *r->t);
+    if (!r->t)
+        rc = WHALE_ENOMEM;
+    const char *name;
+    json_t *t;
+    json_object_foreach(tensors, name, t) {
+        if (rc)
+            break;
+        rtensor *x = &r->t[r->nt];
+        x->name = name;
+        json_t *shape = json_object_get(t, "shape");
+        if (ckpt_dtype_from_st(json_string_value(json_object_get(t, "dtype")), &x->dtype) ||
+            !json_is_array(shape) || json_array_size(shape) > WHALE_CKPT_MAX_DIMS) {
+            whale_error("checkpoint: %s: tensor %s: bad dtype or shape", mp, name);
+            rc = WHALE_EDATA;
+            break;
+        }
+        x->ndim = (int)json_array_size(shape);
+        for (int d = 0; d < x->ndim; d++)
+            x->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
+        json_t *cs = json_object_get(t, "chunks");
+        x->c = calloc(json_array_size(cs) + 1, sizeof *x->c);
+        if (!x->c) {
+            rc = WHALE_ENOMEM;
+            break;
+        }
+        r->nt++;
+        size_t k;
+        json_t *c;
+        json_array_foreach(cs, k, c) {
+            rchunk *y = &x->c[x->nc];
+            y->file = json_string_value(json_object_get(c, "file"));
+            y->block = (int)json_integer_value(json_object_get(c, "block"));
+            y->begin = (uint64_t)json_integer_value(json_object_get(c, "begin"));
+            y->nbytes = (uint64_t)json_integer_value(json_object_get(c, "nbytes"));
+            y->zraw = (uint64_t)json_integer_value(json_object_get(c, "zstd"));
+            const char *xs = json_string_value(json_object_get(c, "xxh3_128"));
+            y->xxh = xs;
+            if (!y->file || !xs || strlen(xs) != 32 || strstr(y->file, "..") ||
+                ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc) ||
+                parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg) ||
+                y->block < 1) {
+                whale_error("checkpoint: %s: tensor %s: bad chunk record %zu", mp, name, k);
+                rc = WHALE_EDATA;
+                break;
+            }
+            x->nc++;
+        }
+    }
+    free(mp);
+    if (rc) {
+        whale_ckpt_reader_close(r);
+        return rc;
+    }
+    r->plan = dump_or_null(json_object_get(r->man, "plan"));
+    r->data = dump_or_null(json_object_get(r->man, "data"));
+    r->extra = dump_or_null(json_object_get(r->man, "extra"));
+    r->info.step = json_integer_value(json_object_get(r->man, "step"));
+    r->info.samples = json_integer_value(json_object_get(r->man, "samples"));
+    r->info.loss_scale = json_number_value(json_object_get(r->man, "loss_scale"));
+    r->info.world = (int)json_integer_value(json_object_get(r->man, "world"));
+    r->info.plan_json = r->plan;
+    r->info.data_json = r->data;
+    r->info.extra_json = r->extra;
+    r->info.dir = r->dir;
+    r->info.ntensors = r->nt;
+    *out = r;
+    return 0;
+}
+
+const whale_ckpt_info *whale_ckpt_reader_info(const whale_ckpt_reader *r) { return &r->info; }
+
+int whale_ckpt_reader_tensor(const whale_ckpt_reader *r, size_t i, const char **name,
+                             enum whale_dtype *dtype, int *ndim, int64_t *shape)
+{
+    if (i >= r->nt)
+        return WHALE_ERANGE;
+    const rtensor *t = &r->t[i];
+    if (name)
+        *name = t->name;
+    if (dtype)
+        *dtype = t->dtype;
+    if (ndim)
+        *ndim = t->ndim;
+    if (shape)
+        memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return 0;
+}
+
+long whale_ckpt_reader_find(const whale_ckpt_reader *r, const char *name)
+{
+    for (size_t i = 0; i < r->nt; i++)
+        if (!strcmp(r->t[i].name, name))
+            return (long)i;
+    return -1;
+}
+
+int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_t cap,
+                          size_t *len)
+{
+    json_t *ranks = json_object_get(r->man, "ranks");
+    size_t k;
+    json_t *e;
+    json_array_foreach(ranks, k, e) {
+        if (json_integer_value(json_object_get(e, "rank")) != rank)
+            continue;
+        const char *h = json_string_value(json_object_get(e, "rng"));
+        size_t n = h ? strlen(h) / 2 : 0;
+        *len = n;
+        if (n > cap)
+            return WHALE_ERANGE;
+        for (size_t i = 0; i < n; i++) {
+            unsigned v;
+            if (sscanf(h + 2 * i, "%2x", &v) != 1)
+                return WHALE_EDATA;
+            ((unsigned char *)buf)[i] = (unsigned char)v;
+        }
+        return 0;
+    }
+    *len = 0;
+    return WHALE_ENOENT;
+}
+
+/* ---- reading chunks -------------------------------------------------------- */
+
+/* Reads, checks and decodes one chunk into a malloc'd buffer of the
+ * tensor's dtype. */
+static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", r->dir, c->file);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        whale_error("checkpoint: %s (tensor %s): %s", path, t->name, strerror(errno));
+        return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
+    }
+    unsigned char *raw = malloc(c->nbytes ? c->nbytes : 1);
+    if (!raw) {
+        close(fd);
+        return WHALE_ENOMEM;
+    }
+    size_t got = 0;
+    while (got < c->nbytes) {
+        ssize_t n = pread(fd, raw + got, c->nbytes - got, (off_t)(c->begin + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    struct stat st;
+    fstat(fd, &st);
+    close(fd);
+    if (got < c->nbytes) {
+        whale_error("checkpoint: %s is truncated: tensor %s needs bytes [%llu, %llu), the file "
+                    "has %lld", path, t->name, (unsigned long long)c->begin,
+                    (unsigned long long)(c->begin + c->nbytes), (long long)st.st_size);
+        free(raw);
+        return WHALE_ECORRUPT;
+    }
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, XXH3_128bits(raw, c->nbytes));
+    char hx[33];
+    ckpt_hex128(&can, hx);
+    if (strcmp(hx, c->xxh)) {
+        whale_error("checkpoint: %s: tensor %s: checksum mismatch in bytes [%llu, %llu) "
+                    "(corrupted file)", path, t->name, (unsigned long long)c->begin,
+                    (unsigned long long)(c->begin + c->nbytes));
+        free(raw);
+        return WHALE_ECORRUPT;
+    }
+    int64_t n = ckpt_region_numel(&c->reg);
+    size_t enc_len = ckpt_enc_size(c->enc, t->dtype, n, c->block);
+    unsigned char *enc = raw;
+    if (c->zraw) {
+        enc = malloc(enc_len ? enc_len : 1);
+        size_t zr = enc ? ZSTD_decompress(enc, enc_len, raw, c->nbytes) : 0;
+        if (!enc || ZSTD_isError(zr) || zr != enc_len) {
+            whale_error("checkpoint: %s: tensor %s: zstd data does not decode to %zu bytes",
+                        path, t->name, enc_len);
+            free(enc);
+            free(raw);
+            return WHALE_ECORRUPT;
+        }
+        free(raw);
+    } else if (c->nbytes != enc_len) {
+        whale_error("checkpoint: %s: tensor %s: chunk has %llu bytes, expected %zu", path,
+                    t->name, (unsigned long long)c->nbytes, enc_len);
+        free(raw);
+        return WHALE_ECORRUPT;
+    }
+    if (c->enc == CKPT_ENC_RAW) {
+        *out = enc;
+        return 0;
+    }
+    void *dec = malloc((size_t)n * 4 + 1);
+    if (!dec) {
+        free(enc);
+        return WHALE_ENOMEM;
+    }
+    ckpt_decode(c->enc, t->dtype, enc, n, c->block, dec);
+    free(enc);
+    *out = dec;
+    return 0;
+}
+
+struct copy_ctx {
+    const unsigned char *src;
+    enum whale_dtype sdt;
+    unsigned char *dst;
+    enum whale_dtype ddt;
+    uint64_t *bits;
+};
+
+static void copy_run(int64_t s, int64_t d, int64_t len, void *u)
+{
+    struct copy_ctx *c = u;
+    ckpt_convert(c->sdt, c->src + (size_t)s * ckpt_dtype_size(c->sdt), c->ddt,
+                 c->dst + (size_t)d * ckpt_dtype_size(c->ddt), len);
+    for (int64_t i = d; i < d + len;) { /* coverage bitmap */
+        if ((i & 63) == 0 && i + 64 <= d + len) {
+            c->bits[i >> 6] = ~0ull;
+            i += 64;
+        } else {
+            c->bits[i >> 6] |= 1ull << (i & 63);
+            i++;
+        }
+    }
+}
+
+static void fmt_shape(char *b, size_t n, int nd, const int64_t *s)
+{
+    size_t o = (size_t)snprintf(b, n, "[");
+    for (int d = 0; d < nd && o < n; d++)
+        o += (size_t)snprintf(b + o, n - o, d ? ", %lld" : "%lld", (long long)s[d]);
+    if (o < n)
+        snprintf(b + o, n - o, "]");
+}
+
+int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const whale_ckpt_piece *p = &pieces[i];
+        long ti = p->name ? whale_ckpt_reader_find(r, p->name) : -1;
+        if (ti < 0) {
+            whale_error("checkpoint: tensor %s is not in %s", p->name ? p->name : "(null)",
+                        r->dir);
+            return WHALE_ENOENT;
+        }
+        const rtensor *t = &r->t[ti];
+        bool same_shape = t->ndim == p->ndim;
+        for (int d = 0; same_shape && d < p->ndim; d++)
+            same_shape = t->shape[d] == p->shape[d];
+        if (!same_shape) {
+            char a[128], b[128];
+            fmt_shape(a, sizeof a, t->ndim, t->shape);
+            fmt_shape(b, sizeof b, p->ndim, p->shape);
+            whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
+                        p->name, a, b);
+            return WHALE_EINVAL;
+        }
+        if (t->dtype != p->dtype && !(ckpt_dtype_is_float(t->dtype) && ckpt_dtype_is_float(p->dtype))) {
+            whale_error("checkpoint: tensor %s: saved as %s, requested %s", p->name,
+                        ckpt_dtype_st(t->dtype), ckpt_dtype_st(p->dtype) ? ckpt_dtype_st(p->dtype) : "?");
+            return WHALE_EINVAL;
+        }
+        ckpt_region want;
+        ckpt_region_from_piece(&want, p);
+        int rc = ckpt_region_check(&want, p->name);
+        if (rc)
+            return rc;
+        int64_t need = ckpt_region_numel(&want);
+        uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
+        if (!bits)
+            return WHALE_ENOMEM;
+        for (size_t k = 0; k < t->nc && !rc; k++) {
+            const rchunk *c = &t->c[k];
+            int64_t alo, ahi, blo, bhi;
+            ckpt_region_bounds(&c->reg, &alo, &ahi);
+            ckpt_region_bounds(&want, &blo, &bhi);
+            if (ahi <= blo || bhi <= alo)
+                continue;
+            void *buf = NULL;
+            if ((rc = load_chunk(r, t, c, &buf)))
+                break;
+            struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
+            if (c->enc != CKPT_ENC_RAW)
+                cc.sdt = WHALE_FLOAT32;
+            ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
+            free(buf);
+        }
+        int64_t have = 0;
+        for (int64_t w = 0; w < (need + 63) / 64; w++)
+            have += __builtin_popcountll(bits[w]);
+        free(bits);
+        if (rc)
+            return rc;
+        if (have != need) {
+            whale_error("checkpoint: tensor %s: %s holds only %lld of the %lld elements "
+                        "requested (a rank's shards are missing?)", p->name, r->dir,
+                        (long long)have, (long long)need);
+            return WHALE_EDATA;
+        }
+    }
+    return 0;
+}
+
+int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
+{
+    int bad = 0;
+    json_t *files = json_object_get(r->man, "files");
+    const char *fname;
+    json_t *f;
+    json_object_foreach(files, fname, f) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", r->dir, fname);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            whale_error("verify: %s: %s", path, strerror(errno));
+            bad++;
+            continue;
+        }
+        ckpt_st_entry *e = NULL;
+        size_t ne = 0;
+        uint64_t doff, fsz;
+        if (ckpt_st_read_header(fd, path, &e, &ne, &doff, &fsz, NULL)) {
+            bad++;
+            close(fd);
+            continue;
+        }
+        ckpt_st_entries_free(e, ne);
+        close(fd);
+        uint64_t want = (uint64_t)json_integer_value(json_object_get(f, "bytes"));
+        if (fsz != want) {
+            whale_error("verify: %s: %llu bytes, the manifest says %llu", path,
+                        (unsigned long long)fsz, (unsigned long long)want);
+            bad++;
+        }
+    }
+    for (size_t i = 0; i < r->nt; i++)
+        for (size_t k = 0; k < r->t[i].nc; k++) {
+            void *buf = NULL;
+            if (load_chunk(r, &r->t[i], &r->t[i].c[k], &buf))
+                bad++;
+            free(buf);
+        }
+    if (bad_out)
+        *bad_out = bad;
+    return bad ? WHALE_ECORRUPT : 0;
+}

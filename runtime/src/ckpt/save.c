@@ -1,0 +1,679 @@
+/* Saving: snapshot, background persist, incremental bundles, commit.
+ *
+ * A save is a job: the pieces are copied to one reusable host buffer (in
+ * whale_ckpt_save, or by the worker thread with SNAPSHOT_DEFERRED), then the
+ * worker cuts them into chunks (<= chunk_bytes, split along the outermost
+ * dimension or the flat range), packs chunks into bundles in the caller's
+ * order, and writes each bundle as one safetensors file. A bundle's key is
+ * xxh3-128 over its chunks' names, regions, encodings and raw-data hashes;
+ * a bundle whose key matches one of the previous save is hard-linked from
+ * there instead of encoded and written. Rank 0 then commits (see ckpt.h). */
+#define _GNU_SOURCE
+#include "ckpt_internal.h"
+#include "save_internal.h"
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+typedef struct chunk {
+    const struct job_piece *p;
+    ckpt_region reg;
+    const unsigned char *raw;
+    int64_t n;
+    enum ckpt_enc enc;
+    XXH128_hash_t h;
+} chunk;
+
+typedef struct bundle {
+    size_t first, count; /* chunks */
+    size_t raw_bytes;
+    char key[33];
+} bundle;
+
+static enum ckpt_enc pick_enc(const whale_ckpt_config *c, const struct job_piece *p)
+{
+    if (p->dtype != WHALE_FLOAT32)
+        return CKPT_ENC_RAW;
+    switch (p->kind) {
+    case WHALE_CKPT_PARAM:
+        return c->weights == WHALE_CKPT_WEIGHTS_BF16   ? CKPT_ENC_BF16
+               : c->weights == WHALE_CKPT_WEIGHTS_FP16 ? CKPT_ENC_FP16
+                                                       : CKPT_ENC_RAW;
+    case WHALE_CKPT_MOMENT1:
+        return c->quantize_moments ? CKPT_ENC_Q8 : CKPT_ENC_RAW;
+    case WHALE_CKPT_MOMENT2:
+        return c->quantize_moments ? CKPT_ENC_Q8SQRT : CKPT_ENC_RAW;
+    default:
+        return CKPT_ENC_RAW;
+    }
+}
+
+/* Cut pieces into chunks of at most ~chunk_bytes. */
+static int plan_chunks(whale_ckpt *ck, struct job *j, chunk **out, size_t *nout)
+{
+    size_t cap = j->n + 16, n = 0;
+    chunk *c = malloc(cap * sizeof *c);
+    if (!c)
+        return WHALE_ENOMEM;
+    for (size_t i = 0; i < j->n; i++) {
+        const struct job_piece *p = &j->p[i];
+        size_t k = p->bytes > ck->cfg.chunk_bytes
+                       ? (p->bytes + ck->cfg.chunk_bytes - 1) / ck->cfg.chunk_bytes : 1;
+        whale_ckpt_piece wp;
+        memset(&wp, 0, sizeof wp);
+        wp.dtype = p->dtype;
+        wp.ndim = p->reg.ndim;
+        memcpy(wp.shape, p->reg.shape, sizeof wp.shape);
+        wp.flat = p->reg.flat;
+        memcpy(wp.offset, p->reg.off, sizeof wp.offset);
+        memcpy(wp.count, p->reg.cnt, sizeof wp.count);
+        wp.flat_begin = p->reg.fb;
+        wp.flat_end = p->reg.fe;
+        wp.data = (void *)p->src;
+        if (!wp.flat && wp.ndim > 0) { /* a box splits at most into its outer extent */
+            int d = 0;
+            while (d < wp.ndim - 1 && wp.count[d] <= 1)
+                d++;
+            if ((int64_t)k > wp.count[d])
+                k = wp.count[d] > 0 ? (size_t)wp.count[d] : 1;
+        } else if (wp.ndim == 0) {
+            k = 1;
+        }
+        for (size_t part = 0; part < k; part++) {
+            whale_ckpt_piece sub;
+            if (k == 1)
+                sub = wp;
+            else
+                whale_ckpt_piece_part(&wp, (int)part, (int)k, &sub);
+            if (n == cap) {
+                cap *= 2;
+                chunk *nc = realloc(c, cap * sizeof *c);
+                if (!nc) {
+                    free(c);
+                    return WHALE_ENOMEM;
+                }
+                c = nc;
+            }
+            chunk *x = &c[n++];
+            x->p = p;
+            ckpt_region_from_piece(&x->reg, &sub);
+            x->raw = sub.data;
+            x->n = ckpt_region_numel(&x->reg);
+            x->enc = pick_enc(&ck->cfg, p);
+        }
+    }
+    *out = c;
+    *nout = n;
+    return 0;
+}
+
+/* Length of a name's layer prefix: up to and including its first numeric
+ * component ("h.3." of "opt.m.h.3.attn.qkv.weight"), 0 when it has none. */
+static size_t group_len(const char *name)
+{
+    const char *s = name;
+    while (*s) {
+        const char *e = strchr(s, '.');
+        size_t l = e ? (size_t)(e - s) : strlen(s);
+        bool num = l > 0;
+        for (size_t i = 0; i < l; i++)
+            num = num && s[i] >= '0' && s[i] <= '9';
+        if (num)
+            return (size_t)(s - name) + l + (e ? 1 : 0);
+        if (!e)
+            break;
+        s = e + 1;
+    }
+    return 0;
+}
+
+static bool same_group(const char *a, const char *b)
+{
+    size_t la = group_len(a), lb = group_len(b);
+    return la == lb && !strncmp(a, b, la);
+}
+
+/* Bundles pack consecutive chunks up to chunk_bytes and never mix layers,
+ * so a frozen layer's bundles stay identical from step to step. */
+static int plan_bundles(whale_ckpt *ck, chunk *c, size_t nc, bundle **out, size_t *nout)
+{
+    bundle *b = calloc(nc ? nc : 1, sizeof *b);
+    if (!b)
+        return WHALE_ENOMEM;
+    size_t nb = 0;
+    for (size_t i = 0; i < nc; i++) {
+        size_t bytes = (size_t)c[i].n * ckpt_dtype_size(c[i].p->dtype);
+        bool fits = nb > 0 && b[nb - 1].raw_bytes + bytes <= ck->cfg.chunk_bytes &&
+                    same_group(c[i - 1].p->name, c[i].p->name);
+        if (fits) /* one entry per tensor name in a safetensors file */
+            for (size_t k = b[nb - 1].first; k < i; k++)
+                if (!strcmp(c[k].p->name, c[i].p->name))
+                    fits = false;
+        if (!fits) {
+            b[nb].first = i;
+            nb++;
+        }
+        b[nb - 1].count++;
+        b[nb - 1].raw_bytes += bytes;
+    }
+    *out = b;
+    *nout = nb;
+    return 0;
+}
+
+static json_t *region_json(const ckpt_region *r)
+{
+    json_t *o = json_array(), *n = json_array();
+    for (int d = 0; d < r->ndim; d++) {
+        json_array_append_new(o, json_integer(r->off[d]));
+        json_array_append_new(n, json_integer(r->cnt[d]));
+    }
+    json_t *j = json_pack("{s:o, s:o}", "offsets", o, "count", n);
+    if (r->flat)
+        json_object_set_new(j, "flat", json_pack("[I,I]", (json_int_t)r->fb, (json_int_t)r->fe));
+    return j;
+}
+
+static json_t *shape_json(int ndim, const int64_t *s)
+{
+    json_t *a = json_array();
+    for (int d = 0; d < ndim; d++)
+        json_array_append_new(a, json_integer(s[d]));
+    return a;
+}
+
+static void bundle_key(whale_ckpt *ck, chunk *c, bundle *b)
+{
+    XXH3_state_t *st = XXH3_createState();
+    XXH3_128bits_reset(st);
+    for (size_t i = b->first; i < b->first + b->count; i++) {
+        const chunk *x = &c[i];
+        XXH3_128bits_update(st, x->p->name, strlen(x->p->name) + 1);
+        int32_t hdr[4] = {(int32_t)x->p->dtype, (int32_t)x->enc, ck->cfg.quant_block,
+                          ck->cfg.zstd_level};
+        XXH3_128bits_update(st, hdr, sizeof hdr);
+        XXH3_128bits_update(st, &x->reg, sizeof x->reg);
+        XXH3_128bits_update(st, &x->h, sizeof x->h);
+    }
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, h);
+    ckpt_hex128(&can, b->key);
+}
+
+static const struct prev_bundle *prev_find(whale_ckpt *ck, const char *key)
+{
+    for (size_t i = 0; i < ck->nprev; i++)
+        if (!strcmp(ck->prev[i].key, key))
+            return &ck->prev[i];
+    return NULL;
+}
+
+static int errno_to_whale(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EFBIG ? WHALE_ENOSPC : WHALE_EIO;
+}
+
+/* Encode and write one bundle as a safetensors file; appends chunk records. */
+static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
+                        const char *fname, json_t *chunks_out, uint64_t *stored_out)
+{
+    size_t n = b->count;
+    ckpt_st_entry *ent = calloc(2 * n, sizeof *ent);
+    const void **data = calloc(n, sizeof *data);
+    size_t *dlen = calloc(n, sizeof *dlen);
+    void **own = calloc(n, sizeof *own);
+    json_t *meta = json_object();
+    json_t *recs = json_array();
+    int rc = 0;
+    size_t ne = 0;
+    uint64_t off = 0;
+    if (!ent || !data || !dlen || !own || !meta || !recs) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    json_object_set_new(meta, "format", json_string("whale-ckpt-1"));
+    for (size_t i = 0; i < n; i++) {
+        chunk *x = &c[b->first + i];
+        const struct job_piece *p = x->p;
+        int block = ck->cfg.quant_block;
+        size_t enc_len = ckpt_enc_size(x->enc, p->dtype, x->n, block);
+        const void *enc = x->raw;
+        if (x->enc != CKPT_ENC_RAW) {
+            void *e = malloc(enc_len ? enc_len : 1);
+            if (!e) {
+                rc = WHALE_ENOMEM;
+                goto out;
+            }
+            ckpt_encode(x->enc, p->dtype, x->raw, x->n, block, e);
+            own[i] = e;
+            enc = e;
+        }
+        size_t stored = enc_len;
+        if (ck->cfg.zstd_level > 0) {
+            size_t bound = ZSTD_compressBound(enc_len);
+            void *z = malloc(bound ? bound : 1);
+            if (!z) {
+                rc = WHALE_ENOMEM;
+                goto out;
+            }
+            size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, enc, enc_len, ck->cfg.zstd_level);
+            if (ZSTD_isError(zr)) {
+                free(z);
+                whale_error("checkpoint: zstd: %s", ZSTD_getErrorName(zr));
+                rc = WHALE_EIO;
+                goto out;
+            }
+            free(own[i]);
+            own[i] = z;
+            enc = z;
+            stored = zr;
+        }
+        data[i] = enc;
+        dlen[i] = stored;
+        /* safetensors entries */
+        int64_t lshape[WHALE_CKPT_MAX_DIMS];
+        int lnd;
+        if (x->reg.flat) {
+            lnd = 1;
+            lshape[0] = x->n;
+        } else {
+            lnd = x->reg.ndim;
+            memcpy(lshape, x->reg.cnt, sizeof lshape);
+        }
+        char sname[1024];
+        snprintf(sname, sizeof sname, "%s#scales", p->name);
+        if (ck->cfg.zstd_level > 0) {
+            ent[ne] = (ckpt_st_entry){.name = (char *)p->name, .dtype = WHALE_UINT8, .ndim = 1,
+                                      .shape = {(int64_t)stored}, .begin = off,
+                                      .end = off + stored};
+            ne++;
+        } else if (x->enc == CKPT_ENC_Q8 || x->enc == CKPT_ENC_Q8SQRT) {
+            int64_t nbk = (x->n + block - 1) / block;
+            ent[ne] = (ckpt_st_entry){.name = strdup(sname), .dtype = WHALE_FLOAT32, .ndim = 1,
+                                      .shape = {nbk}, .begin = off, .end = off + (uint64_t)nbk * 4};
+            ne++;
+            ent[ne] = (ckpt_st_entry){.name = (char *)p->name,
+                                      .dtype = x->enc == CKPT_ENC_Q8 ? CKPT_INT8 : WHALE_UINT8,
+                                      .ndim = lnd, .begin = off + (uint64_t)nbk * 4,
+                                      .end = off + stored};
+            memcpy(ent[ne].shape, lshape, sizeof lshape);
+            ne++;
+        } else {
+            enum whale_dtype sd = x->enc == CKPT_ENC_BF16   ? WHALE_BFLOAT16
+                                  : x->enc == CKPT_ENC_FP16 ? WHALE_FLOAT16
+                                                            : p->dtype;
+            ent[ne] = (ckpt_st_entry){.name = (char *)p->name, .dtype = sd, .ndim = lnd,
+                                      .begin = off, .end = off + stored};
+            memcpy(ent[ne].shape, lshape, sizeof lshape);
+            ne++;
+        }
+        /* per-chunk record (manifest) and file metadata */
+        /* checksum of the stored bytes: for raw chunks the dedup hash already is one */
+        XXH128_hash_t sh = enc == x->raw ? x->h : XXH3_128bits(enc, stored);
+        XXH128_canonical_t can;
+        XXH128_canonicalFromHash(&can, sh);
+        char hx[33];
+        ckpt_hex128(&can, hx);
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:I, s:s}",
+                                "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
+                                "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
+                                        : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
+                                        : p->kind == WHALE_CKPT_MOMENT2 ? "moment2"
+                                                                        : "other",
+                                "shape", shape_json(p->reg.ndim, p->reg.shape),
+                                "region", region_json(&x->reg), "enc", ckpt_enc_name(x->enc),
+                                "block", block, "zstd", (json_int_t)(ck->cfg.zstd_level > 0 ? enc_len : 0),
+                                "nbytes", (json_int_t)stored, "xxh3_128", hx);
+        char *ms = json_dumps(rec, JSON_COMPACT);
+        json_object_set_new(meta, p->name, json_string(ms ? ms : ""));
+        free(ms);
+        json_array_append_new(recs, rec);
+        off += stored;
+    }
+    char *hdr = NULL;
+    size_t hlen = 0;
+    if ((rc = ckpt_st_header(ent, ne, meta, &hdr, &hlen)))
+        goto out;
+    /* file offsets of each chunk now that the header size is known */
+    for (size_t i = 0, pos = 0; i < n; i++) {
+        json_t *rec = json_array_get(recs, i);
+        json_object_set_new(rec, "file", json_string(fname));
+        json_object_set_new(rec, "begin", json_integer((json_int_t)(hlen + pos)));
+        pos += dlen[i];
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", ps->tmpdir, fname);
+    if (ck->fault.slow_ms > 0)
+        usleep((useconds_t)ck->fault.slow_ms * 1000);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, ps->fmode);
+    if (fd < 0) {
+        int e = errno;
+        whale_error("checkpoint step %lld: rank %d: cannot create %s: %s", (long long)ps->step,
+                    ck->cfg.rank, path, strerror(e));
+        free(hdr);
+        rc = errno_to_whale(e);
+        goto out;
+    }
+    int werr = 0;
+    if (ckpt_write_all(fd, hdr, hlen, &ck->fault))
+        werr = errno;
+    for (size_t i = 0; i < n && !werr; i++)
+        if (ckpt_write_all(fd, data[i], dlen[i], &ck->fault))
+            werr = errno;
+    free(hdr);
+    if (werr) {
+        whale_error("checkpoint step %lld: rank %d: writing %s: %s", (long long)ps->step,
+                    ck->cfg.rank, path, strerror(werr));
+        close(fd);
+        rc = errno_to_whale(werr);
+        goto out;
+    }
+    /* Start write-back now; fsync all files at the end keeps the disk busy. */
+    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    ps->fds[ps->nfds++] = fd;
+    *stored_out = hlen + off;
+    for (size_t i = 0; i < n; i++)
+        json_array_append(chunks_out, json_array_get(recs, i));
+out:
+    if (ent)
+        for (size_t i = 0; i < ne; i++)
+            if (strstr(ent[i].name, "#scales"))
+                free(ent[i].name);
+    free(ent);
+    if (own)
+        for (size_t i = 0; i < n; i++)
+            free(own[i]);
+    free(own);
+    free(data);
+    free(dlen);
+    json_decref(meta);
+    json_decref(recs);
+    return rc;
+}
+
+static int sync_fds(whale_ckpt *ck, struct persist *ps)
+{
+    int rc = 0;
+    for (size_t i = 0; i < ps->nfds; i++) {
+        if (fdatasync(ps->fds[i]) && !rc) {
+            int e = errno;
+            whale_error("checkpoint step %lld: rank %d: fsync: %s", (long long)ps->step,
+                        ck->cfg.rank, strerror(e));
+            rc = errno_to_whale(e);
+        }
+        if (close(ps->fds[i]) && !rc)
+            rc = WHALE_EIO;
+    }
+    ps->nfds = 0;
+    return rc;
+}
+
+static char *hexdump(const void *p, size_t n)
+{
+    char *s = malloc(2 * n + 1);
+    if (!s)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        snprintf(s + 2 * i, 3, "%02x", ((const unsigned char *)p)[i]);
+    s[2 * n] = 0;
+    return s;
+}
+
+/* JSON text to a json value (a string when it does not parse). */
+static json_t *json_text(const char *s)
+{
+    if (!s)
+        return json_null();
+    json_t *v = json_loads(s, JSON_DECODE_ANY, NULL);
+    return v ? v : json_string(s);
+}
+
+/* Persist this rank's part of a job into ps->tmpdir; on success fills the
+ * index (rank-N.json) and the new incremental map. */
+int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_ckpt_stats *st)
+{
+    chunk *c = NULL;
+    bundle *b = NULL;
+    size_t nc = 0, nb = 0;
+    json_t *chunks = json_array(), *files = json_array();
+    struct prev_bundle *np = NULL;
+    size_t nnp = 0;
+    int rc = plan_chunks(ck, j, &c, &nc);
+    if (!rc)
+        rc = plan_bundles(ck, c, nc, &b, &nb);
+    if (rc)
+        goto out;
+    for (size_t i = 0; i < nc; i++)
+        c[i].h = XXH3_128bits(c[i].raw, (size_t)c[i].n * ckpt_dtype_size(c[i].p->dtype));
+    ps->fds = calloc(nb ? nb : 1, sizeof *ps->fds);
+    np = calloc(nb ? nb : 1, sizeof *np);
+    if (!ps->fds || !np) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    char rdir[64];
+    snprintf(rdir, sizeof rdir, "rank-%05d", ck->cfg.rank);
+    for (size_t i = 0; i < nb && !rc; i++) {
+        bundle_key(ck, c, &b[i]);
+        char fname[128];
+        snprintf(fname, sizeof fname, "%s/%06zu.safetensors", rdir, i);
+        char dst[4096];
+        snprintf(dst, sizeof dst, "%s/%s", ps->tmpdir, fname);
+        const struct prev_bundle *pb = ck->cfg.incremental ? prev_find(ck, b[i].key) : NULL;
+        bool linked = false;
+        uint64_t fbytes = 0;
+        if (pb) {
+            for (int attempt = 0; attempt < 2 && !linked; attempt++) {
+                const char *src = attempt == 0 ? pb->path : pb->tmp_path;
+                if (!src)
+                    continue;
+                char sp[4096];
+                snprintf(sp, sizeof sp, "%s/%s", ck->root, src);
+                if (link(sp, dst) == 0)
+                    linked = true;
+            }
+            if (linked) {
+                fbytes = pb->bytes;
+                size_t k;
+                json_t *r;
+                json_array_foreach(pb->chunks, k, r) {
+                    json_t *copy = json_deep_copy(r);
+                    json_object_set_new(copy, "file", json_string(fname));
+                    json_array_append_new(chunks, copy);
+                }
+                st->bytes_linked += fbytes;
+                st->files_linked++;
+            }
+        }
+        if (!linked) {
+            size_t before = json_array_size(chunks);
+            rc = write_bundle(ck, ps, c, &b[i], fname, chunks, &fbytes);
+            if (rc)
+                break;
+            (void)before;
+            st->bytes_written += fbytes;
+            st->files_written++;
+        }
+        st->bytes_stored += fbytes;
+        /* remember for the next save */
+        json_t *mine = json_array();
+        size_t k;
+        json_t *r;
+        json_array_foreach(chunks, k, r)
+            if (!strcmp(json_string_value(json_object_get(r, "file")), fname))
+                json_array_append(mine, r);
+        memcpy(np[nnp].key, b[i].key, sizeof np[nnp].key);
+        char fp[4096];
+        snprintf(fp, sizeof fp, "%s/%s", ps->final_name, fname);
+        np[nnp].path = strdup(fp);
+        snprintf(fp, sizeof fp, "%s/%s", ps->tmp_name, fname);
+        np[nnp].tmp_path = strdup(fp);
+        np[nnp].bytes = fbytes;
+        np[nnp].chunks = mine;
+        nnp++;
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s, s:b}", "file", fname, "bytes",
+                                               (json_int_t)fbytes, "key", b[i].key,
+                                               "linked", linked));
+    }
+    if (!rc)
+        rc = sync_fds(ck, ps);
+    else
+        sync_fds(ck, ps);
+    if (rc)
+        goto out;
+    {
+        char rp[4096];
+        snprintf(rp, sizeof rp, "%s/%s", ps->tmpdir, rdir);
+        ckpt_fsync_path(rp);
+    }
+    /* the rank index: publishing it tells rank 0 this rank is done */
+    char *rng = j->rng_len ? hexdump(j->rng, j->rng_len) : NULL;
+    json_t *idx = json_pack(
+        "{s:s, s:i, s:i, s:i, s:I, s:I, s:f, s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
+        "format", CKPT_FORMAT, "version", CKPT_VERSION, "rank", ck->cfg.rank, "world",
+        ck->cfg.world, "step", (json_int_t)j->step, "samples", (json_int_t)j->samples,
+        "loss_scale", j->loss_scale, "run", ck->run_id, "seq", (int)j->seq, "rng",
+        rng ? json_string(rng) : json_null(), "plan", json_text(j->plan), "data",
+        json_text(j->data), "extra", json_text(j->extra), "chunks", json_incref(chunks), "files",
+        json_incref(files),
+        "encoding", json_pack("{s:s, s:s, s:i, s:i, s:I}", "weights",
+                              ck->cfg.weights == WHALE_CKPT_WEIGHTS_BF16   ? "bf16"
+                              : ck->cfg.weights == WHALE_CKPT_WEIGHTS_FP16 ? "fp16"
+                                                                           : "exact",
+                              "moments", ck->cfg.quantize_moments ? "int8" : "exact",
+                              "quant_block", ck->cfg.quant_block, "zstd", ck->cfg.zstd_level,
+                              "chunk_bytes", (json_int_t)ck->cfg.chunk_bytes));
+    free(rng);
+    if (!idx) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    json_object_set_new(idx, "bytes",
+                        json_pack("{s:I, s:I, s:I, s:I}", "logical", (json_int_t)st->bytes_logical,
+                                  "stored", (json_int_t)st->bytes_stored, "written",
+                                  (json_int_t)st->bytes_written, "linked",
+                                  (json_int_t)st->bytes_linked));
+    char *txt = json_dumps(idx, JSON_COMPACT);
+    json_decref(idx);
+    if (!txt) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    char iname[64];
+    snprintf(iname, sizeof iname, "rank-%05d.json", ck->cfg.rank);
+    rc = ckpt_write_file_atomic(ps->tmpdir, iname, txt, strlen(txt), ps->fmode, &ck->fault);
+    free(txt);
+    if (rc) {
+        whale_error("checkpoint step %lld: rank %d: cannot publish %s/%s", (long long)j->step,
+                    ck->cfg.rank, ps->tmpdir, iname);
+        goto out;
+    }
+    /* the new map replaces the previous one */
+    ckpt_prev_clear(ck);
+    ck->prev = np;
+    ck->nprev = nnp;
+    np = NULL;
+    nnp = 0;
+out:
+    if (np) {
+        for (size_t i = 0; i < nnp; i++) {
+            free(np[i].path);
+            free(np[i].tmp_path);
+            json_decref(np[i].chunks);
+        }
+        free(np);
+    }
+    free(ps->fds);
+    ps->fds = NULL;
+    free(c);
+    free(b);
+    json_decref(chunks);
+    json_decref(files);
+    return rc;
+}
+
+void ckpt_prev_clear(whale_ckpt *ck)
+{
+    for (size_t i = 0; i < ck->nprev; i++) {
+        free(ck->prev[i].path);
+        free(ck->prev[i].tmp_path);
+        json_decref(ck->prev[i].chunks);
+    }
+    free(ck->prev);
+    ck->prev = NULL;
+    ck->nprev = 0;
+}
+
+/* Seed the incremental map from the newest committed checkpoint of this
+ * root (files this rank wrote), so the first save after a resume links. */
+void ckpt_prev_from_latest(whale_ckpt *ck)
+{
+    char *dir = NULL;
+    if (ckpt_resolve(ck->root, "latest", &dir, true))
+        return;
+    char *mp = ckpt_path(dir, CKPT_MANIFEST);
+    json_t *m = mp ? json_load_file(mp, 0, NULL) : NULL;
+    free(mp);
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    json_t *files = json_object_get(m, "files");
+    json_t *tensors = json_object_get(m, "tensors");
+    const char *fname;
+    json_t *f;
+    size_t cap = json_object_size(files), n = 0;
+    struct prev_bundle *pb = calloc(cap ? cap : 1, sizeof *pb);
+    char mine[64];
+    snprintf(mine, sizeof mine, "rank-%05d/", ck->cfg.rank);
+    json_object_foreach(files, fname, f) {
+        if (!pb || strncmp(fname, mine, strlen(mine)))
+            continue;
+        const char *key = json_string_value(json_object_get(f, "key"));
+        if (!key || strlen(key) != 32)
+            continue;
+        memcpy(pb[n].key, key, 33);
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", base, fname);
+        pb[n].path = strdup(p);
+        pb[n].bytes = (uint64_t)json_integer_value(json_object_get(f, "bytes"));
+        pb[n].chunks = json_array();
+        const char *tn;
+        json_t *t;
+        json_object_foreach(tensors, tn, t) {
+            size_t k;
+            json_t *r;
+            json_array_foreach(json_object_get(t, "chunks"), k, r) {
+                const char *rf = json_string_value(json_object_get(r, "file"));
+                if (rf && !strcmp(rf, fname)) {
+                    json_t *copy = json_deep_copy(r);
+                    json_object_del(copy, "rank");
+                    json_object_set_new(copy, "tensor", json_string(tn));
+                    json_object_set(copy, "dtype", json_object_get(t, "dtype"));
+                    json_object_set(copy, "shape", json_object_get(t, "shape"));
+                    json_object_set(copy, "kind", json_object_get(t, "kind"));
+                    json_array_append_new(pb[n].chunks, copy);
+                }
+            }
+        }
+        n++;
+    }
+    json_decref(m);
+    free(dir);
+    ckpt_prev_clear(ck);
+    ck->prev = pb;
+    ck->nprev = n;
+    if (n)
+        whale_debug("checkpoint: %zu bundles of the previous checkpoint can be linked", n);
+}

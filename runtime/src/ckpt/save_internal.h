@@ -1,0 +1,89 @@
+/* The saver's state, shared by save.c (persist one rank), saver.c (jobs,
+ * thread, API) and commit.c (rank 0: manifest, rename, latest, GC). */
+#ifndef WHALE_CKPT_SAVE_INTERNAL_H
+#define WHALE_CKPT_SAVE_INTERNAL_H
+
+#include "ckpt_internal.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <zstd.h>
+
+struct job_piece {
+    char *name;
+    enum whale_dtype dtype;
+    enum whale_ckpt_kind kind;
+    ckpt_region reg;
+    size_t bytes;
+    const void *user;          /* caller's pointer */
+    const unsigned char *src;  /* what persist reads: snapshot buffer or user */
+};
+
+struct job {
+    int64_t step, samples;
+    double loss_scale;
+    char *plan, *data, *extra;
+    unsigned char *rng;
+    size_t rng_len;
+    struct job_piece *p;
+    size_t n;
+    unsigned seq;
+};
+
+/* A bundle of the previous save that can be hard-linked. */
+struct prev_bundle {
+    char key[33];
+    char *path;      /* relative to the root: step-N/rank-R/F */
+    char *tmp_path;  /* .tmp-.../rank-R/F while rank 0 has not committed yet */
+    uint64_t bytes;
+    json_t *chunks;  /* chunk records (file field rewritten on reuse) */
+};
+
+struct persist {
+    int64_t step;
+    char tmp_name[256], final_name[64];
+    char *tmpdir, *finaldir;
+    mode_t fmode, dmode;
+    int *fds;
+    size_t nfds;
+};
+
+struct whale_ckpt {
+    whale_ckpt_config cfg;
+    char *root, *run_id;
+    ckpt_fault fault;
+    ZSTD_CCtx *zc;
+
+    pthread_t th;
+    bool have_thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool busy;        /* a job is in flight */
+    bool has_job;     /* the worker has not picked it up */
+    bool snap_done;   /* the job no longer reads the caller's tensors */
+    bool stop;
+    int pending_err;  /* error of a finished job, not reported yet */
+    struct job job;
+    whale_ckpt_stats cur, last;
+
+    unsigned char *buf;
+    size_t cap;
+    unsigned seq;
+
+    struct prev_bundle *prev;
+    size_t nprev;
+
+    double last_save_time;
+};
+
+int  ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_ckpt_stats *st);
+void ckpt_prev_clear(whale_ckpt *ck);
+void ckpt_prev_from_latest(whale_ckpt *ck);
+/* rank 0: wait for every rank, write the manifest, rename, latest, GC */
+int  ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps);
+/* after a failure: remove this rank's files, leave rank-N.failed (rank 0:
+ * remove the whole temporary directory) */
+void ckpt_abort_rank(whale_ckpt *ck, struct persist *ps, int err);
+void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq);
+
+#endif

@@ -1,0 +1,189 @@
+/* Module-internal structures of the collectives layer.
+ *
+ * Execution model: every collective is compiled into a schedule (sched.h):
+ * chains of rounds; a round posts tagged sends/receives and, once all have
+ * completed, runs local actions (reduce, copy, average). Chains are
+ * independent (pipelining: chunk c of a ring is chain c) and up to `window`
+ * of them run at once. A composite operation (hierarchical algorithms) runs
+ * stages, each a schedule on a sub-group, one after the other.
+ *
+ * One UCX worker per process, used under ctx->lock by whoever drives
+ * progress: the progress thread (non-blocking requests) or a caller blocked
+ * in whale_wait. Operations of one group run strictly in issue order (one at
+ * a time), different groups run concurrently. */
+#ifndef WHALE_COMM_INTERNAL_H
+#define WHALE_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <ucp/api/ucp.h>
+
+#include "boot/boot.h"
+#include "comm/sched.h"
+#include "whale/comm.h"
+
+/* Algorithms (WHALE_COLL_ALGO names in comm_algo_name). */
+enum comm_algo {
+    COMM_ALGO_AUTO = 0,
+    COMM_ALGO_RING,       /* pipelined ring */
+    COMM_ALGO_RD,         /* recursive doubling (small messages) */
+    COMM_ALGO_RABEN,      /* Rabenseifner: recursive halving + doubling */
+    COMM_ALGO_HIER,       /* inside nodes, then across node leaders/rails */
+    COMM_ALGO_TREE,       /* binomial tree (broadcast, reduce) */
+    COMM_ALGO_COUNT_
+};
+
+enum comm_coll {
+    COMM_ALLREDUCE = 0, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_BROADCAST, COMM_REDUCE,
+    COMM_BARRIER, COMM_COLL_COUNT_
+};
+
+const char *comm_algo_name(int algo);
+int comm_algo_parse(const char *s);
+const char *comm_coll_name(int coll);
+
+/* Link class cost model (alpha-beta). */
+struct comm_link {
+    double alpha;   /* seconds per message */
+    double beta;    /* seconds per byte */
+};
+enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_LINK_NCLASS };
+
+struct whale_group {
+    whale_ctx *ctx;
+    uint16_t gid;          /* tag space; unique among groups sharing a member */
+    int size, rank;        /* my rank in the group, -1 if not a member */
+    int *tasks;            /* [size] task id of each member (endpoint index) */
+    int *world_ranks;      /* [size] logical rank (-1 for a spare) */
+    int *node;             /* [size] node index */
+    int nnodes;            /* distinct nodes among members */
+    int ppn;               /* members per node when uniform, else 0 */
+    bool internal;         /* sub-group of a hierarchical algorithm */
+    whale_group *local;    /* members on my node (hierarchical), or NULL */
+    whale_group *cross;    /* same local index on every node, or NULL */
+    uint32_t seq;          /* next operation number (tag field) */
+    uint16_t next_gid;     /* used by whale_group_create (per process) */
+    int failed_rank;       /* world rank (or -2 - task for spares) of a dead member, -1 none */
+    bool failed;
+    /* FIFO of operations in issue order */
+    struct whale_req *head, *tail;
+    struct whale_group *next_active; /* list of groups with pending work */
+    bool active;
+    bool owned;            /* freed by whale_group_free / finalize */
+    void *nccl_comm;       /* ncclComm_t, created on first device call */
+    bool nccl_broken;      /* aborted after a failure */
+};
+
+struct comm_stage {
+    whale_group *g;
+    uint32_t seq;
+    struct sched sched;
+};
+
+enum comm_op_kind { COMM_OP_COLL = 0, COMM_OP_SEND, COMM_OP_RECV };
+
+struct comm_chain_state {
+    struct whale_req *op;
+    uint32_t round;        /* index relative to chain start */
+    int outstanding;       /* UCX requests in flight */
+    bool posted;           /* round's transfers posted, actions pending */
+    bool done;
+};
+
+struct whale_req {
+    whale_ctx *ctx;
+    int kind;
+    int refs;                 /* user + engine + UCX requests in flight */
+    atomic_int done;
+    int status;
+    struct whale_req *next;     /* group FIFO */
+    whale_group *g;
+    int coll;                 /* enum comm_coll */
+    int algo;
+    enum whale_dtype dtype;
+    enum whale_op rop;
+    /* stages */
+    int nstages, cur_stage;
+    struct comm_stage stages[3];
+    struct comm_chain_state *chains;
+    int nchains, window, next_chain, first_open;
+    bool started;
+    /* in-flight UCX requests (for cancel on failure) */
+    void **ucx_reqs;
+    int nucx, capucx;
+    /* point to point */
+    int p2p_peer;
+};
+typedef struct whale_req comm_op_t;
+
+struct whale_ctx {
+    struct boot boot;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    pthread_t thread;
+    bool thread_running, stop;
+    atomic_int nwaiters;
+    int nactive;              /* operations queued or running, all groups */
+    whale_group *active;      /* groups with queued operations */
+    comm_op_t *p2p;           /* point-to-point operations in flight */
+    ucp_context_h ucp;
+    ucp_worker_h worker;
+    ucp_ep_h *eps;            /* [ntasks] */
+    bool *dead;               /* [ntasks] */
+    double peer_timeout;      /* seconds */
+    struct comm_link link[COMM_LINK_NCLASS];
+    size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
+    int window;               /* chains in flight */
+    int forced_algo[COMM_COLL_COUNT_]; /* WHALE_COLL_ALGO */
+    whale_group *world, *tp, *pp, *dp, *all;
+    uint16_t next_gid;
+    whale_group **groups;     /* every live group (failure marking) */
+    int ngroups, capgroups;
+    struct whale_nccl *nccl;  /* device backend state, or NULL */
+};
+
+/* ucx.c */
+int comm_ucx_init(whale_ctx *ctx);
+int comm_ucx_connect(whale_ctx *ctx, void **addrs);
+void comm_ucx_fini(whale_ctx *ctx, bool clean);
+uint64_t comm_tag_coll(uint16_t gid, int src, uint32_t seq, uint32_t xtag);
+uint64_t comm_tag_p2p(uint16_t gid, int src, int tag);
+/* Post one transfer for an op; returns 1 when completed at once, 0 pending, <0 error. */
+int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_group *g,
+              const struct sched_xfer *x, uint32_t seq);
+void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
+
+/* engine.c */
+int comm_submit(whale_ctx *ctx, comm_op_t *op);
+comm_op_t *comm_op_new(whale_ctx *ctx, whale_group *g, int coll);
+void comm_op_unref(comm_op_t *op);        /* ctx->lock held */
+int comm_progress(whale_ctx *ctx);        /* ctx->lock held; returns events seen */
+int comm_thread_start(whale_ctx *ctx);
+void comm_thread_stop(whale_ctx *ctx);
+int comm_run_blocking(whale_ctx *ctx, comm_op_t *op);
+
+/* group.c */
+int comm_group_new(whale_ctx *ctx, uint16_t gid, const int *tasks, const int *world_ranks, int n,
+                   bool internal, whale_group **out);
+void comm_group_destroy(whale_group *g);
+int comm_group_world_label(const whale_group *g, int group_rank);
+
+/* select.c */
+int comm_select(whale_group *g, int coll, size_t bytes, int forced);
+int comm_link_class(const whale_group *g);
+int comm_probe(whale_ctx *ctx, bool measure);
+int comm_parse_algo_env(const char *s, int forced[COMM_COLL_COUNT_]);
+int comm_parse_model_env(const char *s, struct comm_link *link);
+void comm_set_gamma(double gamma);
+double comm_get_gamma(void);
+
+/* nccl.c */
+void comm_nccl_fini(whale_ctx *ctx);
+void comm_nccl_group_free(whale_group *g);
+
+/* build.c: turn (collective, algorithm, buffers) into stages */
+int comm_build(comm_op_t *op, const void *send, void *recv, size_t count, int root);
+
+#endif

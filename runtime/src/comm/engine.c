@@ -1,0 +1,399 @@
+/* Progress engine: runs the schedules of queued operations.
+ *
+ * Whoever holds ctx->lock may progress: a thread blocked in whale_wait (it
+ * spins, so a blocking collective costs no thread hand-off) or the progress
+ * thread, which only works while non-blocking requests are pending and no
+ * caller is waiting, and backs off to short sleeps when nothing moves (the
+ * CPU is shared with compute threads). */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+comm_op_t *comm_op_new(whale_ctx *ctx, whale_group *g, int coll)
+{
+    comm_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    op->ctx = ctx;
+    op->g = g;
+    op->coll = coll;
+    op->refs = 2; /* the caller's handle + the engine */
+    return op;
+}
+
+void comm_op_unref(comm_op_t *op)
+{
+    if (--op->refs > 0)
+        return;
+    for (int i = 0; i < op->nstages; i++)
+        sched_free(&op->stages[i].sched);
+    free(op->chains);
+    free(op->ucx_reqs);
+    free(op);
+}
+
+static void cancel_recvs(comm_op_t *op)
+{
+    /* Copy: callbacks of cancelled requests run later, inside progress. */
+    for (int i = 0; i < op->nucx; i++)
+        ucp_request_cancel(op->ctx->worker, op->ucx_reqs[i]);
+}
+
+static int stage_start(comm_op_t *op)
+{
+    struct comm_stage *st = &op->stages[op->cur_stage];
+    int n = (int)st->sched.nchains;
+    if (n > op->nchains) {
+        free(op->chains);
+        op->chains = calloc((size_t)n, sizeof *op->chains);
+        if (!op->chains) {
+            op->nchains = 0;
+            return WHALE_ENOMEM;
+        }
+    } else if (n) {
+        memset(op->chains, 0, (size_t)n * sizeof *op->chains);
+    }
+    op->nchains = n > op->nchains ? n : op->nchains;
+    for (int i = 0; i < n; i++)
+        op->chains[i].op = op;
+    op->first_open = 0;
+    op->next_chain = 0;
+    return 0;
+}
+
+/* Drive one chain as far as it goes without waiting. */
+static int chain_advance(comm_op_t *op, struct comm_stage *st, struct comm_chain_state *cs,
+                         int *events)
+{
+    const struct sched *s = &st->sched;
+    const struct sched_chain *ch = &s->chains[cs - op->chains];
+    for (;;) {
+        if (cs->outstanding > 0)
+            return 0;
+        if (cs->posted) {
+            sched_run_actions(s, &s->rounds[ch->r0 + cs->round]);
+            cs->round++;
+            cs->posted = false;
+            (*events)++;
+        }
+        if (cs->round == ch->nr) {
+            cs->done = true;
+            return 0;
+        }
+        const struct sched_round *rd = &s->rounds[ch->r0 + cs->round];
+        /* Receives first so that an eager send from the peer finds them. */
+        for (int pass = 0; pass < 2; pass++)
+            for (uint32_t i = 0; i < rd->nx; i++) {
+                const struct sched_xfer *x = &s->xfers[rd->x0 + i];
+                if (x->send != (pass == 1))
+                    continue;
+                int rc = comm_post(op->ctx, op, cs, st->g, x,
+                                   op->kind == COMM_OP_COLL ? st->seq : (uint32_t)st->seq);
+                if (rc < 0)
+                    return rc;
+            }
+        cs->posted = true;
+    }
+}
+
+static void fail_op(comm_op_t *op, int status)
+{
+    if (op->status == 0 || op->status == WHALE_ECANCELED)
+        op->status = status;
+    cancel_recvs(op);
+}
+
+/* Returns 1 when the operation finished (op->status says how). */
+static int op_advance(comm_op_t *op, int *events)
+{
+    whale_group *g = op->g;
+    if (op->status < 0) {
+        cancel_recvs(op);
+        return 1;
+    }
+    if (g->failed) {
+        whale_error("%s on a group of %d ranks: rank %d is dead (%s)",
+                    op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv", g->size,
+                    g->failed_rank, whale_strerror(WHALE_EPEER));
+        fail_op(op, WHALE_EPEER);
+        return 1;
+    }
+    if (!op->started) {
+        op->started = true;
+        op->cur_stage = 0;
+        if (op->nstages == 0)
+            return 1;
+        int rc = stage_start(op);
+        if (rc) {
+            op->status = rc;
+            return 1;
+        }
+    }
+    for (;;) {
+        struct comm_stage *st = &op->stages[op->cur_stage];
+        int n = (int)st->sched.nchains;
+        int window = op->window > 0 ? op->window : 1;
+        while (op->next_chain < n && op->next_chain < op->first_open + window)
+            op->next_chain++;
+        for (int i = op->first_open; i < op->next_chain; i++) {
+            if (op->chains[i].done)
+                continue;
+            int rc = chain_advance(op, st, &op->chains[i], events);
+            if (rc < 0 || op->status < 0) {
+                fail_op(op, rc < 0 ? rc : op->status);
+                return 1;
+            }
+        }
+        int before = op->first_open;
+        while (op->first_open < n && op->chains[op->first_open].done)
+            op->first_open++;
+        if (op->first_open < n) {
+            if (op->first_open != before)
+                continue; /* the window moved: start the next chains now */
+            return 0;
+        }
+        if (++op->cur_stage == op->nstages)
+            return 1;
+        int rc = stage_start(op);
+        if (rc) {
+            op->status = rc;
+            return 1;
+        }
+    }
+}
+
+static void complete(whale_ctx *ctx, comm_op_t *op)
+{
+    (void)ctx;
+    atomic_store_explicit(&op->done, 1, memory_order_release);
+    comm_op_unref(op); /* the engine's reference */
+}
+
+int comm_progress(whale_ctx *ctx)
+{
+    int events = 0;
+    if (ctx->worker)
+        for (int i = 0; i < 64 && ucp_worker_progress(ctx->worker); i++)
+            events++;
+    for (comm_op_t **po = &ctx->p2p; *po;) {
+        comm_op_t *op = *po;
+        if (op_advance(op, &events) ||
+            (!op->status && ctx->dead[op->g->tasks[op->p2p_peer]] && (fail_op(op, WHALE_EPEER), 1))) {
+            *po = op->next;
+            ctx->nactive--;
+            events++;
+            complete(ctx, op);
+        } else {
+            po = &op->next;
+        }
+    }
+    whale_group **pg = &ctx->active;
+    while (*pg) {
+        whale_group *g = *pg;
+        while (g->head) {
+            comm_op_t *op = g->head;
+            if (!op_advance(op, &events))
+                break;
+            g->head = op->next;
+            if (!g->head)
+                g->tail = NULL;
+            ctx->nactive--;
+            events++;
+            complete(ctx, op);
+        }
+        if (!g->head) {
+            g->active = false;
+            *pg = g->next_active;
+        } else {
+            pg = &g->next_active;
+        }
+    }
+    return events;
+}
+
+static void enqueue(whale_ctx *ctx, whale_group *q, comm_op_t *op)
+{
+    op->next = NULL;
+    if (q->tail)
+        q->tail->next = op;
+    else
+        q->head = op;
+    q->tail = op;
+    ctx->nactive++;
+    if (!q->active) {
+        q->active = true;
+        q->next_active = ctx->active;
+        ctx->active = q;
+    }
+}
+
+int comm_submit(whale_ctx *ctx, comm_op_t *op)
+{
+    pthread_mutex_lock(&ctx->lock);
+    if (op->g->failed) {
+        whale_error("%s on a group of %d ranks: rank %d is dead",
+                    op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv",
+                    op->g->size, op->g->failed_rank);
+        op->status = WHALE_EPEER;
+        complete(ctx, op);
+        pthread_mutex_unlock(&ctx->lock);
+        return 0;
+    }
+    /* Collectives queue on their group (issue order, one at a time).
+     * Point-to-point operations all run at once (a pipeline stage posts a
+     * receive and a send to the same peer); UCX tag matching orders
+     * messages of one stream. */
+    if (op->kind == COMM_OP_COLL) {
+        enqueue(ctx, op->g, op);
+    } else {
+        op->next = ctx->p2p;
+        ctx->p2p = op;
+        ctx->nactive++;
+    }
+    if (atomic_load(&ctx->nwaiters) == 0 && ctx->thread_running)
+        pthread_cond_signal(&ctx->cond);
+    pthread_mutex_unlock(&ctx->lock);
+    return 0;
+}
+
+static void relax(int idle)
+{
+    if (idle < 64) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    } else if (idle < 256) {
+        sched_yield();
+    } else {
+        struct timespec ts = { 0, idle < 1024 ? 2000 : 50000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int wait_counted(whale_req *req);
+
+int whale_wait(whale_req *req)
+{
+    if (!req)
+        return WHALE_EINVAL;
+    atomic_fetch_add(&req->ctx->nwaiters, 1);
+    return wait_counted(req);
+}
+
+/* The caller already counted itself in ctx->nwaiters. */
+static int wait_counted(whale_req *req)
+{
+    whale_ctx *ctx = req->ctx;
+    int idle = 0;
+    while (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+        pthread_mutex_lock(&ctx->lock);
+        int ev = comm_progress(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        idle = ev ? 0 : idle + 1;
+        if (idle > 256)
+            relax(idle < 300 ? idle : 300); /* blocking callers stay responsive */
+    }
+    pthread_mutex_lock(&ctx->lock);
+    int st = req->status;
+    comm_op_unref(req);
+    if (atomic_fetch_sub(&ctx->nwaiters, 1) == 1 && ctx->nactive > 0)
+        pthread_cond_signal(&ctx->cond);
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}
+
+int whale_test(whale_req *req, bool *done)
+{
+    if (!req || !done)
+        return WHALE_EINVAL;
+    whale_ctx *ctx = req->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    if (!atomic_load(&req->done))
+        comm_progress(ctx);
+    *done = atomic_load(&req->done);
+    int st = 0;
+    if (*done) {
+        st = req->status;
+        comm_op_unref(req);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return st;
+}
+
+int whale_waitall(whale_req **reqs, int n)
+{
+    int first = 0;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i])
+            continue;
+        int rc = whale_wait(reqs[i]);
+        reqs[i] = NULL;
+        if (rc && !first)
+            first = rc;
+    }
+    return first;
+}
+
+int comm_run_blocking(whale_ctx *ctx, comm_op_t *op)
+{
+    /* Count as a waiter before queueing so the progress thread is not woken
+     * for an operation this thread will drive itself. */
+    atomic_fetch_add(&ctx->nwaiters, 1);
+    comm_submit(ctx, op);
+    return wait_counted(op);
+}
+
+static void *progress_main(void *arg)
+{
+    whale_ctx *ctx = arg;
+    /* Short sleeps should be short: the default 50 us slack would add
+     * latency to every rendezvous step of a non-blocking transfer. */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    int idle = 0;
+    pthread_mutex_lock(&ctx->lock);
+    while (!ctx->stop) {
+        if (ctx->nactive == 0 || atomic_load(&ctx->nwaiters) > 0) {
+            pthread_cond_wait(&ctx->cond, &ctx->lock);
+            idle = 0;
+            continue;
+        }
+        int ev = comm_progress(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        idle = ev ? 0 : idle + 1;
+        relax(idle);
+        pthread_mutex_lock(&ctx->lock);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return NULL;
+}
+
+int comm_thread_start(whale_ctx *ctx)
+{
+    ctx->stop = false;
+    int rc = pthread_create(&ctx->thread, NULL, progress_main, ctx);
+    if (rc) {
+        whale_error("cannot start the progress thread: %s", strerror(rc));
+        return WHALE_EIO;
+    }
+    ctx->thread_running = true;
+    return 0;
+}
+
+void comm_thread_stop(whale_ctx *ctx)
+{
+    if (!ctx->thread_running)
+        return;
+    pthread_mutex_lock(&ctx->lock);
+    ctx->stop = true;
+    pthread_cond_broadcast(&ctx->cond);
+    pthread_mutex_unlock(&ctx->lock);
+    pthread_join(ctx->thread, NULL);
+    ctx->thread_running = false;
+}

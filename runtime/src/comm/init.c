@@ -1,0 +1,275 @@
+/* whale_init / whale_finalize: bootstrap, UCX wire-up, the standard groups
+ * (world, TP, PP, DP, and every task including spares), the cost model and
+ * the progress thread. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+#include "whale/env.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+/* Fixed group ids of the standard groups (each reserves 3: the group and its
+ * two hierarchical sub-groups); created groups start after them. */
+enum { GID_ALL = 0, GID_WORLD = 3, GID_TP = 6, GID_PP = 9, GID_DP = 12, GID_FIRST_FREE = 15 };
+
+static int env_double(const char *name, double lo, double hi, double dflt, double *out)
+{
+    const char *s = getenv(name);
+    *out = dflt;
+    if (!s || !*s)
+        return 0;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        whale_error("%s='%s' is not a number in [%g, %g]", name, s, lo, hi);
+        return WHALE_EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+static int read_knobs(whale_ctx *ctx)
+{
+    double t, chunk, window;
+    int rc;
+    if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
+        (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 512 * 1024, &chunk)) ||
+        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 4, &window)))
+        return rc;
+    ctx->peer_timeout = t;
+    ctx->chunk_bytes = (size_t)chunk;
+    ctx->window = (int)window;
+    if ((rc = comm_parse_algo_env(getenv(WHALE_ENV_COLL_ALGO), ctx->forced_algo)))
+        return rc;
+    /* Defaults until the probe (or WHALE_COLL_MODEL) says better. */
+    ctx->link[COMM_LINK_SHM] = (struct comm_link){ 1e-6, 1.0 / 6e9 };
+    ctx->link[COMM_LINK_NET] = (struct comm_link){ 20e-6, 1.0 / 1.5e9 };
+    return comm_parse_model_env(getenv("WHALE_COLL_MODEL"), ctx->link);
+}
+
+/* Exchange blob: node name (NUL-terminated) followed by the UCX address. */
+static int wireup(whale_ctx *ctx)
+{
+    struct boot *b = &ctx->boot;
+    char node[256];
+    int rc = boot_node_name(node, sizeof node);
+    if (rc)
+        return rc;
+    ucp_address_t *addr = NULL;
+    size_t alen = 0;
+    if (b->ntasks > 1) {
+        if ((rc = comm_ucx_init(ctx)))
+            return rc;
+        ucs_status_t st = ucp_worker_get_address(ctx->worker, &addr, &alen);
+        if (st != UCS_OK) {
+            whale_error("ucp_worker_get_address: %s", ucs_status_string(st));
+            return WHALE_EUCX;
+        }
+    }
+    size_t nlen = strlen(node) + 1;
+    char *blob = malloc(nlen + alen);
+    if (!blob) {
+        if (addr)
+            ucp_worker_release_address(ctx->worker, addr);
+        return WHALE_ENOMEM;
+    }
+    memcpy(blob, node, nlen);
+    if (alen)
+        memcpy(blob + nlen, addr, alen);
+    if (addr)
+        ucp_worker_release_address(ctx->worker, addr);
+    void **blobs = NULL;
+    size_t *lens = NULL;
+    rc = boot_exchange(b, "whale.wireup", blob, nlen + alen, &blobs, &lens);
+    free(blob);
+    if (rc)
+        return rc;
+    char **names = calloc((size_t)b->ntasks, sizeof *names);
+    void **addrs = calloc((size_t)b->ntasks, sizeof *addrs);
+    if (!names || !addrs) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    for (int t = 0; t < b->ntasks; t++) {
+        char *bl = blobs[t];
+        size_t l = strnlen(bl, lens[t]);
+        if (l == lens[t]) {
+            whale_error("malformed bootstrap data from task %d", t);
+            rc = WHALE_EPMIX;
+            goto out;
+        }
+        names[t] = bl;
+        addrs[t] = bl + l + 1;
+    }
+    if ((rc = boot_set_nodes(b, names)))
+        goto out;
+    ctx->dead = calloc((size_t)b->ntasks, sizeof(bool));
+    if (!ctx->dead) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    if (b->ntasks > 1)
+        rc = comm_ucx_connect(ctx, addrs);
+out:
+    free(names);
+    free(addrs);
+    boot_free_blobs(b->ntasks, blobs, lens);
+    return rc;
+}
+
+static int std_groups(whale_ctx *ctx)
+{
+    struct boot *b = &ctx->boot;
+    int n = b->ntasks > b->world ? b->ntasks : b->world;
+    int *tasks = malloc(sizeof(int) * (size_t)n), *wr = malloc(sizeof(int) * (size_t)n);
+    int rc = 0;
+    if (!tasks || !wr) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    for (int t = 0; t < b->ntasks; t++) {
+        tasks[t] = t;
+        wr[t] = b->rank_of_task[t];
+    }
+    if ((rc = comm_group_new(ctx, GID_ALL, tasks, wr, b->ntasks, false, &ctx->all)))
+        goto out;
+    if (b->spare)
+        goto out;
+    for (int r = 0; r < b->world; r++) {
+        tasks[r] = b->task_of_rank[r];
+        wr[r] = r;
+    }
+    if ((rc = comm_group_new(ctx, GID_WORLD, tasks, wr, b->world, false, &ctx->world)))
+        goto out;
+    const int TP = b->tp, DP = b->dp, PP = b->pp;
+#define RANK(pp, dp, tp) ((((pp) * DP) + (dp)) * TP + (tp))
+    struct { int gid, n; whale_group **out; } kinds[3] = {
+        { GID_TP, TP, &ctx->tp }, { GID_PP, PP, &ctx->pp }, { GID_DP, DP, &ctx->dp } };
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < kinds[k].n; i++) {
+            int r = k == 0 ? RANK(b->pp_rank, b->dp_rank, i)
+                  : k == 1 ? RANK(i, b->dp_rank, b->tp_rank) : RANK(b->pp_rank, i, b->tp_rank);
+            wr[i] = r;
+            tasks[i] = b->task_of_rank[r];
+        }
+        if ((rc = comm_group_new(ctx, (uint16_t)kinds[k].gid, tasks, wr, kinds[k].n, false, kinds[k].out)))
+            goto out;
+    }
+#undef RANK
+out:
+    free(tasks);
+    free(wr);
+    return rc;
+}
+
+int whale_init(whale_ctx **out)
+{
+    if (!out)
+        return WHALE_EINVAL;
+    *out = NULL;
+    whale_log_init_from_env();
+    whale_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return WHALE_ENOMEM;
+    pthread_mutex_init(&ctx->lock, NULL);
+    pthread_cond_init(&ctx->cond, NULL);
+    ctx->next_gid = GID_FIRST_FREE;
+    int rc = read_knobs(ctx);
+    if (rc)
+        goto fail;
+    if ((rc = boot_init(&ctx->boot)))
+        goto fail;
+    whale_log_set_rank(ctx->boot.rank);
+    if ((rc = wireup(ctx)) || (rc = std_groups(ctx)))
+        goto fail;
+    if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
+        goto fail;
+    if (ctx->world && ctx->world->size > 1 &&
+        (rc = comm_probe(ctx, !getenv("WHALE_COLL_MODEL"))))
+        goto fail;
+    whale_debug("initialised: task %d of %d, rank %d of %d (tp %d pp %d dp %d), %d node(s)",
+                ctx->boot.task, ctx->boot.ntasks, ctx->boot.rank, ctx->boot.world, ctx->boot.tp,
+                ctx->boot.pp, ctx->boot.dp, ctx->boot.nnodes);
+    *out = ctx;
+    return 0;
+fail:
+    comm_thread_stop(ctx);
+    while (ctx->ngroups)
+        comm_group_destroy(ctx->groups[0]);
+    free(ctx->groups);
+    comm_ucx_fini(ctx, false);
+    free(ctx->dead);
+    boot_finalize(&ctx->boot);
+    pthread_mutex_destroy(&ctx->lock);
+    pthread_cond_destroy(&ctx->cond);
+    free(ctx);
+    return rc;
+}
+
+int whale_finalize(whale_ctx *ctx)
+{
+    if (!ctx)
+        return 0;
+    int rc = 0;
+    bool clean = true;
+    comm_nccl_fini(ctx);
+    if (ctx->all && ctx->all->size > 1) {
+        /* Nobody closes endpoints while a peer may still talk to it. */
+        if (whale_barrier(ctx->all)) {
+            clean = false;
+            rc = WHALE_EPEER;
+        }
+    }
+    comm_thread_stop(ctx);
+    if (ctx->nactive)
+        whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
+    comm_ucx_fini(ctx, clean);
+    while (ctx->ngroups)
+        comm_group_destroy(ctx->groups[0]);
+    free(ctx->groups);
+    free(ctx->dead);
+    int brc = boot_finalize(&ctx->boot);
+    pthread_mutex_destroy(&ctx->lock);
+    pthread_cond_destroy(&ctx->cond);
+    free(ctx);
+    return rc ? rc : brc;
+}
+
+int whale_rank(const whale_ctx *ctx) { return ctx ? ctx->boot.rank : -1; }
+int whale_world_size(const whale_ctx *ctx) { return ctx ? ctx->boot.world : 0; }
+bool whale_is_spare(const whale_ctx *ctx) { return ctx && ctx->boot.spare; }
+
+void whale_degrees(const whale_ctx *ctx, int *tp, int *pp, int *dp)
+{
+    if (tp)
+        *tp = ctx->boot.tp;
+    if (pp)
+        *pp = ctx->boot.pp;
+    if (dp)
+        *dp = ctx->boot.dp;
+}
+
+void whale_coords(const whale_ctx *ctx, int *tp_rank, int *pp_rank, int *dp_rank)
+{
+    if (tp_rank)
+        *tp_rank = ctx->boot.tp_rank;
+    if (pp_rank)
+        *pp_rank = ctx->boot.pp_rank;
+    if (dp_rank)
+        *dp_rank = ctx->boot.dp_rank;
+}
+
+whale_group *whale_world(whale_ctx *ctx) { return ctx ? ctx->world : NULL; }
+whale_group *whale_tp_group(whale_ctx *ctx) { return ctx ? ctx->tp : NULL; }
+whale_group *whale_pp_group(whale_ctx *ctx) { return ctx ? ctx->pp : NULL; }
+whale_group *whale_dp_group(whale_ctx *ctx) { return ctx ? ctx->dp : NULL; }
+whale_group *whale_all_tasks(whale_ctx *ctx) { return ctx ? ctx->all : NULL; }
+int whale_task_id(const whale_ctx *ctx) { return ctx ? ctx->boot.task : -1; }
+int whale_ntasks(const whale_ctx *ctx) { return ctx ? ctx->boot.ntasks : 0; }
+int whale_nnodes(const whale_ctx *ctx) { return ctx ? ctx->boot.nnodes : 0; }
+double whale_peer_timeout(const whale_ctx *ctx) { return ctx ? ctx->peer_timeout : 0; }

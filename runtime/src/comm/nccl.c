@@ -1,0 +1,309 @@
+/* Device-buffer collectives over NCCL (compiled when CUDA + NCCL are found).
+ *
+ * One non-blocking NCCL communicator per group, created on first use: group
+ * rank 0 makes the unique id and broadcasts it over the host (UCX) path.
+ * Failure detection while a stream waits: NCCL's asynchronous error, the
+ * host failure detector (UCX keepalive marks the group failed: bounded by
+ * WHALE_PEER_TIMEOUT), and an overall watchdog (WHALE_NCCL_TIMEOUT, default
+ * 600 s, like PyTorch's NCCL timeout). On failure the communicator is
+ * aborted (never destroyed), as NCCL requires once any rank aborts. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+#ifdef WHALE_HAVE_CUDA
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes" /* nccl.h declares f() */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+struct whale_nccl {
+    int ngroups;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double watchdog_s(void)
+{
+    const char *s = getenv("WHALE_NCCL_TIMEOUT");
+    double v = s ? atof(s) : 0;
+    return v > 0 ? v : 600.0;
+}
+
+bool whale_dev_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static int nccl_dtype(enum whale_dtype t, ncclDataType_t *out)
+{
+    static const ncclDataType_t map[WHALE_DTYPE_COUNT_] = { ncclFloat32, ncclBfloat16, ncclFloat16,
+                                                            ncclInt32, ncclInt64, ncclUint8 };
+    if ((unsigned)t >= WHALE_DTYPE_COUNT_)
+        return WHALE_EINVAL;
+    *out = map[t];
+    return 0;
+}
+
+static int nccl_op(enum whale_op op, ncclRedOp_t *out)
+{
+    static const ncclRedOp_t map[WHALE_OP_COUNT_] = { ncclSum, ncclAvg, ncclMax, ncclMin };
+    if ((unsigned)op >= WHALE_OP_COUNT_)
+        return WHALE_EINVAL;
+    *out = map[op];
+    return 0;
+}
+
+static void abort_comm(whale_group *g, const char *why)
+{
+    if (!g->nccl_comm)
+        return;
+    whale_error("NCCL communicator of a group of %d aborted: %s", g->size, why);
+    ncclCommAbort((ncclComm_t)g->nccl_comm);
+    g->nccl_comm = NULL;
+    g->nccl_broken = true;
+}
+
+/* Wait until a non-blocking NCCL call has been issued (ncclInProgress). */
+static int settle(whale_group *g, ncclResult_t r, const char *what)
+{
+    ncclComm_t c = g->nccl_comm;
+    double deadline = now_s() + watchdog_s();
+    while (r == ncclInProgress) {
+        if (g->failed) {
+            abort_comm(g, "a peer failed");
+            return WHALE_EPEER;
+        }
+        if (now_s() > deadline) {
+            abort_comm(g, "timeout");
+            return WHALE_ETIMEDOUT;
+        }
+        ncclCommGetAsyncError(c, &r);
+    }
+    if (r != ncclSuccess) {
+        whale_error("%s: %s (%s)", what, ncclGetErrorString(r), ncclGetLastError(c));
+        abort_comm(g, ncclGetErrorString(r));
+        return r == ncclRemoteError || r == ncclSystemError ? WHALE_EPEER : WHALE_ENCCL;
+    }
+    return 0;
+}
+
+static int ensure_comm(whale_group *g)
+{
+    if (!g || g->rank < 0)
+        return WHALE_EINVAL;
+    if (g->nccl_broken) {
+        whale_error("the NCCL communicator of this group was aborted after a failure");
+        return WHALE_EPEER;
+    }
+    if (g->nccl_comm)
+        return 0;
+    ncclUniqueId id;
+    if (g->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) {
+            whale_error("ncclGetUniqueId: %s", ncclGetErrorString(r));
+            return WHALE_ENCCL;
+        }
+    }
+    int rc = whale_broadcast(g, &id, sizeof id, WHALE_UINT8, 0);
+    if (rc)
+        return rc;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, g->size, id, g->rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        whale_error("ncclCommInitRankConfig (group of %d): %s", g->size, ncclGetErrorString(r));
+        return WHALE_ENCCL;
+    }
+    g->nccl_comm = comm;
+    return settle(g, r, "ncclCommInitRankConfig");
+}
+
+#define PREP(g, t)                                          \
+    ncclDataType_t dt;                                      \
+    int rc_ = ensure_comm(g);                               \
+    if (rc_)                                                \
+        return rc_;                                         \
+    if (nccl_dtype(t, &dt))                                 \
+        return WHALE_EINVAL;                                \
+    ncclComm_t comm = g->nccl_comm
+
+int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, enum whale_op op, void *stream)
+{
+    PREP(g, t);
+    ncclRedOp_t o;
+    if (nccl_op(op, &o))
+        return WHALE_EINVAL;
+    return settle(g, ncclAllReduce(send, recv, count, dt, o, comm, (cudaStream_t)stream), "ncclAllReduce");
+}
+
+int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                             enum whale_dtype t, enum whale_op op, void *stream)
+{
+    PREP(g, t);
+    ncclRedOp_t o;
+    if (nccl_op(op, &o))
+        return WHALE_EINVAL;
+    return settle(g, ncclReduceScatter(send, recv, count, dt, o, comm, (cudaStream_t)stream),
+                  "ncclReduceScatter");
+}
+
+int whale_dev_allgather(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, void *stream)
+{
+    PREP(g, t);
+    return settle(g, ncclAllGather(send, recv, count, dt, comm, (cudaStream_t)stream), "ncclAllGather");
+}
+
+int whale_dev_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
+                        void *stream)
+{
+    PREP(g, t);
+    return settle(g, ncclBroadcast(buf, buf, count, dt, root, comm, (cudaStream_t)stream),
+                  "ncclBroadcast");
+}
+
+int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
+                     enum whale_dtype t, enum whale_op op, int root, void *stream)
+{
+    PREP(g, t);
+    ncclRedOp_t o;
+    if (nccl_op(op, &o))
+        return WHALE_EINVAL;
+    return settle(g, ncclReduce(send, recv, count, dt, o, root, comm, (cudaStream_t)stream), "ncclReduce");
+}
+
+int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream)
+{
+    PREP(g, t);
+    return settle(g, ncclSend(buf, count, dt, peer, comm, (cudaStream_t)stream), "ncclSend");
+}
+
+int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream)
+{
+    PREP(g, t);
+    return settle(g, ncclRecv(buf, count, dt, peer, comm, (cudaStream_t)stream), "ncclRecv");
+}
+
+int whale_dev_group_start(void)
+{
+    return ncclGroupStart() == ncclSuccess ? 0 : WHALE_ENCCL;
+}
+
+int whale_dev_group_end(void)
+{
+    ncclResult_t r = ncclGroupEnd();
+    return r == ncclSuccess || r == ncclInProgress ? 0 : WHALE_ENCCL;
+}
+
+int whale_dev_sync(whale_group *g, void *stream)
+{
+    if (!g || !g->nccl_comm)
+        return g && g->nccl_broken ? WHALE_EPEER : 0;
+    whale_ctx *ctx = g->ctx;
+    double deadline = now_s() + watchdog_s();
+    for (;;) {
+        cudaError_t ce = cudaStreamQuery((cudaStream_t)stream);
+        if (ce == cudaSuccess)
+            return 0;
+        if (ce != cudaErrorNotReady) {
+            whale_error("cudaStreamQuery: %s", cudaGetErrorString(ce));
+            abort_comm(g, "CUDA error");
+            return WHALE_ENCCL;
+        }
+        ncclResult_t ar = ncclSuccess;
+        ncclCommGetAsyncError((ncclComm_t)g->nccl_comm, &ar);
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            abort_comm(g, ncclGetErrorString(ar));
+            return WHALE_EPEER;
+        }
+        /* Keep the host failure detector running while the GPU works. */
+        pthread_mutex_lock(&ctx->lock);
+        comm_progress(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        if (g->failed) {
+            abort_comm(g, "a peer failed (host failure detector)");
+            return WHALE_EPEER;
+        }
+        if (now_s() > deadline) {
+            abort_comm(g, "watchdog timeout (WHALE_NCCL_TIMEOUT)");
+            return WHALE_ETIMEDOUT;
+        }
+    }
+}
+
+void comm_nccl_group_free(whale_group *g)
+{
+    if (!g->nccl_comm)
+        return;
+    ncclComm_t c = g->nccl_comm;
+    ncclResult_t r = ncclCommFinalize(c);
+    double deadline = now_s() + 10.0;
+    while (r == ncclInProgress && now_s() < deadline)
+        ncclCommGetAsyncError(c, &r);
+    if (r == ncclSuccess)
+        ncclCommDestroy(c);
+    else
+        ncclCommAbort(c);
+    g->nccl_comm = NULL;
+}
+
+void comm_nccl_fini(whale_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ngroups; i++)
+        comm_nccl_group_free(ctx->groups[i]);
+}
+
+#else /* no CUDA in this build */
+
+bool whale_dev_available(void) { return false; }
+
+static int nocuda(void)
+{
+    whale_error("device collectives need a build with CUDA and NCCL (meson -Dcuda=enabled)");
+    return WHALE_ENOTSUP;
+}
+
+int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, enum whale_op op, void *stream)
+{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)stream; return nocuda(); }
+int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                             enum whale_dtype t, enum whale_op op, void *stream)
+{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)stream; return nocuda(); }
+int whale_dev_allgather(whale_group *g, const void *send, void *recv, size_t count,
+                        enum whale_dtype t, void *stream)
+{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)stream; return nocuda(); }
+int whale_dev_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
+                        void *stream)
+{ (void)g; (void)buf; (void)count; (void)t; (void)root; (void)stream; return nocuda(); }
+int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
+                     enum whale_dtype t, enum whale_op op, int root, void *stream)
+{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)root; (void)stream; return nocuda(); }
+int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream)
+{ (void)g; (void)buf; (void)count; (void)t; (void)peer; (void)stream; return nocuda(); }
+int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
+                   void *stream)
+{ (void)g; (void)buf; (void)count; (void)t; (void)peer; (void)stream; return nocuda(); }
+int whale_dev_group_start(void) { return nocuda(); }
+int whale_dev_group_end(void) { return nocuda(); }
+int whale_dev_sync(whale_group *g, void *stream) { (void)g; (void)stream; return 0; }
+void comm_nccl_group_free(whale_group *g) { (void)g; }
+void comm_nccl_fini(whale_ctx *ctx) { (void)ctx; }
+
+#endif

@@ -1,0 +1,132 @@
+/* Schedule storage: growable arrays of chains, rounds, transfers, actions. */
+#include "comm/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/error.h"
+
+void sched_init(struct sched *s, int p, int r, enum whale_dtype t, enum whale_op op)
+{
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    s->r = r;
+    s->dtype = t;
+    s->rop = op == WHALE_AVG ? WHALE_SUM : op;
+    s->esz = whale_dtype_size(t);
+}
+
+void sched_free(struct sched *s)
+{
+    free(s->chains);
+    free(s->rounds);
+    free(s->xfers);
+    free(s->acts);
+    free(s->tmp);
+    memset(s, 0, sizeof *s);
+}
+
+#define GROW(s, arr, n, cap)                                                        \
+    do {                                                                            \
+        if ((s)->n == (s)->cap) {                                                   \
+            uint32_t nc = (s)->cap ? (s)->cap * 2 : 8;                              \
+            void *np = realloc((s)->arr, nc * sizeof *(s)->arr);                    \
+            if (!np) {                                                              \
+                (s)->err = WHALE_ENOMEM;                                            \
+                return;                                                             \
+            }                                                                       \
+            (s)->arr = np;                                                          \
+            (s)->cap = nc;                                                          \
+        }                                                                           \
+    } while (0)
+
+void *sched_tmp(struct sched *s, size_t bytes)
+{
+    if (s->tmp)
+        return s->tmp;
+    /* 64-byte aligned so reduction loops vectorise on aligned rows. */
+    if (posix_memalign(&s->tmp, 64, bytes ? bytes : 64)) {
+        s->tmp = NULL;
+        s->err = WHALE_ENOMEM;
+        return NULL;
+    }
+    s->tmp_bytes = bytes;
+    return s->tmp;
+}
+
+void sched_chain(struct sched *s)
+{
+    GROW(s, chains, nchains, capchains);
+    s->chains[s->nchains++] = (struct sched_chain){ s->nrounds, 0 };
+}
+
+void sched_round(struct sched *s)
+{
+    if (!s->nchains)
+        sched_chain(s);
+    GROW(s, rounds, nrounds, caprounds);
+    s->rounds[s->nrounds++] = (struct sched_round){ s->nxfers, 0, s->nacts, 0 };
+    s->chains[s->nchains - 1].nr++;
+}
+
+static void add_xfer(struct sched *s, int peer, uint32_t tag, void *buf, size_t bytes, bool send)
+{
+    if (!bytes && !s->keep_empty)
+        return;
+    GROW(s, xfers, nxfers, capxfers);
+    s->xfers[s->nxfers++] = (struct sched_xfer){ peer, tag & SCHED_TAG_MASK, buf, bytes, send };
+    s->rounds[s->nrounds - 1].nx++;
+}
+
+void sched_send(struct sched *s, int peer, uint32_t tag, const void *buf, size_t bytes)
+{
+    add_xfer(s, peer, tag, (void *)buf, bytes, true);
+}
+
+void sched_recv(struct sched *s, int peer, uint32_t tag, void *buf, size_t bytes)
+{
+    add_xfer(s, peer, tag, buf, bytes, false);
+}
+
+static void add_act(struct sched *s, struct sched_act a)
+{
+    GROW(s, acts, nacts, capacts);
+    s->acts[s->nacts++] = a;
+    s->rounds[s->nrounds - 1].na++;
+}
+
+void sched_reduce(struct sched *s, void *dst, const void *a, const void *b, size_t n)
+{
+    if (n)
+        add_act(s, (struct sched_act){ SCHED_REDUCE, dst, a, b, n, 0 });
+}
+
+void sched_copy(struct sched *s, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        add_act(s, (struct sched_act){ SCHED_COPY, dst, src, NULL, bytes, 0 });
+}
+
+void sched_avg(struct sched *s, void *dst, size_t n, int div)
+{
+    if (n && div > 1)
+        add_act(s, (struct sched_act){ SCHED_AVG, dst, NULL, NULL, n, div });
+}
+
+void sched_run_actions(const struct sched *s, const struct sched_round *rd)
+{
+    for (uint32_t i = 0; i < rd->na; i++) {
+        const struct sched_act *a = &s->acts[rd->a0 + i];
+        switch (a->kind) {
+        case SCHED_COPY:
+            memmove(a->dst, a->a, a->n);
+            break;
+        case SCHED_REDUCE:
+            comm_reduce(a->dst, a->a, a->b, a->n, s->dtype, s->rop);
+            break;
+        case SCHED_AVG:
+            comm_avg(a->dst, a->n, s->dtype, a->div);
+            break;
+        }
+    }
+}

@@ -1,0 +1,194 @@
+/* Time model of the pieces of a training step: GEMMs with a shape-dependent
+ * efficiency, memory-bound kernels at a fraction of HBM bandwidth, and
+ * collectives in the alpha-beta model on the link class the mapping uses.
+ * Activation sizes follow Korthikanti et al. 2022 (16-bit activations),
+ * generalised to GQA (kv width) and any FFN width. */
+#include "plan_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long batch,
+                   const struct whale_cluster *c)
+{
+    memset(x, 0, sizeof *x);
+    x->m = m;
+    x->batch = batch;
+    x->c = c;
+    x->ngpus = whale_cluster_gpus(c);
+    double h = m->hidden, f = m->ffn, kv = (double)m->kv_heads * (m->hidden / m->heads);
+    /* ln1 + qkv (+bias) + proj + ln2 + fc1 + fc2 (same count as modeldesc) */
+    x->p_layer = 2 * h + h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h + h * f + f + f * h + h;
+    x->p_emb = (double)m->vocab * h;
+    x->p_pos = (double)m->seq * h;
+    /* CPU-only clusters train in fp32: 4-byte activations, 4-byte weights
+     * and gradients, Adam m and v (the weights are the master copy): still
+     * 16 bytes per parameter. GPUs: bf16 + fp32 master, 2 + 2 + 12. */
+    x->fp32 = true;
+    for (int i = 0; i < c->ngroups; i++)
+        x->fp32 = x->fp32 && !strcmp(c->group[i].gpu.name, "cpu");
+    x->es = x->fp32 ? 2.0 : 1.0;
+    x->wbytes = x->fp32 ? 4 : 2;
+    x->gbytes = x->fp32 ? 4 : 2;
+    x->obytes = x->fp32 ? 8 : 12;
+    x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
+    x->gpn_min = 1 << 30;
+    for (int i = 0; i < c->ngroups; i++) {
+        const struct whale_plan_device *g = &c->group[i].gpu;
+        x->nvlink_bw = fmin(x->nvlink_bw, g->nvlink_bw);
+        x->nic_bw = fmin(x->nic_bw, g->nic_bw);
+        x->pcie_bw = fmin(x->pcie_bw, g->pcie_bw);
+        if (c->group[i].gpus_per_node < x->gpn_min)
+            x->gpn_min = c->group[i].gpus_per_node;
+    }
+}
+
+/* Efficiency of one GEMM dimension: a dimension d fills the tiles and SMs
+ * like d / (d + d_half) (small heads, thin shards run slower). */
+static inline double dim_eff(double d, double half)
+{
+    return d / (d + half);
+}
+
+/* Seconds for `count` GEMMs of shape (M x K) * (K x N). */
+static double gemm_time(const struct whale_plan_device *g, const struct whale_eff_model *e,
+                        double count, double M, double N, double K)
+{
+    double eff = e->gemm_eff * dim_eff(M, e->gemm_half_dim) * dim_eff(N, e->gemm_half_dim)
+                 * dim_eff(K, e->gemm_half_dim);
+    return count * 2 * M * N * K / (g->peak_flops * eff);
+}
+
+static double mem_time(const struct whale_plan_device *g, const struct whale_eff_model *e, double bytes)
+{
+    return bytes / (g->hbm_bw * e->mem_eff);
+}
+
+double plan_allreduce(int p, double bytes, double alpha, double bw)
+{
+    if (p <= 1 || bytes <= 0)
+        return 0;
+    double ring = 2.0 * (p - 1) * alpha + 2.0 * (p - 1) / p * bytes / bw;
+    /* double binary tree: log latency, bandwidth a bit below the ring's */
+    double tree = 2.0 * ceil(log2(p)) * alpha + 2.0 * bytes / (0.85 * bw);
+    return fmin(ring, tree);
+}
+
+double plan_allgather(int p, double bytes, double alpha, double bw)
+{
+    if (p <= 1 || bytes <= 0)
+        return 0;
+    double ring = (p - 1) * alpha + (double)(p - 1) / p * bytes / bw;
+    double rd = ceil(log2(p)) * alpha + (double)(p - 1) / p * bytes / (0.85 * bw);
+    return fmin(ring, rd);
+}
+
+int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alpha, double *bw)
+{
+    const struct whale_cluster *c = x->c;
+    const struct whale_eff_model *e = &c->eff;
+    double span = (double)stride * size;          /* GPUs the group's block covers */
+    int dom = c->nvlink_domain;
+    double nv = c->link[WHALE_PLAN_LINK_NVLINK].bw > 0 ? c->link[WHALE_PLAN_LINK_NVLINK].bw
+                                                  : x->nvlink_bw * e->coll_eff;
+    if (size <= 1) {
+        *alpha = 0;
+        *bw = nv;
+        return WHALE_PLAN_LINK_NVLINK;
+    }
+    if (span <= dom) {
+        *alpha = c->link[WHALE_PLAN_LINK_NVLINK].alpha;
+        *bw = nv;
+        return WHALE_PLAN_LINK_NVLINK;
+    }
+    /* members sharing a domain share its rails: k of them per domain */
+    double k = stride >= dom ? 1.0 : fmin(size, (double)dom / stride);
+    double leaf_gpus = c->nodes_per_leaf > 0 ? (double)c->nodes_per_leaf * x->gpn_min : INFINITY;
+    int cls = span <= leaf_gpus ? WHALE_PLAN_LINK_LEAF : WHALE_PLAN_LINK_SPINE;
+    double rail = c->link[cls].bw > 0 ? c->link[cls].bw
+                : c->link[WHALE_PLAN_LINK_LEAF].bw > 0 ? c->link[WHALE_PLAN_LINK_LEAF].bw
+                : x->nic_bw * e->coll_eff;
+    if (cls == WHALE_PLAN_LINK_SPINE && c->link[WHALE_PLAN_LINK_SPINE].bw <= 0)
+        rail /= c->spine_oversub;
+    *alpha = c->link[cls].alpha;
+    *bw = fmin(nv, k * rail);
+    return cls;
+}
+
+void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g, int tp, bool sp,
+                     int b, struct plan_layer_cost *lc)
+{
+    const struct whale_model_desc *m = x->m;
+    const struct whale_eff_model *e = &x->c->eff;
+    double s = m->seq, h = m->hidden, a = m->heads, f = m->ffn, V = m->vocab, t = tp;
+    double hd = h / a, kv = m->kv_heads * hd;
+    double M = (double)b * s;
+    double shard = sp ? t : 1;     /* what sequence parallelism splits */
+    memset(lc, 0, sizeof *lc);
+
+    /* GEMMs of one layer, forward, per TP rank. Shapes (rows x cols):
+     *   qkv  [b s, h] x [h, (h + 2 kv)/t]     proj [b s, h/t] x [h/t, h]
+     *   fc1  [b s, h] x [h, f/t]              fc2  [b s, f/t] x [f/t, h]
+     *   attention per head (b a / t heads): [s, hd] x [hd, s] and [s, s] x [s, hd] */
+    double t_lin = gemm_time(g, e, 1, M, (h + 2 * kv) / t, h) + gemm_time(g, e, 1, M, h, h / t)
+                 + gemm_time(g, e, 1, M, f / t, h) + gemm_time(g, e, 1, M, h, f / t);
+    double heads = b * a / t;
+    double t_att = gemm_time(g, e, heads, s, s, hd) + gemm_time(g, e, heads, s, hd, s);
+    /* Memory-bound kernels, bytes moved forward: scale+mask+softmax+dropout
+     * over the b a s^2 / t scores (read/write 2-byte values + 1-byte mask,
+     * ~9 bytes each); layernorms, bias+dropout+residual adds (~22 bytes per
+     * b s h element, split by t only with sequence parallelism); GeLU over
+     * b s f / t (4 bytes each). */
+    double es = x->es;
+    double ew_att = 9.0 * es * heads * s * s;
+    double ew_other = es * (22.0 * M * h / shard + 4.0 * M * f / t);
+    double t_ew_att = mem_time(g, e, ew_att), t_ew = mem_time(g, e, ew_other);
+    double ovh = e->kernel_overhead;
+
+    lc->fwd = t_lin + t_att + t_ew_att + t_ew + ovh;
+    lc->bwd = 2 * (t_lin + t_att + t_ew_att + t_ew) + ovh;
+    lc->rc_cost[WHALE_RECOMPUTE_NONE] = 0;
+    lc->rc_cost[WHALE_RECOMPUTE_SELECTIVE] = t_att + t_ew_att;
+    lc->rc_cost[WHALE_RECOMPUTE_FULL] = lc->fwd;
+    lc->flops_fwd = 2 * M * ((h + 2 * kv) * h + h * h + 2 * h * f) / t + 4 * heads * s * s * hd;
+    lc->flops_attn_core = 4 * heads * s * s * hd;
+
+    /* TP: two all-reduces (or all-gather + reduce-scatter with sequence
+     * parallelism: the same bytes) of the b s h activations per direction. */
+    if (tp > 1) {
+        double al, bw;
+        plan_group_link(x, 1, tp, &al, &bw);
+        double one = plan_allreduce(tp, 2.0 * es * M * h, al, bw);
+        lc->tp_fwd = 2 * one;
+        lc->tp_bwd = 2 * one;
+        lc->tp_rc = 2 * one;
+        lc->first_fwd += one;      /* vocab-parallel embedding */
+        lc->last_bwd += one;       /* input gradient of the output layer */
+    }
+
+    /* Activations kept per layer (bytes), Korthikanti et al. with kv width
+     * and FFN width: replicated R = 10 s b h (layernorm inputs, QKV and FC1
+     * inputs, dropout masks), TP-sharded S = 4 s b h + 4 s b kv + 4 s b f
+     * (Q, K, V, projection input, FC2 input, GeLU input), attention core
+     * A = 5 a s^2 b. With h = kv, f = 4h: s b h (10 + 24/t + 5 a s/(h t)). */
+    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + 4 * M * f);
+    double A = es * 5 * a * s * s * b;
+    lc->act_input = es * 2 * M * h / shard;
+    lc->act[WHALE_RECOMPUTE_NONE] = R / shard + S / t + A / t;
+    lc->act[WHALE_RECOMPUTE_SELECTIVE] = R / shard + S / t;
+    lc->act[WHALE_RECOMPUTE_FULL] = lc->act_input;
+
+    /* Embedding (first stage): gather + dropout, memory-bound. */
+    lc->first_fwd += mem_time(g, e, es * 6 * M * h / shard) + ovh;
+    lc->first_bwd += mem_time(g, e, es * 8 * M * h / shard) + ovh;
+    lc->first_act = M * h / shard;          /* embedding dropout mask */
+    /* Output layer (last stage): logits [b s, h] x [h, V/t], fp32 softmax
+     * cross-entropy over b s V / t (read 2 + write 4 forward, ~10 backward). */
+    double t_logit = gemm_time(g, e, 1, M, V / t, h);
+    lc->last_fwd += t_logit + mem_time(g, e, es * 6 * M * V / t) + mem_time(g, e, es * 4 * M * h / shard) + ovh;
+    lc->last_bwd += 2 * t_logit + mem_time(g, e, es * 10 * M * V / t) + ovh;
+    lc->last_act = es * (6 * M * V / t + 2 * M * h / shard);
+    /* Pipeline message: b s h 16-bit, split over the TP ranks (Megatron's
+     * scatter/gather, or the sequence-parallel shard). */
+    lc->p2p_msg = es * 2 * M * h / t;
+}

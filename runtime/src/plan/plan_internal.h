@@ -1,0 +1,75 @@
+/* Internals of the planner shared by its source files (not installed). */
+#ifndef WHALE_PLAN_INTERNAL_H
+#define WHALE_PLAN_INTERNAL_H
+
+#include "whale/plan.h"
+
+/* Cost of one transformer layer for one micro-batch on one device type,
+ * given (tp, sequence parallel, micro-batch). Times in seconds per GPU. */
+struct plan_layer_cost {
+    double fwd, bwd;               /* compute + memory-bound kernels */
+    double rc_cost[3];             /* extra recompute time: none 0, selective, full */
+    double tp_fwd, tp_bwd, tp_rc;  /* TP collectives (tp_rc: the extra ones of full recompute) */
+    double act[3];                 /* bytes kept per layer until backward: none, selective, full */
+    double act_input;              /* layer input (what full recompute keeps) */
+    double flops_fwd;              /* forward FLOPs per GPU */
+    double flops_attn_core;        /* FLOPs recomputed by selective recompute */
+    /* embedding / output layer (first and last stage) */
+    double first_fwd, first_bwd;   /* includes its TP collective */
+    double last_fwd, last_bwd;     /* logits GEMM + cross-entropy + collectives */
+    double first_act, last_act;    /* bytes: embedding output, logits of one micro-batch */
+    double p2p_msg;                /* one pipeline send: bytes */
+};
+
+/* Everything fixed during one search (model, batch, cluster). */
+struct plan_ctx {
+    const struct whale_model_desc *m;
+    long batch;
+    const struct whale_cluster *c;
+    int64_t ngpus;
+    double max_idle;               /* fraction of GPUs a plan may leave idle */
+    bool fp32;                     /* CPU ranks train in fp32 (the plan's precision) */
+    double es;                     /* activation element size / 2 bytes: 1 (bf16) or 2 (fp32) */
+    double wbytes, gbytes, obytes; /* per parameter: weights, gradients, optimizer states */
+    double p_layer;                /* parameters of one block */
+    double p_emb;                  /* V h */
+    double p_pos;                  /* s h */
+    /* the slowest link figures over node groups (collectives span groups) */
+    double nvlink_bw, nic_bw, pcie_bw;
+    int gpn_min;                   /* GPUs per node, smallest group */
+};
+
+void plan_eff_defaults(struct whale_eff_model *e);
+void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long batch,
+                   const struct whale_cluster *c);
+
+/* Layer cost for (tp, seqpar, microbatch) on device `g`. */
+void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g, int tp, bool sp,
+                     int b, struct plan_layer_cost *lc);
+
+/* Collectives (alpha-beta; the faster of ring and tree as NCCL would pick). */
+double plan_allreduce(int p, double bytes, double alpha, double bw);
+double plan_allgather(int p, double bytes, double alpha, double bw); /* bytes = full result */
+
+/* Link class and effective per-rank bus bandwidth of a group of `size`
+ * ranks spaced `stride` logical ranks apart under the contract's rank
+ * order and a block mapping. */
+int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alpha, double *bw);
+
+/* Evaluation with precomputed layer costs (lc[group index]); used by the
+ * search. Returns 0, or WHALE_EINVAL with a reason in why. */
+int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
+                 const struct plan_layer_cost *lc, struct whale_plan_prediction *pr,
+                 char *why, size_t why_len);
+
+/* Structural validity of a configuration (divisibility, domain, ranges). */
+int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *cfg,
+                      char *why, size_t why_len);
+
+/* Uniform-layer recompute choice: n layers each keeping act[k] * inflight
+ * bytes and costing cost[k]; returns counts of selective/full layers that
+ * minimise cost within budget, or -1 when even all-full exceeds it. */
+int plan_rc_uniform(int n, const double act[3], const double cost[3], double budget,
+                    int *n_sel, int *n_full, double *total_cost);
+
+#endif

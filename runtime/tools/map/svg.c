@@ -1,0 +1,208 @@
+/* whale-map --svg: switches on top, their nodes below, one square per task.
+ * Colour: hue = PP stage, lightness = DP index within the stage; a dark
+ * outline joins the tasks of one TP group on a node; grey = spare. */
+#include "svg.h"
+#include "whale/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CELL 22      /* task square */
+#define PAD 6
+#define NODE_H (CELL + 2 * PAD + 16)
+#define SW_H 24
+#define LEVEL_GAP 46
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else if (*s == '"')
+            fputs("&quot;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static void color_of(const struct whale_layout *l, int rank, char *buf, size_t n)
+{
+    int tp, dp, pp;
+    whale_rank_coords(rank, l->tp, l->dp, &tp, &dp, &pp);
+    int hue = l->pp > 1 ? (pp * 360 / l->pp + 200) % 360 : 210;
+    int light = l->dp > 1 ? 40 + (dp * 35) / (l->dp - 1) : 55;
+    snprintf(buf, n, "hsl(%d,65%%,%d%%)", hue, light);
+}
+
+int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_layout *l)
+{
+    const struct whale_topo *t = in->topo;
+    int n = l->nnodes;
+    /* order nodes by their leaf (tree order by switch index), then step order */
+    int *order = malloc((size_t)n * sizeof *order);
+    int *leaf = malloc((size_t)n * sizeof *leaf);
+    int *x0 = malloc((size_t)n * sizeof *x0);
+    int *first = calloc((size_t)n + 1, sizeof *first);
+    int *byslot = malloc((size_t)l->ntasks * sizeof *byslot);
+    int nsw = t ? t->nswitches : 0;
+    double *swx = calloc((size_t)nsw + 1, sizeof *swx);
+    int *swcnt = calloc((size_t)nsw + 1, sizeof *swcnt);
+    int rc = 0;
+    if (!order || !leaf || !x0 || !first || !byslot || !swx || !swcnt) {
+        rc = WHALE_ENOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        int k = l->topo_node[i];
+        leaf[i] = (t && k >= 0) ? t->nodes[k].leaf : -1;
+    }
+    int m = 0;
+    for (int s = -1; s < nsw; s++)
+        for (int i = 0; i < n; i++)
+            if (leaf[i] == s)
+                order[m++] = i;
+    for (int k = 0; k < l->ntasks; k++)
+        first[l->node_of_task[k] + 1]++;
+    for (int i = 0; i < n; i++)
+        first[i + 1] += first[i];
+    for (int k = 0; k < l->ntasks; k++)
+        byslot[first[l->node_of_task[k]] + l->local_of_task[k]] = k;
+    int maxlvl = 0;
+    for (int s = 0; s < nsw; s++)
+        if (t->switches[s].level > maxlvl)
+            maxlvl = t->switches[s].level;
+    int top = 70 + (nsw ? (maxlvl + 1) * LEVEL_GAP : 0);
+    int x = 20, prev_leaf = -2;
+    for (int q = 0; q < m; q++) {
+        int i = order[q];
+        if (leaf[i] != prev_leaf && q)
+            x += 24; /* gap between switches */
+        prev_leaf = leaf[i];
+        x0[i] = x;
+        int w = (first[i + 1] - first[i]) * CELL + 2 * PAD;
+        if (w < 70)
+            w = 70;
+        x += w + 8;
+        if (leaf[i] >= 0) {
+            swx[leaf[i]] += x0[i] + w / 2.0;
+            swcnt[leaf[i]]++;
+        }
+    }
+    int width = x + 20, height = top + NODE_H + 40;
+    /* switch positions: leaves over their nodes, parents over children */
+    for (int lvl = 1; lvl <= maxlvl; lvl++)
+        for (int s = 0; s < nsw; s++)
+            if (t->switches[s].level == lvl - 1 && swcnt[s] && t->switches[s].parent >= 0) {
+                int p = t->switches[s].parent;
+                swx[p] += swx[s] / swcnt[s];
+                swcnt[p]++;
+                /* make the child's position final: mark by storing mean */
+            }
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "font-family=\"sans-serif\" font-size=\"10\">\n", width, height);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">whale-map: TP=%d "
+               "PP=%d DP=%d, %d ranks on %d nodes (%d spare), map=%s</text>\n",
+            l->tp, l->pp, l->dp, l->world, l->nnodes, l->nspare_nodes,
+            whale_map_policy_name(l->policy));
+    fprintf(f, "<text x=\"20\" y=\"40\">colour: hue = PP stage, shade = DP index; outline = one "
+               "TP group; grey = spare. Link time per step %.4g s</text>\n", l->cost.seconds);
+    /* switches */
+    for (int s = 0; s < nsw; s++) {
+        if (!swcnt[s])
+            continue;
+        double cx = swx[s] / swcnt[s];
+        int y = 56 + (maxlvl - t->switches[s].level) * LEVEL_GAP;
+        int p = t->switches[s].parent;
+        if (p >= 0 && swcnt[p]) {
+            double px = swx[p] / swcnt[p];
+            int py = 56 + (maxlvl - t->switches[p].level) * LEVEL_GAP;
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#888\"/>\n", cx, y,
+                    px, py + SW_H);
+        }
+        fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"60\" height=\"%d\" rx=\"4\" fill=\"#eee\" "
+                   "stroke=\"#555\"/>\n", cx - 30, y, SW_H);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", cx, y + 15);
+        xml_text(f, t->switches[s].name);
+        fputs("</text>\n", f);
+    }
+    /* nodes and tasks */
+    for (int q = 0; q < m; q++) {
+        int i = order[q];
+        int nt = first[i + 1] - first[i];
+        int w = nt * CELL + 2 * PAD;
+        if (w < 70)
+            w = 70;
+        if (leaf[i] >= 0 && swcnt[leaf[i]]) {
+            double lx = swx[leaf[i]] / swcnt[leaf[i]];
+            int ly = 56 + (maxlvl - t->switches[leaf[i]].level) * LEVEL_GAP + SW_H;
+            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbb\"/>\n",
+                    x0[i] + w / 2, top, lx, ly);
+        }
+        int k = l->topo_node[i];
+        int dom = (t && k >= 0) ? t->nodes[k].domain : -1;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"5\" fill=\"%s\" "
+                   "stroke=\"%s\" stroke-width=\"%s\"/>\n", x0[i], top, w, NODE_H,
+                l->spare_node[i] ? "#f4f4f4" : "#fafafa", dom >= 0 ? "#7a3db8" : "#444",
+                dom >= 0 ? "2" : "1");
+        fprintf(f, "<text x=\"%d\" y=\"%d\">", x0[i] + 4, top + 12);
+        xml_text(f, in->nodes[i]);
+        if (dom >= 0) {
+            fputs(" [", f);
+            xml_text(f, t->domains[dom].name);
+            fputs("]", f);
+        }
+        if (l->spare_node[i])
+            fputs(" spare", f);
+        fputs("</text>\n", f);
+        for (int s = 0; s < nt; s++) {
+            int task = byslot[first[i] + s];
+            int r = l->rank_of_task[task];
+            int cx = x0[i] + PAD + s * CELL, cy = top + 16 + PAD;
+            char col[48] = "#bbbbbb";
+            if (r >= 0)
+                color_of(l, r, col, sizeof col);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
+                       "<title>task %d", cx + 1, cy, CELL - 2, CELL - 2, col, task);
+            if (r >= 0) {
+                int tp, dp, pp;
+                whale_rank_coords(r, l->tp, l->dp, &tp, &dp, &pp);
+                fprintf(f, " rank %d tp %d dp %d pp %d", r, tp, dp, pp);
+            } else {
+                fputs(" spare", f);
+            }
+            fprintf(f, "</title></rect>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+                       "font-size=\"8\">%s%d</text>\n",
+                    cx + CELL / 2, cy + CELL / 2 + 3, r >= 0 ? "" : "S", r >= 0 ? r : task);
+        }
+        /* TP groups: runs of tasks on this node with the same rank / TP */
+        for (int s = 0; s < nt;) {
+            int r = l->rank_of_task[byslot[first[i] + s]];
+            int e = s + 1;
+            while (r >= 0 && e < nt && l->rank_of_task[byslot[first[i] + e]] >= 0 &&
+                   l->rank_of_task[byslot[first[i] + e]] / l->tp == r / l->tp)
+                e++;
+            if (r >= 0 && l->tp > 1)
+                fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
+                           "stroke=\"black\" stroke-width=\"1.5\" rx=\"3\"/>\n",
+                        x0[i] + PAD + s * CELL, top + 16 + PAD - 1, (e - s) * CELL, CELL);
+            s = e;
+        }
+    }
+    fputs("</svg>\n", f);
+    if (ferror(f))
+        rc = WHALE_EIO;
+done:
+    free(order);
+    free(leaf);
+    free(x0);
+    free(first);
+    free(byslot);
+    free(swx);
+    free(swcnt);
+    return rc;
+}

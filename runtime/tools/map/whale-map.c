@@ -1,0 +1,364 @@
+/* whale-map: the plugin's mapper, offline. Node list + whale.conf (+ its
+ * topology.conf) + degrees -> the layout as a table, WHALE_RANKMAP, the
+ * env of one task, the cost against block order, and an SVG picture. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "svg.h"
+#include "whale/conf.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/map.h"
+#include "whale_config.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "Usage: whale-map --nodes HOSTLIST --tasks-per-node N|SPEC --tp N [options]\n"
+        "\n"
+        "Compute the layout the Whale SPANK plugin gives a step, offline: which task\n"
+        "(node, local slot) takes each logical rank, and what it costs per step.\n"
+        "\n"
+        "Step:\n"
+        "  -w, --nodes HOSTLIST        step nodes in Slurm order, e.g. gpu[001-016]\n"
+        "  -t, --tasks-per-node SPEC   N, or Slurm's form such as 8(x15),4\n"
+        "      --distribution block|cyclic   task id order (default block)\n"
+        "Degrees:\n"
+        "      --tp N  --pp N  --dp N  degrees (dp default: working tasks / (tp*pp))\n"
+        "      --spares N              hot-spare nodes (default 0)\n"
+        "      --map topo|block        placement policy (default: the config's DefaultMap)\n"
+        "Site:\n"
+        "  -c, --conf FILE             whale.conf (default %s when readable)\n"
+        "      --topology FILE         topology.conf (default: the config's TopologyFile, or\n"
+        "                              topology.conf next to $SLURM_CONF)\n"
+        "Output:\n"
+        "      --groups                also list every TP, DP and PP group\n"
+        "      --summary               only the header and the cost\n"
+        "      --compare               also compute block order and print both costs\n"
+        "      --rankmap               print WHALE_RANKMAP\n"
+        "      --env TASK              print the contract environment of task id TASK\n"
+        "      --svg FILE              draw the layout (nodes under switches, groups coloured)\n"
+        "      --bench N               time N mappings of this step, print the median\n"
+        "  -h, --help                  this help;  -V, --version  version\n"
+        "\n"
+        "Exit status: 0 ok, 1 the layout is impossible or a file is bad, 2 usage.\n",
+        WHALE_CONF_DEFAULT_PATH);
+}
+
+static int parse_int(const char *opt, const char *s, int min, int max, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || errno || v < min || v > max) {
+        fprintf(stderr, "whale-map: --%s=%s: expected an integer %d..%d\n", opt, s, min, max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int print_env(const char *name, const char *value, void *u)
+{
+    (void)u;
+    printf("%s=%s\n", name, value);
+    return 0;
+}
+
+static void list_groups(const struct whale_map_input *in, const struct whale_layout *l)
+{
+    const char *kind[3] = { "TP", "DP", "PP" };
+    for (int g = 0; g < 3; g++) {
+        int size = g == 0 ? l->tp : g == 1 ? l->dp : l->pp;
+        int count = l->world / size;
+        if (size < 2)
+            continue;
+        printf("%s groups (%d of %d ranks):\n", kind[g], count, size);
+        for (int q = 0; q < count; q++) {
+            /* the q-th group of this kind: fixed other coordinates */
+            printf("  %s%-5d", kind[g], q);
+            for (int k = 0; k < size; k++) {
+                int r;
+                if (g == 0)
+                    r = q * l->tp + k;
+                else if (g == 1) /* q = pp * TP + tp */
+                    r = ((q / l->tp) * l->dp + k) * l->tp + q % l->tp;
+                else             /* q = dp * TP + tp */
+                    r = k * l->tp * l->dp + q;
+                int t = l->task_of_rank[r];
+                printf(" r%d@%s", r, in->nodes[l->node_of_task[t]]);
+            }
+            printf("\n");
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median wall time of whale_map_compute on this input (what each
+ * slurmstepd spends in user_init, plus srun once). */
+static int run_bench(const struct whale_map_input *in, int n)
+{
+    double *ms = malloc((size_t)n * sizeof *ms);
+    if (!ms)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        struct timespec a, b;
+        struct whale_layout l;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int rc = whale_map_compute(in, &l);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        if (rc) {
+            free(ms);
+            return -1;
+        }
+        whale_layout_free(&l);
+        ms[i] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+    }
+    qsort(ms, (size_t)n, sizeof *ms, cmp_double);
+    int ranks = in->tp * in->pp;
+    (void)ranks;
+    printf("bench: %d runs, map %s: median %.2f ms, min %.2f ms, max %.2f ms\n", n,
+           whale_map_policy_name(in->policy), ms[n / 2], ms[0], ms[n - 1]);
+    free(ms);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_TP = 256, O_PP, O_DP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
+           O_RANKMAP, O_ENV, O_SVG, O_DIST, O_BENCH };
+    static const struct option lo[] = {
+        { "nodes", required_argument, 0, 'w' },
+        { "tasks-per-node", required_argument, 0, 't' },
+        { "distribution", required_argument, 0, O_DIST },
+        { "tp", required_argument, 0, O_TP },
+        { "pp", required_argument, 0, O_PP },
+        { "dp", required_argument, 0, O_DP },
+        { "spares", required_argument, 0, O_SPARES },
+        { "map", required_argument, 0, O_MAP },
+        { "conf", required_argument, 0, 'c' },
+        { "topology", required_argument, 0, O_TOPO },
+        { "groups", no_argument, 0, O_GROUPS },
+        { "summary", no_argument, 0, O_SUMMARY },
+        { "compare", no_argument, 0, O_COMPARE },
+        { "rankmap", no_argument, 0, O_RANKMAP },
+        { "env", required_argument, 0, O_ENV },
+        { "svg", required_argument, 0, O_SVG },
+        { "bench", required_argument, 0, O_BENCH },
+        { "help", no_argument, 0, 'h' },
+        { "version", no_argument, 0, 'V' },
+        { 0, 0, 0, 0 },
+    };
+    const char *nodes_expr = NULL, *tpn = NULL, *conf_path = NULL, *topo_path = NULL, *svg = NULL;
+    const char *dist = "block";
+    int tp = 0, pp = 1, dp = 0, spares = 0, policy = -1, env_task = -1;
+    int groups = 0, summary = 0, compare = 0, rankmap = 0, bench = 0;
+    int c;
+    whale_log_init_from_env();
+    while ((c = getopt_long(argc, argv, "w:t:c:hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'w': nodes_expr = optarg; break;
+        case 't': tpn = optarg; break;
+        case 'c': conf_path = optarg; break;
+        case O_TOPO: topo_path = optarg; break;
+        case O_DIST:
+            if (strcmp(optarg, "block") && strcmp(optarg, "cyclic")) {
+                fprintf(stderr, "whale-map: --distribution=%s: expected block or cyclic\n", optarg);
+                return 2;
+            }
+            dist = optarg;
+            break;
+        case O_TP: if (parse_int("tp", optarg, 1, 1 << 20, &tp)) return 2; break;
+        case O_PP: if (parse_int("pp", optarg, 1, 1 << 20, &pp)) return 2; break;
+        case O_DP: if (parse_int("dp", optarg, 1, 1 << 24, &dp)) return 2; break;
+        case O_SPARES: if (parse_int("spares", optarg, 0, 1 << 20, &spares)) return 2; break;
+        case O_BENCH: if (parse_int("bench", optarg, 1, 100000, &bench)) return 2; break;
+        case O_ENV: if (parse_int("env", optarg, 0, 1 << 30, &env_task)) return 2; break;
+        case O_MAP: {
+            enum whale_map_policy m;
+            if (whale_map_policy_parse(optarg, &m)) {
+                fprintf(stderr, "whale-map: --map=%s: expected topo or block\n", optarg);
+                return 2;
+            }
+            policy = (int)m;
+            break;
+        }
+        case O_GROUPS: groups = 1; break;
+        case O_SUMMARY: summary = 1; break;
+        case O_COMPARE: compare = 1; break;
+        case O_RANKMAP: rankmap = 1; break;
+        case O_SVG: svg = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("whale-map %s\n", WHALE_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "whale-map: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!nodes_expr || !tpn || !tp) {
+        fprintf(stderr, "whale-map: --nodes, --tasks-per-node and --tp are required (see --help)\n");
+        return 2;
+    }
+    int rc = 1;
+    struct whale_conf *conf = NULL;
+    struct whale_topo *topo = NULL;
+    char **nodes = NULL;
+    int nnodes = 0, *ntasks = NULL, *ids = NULL;
+    struct whale_layout l = { 0 }, blk = { 0 };
+    bool have_l = false, have_blk = false;
+    if (!conf_path && access(WHALE_CONF_DEFAULT_PATH, R_OK) == 0)
+        conf_path = WHALE_CONF_DEFAULT_PATH;
+    if (conf_path) {
+        if (whale_conf_load(conf_path, &conf))
+            goto out;
+    } else if (!(conf = whale_conf_defaults())) {
+        goto out;
+    }
+    if (topo_path) {
+        free(conf->topology_file);
+        conf->topology_file = strdup(topo_path);
+        conf->topology_file_set = true;
+    }
+    if (whale_conf_build_topo(conf, getenv("SLURM_CONF"), &topo))
+        goto out;
+    if (whale_hostlist_expand(nodes_expr, &nodes, &nnodes)) {
+        fprintf(stderr, "whale-map: --nodes=%s: not a valid hostlist\n", nodes_expr);
+        rc = 2;
+        goto out;
+    }
+    ntasks = malloc((size_t)nnodes * sizeof *ntasks);
+    if (!ntasks)
+        goto out;
+    if (strspn(tpn, "0123456789") == strlen(tpn)) {
+        int v;
+        if (parse_int("tasks-per-node", tpn, 1, 1 << 16, &v)) {
+            rc = 2;
+            goto out;
+        }
+        for (int i = 0; i < nnodes; i++)
+            ntasks[i] = v;
+    } else if (whale_map_parse_tasks_per_node(tpn, nnodes, ntasks)) {
+        rc = 2;
+        goto out;
+    }
+    for (int i = 0; i < nnodes; i++)
+        if (whale_conf_topo_ensure_node(conf, topo, nodes[i]) < 0)
+            goto out;
+    if (!strcmp(dist, "cyclic")) {
+        /* Slurm's cyclic: task ids round-robin over nodes that still have room */
+        int total = 0;
+        for (int i = 0; i < nnodes; i++)
+            total += ntasks[i];
+        int *fill = calloc((size_t)nnodes, sizeof *fill), *off = malloc(((size_t)nnodes + 1) * sizeof *off);
+        ids = malloc((size_t)total * sizeof *ids);
+        if (!fill || !off || !ids) {
+            free(fill);
+            free(off);
+            goto out;
+        }
+        off[0] = 0;
+        for (int i = 0; i < nnodes; i++)
+            off[i + 1] = off[i] + ntasks[i];
+        for (int t = 0; t < total;)
+            for (int i = 0; i < nnodes && t < total; i++)
+                if (fill[i] < ntasks[i])
+                    ids[off[i] + fill[i]++] = t++;
+        free(fill);
+        free(off);
+    }
+    struct whale_map_input in = {
+        .tp = tp, .pp = pp, .dp = dp, .spares = spares,
+        .policy = policy >= 0 ? (enum whale_map_policy)policy : conf->default_map,
+        .nnodes = nnodes, .nodes = (const char *const *)nodes, .ntasks = ntasks,
+        .task_ids = ids, .topo = topo,
+    };
+    if (whale_map_compute(&in, &l))
+        goto out;
+    have_l = true;
+    if (bench > 0 && run_bench(&in, bench))
+        goto out;
+    char *desc = whale_layout_describe(&in, &l, summary ? -1 : 0);
+    if (!desc)
+        goto out;
+    if (summary) {
+        /* header and cost lines only */
+        char *nl = strchr(desc, '\n');
+        char *cost = strstr(desc, "cost per step:");
+        if (nl)
+            fwrite(desc, 1, (size_t)(nl - desc + 1), stdout);
+        if (cost)
+            fputs(cost, stdout);
+    } else {
+        fputs(desc, stdout);
+    }
+    free(desc);
+    if (groups)
+        list_groups(&in, &l);
+    if (compare && in.policy == WHALE_MAP_TOPO) {
+        in.policy = WHALE_MAP_BLOCK;
+        if (whale_map_compute(&in, &blk) == 0) {
+            have_blk = true;
+            printf("compare: block order link time %.4g s, topo %.4g s (%.2fx); bytes over "
+                   "spine+core: block %.4g GB, topo %.4g GB\n",
+                   blk.cost.seconds, l.cost.seconds,
+                   l.cost.seconds > 0 ? blk.cost.seconds / l.cost.seconds : 1.0,
+                   (blk.cost.bytes[WHALE_LINK_SPINE] + blk.cost.bytes[WHALE_LINK_CORE]) / 1e9,
+                   (l.cost.bytes[WHALE_LINK_SPINE] + l.cost.bytes[WHALE_LINK_CORE]) / 1e9);
+        } else {
+            printf("compare: block order is not possible here (see above)\n");
+        }
+        in.policy = WHALE_MAP_TOPO;
+    }
+    if (rankmap) {
+        char *m = whale_rankmap_encode(l.task_of_rank, l.world);
+        if (!m)
+            goto out;
+        printf("WHALE_RANKMAP=%s\n", m);
+        free(m);
+    }
+    if (env_task >= 0) {
+        struct whale_env_opts eo = { .conf_path = conf_path, .set_cuda = conf->set_cuda_visible_devices,
+                                     .set_nics = conf->set_ucx_net_devices,
+                                     .set_nccl = conf->set_nccl_env };
+        if (whale_map_task_env(&in, &l, env_task, &eo, print_env, NULL))
+            goto out;
+    }
+    if (svg) {
+        FILE *f = fopen(svg, "w");
+        if (!f) {
+            fprintf(stderr, "whale-map: cannot write %s: %s\n", svg, strerror(errno));
+            goto out;
+        }
+        int src = map_svg_write(f, &in, &l);
+        if (fclose(f) || src) {
+            fprintf(stderr, "whale-map: writing %s failed\n", svg);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (have_l)
+        whale_layout_free(&l);
+    if (have_blk)
+        whale_layout_free(&blk);
+    for (int i = 0; i < nnodes; i++)
+        free(nodes[i]);
+    free(nodes);
+    free(ntasks);
+    free(ids);
+    whale_topo_free(topo);
+    whale_conf_free(conf);
+    return rc;
+}

@@ -1,0 +1,484 @@
+/* whale-plan: find the fastest parallel plan that fits, or predict a given
+ * one, for a GPT model on a real or hypothetical cluster.
+ *
+ *   whale-plan --model gpt-1t --batch 3072 --nodes 384 --gpu A100-80GB
+ *   whale-plan --model gpt-39.1b --batch 1536 --nodes 64 --gpu A100-80GB \
+ *              --tp 8 --pp 2 --recompute full --evaluate
+ *   whale-plan --model gpt-3.6b --batch 512 --nodes 2 --gpu H100-80GB \
+ *              --group 2:8:A100-80GB --json plan.json
+ */
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/modeldesc.h"
+#include "whale/plan.h"
+#include "whale/planfile.h"
+#include "whale_config.h"
+#ifdef WHALE_HAVE_TOPO
+#include "whale/conf.h"
+#include "whale/topo.h"
+#endif
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: whale-plan --model NAME|FILE (--batch SEQS | --tokens N) CLUSTER [CONSTRAINTS] [OUTPUT]\n"
+"\n"
+"Searches TP x PP x DP x micro-batch x interleave x sequence parallelism x ZeRO x\n"
+"recompute x offload with a memory + time model and prints the fastest plan that\n"
+"fits, the best alternatives, and why faster plans were rejected.\n"
+"\n"
+"model and batch:\n"
+"  -m, --model NAME|FILE      preset (config/models/NAME.conf) or model file\n"
+"  -b, --batch N              global batch in sequences per step\n"
+"      --tokens N             global batch in tokens (rounded down to sequences)\n"
+"cluster (hypothetical, or what an allocation holds):\n"
+"  -N, --nodes N              nodes of the first group (required)\n"
+"  -g, --gpus-per-node N      GPUs (or CPU ranks) per node (default 8)\n"
+"  -G, --gpu TYPE             device type (default A100-80GB; --list-gpus)\n"
+"      --group N:G:TYPE       add a node group (mixed clusters); repeatable\n"
+"      --nvlink-domain N      GPUs per NVLink domain (default: node, or 72 for GB200)\n"
+"      --nodes-per-leaf N     nodes under one leaf switch (default 32; 0 = one switch)\n"
+"      --spine-oversub X      bandwidth divisor across leaf switches (default 1)\n"
+"      --conf FILE --nodelist HOSTS\n"
+"                             the cluster as the plugin sees it: whale.conf (+ its\n"
+"                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
+"      --calib FILE           calibration profile written by whale-bench\n"
+"constraints (fix a knob; all fixed = evaluate that configuration):\n"
+"      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
+"      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
+"      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
+"                             engine does not run it yet; auto lets the search\n"
+"                             choose, for Megatron-style runtimes)\n"
+"      --max-microbatch N     largest micro-batch tried (default 16)\n"
+"      --max-idle FRAC        allow plans that leave up to FRAC of the GPUs idle\n"
+"                             (e.g. 0.05 on 100,000 GPUs; default 0: use all)\n"
+"output:\n"
+"  -p, --plan FILE            predict the plan in FILE (WHALE_PLAN JSON, e.g. from\n"
+"                             --json or a hand-written one) instead of searching\n"
+"  -e, --evaluate             print the full prediction of the constrained best and\n"
+"                             compare it with the planner's unconstrained pick\n"
+"  -t, --top N                alternatives shown (default 8, max %d)\n"
+"  -j, --json FILE            write the plan (WHALE_PLAN format) to FILE ('-' = stdout)\n"
+"      --exhaustive           no pruning (baseline for benchmarks)\n"
+"      --list-gpus            list the known device types\n"
+"      --explain-model        print the efficiency constants in force\n"
+"  -q, --quiet                only the winner's line\n"
+"  -h, --help, -V, --version\n"
+"\n"
+"Exit status: 0 plan found, 1 nothing fits or an error, 2 usage error.\n",
+        WHALE_PLAN_TOPK);
+}
+
+static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "whale-plan: --%s=%s: expected an integer in [%ld, %ld]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_dbl(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "whale-plan: --%s=%s: expected a number in [%g, %g]\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+enum {
+    O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
+    O_V, O_IDLE, O_CONF, O_NODELIST, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
+};
+
+static const struct option longopts[] = {
+    { "model", required_argument, 0, 'm' },
+    { "batch", required_argument, 0, 'b' },
+    { "tokens", required_argument, 0, O_TOKENS },
+    { "nodes", required_argument, 0, 'N' },
+    { "gpus-per-node", required_argument, 0, 'g' },
+    { "gpu", required_argument, 0, 'G' },
+    { "group", required_argument, 0, O_GROUP },
+    { "nvlink-domain", required_argument, 0, O_DOMAIN },
+    { "nodes-per-leaf", required_argument, 0, O_LEAF },
+    { "spine-oversub", required_argument, 0, O_OVERSUB },
+    { "calib", required_argument, 0, O_CALIB },
+    { "conf", required_argument, 0, O_CONF },
+    { "nodelist", required_argument, 0, O_NODELIST },
+    { "tp", required_argument, 0, O_TP },
+    { "pp", required_argument, 0, O_PP },
+    { "dp", required_argument, 0, O_DP },
+    { "microbatch", required_argument, 0, O_MB },
+    { "interleave", required_argument, 0, O_V },
+    { "zero", required_argument, 0, O_ZERO },
+    { "recompute", required_argument, 0, O_RC },
+    { "offload", required_argument, 0, O_OFF },
+    { "seqpar", required_argument, 0, O_SP },
+    { "max-microbatch", required_argument, 0, O_MAXMB },
+    { "max-idle", required_argument, 0, O_IDLE },
+    { "evaluate", no_argument, 0, 'e' },
+    { "plan", required_argument, 0, 'p' },
+    { "top", required_argument, 0, 't' },
+    { "json", required_argument, 0, 'j' },
+    { "exhaustive", no_argument, 0, O_EXH },
+    { "list-gpus", no_argument, 0, O_LIST },
+    { "explain-model", no_argument, 0, O_EXPLAIN_MODEL },
+    { "quiet", no_argument, 0, 'q' },
+    { "help", no_argument, 0, 'h' },
+    { "version", no_argument, 0, 'V' },
+    { 0, 0, 0, 0 },
+};
+
+struct group_arg {
+    int nodes, gpn;
+    char type[32];
+};
+
+static int write_json(const char *path, const struct whale_model_desc *m, long batch,
+                      const struct whale_cluster *c, const struct whale_plan_candidate *cd)
+{
+    struct whale_plan p;
+    int rc = whale_plan_to_planfile(m, batch, c, cd, &p);
+    if (rc)
+        return rc;
+    char *js = whale_plan_to_json(&p, 2);
+    whale_plan_free(&p);
+    if (!js)
+        return WHALE_ENOMEM;
+    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    if (!f) {
+        fprintf(stderr, "whale-plan: cannot write %s: %s\n", path, strerror(errno));
+        free(js);
+        return WHALE_EIO;
+    }
+    fprintf(f, "%s\n", js);
+    free(js);
+    if (f != stdout && fclose(f)) {
+        fprintf(stderr, "whale-plan: writing %s failed\n", path);
+        return WHALE_EIO;
+    }
+    return 0;
+}
+
+static void print_model_constants(const struct whale_cluster *c)
+{
+    const struct whale_eff_model *e = &c->eff;
+    printf("efficiency model in force:\n"
+           "  GEMM: time = 2MNK / (peak x %.3g x f(M) f(N) f(K)), f(d) = d / (d + %.4g)\n"
+           "  memory-bound kernels at %.3g x HBM bandwidth; %.3g us overhead per layer pass\n"
+           "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g (hidden traffic costs %.3g)\n"
+           "  host Adam %.3g params/s; runtime overhead %.2f GiB; fragmentation %.0f%%\n",
+           e->gemm_eff, e->gemm_half_dim, e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff,
+           e->dp_overlap, e->overlap_cost, e->host_adam_rate, c->overhead_bytes / 1073741824.0,
+           100 * c->frag);
+    for (int k = 0; k < WHALE_PLAN_NLINK; k++)
+        printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_plan_link_name(k),
+               c->link[k].alpha * 1e6, c->link[k].bw > 0 ? "calibrated" : "from the device type");
+    for (int i = 0; i < c->ngroups; i++) {
+        const struct whale_plan_device *g = &c->group[i].gpu;
+        printf("  %-10s peak %.4g TFLOP/s, %.4g GiB, HBM %.4g GB/s, NVLink %.4g GB/s, NIC %.4g GB/s\n",
+               g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
+               g->nvlink_bw / 1e9, g->nic_bw / 1e9);
+    }
+}
+
+/* --conf/--nodelist: the cluster the plugin would plan on. Returns 0, 1
+ * (config error, logged) or 2 (unsupported build). */
+static int cluster_from_conf(const char *conf_path, const char *nodelist, int ranks_per_node,
+                             struct whale_cluster *cl)
+{
+#ifdef WHALE_HAVE_TOPO
+    struct whale_conf *conf = NULL;
+    struct whale_topo *topo = NULL;
+    char **names = NULL;
+    int n = 0, rc = 1, *idx = NULL;
+    if (whale_conf_load(conf_path, &conf) || whale_conf_build_topo(conf, getenv("SLURM_CONF"), &topo))
+        goto out;
+    if (whale_hostlist_expand(nodelist, &names, &n) || n < 1) {
+        fprintf(stderr, "whale-plan: --nodelist=%s: not a hostlist expression\n", nodelist);
+        goto out;
+    }
+    idx = malloc(sizeof *idx * (size_t)n);
+    if (!idx)
+        goto out;
+    for (int i = 0; i < n; i++)
+        if ((idx[i] = whale_conf_topo_ensure_node(conf, topo, names[i])) < 0)
+            goto out;
+    if (whale_topo_finalize(topo) || whale_cluster_from_topo(topo, idx, n, ranks_per_node, cl))
+        goto out;
+    rc = 0;
+out:
+    for (int i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+    free(idx);
+    whale_topo_free(topo);
+    whale_conf_free(conf);
+    return rc;
+#else
+    (void)conf_path; (void)nodelist; (void)ranks_per_node; (void)cl;
+    fprintf(stderr, "whale-plan: this build has no site-config support (--conf); use --nodes/--gpu\n");
+    return 2;
+#endif
+}
+
+/* --plan FILE: the prediction of a given plan. */
+static int predict_file(const char *path, const struct whale_model_desc *md,
+                        const struct whale_cluster *cl)
+{
+    struct whale_plan p;
+    if (whale_plan_load_file(path, &p))
+        return 1;
+    struct whale_plan_candidate *cd = malloc(sizeof *cd);
+    char why[512], *buf = malloc(4096);
+    int rc = cd && buf ? whale_plan_predict(md, cl, &p, cd, why, sizeof why) : WHALE_ENOMEM;
+    if (rc == 0 || rc == WHALE_ENOFIT) {
+        whale_plan_format_config(&cd->cfg, buf, 4096);
+        printf("plan %s: %s\n", path, buf);
+        whale_plan_format_breakdown(cd, buf, 4096);
+        fputs(buf, stdout);
+    }
+    if (rc == WHALE_ENOFIT)
+        fprintf(stderr, "whale-plan: %s does not fit: %s\n", path, why);
+    else if (rc == WHALE_EINVAL)
+        fprintf(stderr, "whale-plan: %s: %s\n", path, why);
+    whale_plan_free(&p);
+    free(cd);
+    free(buf);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    whale_log_init_from_env();
+    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB", *plan_file = NULL;
+    const char *conf_path = NULL, *nodelist = NULL;
+    bool gpn_given = false;
+    long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
+    double oversub = 1;
+    bool evaluate = false, quiet = false, list = false, explain_model = false;
+    struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
+    int ngroups = 0;
+    struct whale_plan_request rq;
+    whale_plan_request_init(&rq);
+    rq.seqpar = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'b': if (parse_int("batch", optarg, 1, INT_MAX, &batch)) return 2; break;
+        case O_TOKENS: if (parse_int("tokens", optarg, 1, LONG_MAX, &tokens)) return 2; break;
+        case 'N': if (parse_int("nodes", optarg, 1, 10000000, &nodes)) return 2; break;
+        case 'g': if (parse_int("gpus-per-node", optarg, 1, 1024, &gpn)) return 2; gpn_given = true; break;
+        case 'G': gpu = optarg; break;
+        case O_GROUP: {
+            struct group_arg *g = &groups[ngroups];
+            if (ngroups + 1 >= WHALE_CLUSTER_MAX_GROUPS ||
+                sscanf(optarg, "%d:%d:%31s", &g->nodes, &g->gpn, g->type) != 3 || g->nodes < 1 ||
+                g->gpn < 1) {
+                fprintf(stderr, "whale-plan: --group=%s: expected NODES:GPUS_PER_NODE:TYPE "
+                        "(at most %d groups)\n", optarg, WHALE_CLUSTER_MAX_GROUPS - 1);
+                return 2;
+            }
+            ngroups++;
+            break;
+        }
+        case O_DOMAIN: if (parse_int("nvlink-domain", optarg, 1, 100000, &domain)) return 2; break;
+        case O_LEAF: if (parse_int("nodes-per-leaf", optarg, 0, 10000000, &leaf)) return 2; break;
+        case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
+        case O_CALIB: calib = optarg; break;
+        case O_CONF: conf_path = optarg; break;
+        case O_NODELIST: nodelist = optarg; break;
+        case O_IDLE: if (parse_dbl("max-idle", optarg, 0, 0.99, &rq.max_idle)) return 2; break;
+        case O_TP: if (parse_int("tp", optarg, 1, 1024, &v)) return 2; rq.tp = (int)v; break;
+        case O_PP: if (parse_int("pp", optarg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq.pp = (int)v; break;
+        case O_DP: if (parse_int("dp", optarg, 1, INT_MAX, &v)) return 2; rq.dp = (int)v; break;
+        case O_MB: if (parse_int("microbatch", optarg, 1, 1 << 20, &v)) return 2; rq.microbatch = (int)v; break;
+        case O_V: if (parse_int("interleave", optarg, 1, 1024, &v)) return 2; rq.interleave = (int)v; break;
+        case O_ZERO: if (parse_int("zero", optarg, 0, 3, &v)) return 2; rq.zero = (int)v; break;
+        case O_MAXMB: if (parse_int("max-microbatch", optarg, 1, 1 << 20, &v)) return 2; rq.max_microbatch = (int)v; break;
+        case O_RC: {
+            enum whale_recompute r;
+            if (whale_recompute_parse(optarg, &r) || r == WHALE_RECOMPUTE_LAYERS) {
+                fprintf(stderr, "whale-plan: --recompute=%s: expected none, selective, full or auto\n", optarg);
+                return 2;
+            }
+            rq.recompute = (int)r;
+            break;
+        }
+        case O_OFF: {
+            enum whale_offload o;
+            if (whale_offload_parse(optarg, &o)) {
+                fprintf(stderr, "whale-plan: --offload=%s: expected none, optimizer or params\n", optarg);
+                return 2;
+            }
+            rq.offload = (int)o;
+            break;
+        }
+        case O_SP:
+            if (!strcasecmp(optarg, "yes") || !strcmp(optarg, "1") || !strcasecmp(optarg, "on")) rq.seqpar = 1;
+            else if (!strcasecmp(optarg, "no") || !strcmp(optarg, "0") || !strcasecmp(optarg, "off")) rq.seqpar = 0;
+            else if (!strcasecmp(optarg, "auto")) rq.seqpar = -1;
+            else {
+                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes, no or auto\n", optarg);
+                return 2;
+            }
+            break;
+        case 'e': evaluate = true; break;
+        case 'p': plan_file = optarg; break;
+        case 't': if (parse_int("top", optarg, 1, WHALE_PLAN_TOPK, &top)) return 2; break;
+        case 'j': json = optarg; break;
+        case O_EXH: rq.exhaustive = true; break;
+        case O_LIST: list = true; break;
+        case O_EXPLAIN_MODEL: explain_model = true; break;
+        case 'q': quiet = true; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("whale-plan %s\n", WHALE_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "whale-plan: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (list) {
+        int n;
+        const struct whale_plan_device *t = whale_plan_devices(&n);
+        printf("%-10s %10s %9s %10s %11s %8s %7s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
+               "NVLink GB/s", "NIC GB/s", "domain");
+        for (int i = 0; i < n; i++)
+            printf("%-10s %10.4g %9.4g %10.4g %11.4g %8.4g %7d\n", t[i].name, t[i].peak_flops / 1e12,
+                   t[i].mem_bytes / 1073741824.0, t[i].hbm_bw / 1e9, t[i].nvlink_bw / 1e9,
+                   t[i].nic_bw / 1e9, t[i].domain);
+        return 0;
+    }
+    struct whale_cluster cl;
+    if (conf_path || nodelist) {
+        if (!conf_path || !nodelist || nodes || ngroups) {
+            fprintf(stderr, "whale-plan: --conf and --nodelist go together, instead of --nodes/--group\n");
+            return 2;
+        }
+        int rc = cluster_from_conf(conf_path, nodelist, gpn_given ? (int)gpn : 0, &cl);
+        if (rc)
+            return rc;
+    } else {
+        if (!nodes) {
+            fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
+            return 2;
+        }
+        if (whale_cluster_init(&cl, (int)nodes, (int)gpn, gpu))
+            return 2;
+    }
+    for (int i = 0; i < ngroups; i++)
+        if (whale_cluster_add_group(&cl, groups[i].nodes, groups[i].gpn, groups[i].type))
+            return 2;
+    if (domain)
+        cl.nvlink_domain = (int)domain;
+    if (leaf >= 0)
+        cl.nodes_per_leaf = (int)leaf;
+    cl.spine_oversub = oversub;
+    if (calib) {
+        struct whale_calib cal;
+        if (whale_calib_load(calib, &cal))
+            return 1;
+        whale_calib_apply(&cal, &cl);
+    }
+    if (whale_cluster_validate(&cl))
+        return 2;
+    if (explain_model) {
+        print_model_constants(&cl);
+        if (!model)
+            return 0;
+    }
+    if (!model) {
+        fprintf(stderr, "whale-plan: --model is required (a preset such as gpt-1.7b, or a file)\n");
+        return 2;
+    }
+    struct whale_model_desc md;
+    if (whale_model_desc_load(model, &md))
+        return 1;
+    if (plan_file)
+        return predict_file(plan_file, &md, &cl);
+    if (tokens) {
+        batch = tokens / md.seq;
+        if (batch < 1) {
+            fprintf(stderr, "whale-plan: --tokens=%ld is less than one sequence of %d tokens\n",
+                    tokens, md.seq);
+            return 2;
+        }
+    }
+    if (!batch) {
+        fprintf(stderr, "whale-plan: --batch (sequences) or --tokens is required\n");
+        return 2;
+    }
+    rq.model = &md;
+    rq.global_batch = batch;
+    rq.cluster = &cl;
+    rq.topk = (int)top;
+
+    struct whale_plan_result *res = malloc(sizeof *res);
+    if (!res)
+        return 1;
+    int rc = whale_plan_search(&rq, res);
+    if (rc && rc != WHALE_ENOFIT) {
+        free(res);
+        return 1;
+    }
+    char *buf = malloc(1 << 16);
+    if (!buf) {
+        free(res);
+        return 1;
+    }
+    int status = res->found ? 0 : 1;
+    if (quiet && res->found) {
+        whale_plan_format_config(&res->best.cfg, buf, 1 << 16);
+        printf("%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
+               res->best.pred.tflops_per_gpu, res->best.pred.mem_total / 1073741824.0);
+    } else if (!quiet) {
+        whale_plan_explain(&rq, res, buf, 1 << 16);
+        fputs(buf, stdout);
+    }
+    if (evaluate && res->found) {
+        struct whale_plan_request free_rq;
+        whale_plan_request_init(&free_rq);
+        free_rq.model = &md;
+        free_rq.global_batch = batch;
+        free_rq.cluster = &cl;
+        free_rq.topk = 1;
+        free_rq.seqpar = rq.seqpar == 0 ? 0 : -1;
+        struct whale_plan_result *pick = malloc(sizeof *pick);
+        if (pick && whale_plan_search(&free_rq, pick) == 0) {
+            char a[200], b[200];
+            whale_plan_format_config(&res->best.cfg, a, sizeof a);
+            whale_plan_format_config(&pick->best.cfg, b, sizeof b);
+            printf("\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
+                   res->best.pred.t_step, res->best.pred.tflops_per_gpu);
+            printf("planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
+                   pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
+                   res->best.pred.t_step / pick->best.pred.t_step);
+        }
+        free(pick);
+    }
+    if (json && res->found && write_json(json, &md, batch, &cl, &res->best))
+        status = 1;
+    free(buf);
+    free(res);
+    return status;
+}

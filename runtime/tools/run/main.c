@@ -1,0 +1,437 @@
+#define _GNU_SOURCE
+/* whale-run: start N tasks of a program on this machine with the same
+ * environment contract (WHALE_* + PMIx) that `srun --whale-...` gives them,
+ * like torchrun/mpirun for one machine.
+ *
+ *   whale-run -n 8 [--tp 2 --pp 2 --nodes 2 --spares 1 ...] PROG ARGS
+ *
+ * Output lines are prefixed with the rank ("3: ..."); SIGINT/SIGTERM are
+ * forwarded to every task (a second one kills them); when a task fails the
+ * others are stopped (unless --keep-going) and whale-run exits with the
+ * worst exit status of the tasks that failed on their own. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pmix_host.h"
+#include "task_env.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale_config.h"
+
+extern char **environ;
+
+struct child {
+    pid_t pid;
+    int fd[2];          /* stdout, stderr read ends (-1 when closed) */
+    char *buf[2];
+    size_t len[2], cap[2];
+    bool exited;
+    int status;         /* exit code (128+sig for a signal) */
+    bool stopped_by_us; /* we signalled it before it exited */
+    char label[16];
+};
+
+static int g_sigpipe[2] = { -1, -1 };
+
+static void on_signal(int sig)
+{
+    int e = errno;
+    unsigned char c = (unsigned char)sig;
+    if (write(g_sigpipe[1], &c, 1) < 0) {
+        /* nothing to do: the pipe is full, a wake-up is pending anyway */
+    }
+    errno = e;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: whale-run -n N [options] PROG [ARGS...]\n"
+            "Start N tasks of PROG on this machine with the Whale environment contract\n"
+            "(WHALE_* variables and a PMIx server), as `srun --whale-...` would on a cluster.\n"
+            "\n"
+            "  -n, --ntasks N      number of tasks (required)\n"
+            "      --tp N          tensor-parallel degree (default 1)\n"
+            "      --pp N          pipeline-parallel degree (default 1)\n"
+            "      --dp N          data-parallel degree (default: working tasks / (tp*pp))\n"
+            "      --nodes K       simulate K nodes: tasks split in blocks, WHALE_NODE=node<i> (default 1)\n"
+            "      --spares S      hold back the last S simulated nodes as hot spares (default 0)\n"
+            "      --plan PLAN     value of WHALE_PLAN (path or inline JSON)\n"
+            "      --keep-going    do not stop the other tasks when one fails\n"
+            "      --timeout SEC   stop every task after SEC seconds (exit status 124)\n"
+            "      --no-label      do not prefix output lines with the rank\n"
+            "  -h, --help          show this help\n"
+            "  -V, --version       show the version\n"
+            "\n"
+            "Exit status: 0 when every task succeeded, else the worst status of a task that\n"
+            "failed on its own (128+N for signal N), 124 on --timeout, 128+N when whale-run\n"
+            "itself got signal N; 2 for usage errors.\n");
+}
+
+static int parse_pos(const char *opt, const char *s, int lo, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > INT_MAX) {
+        fprintf(stderr, "whale-run: %s='%s' must be an integer >= %d\n", opt, s, lo);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static void emit(struct child *c, int which, const char *line, size_t n, bool label)
+{
+    int out = which == 0 ? STDOUT_FILENO : STDERR_FILENO;
+    char head[24];
+    size_t hl = label ? (size_t)snprintf(head, sizeof head, "%s: ", c->label) : 0;
+    /* One write per line so lines of different tasks never interleave. */
+    char stackbuf[4096];
+    char *b = hl + n + 1 <= sizeof stackbuf ? stackbuf : malloc(hl + n + 1);
+    if (!b)
+        return;
+    memcpy(b, head, hl);
+    memcpy(b + hl, line, n);
+    b[hl + n] = '\n';
+    size_t off = 0, tot = hl + n + 1;
+    while (off < tot) {
+        ssize_t w = write(out, b + off, tot - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    if (b != stackbuf)
+        free(b);
+}
+
+static void drain(struct child *c, int which, bool label, bool eof)
+{
+    char *b = c->buf[which];
+    size_t start = 0;
+    for (size_t i = 0; i < c->len[which]; i++)
+        if (b[i] == '\n') {
+            emit(c, which, b + start, i - start, label);
+            start = i + 1;
+        }
+    if (eof && start < c->len[which]) {
+        emit(c, which, b + start, c->len[which] - start, label);
+        start = c->len[which];
+    }
+    memmove(b, b + start, c->len[which] - start);
+    c->len[which] -= start;
+}
+
+static void read_fd(struct child *c, int which, bool label)
+{
+    if (c->cap[which] - c->len[which] < 4096) {
+        size_t nc = c->cap[which] ? c->cap[which] * 2 : 8192;
+        char *nb = realloc(c->buf[which], nc);
+        if (!nb)
+            return;
+        c->buf[which] = nb;
+        c->cap[which] = nc;
+    }
+    ssize_t n = read(c->fd[which], c->buf[which] + c->len[which], c->cap[which] - c->len[which]);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        close(c->fd[which]);
+        c->fd[which] = -1;
+        drain(c, which, label, true);
+        return;
+    }
+    c->len[which] += (size_t)n;
+    drain(c, which, label, false);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void signal_all(struct child *ch, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (!ch[i].exited && ch[i].pid > 0) {
+            ch[i].stopped_by_us = true;
+            kill(-ch[i].pid, sig); /* its process group: helpers it started too */
+        }
+}
+
+static char **build_env(struct run_layout *lay, struct pmix_host *ph, int task)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        env[i] = strdup(environ[i]);
+    if (run_layout_env(lay, task, &env) || pmix_host_child_env(ph, task, &env)) {
+        for (size_t i = 0; env[i]; i++)
+            free(env[i]);
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+int main(int argc, char **argv)
+{
+    struct run_layout_opts lo = { .ntasks = 0, .tp = 1, .pp = 1, .dp = 0, .spares = 0, .nodes = 1 };
+    bool label = true, keep_going = false;
+    int timeout = 0;
+    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL };
+    static const struct option opts[] = {
+        { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
+        { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
+        { "nodes", required_argument, NULL, O_NODES }, { "spares", required_argument, NULL, O_SPARES },
+        { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
+        { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
+        { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
+    int c;
+    while ((c = getopt_long(argc, argv, "+n:hV", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'n': bad = parse_pos("--ntasks", optarg, 1, &lo.ntasks); break;
+        case O_TP: bad = parse_pos("--tp", optarg, 1, &lo.tp); break;
+        case O_PP: bad = parse_pos("--pp", optarg, 1, &lo.pp); break;
+        case O_DP: bad = parse_pos("--dp", optarg, 1, &lo.dp); break;
+        case O_NODES: bad = parse_pos("--nodes", optarg, 1, &lo.nodes); break;
+        case O_SPARES: bad = parse_pos("--spares", optarg, 0, &lo.spares); break;
+        case O_PLAN: lo.plan = optarg; break;
+        case O_KEEP: keep_going = true; break;
+        case O_TIMEOUT: bad = parse_pos("--timeout", optarg, 1, &timeout); break;
+        case O_NOLABEL: label = false; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("whale-run %s\n", WHALE_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (lo.ntasks < 1) {
+        fprintf(stderr, "whale-run: -n/--ntasks N is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "whale-run: no program to run\n");
+        usage(stderr);
+        return 2;
+    }
+    whale_log_init_from_env();
+    struct run_layout *lay = NULL;
+    if (run_layout_new(&lo, &lay))
+        return 2;
+
+    if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK)) {
+        perror("whale-run: pipe");
+        return 1;
+    }
+    struct sigaction sa = { .sa_handler = on_signal };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaction(sigs[i], &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct pmix_host *ph = NULL;
+    if (pmix_host_start(lo.ntasks, &ph)) {
+        run_layout_free(lay);
+        return 1;
+    }
+    int n = lo.ntasks;
+    struct child *ch = calloc((size_t)n, sizeof *ch);
+    if (!ch) {
+        pmix_host_stop(ph);
+        return 1;
+    }
+    int rc = 0, started = 0;
+    for (int t = 0; t < n; t++) {
+        struct child *k = &ch[t];
+        int r = run_layout_rank(lay, t);
+        if (r >= 0)
+            snprintf(k->label, sizeof k->label, "%d", r);
+        else
+            snprintf(k->label, sizeof k->label, "s%d", t);
+        char **env = build_env(lay, ph, t);
+        int po[2], pe[2];
+        if (!env || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
+            fprintf(stderr, "whale-run: cannot prepare task %d\n", t);
+            rc = 1;
+            break;
+        }
+        pid_t pid = fork();
+        if (pid == 0) {
+            setpgid(0, 0);
+            dup2(po[1], STDOUT_FILENO);
+            dup2(pe[1], STDERR_FILENO);
+            struct sigaction dfl = { .sa_handler = SIG_DFL };
+            for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+                sigaction(sigs[i], &dfl, NULL);
+            signal(SIGPIPE, SIG_DFL);
+            environ = env;
+            execvp(argv[optind], &argv[optind]);
+            fprintf(stderr, "whale-run: cannot execute %s: %s\n", argv[optind], strerror(errno));
+            _exit(127);
+        }
+        for (size_t i = 0; env[i]; i++)
+            free(env[i]);
+        free(env);
+        close(po[1]);
+        close(pe[1]);
+        if (pid < 0) {
+            perror("whale-run: fork");
+            close(po[0]);
+            close(pe[0]);
+            rc = 1;
+            break;
+        }
+        setpgid(pid, pid); /* also from here: no race with an early kill */
+        k->pid = pid;
+        k->fd[0] = po[0];
+        k->fd[1] = pe[0];
+        fcntl(po[0], F_SETFL, O_NONBLOCK);
+        fcntl(pe[0], F_SETFL, O_NONBLOCK);
+        started++;
+    }
+    if (rc && started)
+        signal_all(ch, n, SIGKILL);
+
+    /* Event loop: output, child exits, signals, deadlines. */
+    int live = started, user_sig = 0, nsig = 0;
+    bool stopping = rc != 0, timed_out = false;
+    double kill_at = 0, deadline = timeout ? now_s() + timeout : 0;
+    const double grace = 3.0;
+    struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
+    int *who = calloc((size_t)(2 * n + 1), sizeof *who);
+    for (;;) {
+        int open_fds = 0, np = 0;
+        pfd[np] = (struct pollfd){ .fd = g_sigpipe[0], .events = POLLIN };
+        who[np++] = -1;
+        for (int t = 0; t < n; t++)
+            for (int w = 0; w < 2; w++)
+                if (ch[t].fd[w] >= 0) {
+                    pfd[np] = (struct pollfd){ .fd = ch[t].fd[w], .events = POLLIN };
+                    who[np++] = 2 * t + w;
+                    open_fds++;
+                }
+        if (live == 0 && open_fds == 0)
+            break;
+        int wait_ms = 200;
+        int pr = poll(pfd, (nfds_t)np, wait_ms);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int i = 0; pr > 0 && i < np; i++) {
+            if (!pfd[i].revents)
+                continue;
+            if (who[i] < 0) {
+                unsigned char s;
+                while (read(g_sigpipe[0], &s, 1) == 1) {
+                    if (s == SIGCHLD)
+                        continue;
+                    user_sig = s;
+                    nsig++;
+                    if (nsig == 1) {
+                        fprintf(stderr, "whale-run: got signal %d, stopping %d task(s)\n", s, live);
+                        signal_all(ch, n, s == SIGHUP ? SIGTERM : s);
+                        stopping = true;
+                        kill_at = now_s() + grace;
+                    } else {
+                        signal_all(ch, n, SIGKILL);
+                    }
+                }
+            } else {
+                read_fd(&ch[who[i] / 2], who[i] % 2, label);
+            }
+        }
+        /* Reap. */
+        for (;;) {
+            int st;
+            pid_t p = waitpid(-1, &st, WNOHANG);
+            if (p <= 0)
+                break;
+            for (int t = 0; t < n; t++) {
+                if (ch[t].pid != p)
+                    continue;
+                ch[t].exited = true;
+                ch[t].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                live--;
+                if (ch[t].status != 0 && !ch[t].stopped_by_us) {
+                    if (WIFSIGNALED(st))
+                        fprintf(stderr, "whale-run: task %d (rank %s) killed by signal %d\n", t,
+                                ch[t].label, WTERMSIG(st));
+                    else
+                        fprintf(stderr, "whale-run: task %d (rank %s) exited with status %d\n", t,
+                                ch[t].label, ch[t].status);
+                    if (!keep_going && !stopping && live > 0) {
+                        fprintf(stderr, "whale-run: stopping the other %d task(s)\n", live);
+                        signal_all(ch, n, SIGTERM);
+                        stopping = true;
+                        kill_at = now_s() + grace;
+                    }
+                }
+            }
+        }
+        bool aborted;
+        int ast = pmix_host_abort_status(ph, &aborted);
+        if (aborted && !stopping) {
+            signal_all(ch, n, SIGTERM);
+            stopping = true;
+            kill_at = now_s() + grace;
+            if (!rc)
+                rc = ast;
+        }
+        double t = now_s();
+        if (deadline && t > deadline && !timed_out && live > 0) {
+            fprintf(stderr, "whale-run: --timeout %d s reached, stopping %d task(s)\n", timeout, live);
+            timed_out = true;
+            signal_all(ch, n, SIGTERM);
+            stopping = true;
+            kill_at = t + grace;
+        }
+        if (stopping && kill_at && t > kill_at && live > 0) {
+            signal_all(ch, n, SIGKILL);
+            kill_at = 0;
+        }
+    }
+    int worst = rc;
+    for (int t = 0; t < n; t++)
+        if (ch[t].exited && !ch[t].stopped_by_us && ch[t].status > worst)
+            worst = ch[t].status;
+    if (timed_out)
+        worst = 124;
+    else if (user_sig && worst == 0)
+        worst = 128 + user_sig;
+    else if (user_sig)
+        worst = worst > 128 + user_sig ? worst : 128 + user_sig;
+    for (int t = 0; t < n; t++) {
+        free(ch[t].buf[0]);
+        free(ch[t].buf[1]);
+    }
+    free(ch);
+    free(pfd);
+    free(who);
+    pmix_host_stop(ph);
+    run_layout_free(lay);
+    return worst;
+}

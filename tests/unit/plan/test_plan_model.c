@@ -1,0 +1,627 @@
+/* Memory model against the ZeRO and activation formulas (training-facts
+ * note), pipeline in-flight activations, the recompute dynamic program
+ * against brute force, the uniform fast path against the DP, calibration
+ * profiles, and the plan handed to the runtime. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/modeldesc.h"
+#include "whale/plan.h"
+#include "whale/planfile.h"
+#include "plan/plan_internal.h"
+
+static void model(struct whale_model_desc *m, int layers, int hidden, int heads, int seq)
+{
+    char txt[256];
+    snprintf(txt, sizeof txt, "Name=t Layers=%d Hidden=%d Heads=%d Seq=%d Vocab=1000", layers,
+             hidden, heads, seq);
+    assert_int_equal(whale_model_desc_parse_string(txt, "test", m), 0);
+}
+
+static struct whale_plan_config cfg_of(int tp, int pp, int dp, int mb, int zero, int rc)
+{
+    struct whale_plan_config c;
+    memset(&c, 0, sizeof c);
+    c.tp = tp;
+    c.pp = pp;
+    c.dp = dp;
+    c.microbatch = mb;
+    c.interleave = 1;
+    c.zero = zero;
+    c.recompute = rc;
+    return c;
+}
+
+/* ZeRO (Rajbhandari et al.): 16, 4 + 12/N, 2 + 14/N, 16/N bytes per parameter. */
+static void test_zero_bytes_per_param(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    model(&m, 4, 1024, 16, 512);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 8, "A100-80GB"), 0);
+    double P = (double)whale_model_desc_params(&m);
+    double N = 8;
+    double want[4] = { 16, 4 + 12 / N, 2 + 14 / N, 16 / N };
+    for (int z = 0; z <= 3; z++) {
+        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
+        struct whale_plan_prediction p;
+        assert_int_equal(whale_plan_eval(&m, 8, &c, &cfg, &p), 0);
+        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
+        assert_true(fabs(got - want[z]) < 1e-9);
+    }
+    /* CPU ranks train in fp32: 4 + 4 + 8 (Adam m, v; the weights are the master) */
+    struct whale_cluster cpu;
+    assert_int_equal(whale_cluster_init(&cpu, 4, 2, "cpu"), 0);
+    double want32[4] = { 16, 8 + 8 / N, 4 + 12 / N, 16 / N };
+    for (int z = 0; z <= 3; z++) {
+        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
+        struct whale_plan_prediction p;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &cfg, &p), 0);
+        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
+        assert_true(fabs(got - want32[z]) < 1e-9);
+    }
+    /* and 4-byte activations: twice the bf16 formula */
+    {
+        struct whale_model_desc m5;
+        model(&m5, 5, 1024, 16, 512);
+        struct whale_plan_config a = cfg_of(1, 1, 8, 1, 0, WHALE_RECOMPUTE_NONE), b = a;
+        struct whale_plan_prediction p1, p2;
+        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &a, &p1), 0);
+        assert_int_equal(whale_plan_eval(&m5, 8, &cpu, &b, &p2), 0);
+        double sbh = 512.0 * 1024;
+        assert_true(fabs((p2.mem_act - p1.mem_act) / (2 * sbh * (34 + 5 * 16 * 512 / 1024.0)) - 1) < 1e-9);
+    }
+    /* optimizer offload moves the 12 (or 12/N) bytes to the host */
+    struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, 1, WHALE_RECOMPUTE_NONE);
+    cfg.offload = WHALE_OFFLOAD_OPTIMIZER;
+    struct whale_plan_prediction p;
+    assert_int_equal(whale_plan_eval(&m, 8, &c, &cfg, &p), 0);
+    assert_true(fabs((p.mem_weights + p.mem_grads + p.mem_optim) / P - 4) < 1e-9);
+    /* params offload needs ZeRO-3 */
+    cfg.offload = WHALE_OFFLOAD_PARAMS;
+    assert_int_equal(whale_plan_eval(&m, 8, &c, &cfg, &p), WHALE_EINVAL);
+}
+
+/* Activation bytes of one layer: the difference between an L- and an
+ * (L+1)-layer model, one micro-batch in flight. */
+static double layer_act(int tp, bool sp, int rc, int b)
+{
+    struct whale_model_desc m1, m2;
+    model(&m1, 4, 1024, 16, 512);
+    model(&m2, 5, 1024, 16, 512);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 8, "A100-80GB"), 0);
+    struct whale_plan_config a = cfg_of(tp, 1, 8 / tp, b, 0, rc), bb = a;
+    a.seqpar = bb.seqpar = sp;
+    struct whale_plan_prediction p1, p2;
+    long batch = (long)(8 / tp) * b;
+    assert_int_equal(whale_plan_eval(&m1, batch, &c, &a, &p1), 0);
+    assert_int_equal(whale_plan_eval(&m2, batch, &c, &bb, &p2), 0);
+    return p2.mem_act - p1.mem_act;
+}
+
+static void test_activation_formulas(void **state)
+{
+    (void)state;
+    double s = 512, h = 1024, a = 16, b = 2, sbh = s * b * h;
+    struct { int tp; bool sp; int rc; double want; } cases[] = {
+        { 1, false, WHALE_RECOMPUTE_NONE, sbh * (34 + 5 * a * s / h) },
+        { 4, false, WHALE_RECOMPUTE_NONE, sbh * (10 + 24.0 / 4 + 5 * a * s / (h * 4)) },
+        { 4, true, WHALE_RECOMPUTE_NONE, sbh / 4 * (34 + 5 * a * s / h) },
+        { 4, true, WHALE_RECOMPUTE_SELECTIVE, 34 * sbh / 4 },
+        { 2, false, WHALE_RECOMPUTE_SELECTIVE, sbh * (10 + 24.0 / 2) },
+        { 1, false, WHALE_RECOMPUTE_FULL, 2 * sbh },
+        { 4, true, WHALE_RECOMPUTE_FULL, 2 * sbh / 4 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double got = layer_act(cases[i].tp, cases[i].sp, cases[i].rc, (int)b);
+        if (fabs(got / cases[i].want - 1) > 1e-9)
+            fail_msg("case %zu: %.0f bytes, formula %.0f", i, got, cases[i].want);
+    }
+}
+
+/* 1F1B: the first stage holds p micro-batches; interleaved p + (p-1)/v. */
+static void test_pipeline_inflight(void **state)
+{
+    (void)state;
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 8, "A100-80GB"), 0);
+    double s = 512, h = 1024, b = 1, full = 2 * s * b * h;
+    struct { int L1, L2, v; double inflight; } cases[] = {
+        { 8, 12, 1, 4 },          /* stage 0 layers 2 -> 3 */
+        { 8, 16, 2, 4 + 3 / 2.0 }, /* 2 -> 4 layers, interleaved v=2 */
+    };
+    for (size_t i = 0; i < 2; i++) {
+        struct whale_model_desc m1, m2;
+        model(&m1, cases[i].L1, 1024, 16, 512);
+        model(&m2, cases[i].L2, 1024, 16, 512);
+        struct whale_plan_config a = cfg_of(1, 4, 2, 1, 0, WHALE_RECOMPUTE_FULL), bb;
+        a.interleave = cases[i].v;
+        bb = a;
+        struct whale_plan_prediction p1, p2;
+        assert_int_equal(whale_plan_eval(&m1, 16, &c, &a, &p1), 0);
+        assert_int_equal(whale_plan_eval(&m2, 16, &c, &bb, &p2), 0);
+        assert_int_equal(p1.worst_stage, 0);
+        double dl = (cases[i].L2 - cases[i].L1) / 4.0;
+        double want = dl * full * cases[i].inflight;
+        if (fabs((p2.mem_act - p1.mem_act) / want - 1) > 1e-9)
+            fail_msg("case %zu: %.0f vs %.0f", i, p2.mem_act - p1.mem_act, want);
+    }
+}
+
+/* Exhaustive minimum over all nopt^n choices. */
+static double brute(int n, int nopt, const double *mem, const double *time, double budget)
+{
+    double best = INFINITY;
+    int ch[12] = { 0 };
+    for (;;) {
+        double mm = 0, tt = 0;
+        for (int i = 0; i < n; i++) {
+            mm += mem[i * nopt + ch[i]];
+            tt += time[i * nopt + ch[i]];
+        }
+        if (mm <= budget + 1e-9 && tt < best)
+            best = tt;
+        int i = 0;
+        while (i < n && ++ch[i] == nopt)
+            ch[i++] = 0;
+        if (i == n)
+            break;
+    }
+    return best;
+}
+
+static void test_ckpt_dp_vs_brute_force(void **state)
+{
+    (void)state;
+    srand(12345);
+    int checked = 0, infeasible = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        int n = 1 + rand() % 8, nopt = 2 + rand() % 2;
+        double mem[8 * 3], time[8 * 3];
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < nopt; k++) {
+                /* heterogeneous chain: option k keeps less and costs more */
+                mem[i * nopt + k] = (double)(rand() % 12);
+                time[i * nopt + k] = (double)(rand() % 1000) / 7.0;
+            }
+        int budget = rand() % (6 * n + 1);
+        int choice[8];
+        double t;
+        double want = brute(n, nopt, mem, time, budget);
+        int rc = whale_plan_recompute_select(n, nopt, mem, time, budget, budget > 0 ? budget : 1, choice, &t);
+        if (isinf(want)) {
+            assert_int_equal(rc, WHALE_ENOFIT);
+            infeasible++;
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_true(fabs(t - want) < 1e-9);
+        double mm = 0, tt = 0;
+        for (int i = 0; i < n; i++) {
+            assert_true(choice[i] >= 0 && choice[i] < nopt);
+            mm += mem[i * nopt + choice[i]];
+            tt += time[i * nopt + choice[i]];
+        }
+        assert_true(mm <= budget + 1e-9);
+        assert_true(fabs(tt - t) < 1e-9);
+        checked++;
+    }
+    assert_true(checked > 200 && infeasible > 5);
+
+    /* coarse slots with real-valued memory: never over budget, and never
+     * better than the exact optimum */
+    for (int trial = 0; trial < 100; trial++) {
+        int n = 6;
+        double mem[6 * 3], time[6 * 3];
+        for (int i = 0; i < n; i++) {
+            mem[i * 3 + 0] = 3.3 + (rand() % 100) / 37.0;
+            mem[i * 3 + 1] = 1.1 + (rand() % 100) / 91.0;
+            mem[i * 3 + 2] = 0.25;
+            time[i * 3 + 0] = 0;
+            time[i * 3 + 1] = 1 + rand() % 5;
+            time[i * 3 + 2] = 6 + rand() % 5;
+        }
+        double budget = 8 + (rand() % 100) / 10.0;
+        int choice[6];
+        double t;
+        if (whale_plan_recompute_select(n, 3, mem, time, budget, 37, choice, &t) == 0) {
+            double mm = 0;
+            for (int i = 0; i < n; i++)
+                mm += mem[i * 3 + choice[i]];
+            assert_true(mm <= budget);
+            assert_true(t >= brute(n, 3, mem, time, budget) - 1e-9);
+        }
+    }
+}
+
+static void test_rc_uniform_matches_dp(void **state)
+{
+    (void)state;
+    srand(7);
+    for (int trial = 0; trial < 300; trial++) {
+        int n = 1 + rand() % 10;
+        double act[3] = { 20 + rand() % 20, 8 + rand() % 10, 1 + rand() % 3 };
+        double cost[3] = { 0, 1 + rand() % 4, 5 + rand() % 6 };
+        int budget = rand() % (int)(n * act[0] + 2);
+        double mem[30], time[30];
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < 3; k++) {
+                mem[i * 3 + k] = act[k];
+                time[i * 3 + k] = cost[k];
+            }
+        int choice[10], ns, nf;
+        double t_dp, t_u;
+        int rc_dp = whale_plan_recompute_select(n, 3, mem, time, budget, budget > 0 ? budget : 1, choice, &t_dp);
+        int rc_u = plan_rc_uniform(n, act, cost, budget, &ns, &nf, &t_u);
+        assert_int_equal(rc_dp == 0, rc_u == 0);
+        if (rc_dp == 0) {
+            assert_true(fabs(t_dp - t_u) < 1e-9);
+            assert_true((n - ns - nf) * act[0] + ns * act[1] + nf * act[2] <= budget + 1e-9);
+        }
+    }
+}
+
+static void test_recompute_auto_engine(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    model(&m, 8, 1024, 16, 512);
+    int pol[8];
+    /* a generous budget: nothing recomputed; none at all: refused */
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1e12, NULL, pol), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pol[i], WHALE_RECOMPUTE_NONE);
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, 1, NULL, pol), WHALE_ENOFIT);
+    /* in between: some layers recomputed, the kept bytes within budget */
+    double s = 512, h = 1024, a = 16, sbh = s * h;
+    double none = sbh * (34 + 5 * a * s / h), sel = 34 * sbh, full = 2 * sbh;
+    double budget = 2 * (4 * none + 2 * sel + 2 * full) + 1;
+    assert_int_equal(whale_plan_recompute_auto(&m, 1, false, 1, 8, 2, budget, NULL, pol), 0);
+    double kept = 0;
+    int changed = 0;
+    for (int i = 0; i < 8; i++) {
+        kept += 2 * (pol[i] == WHALE_RECOMPUTE_NONE ? none : pol[i] == WHALE_RECOMPUTE_SELECTIVE ? sel : full);
+        changed += pol[i] != WHALE_RECOMPUTE_NONE;
+        if (i)
+            assert_true(pol[i] <= pol[i - 1]);   /* full first */
+    }
+    assert_true(kept <= budget);
+    assert_true(changed >= 4 && changed < 8);
+}
+
+static void test_recompute_auto_between(void **state)
+{
+    (void)state;
+    /* auto is never slower than the fixed policies that fit, and fits when full fits */
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-18.4b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 32, 8, "A100-80GB"), 0);
+    struct whale_plan_prediction p[4];
+    for (int r = 0; r < 4; r++) {
+        struct whale_plan_config cfg = cfg_of(8, 1, 32, 1, 1, r);
+        cfg.seqpar = true;
+        assert_int_equal(whale_plan_eval(&m, 1024, &c, &cfg, &p[r]), 0);
+    }
+    assert_true(p[WHALE_RECOMPUTE_FULL].fits);
+    assert_true(p[WHALE_RECOMPUTE_AUTO].fits);
+    for (int r = 0; r < 3; r++)
+        if (p[r].fits)
+            assert_true(p[WHALE_RECOMPUTE_AUTO].t_step <= p[r].t_step * (1 + 1e-12));
+    assert_true(p[WHALE_RECOMPUTE_NONE].mem_act > p[WHALE_RECOMPUTE_SELECTIVE].mem_act);
+    assert_true(p[WHALE_RECOMPUTE_SELECTIVE].mem_act > p[WHALE_RECOMPUTE_FULL].mem_act);
+    assert_true(p[WHALE_RECOMPUTE_NONE].t_step < p[WHALE_RECOMPUTE_FULL].t_step);
+}
+
+static void test_calibration_roundtrip(void **state)
+{
+    (void)state;
+    struct whale_calib cal;
+    memset(&cal, 0, sizeof cal);
+    snprintf(cal.source, sizeof cal.source, "whale-bench");
+    snprintf(cal.host, sizeof cal.host, "node1");
+    snprintf(cal.device, sizeof cal.device, "cpu");
+    cal.peak_flops = 0.123456789e12;
+    cal.gemm_eff = 0.61;
+    cal.mem_eff = 0.5;
+    cal.hbm_bw = 21.5e9;
+    cal.dp_overlap = 0.25;
+    cal.link[WHALE_PLAN_LINK_NVLINK].alpha = 1.5e-6;
+    cal.link[WHALE_PLAN_LINK_NVLINK].bw = 8.25e9;
+    cal.link[WHALE_PLAN_LINK_LEAF].alpha = 33e-6;
+    cal.link[WHALE_PLAN_LINK_LEAF].bw = 1.9e9;
+    cal.has = WHALE_CAL_PEAK | WHALE_CAL_GEMM_EFF | WHALE_CAL_MEM_EFF | WHALE_CAL_HBM |
+              WHALE_CAL_DP_OVERLAP | (WHALE_CAL_LINK0 << WHALE_PLAN_LINK_NVLINK) |
+              (WHALE_CAL_LINK0 << WHALE_PLAN_LINK_LEAF);
+    char path[] = "/tmp/whale-calib-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(whale_calib_save(path, &cal), 0);
+    struct whale_calib back;
+    assert_int_equal(whale_calib_load(path, &back), 0);
+    unlink(path);
+    assert_int_equal(back.has, cal.has);
+    assert_string_equal(back.source, "whale-bench");
+    assert_string_equal(back.device, "cpu");
+    assert_true(back.peak_flops == cal.peak_flops);
+    assert_true(back.gemm_eff == cal.gemm_eff && back.hbm_bw == cal.hbm_bw);
+    assert_true(fabs(back.link[WHALE_PLAN_LINK_LEAF].alpha - 33e-6) < 1e-18);
+    assert_true(back.link[WHALE_PLAN_LINK_NVLINK].bw == 8.25e9);
+
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 4, 2, "cpu"), 0);
+    whale_calib_apply(&back, &c);
+    assert_true(c.group[0].gpu.peak_flops == cal.peak_flops);
+    assert_true(c.eff.gemm_eff == 0.61 && c.eff.dp_overlap == 0.25);
+    assert_true(c.link[WHALE_PLAN_LINK_LEAF].bw == 1.9e9);
+
+    /* fits: a model with known constants is recovered from two points */
+    struct whale_calib fit;
+    memset(&fit, 0, sizeof fit);
+    double k = 48, pk = 2e11;
+    double g64 = 64 / (64 + k), g2k = 2048 / (2048 + k);
+    assert_int_equal(whale_calib_fit_gemm(64, pk * g64 * g64 * g64, 2048, pk * g2k * g2k * g2k, &fit), 0);
+    assert_true(fabs(fit.gemm_half_dim - k) < 1e-6 && fabs(fit.peak_flops / pk - 1) < 1e-9);
+    double al = 20e-6, bw = 2e9, n = 64e6;
+    assert_int_equal(whale_calib_fit_link(4, 6 * al, n, 6 * al + 1.5 * n / bw, WHALE_PLAN_LINK_LEAF, &fit), 0);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].alpha - al) < 1e-12);
+    assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].bw / bw - 1) < 1e-9);
+    assert_int_equal(whale_calib_fit_gemm(2048, 1, 64, 2, &fit), WHALE_EINVAL);
+
+    /* errors name the line and the key */
+    struct whale_calib bad;
+    assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu PeakTFLOP=3\n", "x.cal", &bad),
+                     WHALE_ECONF);
+    assert_int_equal(whale_calib_parse_string("Link=ethernet AlphaUs=3\n", "x.cal", &bad), WHALE_ECONF);
+    assert_int_equal(whale_calib_parse_string("Device=cpu GemmEfficiency=1.5\n", "x.cal", &bad),
+                     WHALE_ECONF);
+    assert_int_equal(whale_calib_parse_string("Calibration=2\n", "x.cal", &bad), WHALE_ECONF);
+}
+
+/* Mixed cluster (Whale's hardware-aware balancing): an uneven layer split
+ * across stages and an uneven batch split across replicas beat the even
+ * split. */
+static void test_heterogeneous(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-3.6b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 2, 8, "H100-80GB"), 0);
+    assert_int_equal(whale_cluster_add_group(&c, 2, 8, "A100-80GB"), 0);
+    assert_true(whale_cluster_is_mixed(&c));
+
+    /* pp=2: stage 0 on H100 nodes, stage 1 on A100 nodes */
+    struct whale_plan_config even = cfg_of(8, 2, 2, 1, 1, WHALE_RECOMPUTE_SELECTIVE), un;
+    even.seqpar = true;
+    un = even;
+    un.uneven = true;
+    struct whale_plan_prediction pe, pu;
+    assert_int_equal(whale_plan_eval(&m, 512, &c, &even, &pe), 0);
+    assert_int_equal(whale_plan_eval(&m, 512, &c, &un, &pu), 0);
+    assert_true(pe.fits && pu.fits);
+    assert_true(un.stage_layers[0] > un.stage_layers[1]);
+    assert_int_equal(un.stage_layers[0] + un.stage_layers[1], m.layers);
+    assert_true(pu.t_step < 0.95 * pe.t_step);
+
+    /* pp=1, dp=4: replicas 0,1 on H100, 2,3 on A100 */
+    even = cfg_of(8, 1, 4, 1, 1, WHALE_RECOMPUTE_SELECTIVE);
+    even.seqpar = true;
+    un = even;
+    un.uneven = true;
+    assert_int_equal(whale_plan_eval(&m, 512, &c, &even, &pe), 0);
+    assert_int_equal(whale_plan_eval(&m, 512, &c, &un, &pu), 0);
+    assert_true(un.replica_micro[0] > un.replica_micro[3]);
+    assert_int_equal(un.replica_micro[0] + un.replica_micro[1] + un.replica_micro[2] + un.replica_micro[3],
+                     4 * even.nmicro);
+    assert_true(pu.t_step < 0.9 * pe.t_step);
+
+    /* the search picks an uneven plan and reports the gain */
+    struct whale_plan_request rq;
+    whale_plan_request_init(&rq);
+    rq.model = &m;
+    rq.global_batch = 512;
+    rq.cluster = &c;
+    struct whale_plan_result *res = malloc(sizeof *res);
+    assert_non_null(res);
+    assert_int_equal(whale_plan_search(&rq, res), 0);
+    assert_true(res->mixed);
+    assert_true(res->best.cfg.uneven);
+    assert_true(res->best.pred.t_step < res->even.pred.t_step);
+    printf("mixed 2xH100 + 2xA100 nodes, gpt-3.6b: even %.3f s, uneven %.3f s (%.1f%% faster)\n",
+           res->even.pred.t_step, res->best.pred.t_step,
+           100 * (res->even.pred.t_step / res->best.pred.t_step - 1));
+    /* and the runtime's plan carries the splits */
+    struct whale_plan p;
+    assert_int_equal(whale_plan_to_planfile(&m, 512, &c, &res->best, &p), 0);
+    assert_int_equal(whale_plan_validate(&p, 32, m.layers, "test"), 0);
+    if (p.n_dp_batch) {
+        int sum = 0;
+        for (int i = 0; i < p.n_dp_batch; i++)
+            sum += p.dp_batch[i];
+        assert_int_equal(sum, 512);
+    }
+    whale_plan_free(&p);
+    free(res);
+}
+
+static void test_auto_and_planfile(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-7.5b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 16, 8, "A100-80GB"), 0);
+    struct whale_plan p;
+    char explain[512];
+    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, NULL, &p, explain, sizeof explain), 0);
+    assert_int_equal(p.tp * p.pp * p.dp, 128);
+    assert_int_equal(p.micro_batch * p.num_micro_batches * p.dp, 512);
+    assert_int_equal(whale_plan_validate(&p, 128, m.layers, "auto"), 0);
+    assert_non_null(strstr(explain, "predicted"));
+    char *js = whale_plan_to_json(&p, 0);
+    assert_non_null(js);
+    assert_non_null(strstr(js, "\"prediction\""));
+    assert_non_null(strstr(js, "step_seconds"));
+    struct whale_plan back;
+    assert_int_equal(whale_plan_from_json(js, "test", &back), 0);
+    assert_int_equal(back.tp, p.tp);
+    assert_int_equal(back.pp, p.pp);
+    assert_int_equal(back.zero, p.zero);
+    assert_int_equal(back.recompute, p.recompute);
+    free(js);
+    whale_plan_free(&back);
+    whale_plan_free(&p);
+
+    /* nothing fits: a clear reason and WHALE_ENOFIT */
+    struct whale_model_desc big;
+    assert_int_equal(whale_model_desc_load("gpt-1t", &big), 0);
+    struct whale_cluster one;
+    assert_int_equal(whale_cluster_init(&one, 1, 8, "A100-80GB"), 0);
+    assert_int_equal(whale_plan_auto(&big, 64, &one, NULL, NULL, &p, explain, sizeof explain), WHALE_ENOFIT);
+    assert_non_null(strstr(explain, "GiB"));
+}
+
+static void test_bad_configs(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    char why[256];
+    struct whale_cluster c4;
+    assert_int_equal(whale_cluster_init(&c4, 8, 4, "A100-80GB"), 0);
+    struct whale_plan_config cfg = cfg_of(8, 1, 4, 1, 0, 0);    /* tp beyond the NVLink domain */
+    assert_int_equal(whale_plan_check(&m, 512, &c4, &cfg, why, sizeof why), WHALE_EINVAL);
+    assert_non_null(strstr(why, "NVLink"));
+    cfg = cfg_of(1, 1, 16, 1, 0, 0);                              /* product != GPUs */
+    assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), WHALE_EINVAL);
+    assert_non_null(strstr(why, "32 GPUs"));
+    cfg = cfg_of(1, 1, 32, 3, 0, 0);                              /* batch not divisible */
+    assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), WHALE_EINVAL);
+    cfg = cfg_of(1, 2, 16, 1, 0, 0);
+    cfg.interleave = 5;                                           /* 24 % (2*5) != 0 */
+    assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), WHALE_EINVAL);
+    struct whale_cluster bad;
+    assert_int_equal(whale_cluster_init(&bad, 1, 8, "Z100"), WHALE_ENOENT);
+}
+
+/* Checking a plan given by flags or a file (what the plugin does with
+ * explicit --whale-tp/pp/dp and --whale-model). */
+static void test_predict_plan(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-39.1b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 64, 8, "A100-80GB"), 0);
+    struct whale_plan p;
+    whale_plan_init(&p);
+    p.tp = 8;
+    p.pp = 2;
+    p.dp = 32;
+    p.micro_batch = 1;
+    p.num_micro_batches = 48;
+    p.global_batch = 1536;
+    p.recompute = WHALE_RECOMPUTE_FULL;
+    struct whale_plan_candidate *cd = malloc(sizeof *cd);
+    assert_non_null(cd);
+    char why[512];
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), 0);
+    assert_true(cd->pred.fits && cd->pred.t_step > 0);
+    /* without recompute and with TP=1 it cannot fit: the reason names the memory */
+    p.tp = 1;
+    p.pp = 2;
+    p.dp = 256;
+    p.num_micro_batches = 6;
+    p.recompute = WHALE_RECOMPUTE_NONE;
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), WHALE_ENOFIT);
+    assert_non_null(strstr(why, "GiB per device"));
+    assert_non_null(strstr(why, "activations"));
+    /* inconsistent with the cluster */
+    p.dp = 100;
+    assert_int_equal(whale_plan_predict(&m, &c, &p, cd, why, sizeof why), WHALE_EINVAL);
+    assert_non_null(strstr(why, "512 GPUs"));
+    free(cd);
+    whale_plan_free(&p);
+}
+
+/* Site limits and the sequence-parallel plan key. */
+static void test_limits_and_seqpar(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-18.4b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 32, 8, "A100-80GB"), 0);
+    struct whale_plan_request lim;
+    whale_plan_request_init(&lim);
+    lim.max_tp = 2;
+    lim.max_zero = 1;
+    lim.allowed_recompute = (1u << WHALE_RECOMPUTE_NONE) | (1u << WHALE_RECOMPUTE_FULL);
+    lim.seqpar = -1;
+    struct whale_plan p;
+    char explain[512];
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, &lim, &p, explain, sizeof explain), 0);
+    assert_true(p.tp <= 2 && p.zero <= 1);
+    assert_true(p.recompute == WHALE_RECOMPUTE_NONE || p.recompute == WHALE_RECOMPUTE_FULL);
+    whale_plan_free(&p);
+
+    /* the search may pick sequence parallelism; the plan carries it */
+    lim.max_tp = 8;
+    lim.tp = 8;
+    lim.seqpar = 1;
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, &lim, &p, explain, sizeof explain), 0);
+    assert_true(p.sequence_parallel);
+    char *js = whale_plan_to_json(&p, 0);
+    assert_non_null(strstr(js, "\"sequence_parallel\":true"));
+    struct whale_plan back;
+    assert_int_equal(whale_plan_from_json(js, "t", &back), 0);
+    assert_true(back.sequence_parallel);
+    free(js);
+    whale_plan_free(&back);
+    whale_plan_free(&p);
+    /* without limits the default plan has none (the engine runs none yet) */
+    assert_int_equal(whale_plan_auto(&m, 1024, &c, NULL, NULL, &p, explain, sizeof explain), 0);
+    assert_false(p.sequence_parallel);
+    js = whale_plan_to_json(&p, 0);
+    assert_null(strstr(js, "sequence_parallel"));
+    free(js);
+    whale_plan_free(&p);
+}
+
+int main(void)
+{
+    whale_log_set_level(WHALE_LOG_ERROR + (getenv("WHALE_LOG") ? 3 : 0));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zero_bytes_per_param),
+        cmocka_unit_test(test_activation_formulas),
+        cmocka_unit_test(test_pipeline_inflight),
+        cmocka_unit_test(test_ckpt_dp_vs_brute_force),
+        cmocka_unit_test(test_rc_uniform_matches_dp),
+        cmocka_unit_test(test_recompute_auto_engine),
+        cmocka_unit_test(test_recompute_auto_between),
+        cmocka_unit_test(test_calibration_roundtrip),
+        cmocka_unit_test(test_heterogeneous),
+        cmocka_unit_test(test_auto_and_planfile),
+        cmocka_unit_test(test_bad_configs),
+        cmocka_unit_test(test_predict_plan),
+        cmocka_unit_test(test_limits_and_seqpar),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,277 @@
+/* The plugin's option table, site limits and plan building, run outside
+ * Slurm: the few Slurm functions they call are recorded by stubs here. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plugin.h"
+#include "whale/log.h"
+
+/* ---- stubs of the Slurm side ------------------------------------------ */
+static char last_err[2048];
+static struct spank_option reg[64];
+static int nreg;
+
+void slurm_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_err, sizeof last_err, fmt, ap);
+    va_end(ap);
+}
+void slurm_info(const char *fmt, ...) { (void)fmt; }
+void slurm_verbose(const char *fmt, ...) { (void)fmt; }
+void slurm_debug(const char *fmt, ...) { (void)fmt; }
+void slurm_spank_log(const char *fmt, ...) { (void)fmt; }
+const char *spank_strerror(spank_err_t e) { (void)e; return "stub"; }
+spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
+{
+    (void)sp;
+    reg[nreg++] = *opt;
+    return ESPANK_SUCCESS;
+}
+
+static int opt(const char *name, const char *arg)
+{
+    for (int i = 0; i < nreg; i++)
+        if (!strcmp(reg[i].name, name))
+            return reg[i].cb(reg[i].val, arg, 0);
+    fail_msg("option %s not registered", name);
+    return -99;
+}
+
+static char dir[64];
+
+static void write_file(const char *name, const char *text, char *path, size_t n)
+{
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    memset(&whale_opts, 0, sizeof whale_opts);
+    whale_opts.tp = whale_opts.pp = 1;
+    whale_site_free();
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", WHALE_CONF_DEFAULT_PATH);
+    last_err[0] = '\0';
+    nreg = 0;
+    whale_plugin_log_init();
+    assert_int_equal(whale_options_register(NULL), 0);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    whale_site_free();
+    return 0;
+}
+
+static void test_register(void **st)
+{
+    (void)st;
+    assert_int_equal(nreg, OPT_COUNT_ - 1);
+    const char *want[] = { "whale", "whale-tp", "whale-pp", "whale-dp", "whale-spares", "whale-map",
+                           "whale-plan", "whale-zero", "whale-microbatch", "whale-recompute",
+                           "whale-offload", "whale-ckpt-dir", "whale-ckpt-every", "whale-verbose",
+                           "whale-conf" };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int found = 0;
+        for (int k = 0; k < nreg; k++)
+            found |= !strcmp(reg[k].name, want[i]);
+        assert_true(found);
+    }
+    assert_false(whale_opts.enabled);
+}
+
+static void test_values(void **st)
+{
+    (void)st;
+    assert_int_equal(opt("whale-tp", "abc"), -1);
+    assert_string_equal(last_err, "whale: --whale-tp=abc: not an integer (allowed 1..65536)");
+    assert_int_equal(opt("whale-tp", "0"), -1);
+    assert_string_equal(last_err, "whale: --whale-tp=0: out of range (allowed 1..65536)");
+    assert_int_equal(opt("whale-zero", "4"), -1);
+    assert_int_equal(opt("whale-tp", "8x"), -1);
+    assert_int_equal(opt("whale-map", "foo"), -1);
+    assert_string_equal(last_err, "whale: --whale-map=foo: must be one of topo, block");
+    assert_int_equal(opt("whale-recompute", "layers"), -1);
+    assert_int_equal(opt("whale-offload", "disk"), -1);
+    assert_false(whale_opts.enabled);
+    assert_int_equal(opt("whale-tp", "8"), 0);
+    assert_int_equal(opt("whale-tp", "8"), 0); /* replayed: idempotent */
+    assert_int_equal(opt("whale-map", "block"), 0);
+    assert_int_equal(opt("whale-recompute", "selective"), 0);
+    assert_int_equal(opt("whale-verbose", NULL), 0);
+    assert_true(whale_opts.enabled);
+    assert_int_equal(whale_opts.tp, 8);
+    assert_int_equal(whale_opts.map, WHALE_MAP_BLOCK);
+    assert_int_equal(whale_opts.recompute, WHALE_RECOMPUTE_SELECTIVE);
+    assert_true(whale_opts.verbose);
+    assert_true(whale_opts.given[OPT_TP]);
+    assert_false(whale_opts.given[OPT_PP]);
+}
+
+static void test_site_limits(void **st)
+{
+    (void)st;
+    char path[256];
+    write_file("site.conf", "MaxTP=4 MaxSpares=0 AllowedOffload=none MinCkptEvery=100\n", path,
+               sizeof path);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", path);
+    assert_int_equal(whale_site_load(), 0);
+    assert_int_equal(opt("whale-tp", "8"), 0);
+    assert_int_equal(whale_options_check_site(whale_site.conf), -1);
+    assert_non_null(strstr(last_err, "--whale-tp=8 exceeds the site limit MaxTP=4"));
+    whale_opts.tp = 2;
+    assert_int_equal(opt("whale-spares", "1"), 0);
+    assert_int_equal(whale_options_check_site(whale_site.conf), -1);
+    assert_non_null(strstr(last_err, "spare nodes are disabled"));
+    whale_opts.spares = 0;
+    whale_opts.given[OPT_SPARES] = false;
+    assert_int_equal(opt("whale-offload", "params"), 0);
+    assert_int_equal(whale_options_check_site(whale_site.conf), -1);
+    assert_non_null(strstr(last_err, "--whale-offload=params is not allowed"));
+    whale_opts.given[OPT_OFFLOAD] = false;
+    assert_int_equal(opt("whale-ckpt-every", "10"), 0);
+    assert_int_equal(whale_options_check_site(whale_site.conf), -1);
+    assert_non_null(strstr(last_err, "below the site minimum MinCkptEvery=100"));
+    unlink(path);
+}
+
+static void test_site_config_errors(void **st)
+{
+    (void)st;
+    char path[256];
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s/missing.conf", dir);
+    assert_int_equal(whale_site_load(), -1);
+    assert_non_null(strstr(last_err, "cannot read the site config"));
+    write_file("bad.conf", "# site\nGPUsPerNod=8\n", path, sizeof path);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", path);
+    assert_int_equal(whale_site_load(), -1);
+    assert_non_null(strstr(last_err, "bad.conf:2: unknown key 'GPUsPerNod'"));
+    /* --whale-conf only where the site allows it */
+    char other[256];
+    write_file("other.conf", "MaxTP=2\n", other, sizeof other);
+    write_file("site.conf", "MaxTP=8\n", path, sizeof path);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", path);
+    assert_int_equal(opt("whale-conf", other), 0);
+    assert_int_equal(whale_site_load(), -1);
+    assert_non_null(strstr(last_err, "--whale-conf is not allowed on this site"));
+    write_file("site.conf", "AllowUserConfig=yes\n", path, sizeof path);
+    assert_int_equal(whale_site_load(), 0);
+    assert_string_equal(whale_site.used_path, other);
+    assert_int_equal(whale_site.conf->max_tp, 2);
+    char *args1[] = { "conf=/x/whale.conf" }, *args2[] = { "cofn=/x" };
+    assert_int_equal(whale_site_parse_args(1, args1), 0);
+    assert_string_equal(whale_site.conf_path, "/x/whale.conf");
+    assert_int_equal(whale_site_parse_args(1, args2), -1);
+    assert_non_null(strstr(last_err, "unknown argument 'cofn=/x'"));
+    unlink(path);
+    unlink(other);
+    snprintf(path, sizeof path, "%s/bad.conf", dir);
+    unlink(path);
+}
+
+static void test_plan_from_flags(void **st)
+{
+    (void)st;
+    char path[256];
+    write_file("site.conf", "DefaultMap=block CheckpointRoot=/ckpt/%u/%j\n", path, sizeof path);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", path);
+    assert_int_equal(whale_site_load(), 0);
+    assert_int_equal(opt("whale-tp", "2"), 0);
+    assert_int_equal(opt("whale-zero", "2"), 0);
+    assert_int_equal(opt("whale-microbatch", "4"), 0);
+    assert_int_equal(opt("whale-ckpt-every", "50"), 0);
+    struct whale_plan p;
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), 0);
+    assert_int_equal(p.tp, 2);
+    assert_int_equal(p.pp, 1);
+    assert_int_equal(p.dp, 0);
+    assert_int_equal(p.zero, 2);
+    assert_int_equal(p.micro_batch, 4);
+    assert_int_equal(p.map, WHALE_MAP_BLOCK);     /* site default */
+    assert_string_equal(p.ckpt_dir, "/ckpt/bob/77");
+    assert_int_equal(p.ckpt_every, 50);
+    whale_plan_free(&p);
+    unlink(path);
+    /* no CheckpointRoot: --whale-ckpt-every alone is refused */
+    write_file("site.conf", "\n", path, sizeof path);
+    whale_site_free();
+    assert_int_equal(whale_site_load(), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), -1);
+    assert_non_null(strstr(last_err, "--whale-ckpt-every needs --whale-ckpt-dir"));
+    whale_plan_free(&p);
+    unlink(path);
+}
+
+static void test_plan_file(void **st)
+{
+    (void)st;
+    char site[256], plan[256];
+    write_file("site.conf", "MaxTP=8\n", site, sizeof site);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", site);
+    assert_int_equal(whale_site_load(), 0);
+    write_file("plan.json",
+               "{\"version\":1,\"tp\":2,\"pp\":2,\"dp\":2,\"zero\":1,\"micro_batch\":2,"
+               "\"num_micro_batches\":4,\"ckpt_dir\":\"/c/%j\",\"ckpt_every\":5}",
+               plan, sizeof plan);
+    assert_int_equal(opt("whale-plan", plan), 0);
+    assert_int_equal(opt("whale-tp", "2"), 0); /* agrees */
+    struct whale_plan p;
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), 0);
+    assert_int_equal(p.dp, 2);
+    assert_string_equal(p.ckpt_dir, "/c/9");
+    whale_plan_free(&p);
+    assert_int_equal(opt("whale-pp", "4"), 0); /* contradicts */
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_non_null(strstr(last_err, "--whale-pp=4 contradicts the plan file"));
+    assert_non_null(strstr(last_err, "(2)"));
+    whale_plan_free(&p);
+    whale_opts.given[OPT_PP] = false;
+    whale_opts.given[OPT_TP] = false;
+    write_file("plan.json", "{\"version\":1,\"tp\":16}", plan, sizeof plan);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_non_null(strstr(last_err, "asks for more than this site allows"));
+    whale_plan_free(&p);
+    write_file("plan.json", "{\"version\":1,\"tp\":", plan, sizeof plan);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_non_null(strstr(last_err, "cannot use this plan file"));
+    whale_plan_free(&p);
+    assert_int_equal(opt("whale-plan", "auto"), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    whale_plan_free(&p);
+    unlink(plan);
+    unlink(site);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/whale-spank-test-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_register, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_values, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_site_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_site_config_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_from_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_file, setup, teardown),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(dir);
+    return rc;
+}
