@@ -268,7 +268,12 @@ int main(int argc, char **argv)
 
     whale_ctx *ctx = NULL;
     int rank = 0, dp = 1, dp_rank = 0;
-#ifdef WHALE_HAVE_COMM
+    int rc = 1;
+    whale_engine *e = NULL;
+    whale_data *data = NULL;
+    int32_t *in = NULL, *tg = NULL;
+    FILE *mf = NULL;
+
     if (whale_init(&ctx))
         return 1;
     {
@@ -278,28 +283,22 @@ int main(int argc, char **argv)
         rank = whale_rank(ctx);
         if (whale_is_spare(ctx)) {
             whale_info("hot spare: idle (promotion needs the elastic module)");
-            whale_finalize(ctx);
-            return 0;
+            rc = 0;
+            goto out;
         }
     }
-#endif
     if (have_plan) {
         if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
             whale_plan_free(&plan);
-            return 1;
+            goto out;
         }
         if (plan.dp != dp) {
             whale_error("the plan says DP=%d but this step runs DP=%d ranks", plan.dp, dp);
             whale_plan_free(&plan);
-            return 1;
+            goto out;
         }
     }
     whale_plan_free(&plan);
-    int rc = 1;
-    whale_engine *e = NULL;
-    whale_data *data = NULL;
-    int32_t *in = NULL, *tg = NULL;
-    FILE *mf = NULL;
 
     long accum = o.accum > 0 ? o.accum : 1;
     long micro = o.micro;
@@ -455,9 +454,7 @@ out:
     free(tg);
     whale_data_close(data);
     whale_engine_destroy(e);
-#ifdef WHALE_HAVE_COMM
     if (ctx)
         whale_finalize(ctx);
-#endif
     return rc;
 }
