@@ -53,14 +53,21 @@ int eng_tp_allreduce(void *tp_group, float *buf, size_t n)
     return whale_allreduce(tp_group, buf, buf, n, WHALE_FLOAT32, WHALE_SUM);
 }
 
+int eng_tp_allreduce_max(void *tp_group, float *buf, size_t n)
+{
+    if (!tp_group)
+        return 0;
+    return whale_allreduce(tp_group, buf, buf, n, WHALE_FLOAT32, WHALE_MAX);
+}
+
 int eng_comm_from_ctx(whale_ctx *ctx, struct eng_comm *c, bool *have)
 {
     int tp = 1, pp = 1, dp = 1;
     whale_degrees(ctx, &tp, &pp, &dp);
     *have = false;
-    if (tp > 1 || pp > 1) {
-        whale_error("tensor/pipeline parallelism (TP=%d PP=%d) is not available in this engine "
-                    "yet; use data parallelism (WHALE_DP)", tp, pp);
+    if (pp > 1) {
+        whale_error("pipeline parallelism (PP=%d) is not available in this engine yet; use "
+                    "tensor and data parallelism (WHALE_TP, WHALE_DP)", pp);
         return WHALE_ENOTSUP;
     }
     whale_group *g = whale_dp_group(ctx);

@@ -302,10 +302,31 @@ int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_c
     else
         e->dp.size = 1;
     const struct whale_model_desc *m = &c->model;
+    int tp = 1, tp_rank = 0;
+    if (ctx) {
+        int pp, dpd, ppr, dpr;
+        whale_degrees(ctx, &tp, &pp, &dpd);
+        whale_coords(ctx, &tp_rank, &ppr, &dpr);
+        if (tp > 1)
+            e->tp_group = whale_tp_group(ctx);
+    }
+    if (m->heads % tp || m->ffn % tp) {
+        whale_error("model %s: Heads=%d and FFN=%d must be divisible by the tensor-parallel degree "
+                    "TP=%d", m->name, m->heads, m->ffn, tp);
+        whale_engine_destroy(e);
+        return WHALE_EINVAL;
+    }
+    int64_t v0, vl;
+    eng_split(m->vocab, tp, tp_rank, true, &v0, &vl);
+    if (vl < 1) {
+        whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
+        whale_engine_destroy(e);
+        return WHALE_EINVAL;
+    }
     e->d = (struct eng_dims){
-        .B = c->micro_batch, .T = c->seq, .C = m->hidden, .NH = m->heads,
-        .hd = m->hidden / m->heads, .F = m->ffn, .V = m->vocab, .Ctp = m->hidden, .L = m->layers,
-        .tp = 1, .tp_rank = 0,
+        .B = c->micro_batch, .T = c->seq, .C = m->hidden, .NH = m->heads / tp,
+        .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = (int)vl, .Vg = m->vocab, .v0 = (int)v0,
+        .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = tp_rank,
     };
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
     if ((rc = build_layers(e)) || (rc = build_buckets(e)) || (rc = alloc_state(e))) {

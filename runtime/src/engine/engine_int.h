@@ -28,6 +28,7 @@ struct whale_engine {
     struct eng_dims d;
     whale_ctx *ctx;
     struct eng_comm dp;      /* dp.size == 1: no communication */
+    whale_group *tp_group;   /* NULL when TP == 1 */
     bool own_comm;
 
     int nl;                  /* layers of this stage */

@@ -236,6 +236,7 @@ static void io_init(whale_engine *e, struct eng_io *io, int i, const int32_t *in
     io->saved = e->saved + e->saved_off[i];
     io->scratch = e->scratch;
     io->need_dinput = i > 0;
+    io->tp_group = e->tp_group;
 }
 
 static int forward(whale_engine *e, const int32_t *in, const int32_t *tg, double *loss_sum,
@@ -355,7 +356,9 @@ static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, siz
     return e->cfg.zero_stage == 0 ? a : bk->shard_off + (a - lo);
 }
 
-/* Squared norm and inf/NaN check over this rank's gradient part. */
+/* Squared norm and inf/NaN check over this rank's gradient part. Under TP
+ * a replicated parameter (LayerNorm, row-parallel bias, wpe) is counted on
+ * TP rank 0 only, so the sum over TP and DP counts every element once. */
 static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
     double s = 0;
@@ -370,9 +373,22 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
             lo = bk->flat + (size_t)e->dp.rank * sb;
             hi = lo + sb;
         }
-        const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, lo);
-        s += whale_sumsq(g, hi - lo);
+        const float *g = gptr(e, bk, lo, lo);
         b = b || whale_has_inf_nan(g, hi - lo);
+        if (e->d.tp == 1 || e->d.tp_rank == 0) {
+            s += whale_sumsq(g, hi - lo);
+            continue;
+        }
+        for (int li = bk->l0; li < bk->l1; li++) {
+            const struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a < z && p->split != WHALE_SPLIT_NONE)
+                    s += whale_sumsq(gptr(e, bk, lo, a), z - a);
+            }
+        }
     }
     *sumsq = s;
     *bad = b;
@@ -494,6 +510,13 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     bool bad;
     grad_stats(e, &sumsq, &bad);
     double red[3] = { loss_sum, sumsq, bad ? 1.0 : 0.0 };
+    if (e->tp_group) { /* the loss is the same on every TP rank; norms and flags are not */
+        float f[2] = { (float)sumsq, bad ? 1.0f : 0.0f };
+        if ((rc = whale_allreduce(e->tp_group, f, f, 2, WHALE_FLOAT32, WHALE_SUM)))
+            return rc;
+        red[1] = f[0];
+        red[2] = f[1];
+    }
     if ((rc = dp_sum3(e, red)))
         return rc;
     bad = red[2] != 0 || !isfinite(red[1]);

@@ -240,7 +240,7 @@ int main(int argc, char **argv)
     if (!o.model && have_plan && plan.model[0])
         o.model = plan.model;
     if (have_plan) {
-        const char *why = plan.tp > 1 || plan.pp > 1 ? "tensor/pipeline parallelism (TP, PP > 1)"
+        const char *why = plan.pp > 1 ? "pipeline parallelism (PP > 1)"
                         : plan.recompute != WHALE_RECOMPUTE_NONE ? "activation recomputation"
                         : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
