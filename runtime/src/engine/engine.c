@@ -358,9 +358,13 @@ static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
                     pp);
         return WHALE_EINVAL;
     }
-    if (m->heads % tp || m->ffn % tp || m->vocab % tp) {
-        whale_error("TP=%d must divide the heads (%d), the MLP width (%d) and the vocabulary (%d) "
-                    "of model %s", tp, m->heads, m->ffn, m->vocab, m->name);
+    if (m->heads % tp || m->ffn % tp) {
+        whale_error("TP=%d must divide the heads (%d) and the MLP width (%d) of model %s", tp,
+                    m->heads, m->ffn, m->name);
+        return WHALE_EINVAL;
+    }
+    if (m->vocab < tp) {
+        whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
         return WHALE_EINVAL;
     }
     int v = c->interleave > 0 ? c->interleave : 1;
@@ -406,10 +410,14 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->shadow = -1;
     const struct whale_model_desc *m = &c->model;
     const int tp = g->tp.size;
+    /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last
+     * TP rank may hold fewer rows, global shapes stay the model's */
+    int64_t v0, vl;
+    eng_split(m->vocab, tp, g->tp.rank, true, &v0, &vl);
     e->d = (struct eng_dims){
         .B = c->micro_batch, .T = c->seq, .C = m->hidden, .NH = m->heads / tp,
-        .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = m->vocab / tp,
-        .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
+        .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = (int)vl, .Vg = m->vocab,
+        .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);

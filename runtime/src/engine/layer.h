@@ -36,7 +36,8 @@ struct eng_dims {
     int B, T;        /* micro-batch, sequence */
     int C, NH, hd;   /* hidden, local heads, head size */
     int F;           /* local MLP width */
-    int V;           /* vocabulary (local rows of wte under TP) */
+    int V;           /* local rows of wte (the whole vocabulary without TP) */
+    int Vg, v0;      /* global vocabulary, first local row (vocab-parallel) */
     int Ctp;         /* local attention width NH*hd */
     int L;           /* transformer blocks in the whole model */
     int tp, tp_rank;
@@ -107,8 +108,13 @@ int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p);
 
 extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
 
-/* TP hooks (identity when tp_group is NULL): sum over the TP group. */
+/* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
 int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);
+int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
+
+/* Rows [off, off + len) of a dimension of size g cut into tp pieces; the
+ * vocabulary split rounds up so the last piece may be shorter. */
+void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len);
 
 /* Deterministic value of element `gidx` of parameter `name` for `seed`:
  * independent of layout, so TP/PP/ZeRO runs start from the same model. */

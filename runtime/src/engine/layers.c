@@ -17,7 +17,29 @@ int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
     return tp ? whale_tp_g(tp, WHALE_PP_FORWARD, buf, n) : 0;
 }
 
+int eng_tp_allreduce_max(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    if (!tp || tp->size <= 1)
+        return 0;
+    uint64_t t0 = whale_trace_now();
+    int rc = tp->allreduce(tp, buf, n, WHALE_MAX);
+    if (whale_trace_on())
+        whale_trace_span("allreduce", "tp allreduce max", t0, -1, -1);
+    return rc;
+}
+
 /* ---- parameter declarations -------------------------------------------- */
+
+void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len)
+{
+    int64_t chunk = uneven ? (g + tp - 1) / tp : g / tp;
+    int64_t o = chunk * rank;
+    if (o > g)
+        o = g;
+    int64_t e = o + chunk < g ? o + chunk : g;
+    *off = o;
+    *len = e - o;
+}
 
 static void decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
                  const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
@@ -36,10 +58,9 @@ static void decl(struct eng_param *p, const struct eng_dims *d, const char *name
         p->gshape[i] = gshape[i];
         p->shape[i] = gshape[i];
         p->off[i] = 0;
-        if (split != WHALE_SPLIT_NONE && i == split_dim && d->tp > 1) {
-            p->shape[i] = gshape[i] / d->tp;
-            p->off[i] = p->shape[i] * d->tp_rank;
-        }
+        if (split != WHALE_SPLIT_NONE && i == split_dim && d->tp > 1)
+            eng_split(gshape[i], d->tp, d->tp_rank, split == WHALE_SPLIT_VOCAB, &p->off[i],
+                      &p->shape[i]);
         p->numel *= (size_t)p->shape[i];
     }
 }
@@ -48,8 +69,7 @@ int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
     if (p) {
-        int64_t Vg = (int64_t)d->V * d->tp;
-        decl(&p[0], d, "wte", 2, (int64_t[]){ Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
+        decl(&p[0], d, "wte", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
         decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
     }
     return 2;
@@ -155,46 +175,23 @@ static size_t no_scratch(const struct eng_layer *l)
 static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (d->tp > 1) {
-        /* vocabulary-parallel: out (B,T,C) = sum_tp wte_l (V/tp,C)[tok] + wpe (T,C) */
-        const int N = d->B * d->T, C = d->C;
-        int rc = whale_tp_vocab_embed_fwd(io->tp_group, io->out, io->tokens, eng_pw(l, 0), N, C,
-                                          (int64_t)d->V * d->tp_rank, d->V);
-        if (rc)
-            return rc;
-        const float *wpe = eng_pw(l, 1);
-        for (int n = 0; n < N; n++) {
-            float *o = io->out + (size_t)n * C;
-            const float *p = wpe + (size_t)(n % d->T) * C;
-            for (int c = 0; c < C; c++)
-                o[c] += p[c];
-        }
+    if (!io->tp_group) {
+        /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
+        k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
         return 0;
     }
-    /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
-    k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
-    return 0;
+    /* vocabulary-parallel: rows this rank holds (+ positions once), summed over TP */
+    k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                   d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C);
+    return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
 static int embed_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (d->tp > 1) {
-        /* dwte_l (V/tp,C) += rows of this rank's tokens; dwpe (T,C) += over the batch */
-        const int N = d->B * d->T, C = d->C;
-        whale_tp_vocab_embed_bwd(eng_pg(l, 0), io->dstream, io->tokens, N, C,
-                                 (int64_t)d->V * d->tp_rank, d->V);
-        float *dwpe = eng_pg(l, 1);
-        for (int n = 0; n < N; n++) {
-            const float *g = io->dstream + (size_t)n * C;
-            float *p = dwpe + (size_t)(n % d->T) * C;
-            for (int c = 0; c < C; c++)
-                p[c] += g[c];
-        }
-        return 0;
-    }
-    /* dwte (V,C), dwpe (T,C) += from dstream (B,T,C) */
-    k_embed_bwd(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->B, d->T, d->C);
+    /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
+    k_embed_bwd_tp(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->v0, d->V, d->B, d->T,
+                   d->C);
     return 0;
 }
 
@@ -371,10 +368,11 @@ static size_t head_act(const struct eng_layer *l)
     size_t N = (size_t)l->d->B * l->d->T;
     return N * l->d->C + 2 * N + N * (size_t)l->d->V;
 }
+/* scratch: losses (N), dlnf (N,C), TP reductions (3N) */
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C + 3 * N; /* losses, dlnf, vocabulary-parallel reductions */
+    return N + N * l->d->C + 3 * N;
 }
 
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
@@ -387,15 +385,21 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
-    if (d->tp > 1) {
-        /* logits split by vocabulary: max and sum-exp reduced over TP */
-        int rc = whale_tp_vocab_xent_fwd(io->tp_group, probs, losses, io->targets, N, V,
-                                         (int64_t)V * d->tp_rank,
-                                         io->scratch + N + (size_t)N * C);
+    if (!io->tp_group) {
+        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    } else {
+        /* vocabulary-parallel softmax: global row max, then global sum of exp
+         * and the target's logit (held by one rank), each reduced over TP */
+        float *red = io->scratch + N + (size_t)N * C; /* (3N) */
+        float *mx = red, *sum = red + N, *tl = red + 2 * N;
+        k_rows_max(mx, probs, N, V);
+        int rc = eng_tp_allreduce_max(io->tp_group, mx, N);
         if (rc)
             return rc;
-    } else {
-        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+        k_rows_exp_sum(probs, sum, tl, mx, io->targets, d->v0, N, V);
+        if ((rc = eng_tp_allreduce(io->tp_group, sum, 2 * (size_t)N)))
+            return rc;
+        k_rows_normalize(probs, losses, sum, tl, N, V);
     }
     double s = 0;
     for (int n = 0; n < N; n++)
@@ -411,17 +415,12 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlnf = io->scratch + N;
     /* probs (N,V) -> dlogits in place */
-    if (d->tp > 1)
-        whale_tp_vocab_xent_bwd(probs, io->targets, io->dloss, N, V, (int64_t)V * d->tp_rank);
-    else
-        k_softmax_xent_bwd(probs, io->targets, io->dloss, N, V);
-    /* dlnf (N,C) = dlogits @ wte ; dwte (V,C) += dlogits^T @ lnf */
+    k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
+    /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
     k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
-    if (d->tp > 1) { /* each rank holds the part from its vocabulary slice */
-        int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
-        if (rc)
-            return rc;
-    }
+    int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
+    if (rc)
+        return rc;
     memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
     k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
                     rstd, N, C);
