@@ -1,5 +1,8 @@
 /* WHALE_TRACE: Chrome trace-event JSON per rank.
  *
+ * Timestamps are CLOCK_MONOTONIC microseconds, one clock for every process
+ * of a machine, so the ranks' files line up when merged.
+ *
  * Each recording thread appends to its own buffer (no lock, no I/O on the
  * hot path: two clock reads and a store per span); buffers are registered
  * once under a mutex and written out at close. */
@@ -39,7 +42,6 @@ static pthread_mutex_t trace_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct tbuf *trace_bufs;
 static int trace_ntid;
 static int trace_rank;
-static uint64_t trace_base;
 static char trace_file[4096];
 static __thread struct tbuf *my_buf;
 static __thread unsigned my_gen;
@@ -158,7 +160,6 @@ int whale_trace_open(const char *path, int rank, int world)
     }
     fclose(f);
     trace_rank = rank;
-    trace_base = whale_trace_now();
     atomic_store(&trace_enabled, true);
     whale_trace_thread_name("main");
     return 0;
@@ -223,7 +224,7 @@ int whale_trace_close(void)
                 fprintf(f, ",\"cat\":");
                 json_str(f, e->cat);
                 fprintf(f, ",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d",
-                        (double)(int64_t)(e->t0 - trace_base) / 1e3,
+                        (double)e->t0 / 1e3,
                         (double)(int64_t)(e->t1 - e->t0) / 1e3, trace_rank, b->tid);
                 if (e->chunk >= 0 || e->mb >= 0) {
                     fprintf(f, ",\"args\":{");
