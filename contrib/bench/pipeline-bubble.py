@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Pipeline bubble of whale-train, measured against (p-1)/m and (p-1)/(v m).
+"""Pipeline bubble, measured against (p-1)/m and (p-1)/(v m).
 
-For each schedule and micro-batch count m, trains the same model and global
+Part 1 (executor): pp_sleep runs the pipeline executor over real processes
+(whale-run, UCX send/recv) with passes that sleep F / B ms, so CPU contention
+on a shared machine does not blur the figure; it prints the measured bubble,
+theory, and the simulator's prediction with the measured transfer latency.
+
+Part 2 (training): for each schedule and micro-batch count m, trains the same model and global
 batch (a) on one rank and (b) on a PP=p pipeline (whale-run, one compute
 thread per rank, so p ranks use p cores) and reports, from the median step
 time of the steps after the first:
@@ -13,6 +18,7 @@ time of the steps after the first:
   theory         = (p-1)/m (1F1B, GPipe) or (p-1)/(v m) (interleaved)
 
     python3 contrib/bench/pipeline-bubble.py [--build build] [--pp 2] [--steps 8]
+        [--part executor|training|both]
 """
 import argparse
 import json
@@ -46,8 +52,26 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--micro", type=int, default=2, help="sequences per micro-batch")
     ap.add_argument("--ms", default="2,4,8,16", help="micro-batch counts")
+    ap.add_argument("--part", default="both", choices=("executor", "training", "both"))
     args = ap.parse_args()
     p = args.pp
+    if args.part in ("executor", "both"):
+        print("== executor: passes sleep F=10 ms / B=20 ms per stage, 64 KiB messages, "
+              "mean of 4 steps")
+        for pp in (2, 4):
+            for m in (pp, 2 * pp, 4 * pp):
+                for sched, v in (("1f1b", 1), ("gpipe", 1), ("interleaved", 2)):
+                    cmd = [os.path.join(args.build, "runtime/tools/run/whale-run"), "-n", str(pp),
+                           "--pp", str(pp), "--no-label", "--timeout", "300",
+                           os.path.join(args.build, "tests/unit/parallel/pp_sleep"),
+                           "--schedule", sched, "--interleave", str(v), "-m", str(m),
+                           "--steps", "4"]
+                    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                    print("  " + out.strip().replace("pp_sleep: ", ""))
+                    sys.stdout.flush()
+    if args.part == "executor":
+        return 0
+    print("== training")
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "m.conf"), "w") as f:
             f.write(MODEL)
