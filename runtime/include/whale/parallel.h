@@ -141,6 +141,10 @@ struct whale_pp_hooks {
      * input gradient in send_buf(BACKWARD, ...) unless it is the first. */
     int (*forward)(void *user, int chunk, int mb, int flags);
     int (*backward)(void *user, int chunk, int mb, int flags);
+    /* recv_buf is called when the receive is posted (up to `lookahead`
+     * passes early), send_buf right after the producing pass returns; a
+     * buffer must stay untouched until the transfer completes: for a send,
+     * until `sent` is called (or the step returns when `sent` is NULL). */
     void *(*recv_buf)(void *user, enum whale_pp_kind kind, int chunk, int mb);
     const void *(*send_buf)(void *user, enum whale_pp_kind kind, int chunk, int mb);
     /* Optional: a send of (kind, chunk, mb) has completed (its buffer is free). */

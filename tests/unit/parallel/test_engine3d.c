@@ -44,6 +44,7 @@ struct world3 {
     struct inproc_world *tpw[8], *ppw[8], *embw[8];
     struct fake_world *dpw[8];
     double loss[8][STEPS];
+    double eval[8];
     int64_t act_peak[8];
     int rc[8];
 };
@@ -135,6 +136,11 @@ static int rank_main(int rank, void *arg)
         if (st.act_peak_bytes > w->act_peak[rank])
             w->act_peak[rank] = st.act_peak_bytes;
     }
+    /* forward-only over a held-out batch (the pipeline's eval path) */
+    for (int i = 0; i < local && !rc; i++)
+        sample(STEPS + 7, dr * local + i, in + i * SEQ, tg + i * SEQ);
+    if (!rc)
+        rc = whale_engine_eval(e, in, tg, &w->eval[rank]);
     free(in);
     free(tg);
     whale_engine_destroy(e);
@@ -172,7 +178,7 @@ static void run_layout(const struct layout *L, struct world3 *w)
         fail_msg("layout %s: a rank failed (%d)", L->name, rc);
 }
 
-static double ref_loss[STEPS];
+static double ref_loss[STEPS], ref_eval;
 
 static void check_equal(const struct layout *L, struct world3 *w)
 {
@@ -186,8 +192,12 @@ static void check_equal(const struct layout *L, struct world3 *w)
                 fail_msg("layout %s: rank %d step %d loss %.8f vs single-rank %.8f (rel %.2e)",
                          L->name, r, s + 1, w->loss[r][s], ref_loss[s], rel);
         }
-    printf("  %-40s loss %.5f -> %.5f, worst rel diff %.1e\n", L->name, w->loss[0][0],
-           w->loss[0][STEPS - 1], worst);
+    for (int r = 0; r < L->tp * L->pp * L->dp; r++)
+        if (fabs(w->eval[r] - ref_eval) > 1e-5 * ref_eval)
+            fail_msg("layout %s: rank %d eval loss %.8f vs single-rank %.8f", L->name, r,
+                     w->eval[r], ref_eval);
+    printf("  %-40s loss %.5f -> %.5f, worst rel diff %.1e, eval %.5f\n", L->name,
+           w->loss[0][0], w->loss[0][STEPS - 1], worst, w->eval[0]);
 }
 
 static int setup(void **state)
@@ -198,6 +208,7 @@ static int setup(void **state)
     struct world3 *w = malloc(sizeof *w);
     run_layout(&one, w);
     memcpy(ref_loss, w->loss[0], sizeof ref_loss);
+    ref_eval = w->eval[0];
     free(w);
     if (!(ref_loss[STEPS - 1] < ref_loss[0] - 0.1)) {
         fprintf(stderr, "reference run does not learn: %f -> %f\n", ref_loss[0],
