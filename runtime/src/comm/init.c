@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 #include "whale/env.h"
@@ -215,9 +216,16 @@ int whale_init(whale_ctx **out)
         int here = 0;
         for (int t = 0; t < ctx->boot.ntasks; t++)
             here += ctx->boot.node_of_task[t] == ctx->boot.node_of_task[ctx->boot.task];
-        ctx->oversubscribed = here > cores;
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        bool bound = online > 0 && cores < online;
+        ctx->oversubscribed = here > (online > 0 ? online : cores);
+        /* A rank bound to its own cores (whale-run --bind, srun --cpu-bind)
+         * keeps polling: yielding would hand its core to an unrelated
+         * process for a whole time slice at every rendezvous step. An
+         * unbound rank may share a core with the peer it waits for, so it
+         * yields after a few polls. */
         const char *sp = getenv("WHALE_SPIN");
-        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : 16;
+        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : bound && !ctx->oversubscribed ? 100000 : 16;
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
