@@ -41,8 +41,8 @@ static int read_knobs(whale_ctx *ctx)
     double t, chunk, window;
     int rc;
     if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
-        (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 512 * 1024, &chunk)) ||
-        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 4, &window)))
+        (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
+        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)))
         return rc;
     ctx->peer_timeout = t;
     ctx->chunk_bytes = (size_t)chunk;
