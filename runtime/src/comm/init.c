@@ -271,6 +271,7 @@ int whale_finalize(whale_ctx *ctx)
     destroy_groups(ctx);
     free(ctx->dead);
     free(ctx->procs);
+    sched_scratch_release_all();
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);
