@@ -43,10 +43,11 @@ struct whale_plan_device {
     double peak_flops;     /* dense bf16/fp16 tensor FLOP/s (CPU: measured GEMM peak) */
     double mem_bytes;      /* device memory */
     double hbm_bw;         /* device memory bandwidth, bytes/s */
-    double nvlink_bw;      /* NCCL-achievable bus bandwidth inside the NVLink domain, per GPU */
-    double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s */
+    double nvlink_bw;      /* NVLink bandwidth per GPU, one direction (x coll_eff in the model) */
+    double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s (x coll_eff) */
     double pcie_bw;        /* host <-> device bandwidth (offload), bytes/s */
-    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200 NVL72), 0 = the node */
+    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200
+                              NVL72); 0 = the node */
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
