@@ -88,6 +88,7 @@ struct whale_eff_model {
     double coll_eff;       /* achieved fraction of link bw by large collectives */
     double dp_overlap;     /* fraction of the DP/ZeRO reduction hidden behind backward */
     double overlap_cost;   /* compute slowdown per second of hidden communication */
+    double zero3_overlap;  /* fraction of ZeRO-3 weight gathers hidden behind compute */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
 };
@@ -146,7 +147,7 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
  * microseconds. Device: PeakTFLOPS = peak of the GEMM kernel used (the
  * model's GemmEfficiency multiplies it), MemBandwidthGBs = streaming
  * bandwidth, GemmHalfDim = matrix dimension at which efficiency halves per
- * dimension, KernelOverheadUs = per layer pass, DPOverlap in [0,1].
+ * dimension, KernelOverheadUs = per layer pass, DPOverlap and ZeRO3Overlap in [0,1].
  * Link: per-rank bus bandwidth and per-step latency of collectives on that
  * class (nvlink = inside a node/domain, leaf = between nodes under one
  * switch, spine = across switches). Unknown keys are errors (file:line). */
@@ -159,7 +160,8 @@ enum {
     WHALE_CAL_MEM_EFF     = 1u << 5,
     WHALE_CAL_KERNEL_OVH  = 1u << 6,
     WHALE_CAL_DP_OVERLAP  = 1u << 7,
-    WHALE_CAL_LINK0       = 1u << 8, /* << class: alpha/bw of that class present */
+    WHALE_CAL_Z3_OVERLAP  = 1u << 9,
+    WHALE_CAL_LINK0       = 1u << 10, /* << class: alpha/bw of that class present */
 };
 
 struct whale_calib {
@@ -169,7 +171,7 @@ struct whale_calib {
     char device[32];       /* device type measured ("cpu", "H100-80GB") */
     unsigned has;          /* WHALE_CAL_* bits */
     double peak_flops, mem_bytes, hbm_bw;
-    double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap;
+    double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap, zero3_overlap;
     struct whale_alpha_beta link[WHALE_PLAN_NLINK];
 };
 
