@@ -120,6 +120,15 @@ char *ckpt_path(const char *a, const char *b);  /* a/b, malloc'd */
 int64_t ckpt_step_of(const char *name);
 double ckpt_now(void);
 
+/* ---- device memory (devcopy.c; CUDA builds) --------------------------------- */
+bool  ckpt_dev_available(void);
+void *ckpt_host_alloc(size_t n, bool pinned, bool *is_pinned);
+void  ckpt_host_free(void *p, bool pinned);
+int   ckpt_dev_to_host_async(void *dst, const void *src, size_t n, void **stream);
+int   ckpt_dev_sync(void *stream);
+int   ckpt_host_to_dev(void *dst, const void *src, size_t n);
+void  ckpt_dev_stream_destroy(void *stream);
+
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);
 

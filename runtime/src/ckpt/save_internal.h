@@ -16,6 +16,7 @@ struct job_piece {
     ckpt_region reg;
     size_t bytes;
     const void *user;          /* caller's pointer */
+    bool device;               /* user is CUDA device memory */
     const unsigned char *src;  /* what persist reads: snapshot buffer or user */
 };
 
@@ -66,8 +67,10 @@ struct whale_ckpt {
     struct job job;
     whale_ckpt_stats cur, last;
 
-    unsigned char *buf;
+    unsigned char *buf;        /* snapshot buffer, pinned when pieces live on a GPU */
     size_t cap;
+    bool buf_pinned;
+    void *stream;              /* CUDA stream of the device-to-host copies */
     unsigned seq;
 
     struct prev_bundle *prev;
