@@ -410,3 +410,103 @@ void k_softmax_xent_bwd(float *probs, const int32_t *targets, float dloss, int N
         r[targets[n]] -= dloss;
     }
 }
+
+void k_embed_fwd_tp(float *out, const int32_t *tok, const float *wte, int v0, int V,
+                    const float *wpe, int B, int T, int C)
+{
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        float *o = out + (size_t)bt * C;
+        int r = tok[bt] - v0;
+        const float *p = wpe ? wpe + (size_t)(bt % T) * C : NULL;
+        if (r >= 0 && r < V) {
+            const float *e = wte + (size_t)r * C;
+            for (int c = 0; c < C; c++)
+                o[c] = e[c] + (p ? p[c] : 0.0f);
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = p ? p[c] : 0.0f;
+        }
+    }
+}
+
+void k_embed_bwd_tp(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0,
+                    int V, int B, int T, int C)
+{
+    enum { CB = 64 };
+    int nb = (C + CB - 1) / CB;
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            float *p = dwpe + (size_t)(bt % T) * C;
+            int r = tok[bt] - v0;
+            if (r >= 0 && r < V) {
+                float *e = dwte + (size_t)r * C;
+                for (int c = c0; c < c1; c++)
+                    e[c] += d[c];
+            }
+            for (int c = c0; c < c1; c++)
+                p[c] += d[c];
+        }
+    }
+}
+
+void k_rows_max(float *mx, const float *x, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *r = x + (size_t)n * V;
+        float m = -INFINITY;
+        for (int i = 0; i < V; i++)
+            m = r[i] > m ? r[i] : m;
+        mx[n] = m;
+    }
+}
+
+void k_rows_exp_sum(float *x, float *sum, float *tl, const float *mx, const int32_t *targets,
+                    int v0, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = x + (size_t)n * V;
+        const float m = mx[n];
+        int t = targets[n] - v0;
+        tl[n] = t >= 0 && t < V ? r[t] - m : 0.0f;
+        float s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < V; i++) {
+            float e = k_exp(r[i] - m);
+            r[i] = e;
+            s += e;
+        }
+        sum[n] = s;
+    }
+}
+
+void k_rows_normalize(float *x, float *losses, const float *sum, const float *tl, int N, int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = x + (size_t)n * V;
+        float inv = 1.0f / sum[n];
+        for (int i = 0; i < V; i++)
+            r[i] *= inv;
+        losses[n] = logf(sum[n]) - tl[n];
+    }
+}
+
+void k_softmax_xent_bwd_tp(float *probs, const int32_t *targets, int v0, float dloss, int N,
+                           int V)
+{
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *r = probs + (size_t)n * V;
+        for (int i = 0; i < V; i++)
+            r[i] *= dloss;
+        int t = targets[n] - v0;
+        if (t >= 0 && t < V)
+            r[t] -= dloss;
+    }
+}

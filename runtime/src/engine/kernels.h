@@ -59,6 +59,28 @@ void k_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *
 void k_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
                  int C);
 
+/* Vocabulary-parallel embedding: this rank holds rows [v0, v0+V) of wte.
+ * out (B,T,C) = (tok in range ? wte[tok-v0] : 0) + (wpe ? wpe[t] : 0) */
+void k_embed_fwd_tp(float *out, const int32_t *tok, const float *wte, int v0, int V,
+                    const float *wpe, int B, int T, int C);
+/* dwte (V,C) += rows of dout for tokens in range ; dwpe (T,C) += dout */
+void k_embed_bwd_tp(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0,
+                    int V, int B, int T, int C);
+
+/* Vocabulary-parallel softmax / cross-entropy over local columns [v0, v0+V):
+ * mx (N) = row max of x (N,V) */
+void k_rows_max(float *mx, const float *x, int N, int V);
+/* x (N,V) -> exp(x - mx) in place ; sum (N) = row sums ; tl (N) = x[target]
+ * - mx when the target is local, else 0 (sum and tl contiguous for one
+ * reduction) */
+void k_rows_exp_sum(float *x, float *sum, float *tl, const float *mx, const int32_t *targets,
+                    int v0, int N, int V);
+/* x (N,V) /= sum ; losses (N) = log(sum) - tl */
+void k_rows_normalize(float *x, float *losses, const float *sum, const float *tl, int N, int V);
+/* In place: probs (N,V) -> (probs - onehot(target - v0)) * dloss */
+void k_softmax_xent_bwd_tp(float *probs, const int32_t *targets, int v0, float dloss, int N,
+                           int V);
+
 /* In place: logits (N,V) -> probs ; losses (N) = -log p[target] ; returns
  * nothing; targets (N) */
 void k_softmax_xent_fwd(float *probs, float *losses, const int32_t *targets, int N, int V);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "whale/engine.h"
+#include "whale/parallel.h"
 
 struct eng_param {
     char name[96];
@@ -35,7 +36,8 @@ struct eng_dims {
     int B, T;        /* micro-batch, sequence */
     int C, NH, hd;   /* hidden, local heads, head size */
     int F;           /* local MLP width */
-    int V;           /* vocabulary (local rows of wte under TP) */
+    int V;           /* local rows of wte (the whole vocabulary without TP) */
+    int Vg, v0;      /* global vocabulary, first local row (vocab-parallel) */
     int Ctp;         /* local attention width NH*hd */
     int L;           /* transformer blocks in the whole model */
     int tp, tp_rank;
@@ -56,7 +58,8 @@ struct eng_io {
     float *dstream;          /* backward: gradient of the layer output (B,T,C) on entry,
                                 of the layer input on exit (in place); NULL for embed */
     bool need_dinput;        /* false for the first layer of the model */
-    void *tp_group;          /* whale_group* of the TP group, NULL when tp == 1 */
+    struct whale_par_comm *tp_group; /* the TP group, NULL when tp == 1 */
+    float *att_tmp;          /* selective recompute: (B,NH,T,T) attention probabilities */
 };
 
 struct eng_layer_ops {
@@ -79,7 +82,15 @@ struct eng_layer {
     float *w, *g;              /* weight / gradient of flat_begin (rebound under ZeRO 2/3) */
     struct eng_layer *tied;    /* head: the embedding layer whose wte it uses */
     int bucket;                /* gradient bucket of this layer */
+    int chunk;                 /* model chunk (virtual stage) of this rank; -1: tied copy */
+    int rc;                    /* recomputation: ENG_RC_NONE / SELECTIVE / FULL */
 };
+
+/* Recomputation of one layer. SELECTIVE: a block keeps everything but the
+ * attention probabilities, which backward rebuilds from the saved q,k
+ * (io->att_tmp). FULL: nothing is kept but the layer input; the engine runs
+ * forward again into a shared area right before backward. */
+enum { ENG_RC_NONE = 0, ENG_RC_SELECTIVE = 1, ENG_RC_FULL = 2 };
 
 static inline float *eng_pw(const struct eng_layer *l, int i)
 {
@@ -97,8 +108,13 @@ int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p);
 
 extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
 
-/* TP hooks (identity when tp_group is NULL): sum over the TP group. */
-int eng_tp_allreduce(void *tp_group, float *buf, size_t n);
+/* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
+int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);
+int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
+
+/* Rows [off, off + len) of a dimension of size g cut into tp pieces; the
+ * vocabulary split rounds up so the last piece may be shorter. */
+void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len);
 
 /* Deterministic value of element `gidx` of parameter `name` for `seed`:
  * independent of layout, so TP/PP/ZeRO runs start from the same model. */

@@ -11,7 +11,35 @@
 #include "whale/error.h"
 #include "whale/log.h"
 
+int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    /* g forward / f backward of Megatron's conjugate pair */
+    return tp ? whale_tp_g(tp, WHALE_PP_FORWARD, buf, n) : 0;
+}
+
+int eng_tp_allreduce_max(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    if (!tp || tp->size <= 1)
+        return 0;
+    uint64_t t0 = whale_trace_now();
+    int rc = tp->allreduce(tp, buf, n, WHALE_MAX);
+    if (whale_trace_on())
+        whale_trace_span("allreduce", "tp allreduce max", t0, -1, -1);
+    return rc;
+}
+
 /* ---- parameter declarations -------------------------------------------- */
+
+void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len)
+{
+    int64_t chunk = uneven ? (g + tp - 1) / tp : g / tp;
+    int64_t o = chunk * rank;
+    if (o > g)
+        o = g;
+    int64_t e = o + chunk < g ? o + chunk : g;
+    *off = o;
+    *len = e - o;
+}
 
 static void decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
                  const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
@@ -30,10 +58,9 @@ static void decl(struct eng_param *p, const struct eng_dims *d, const char *name
         p->gshape[i] = gshape[i];
         p->shape[i] = gshape[i];
         p->off[i] = 0;
-        if (split != WHALE_SPLIT_NONE && i == split_dim && d->tp > 1) {
-            p->shape[i] = gshape[i] / d->tp;
-            p->off[i] = p->shape[i] * d->tp_rank;
-        }
+        if (split != WHALE_SPLIT_NONE && i == split_dim && d->tp > 1)
+            eng_split(gshape[i], d->tp, d->tp_rank, split == WHALE_SPLIT_VOCAB, &p->off[i],
+                      &p->shape[i]);
         p->numel *= (size_t)p->shape[i];
     }
 }
@@ -42,8 +69,7 @@ int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
     if (p) {
-        int64_t Vg = (int64_t)d->V * d->tp;
-        decl(&p[0], d, "wte", 2, (int64_t[]){ Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
+        decl(&p[0], d, "wte", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
         decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
     }
     return 2;
@@ -149,20 +175,23 @@ static size_t no_scratch(const struct eng_layer *l)
 static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (d->tp > 1) {
-        whale_error("vocabulary-parallel embedding needs tensor parallelism (engine part 2)");
-        return WHALE_ENOTSUP;
+    if (!io->tp_group) {
+        /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
+        k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
+        return 0;
     }
-    /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
-    k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
-    return 0;
+    /* vocabulary-parallel: rows this rank holds (+ positions once), summed over TP */
+    k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                   d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C);
+    return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
 static int embed_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    /* dwte (V,C), dwpe (T,C) += from dstream (B,T,C) */
-    k_embed_bwd(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->B, d->T, d->C);
+    /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
+    k_embed_bwd_tp(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->v0, d->V, d->B, d->T,
+                   d->C);
     return 0;
 }
 
@@ -191,7 +220,9 @@ struct blk_saved {
     float *fc, *gl;             /* (N,F) pre- and post-GELU */
 };
 
-static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s)
+/* keep_att = false (selective recompute): the probabilities are not part of
+ * the saved area; s->att is left NULL for the caller to point at att_tmp. */
+static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s, bool keep_att)
 {
     size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
@@ -200,7 +231,10 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    if (keep_att)
+        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    else if (s)
+        s->att = NULL;
     TAKE(atty, N * Ct);
     TAKE(r1, N * C);
     TAKE(ln2, N * C);
@@ -214,7 +248,14 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
-    return blk_carve(l->d, NULL, NULL);
+    return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
+}
+
+static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_saved *s)
+{
+    blk_carve(l->d, io->saved, s, l->rc != ENG_RC_SELECTIVE);
+    if (!s->att)
+        s->att = io->att_tmp;
 }
 
 static size_t blk_scratch(const struct eng_layer *l)
@@ -228,7 +269,7 @@ static size_t blk_scratch(const struct eng_layer *l)
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
 static int row_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
-                          int IC, int OC, void *tp)
+                          int IC, int OC, struct whale_par_comm *tp)
 {
     if (!tp) {
         k_linear_fwd(out, inp, w, b, N, IC, OC);
@@ -250,7 +291,7 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_bind(l, io, &s);
     float *tmp = io->scratch; /* (N,C) */
     int rc;
     k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
@@ -273,7 +314,9 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_bind(l, io, &s);
+    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
+        k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */
@@ -325,27 +368,39 @@ static size_t head_act(const struct eng_layer *l)
     size_t N = (size_t)l->d->B * l->d->T;
     return N * l->d->C + 2 * N + N * (size_t)l->d->V;
 }
+/* scratch: losses (N), dlnf (N,C), TP reductions (3N) */
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C;
+    return N + N * l->d->C + 3 * N;
 }
 
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
-    if (d->tp > 1) {
-        whale_error("vocabulary-parallel cross-entropy needs tensor parallelism (engine part 2)");
-        return WHALE_ENOTSUP;
-    }
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
     const float *wte = eng_pw(l->tied, 0);
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
-    k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    if (!io->tp_group) {
+        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+    } else {
+        /* vocabulary-parallel softmax: global row max, then global sum of exp
+         * and the target's logit (held by one rank), each reduced over TP */
+        float *red = io->scratch + N + (size_t)N * C; /* (3N) */
+        float *mx = red, *sum = red + N, *tl = red + 2 * N;
+        k_rows_max(mx, probs, N, V);
+        int rc = eng_tp_allreduce_max(io->tp_group, mx, N);
+        if (rc)
+            return rc;
+        k_rows_exp_sum(probs, sum, tl, mx, io->targets, d->v0, N, V);
+        if ((rc = eng_tp_allreduce(io->tp_group, sum, 2 * (size_t)N)))
+            return rc;
+        k_rows_normalize(probs, losses, sum, tl, N, V);
+    }
     double s = 0;
     for (int n = 0; n < N; n++)
         s += losses[n];
@@ -360,9 +415,12 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlnf = io->scratch + N;
     /* probs (N,V) -> dlogits in place */
-    k_softmax_xent_bwd(probs, io->targets, io->dloss, N, V);
-    /* dlnf (N,C) = dlogits @ wte ; dwte (V,C) += dlogits^T @ lnf */
+    k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
+    /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
     k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
+    if (rc)
+        return rc;
     memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
     k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
                     rstd, N, C);

@@ -218,102 +218,187 @@ static int g_poll(whale_engine *e)
     return 0;
 }
 
-/* ---- forward / backward of one micro-batch ----------------------------------------- */
+/* ---- forward / backward of one chunk for one micro-batch ----------------------------- */
 
-static float *boundary(whale_engine *e, int i) /* output of layer i (i < nl-1) */
+static size_t ncols(const whale_engine *e)
 {
-    return e->xb + (size_t)i * e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.B * e->d.T * e->d.C;
 }
 
-static void io_init(whale_engine *e, struct eng_io *io, int i, const int32_t *in,
-                    const int32_t *tg)
+/* Arguments of local layer i of chunk c working on slot s. */
+static void io_init(whale_engine *e, struct eng_io *io, int c, struct eng_slot *s, int i,
+                    const int32_t *in, const int32_t *tg)
 {
+    const struct eng_chunk *ch = &e->chunks[c];
+    const struct eng_layer *l = &e->layers[i];
+    const int k = i - ch->l0;
     memset(io, 0, sizeof *io);
     io->tokens = in;
     io->targets = tg;
-    io->in = i > 0 ? boundary(e, i - 1) : NULL;
-    io->out = i < e->nl - 1 ? boundary(e, i) : NULL;
-    io->saved = e->saved + e->saved_off[i];
+    io->in = l->index > 0 ? s->bnd + (size_t)k * ncols(e) : NULL;
+    io->out = l->ops == &eng_head_ops ? NULL : s->bnd + (size_t)(k + 1) * ncols(e);
+    io->saved = l->rc == ENG_RC_FULL ? e->rc_saved : s->saved + ch->saved_off[k];
     io->scratch = e->scratch;
-    io->need_dinput = i > 0;
+    io->need_dinput = l->index > 0;
+    io->tp_group = e->d.tp > 1 ? &e->grp.tp : NULL;
+    io->att_tmp = e->att_tmp;
 }
 
-static int forward(whale_engine *e, const int32_t *in, const int32_t *tg, double *loss_sum,
-                   double *tc)
+static bool is_head(const struct eng_layer *l)
 {
-    const int head = e->nl - 1;
-    int rc = w_acquire(e, e->layers[0].bucket);
-    for (int i = 0; i < e->nl && !rc; i++) {
-        int b = e->layers[i].bucket;
+    return l->ops == &eng_head_ops;
+}
+
+int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                      const int32_t *tg, double *loss_sum, double *tc)
+{
+    const struct eng_chunk *ch = &e->chunks[c];
+    uint64_t tr0 = whale_trace_now();
+    int rc = w_acquire(e, e->layers[ch->l0].bucket);
+    if (!rc && is_head(&e->layers[ch->l0]))
+        rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
+    for (int i = ch->l0; i < ch->l1 && !rc; i++) {
+        struct eng_layer *l = &e->layers[i];
+        int b = l->bucket;
         /* prefetch the next layer's weights (and the tied embedding for the head) */
-        if (i + 1 < e->nl && e->layers[i + 1].bucket != b)
+        if (i + 1 < ch->l1 && e->layers[i + 1].bucket != b)
             rc = w_acquire(e, e->layers[i + 1].bucket);
-        if (!rc && i + 1 == head)
-            rc = w_acquire(e, e->layers[0].bucket);
+        if (!rc && i + 1 < ch->l1 && is_head(&e->layers[i + 1]))
+            rc = w_acquire(e, e->layers[i + 1].tied->bucket);
         if (rc || (rc = w_ready(e, b)))
             break;
-        if (i == head && (rc = w_ready(e, e->layers[0].bucket)))
+        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
         struct eng_io io;
-        io_init(e, &io, i, in, tg);
+        io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
-        rc = e->layers[i].ops->forward(&e->layers[i], &io);
+        rc = l->ops->forward(l, &io);
         *tc += eng_now() - t0;
-        if (i == head)
+        if (is_head(l))
             *loss_sum += io.loss_sum;
-        if (i + 1 >= e->nl || e->layers[i + 1].bucket != b)
+        if (i + 1 >= ch->l1 || e->layers[i + 1].bucket != b)
             w_release(e, b);
-        if (i == head)
-            w_release(e, e->layers[0].bucket);
+        if (is_head(l))
+            w_release(e, l->tied->bucket);
     }
+    (void)tr0;
     return rc;
 }
 
-static int backward(whale_engine *e, const int32_t *in, const int32_t *tg, float dloss,
-                    bool first_micro, bool last_micro, double *tc)
+int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                       const int32_t *tg, float dloss, bool first_micro, bool last_micro,
+                       double *tc)
 {
-    const int head = e->nl - 1;
+    const struct eng_chunk *ch = &e->chunks[c];
     int rc = 0;
-    for (int b = 0; b < e->nb; b++)
+    for (int b = ch->b0; b < ch->b1; b++)
         e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
-    /* the head needs its own weights and wte; the embedding layer needs no weights */
-    if ((rc = w_acquire(e, e->layers[head].bucket)) || (rc = w_acquire(e, e->layers[0].bucket)))
+    const int top = ch->l1 - 1;
+    /* the embedding's backward needs no weights; the head needs wte too */
+    if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
         return rc;
-    for (int i = head; i >= 0 && !rc; i--) {
+    if (is_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
+        return rc;
+    for (int i = top; i >= ch->l0 && !rc; i--) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
-        if (i - 1 > 0 && e->layers[i - 1].bucket != b)
+        bool needs_w = l->index > 0;
+        if (i - 1 >= ch->l0 && e->layers[i - 1].index > 0 && e->layers[i - 1].bucket != b)
             rc = w_acquire(e, e->layers[i - 1].bucket);
-        if (rc || (i > 0 && (rc = w_ready(e, b))))
+        if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
-        if (i == head && (rc = w_ready(e, e->layers[0].bucket)))
+        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
-        if ((rc = g_acquire(e, b)) || (i == head && (rc = g_acquire(e, e->layers[0].bucket))))
+        if ((rc = g_acquire(e, b)) || (is_head(l) && (rc = g_acquire(e, l->tied->bucket))))
             break;
         struct eng_io io;
-        io_init(e, &io, i, in, tg);
-        io.dstream = e->dstream;
-        io.dloss = dloss;
+        io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
+        if (l->rc == ENG_RC_FULL) {
+            /* recompute: the layer's saved area from its kept input */
+            uint64_t r0 = whale_trace_now();
+            io.out = e->rc_out;
+            rc = l->ops->forward(l, &io);
+            e->t_recompute += eng_now() - t0;
+            if (whale_trace_on())
+                whale_trace_span("recompute", "recompute", r0, c, -1);
+            if (rc)
+                break;
+        }
+        io.dstream = s->dgrad;
+        io.dloss = dloss;
         rc = l->ops->backward(l, &io);
         *tc += eng_now() - t0;
         if (rc)
             break;
-        if (i == head)
-            w_release(e, e->layers[0].bucket);
-        if (i > 0 && (i - 1 == 0 || e->layers[i - 1].bucket != b))
+        if (is_head(l))
+            w_release(e, l->tied->bucket);
+        if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
+                        e->layers[i - 1].bucket != b))
             w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap)
+        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer)
             rc = g_reduce(e, b, first_micro, last_micro);
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
     }
     if (!rc && !e->cfg.overlap)
-        for (int b = e->nb - 1; b >= 0 && !rc; b--)
-            rc = g_reduce(e, b, first_micro, last_micro);
-    for (int b = 0; b < e->nb; b++) {
+        for (int b = ch->b1 - 1; b >= ch->b0 && !rc; b--)
+            if (!e->buckets[b].tied_defer)
+                rc = g_reduce(e, b, first_micro, last_micro);
+    for (int b = ch->b0; b < ch->b1; b++) {
+        if (e->buckets[b].tied_defer)
+            continue;
         int r2 = g_finish(e, b);
         rc = rc ? rc : r2;
+    }
+    return rc;
+}
+
+/* After every backward of the step: the tied embedding's bucket (PP > 1)
+ * gets the sum of both stages' wte gradients, then its DP reduction. */
+int eng_grads_finish(whale_engine *e)
+{
+    int rc = 0;
+    for (int b = 0; b < e->nb && !rc; b++) {
+        struct eng_bucket *bk = &e->buckets[b];
+        if (!bk->tied_defer)
+            continue;
+        const struct eng_layer *l = &e->layers[bk->l0];
+        const struct eng_param *wte = &l->params[0];
+        const int z = e->cfg.zero_stage;
+        if (z >= 2 && !bk->gbuf && (rc = g_acquire(e, b)))
+            return rc;
+        float *g = z < 2 ? e->G + wte->flat : bk->gbuf + (wte->flat - bk->flat);
+        uint64_t t0 = whale_trace_now();
+        if (e->grp.emb.size > 1)
+            rc = e->grp.emb.allreduce(&e->grp.emb, g, wte->numel, WHALE_SUM);
+        if (whale_trace_on())
+            whale_trace_span("allreduce", "tied wte", t0, -1, -1);
+        if (rc)
+            return rc;
+        const size_t sb = bk->n / e->dp.size;
+        if (z < 2) {
+            if (e->dp.size > 1) {
+                rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+                if (!rc) {
+                    comm_started(e);
+                    rc = req_wait(e, &bk->greq);
+                }
+            }
+        } else {
+            float *dst = e->Gsh + bk->shard_off;
+            if (e->dp.size == 1) {
+                memcpy(dst, bk->gbuf, sb * sizeof(float));
+            } else {
+                rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, dst, sb, &bk->greq);
+                if (!rc) {
+                    comm_started(e);
+                    rc = req_wait(e, &bk->greq);
+                }
+            }
+            scratch_free(e, &bk->gbuf, bk->n);
+            rebind_g(e, b, NULL);
+        }
     }
     return rc;
 }
@@ -355,6 +440,17 @@ static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, siz
     return e->cfg.zero_stage == 0 ? a : bk->shard_off + (a - lo);
 }
 
+/* Does this rank count parameter p in the global gradient norm? TP
+ * replicas (LayerNorms, row-parallel biases) count on TP rank 0 only; the
+ * last stage's wte copy never (its gradient equals the first stage's). */
+static bool counts_in_norm(const whale_engine *e, const struct eng_layer *l,
+                           const struct eng_param *p)
+{
+    if (l->chunk < 0)
+        return false;
+    return p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
+}
+
 /* Squared norm and inf/NaN check over this rank's gradient part. */
 static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
@@ -370,9 +466,20 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
             lo = bk->flat + (size_t)e->dp.rank * sb;
             hi = lo + sb;
         }
-        const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, lo);
-        s += whale_sumsq(g, hi - lo);
-        b = b || whale_has_inf_nan(g, hi - lo);
+        for (int li = bk->l0; li < bk->l1; li++) {
+            const struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a >= z)
+                    continue;
+                const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
+                if (counts_in_norm(e, l, p))
+                    s += whale_sumsq(g, z - a);
+                b = b || whale_has_inf_nan(g, z - a);
+            }
+        }
     }
     *sumsq = s;
     *bad = b;
@@ -452,6 +559,24 @@ static int dp_sum3(whale_engine *e, double v[3])
     return rc;
 }
 
+/* Sum three scalars over the TP and pipeline groups (after dp_sum3: the
+ * whole world). */
+static int mp_sum3(whale_engine *e, double v[3])
+{
+    struct whale_par_comm *g[2] = { &e->grp.tp, &e->grp.pp };
+    for (int k = 0; k < 2; k++) {
+        if (g[k]->size <= 1)
+            continue;
+        float f[3] = { (float)v[0], (float)v[1], (float)v[2] };
+        int rc = g[k]->allreduce(g[k], f, 3, WHALE_SUM);
+        if (rc)
+            return rc;
+        for (int i = 0; i < 3; i++)
+            v[i] = f[i];
+    }
+    return 0;
+}
+
 static void poison_one_gradient(whale_engine *e)
 {
     /* an element this rank updates, so the check below must see it */
@@ -474,12 +599,11 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     const double tokens_global = (double)bt * A * e->dp.size;
     const float dloss = (float)(e->scaler.scale / tokens_global);
 
-    for (int mb = 0; mb < A && !rc; mb++) {
-        const int32_t *in = inputs + mb * bt, *tg = targets + mb * bt;
-        rc = forward(e, in, tg, &loss_sum, &tc);
-        if (!rc)
-            rc = backward(e, in, tg, dloss, mb == 0, mb == A - 1, &tc);
-    }
+    struct whale_pp_stats pst = { 0 };
+    e->t_recompute = 0;
+    rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
+    if (!rc)
+        rc = eng_grads_finish(e);
     if (rc) {
         whale_error("step %lld failed: %s", (long long)e->step + 1, whale_strerror(rc));
         return rc;
@@ -490,11 +614,14 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     }
 
     double t0 = eng_now();
+    uint64_t opt_t0 = whale_trace_now();
     double sumsq;
     bool bad;
     grad_stats(e, &sumsq, &bad);
-    double red[3] = { loss_sum, sumsq, bad ? 1.0 : 0.0 };
-    if ((rc = dp_sum3(e, red)))
+    /* the loss counts once per DP replica: on its last stage's TP rank 0 */
+    bool loss_here = e->last_stage && e->d.tp_rank == 0;
+    double red[3] = { loss_here ? loss_sum : 0, sumsq, bad ? 1.0 : 0.0 };
+    if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
     bad = red[2] != 0 || !isfinite(red[1]);
     const float scale_bw = e->scaler.scale; /* the scale backward ran with */
@@ -514,6 +641,8 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     }
     zero_grads(e);
     tc += eng_now() - t0;
+    if (whale_trace_on())
+        whale_trace_span("optimizer", "optimizer", opt_t0, -1, -1);
     e->step++;
     e->samples += (int64_t)e->d.B * A * e->dp.size;
 
@@ -534,10 +663,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         double fl = 0;
         for (int i = 0; i < e->nl; i++) {
             double f, b;
+            if (e->layers[i].chunk < 0)
+                continue;
             e->layers[i].ops->flops(&e->layers[i], &f, &b);
             fl += f + b;
         }
         st->flops = fl * A;
+        st->t_pipe_wait = pst.t_wait;
+        st->t_recompute = e->t_recompute;
+        st->act_peak_bytes = e->act_peak;
     }
     return rc;
 }
@@ -546,14 +680,13 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
                       double *loss)
 {
     const size_t bt = (size_t)e->d.B * e->d.T;
-    double tc = 0, loss_sum = 0;
-    int rc = 0;
-    for (int mb = 0; mb < e->cfg.grad_accum && !rc; mb++)
-        rc = forward(e, inputs + mb * bt, targets + mb * bt, &loss_sum, &tc);
+    double loss_sum = 0;
+    int rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
     if (rc)
         return rc;
-    double red[3] = { loss_sum, 0, 0 };
-    if ((rc = dp_sum3(e, red)))
+    bool loss_here = e->last_stage && e->d.tp_rank == 0;
+    double red[3] = { loss_here ? loss_sum : 0, 0, 0 };
+    if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
     *loss = red[0] / ((double)bt * e->cfg.grad_accum * e->dp.size);
     return 0;

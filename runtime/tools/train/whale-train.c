@@ -21,6 +21,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
+#include "whale/parallel.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
 
@@ -34,6 +35,9 @@ struct opts {
     int loss_scale;
     int format;
     int progress; /* -1 auto */
+    const char *schedule, *recompute;
+    long interleave;
+    double act_budget_mb;
 };
 
 static void usage(FILE *f)
@@ -57,6 +61,11 @@ static void usage(FILE *f)
 "  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
 "  --seed N             model and data seed (1337)\n"
 "  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
+"  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
+"  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
+"  --recompute P        none, selective, full or auto (plan or none)\n"
+"  --act-budget-mb X    activation budget per rank for --recompute=auto\n"
+"                       (default: half of what no recomputation keeps)\n"
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
@@ -75,7 +84,9 @@ static void usage(FILE *f)
 "  -h, --help           this help;  -V, --version  version\n"
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
-"(zero, micro_batch, num_micro_batches, global_batch, model); WHALE_ZERO,\n"
+"(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
+"interleave, stage_layers, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
+"a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
 "WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
 "Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
 "_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
@@ -144,15 +155,31 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
+/* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its
+ * default spinning workers burn the cores that OpenBLAS, the data thread,
+ * the progress engine and other ranks on the node need: measured 4-5x
+ * slower steps on a loaded 2-core machine. Re-exec once with passive
+ * waiting unless the user chose a policy. */
+static void ensure_passive_omp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("WHALE_TRAIN_REEXEC"))
+        return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("WHALE_TRAIN_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+    /* exec failed: carry on with the default policy */
+}
+
 int main(int argc, char **argv)
 {
+    ensure_passive_omp(argv);
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
                       .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
-           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_RESUME,
-           O_CKDIR, O_CKEVERY, O_CKKEEP };
+           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -171,6 +198,10 @@ int main(int argc, char **argv)
         { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
         { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
         { "ckpt-keep", required_argument, 0, O_CKKEEP },
+        { "schedule", required_argument, 0, O_SCHED },
+        { "interleave", required_argument, 0, O_INTERLEAVE },
+        { "recompute", required_argument, 0, O_RECOMPUTE },
+        { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -203,6 +234,28 @@ int main(int argc, char **argv)
         case O_CKDIR: o.ckpt_dir = optarg; break;
         case O_CKEVERY: o.ckpt_every = optarg; break;
         case O_CKKEEP: bad |= parse_long("--ckpt-keep", optarg, 0, 1000000, &o.ckpt_keep); break;
+        case O_SCHED: {
+            enum whale_schedule k;
+            if (whale_schedule_parse(optarg, &k)) {
+                fprintf(stderr, "whale-train: --schedule=%s: expected 1f1b, interleaved or gpipe\n",
+                        optarg);
+                bad = 1;
+            }
+            o.schedule = optarg;
+            break;
+        }
+        case O_INTERLEAVE: bad |= parse_long("--interleave", optarg, 1, 64, &o.interleave); break;
+        case O_RECOMPUTE: {
+            enum whale_recompute k;
+            if (whale_recompute_parse(optarg, &k) || k == WHALE_RECOMPUTE_LAYERS) {
+                fprintf(stderr, "whale-train: --recompute=%s: expected none, selective, full or "
+                        "auto (a per-layer set comes from the plan)\n", optarg);
+                bad = 1;
+            }
+            o.recompute = optarg;
+            break;
+        }
+        case O_ACTBUDGET: bad |= parse_double("--act-budget-mb", optarg, 0.001, 1e9, &o.act_budget_mb); break;
         case O_FORMAT:
             if (!strcmp(optarg, "auto")) o.format = WHALE_DATA_AUTO;
             else if (!strcmp(optarg, "llmc")) o.format = WHALE_DATA_LLMC;
@@ -258,9 +311,7 @@ int main(int argc, char **argv)
     if (have_plan && plan.ckpt_every > 0)
         snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.tp > 1 || plan.pp > 1 ? "tensor/pipeline parallelism (TP, PP > 1)"
-                        : plan.recompute != WHALE_RECOMPUTE_NONE ? "activation recomputation"
-                        : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
+        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
@@ -285,34 +336,7 @@ int main(int argc, char **argv)
         return 1;
 
     whale_ctx *ctx = NULL;
-    int rank = 0, dp = 1, dp_rank = 0;
-#ifdef WHALE_HAVE_COMM
-    if (whale_init(&ctx))
-        return 1;
-    {
-        int tp, pp, tpr, ppr;
-        whale_degrees(ctx, &tp, &pp, &dp);
-        whale_coords(ctx, &tpr, &ppr, &dp_rank);
-        rank = whale_rank(ctx);
-        if (whale_is_spare(ctx)) {
-            whale_info("hot spare: idle (promotion needs the elastic module)");
-            whale_finalize(ctx);
-            return 0;
-        }
-    }
-#endif
-    if (have_plan) {
-        if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
-            whale_plan_free(&plan);
-            return 1;
-        }
-        if (plan.dp != dp) {
-            whale_error("the plan says DP=%d but this step runs DP=%d ranks", plan.dp, dp);
-            whale_plan_free(&plan);
-            return 1;
-        }
-    }
-    whale_plan_free(&plan);
+    int rank = 0, dp = 1, dp_rank = 0, tp = 1, pp = 1, world = 1;
     int rc = 1;
     whale_engine *e = NULL;
     whale_data *data = NULL;
@@ -321,6 +345,32 @@ int main(int argc, char **argv)
     double ckpt_stall = 0;
     int32_t *in = NULL, *tg = NULL;
     FILE *mf = NULL;
+
+    if (whale_init(&ctx))
+        return 1;
+    {
+        int tpr, ppr;
+        whale_degrees(ctx, &tp, &pp, &dp);
+        whale_coords(ctx, &tpr, &ppr, &dp_rank);
+        world = whale_world_size(ctx);
+        rank = whale_rank(ctx);
+        if (whale_is_spare(ctx)) {
+            whale_info("hot spare: idle (promotion needs the elastic module)");
+            rc = 0;
+            goto out;
+        }
+    }
+    if (have_plan) {
+        if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
+            whale_plan_free(&plan);
+            goto out;
+        }
+        if (plan.dp != dp || plan.tp != tp || plan.pp != pp) {
+            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
+                        "refusing before any step", plan.tp, plan.pp, plan.dp, tp, pp, dp);
+            goto out;
+        }
+    }
 
     long accum = o.accum > 0 ? o.accum : 1;
     long micro = o.micro;
@@ -357,7 +407,34 @@ int main(int argc, char **argv)
     ec.overlap = o.overlap != 0;
     ec.loss_scaling = o.loss_scale;
     ec.threads = (int)o.threads;
+    /* tensor / pipeline parallelism and recomputation: flags > plan */
+    ec.tp = tp;
+    ec.pp = pp;
+    ec.schedule = have_plan ? plan.schedule : WHALE_SCHED_1F1B;
+    ec.interleave = have_plan ? plan.interleave : 1;
+    if (o.schedule)
+        whale_schedule_parse(o.schedule, &ec.schedule);
+    if (o.interleave > 0)
+        ec.interleave = (int)o.interleave;
+    if (o.schedule && ec.schedule != WHALE_SCHED_INTERLEAVED && !o.interleave)
+        ec.interleave = 1;
+    if (have_plan && plan.n_stage_layers > 0 && ec.interleave == plan.interleave) {
+        ec.stage_layers = plan.stage_layers;
+        ec.n_stage_layers = plan.n_stage_layers;
+    }
+    ec.recompute = have_plan ? plan.recompute : WHALE_RECOMPUTE_NONE;
+    if (o.recompute)
+        whale_recompute_parse(o.recompute, &ec.recompute);
+    if (ec.recompute == WHALE_RECOMPUTE_LAYERS) {
+        ec.recompute_layers = plan.recompute_layers;
+        ec.n_recompute_layers = plan.n_recompute_layers;
+    }
+    ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
+    /* the engine refuses layouts that cannot run (divisibility, stage split,
+     * schedule vs micro-batches) with the reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
+        goto out;
+    if (whale_trace_init(rank, world))
         goto out;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
@@ -523,6 +600,9 @@ int main(int argc, char **argv)
                                   "peak_rss_mb", peak_rss_mb());
             if (t_ck > 0)
                 json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
+            json_object_set_new(j, "pipe_wait_s", json_real(st.t_pipe_wait));
+            json_object_set_new(j, "recompute_s", json_real(st.t_recompute));
+            json_object_set_new(j, "act_peak_mb", json_real(st.act_peak_bytes / 1048576.0));
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -564,8 +644,14 @@ int main(int argc, char **argv)
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
                               "global_batch", (int)gbatch);
+        json_t *sm = json_object_get(j, "summary");
+        json_object_set_new(sm, "tp", json_integer(tp));
+        json_object_set_new(sm, "pp", json_integer(pp));
+        json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
+        json_object_set_new(sm, "interleave", json_integer(ec.interleave));
+        json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
         if (nsaves)
-            json_object_set_new(json_object_get(j, "summary"), "checkpoints",
+            json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
@@ -579,15 +665,15 @@ out:
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);
+    whale_trace_close();
+    whale_plan_free(&plan);
     if (mf)
         fclose(mf);
     free(in);
     free(tg);
     whale_data_close(data);
     whale_engine_destroy(e);
-#ifdef WHALE_HAVE_COMM
     if (ctx)
         whale_finalize(ctx);
-#endif
     return rc;
 }
