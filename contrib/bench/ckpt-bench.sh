@@ -28,23 +28,30 @@ get() { sed -n "s/.*\b$1=\([0-9.e+-]*\).*/\1/p" | head -1; }
 echo "# whale-ckpt benchmark: $mb MiB model, $runs interleaved runs, scratch $scratch"
 echo "# $(nproc) cores, $(df -h --output=source,fstype "$scratch" | tail -1)"
 dd_mbps=() ours=() sync_s=() astall=() dstall=()
+bytes=$("$tool" bench --dir "$scratch" --mb "$mb" --part none 2>/dev/null | get bytes)
+count=$(( (bytes + 8388607) / 8388608 ))
+# persist bandwidth vs dd: the same bytes, alternating, each after the same
+# pause with the page cache flushed (the disk and its host cache are shared)
 for i in $(seq "$runs"); do
-    # same conditions for both: page cache flushed and a pause before each
-    bytes=${bytes:-$("$tool" bench --dir "$scratch" --mb "$mb" --part none 2>/dev/null | get bytes)}
-    count=$(( (bytes + 8388607) / 8388608 ))
-    sync; sleep 1
+    sync; sleep 3
     t0=$(date +%s.%N)
     dd if=/dev/zero of="$scratch/dd.bin" bs=8M count="$count" conv=fdatasync status=none
     t1=$(date +%s.%N)
     rm -f "$scratch/dd.bin"
     dd_mbps+=("$(echo "$count $t0 $t1" | awk '{printf "%.1f", $1 * 8.388608 / ($3 - $2)}')")
+    sync; sleep 3
+    out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --part persist)
+    ours+=("$(echo "$out" | get persist_MBps)")
+    echo "persist run $i: whale-ckpt ${ours[-1]} MB/s, dd ${dd_mbps[-1]} MB/s"
+done
+# stall per checkpoint: sync save vs async (copy) vs async (deferred copy)
+for i in $(seq "$runs"); do
     sync; sleep 1
     out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --compute-ms "$compute_ms" --part stall)
-    ours+=("$(echo "$out" | get persist_MBps)")
     sync_s+=("$(echo "$out" | get sync_s)")
     astall+=("$(echo "$out" | get async_stall_s)")
     dstall+=("$(echo "$out" | get deferred_stall_s)")
-    echo "run $i: sync save ${sync_s[-1]} s, async stall ${astall[-1]} s, deferred stall ${dstall[-1]} s, persist ${ours[-1]} MB/s, dd ${dd_mbps[-1]} MB/s"
+    echo "stall run $i: sync save ${sync_s[-1]} s, async stall ${astall[-1]} s, deferred stall ${dstall[-1]} s"
 done
 m_sync=$(printf '%s\n' "${sync_s[@]}" | median)
 m_as=$(printf '%s\n' "${astall[@]}" | median)
