@@ -87,6 +87,8 @@ typedef struct ckpt_st_entry {
 
 /* Builds the header bytes (8-byte length + JSON padded to 8) for entries
  * laid out in order and a metadata object (json_t *, may be NULL). */
+int  ckpt_st_header_aligned(const ckpt_st_entry *e, size_t n, void *metadata_json, size_t align,
+                            char **out, size_t *out_len);
 int  ckpt_st_header(const ckpt_st_entry *e, size_t n, void *metadata_json,
                     char **out, size_t *out_len);
 /* Parses a header from an open file: entries (malloc'd), data offset. */

@@ -47,7 +47,13 @@ struct persist {
     mode_t fmode, dmode;
     int *fds;
     size_t nfds;
+    unsigned char *stage;  /* aligned image of the bundle being written */
+    size_t stage_cap;
+    bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
+
+#define CKPT_DIRECT_ALIGN 4096
+#define CKPT_DIRECT_MIN (256u << 10) /* smaller bundles: buffered, 8-byte aligned */
 
 struct whale_ckpt {
     whale_ckpt_config cfg;
