@@ -495,7 +495,7 @@ int main(int argc, char **argv)
     if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
         goto out;
     if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
-        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", 1, "pp", 1,
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", tp, "pp", pp,
                                "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
                                "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
                                "seed", (json_int_t)o.seed);
