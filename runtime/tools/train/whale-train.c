@@ -329,6 +329,12 @@ int main(int argc, char **argv)
             whale_plan_free(&plan);
             goto out;
         }
+        for (int i = 1; i < plan.n_dp_batch; i++)
+            if (plan.dp_batch[i] != plan.dp_batch[0]) {
+                whale_error("the plan gives the DP replicas different batches (dp_batch); this "
+                            "engine splits the global batch evenly; refusing before any step");
+                goto out;
+            }
         if (plan.dp != dp || plan.tp != tp || plan.pp != pp) {
             whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
                         "refusing before any step", plan.tp, plan.pp, plan.dp, tp, pp, dp);
