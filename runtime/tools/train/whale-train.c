@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/ckpt.h"
 #include "whale/comm.h"
 #include "whale/data.h"
 #include "whale/engine.h"
@@ -26,6 +27,8 @@
 
 struct opts {
     const char *model, *data, *metrics, *plan;
+    const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
+    long ckpt_keep;
     long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
     double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
     int overlap; /* -1: unset */
@@ -72,13 +75,21 @@ static void usage(FILE *f)
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
 "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm)\n"
 "  --no-progress        no live progress line\n"
+"  --whale-ckpt-dir DIR checkpoint root (default: WHALE_CKPT_DIR, the plan's ckpt_dir)\n"
+"  --whale-ckpt-every N|Ts  checkpoint every N steps or every T (30s, 10m, 2h)\n"
+"                       (default: WHALE_CKPT_EVERY, the plan's ckpt_every)\n"
+"  --ckpt-keep K        keep the last K checkpoints (3; 0 keeps all)\n"
+"  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
+"                       or `latest` under the checkpoint root (none yet: start fresh)\n"
 "  -h, --help           this help;  -V, --version  version\n"
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
 "(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
 "interleave, stage_layers, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
 "a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
-"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n");
+"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
+"Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -130,6 +141,13 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
+static int64_t clock_gettime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig)
 {
@@ -158,10 +176,10 @@ int main(int argc, char **argv)
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
-                      .progress = -1, .metrics = "whale-train-metrics.jsonl" };
+                      .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
-           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET };
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -176,6 +194,10 @@ int main(int argc, char **argv)
         { "log-every", required_argument, 0, O_LOGEVERY },
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
+        { "resume", required_argument, 0, O_RESUME },
+        { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
+        { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
+        { "ckpt-keep", required_argument, 0, O_CKKEEP },
         { "schedule", required_argument, 0, O_SCHED },
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
@@ -208,6 +230,10 @@ int main(int argc, char **argv)
         case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &o.log_every); break;
         case O_PEAK: bad |= parse_double("--peak-gflops", optarg, 0.001, 1e9, &o.peak_gflops); break;
         case O_NOPROG: o.progress = 0; break;
+        case O_RESUME: o.resume = optarg; break;
+        case O_CKDIR: o.ckpt_dir = optarg; break;
+        case O_CKEVERY: o.ckpt_every = optarg; break;
+        case O_CKKEEP: bad |= parse_long("--ckpt-keep", optarg, 0, 1000000, &o.ckpt_keep); break;
         case O_SCHED: {
             enum whale_schedule k;
             if (whale_schedule_parse(optarg, &k)) {
@@ -277,6 +303,13 @@ int main(int argc, char **argv)
         o.batch = plan.global_batch;
     if (!o.model && have_plan && plan.model[0])
         o.model = plan.model;
+    /* checkpoints: flags > WHALE_CKPT_* > the plan (the plugin puts them there) */
+    char plan_ckpt_dir[1024] = "", plan_ckpt_every[32] = "";
+    char *plan_json = have_plan ? whale_plan_to_json(&plan, 0) : NULL;
+    if (have_plan && plan.ckpt_dir[0])
+        snprintf(plan_ckpt_dir, sizeof plan_ckpt_dir, "%s", plan.ckpt_dir);
+    if (have_plan && plan.ckpt_every > 0)
+        snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
         const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
@@ -307,6 +340,9 @@ int main(int argc, char **argv)
     int rc = 1;
     whale_engine *e = NULL;
     whale_data *data = NULL;
+    whale_ckpt *ck = NULL;
+    int nsaves = 0;
+    double ckpt_stall = 0;
     int32_t *in = NULL, *tg = NULL;
     FILE *mf = NULL;
 
@@ -413,6 +449,66 @@ int main(int argc, char **argv)
     if (whale_data_open(&dc, &data))
         goto out;
 
+    /* ---- checkpoints: settings, resume, the saver ---- */
+    whale_ckpt_config ckc;
+    whale_ckpt_config_default(&ckc);
+    if (!o.ckpt_dir && !getenv("WHALE_CKPT_DIR") && plan_ckpt_dir[0])
+        ckc.root = plan_ckpt_dir;
+    if (!o.ckpt_every && !getenv("WHALE_CKPT_EVERY") && plan_ckpt_every[0])
+        setenv("WHALE_CKPT_EVERY", plan_ckpt_every, 1);
+    if (o.ckpt_every)
+        setenv("WHALE_CKPT_EVERY", o.ckpt_every, 1);
+    if (whale_ckpt_config_from_env(&ckc))
+        goto out;
+    if (o.ckpt_dir)
+        ckc.root = o.ckpt_dir;
+    if (o.ckpt_keep >= 0)
+        ckc.keep = (int)o.ckpt_keep;
+    ckc.rank = rank;
+    ckc.world = ctx ? whale_world_size(ctx) : 1;
+    if ((ckc.every_steps > 0 || ckc.every_seconds > 0) && !ckc.root) {
+        whale_error("--whale-ckpt-every needs a checkpoint directory (--whale-ckpt-dir or "
+                    "WHALE_CKPT_DIR)");
+        goto out;
+    }
+    if (o.resume) {
+        bool latest = !strcmp(o.resume, "latest");
+        if (latest && !ckc.root) {
+            whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
+                        "WHALE_CKPT_DIR)");
+            goto out;
+        }
+        char *dir = NULL;
+        int lrc = latest ? whale_ckpt_resolve(ckc.root, "latest", &dir)
+                         : whale_ckpt_resolve(o.resume, "latest", &dir);
+        if (lrc == WHALE_ENOENT && latest) {
+            if (rank == 0)
+                whale_info("--resume latest: no checkpoint under %s yet, starting at step 0",
+                           ckc.root);
+        } else if (lrc) {
+            goto out;
+        } else {
+            whale_ckpt_reader *rd = NULL;
+            lrc = whale_ckpt_reader_open(dir, &rd);
+            if (!lrc)
+                lrc = whale_ckpt_load_engine(rd, e);
+            whale_ckpt_reader_close(rd);
+            free(dir);
+            if (lrc)
+                goto out;
+        }
+    }
+    if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
+        goto out;
+    if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", 1, "pp", 1,
+                               "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
+                               "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
+                               "seed", (json_int_t)o.seed);
+        plan_json = json_dumps(pj, JSON_COMPACT);
+        json_decref(pj);
+    }
+
     size_t bt = (size_t)micro * accum * seq;
     in = malloc(bt * sizeof(int32_t));
     tg = malloc(bt * sizeof(int32_t));
@@ -447,11 +543,43 @@ int main(int argc, char **argv)
             goto out;
         }
         struct whale_step_stats st;
+        if (ck && (whale_ckpt_fence(ck) || whale_ckpt_poll(ck))) {
+            whale_error("stopping: a checkpoint failed (the previous ones are intact)");
+            rc = 1;
+            goto out;
+        }
         if (whale_engine_step(e, in, tg, &st)) {
             rc = 1;
             goto out;
         }
         done++;
+        double t_ck = 0;
+        if (ck) {
+            int due = whale_ckpt_due(ck, step + 1);
+#ifdef WHALE_HAVE_COMM
+            /* a time-based interval is decided on rank 0 (clocks differ) */
+            if (ckc.every_seconds > 0 && ctx && whale_world_size(ctx) > 1 &&
+                whale_broadcast(whale_world(ctx), &due, 1, WHALE_INT32, 0)) {
+                rc = 1;
+                goto out;
+            }
+#endif
+            if (due) {
+                double t0 = (double)clock_gettime_ns() * 1e-9;
+                bool skipped = false;
+                if (whale_ckpt_save_engine(ck, e, plan_json, &skipped)) {
+                    whale_error("stopping: checkpoint of step %ld failed (the previous ones "
+                                "are intact)", step + 1);
+                    rc = 1;
+                    goto out;
+                }
+                t_ck = (double)clock_gettime_ns() * 1e-9 - t0;
+                if (!skipped) {
+                    nsaves++;
+                    ckpt_stall += t_ck;
+                }
+            }
+        }
         double tokens = (double)gbatch * seq;
         double tps = tokens / st.t_total;
         double mfu = st.flops / st.t_total / (peak * 1e9);
@@ -476,6 +604,8 @@ int main(int argc, char **argv)
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
                                   "loss_scale", (double)st.loss_scale, "skipped", st.skipped,
                                   "peak_rss_mb", peak_rss_mb());
+            if (t_ck > 0)
+                json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
             json_object_set_new(j, "pipe_wait_s", json_real(st.t_pipe_wait));
             json_object_set_new(j, "recompute_s", json_real(st.t_recompute));
             json_object_set_new(j, "act_peak_mb", json_real(st.act_peak_bytes / 1048576.0));
@@ -499,6 +629,15 @@ int main(int argc, char **argv)
     }
     if (tty)
         fputc('\n', stderr);
+    if (ck) { /* the last save in flight must land */
+        int crc = whale_ckpt_close(ck);
+        ck = NULL;
+        if (crc) {
+            whale_error("the last checkpoint failed (the previous ones are intact)");
+            rc = 1;
+            goto out;
+        }
+    }
     if (stop_requested)
         whale_warn("stopped by a signal after %ld steps", done);
     if (rank == 0) {
@@ -517,6 +656,9 @@ int main(int argc, char **argv)
         json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
         json_object_set_new(sm, "interleave", json_integer(ec.interleave));
         json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
+        if (nsaves)
+            json_object_set_new(sm, "checkpoints",
+                                json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
         if (mf)
@@ -526,6 +668,9 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    if (ck && whale_ckpt_close(ck))
+        rc = 1;
+    free(plan_json);
     whale_trace_close();
     whale_plan_free(&plan);
     if (mf)
