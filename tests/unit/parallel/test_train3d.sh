@@ -104,7 +104,7 @@ expect_refusal() { # name pattern ntasks run-args -- train-args
 }
 PLAN='{"version":1,"tp":2,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4}'
 expect_refusal plan_vs_run "refusing before any step" 1 --plan "$PLAN" --
-expect_refusal tp3 "TP=3 must divide" 3 --tp 3 --
+expect_refusal tp3 "must be divisible by the tensor-parallel degree TP=3" 3 --tp 3 --
 PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"stage_layers":[2,3]}'
 expect_refusal bad_stages "stage_layers sum to 5" 2 --pp 2 --plan "$PLAN" --
 expect_refusal interleave_m "multiple" 2 --pp 2 -- --schedule interleaved --interleave 2 --grad-accum 3 --batch 6
