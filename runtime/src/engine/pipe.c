@@ -197,9 +197,12 @@ static int assign_recompute(whale_engine *e)
         cnt[choice[j]]++;
         used += mem[j * 3 + choice[j]];
     }
-    whale_info("recompute=auto: budget %.1f MiB -> %d blocks keep everything, %d selective, %d "
-               "full (%.1f MiB of block activations, %.2f GFLOP re-run per step / micro-batch)",
-               budget / 1048576.0, cnt[0], cnt[1], cnt[2], used / 1048576.0, tt / 1e9);
+    /* one line per pipeline stage */
+    if ((e->dp.size <= 1 || e->dp.rank == 0) && e->d.tp_rank == 0)
+        whale_info("recompute=auto (stage %d): budget %.1f MiB -> %d blocks keep everything, %d "
+                   "selective, %d full (%.1f MiB of block activations, %.3f GFLOP re-run per "
+                   "micro-batch)", e->grp.pp.rank, budget / 1048576.0, cnt[0], cnt[1], cnt[2],
+                   used / 1048576.0, tt / 1e9);
 out:
     free(mem);
     free(tim);
