@@ -347,7 +347,10 @@ int eng_pipe_init(whale_engine *e)
 
 void eng_pipe_free(whale_engine *e)
 {
-    for (int i = 0; i < e->nslots; i++)
+    /* After a failed step, receives may still be posted into the slots:
+     * the comm layer could write into them until it shuts down, so they
+     * are left allocated (the run is over anyway). */
+    for (int i = 0; i < e->nslots && !e->pipe_abandoned; i++)
         slot_free(&e->slots[i]);
     free(e->slots);
     e->slots = NULL;
@@ -448,6 +451,8 @@ int eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float d
         .lookahead = 1,
     };
     int rc = whale_pp_run(&e->grp.pp, &e->psched, &h, pst);
+    if (rc)
+        e->pipe_abandoned = true;
     *loss_sum += e->cur_loss;
     *tc += e->cur_tc;
     return rc;
