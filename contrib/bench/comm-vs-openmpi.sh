@@ -65,7 +65,7 @@ for n in $ranks; do
   for ((r = 0; r < rounds; r++)); do
     # one size per whale-bench run, Open MPI right after: same conditions
     for s in $sizes; do whale_side "$n" "$s" >> "$tmp/w$n"; done
-    mpi_side "$n" >> "$tmp/m$n"
+    mpi_side "$n" >> "$tmp/m$n" || echo "Open MPI failed for $n ranks (see above)" >&2
   done
 done
 

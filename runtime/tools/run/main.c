@@ -125,6 +125,8 @@ static void drain(struct child *c, int which, bool label, bool eof)
 {
     char *b = c->buf[which];
     size_t start = 0;
+    if (!b)
+        return; /* nothing was ever read from this stream */
     for (size_t i = 0; i < c->len[which]; i++)
         if (b[i] == '\n') {
             emit(c, which, b + start, i - start, label);
