@@ -117,6 +117,14 @@ struct whale_engine_config {
     int scale_growth_interval;
 
     int threads;           /* compute threads (0: all CPUs of this task / local ranks) */
+
+    /* activation recomputation (enum whale_recompute of planfile.h): none,
+     * selective (attention probabilities rebuilt in backward), full (every
+     * block keeps only its input), layers (full for the listed 0-based
+     * blocks); auto must be resolved to layers by the planner first */
+    int recompute;
+    const int *recompute_layers;
+    int n_recompute_layers;
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */

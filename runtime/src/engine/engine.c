@@ -77,6 +77,17 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
                     m->name);
         return WHALE_ENOTSUP;
     }
+    if (c->recompute == WHALE_RECOMPUTE_AUTO) {
+        whale_error("recompute=auto needs the planner's per-layer choice: give the layers "
+                    "(plan \"recompute\": \"layers\" with \"recompute_layers\")");
+        return WHALE_EINVAL;
+    }
+    for (int k = 0; k < c->n_recompute_layers; k++)
+        if (c->recompute_layers[k] < 0 || c->recompute_layers[k] >= m->layers) {
+            whale_error("recompute layer %d out of range 0..%d (model %s has %d blocks)",
+                        c->recompute_layers[k], m->layers - 1, m->name, m->layers);
+            return WHALE_ERANGE;
+        }
     if (c->precision == WHALE_PREC_FP16 || c->precision == WHALE_PREC_BF16) {
         whale_error("16-bit storage is not implemented in the CPU kernels; train in fp32 "
                     "(loss scaling can still be enabled)");
@@ -222,6 +233,15 @@ static void bind_layers(whale_engine *e)
     }
 }
 
+/* Block index (0-based) named in the per-layer recompute set? */
+static bool layer_listed(const struct whale_engine_config *c, int block)
+{
+    for (int k = 0; k < c->n_recompute_layers; k++)
+        if (c->recompute_layers[k] == block)
+            return true;
+    return false;
+}
+
 static int alloc_state(whale_engine *e)
 {
     const int z = e->cfg.zero_stage;
@@ -269,16 +289,37 @@ static int alloc_state(whale_engine *e)
     e->saved_off = calloc(e->nl + 1, sizeof *e->saved_off);
     if (!e->saved_off)
         return WHALE_ENOMEM;
-    size_t so = 0, sc = 0;
+    /* Recomputation: selective keeps one shared attention-probability buffer
+     * for all blocks; a fully recomputed block keeps only its input (the
+     * previous boundary) and borrows one shared saved area. */
+    const int rp = e->cfg.recompute;
+    if (rp == WHALE_RECOMPUTE_SELECTIVE &&
+        !(e->att_shared = zalloc((size_t)e->d.B * e->d.NH * e->d.T * e->d.T)))
+        return WHALE_ENOMEM;
+    size_t so = 0, sc = 0, shared = 0;
     for (int i = 0; i < e->nl; i++) {
-        e->saved_off[i] = so;
-        so += (e->layers[i].ops->act_floats(&e->layers[i]) + 15) / 16 * 16;
-        size_t s = e->layers[i].ops->scratch_floats(&e->layers[i]);
-        sc = s > sc ? s : sc;
+        struct eng_layer *l = &e->layers[i];
+        bool block = l->ops == &eng_block_ops;
+        l->att_shared = block ? e->att_shared : NULL;
+        l->recompute = block && (rp == WHALE_RECOMPUTE_FULL ||
+                                 (rp == WHALE_RECOMPUTE_LAYERS && layer_listed(&e->cfg, i - 1)));
+        size_t a = (l->ops->act_floats(l) + 15) / 16 * 16;
+        if (l->recompute) {
+            shared = a > shared ? a : shared;
+        } else {
+            e->saved_off[i] = so;
+            so += a;
+        }
+        size_t s2 = l->ops->scratch_floats(l);
+        sc = s2 > sc ? s2 : sc;
     }
-    e->saved_off[e->nl] = so;
-    e->act_floats = so + (size_t)(e->nl - 1) * N * C;
-    if (!(e->saved = zalloc(so)) || !(e->scratch = zalloc(sc)) ||
+    for (int i = 0; i < e->nl; i++)
+        if (e->layers[i].recompute)
+            e->saved_off[i] = so;
+    e->saved_off[e->nl] = so + shared;
+    e->act_floats = so + shared + (e->att_shared ? (size_t)e->d.B * e->d.NH * e->d.T * e->d.T : 0) +
+                    (size_t)(e->nl - 1) * N * C;
+    if (!(e->saved = zalloc(so + shared)) || !(e->scratch = zalloc(sc)) ||
         !(e->xb = zalloc((size_t)(e->nl - 1) * N * C)) || !(e->dstream = zalloc(N * C)))
         return WHALE_ENOMEM;
     return 0;
@@ -383,6 +424,7 @@ void whale_engine_destroy(whale_engine *e)
     free(e->xb);
     free(e->saved);
     free(e->saved_off);
+    free(e->att_shared);
     free(e->scratch);
     free(e->dstream);
     free(e);

@@ -53,6 +53,7 @@ struct whale_engine {
     size_t *saved_off;
     float *scratch;
     float *dstream;          /* (N,C) */
+    float *att_shared;       /* selective recomputation: (B,NH,T,T) */
     size_t act_floats;
 
     /* state */

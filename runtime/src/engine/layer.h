@@ -80,6 +80,8 @@ struct eng_layer {
     float *w, *g;              /* weight / gradient of flat_begin (rebound under ZeRO 2/3) */
     struct eng_layer *tied;    /* head: the embedding layer whose wte it uses */
     int bucket;                /* gradient bucket of this layer */
+    bool recompute;            /* full recomputation: saved area shared, rebuilt before backward */
+    float *att_shared;         /* selective: attention probabilities live here, rebuilt in backward */
 };
 
 static inline float *eng_pw(const struct eng_layer *l, int i)

@@ -203,8 +203,9 @@ struct blk_saved {
     float *fc, *gl;             /* (N,F) pre- and post-GELU */
 };
 
-static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s)
+static size_t blk_carve(const struct eng_layer *l, float *base, struct blk_saved *s)
 {
+    const struct eng_dims *d = l->d;
     size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
 #define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
@@ -212,7 +213,12 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    if (l->att_shared && !l->recompute) {
+        if (s)
+            s->att = l->att_shared;
+    } else {
+        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    }
     TAKE(atty, N * Ct);
     TAKE(r1, N * C);
     TAKE(ln2, N * C);
@@ -226,7 +232,7 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
-    return blk_carve(l->d, NULL, NULL);
+    return blk_carve(l, NULL, NULL);
 }
 
 static size_t blk_scratch(const struct eng_layer *l)
@@ -262,7 +268,7 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_carve(l, io->saved, &s);
     float *tmp = io->scratch; /* (N,C) */
     int rc;
     k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
@@ -285,7 +291,9 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(d, io->saved, &s);
+    blk_carve(l, io->saved, &s);
+    if (l->att_shared && !l->recompute) /* selective recomputation: rebuild the probabilities */
+        k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */

@@ -293,9 +293,11 @@ static int backward(whale_engine *e, const int32_t *in, const int32_t *tg, float
             break;
         struct eng_io io;
         io_init(e, &io, i, in, tg);
+        double t0 = eng_now();
+        if (l->recompute && (rc = l->ops->forward(l, &io))) /* rebuild what was dropped */
+            break;
         io.dstream = e->dstream;
         io.dloss = dloss;
-        double t0 = eng_now();
         rc = l->ops->backward(l, &io);
         *tc += eng_now() - t0;
         if (rc)

@@ -31,6 +31,7 @@ struct opts {
     int loss_scale;
     int format;
     int progress; /* -1 auto */
+    int recompute; /* -1: unset */
 };
 
 static void usage(FILE *f)
@@ -57,6 +58,7 @@ static void usage(FILE *f)
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
+"  --recompute none|selective|full   activation recomputation (default: the plan's)\n"
 "  --loss-scale         dynamic loss scaling (for 16-bit; off in fp32)\n"
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
@@ -147,9 +149,9 @@ int main(int argc, char **argv)
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
-                      .progress = -1, .metrics = "whale-train-metrics.jsonl" };
+                      .progress = -1, .recompute = -1, .metrics = "whale-train-metrics.jsonl" };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
-           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT };
+           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_RECOMP };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -164,6 +166,7 @@ int main(int argc, char **argv)
         { "log-every", required_argument, 0, O_LOGEVERY },
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
+        { "recompute", required_argument, 0, O_RECOMP },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -201,6 +204,18 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_RECOMP: {
+            enum whale_recompute r;
+            if (whale_recompute_parse(optarg, &r) || r == WHALE_RECOMPUTE_AUTO ||
+                r == WHALE_RECOMPUTE_LAYERS) {
+                fprintf(stderr, "whale-train: --recompute=%s: expected none, selective or full "
+                        "(per-layer sets come from the plan)\n", optarg);
+                bad = 1;
+            } else {
+                o.recompute = (int)r;
+            }
+            break;
+        }
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -241,7 +256,6 @@ int main(int argc, char **argv)
         o.model = plan.model;
     if (have_plan) {
         const char *why = plan.pp > 1 ? "pipeline parallelism (PP > 1)"
-                        : plan.recompute != WHALE_RECOMPUTE_NONE ? "activation recomputation"
                         : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
         if (why) {
@@ -298,7 +312,6 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    whale_plan_free(&plan);
 
     long accum = o.accum > 0 ? o.accum : 1;
     long micro = o.micro;
@@ -335,8 +348,22 @@ int main(int argc, char **argv)
     ec.overlap = o.overlap != 0;
     ec.loss_scaling = o.loss_scale;
     ec.threads = (int)o.threads;
-    if (whale_engine_create(&ec, ctx, &e))
+    if (o.recompute >= 0) {
+        ec.recompute = o.recompute;
+    } else if (have_plan) {
+        ec.recompute = (int)plan.recompute;
+        if (plan.recompute == WHALE_RECOMPUTE_AUTO && plan.n_recompute_layers > 0)
+            ec.recompute = WHALE_RECOMPUTE_LAYERS; /* the planner's solution */
+        ec.recompute_layers = plan.recompute_layers;
+        ec.n_recompute_layers = plan.n_recompute_layers;
+    }
+    rc = whale_engine_create(&ec, ctx, &e);
+    whale_plan_free(&plan);
+    if (rc) {
+        rc = 1;
         goto out;
+    }
+    rc = 1;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
                                     .seq = (int)seq, .local_batch = (int)(micro * accum),
@@ -433,12 +460,14 @@ int main(int argc, char **argv)
         double tps = t_run > 0 ? tok_run / t_run : 0;
         double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
         double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
-        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
+        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisisfss}}", "summary",
                               "steps", (json_int_t)done, "first_loss", first_loss,
                               "final_loss", last_loss, "tokens_per_s", tps, "mfu", mfu,
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
-                              "global_batch", (int)gbatch);
+                              "global_batch", (int)gbatch,
+                              "activation_mb_predicted", mem.act_bytes / 1048576.0,
+                              "recompute", whale_recompute_name((enum whale_recompute)ec.recompute));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
         if (mf)
@@ -448,6 +477,7 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    whale_plan_free(&plan);
     if (mf)
         fclose(mf);
     free(in);
