@@ -125,6 +125,12 @@ struct whale_engine_config {
     int recompute;
     const int *recompute_layers;
     int n_recompute_layers;
+
+    /* pipeline (degree from the context): transformer blocks per stage
+     * (n == PP, summing to Layers), or NULL for an even split; the
+     * micro-batches of a step (grad_accum) run as 1F1B */
+    const int *stage_layers;
+    int n_stage_layers;
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */

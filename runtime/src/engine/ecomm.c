@@ -65,11 +65,6 @@ int eng_comm_from_ctx(whale_ctx *ctx, struct eng_comm *c, bool *have)
     int tp = 1, pp = 1, dp = 1;
     whale_degrees(ctx, &tp, &pp, &dp);
     *have = false;
-    if (pp > 1) {
-        whale_error("pipeline parallelism (PP=%d) is not available in this engine yet; use "
-                    "tensor and data parallelism (WHALE_TP, WHALE_DP)", pp);
-        return WHALE_ENOTSUP;
-    }
     whale_group *g = whale_dp_group(ctx);
     if (g && whale_group_size(g) > 1) {
         eng_comm_from_group(c, g);

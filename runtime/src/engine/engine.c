@@ -113,40 +113,94 @@ static int count_threads_default(void)
     return t < 1 ? 1 : t;
 }
 
-/* Build layers and parameter tables. */
-static int build_layers(whale_engine *e)
+/* Build this stage's layers and their parameter tables. */
+static int build_layers(whale_engine *e, int g0, int g1)
 {
     const struct eng_dims *d = &e->d;
-    e->nl = d->L + 2;
+    e->nl = g1 - g0;
+    e->has_embed = g0 == 0;
+    e->has_head = g1 == d->L + 2;
     e->layers = calloc(e->nl, sizeof *e->layers);
-    int np = eng_embed_params(d, 0, NULL) + d->L * eng_block_params(d, 1, NULL) +
-             eng_head_params(d, d->L + 1, NULL);
+    int np = 0;
+    for (int g = g0; g < g1; g++)
+        np += g == 0 ? eng_embed_params(d, g, NULL)
+            : g <= d->L ? eng_block_params(d, g, NULL) : eng_head_params(d, g, NULL) + 1;
     e->params = calloc(np, sizeof *e->params);
     if (!e->layers || !e->params)
         return WHALE_ENOMEM;
     int k = 0;
     for (int i = 0; i < e->nl; i++) {
         struct eng_layer *l = &e->layers[i];
-        l->index = i;
+        int g = g0 + i;
+        l->index = g;
         l->d = d;
         l->params = &e->params[k];
-        if (i == 0) {
+        if (g == 0) {
             l->ops = &eng_embed_ops;
             snprintf(l->name, sizeof l->name, "embed");
-            l->nparams = eng_embed_params(d, i, l->params);
-        } else if (i <= d->L) {
+            l->nparams = eng_embed_params(d, g, l->params);
+        } else if (g <= d->L) {
             l->ops = &eng_block_ops;
-            snprintf(l->name, sizeof l->name, "h.%d", i - 1);
-            l->nparams = eng_block_params(d, i, l->params);
+            snprintf(l->name, sizeof l->name, "h.%d", g - 1);
+            l->nparams = eng_block_params(d, g, l->params);
         } else {
             l->ops = &eng_head_ops;
             snprintf(l->name, sizeof l->name, "head");
-            l->nparams = eng_head_params(d, i, l->params);
-            l->tied = &e->layers[0];
+            l->nparams = eng_head_params(d, g, l->params);
+            if (e->has_embed) {
+                l->tied = &e->layers[0];
+            } else {
+                /* the last stage keeps its own copy of wte, kept equal to the
+                 * first stage's by summing their gradients every step */
+                struct eng_param tmp[2];
+                eng_embed_params(d, 0, tmp);
+                l->params[l->nparams] = tmp[0];
+                l->params[l->nparams].tied_copy = true;
+                l->nparams++;
+            }
         }
         k += l->nparams;
     }
     e->np = k;
+    return 0;
+}
+
+/* Blocks per stage: the plan's split, else even (earlier stages take the
+ * remainder: the last one also runs the head). Returns the global layer
+ * range [g0, g1) of stage s (embedding = 0, blocks 1..L, head L+1). */
+static int stage_range(const struct whale_engine_config *c, int P, int s, int *g0, int *g1)
+{
+    const int L = c->model.layers;
+    int before = 0, mine = 0;
+    if (c->n_stage_layers) {
+        int sum = 0;
+        for (int i = 0; i < c->n_stage_layers; i++) {
+            if (c->stage_layers[i] < 1) {
+                whale_error("plan stage_layers: stage %d has %d layers (at least 1)", i,
+                            c->stage_layers[i]);
+                return WHALE_EINVAL;
+            }
+            sum += c->stage_layers[i];
+        }
+        if (c->n_stage_layers != P || sum != L) {
+            whale_error("plan stage_layers: %d stages summing to %d layers, but PP=%d and model "
+                        "%s has %d layers", c->n_stage_layers, sum, P, c->model.name, L);
+            return WHALE_EINVAL;
+        }
+        for (int i = 0; i < s; i++)
+            before += c->stage_layers[i];
+        mine = c->stage_layers[s];
+    } else {
+        if (L < P) {
+            whale_error("PP=%d stages but model %s has only %d layers", P, c->model.name, L);
+            return WHALE_EINVAL;
+        }
+        int q = L / P, r = L % P;
+        before = s * q + (s < r ? s : r);
+        mine = q + (s < r);
+    }
+    *g0 = s == 0 ? 0 : 1 + before;
+    *g1 = s == P - 1 ? L + 2 : 1 + before + mine;
     return 0;
 }
 
@@ -211,6 +265,18 @@ static int build_buckets(whale_engine *e)
     }
     e->P = flat;
     e->S = flat / dp;
+    e->tied_bucket = e->has_head && e->has_embed ? e->layers[0].bucket : -1;
+    if (e->pp > 1) {
+        if (e->has_embed) {
+            e->buckets[e->layers[0].bucket].deferred = true;
+            e->tied_param = &e->layers[0].params[0];
+        }
+        if (e->has_head) {
+            struct eng_layer *h = &e->layers[e->nl - 1];
+            e->buckets[h->bucket].deferred = true;
+            e->tied_param = &h->params[h->nparams - 1];
+        }
+    }
     return 0;
 }
 
@@ -317,10 +383,21 @@ static int alloc_state(whale_engine *e)
         if (e->layers[i].recompute)
             e->saved_off[i] = so;
     e->saved_off[e->nl] = so + shared;
-    e->act_floats = so + shared + (e->att_shared ? (size_t)e->d.B * e->d.NH * e->d.T * e->d.T : 0) +
-                    (size_t)(e->nl - 1) * N * C;
-    if (!(e->saved = zalloc(so + shared)) || !(e->scratch = zalloc(sc)) ||
-        !(e->xb = zalloc((size_t)(e->nl - 1) * N * C)) || !(e->dstream = zalloc(N * C)))
+    /* 1F1B keeps up to PP - stage micro-batches in flight on a stage */
+    e->nslots = e->pp - e->pp_rank < e->cfg.grad_accum ? e->pp - e->pp_rank : e->cfg.grad_accum;
+    if (e->nslots < 1)
+        e->nslots = 1;
+    e->saved_per_slot = so;
+    e->nbnd = e->nl - (e->has_head ? 1 : 0);
+    size_t NS = (size_t)e->nslots;
+    e->act_floats = NS * so + shared +
+                    (e->att_shared ? (size_t)e->d.B * e->d.NH * e->d.T * e->d.T : 0) +
+                    NS * (size_t)(e->nbnd + !e->has_embed) * N * C;
+    if (!(e->saved = zalloc(NS * so + shared)) || !(e->scratch = zalloc(sc)) ||
+        !(e->xb = zalloc(NS * (size_t)(e->nbnd ? e->nbnd : 1) * N * C)) ||
+        !(e->dstream = zalloc(N * C)) || !(e->fsend = calloc(NS, sizeof *e->fsend)))
+        return WHALE_ENOMEM;
+    if (!e->has_embed && !(e->xin = zalloc(NS * N * C)))
         return WHALE_ENOMEM;
     return 0;
 }
@@ -344,12 +421,38 @@ int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_c
         e->dp.size = 1;
     const struct whale_model_desc *m = &c->model;
     int tp = 1, tp_rank = 0;
+    e->pp = 1;
     if (ctx) {
-        int pp, dpd, ppr, dpr;
-        whale_degrees(ctx, &tp, &pp, &dpd);
-        whale_coords(ctx, &tp_rank, &ppr, &dpr);
+        int dpd, dpr;
+        whale_degrees(ctx, &tp, &e->pp, &dpd);
+        whale_coords(ctx, &tp_rank, &e->pp_rank, &dpr);
         if (tp > 1)
             e->tp_group = whale_tp_group(ctx);
+        if (whale_world_size(ctx) > 1)
+            e->world_group = whale_world(ctx);
+        if (e->pp > 1) {
+            e->pp_group = whale_pp_group(ctx);
+            if (c->zero_stage >= 2) {
+                whale_error("ZeRO stage %d does not compose with pipeline parallelism (PP=%d): "
+                            "gradients and weights are needed across micro-batches; use ZeRO 0 "
+                            "or 1 with PP", c->zero_stage, e->pp);
+                whale_engine_destroy(e);
+                return WHALE_ENOTSUP;
+            }
+            /* the first and last stage share wte: a group of the two */
+            int ends[2] = { whale_group_world_rank(e->pp_group, 0),
+                            whale_group_world_rank(e->pp_group, e->pp - 1) };
+            whale_group *g = NULL;
+            int rc2 = whale_group_create(e->pp_group, ends, 2, &g);
+            if (rc2) {
+                whale_engine_destroy(e);
+                return rc2;
+            }
+            if (e->pp_rank == 0 || e->pp_rank == e->pp - 1)
+                e->emb_group = g;
+            else
+                whale_group_free(g);
+        }
     }
     if (m->heads % tp || m->ffn % tp) {
         whale_error("model %s: Heads=%d and FFN=%d must be divisible by the tensor-parallel degree "
@@ -370,7 +473,12 @@ int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_c
         .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = tp_rank,
     };
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
-    if ((rc = build_layers(e)) || (rc = build_buckets(e)) || (rc = alloc_state(e))) {
+    int g0, g1;
+    if ((rc = stage_range(c, e->pp, e->pp_rank, &g0, &g1))) {
+        whale_engine_destroy(e);
+        return rc;
+    }
+    if ((rc = build_layers(e, g0, g1)) || (rc = build_buckets(e)) || (rc = alloc_state(e))) {
         if (rc == WHALE_ENOMEM)
             whale_error("out of memory building model %s (%lld parameters)", m->name,
                         (long long)whale_model_desc_params(m));
@@ -425,6 +533,10 @@ void whale_engine_destroy(whale_engine *e)
     free(e->saved);
     free(e->saved_off);
     free(e->att_shared);
+    free(e->xin);
+    free(e->fsend);
+    if (e->emb_group)
+        whale_group_free(e->emb_group);
     free(e->scratch);
     free(e->dstream);
     free(e);
@@ -535,7 +647,7 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
                 t.tp_offset[k] = p->off[k];
                 t.tp_shape[k] = p->shape[k];
             }
-            bool tp_writer = p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
+            bool tp_writer = (p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0) && !p->tied_copy;
             bool sharded = kind == WHALE_TENSOR_PARAM ? z == 3 : z >= 1;
             if (!sharded || e->dp.size == 1) {
                 float *base = kind == WHALE_TENSOR_PARAM ? (z == 3 ? e->Wsh : e->W)

@@ -15,6 +15,7 @@ struct eng_bucket {
     int l0, l1;
     size_t flat, n, shard_off;
     int pending;        /* layers whose backward has not finished this micro-batch */
+    bool deferred;      /* holds a tied weight: reduced after the pipeline flush */
     float *gbuf;        /* ZeRO 2/3: full-size gradient scratch while in backward */
     void *greq;         /* gradient reduction in flight */
     float *rs_tmp;      /* ZeRO 2/3 accumulation target for micro-batches > 0 */
@@ -29,6 +30,21 @@ struct whale_engine {
     whale_ctx *ctx;
     struct eng_comm dp;      /* dp.size == 1: no communication */
     whale_group *tp_group;   /* NULL when TP == 1 */
+    whale_group *world_group;/* NULL for a world of one (or the test backend) */
+
+    /* pipeline: this stage holds model layers [first_layer, first_layer + nl) */
+    int pp, pp_rank;
+    whale_group *pp_group;
+    whale_group *emb_group;  /* first + last stage (tied wte), NULL otherwise */
+    bool has_embed, has_head;
+    int tied_bucket;         /* bucket holding the wte the head reads, -1: head has a copy */
+    const struct eng_param *tied_param; /* wte here when PP > 1 (first or last stage) */
+    int nslots;              /* micro-batches in flight on this stage */
+    int nbnd;                /* local layers with an output buffer */
+    size_t saved_per_slot;
+    float *xin;              /* received stage inputs, one (N,C) per slot */
+    whale_req **fsend;       /* per slot: forward activation send in flight */
+    whale_req *bsend;        /* backward gradient send in flight */
     bool own_comm;
 
     int nl;                  /* layers of this stage */

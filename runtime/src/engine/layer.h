@@ -28,6 +28,7 @@ struct eng_param {
     bool decay;                       /* AdamW weight decay applies (matrices, not biases/LN) */
     float init_std;                   /* 0: constant init_const */
     float init_const;
+    bool tied_copy;                   /* the last pipeline stage's copy of wte */
 };
 
 /* Dimensions shared by every layer of one model instance. */

@@ -358,7 +358,7 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
-    const float *wte = eng_pw(l->tied, 0);
+    const float *wte = l->tied ? eng_pw(l->tied, 0) : eng_pw(l, 2);
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
@@ -394,7 +394,9 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     /* probs (N,V) -> dlogits in place */
     k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    float *wte = l->tied ? eng_pw(l->tied, 0) : eng_pw(l, 2);
+    float *dwte = l->tied ? eng_pg(l->tied, 0) : eng_pg(l, 2);
+    k_linear_bwd(dlnf, dwte, NULL, probs, lnf, wte, N, C, V, 0);
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;

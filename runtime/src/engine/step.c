@@ -220,79 +220,140 @@ static int g_poll(whale_engine *e)
 
 /* ---- forward / backward of one micro-batch ----------------------------------------- */
 
-static float *boundary(whale_engine *e, int i) /* output of layer i (i < nl-1) */
+/* Output of local layer i for micro-batch slot `slot`. */
+static float *boundary(whale_engine *e, int slot, int i)
 {
-    return e->xb + (size_t)i * e->d.B * e->d.T * e->d.C;
+    size_t nc = (size_t)e->d.B * e->d.T * e->d.C;
+    return e->xb + ((size_t)slot * e->nbnd + i) * nc;
 }
 
-static void io_init(whale_engine *e, struct eng_io *io, int i, const int32_t *in,
+static float *saved_of(whale_engine *e, int slot, int i)
+{
+    if (e->layers[i].recompute) /* one shared area after all slots */
+        return e->saved + (size_t)e->nslots * e->saved_per_slot;
+    return e->saved + (size_t)slot * e->saved_per_slot + e->saved_off[i];
+}
+
+static void io_init(whale_engine *e, struct eng_io *io, int slot, int i, const int32_t *in,
                     const int32_t *tg)
 {
     memset(io, 0, sizeof *io);
     io->tokens = in;
     io->targets = tg;
-    io->in = i > 0 ? boundary(e, i - 1) : NULL;
-    io->out = i < e->nl - 1 ? boundary(e, i) : NULL;
-    io->saved = e->saved + e->saved_off[i];
+    if (i > 0)
+        io->in = boundary(e, slot, i - 1);
+    else if (!e->has_embed) /* received from the previous stage */
+        io->in = e->xin + (size_t)slot * e->d.B * e->d.T * e->d.C;
+    io->out = i < e->nbnd ? boundary(e, slot, i) : NULL;
+    io->saved = saved_of(e, slot, i);
     io->scratch = e->scratch;
-    io->need_dinput = i > 0;
+    io->need_dinput = i > 0 || !e->has_embed;
     io->tp_group = e->tp_group;
 }
 
-static int forward(whale_engine *e, const int32_t *in, const int32_t *tg, double *loss_sum,
-                   double *tc)
+/* Pipeline point-to-point: one tag per micro-batch and direction, so a
+ * receive can only match its own micro-batch even with several in flight
+ * (steps are separated by the step's collective). */
+static int p2p_tag(int mb, bool grad)
 {
-    const int head = e->nl - 1;
-    int rc = w_acquire(e, e->layers[0].bucket);
-    for (int i = 0; i < e->nl && !rc; i++) {
-        int b = e->layers[i].bucket;
-        /* prefetch the next layer's weights (and the tied embedding for the head) */
-        if (i + 1 < e->nl && e->layers[i + 1].bucket != b)
-            rc = w_acquire(e, e->layers[i + 1].bucket);
-        if (!rc && i + 1 == head)
-            rc = w_acquire(e, e->layers[0].bucket);
-        if (rc || (rc = w_ready(e, b)))
-            break;
-        if (i == head && (rc = w_ready(e, e->layers[0].bucket)))
-            break;
-        struct eng_io io;
-        io_init(e, &io, i, in, tg);
-        double t0 = eng_now();
-        rc = e->layers[i].ops->forward(&e->layers[i], &io);
-        *tc += eng_now() - t0;
-        if (i == head)
-            *loss_sum += io.loss_sum;
-        if (i + 1 >= e->nl || e->layers[i + 1].bucket != b)
-            w_release(e, b);
-        if (i == head)
-            w_release(e, e->layers[0].bucket);
-    }
+    return 0x40000000 | (mb << 1) | (grad ? 1 : 0);
+}
+
+static int p2p_wait(whale_engine *e, whale_req **r)
+{
+    if (!*r)
+        return 0;
+    double t0 = eng_now();
+    int rc = whale_wait(*r);
+    e->t_wait += eng_now() - t0;
+    *r = NULL;
     return rc;
 }
 
-static int backward(whale_engine *e, const int32_t *in, const int32_t *tg, float dloss,
-                    bool first_micro, bool last_micro, double *tc)
+static int p2p_recv(whale_engine *e, float *buf, int peer, int tag)
 {
-    const int head = e->nl - 1;
+    double t0 = eng_now();
+    int rc = whale_recv(e->pp_group, buf, (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32, peer,
+                        tag);
+    e->t_wait += eng_now() - t0;
+    if (rc)
+        whale_error("pipeline: receive from stage %d failed: %s", peer, whale_strerror(rc));
+    return rc;
+}
+
+static int forward(whale_engine *e, int mb, int slot, const int32_t *in, const int32_t *tg,
+                   double *loss_sum, double *tc)
+{
+    const int last = e->nl - 1;
+    const int tb = e->tied_bucket; /* bucket of the wte the head reads, or -1 */
     int rc = 0;
-    for (int b = 0; b < e->nb; b++)
-        e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
-    /* the head needs its own weights and wte; the embedding layer needs no weights */
-    if ((rc = w_acquire(e, e->layers[head].bucket)) || (rc = w_acquire(e, e->layers[0].bucket)))
+    if (!e->has_embed &&
+        (rc = p2p_recv(e, e->xin + (size_t)slot * e->d.B * e->d.T * e->d.C, e->pp_rank - 1, p2p_tag(mb, false))))
         return rc;
-    for (int i = head; i >= 0 && !rc; i--) {
-        struct eng_layer *l = &e->layers[i];
-        int b = l->bucket;
-        if (i - 1 > 0 && e->layers[i - 1].bucket != b)
-            rc = w_acquire(e, e->layers[i - 1].bucket);
-        if (rc || (i > 0 && (rc = w_ready(e, b))))
+    if (!e->has_head && (rc = p2p_wait(e, &e->fsend[slot]))) /* slot's last send is done */
+        return rc;
+    rc = w_acquire(e, e->layers[0].bucket);
+    for (int i = 0; i < e->nl && !rc; i++) {
+        int b = e->layers[i].bucket;
+        bool head = e->has_head && i == last;
+        /* prefetch the next layer's weights (and the tied embedding for the head) */
+        if (i + 1 < e->nl && e->layers[i + 1].bucket != b)
+            rc = w_acquire(e, e->layers[i + 1].bucket);
+        if (!rc && e->has_head && i + 1 == last && tb >= 0)
+            rc = w_acquire(e, tb);
+        if (rc || (rc = w_ready(e, b)))
             break;
-        if (i == head && (rc = w_ready(e, e->layers[0].bucket)))
-            break;
-        if ((rc = g_acquire(e, b)) || (i == head && (rc = g_acquire(e, e->layers[0].bucket))))
+        if (head && tb >= 0 && (rc = w_ready(e, tb)))
             break;
         struct eng_io io;
-        io_init(e, &io, i, in, tg);
+        io_init(e, &io, slot, i, in, tg);
+        double t0 = eng_now();
+        rc = e->layers[i].ops->forward(&e->layers[i], &io);
+        *tc += eng_now() - t0;
+        if (head)
+            *loss_sum += io.loss_sum;
+        if (i + 1 >= e->nl || e->layers[i + 1].bucket != b)
+            w_release(e, b);
+        if (head && tb >= 0)
+            w_release(e, tb);
+    }
+    if (!rc && !e->has_head)
+        rc = whale_isend(e->pp_group, boundary(e, slot, e->nl - 1),
+                         (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32, e->pp_rank + 1, p2p_tag(mb, false),
+                         &e->fsend[slot]);
+    return rc;
+}
+
+static int backward(whale_engine *e, int mb, int slot, const int32_t *in, const int32_t *tg,
+                    float dloss, bool first_micro, bool last_micro, double *tc)
+{
+    const int last = e->nl - 1;
+    const int tb = e->tied_bucket;
+    int rc = 0;
+    /* dstream is reused: the previous gradient sent backward must be out */
+    if ((rc = p2p_wait(e, &e->bsend)))
+        return rc;
+    if (!e->has_head && (rc = p2p_recv(e, e->dstream, e->pp_rank + 1, p2p_tag(mb, true))))
+        return rc;
+    for (int b = 0; b < e->nb; b++)
+        e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
+    if ((rc = w_acquire(e, e->layers[last].bucket)) || (tb >= 0 && (rc = w_acquire(e, tb))))
+        return rc;
+    for (int i = last; i >= 0 && !rc; i--) {
+        struct eng_layer *l = &e->layers[i];
+        int b = l->bucket;
+        bool head = e->has_head && i == last;
+        bool embed = e->has_embed && i == 0; /* needs no weights in backward */
+        if (i - 1 >= 0 && !(e->has_embed && i - 1 == 0) && e->layers[i - 1].bucket != b)
+            rc = w_acquire(e, e->layers[i - 1].bucket);
+        if (rc || (!embed && (rc = w_ready(e, b))))
+            break;
+        if (head && tb >= 0 && (rc = w_ready(e, tb)))
+            break;
+        if ((rc = g_acquire(e, b)) || (head && tb >= 0 && (rc = g_acquire(e, tb))))
+            break;
+        struct eng_io io;
+        io_init(e, &io, slot, i, in, tg);
         double t0 = eng_now();
         if (l->recompute && (rc = l->ops->forward(l, &io))) /* rebuild what was dropped */
             break;
@@ -302,22 +363,86 @@ static int backward(whale_engine *e, const int32_t *in, const int32_t *tg, float
         *tc += eng_now() - t0;
         if (rc)
             break;
-        if (i == head)
-            w_release(e, e->layers[0].bucket);
-        if (i > 0 && (i - 1 == 0 || e->layers[i - 1].bucket != b))
+        if (head && tb >= 0)
+            w_release(e, tb);
+        if (!embed && (i == 0 || (e->has_embed && i - 1 == 0) || e->layers[i - 1].bucket != b))
             w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap)
+        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].deferred)
             rc = g_reduce(e, b, first_micro, last_micro);
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
     }
     if (!rc && !e->cfg.overlap)
         for (int b = e->nb - 1; b >= 0 && !rc; b--)
-            rc = g_reduce(e, b, first_micro, last_micro);
+            if (!e->buckets[b].deferred)
+                rc = g_reduce(e, b, first_micro, last_micro);
     for (int b = 0; b < e->nb; b++) {
         int r2 = g_finish(e, b);
         rc = rc ? rc : r2;
     }
+    if (!rc && !e->has_embed)
+        rc = whale_isend(e->pp_group, e->dstream, (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32,
+                         e->pp_rank - 1, p2p_tag(mb, true), &e->bsend);
+    return rc;
+}
+
+/* With pipeline stages the first and last stage both hold wte: after the
+ * pipeline is flushed their gradients are summed (so both copies take the
+ * same update), then the buckets holding wte are reduced over DP. */
+static int tied_sync(whale_engine *e, bool last_micro)
+{
+    int rc = 0;
+    if (e->emb_group && e->tied_param) {
+        const struct eng_param *p = e->tied_param;
+        double t0 = eng_now();
+        rc = whale_allreduce(e->emb_group, e->G + p->flat, e->G + p->flat, p->numel,
+                             WHALE_FLOAT32, WHALE_SUM);
+        e->t_wait += eng_now() - t0;
+        if (rc)
+            return rc;
+    }
+    for (int b = 0; b < e->nb && !rc; b++)
+        if (e->buckets[b].deferred)
+            rc = g_reduce(e, b, false, last_micro);
+    for (int b = 0; b < e->nb; b++) {
+        int r2 = g_finish(e, b);
+        rc = rc ? rc : r2;
+    }
+    return rc;
+}
+
+/* All micro-batches of one step: plain accumulation, or 1F1B across stages
+ * (warm-up forwards, then one forward / one backward, then cool-down). */
+static int run_micro_batches(whale_engine *e, const int32_t *inputs, const int32_t *targets,
+                             float dloss, double *loss_sum, double *tc)
+{
+    const size_t bt = (size_t)e->d.B * e->d.T;
+    const int M = e->cfg.grad_accum;
+    int rc = 0;
+    int warm = e->pp - e->pp_rank - 1;
+    if (warm > M)
+        warm = M;
+    int f = 0, b = 0;
+#define FWD() (rc = forward(e, f, f % e->nslots, inputs + f * bt, targets + f * bt, loss_sum, tc), f++)
+#define BWD() (rc = backward(e, b, b % e->nslots, inputs + b * bt, targets + b * bt, dloss, b == 0, \
+                             b == M - 1, tc), b++)
+    while (!rc && f < warm)
+        FWD();
+    while (!rc && f < M) {
+        FWD();
+        if (!rc)
+            BWD();
+    }
+    while (!rc && b < M)
+        BWD();
+#undef FWD
+#undef BWD
+    for (int s = 0; s < e->nslots && !rc; s++)
+        rc = p2p_wait(e, &e->fsend[s]);
+    if (!rc)
+        rc = p2p_wait(e, &e->bsend);
+    if (!rc && e->pp > 1)
+        rc = tied_sync(e, true);
     return rc;
 }
 
@@ -358,9 +483,15 @@ static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, siz
     return e->cfg.zero_stage == 0 ? a : bk->shard_off + (a - lo);
 }
 
-/* Squared norm and inf/NaN check over this rank's gradient part. Under TP
- * a replicated parameter (LayerNorm, row-parallel bias, wpe) is counted on
- * TP rank 0 only, so the sum over TP and DP counts every element once. */
+/* Squared norm and inf/NaN check over this rank's gradient part. Every
+ * element is counted once over the whole job: a replicated parameter
+ * (LayerNorm, row-parallel bias, wpe) on TP rank 0 only, the last stage's
+ * copy of the tied wte not at all, and without ZeRO each DP rank its slice. */
+static bool counted(const whale_engine *e, const struct eng_param *p)
+{
+    return !p->tied_copy && (p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0);
+}
+
 static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
     double s = 0;
@@ -375,19 +506,14 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
             lo = bk->flat + (size_t)e->dp.rank * sb;
             hi = lo + sb;
         }
-        const float *g = gptr(e, bk, lo, lo);
-        b = b || whale_has_inf_nan(g, hi - lo);
-        if (e->d.tp == 1 || e->d.tp_rank == 0) {
-            s += whale_sumsq(g, hi - lo);
-            continue;
-        }
+        b = b || whale_has_inf_nan(gptr(e, bk, lo, lo), hi - lo);
         for (int li = bk->l0; li < bk->l1; li++) {
             const struct eng_layer *l = &e->layers[li];
             for (int pi = 0; pi < l->nparams; pi++) {
                 const struct eng_param *p = &l->params[pi];
                 size_t a = p->flat > lo ? p->flat : lo;
                 size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a < z && p->split != WHALE_SPLIT_NONE)
+                if (a < z && counted(e, p))
                     s += whale_sumsq(gptr(e, bk, lo, a), z - a);
             }
         }
@@ -453,7 +579,7 @@ static void zero_grads(whale_engine *e)
         memset(e->Gsh, 0, e->S * sizeof(float));
 }
 
-/* Sum three scalars over the DP group. */
+/* Sum three scalars over the DP group (the in-process test backend). */
 static int dp_sum3(whale_engine *e, double v[3])
 {
     if (e->dp.size == 1)
@@ -465,6 +591,22 @@ static int dp_sum3(whale_engine *e, double v[3])
         comm_started(e);
         rc = req_wait(e, &req);
     }
+    for (int i = 0; i < 3; i++)
+        v[i] = f[i];
+    return rc;
+}
+
+/* Loss sum, squared gradient norm and overflow flag summed over the whole
+ * job: the loss counted once per DP replica (last stage, TP rank 0). */
+static int step_reduce(whale_engine *e, double v[3])
+{
+    if (!e->world_group)
+        return dp_sum3(e, v);
+    float f[3] = { e->has_head && e->d.tp_rank == 0 ? (float)v[0] : 0.0f, (float)v[1],
+                   (float)v[2] };
+    double t0 = eng_now();
+    int rc = whale_allreduce(e->world_group, f, f, 3, WHALE_FLOAT32, WHALE_SUM);
+    e->t_wait += eng_now() - t0;
     for (int i = 0; i < 3; i++)
         v[i] = f[i];
     return rc;
@@ -492,12 +634,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     const double tokens_global = (double)bt * A * e->dp.size;
     const float dloss = (float)(e->scaler.scale / tokens_global);
 
-    for (int mb = 0; mb < A && !rc; mb++) {
-        const int32_t *in = inputs + mb * bt, *tg = targets + mb * bt;
-        rc = forward(e, in, tg, &loss_sum, &tc);
-        if (!rc)
-            rc = backward(e, in, tg, dloss, mb == 0, mb == A - 1, &tc);
-    }
+    rc = run_micro_batches(e, inputs, targets, dloss, &loss_sum, &tc);
     if (rc) {
         whale_error("step %lld failed: %s", (long long)e->step + 1, whale_strerror(rc));
         return rc;
@@ -512,14 +649,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     bool bad;
     grad_stats(e, &sumsq, &bad);
     double red[3] = { loss_sum, sumsq, bad ? 1.0 : 0.0 };
-    if (e->tp_group) { /* the loss is the same on every TP rank; norms and flags are not */
-        float f[2] = { (float)sumsq, bad ? 1.0f : 0.0f };
-        if ((rc = whale_allreduce(e->tp_group, f, f, 2, WHALE_FLOAT32, WHALE_SUM)))
-            return rc;
-        red[1] = f[0];
-        red[2] = f[1];
-    }
-    if ((rc = dp_sum3(e, red)))
+    if ((rc = step_reduce(e, red)))
         return rc;
     bad = red[2] != 0 || !isfinite(red[1]);
     const float scale_bw = e->scaler.scale; /* the scale backward ran with */
@@ -574,11 +704,13 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
     double tc = 0, loss_sum = 0;
     int rc = 0;
     for (int mb = 0; mb < e->cfg.grad_accum && !rc; mb++)
-        rc = forward(e, inputs + mb * bt, targets + mb * bt, &loss_sum, &tc);
+        rc = forward(e, mb, mb % e->nslots, inputs + mb * bt, targets + mb * bt, &loss_sum, &tc);
+    for (int s = 0; s < e->nslots && !rc; s++)
+        rc = p2p_wait(e, &e->fsend[s]);
     if (rc)
         return rc;
     double red[3] = { loss_sum, 0, 0 };
-    if ((rc = dp_sum3(e, red)))
+    if ((rc = step_reduce(e, red)))
         return rc;
     *loss = red[0] / ((double)bt * e->cfg.grad_accum * e->dp.size);
     return 0;

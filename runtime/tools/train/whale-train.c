@@ -255,7 +255,8 @@ int main(int argc, char **argv)
     if (!o.model && have_plan && plan.model[0])
         o.model = plan.model;
     if (have_plan) {
-        const char *why = plan.pp > 1 ? "pipeline parallelism (PP > 1)"
+        const char *why = plan.pp > 1 && plan.schedule != WHALE_SCHED_1F1B
+                              ? "a pipeline schedule other than 1f1b (interleaved, gpipe)"
                         : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
         if (why) {
@@ -356,6 +357,10 @@ int main(int argc, char **argv)
             ec.recompute = WHALE_RECOMPUTE_LAYERS; /* the planner's solution */
         ec.recompute_layers = plan.recompute_layers;
         ec.n_recompute_layers = plan.n_recompute_layers;
+    }
+    if (have_plan) {
+        ec.stage_layers = plan.stage_layers;
+        ec.n_stage_layers = plan.n_stage_layers;
     }
     rc = whale_engine_create(&ec, ctx, &e);
     whale_plan_free(&plan);
