@@ -76,3 +76,29 @@ check() { # name, launcher args...
   [ "$status" -ne 0 ]
   [[ "$output" == *"PP=4 stages but model gpt-tiny has only 2 layers"* ]]
 }
+
+@test "WHALE_TRACE: one Chrome trace per rank with the 1F1B order per stage" {
+  run timeout 300 env WHALE_TRACE="$TMPD/trace.json" "$RUN" -n 4 --pp 4 --timeout 280 "$TRAIN" $(train_args) --steps 2 --metrics ""
+  [ "$status" -eq 0 ]
+  run python3 - "$TMPD" <<'PY'
+import json, sys
+P, M, steps = 4, 4, 2
+for s in range(P):
+    ev = json.load(open(f"{sys.argv[1]}/trace.{s}.json"))      # a valid JSON array
+    assert all(e["ph"] in ("X", "M") for e in ev)
+    got = [e["name"][0].upper() + str(e["args"]["mb"]) for e in ev
+           if e.get("cat") == "compute" and "mb" in e.get("args", {})]
+    warm = min(P - s - 1, M)
+    one = [f"F{i}" for i in range(warm)]
+    f, b = warm, 0
+    while f < M:
+        one += [f"F{f}", f"B{b}"]; f += 1; b += 1
+    one += [f"B{i}" for i in range(b, M)]
+    assert got == one * steps, (s, got)
+    names = {e["name"] for e in ev}
+    assert "optimizer" in names and (s == 0 or "recv act" in names) and (s == P - 1 or "recv grad" in names), names
+    print(f"stage {s}: {' '.join(one)}")
+PY
+  echo "$output"
+  [ "$status" -eq 0 ]
+}

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -490,6 +491,13 @@ int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_c
                                            .warmup = c->warmup_steps, .total = c->total_steps };
     e->adam = (struct whale_adamw){ .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
                                     .eps = c->eps, .weight_decay = c->weight_decay };
+    const char *tp_path = getenv(WHALE_ENV_TRACE);
+    if (tp_path && *tp_path &&
+        (rc = eng_trace_open(&e->trace, tp_path, ctx ? whale_rank(ctx) : 0,
+                             ctx ? whale_world_size(ctx) : 1))) {
+        whale_engine_destroy(e);
+        return rc;
+    }
     whale_debug("engine: %d layers, %d buckets, %zu flat params (padded), shard %zu, ZeRO %d, "
                 "DP %d, %d threads", e->nl, e->nb, e->P, e->S, c->zero_stage, e->dp.size,
                 k_threads());
@@ -519,6 +527,7 @@ void whale_engine_destroy(whale_engine *e)
         free(e->buckets[b].wbuf);
         free(e->buckets[b].rs_tmp);
     }
+    eng_trace_close(&e->trace);
     free(e->buckets);
     free(e->layers);
     free(e->params);

@@ -4,6 +4,7 @@
 
 #include "ecomm.h"
 #include "layer.h"
+#include "trace.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 
@@ -18,6 +19,7 @@ struct eng_bucket {
     bool deferred;      /* holds a tied weight: reduced after the pipeline flush */
     float *gbuf;        /* ZeRO 2/3: full-size gradient scratch while in backward */
     void *greq;         /* gradient reduction in flight */
+    double g_t0;        /* when it was issued (trace) */
     float *rs_tmp;      /* ZeRO 2/3 accumulation target for micro-batches > 0 */
     float *wbuf;        /* ZeRO 3: gathered weights */
     void *wreq;
@@ -79,6 +81,8 @@ struct whale_engine {
     struct whale_lr_schedule sched;
     struct whale_adamw adam;
     bool inject_overflow;
+
+    struct eng_trace trace; /* WHALE_TRACE: trace.f != NULL */
 
     /* accounting */
     int64_t scratch_now, scratch_peak;

@@ -164,6 +164,7 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
         if (!rc)
             comm_started(e);
+        bk->g_t0 = eng_now();
         return rc;
     }
     float *dst = e->Gsh + bk->shard_off;
@@ -181,6 +182,7 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
     if (!rc)
         comm_started(e);
+    bk->g_t0 = eng_now();
     return rc;
 }
 
@@ -188,7 +190,12 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 static int g_finish(whale_engine *e, int b)
 {
     struct eng_bucket *bk = &e->buckets[b];
+    bool had = bk->greq != NULL;
     int rc = req_wait(e, &bk->greq);
+    if (had || bk->g_t0 > 0)
+        eng_trace_span(&e->trace, e->cfg.zero_stage >= 2 ? "dp reduce-scatter" : "dp allreduce",
+                       "comm", b, bk->g_t0, eng_now());
+    bk->g_t0 = 0;
     const size_t sb = bk->n / e->dp.size;
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
@@ -266,6 +273,7 @@ static int p2p_wait(whale_engine *e, whale_req **r)
     double t0 = eng_now();
     int rc = whale_wait(*r);
     e->t_wait += eng_now() - t0;
+    eng_trace_span(&e->trace, "send wait", "p2p", -1, t0, eng_now());
     *r = NULL;
     return rc;
 }
@@ -276,6 +284,8 @@ static int p2p_recv(whale_engine *e, float *buf, int peer, int tag)
     int rc = whale_recv(e->pp_group, buf, (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32, peer,
                         tag);
     e->t_wait += eng_now() - t0;
+    eng_trace_span(&e->trace, tag & 1 ? "recv grad" : "recv act", "p2p", (tag & 0xffff) >> 1, t0,
+                   eng_now());
     if (rc)
         whale_error("pipeline: receive from stage %d failed: %s", peer, whale_strerror(rc));
     return rc;
@@ -423,9 +433,14 @@ static int run_micro_batches(whale_engine *e, const int32_t *inputs, const int32
     if (warm > M)
         warm = M;
     int f = 0, b = 0;
-#define FWD() (rc = forward(e, f, f % e->nslots, inputs + f * bt, targets + f * bt, loss_sum, tc), f++)
-#define BWD() (rc = backward(e, b, b % e->nslots, inputs + b * bt, targets + b * bt, dloss, b == 0, \
-                             b == M - 1, tc), b++)
+    double t0;
+#define FWD() (t0 = eng_now(), \
+               rc = forward(e, f, f % e->nslots, inputs + f * bt, targets + f * bt, loss_sum, tc), \
+               eng_trace_span(&e->trace, "forward", "compute", f, t0, eng_now()), f++)
+#define BWD() (t0 = eng_now(), \
+               rc = backward(e, b, b % e->nslots, inputs + b * bt, targets + b * bt, dloss, b == 0, \
+                             b == M - 1, tc), \
+               eng_trace_span(&e->trace, "backward", "compute", b, t0, eng_now()), b++)
     while (!rc && f < warm)
         FWD();
     while (!rc && f < M) {
@@ -441,8 +456,11 @@ static int run_micro_batches(whale_engine *e, const int32_t *inputs, const int32
         rc = p2p_wait(e, &e->fsend[s]);
     if (!rc)
         rc = p2p_wait(e, &e->bsend);
-    if (!rc && e->pp > 1)
+    if (!rc && e->pp > 1) {
+        t0 = eng_now();
         rc = tied_sync(e, true);
+        eng_trace_span(&e->trace, "tied wte sync + dp reduce", "comm", -1, t0, eng_now());
+    }
     return rc;
 }
 
@@ -648,9 +666,11 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     double sumsq;
     bool bad;
     grad_stats(e, &sumsq, &bad);
+    double t_red = eng_now();
     double red[3] = { loss_sum, sumsq, bad ? 1.0 : 0.0 };
     if ((rc = step_reduce(e, red)))
         return rc;
+    eng_trace_span(&e->trace, "loss/norm allreduce", "comm", -1, t_red, eng_now());
     bad = red[2] != 0 || !isfinite(red[1]);
     const float scale_bw = e->scaler.scale; /* the scale backward ran with */
     double norm = sqrt(red[1]) / scale_bw;
@@ -668,6 +688,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
                    (long long)e->step + 1, (double)e->scaler.scale);
     }
     zero_grads(e);
+    eng_trace_span(&e->trace, "optimizer", "compute", -1, t_red, eng_now());
     tc += eng_now() - t0;
     e->step++;
     e->samples += (int64_t)e->d.B * A * e->dp.size;
