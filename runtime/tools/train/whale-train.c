@@ -307,11 +307,20 @@ int main(int argc, char **argv)
             whale_plan_free(&plan);
             goto out;
         }
-        if (plan.dp != dp) {
-            whale_error("the plan says DP=%d but this step runs DP=%d ranks", plan.dp, dp);
-            whale_plan_free(&plan);
+        int tp_, pp_, dp_;
+        whale_degrees(ctx, &tp_, &pp_, &dp_);
+        if (plan.dp != dp || plan.tp != tp_ || plan.pp != pp_) {
+            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d "
+                        "(WHALE_TP/PP/DP): refusing before any step", plan.tp, plan.pp, plan.dp,
+                        tp_, pp_, dp_);
             goto out;
         }
+        for (int i = 1; i < plan.n_dp_batch; i++)
+            if (plan.dp_batch[i] != plan.dp_batch[0]) {
+                whale_error("the plan gives DP replicas different batches (dp_batch); this "
+                            "engine needs equal ones: refusing before any step");
+                goto out;
+            }
     }
 
     long accum = o.accum > 0 ? o.accum : 1;
