@@ -16,6 +16,8 @@ DEB_PACKAGES=(
   libcmocka-dev bats iproute2 procps util-linux python3
   # contrib/bench: PyTorch comparison for whale-train
   python3-torch
+  # contrib/bench: Open MPI comparison for whale-bench comm
+  openmpi-bin libopenmpi-dev
 )
 PIP_PACKAGES=(
   # checkpoint interop test (tests/unit/ckpt/safetensors_python_reads_consolidated.py)

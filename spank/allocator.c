@@ -20,7 +20,7 @@ int whale_allocator_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_options_check_site(whale_site.conf))
         return -1;
     struct whale_plan p;
-    int rc = whale_plan_from_options(whale_site.conf, NULL, "%j", &p);
+    int rc = whale_plan_from_options(whale_site.conf, NULL, NULL, "%j", &p);
     whale_plan_free(&p);
     return rc ? -1 : 0;
 }

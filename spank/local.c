@@ -8,13 +8,24 @@
 #include "whale/env.h"
 #include "whale/log.h"
 
+#include <slurm/slurm.h>
+
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct whale_plan g_plan;
+static double g_work_ms; /* time spent in the plugin's srun callbacks */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 int whale_local_init_post_opt(spank_t sp, int ac, char **av)
 {
@@ -23,12 +34,14 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     (void)av;
     if (!whale_opts.enabled)
         return 0;
+    double t0 = now_ms();
     if (whale_mpi_check())
         return -1;
     if (whale_site_load())
         return -1;
     if (whale_options_check_site(whale_site.conf))
         return -1;
+    g_work_ms += now_ms() - t0;
     return 0;
 }
 
@@ -43,6 +56,56 @@ static void print_layout(const struct whale_step *s)
     free(d);
 }
 
+/* The step exists by local_user_init, but srun's environment holds the
+ * job's node list (SLURM_NODELIST), not the step's: ask slurmctld for the
+ * step layout (node list, tasks and the exact task ids of each node). The
+ * libslurm function comes from srun's own libslurmfull. */
+static int build_step(spank_t sp, uint32_t jobid, struct whale_step *step)
+{
+    uint32_t stepid = 0, ntotal = 0;
+    slurm_step_layout_t *sl = NULL;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
+        slurm_step_id_t id = { .job_id = jobid, .step_het_comp = NO_VAL, .step_id = stepid };
+        sl = slurm_job_step_layout_get(&id);
+    }
+    /* a layout of another shape than this srun's step is not ours */
+    if (sl && spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &ntotal) == ESPANK_SUCCESS &&
+        sl->task_cnt != ntotal) {
+        slurm_job_step_layout_free(sl);
+        sl = NULL;
+    }
+    struct whale_step_desc d = { .slurm_conf = getenv("SLURM_CONF") };
+    int *ntasks = NULL, *ids = NULL, rc = -1;
+    if (sl && sl->node_list && sl->node_cnt > 0) {
+        ntasks = malloc(sl->node_cnt * sizeof(int));
+        ids = malloc((sl->task_cnt ? sl->task_cnt : 1) * sizeof(int));
+        if (!ntasks || !ids)
+            goto out;
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < sl->node_cnt; i++) {
+            ntasks[i] = sl->tasks[i];
+            for (uint32_t j = 0; j < sl->tasks[i] && k < sl->task_cnt; j++)
+                ids[k++] = (int)sl->tids[i][j];
+        }
+        d.nodelist = sl->node_list;
+        d.ntasks = ntasks;
+        d.task_ids = k == sl->task_cnt ? ids : NULL;
+    } else {
+        /* no answer: srun's own view is right when the step has the job's nodes */
+        slurm_verbose(PLUGIN_NAME ": no step layout from slurmctld; using SLURM_NODELIST");
+        d.nodelist = getenv("SLURM_NODELIST");
+        d.tasks_per_node = getenv("SLURM_TASKS_PER_NODE");
+        d.distribution = getenv("SLURM_DISTRIBUTION");
+    }
+    rc = whale_step_describe(step, &d, whale_site.conf) ? -1 : 0;
+out:
+    free(ntasks);
+    free(ids);
+    if (sl)
+        slurm_job_step_layout_free(sl);
+    return rc;
+}
+
 int whale_local_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -50,6 +113,7 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     if (!whale_opts.enabled)
         return 0;
     int rv = -1;
+    double t0 = now_ms();
     struct whale_step step = { 0 };
     char *json = NULL;
     uint32_t jobid = 0, uid = 0;
@@ -58,17 +122,13 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     char jobs[16];
     snprintf(jobs, sizeof jobs, "%u", jobid);
     struct passwd *pw = getpwuid((uid_t)uid);
-    if (whale_plan_from_options(whale_site.conf, pw ? pw->pw_name : NULL, jobs, &g_plan))
+    /* the step first, so that a plan can be chosen for it (--whale-plan=auto
+     * plugs in at whale_plan_from_options), then the layout */
+    if (build_step(sp, jobid, &step))
         goto fail;
-    /* srun has the step's layout in its environment by now */
-    struct whale_step_desc d = {
-        .nodelist = getenv("SLURM_STEP_NODELIST") ? getenv("SLURM_STEP_NODELIST") : getenv("SLURM_NODELIST"),
-        .tasks_per_node = getenv("SLURM_STEP_TASKS_PER_NODE") ? getenv("SLURM_STEP_TASKS_PER_NODE")
-                                                              : getenv("SLURM_TASKS_PER_NODE"),
-        .distribution = getenv("SLURM_DISTRIBUTION"),
-        .slurm_conf = getenv("SLURM_CONF"),
-    };
-    if (whale_step_build(&step, &d, &g_plan, whale_site.conf))
+    if (whale_plan_from_options(whale_site.conf, &step, pw ? pw->pw_name : NULL, jobs, &g_plan))
+        goto fail;
+    if (whale_step_layout(&step, &g_plan))
         goto fail;
     g_plan.dp = step.layout.dp;
     if (whale_plan_validate(&g_plan, step.layout.world, 0, "the Whale options"))
@@ -83,9 +143,13 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         slurm_error(PLUGIN_NAME ": cannot export WHALE_PLAN");
         goto fail;
     }
+    g_work_ms += now_ms() - t0;
+    slurm_verbose(PLUGIN_NAME ": %d ranks laid out on %d node(s); plugin time in srun %.2f ms",
+                  step.layout.world, step.nnodes, g_work_ms);
     rv = 0;
 fail:
     free(json);
     whale_step_free(&step);
+    whale_plan_free(&g_plan);
     return rv;
 }

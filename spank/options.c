@@ -153,6 +153,11 @@ static int opt_cb(int val, const char *optarg, int remote)
             slurm_error(PLUGIN_NAME ": --%s needs a value", d->name);
             return -1;
         }
+        if (val == OPT_CONF && optarg[0] != '/') {
+            /* slurmstepd reads it on every node, from its own working dir */
+            slurm_error(PLUGIN_NAME ": --whale-conf=%s: give an absolute path", optarg);
+            return -1;
+        }
         if (strlen(optarg) >= 1024) {
             slurm_error(PLUGIN_NAME ": --%s: value longer than 1023 characters", d->name);
             return -1;

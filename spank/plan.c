@@ -45,15 +45,18 @@ static int expand_ckpt(const char *pattern, const char *user, const char *jobid,
     return ok ? 0 : -1;
 }
 
-int whale_plan_from_options(const struct whale_conf *c, const char *user, const char *jobid,
-                            struct whale_plan *p)
+int whale_plan_from_options(const struct whale_conf *c, const struct whale_step *step,
+                            const char *user, const char *jobid, struct whale_plan *p)
 {
+    (void)step;
     const struct whale_opts *o = &whale_opts;
     whale_plan_init(p);
     if (o->given[OPT_PLAN]) {
         if (!strcmp(o->plan_file, "auto")) {
-            /* --whale-plan=auto (planner issue) plugs in here: search a plan on
-             * the step's allocation and fill p. */
+            /* --whale-plan=auto (the planner) plugs in here: search a plan on
+             * the step's nodes and topology (step->in / step->topo, NULL in
+             * sbatch: defer to srun) and fill p; --whale-model would be one
+             * more row of the option table (options.c). */
             slurm_error(PLUGIN_NAME ": --whale-plan=auto is not available in this build; give "
                         "--whale-tp/--whale-pp or a plan file from whale-plan --json");
             return -1;

@@ -61,9 +61,11 @@ const char *whale_option_name(int id);
 /* Check option values against the site's limits (after the config is known). */
 int whale_options_check_site(const struct whale_conf *c);
 
-/* Plugstack arguments: conf=PATH (default /etc/slurm/whale.conf). */
+/* Plugstack arguments: conf=PATH (default /etc/slurm/whale.conf),
+ * rankmap_inline_max=BYTES (longer rank maps go to a file, default 64 KiB). */
 struct whale_site {
     char conf_path[1024];      /* from plugstack conf= */
+    long rankmap_inline_max;   /* plugstack rankmap_inline_max= (bytes) */
     const char *used_path;     /* the file actually loaded (site or --whale-conf) */
     struct whale_conf *conf;
 };
@@ -74,14 +76,19 @@ int whale_site_parse_args(int ac, char **av);
 int whale_site_load(void);
 void whale_site_free(void);
 
-/* Plan from options / --whale-plan=FILE (plan.c). world = working ranks
- * when known (> 0), else the degrees are checked without it. */
-int whale_plan_from_options(const struct whale_conf *c, const char *user, const char *jobid,
-                            struct whale_plan *out);
+/* Plan from options / --whale-plan=FILE (plan.c). step: the step's nodes
+ * and topology (srun), NULL where no step exists yet (sbatch/salloc);
+ * --whale-plan=auto searches on it. */
+struct whale_step;
+int whale_plan_from_options(const struct whale_conf *c, const struct whale_step *step,
+                            const char *user, const char *jobid, struct whale_plan *out);
 
 /* srun: arrange --mpi=pmix before srun reads its options (mpi.c). */
 void whale_mpi_preset(void);
 int whale_mpi_check(void);
+/* 1 when a mpi_pmix*.so is in one of the ':'-separated dirs, 0 if not,
+ * -1 when the dirs are unknown. */
+int whale_mpi_pmix_installed(const char *dirs);
 
 /* Route libwhale's log lines into Slurm's log (error -> slurm_error). */
 void whale_plugin_log_init(void);

@@ -14,14 +14,15 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Linux limits one environment string to 128 KiB (MAX_ARG_STRLEN); larger
- * rank maps go to a file that WHALE_RANKMAP names with '@'. */
-#define RANKMAP_INLINE_MAX (64 * 1024)
+/* Linux limits one environment string to 128 KiB (MAX_ARG_STRLEN); rank
+ * maps longer than whale_site.rankmap_inline_max go to a file that
+ * WHALE_RANKMAP names with '@'. */
 
 static struct {
     struct whale_step step;
     struct whale_plan plan;
     bool ready;
+    bool failed;           /* user_init failed: every task refuses to start */
     char *plan_json;
     char *rankmap;         /* inline list or "@file" */
     char rankmap_file[1024];
@@ -49,11 +50,18 @@ static int write_rankmap_file(spank_t sp, const char *text)
     uint32_t job = 0, stepid = 0;
     spank_get_item(sp, S_JOB_ID, &job);
     spank_get_item(sp, S_JOB_STEPID, &stepid);
+    /* the job's TMPDIR when it exists on this node (it comes from the
+     * submit host), else /tmp */
     char *tmp = step_getenv(sp, "TMPDIR");
-    snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u",
-             tmp && *tmp ? tmp : "/tmp", job, stepid);
+    FILE *f = NULL;
+    for (int attempt = 0; attempt < 2 && !f; attempt++) {
+        const char *dir = attempt == 0 ? tmp : "/tmp";
+        if (!dir || !*dir)
+            continue;
+        snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u", dir, job, stepid);
+        f = fopen(g.rankmap_file, "w");
+    }
     free(tmp);
-    FILE *f = fopen(g.rankmap_file, "w");
     if (!f) {
         slurm_error(PLUGIN_NAME ": cannot write %s: %s", g.rankmap_file, strerror(errno));
         g.rankmap_file[0] = '\0';
@@ -107,7 +115,7 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     char *enc = whale_rankmap_encode(g.step.layout.task_of_rank, g.step.layout.world);
     if (!enc)
         goto out;
-    if (strlen(enc) > RANKMAP_INLINE_MAX) {
+    if ((long)strlen(enc) > whale_site.rankmap_inline_max) {
         if (write_rankmap_file(sp, enc)) {
             free(enc);
             goto out;
@@ -131,13 +139,25 @@ out:
     free(dist);
     free(slurm_conf);
     free(plan);
-    return rv;
+    /* A failing user_init makes Slurm 22.05 abort the launch while srun
+     * still exits 0. Failing each task in task_init instead (before exec:
+     * the user's program never runs) gives srun a non-zero exit status. */
+    if (rv)
+        g.failed = true;
+    return 0;
 }
 
+/* WHALE_* always win (a stale value from an enclosing step must not leak);
+ * device variables already in the task's environment are kept: Slurm's GPU
+ * binding (gres, cgroup-renumbered) and a user's explicit NCCL/UCX choice
+ * know better than our even split. */
 static int set_task_env(const char *name, const char *value, void *user)
 {
     spank_t sp = user;
-    spank_err_t e = spank_setenv(sp, name, value, 1);
+    int overwrite = !strncmp(name, "WHALE_", 6);
+    spank_err_t e = spank_setenv(sp, name, value, overwrite);
+    if (e == ESPANK_ENV_EXISTS && !overwrite)
+        return 0;
     if (e != ESPANK_SUCCESS) {
         slurm_error(PLUGIN_NAME ": cannot set %s: %s", name, spank_strerror(e));
         return -1;
@@ -152,7 +172,9 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     if (!whale_opts.enabled)
         return 0;
     if (!g.ready) {
-        slurm_error(PLUGIN_NAME ": no layout for this step (user_init failed)");
+        slurm_error(PLUGIN_NAME ": %s", g.failed ? "task not started: the step's layout failed on "
+                                                   "this node (see above)"
+                                                 : "no layout for this step");
         return -1;
     }
     uint32_t gid = 0;

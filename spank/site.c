@@ -5,10 +5,12 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-struct whale_site whale_site = { .conf_path = WHALE_CONF_DEFAULT_PATH };
+struct whale_site whale_site = { .conf_path = WHALE_CONF_DEFAULT_PATH,
+                                 .rankmap_inline_max = 64 * 1024 };
 
 static void log_sink(int level, const char *line, void *user)
 {
@@ -45,9 +47,18 @@ int whale_site_parse_args(int ac, char **av)
                 return -1;
             }
             snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", av[i] + 5);
+        } else if (!strncmp(av[i], "rankmap_inline_max=", 19)) {
+            char *end;
+            long v = strtol(av[i] + 19, &end, 10);
+            /* one environment string is limited to 128 KiB by Linux */
+            if (end == av[i] + 19 || *end || v < 0 || v > 120 * 1024) {
+                slurm_error(PLUGIN_NAME ": plugstack.conf: %s: expected 0..122880 bytes", av[i]);
+                return -1;
+            }
+            whale_site.rankmap_inline_max = v;
         } else {
-            slurm_error(PLUGIN_NAME ": plugstack.conf: unknown argument '%s' (known: conf=PATH)",
-                        av[i]);
+            slurm_error(PLUGIN_NAME ": plugstack.conf: unknown argument '%s' (known: conf=PATH, "
+                        "rankmap_inline_max=BYTES)", av[i]);
             return -1;
         }
     }

@@ -39,12 +39,12 @@ static int ids_from_distribution(struct whale_step *s, const char *dist)
     return 0;
 }
 
-int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
-                     const struct whale_plan *plan, const struct whale_conf *c)
+int whale_step_describe(struct whale_step *s, const struct whale_step_desc *d,
+                        const struct whale_conf *c)
 {
     memset(s, 0, sizeof *s);
     int rc;
-    if (!d->nodelist || !d->tasks_per_node) {
+    if (!d->nodelist || (!d->tasks_per_node && !d->ntasks)) {
         whale_error("the step's node list or tasks per node is unknown (SLURM_STEP_NODELIST / "
                     "SLURM_STEP_TASKS_PER_NODE not set)");
         return WHALE_EINVAL;
@@ -55,9 +55,19 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
     }
     if (!(s->ntasks = malloc((size_t)s->nnodes * sizeof(int))))
         return WHALE_ENOMEM;
-    if ((rc = whale_map_parse_tasks_per_node(d->tasks_per_node, s->nnodes, s->ntasks)))
+    int total = 0;
+    if (d->ntasks) {
+        memcpy(s->ntasks, d->ntasks, (size_t)s->nnodes * sizeof(int));
+    } else if ((rc = whale_map_parse_tasks_per_node(d->tasks_per_node, s->nnodes, s->ntasks))) {
         return rc;
-    if (d->pmi_mapping && *d->pmi_mapping)
+    }
+    for (int i = 0; i < s->nnodes; i++)
+        total += s->ntasks[i];
+    if (d->task_ids) {
+        if (!(s->task_ids = malloc((size_t)total * sizeof(int))))
+            return WHALE_ENOMEM;
+        memcpy(s->task_ids, d->task_ids, (size_t)total * sizeof(int));
+    } else if (d->pmi_mapping && *d->pmi_mapping)
         rc = whale_map_parse_pmi_mapping(d->pmi_mapping, s->nnodes, s->ntasks, &s->task_ids);
     else
         rc = ids_from_distribution(s, d->distribution);
@@ -68,6 +78,16 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
     for (int i = 0; i < s->nnodes; i++)
         if ((rc = whale_conf_topo_ensure_node(c, s->topo, s->nodes[i])) < 0)
             return rc;
+    return 0;
+}
+
+int whale_step_layout(struct whale_step *s, const struct whale_plan *plan)
+{
+    int rc;
+    if (s->have_layout) {
+        whale_layout_free(&s->layout);
+        s->have_layout = false;
+    }
     s->in.tp = plan->tp;
     s->in.pp = plan->pp;
     s->in.dp = plan->dp;
@@ -82,6 +102,13 @@ int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
         return rc;
     s->have_layout = true;
     return 0;
+}
+
+int whale_step_build(struct whale_step *s, const struct whale_step_desc *d,
+                     const struct whale_plan *plan, const struct whale_conf *c)
+{
+    int rc = whale_step_describe(s, d, c);
+    return rc ? rc : whale_step_layout(s, plan);
 }
 
 void whale_step_free(struct whale_step *s)

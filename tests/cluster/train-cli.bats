@@ -72,10 +72,10 @@ teardown() { rm -rf "$TMP"; }
     run "$TRAIN" --model gpt-tiny --data "$TMP/corpus.txt" --steps 2 --threads 1 --zero 1 --no-progress --metrics ""
   [ "$status" -eq 0 ]
   [[ "${lines[-1]}" == *'"zero":1'* ]]
-  WHALE_PLAN='{"version":1,"recompute":"full"}' \
+  WHALE_PLAN='{"version":1,"offload":"optimizer"}' \
     run "$TRAIN" --model gpt-tiny --data "$TMP/corpus.txt" --steps 2
   [ "$status" -eq 1 ]
-  [[ "$output" == *"refusing before any step"* ]]
+  [[ "$output" == *"offloading"*"refusing before any step"* ]]
   WHALE_PLAN='{"version":1,"zero":9}' run "$TRAIN" --model gpt-tiny --data "$TMP/corpus.txt"
   [ "$status" -eq 1 ]
 }

@@ -43,7 +43,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "whale/comm.h" /* enum whale_dtype */
+#include "whale/comm.h"   /* enum whale_dtype */
+#include "whale/engine.h" /* the engine glue at the end */
 
 #ifdef __cplusplus
 extern "C" {
@@ -141,7 +142,7 @@ void whale_ckpt_config_default(whale_ckpt_config *c);
 /* Override from WHALE_CKPT_DIR, _EVERY (N steps or "30s"/"10m"/"2h"), _KEEP,
  * _ASYNC (0/1), _BUSY (wait|skip), _WEIGHTS (exact|bf16|fp16), _MOMENTS
  * (exact|int8), _ZSTD (level), _INCREMENTAL (0/1), _CHUNK_MB, _PRIVATE
- * (0/1), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
+ * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
  * logged with the variable and the allowed range. */
 int whale_ckpt_config_from_env(whale_ckpt_config *c);
 
@@ -242,6 +243,22 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
  * (e.g. a model to fine-tune): one rank, tensor names kept, kinds from
  * whale_ckpt_kind_from_name. Supported dtypes: F32, BF16, F16, I32, I64, U8. */
 int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step);
+
+/* ---- the training engine ------------------------------------------------------
+ * Names on disk: parameters under their engine name, AdamW moments as
+ * "opt.m.<name>" / "opt.v.<name>", fp32 masters as "opt.master.<name>".
+ * The engine's scalar state (struct whale_train_state) goes into the
+ * manifest's "extra" as {"train_state": {...}}. */
+/* Save the pieces this rank writes (writer = true) plus the train state.
+ * plan_json (may be NULL) is stored as the manifest's plan. Call between
+ * steps; with SNAPSHOT_DEFERRED call whale_ckpt_fence before the next step. */
+int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_json,
+                           bool *skipped);
+/* Restore every piece this rank holds (any layout the checkpoint was saved
+ * with) and the train state. A checkpoint without a train state (imported
+ * with whale_ckpt_import_safetensors) initializes the weights only: the
+ * optimizer and the step counter start afresh (fine-tuning). */
+int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e);
 
 #ifdef __cplusplus
 }

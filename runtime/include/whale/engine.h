@@ -118,19 +118,23 @@ struct whale_engine_config {
 
     int threads;           /* compute threads (0: all CPUs of this task / local ranks) */
 
-    /* activation recomputation (enum whale_recompute of planfile.h): none,
-     * selective (attention probabilities rebuilt in backward), full (every
-     * block keeps only its input), layers (full for the listed 0-based
-     * blocks); auto must be resolved to layers by the planner first */
-    int recompute;
-    const int *recompute_layers;
-    int n_recompute_layers;
-
-    /* pipeline (degree from the context): transformer blocks per stage
-     * (n == PP, summing to Layers), or NULL for an even split; the
-     * micro-batches of a step (grad_accum) run as 1F1B */
+    /* tensor and pipeline parallelism (degrees come from the context's
+     * groups; these must agree with them, 0 = take the context's) */
+    int tp, pp;
+    enum whale_schedule schedule;   /* 1f1b (default), interleaved, gpipe */
+    int interleave;                 /* virtual stages (model chunks) per pipeline rank */
+    /* Transformer blocks per virtual stage (pp*interleave entries, summing to
+     * the model's layers; stage 0 also holds the embedding, the last the
+     * head). NULL: balanced by layer cost. */
     const int *stage_layers;
     int n_stage_layers;
+
+    /* activation recomputation */
+    enum whale_recompute recompute; /* none, selective (attention core), full, layers, auto */
+    const int *recompute_layers;    /* with LAYERS: block indices (0-based) recomputed fully */
+    int n_recompute_layers;
+    int64_t act_budget_bytes;       /* with AUTO: activation memory budget of this rank
+                                       (0: half of what no recomputation keeps) */
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */
@@ -154,6 +158,9 @@ struct whale_step_stats {
     double t_wait;         /* time the compute thread blocked on collectives */
     double overlap;        /* fraction of communication hidden behind compute */
     double flops;          /* model FLOPs of the step on this rank (6N + attention) */
+    double t_pipe_wait;    /* seconds blocked on pipeline receives (bubble + transfer) */
+    double t_recompute;    /* seconds spent re-running forwards for recomputation */
+    int64_t act_peak_bytes;/* activation memory held at the peak of the step */
 };
 
 /* One optimizer step: grad_accum micro-batches of micro_batch x seq inputs

@@ -21,6 +21,13 @@
  *                    are adjacent. The result is never costlier than the
  *                    topology-sorted block order it is compared with.
  *
+ * Cost of a layout (whale_map_cost): every group runs ring collectives, so
+ * each rank sends its per-step bytes (whale_map_traffic) to its ring
+ * successor in its TP group and in its DP group, and its PP bytes to the
+ * same (tp, dp) rank of the next stage. Each transfer is charged to the
+ * link class between the two nodes (node, nvl, leaf, spine, core); the
+ * scalar cost is sum(bytes[class] / bandwidth[class]) over classes.
+ *
  * Spare nodes (whole nodes, WHALE_SPARE=1 on all their tasks): taken one per
  * leaf switch, round-robin over the leaves that hold the most step nodes
  * (so that the most ranks have a replacement under their own leaf), the

@@ -223,6 +223,15 @@ struct whale_plan_config {
     int replica_micro[WHALE_PLAN_MAX_STAGES];
 };
 
+/* One-point end-to-end calibration: scales the compute efficiencies
+ * (GemmEfficiency and MemEfficiency together) of `cal` (applied on top of
+ * cluster `c`) so that the predicted step time of `cfg` for `model` and
+ * `global_batch` equals `measured_s` (e.g. a whale-train step). Captures
+ * what kernel-level probes miss (the engine's non-GEMM kernels, threading,
+ * a loaded machine). WHALE_ERANGE when no efficiency in (0, 1] matches. */
+int whale_calib_fit_step(const struct whale_model_desc *model, long global_batch,
+                         const struct whale_cluster *c, const struct whale_plan_config *cfg,
+                         double measured_s, struct whale_calib *cal);
 /* Prediction for one configuration on the worst (bottleneck) device. */
 struct whale_plan_prediction {
     bool fits;

@@ -40,7 +40,8 @@ int boot_init(struct boot *b)
     int psize = -1, prank = -1;
     /* Only talk to PMIx when a server announced itself: PMIx_Init without one
      * would try to start as a singleton and print noise. */
-    if (getenv("PMIX_NAMESPACE") && getenv("PMIX_RANK")) {
+    const char *ns = getenv("PMIX_NAMESPACE"), *pr = getenv("PMIX_RANK");
+    if (ns && *ns && pr && *pr) {
         pmix_proc_t *me = calloc(1, sizeof *me);
         if (!me)
             return WHALE_ENOMEM;

@@ -12,58 +12,7 @@
 #include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
-#if __has_include("whale/map.h")
 #include "whale/map.h"
-#define contract_rankmap_load whale_rankmap_load
-#else
-/* Until the mapping module lands: the same "A,A-B,..." text (no '@file'). */
-static int contract_rankmap_load(const char *s, int **out, int *n)
-{
-    size_t cap = 16, len = 0;
-    int *v = malloc(cap * sizeof(int));
-    if (!v)
-        return WHALE_ENOMEM;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long a = strtol(p, &end, 10), bb;
-        if (end == p || a < 0)
-            goto bad;
-        bb = a;
-        p = end;
-        if (*p == '-') {
-            bb = strtol(p + 1, &end, 10);
-            if (end == p + 1 || bb < 0)
-                goto bad;
-            p = end;
-        }
-        for (long x = a;; x += (bb >= a ? 1 : -1)) {
-            if (len == cap) {
-                int *nv = realloc(v, (cap *= 2) * sizeof(int));
-                if (!nv) {
-                    free(v);
-                    return WHALE_ENOMEM;
-                }
-                v = nv;
-            }
-            v[len++] = (int)x;
-            if (x == bb)
-                break;
-        }
-        if (*p == ',')
-            p++;
-        else if (*p)
-            goto bad;
-    }
-    *out = v;
-    *n = (int)len;
-    return 0;
-bad:
-    whale_error("WHALE_RANKMAP='%s' is not a list of A or A-B items", s);
-    free(v);
-    return WHALE_EINVAL;
-}
-#endif
 
 static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
 {
@@ -93,8 +42,8 @@ int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_
 {
     int rc;
     int *map = NULL;
-    const bool have_contract = get(WHALE_ENV_WORLD, user) || get(WHALE_ENV_TP, user) ||
-                               get(WHALE_ENV_RANKMAP, user);
+    const char *cw = get(WHALE_ENV_WORLD, user), *ct = get(WHALE_ENV_TP, user);
+    const bool have_contract = (cw && *cw) || (ct && *ct);
     int ntasks, task, tp, pp, dp, world;
 
     if ((rc = get_int(get, user, WHALE_ENV_NTASKS, 1, INT_MAX, pmix_size > 0 ? pmix_size : 1, &ntasks)) ||
@@ -130,7 +79,7 @@ int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_
     const char *rm = get(WHALE_ENV_RANKMAP, user);
     if (rm && *rm) {
         int n = 0;
-        if ((rc = contract_rankmap_load(rm, &map, &n)))
+        if ((rc = whale_rankmap_load(rm, &map, &n)))
             return rc;
         if (n != world) {
             whale_error("%s lists %d ranks but %s=%d", WHALE_ENV_RANKMAP, n, WHALE_ENV_WORLD, world);

@@ -67,6 +67,10 @@ void   ckpt_decode(enum ckpt_enc e, enum whale_dtype t, const void *src, int64_t
 /* Convert n elements between float dtypes (or copy when equal). */
 int    ckpt_convert(enum whale_dtype from, const void *src, enum whale_dtype to, void *dst,
                     int64_t n);
+/* Byte-shuffle width used before zstd for an encoding (0: none). */
+int    ckpt_shuffle_width(enum ckpt_enc e, enum whale_dtype t);
+void   ckpt_shuffle(const void *src, void *dst, size_t n, int w);
+void   ckpt_unshuffle(const void *src, void *dst, size_t n, int w);
 uint16_t ckpt_f32_to_bf16(float f);
 float    ckpt_bf16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_f16(float f);
@@ -94,6 +98,7 @@ void ckpt_st_entries_free(ckpt_st_entry *e, size_t n);
 typedef struct ckpt_fault {
     long long enospc_after; /* fail writes with ENOSPC after this many bytes (-1 off) */
     int slow_ms;            /* sleep before each file write (kill tests) */
+    int kill_rank;          /* this rank SIGKILLs itself after its first shard file (-1 off) */
     long long written;
 } ckpt_fault;
 void ckpt_fault_from_env(ckpt_fault *f);
@@ -117,8 +122,6 @@ double ckpt_now(void);
 
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);
-void ckpt_hex64(uint64_t h, char out[17]);
-uint64_t ckpt_xxh64(const void *p, size_t n);
 
 /* whale_ckpt_resolve, optionally without logging (an empty root is normal) */
 int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);

@@ -270,3 +270,35 @@ void ckpt_decode(enum ckpt_enc e, enum whale_dtype t, const void *src, int64_t n
         memcpy(dst, src, (size_t)n * ckpt_dtype_size(t));
     }
 }
+
+/* ---- byte shuffle (before zstd) --------------------------------------------
+ * n elements of w bytes -> w planes of n bytes: the sign/exponent bytes of
+ * floats are nearly constant across a tensor and compress well once they
+ * are contiguous; mantissa bytes stay noise. */
+int ckpt_shuffle_width(enum ckpt_enc e, enum whale_dtype t)
+{
+    switch (e) {
+    case CKPT_ENC_BF16:
+    case CKPT_ENC_FP16: return 2;
+    case CKPT_ENC_RAW: return (int)ckpt_dtype_size(t);
+    default: return 0; /* one-byte codes (and their scales): no shuffle */
+    }
+}
+
+void ckpt_shuffle(const void *src, void *dst, size_t n, int w)
+{
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < w; b++)
+            d[(size_t)b * n + i] = s[i * (size_t)w + (size_t)b];
+}
+
+void ckpt_unshuffle(const void *src, void *dst, size_t n, int w)
+{
+    const unsigned char *s = src;
+    unsigned char *d = dst;
+    for (int b = 0; b < w; b++)
+        for (size_t i = 0; i < n; i++)
+            d[i * (size_t)w + (size_t)b] = s[(size_t)b * n + i];
+}

@@ -10,6 +10,7 @@
 #include "whale/log.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,24 +19,59 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Rank 0 after a failure: every other rank must be done with the
+ * directory (published its index or its failure marker) before it goes,
+ * else a rank still writing would leave files behind. Bounded by the
+ * commit timeout (a dead rank never reports; its leftovers go at the next
+ * commit's GC). */
+static void wait_all_done(whale_ckpt *ck, struct persist *ps)
+{
+    double t0 = ckpt_now();
+    char p[4096];
+    for (int r = 1; r < ck->cfg.world;) {
+        snprintf(p, sizeof p, "%s/rank-%05d.json", ps->tmpdir, r);
+        bool done = access(p, F_OK) == 0;
+        if (!done) {
+            snprintf(p, sizeof p, "%s/rank-%05d.failed", ps->tmpdir, r);
+            done = access(p, F_OK) == 0;
+        }
+        if (done) {
+            r++;
+            continue;
+        }
+        if (ckpt_now() - t0 > ck->cfg.commit_timeout_s)
+            return;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void ckpt_abort_rank(whale_ckpt *ck, struct persist *ps, int err)
 {
     char p[4096];
     if (ck->cfg.rank == 0) {
+        wait_all_done(ck, ps);
         ckpt_rm_rf(ps->tmpdir);
         whale_error("checkpoint step %lld failed (%s): removed %s; earlier checkpoints are "
                     "intact", (long long)ps->step, whale_strerror(err), ps->tmpdir);
         return;
     }
-    snprintf(p, sizeof p, "%s/rank-%05d", ps->tmpdir, ck->cfg.rank);
-    ckpt_rm_rf(p);
+    /* The failure marker must appear even on a full disk: renaming this
+     * rank's directory to rank-N.failed needs no space (an empty file is
+     * the fallback when the directory was never made). */
+    char rd[4096];
+    snprintf(rd, sizeof rd, "%s/rank-%05d", ps->tmpdir, ck->cfg.rank);
     snprintf(p, sizeof p, "%s/rank-%05d.json", ps->tmpdir, ck->cfg.rank);
     unlink(p);
-    /* Space is free again, so the marker fits even after ENOSPC. */
-    char name[64], msg[160];
-    snprintf(name, sizeof name, "rank-%05d.failed", ck->cfg.rank);
-    int n = snprintf(msg, sizeof msg, "%s\n", whale_strerror(err));
-    ckpt_write_file_atomic(ps->tmpdir, name, msg, (size_t)n, ps->fmode, NULL);
+    snprintf(p, sizeof p, "%s/rank-%05d.failed", ps->tmpdir, ck->cfg.rank);
+    if (rename(rd, p) != 0) { /* after the rename this rank touches nothing: rank 0 removes */
+        int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, ps->fmode);
+        if (fd >= 0)
+            close(fd);
+        else
+            whale_error("checkpoint: cannot leave %s (%s): rank 0 waits for the commit timeout",
+                        p, strerror(errno));
+    }
     whale_error("checkpoint step %lld failed on rank %d (%s); rank 0 removes %s",
                 (long long)ps->step, ck->cfg.rank, whale_strerror(err), ps->tmpdir);
 }

@@ -135,6 +135,10 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
+    if ((rc = env_long("WHALE_CKPT_COMMIT_TIMEOUT", 1, 86400, &v)) < 0)
+        return rc;
+    if (rc == 0)
+        c->commit_timeout_s = (int)v;
     if ((s = getenv("WHALE_CKPT_RUN_ID")) && *s)
         c->run_id = s;
     if ((rc = env_long(WHALE_ENV_RANK, -1, 1 << 24, &v)) < 0)

@@ -18,13 +18,13 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
-/* WHALE_CKPT_FAULT="enospc_after=BYTES,slow_ms=N" */
+/* WHALE_CKPT_FAULT="enospc_after=BYTES,slow_ms=N,kill_rank=R" */
 void ckpt_fault_from_env(ckpt_fault *f)
 {
     f->enospc_after = -1;
     f->slow_ms = 0;
+    f->kill_rank = -1;
     f->written = 0;
     const char *s = getenv("WHALE_CKPT_FAULT");
     if (!s || !*s)
@@ -34,6 +34,8 @@ void ckpt_fault_from_env(ckpt_fault *f)
         f->enospc_after = atoll(p + 13);
     if ((p = strstr(s, "slow_ms=")))
         f->slow_ms = atoi(p + 8);
+    if ((p = strstr(s, "kill_rank=")))
+        f->kill_rank = atoi(p + 10);
     whale_warn("checkpoint: fault injection active: WHALE_CKPT_FAULT=%s", s);
 }
 
@@ -234,9 +236,3 @@ void ckpt_hex128(const void *hash16, char out[33])
         snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
 
-void ckpt_hex64(uint64_t h, char out[17])
-{
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-}
-
-uint64_t ckpt_xxh64(const void *p, size_t n) { return XXH3_64bits(p, n); }

@@ -25,6 +25,7 @@ typedef struct rchunk {
     enum ckpt_enc enc;
     int block;
     uint64_t begin, nbytes, zraw;
+    int shuffle;         /* byte-shuffle width applied before zstd (0/1: none) */
     const char *xxh;     /* xxh3-128 of the stored bytes, hex */
 } rchunk;
 
@@ -272,12 +273,13 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
             y->begin = (uint64_t)json_integer_value(json_object_get(c, "begin"));
             y->nbytes = (uint64_t)json_integer_value(json_object_get(c, "nbytes"));
             y->zraw = (uint64_t)json_integer_value(json_object_get(c, "zstd"));
+            y->shuffle = (int)json_integer_value(json_object_get(c, "shuffle"));
             const char *xs = json_string_value(json_object_get(c, "xxh3_128"));
             y->xxh = xs;
             if (!y->file || !xs || strlen(xs) != 32 || strstr(y->file, "..") ||
                 ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc) ||
                 parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg) ||
-                y->block < 1) {
+                y->block < 1 || y->shuffle < 0 || y->shuffle > 8) {
                 whale_error("checkpoint: %s: tensor %s: bad chunk record %zu", mp, name, k);
                 rc = WHALE_EDATA;
                 break;
@@ -421,6 +423,16 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
             return WHALE_ECORRUPT;
         }
         free(raw);
+        if (c->shuffle > 1) {
+            unsigned char *u = malloc(enc_len ? enc_len : 1);
+            if (!u) {
+                free(enc);
+                return WHALE_ENOMEM;
+            }
+            ckpt_unshuffle(enc, u, (size_t)n, c->shuffle);
+            free(enc);
+            enc = u;
+        }
     } else if (c->nbytes != enc_len) {
         whale_error("checkpoint: %s: tensor %s: chunk has %llu bytes, expected %zu", path,
                     t->name, (unsigned long long)c->nbytes, enc_len);
@@ -575,13 +587,22 @@ int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
             bad++;
         }
     }
-    for (size_t i = 0; i < r->nt; i++)
-        for (size_t k = 0; k < r->t[i].nc; k++) {
+    for (size_t i = 0; i < r->nt; i++) {
+        const rtensor *t = &r->t[i];
+        int64_t have = 0, want = ckpt_shape_numel(t->ndim, t->shape);
+        for (size_t k = 0; k < t->nc; k++) {
             void *buf = NULL;
-            if (load_chunk(r, &r->t[i], &r->t[i].c[k], &buf))
+            if (load_chunk(r, t, &t->c[k], &buf))
                 bad++;
             free(buf);
+            have += ckpt_region_numel(&t->c[k].reg);
         }
+        /* chunks never overlap (one writer per element), so the sum is the coverage;
+         * a partial tensor is legal (the saver chose it) but worth saying */
+        if (have < want)
+            whale_warn("verify: %s: tensor %s: the checkpoint holds %lld of its %lld elements",
+                       r->dir, t->name, (long long)have, (long long)want);
+    }
     if (bad_out)
         *bad_out = bad;
     return bad ? WHALE_ECORRUPT : 0;

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,12 +264,25 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
             enc = e;
         }
         size_t stored = enc_len;
+        int shuffle = ckpt_shuffle_width(x->enc, p->dtype);
         if (ck->cfg.zstd_level > 0) {
             size_t bound = ZSTD_compressBound(enc_len);
             void *z = malloc(bound ? bound : 1);
             if (!z) {
                 rc = WHALE_ENOMEM;
                 goto out;
+            }
+            if (shuffle > 1) { /* bytes of equal significance together: exponents compress */
+                void *sh = malloc(enc_len ? enc_len : 1);
+                if (!sh) {
+                    free(z);
+                    rc = WHALE_ENOMEM;
+                    goto out;
+                }
+                ckpt_shuffle(enc, sh, (size_t)x->n, shuffle);
+                free(own[i]);
+                own[i] = sh;
+                enc = sh;
             }
             size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, enc, enc_len, ck->cfg.zstd_level);
             if (ZSTD_isError(zr)) {
@@ -328,7 +342,7 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
         XXH128_canonicalFromHash(&can, sh);
         char hx[33];
         ckpt_hex128(&can, hx);
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:I, s:s}",
+        json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s}",
                                 "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
                                 "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
                                         : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
@@ -337,6 +351,7 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
                                 "shape", shape_json(p->reg.ndim, p->reg.shape),
                                 "region", region_json(&x->reg), "enc", ckpt_enc_name(x->enc),
                                 "block", block, "zstd", (json_int_t)(ck->cfg.zstd_level > 0 ? enc_len : 0),
+                                "shuffle", ck->cfg.zstd_level > 0 ? shuffle : 0,
                                 "nbytes", (json_int_t)stored, "xxh3_128", hx);
         char *ms = json_dumps(rec, JSON_COMPACT);
         json_object_set_new(meta, p->name, json_string(ms ? ms : ""));
@@ -385,6 +400,8 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
     /* Start write-back now; fsync all files at the end keeps the disk busy. */
     sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     ps->fds[ps->nfds++] = fd;
+    if (ck->fault.kill_rank == ck->cfg.rank) /* test hook: kill -9 in the middle of a save */
+        raise(SIGKILL);
     *stored_out = hlen + off;
     for (size_t i = 0; i < n; i++)
         json_array_append(chunks_out, json_array_get(recs, i));
@@ -500,11 +517,9 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
             }
         }
         if (!linked) {
-            size_t before = json_array_size(chunks);
             rc = write_bundle(ck, ps, c, &b[i], fname, chunks, &fbytes);
             if (rc)
                 break;
-            (void)before;
             st->bytes_written += fbytes;
             st->files_written++;
         }

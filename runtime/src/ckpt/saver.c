@@ -111,7 +111,10 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static char *default_run_id(void)
+/* An id of this launch that every rank derives alike: it names the
+ * temporary directory, so ranks of one save meet in the same one and a
+ * dead launch's leftovers are told apart. NULL when there is none. */
+static char *default_run_id(int world)
 {
     const char *s = getenv("WHALE_CKPT_RUN_ID");
     if (s && *s)
@@ -123,12 +126,13 @@ static char *default_run_id(void)
         snprintf(b, sizeof b, "j%s.%s.%s", job, stp ? stp : "x", rs ? rs : "0");
         return strdup(b);
     }
-    /* whale-run / single process: the same on every rank of one launch only
-     * when the launcher exports it; single process: the pid is unique. */
-    const char *wr = getenv("WHALE_RUN_ID");
-    if (wr && *wr)
-        return strdup(wr);
-    snprintf(b, sizeof b, "p%ld", (long)getpid());
+    /* whale-run (its embedded PMIx server) and other PMIx launchers */
+    const char *ns = getenv("PMIX_NAMESPACE");
+    if (ns && *ns)
+        return strdup(ns);
+    if (world > 1)
+        return NULL;
+    snprintf(b, sizeof b, "p%ld", (long)getpid()); /* one process: unique enough */
     return strdup(b);
 }
 
@@ -154,9 +158,16 @@ int whale_ckpt_open(const whale_ckpt_config *cfg, whale_ckpt **out)
         return WHALE_ENOMEM;
     ck->cfg = *cfg;
     ck->root = strdup(cfg->root);
-    ck->run_id = cfg->run_id && *cfg->run_id ? strdup(cfg->run_id) : default_run_id();
+    ck->run_id = cfg->run_id && *cfg->run_id ? strdup(cfg->run_id) : default_run_id(cfg->world);
+    if (!ck->run_id && cfg->world > 1) {
+        whale_error("checkpoint: %d ranks but no launch id common to them (no SLURM_JOB_ID, "
+                    "PMIX_NAMESPACE or WHALE_CKPT_RUN_ID): set WHALE_CKPT_RUN_ID", cfg->world);
+        free(ck->root);
+        free(ck);
+        return WHALE_EINVAL;
+    }
     for (char *p = ck->run_id; p && *p; p++) /* '-' separates fields of tmp names */
-        if (*p == '-' || *p == '/')
+        if (*p == '-' || *p == '/' || *p == ' ')
             *p = '_';
     ck->cfg.root = ck->root;
     ck->cfg.run_id = ck->run_id;

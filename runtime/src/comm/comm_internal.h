@@ -118,6 +118,16 @@ struct whale_req {
 };
 typedef struct whale_req comm_op_t;
 
+/* Identity of a process for the same-node liveness check: the pid and its
+ * start time (so a recycled pid is not mistaken for the peer). */
+struct comm_proc_id {
+    int64_t pid;
+    int64_t start;
+};
+struct comm_proc_id comm_proc_self(void);
+/* 1 alive, 0 gone, -1 cannot tell (not visible from here). */
+int comm_proc_alive(const struct comm_proc_id *id);
+
 struct whale_ctx {
     struct boot boot;
     pthread_mutex_t lock;
@@ -132,7 +142,12 @@ struct whale_ctx {
     ucp_worker_h worker;
     ucp_ep_h *eps;            /* [ntasks] */
     bool *dead;               /* [ntasks] */
+    struct comm_proc_id *procs; /* [ntasks] */
+    bool *watch;              /* [ntasks] same-node peer checked by pid */
+    double next_watch;        /* next liveness check (CLOCK_MONOTONIC s) */
     double peer_timeout;      /* seconds */
+    bool oversubscribed;      /* more tasks on this node than usable cores */
+    int spin;                 /* idle polls before yielding the core */
     struct comm_link link[COMM_LINK_NCLASS];
     size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
     int window;               /* chains in flight */
@@ -154,6 +169,7 @@ uint64_t comm_tag_p2p(uint16_t gid, int src, int tag);
 int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_group *g,
               const struct sched_xfer *x, uint32_t seq);
 void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
+void comm_watchdog(whale_ctx *ctx);
 
 /* engine.c */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);

@@ -41,9 +41,25 @@ void comm_op_unref(comm_op_t *op)
 
 static void cancel_recvs(comm_op_t *op)
 {
-    /* Copy: callbacks of cancelled requests run later, inside progress. */
-    for (int i = 0; i < op->nucx; i++)
-        ucp_request_cancel(op->ctx->worker, op->ucx_reqs[i]);
+    /* Work on a copy: UCX may complete a cancelled receive at once, and its
+     * callback removes it from op->ucx_reqs. A reference keeps op alive. */
+    int n = op->nucx;
+    if (!n)
+        return;
+    void **copy = malloc(sizeof(void *) * (size_t)n);
+    if (!copy)
+        return;
+    memcpy(copy, op->ucx_reqs, sizeof(void *) * (size_t)n);
+    op->refs++;
+    for (int i = 0; i < n; i++) {
+        bool still = false;
+        for (int k = 0; k < op->nucx && !still; k++)
+            still = op->ucx_reqs[k] == copy[i];
+        if (still)
+            ucp_request_cancel(op->ctx->worker, copy[i]);
+    }
+    free(copy);
+    comm_op_unref(op);
 }
 
 static int stage_start(comm_op_t *op)
@@ -182,6 +198,8 @@ int comm_progress(whale_ctx *ctx)
     if (ctx->worker)
         for (int i = 0; i < 64 && ucp_worker_progress(ctx->worker); i++)
             events++;
+    if (ctx->nactive)
+        comm_watchdog(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {
         comm_op_t *op = *po;
         if (op_advance(op, &events) ||
@@ -263,16 +281,22 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
     return 0;
 }
 
-static void relax(int idle)
+/* Back-off while nothing moves. With at most one rank per core, spin
+ * (yielding the core would hand it to another process for a whole time
+ * slice and every rendezvous step would wait for it); with more ranks than
+ * cores, yield soon so that the peer we wait for can run. After a long
+ * quiet spell (a straggling peer) sleep briefly. */
+static void relax(const whale_ctx *ctx, int idle)
 {
-    if (idle < 64) {
+    int spin = ctx->oversubscribed ? 16 : ctx->spin;
+    if (idle < spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
-    } else if (idle < 256) {
+    } else if (idle < spin + 20000) {
         sched_yield();
     } else {
-        struct timespec ts = { 0, idle < 1024 ? 2000 : 50000 };
+        struct timespec ts = { 0, 20000 };
         nanosleep(&ts, NULL);
     }
 }
@@ -297,8 +321,7 @@ static int wait_counted(whale_req *req)
         int ev = comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        if (idle > 256)
-            relax(idle < 300 ? idle : 300); /* blocking callers stay responsive */
+        relax(ctx, idle);
     }
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;
@@ -367,7 +390,8 @@ static void *progress_main(void *arg)
         int ev = comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        relax(idle);
+        /* the thread shares cores with compute: always the polite policy */
+        relax(&(whale_ctx){ .oversubscribed = true }, idle);
         pthread_mutex_lock(&ctx->lock);
     }
     pthread_mutex_unlock(&ctx->lock);

@@ -1,7 +1,9 @@
 /* whale_init / whale_finalize: bootstrap, UCX wire-up, the standard groups
  * (world, TP, PP, DP, and every task including spares), the cost model and
  * the progress thread. */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <sched.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,39 +74,43 @@ static int wireup(whale_ctx *ctx)
         }
     }
     size_t nlen = strlen(node) + 1;
-    char *blob = malloc(nlen + alen);
+    struct comm_proc_id me = comm_proc_self();
+    char *blob = malloc(nlen + sizeof me + alen);
     if (!blob) {
         if (addr)
             ucp_worker_release_address(ctx->worker, addr);
         return WHALE_ENOMEM;
     }
     memcpy(blob, node, nlen);
+    memcpy(blob + nlen, &me, sizeof me);
     if (alen)
-        memcpy(blob + nlen, addr, alen);
+        memcpy(blob + nlen + sizeof me, addr, alen);
     if (addr)
         ucp_worker_release_address(ctx->worker, addr);
     void **blobs = NULL;
     size_t *lens = NULL;
-    rc = boot_exchange(b, "whale.wireup", blob, nlen + alen, &blobs, &lens);
+    rc = boot_exchange(b, "whale.wireup", blob, nlen + sizeof me + alen, &blobs, &lens);
     free(blob);
     if (rc)
         return rc;
     char **names = calloc((size_t)b->ntasks, sizeof *names);
     void **addrs = calloc((size_t)b->ntasks, sizeof *addrs);
-    if (!names || !addrs) {
+    ctx->procs = calloc((size_t)b->ntasks, sizeof *ctx->procs);
+    if (!names || !addrs || !ctx->procs) {
         rc = WHALE_ENOMEM;
         goto out;
     }
     for (int t = 0; t < b->ntasks; t++) {
         char *bl = blobs[t];
         size_t l = strnlen(bl, lens[t]);
-        if (l == lens[t]) {
+        if (l + 1 + sizeof(struct comm_proc_id) > lens[t]) {
             whale_error("malformed bootstrap data from task %d", t);
             rc = WHALE_EPMIX;
             goto out;
         }
         names[t] = bl;
-        addrs[t] = bl + l + 1;
+        memcpy(&ctx->procs[t], bl + l + 1, sizeof ctx->procs[t]);
+        addrs[t] = bl + l + 1 + sizeof(struct comm_proc_id);
     }
     if ((rc = boot_set_nodes(b, names)))
         goto out;
@@ -167,6 +173,22 @@ out:
     return rc;
 }
 
+/* Top-level groups own their hierarchical sub-groups. */
+static void destroy_groups(whale_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ngroups;) {
+        if (ctx->groups[i]->internal)
+            i++;
+        else {
+            comm_group_destroy(ctx->groups[i]);
+            i = 0;
+        }
+    }
+    free(ctx->groups);
+    ctx->groups = NULL;
+    ctx->ngroups = 0;
+}
+
 int whale_init(whale_ctx **out)
 {
     if (!out)
@@ -187,6 +209,16 @@ int whale_init(whale_ctx **out)
     whale_log_set_rank(ctx->boot.rank);
     if ((rc = wireup(ctx)) || (rc = std_groups(ctx)))
         goto fail;
+    {
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        int here = 0;
+        for (int t = 0; t < ctx->boot.ntasks; t++)
+            here += ctx->boot.node_of_task[t] == ctx->boot.node_of_task[ctx->boot.task];
+        ctx->oversubscribed = here > cores;
+        const char *sp = getenv("WHALE_SPIN");
+        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : 16;
+    }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
     if (ctx->world && ctx->world->size > 1 &&
@@ -199,11 +231,10 @@ int whale_init(whale_ctx **out)
     return 0;
 fail:
     comm_thread_stop(ctx);
-    while (ctx->ngroups)
-        comm_group_destroy(ctx->groups[0]);
-    free(ctx->groups);
+    destroy_groups(ctx);
     comm_ucx_fini(ctx, false);
     free(ctx->dead);
+    free(ctx->procs);
     boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);
@@ -229,10 +260,9 @@ int whale_finalize(whale_ctx *ctx)
     if (ctx->nactive)
         whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
     comm_ucx_fini(ctx, clean);
-    while (ctx->ngroups)
-        comm_group_destroy(ctx->groups[0]);
-    free(ctx->groups);
+    destroy_groups(ctx);
     free(ctx->dead);
+    free(ctx->procs);
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);

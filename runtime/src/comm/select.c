@@ -9,9 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "whale/conf.h"
+#include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -278,9 +282,80 @@ static double pingpong(whale_group *w, int peer, void *buf, size_t bytes, int it
     return best;
 }
 
-/* Measure alpha/beta for the link classes present from world rank 0, and
- * gamma (reduction speed) on rank 0; broadcast so every rank decides alike.
- * About 10 ms. */
+/* Cache of the probe, per host of rank 0 and link classes present:
+ * $XDG_CACHE_HOME/whale (or ~/.cache/whale)/comm-model-<host>-<classes>.
+ * Every later run on the same machine then makes the same choices. */
+static int cache_path(char *buf, size_t len, const whale_group *w)
+{
+    const char *base = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[512];
+    if (base && *base) {
+        snprintf(dir, sizeof dir, "%s/whale", base);
+    } else if (home && *home) {
+        snprintf(dir, sizeof dir, "%s/.cache", home);
+        mkdir(dir, 0755);
+        snprintf(dir, sizeof dir, "%s/.cache/whale", home);
+    } else {
+        return -1;
+    }
+    mkdir(dir, 0755);
+    const struct boot *b = &w->ctx->boot;
+    const char *host = b->node_names ? b->node_names[w->node[0]] : "local";
+    int net = w->nnodes > 1, shm = 0;
+    for (int k = 1; k < w->size; k++)
+        shm |= w->node[k] == w->node[0];
+    int n = snprintf(buf, len, "%s/comm-model-%s-%s%s", dir, host, shm ? "shm" : "", net ? "net" : "");
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static bool cache_read(const char *path, double p[5])
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = fscanf(f, "shm %lf %lf net %lf %lf gamma %lf", &p[0], &p[1], &p[2], &p[3], &p[4]) == 5;
+    fclose(f);
+    for (int i = 0; i < 5; i++)
+        ok = ok && isfinite(p[i]) && p[i] > 0;
+    return ok;
+}
+
+static void cache_write(const char *path, const double p[5])
+{
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fprintf(f, "shm %.6g %.6g net %.6g %.6g gamma %.6g\n", p[0], p[1], p[2], p[3], p[4]);
+    if (fclose(f) == 0)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}
+
+/* Bandwidths from the site config the plugin used (WHALE_CONF), when set. */
+static void site_bandwidths(double p[5])
+{
+    const char *path = getenv(WHALE_ENV_CONF);
+    struct whale_conf *c = NULL;
+    if (!path || !*path || whale_conf_load(path, &c))
+        return;
+    if (c->link_gbs[WHALE_LINK_NODE] > 0)
+        p[1] = 1.0 / (c->link_gbs[WHALE_LINK_NODE] * 1e9);
+    double net = 0;
+    for (int k = WHALE_LINK_LEAF; k < WHALE_LINK_NCLASS; k++)
+        if (c->link_gbs[k] > 0 && (net == 0 || c->link_gbs[k] < net))
+            net = c->link_gbs[k];
+    if (net > 0)
+        p[3] = 1.0 / (net * 1e9);
+    whale_conf_free(c);
+}
+
+/* Model parameters: WHALE_COLL_MODEL, else the cached probe, else a probe
+ * now (ping-pong from world rank 0 to a peer of each link class, reduction
+ * speed out of cache); site-config bandwidths override. Rank 0 decides and
+ * broadcasts, so every rank chooses alike. About 20 ms when probing. */
 int comm_probe(whale_ctx *ctx, bool measure)
 {
     whale_group *w = ctx->world;
@@ -288,7 +363,19 @@ int comm_probe(whale_ctx *ctx, bool measure)
         return 0;
     double params[5] = { ctx->link[0].alpha, ctx->link[0].beta, ctx->link[1].alpha,
                          ctx->link[1].beta, g_gamma };
-    if (measure && w->size > 1) {
+    const char *pe = getenv("WHALE_COLL_PROBE");
+    bool force = pe && !strcmp(pe, "force");
+    if (pe && !strcmp(pe, "0"))
+        measure = false;
+    char path[1024];
+    bool cached = false, have_path = w->rank == 0 && cache_path(path, sizeof path, w) == 0;
+    int flag = 0; /* rank 0 tells the others whether to take part in the probe */
+    if (w->rank == 0 && measure)
+        flag = !(have_path && !force && (cached = cache_read(path, params)));
+    int rc = whale_broadcast(w, &flag, 1, WHALE_INT32, 0);
+    if (rc)
+        return rc;
+    if (flag && w->size > 1) {
         const size_t big = 1 << 20;
         void *buf = calloc(1, big);
         if (!buf)
@@ -304,31 +391,45 @@ int comm_probe(whale_ctx *ctx, bool measure)
             if (peer < 0 || (w->rank != 0 && w->rank != peer))
                 continue;
             bool lead = w->rank == 0;
-            double a = pingpong(w, peer, buf, 8, 20, lead);
-            double b = pingpong(w, peer, buf, big, 3, lead);
+            double a = pingpong(w, peer, buf, 8, 50, lead);
+            double b = pingpong(w, peer, buf, big, 5, lead);
             if (lead && isfinite(a) && isfinite(b) && b > a) {
                 params[2 * cls] = a;
                 params[2 * cls + 1] = (b - a) / (double)big;
             }
         }
-        if (w->rank == 0) {
-            float *x = buf, *y = (float *)buf + big / 8;
-            double t0 = now_s();
-            for (int i = 0; i < 4; i++)
-                comm_reduce(x, x, y, big / 8, WHALE_FLOAT32, WHALE_SUM);
-            double dt = (now_s() - t0) / 4;
-            if (dt > 0)
-                params[4] = dt / (double)(big / 2);
-        }
         free(buf);
+        if (w->rank == 0) {
+            /* reduction speed out of cache: operands larger than L3 */
+            size_t n = 8 << 20;
+            float *x = calloc(n, sizeof *x), *y = calloc(n, sizeof *y);
+            if (x && y) {
+                double best = INFINITY;
+                for (int i = 0; i < 3; i++) {
+                    double t0 = now_s();
+                    comm_reduce(x, x, y, n, WHALE_FLOAT32, WHALE_SUM);
+                    double dt = now_s() - t0;
+                    best = dt < best ? dt : best;
+                }
+                if (best > 0)
+                    params[4] = best / (double)(n * sizeof(float));
+            }
+            free(x);
+            free(y);
+            if (have_path)
+                cache_write(path, params);
+        }
     }
-    int rc = whale_broadcast(w, params, 5 * sizeof(double), WHALE_UINT8, 0);
+    if (w->rank == 0)
+        site_bandwidths(params);
+    rc = whale_broadcast(w, params, 5 * sizeof(double), WHALE_UINT8, 0);
     if (rc)
         return rc;
     ctx->link[0] = (struct comm_link){ params[0], params[1] };
     ctx->link[1] = (struct comm_link){ params[2], params[3] };
     g_gamma = params[4];
-    whale_debug("cost model: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s",
-                params[0] * 1e6, 1e-9 / params[1], params[2] * 1e6, 1e-9 / params[3], 1e-9 / params[4]);
+    whale_debug("cost model%s: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s",
+                cached ? " (cached)" : "", params[0] * 1e6, 1e-9 / params[1], params[2] * 1e6,
+                1e-9 / params[3], 1e-9 / params[4]);
     return 0;
 }

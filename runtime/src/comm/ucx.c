@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 #include "whale/error.h"
@@ -63,6 +64,69 @@ void comm_mark_dead(whale_ctx *ctx, int task, const char *why)
                 g->failed_rank = rank >= 0 ? rank : -2 - task;
             }
     }
+}
+
+struct comm_proc_id comm_proc_self(void)
+{
+    struct comm_proc_id id = { (int64_t)getpid(), 0 };
+    struct comm_proc_id probe = id;
+    probe.start = -1;
+    /* read our own start time the same way peers will read it */
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)id.pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        char *rp = strrchr(buf, ')');
+        long long st = 0;
+        /* fields after the command: state(3) ... starttime(22) */
+        if (rp && sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld", &st) == 1)
+            id.start = st;
+    }
+    (void)probe;
+    return id;
+}
+
+int comm_proc_alive(const struct comm_proc_id *id)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)id->pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    char *rp = strrchr(buf, ')');
+    char state = 0;
+    long long st = 0;
+    if (!rp || sscanf(rp + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %lld",
+                      &state, &st) != 2)
+        return -1;
+    if (st != id->start)
+        return 0; /* the pid now belongs to another process */
+    return state == 'Z' || state == 'X' ? 0 : 1;
+}
+
+/* Same-node peers use shared-memory transports, which cannot report a dead
+ * peer to UCX: check them by pid, a few times per WHALE_PEER_TIMEOUT, while
+ * operations are pending. */
+void comm_watchdog(whale_ctx *ctx)
+{
+    if (!ctx->watch)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (now < ctx->next_watch)
+        return;
+    double iv = ctx->peer_timeout / 5;
+    ctx->next_watch = now + (iv < 0.02 ? 0.02 : iv);
+    for (int t = 0; t < ctx->boot.ntasks; t++)
+        if (ctx->watch[t] && !ctx->dead[t] && comm_proc_alive(&ctx->procs[t]) == 0)
+            comm_mark_dead(ctx, t, "the process exited");
 }
 
 int comm_ucx_init(whale_ctx *ctx)
@@ -137,15 +201,28 @@ int comm_ucx_connect(whale_ctx *ctx, void **addrs)
     int n = ctx->boot.ntasks, me = ctx->boot.task;
     g_ep_args = calloc((size_t)n, sizeof *g_ep_args);
     ctx->eps = calloc((size_t)n, sizeof *ctx->eps);
-    if (!g_ep_args || !ctx->eps)
+    ctx->watch = calloc((size_t)n, sizeof *ctx->watch);
+    if (!g_ep_args || !ctx->eps || !ctx->watch)
         return WHALE_ENOMEM;
+    /* UCX 1.13 offers no shared-memory transport with peer failure
+     * handling: an endpoint in PEER mode between two processes of one node
+     * falls back to TCP (several times slower). Same-node peers whose
+     * process we can see get a plain endpoint (sysv/posix/cma) and the pid
+     * watchdog; others keep UCX peer error handling + keepalive.
+     * WHALE_UCX_PEER_MODE=1 forces PEER mode everywhere. */
+    const char *pm = getenv("WHALE_UCX_PEER_MODE");
+    bool all_peer = pm && *pm == '1';
+    int mynode = ctx->boot.node_of_task[me];
     for (int t = 0; t < n; t++) {
         g_ep_args[t] = (struct ep_arg){ ctx, t };
+        bool local = !all_peer && t != me && ctx->boot.node_of_task[t] == mynode &&
+                     comm_proc_alive(&ctx->procs[t]) == 1;
+        ctx->watch[t] = local;
         ucp_ep_params_t ep = {
             .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                           UCP_EP_PARAM_FIELD_ERR_HANDLER,
             .address = addrs[t],
-            .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+            .err_mode = local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
             .err_handler = { .cb = ep_err_cb, .arg = &g_ep_args[t] },
         };
         ucs_status_t st = ucp_ep_create(ctx->worker, &ep, &ctx->eps[t]);
@@ -242,7 +319,8 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
             ucp_request_param_t p = {
                 .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                                 UCP_OP_ATTR_FIELD_USER_DATA,
-                .flags = (clean && !ctx->dead[t]) ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
+                .flags = !ctx->dead[t] && (clean || (ctx->watch && ctx->watch[t]))
+                             ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
                 .cb.send = close_cb,
                 .user_data = &left,
             };
@@ -263,14 +341,22 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
         free(ctx->eps);
         ctx->eps = NULL;
     }
-    if (ctx->worker)
+    bool any_dead = false;
+    for (int t = 0; ctx->dead && t < ctx->boot.ntasks; t++)
+        any_dead |= ctx->dead[t];
+    /* After a peer failure, sends to it never complete and UCX would list
+     * each as a leak at worker destruction: leave the worker to process
+     * exit instead (the process is going down or rebuilding anyway). */
+    if (ctx->worker && !any_dead)
         ucp_worker_destroy(ctx->worker);
-    if (ctx->ucp)
+    if (ctx->ucp && !any_dead)
         ucp_cleanup(ctx->ucp);
     ctx->worker = NULL;
     ctx->ucp = NULL;
     free(g_ep_args);
     g_ep_args = NULL;
+    free(ctx->watch);
+    ctx->watch = NULL;
 }
 
 /* ---- transfers of an operation ------------------------------------------ */

@@ -626,7 +626,17 @@ char *whale_conf_topology_path(const struct whale_conf *c, const char *slurm_con
     if (c && c->topology_file) {
         if (!strcasecmp(c->topology_file, "none"))
             return NULL;
-        return strdup(c->topology_file);
+        /* relative to the directory of the whale.conf that names it */
+        const char *slash = c->path ? strrchr(c->path, '/') : NULL;
+        if (c->topology_file[0] == '/' || !slash)
+            return strdup(c->topology_file);
+        size_t dl = (size_t)(slash - c->path) + 1, fl = strlen(c->topology_file);
+        char *p = malloc(dl + fl + 1);
+        if (!p)
+            return NULL;
+        memcpy(p, c->path, dl);
+        memcpy(p + dl, c->topology_file, fl + 1);
+        return p;
     }
     const char *base = slurm_conf && *slurm_conf ? slurm_conf : "/etc/slurm/slurm.conf";
     const char *slash = strrchr(base, '/');

@@ -4,6 +4,9 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "engine_int.h"
+
+#include <string.h>
 
 static int wc_iallreduce(struct eng_comm *c, float *buf, size_t n, void **req)
 {
@@ -46,29 +49,42 @@ static void eng_comm_from_group(struct eng_comm *c, whale_group *g)
     c->wait = wc_wait;
 }
 
-int eng_tp_allreduce(void *tp_group, float *buf, size_t n)
-{
-    if (!tp_group)
-        return 0;
-    return whale_allreduce(tp_group, buf, buf, n, WHALE_FLOAT32, WHALE_SUM);
-}
 
-int eng_tp_allreduce_max(void *tp_group, float *buf, size_t n)
+int eng_groups_from_ctx(whale_ctx *ctx, struct eng_groups *g)
 {
-    if (!tp_group)
-        return 0;
-    return whale_allreduce(tp_group, buf, buf, n, WHALE_FLOAT32, WHALE_MAX);
-}
-
-int eng_comm_from_ctx(whale_ctx *ctx, struct eng_comm *c, bool *have)
-{
-    int tp = 1, pp = 1, dp = 1;
-    whale_degrees(ctx, &tp, &pp, &dp);
-    *have = false;
-    whale_group *g = whale_dp_group(ctx);
-    if (g && whale_group_size(g) > 1) {
-        eng_comm_from_group(c, g);
-        *have = true;
+    memset(g, 0, sizeof *g);
+    whale_group *dpg = whale_dp_group(ctx);
+    if (dpg && whale_group_size(dpg) > 1)
+        eng_comm_from_group(&g->dp, dpg);
+    else
+        g->dp.size = 1;
+    whale_group *tpg = whale_tp_group(ctx), *ppg = whale_pp_group(ctx);
+    whale_par_comm_from_group(&g->tp, tpg && whale_group_size(tpg) > 1 ? tpg : NULL);
+    whale_par_comm_from_group(&g->pp, ppg && whale_group_size(ppg) > 1 ? ppg : NULL);
+    whale_par_comm_from_group(&g->emb, NULL);
+    if (g->pp.size > 1) {
+        /* first and last stage of this (dp, tp): the tied embedding's two copies.
+         * Collective over the pipeline group; middle stages get no group. */
+        int ends[2] = { whale_group_world_rank(ppg, 0),
+                        whale_group_world_rank(ppg, g->pp.size - 1) };
+        whale_group *emb = NULL;
+        int rc = whale_group_create(ppg, ends, 2, &emb);
+        if (rc) {
+            whale_error("cannot create the tied-embedding group of pipeline ranks %d and %d: %s",
+                        ends[0], ends[1], whale_strerror(rc));
+            return rc;
+        }
+        if (emb) {
+            whale_par_comm_from_group(&g->emb, emb);
+            g->emb_group = emb;
+        }
     }
     return 0;
+}
+
+void eng_groups_free(struct eng_groups *g)
+{
+    if (g->emb_group)
+        whale_group_free(g->emb_group);
+    g->emb_group = NULL;
 }

@@ -25,9 +25,6 @@ struct eng_comm {
     int (*wait)(struct eng_comm *c, void *req);
 };
 
-/* The DP group of a whale context; *have = false for a DP group of one.
- * Refuses layouts this engine cannot run (logged). */
-int eng_comm_from_ctx(whale_ctx *ctx, struct eng_comm *c, bool *have);
 
 static inline int eng_allreduce(struct eng_comm *c, float *buf, size_t n)
 {

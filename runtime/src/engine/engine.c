@@ -12,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -78,17 +77,6 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
                     m->name);
         return WHALE_ENOTSUP;
     }
-    if (c->recompute == WHALE_RECOMPUTE_AUTO) {
-        whale_error("recompute=auto needs the planner's per-layer choice: give the layers "
-                    "(plan \"recompute\": \"layers\" with \"recompute_layers\")");
-        return WHALE_EINVAL;
-    }
-    for (int k = 0; k < c->n_recompute_layers; k++)
-        if (c->recompute_layers[k] < 0 || c->recompute_layers[k] >= m->layers) {
-            whale_error("recompute layer %d out of range 0..%d (model %s has %d blocks)",
-                        c->recompute_layers[k], m->layers - 1, m->name, m->layers);
-            return WHALE_ERANGE;
-        }
     if (c->precision == WHALE_PREC_FP16 || c->precision == WHALE_PREC_BF16) {
         whale_error("16-bit storage is not implemented in the CPU kernels; train in fp32 "
                     "(loss scaling can still be enabled)");
@@ -114,95 +102,94 @@ static int count_threads_default(void)
     return t < 1 ? 1 : t;
 }
 
-/* Build this stage's layers and their parameter tables. */
-static int build_layers(whale_engine *e, int g0, int g1)
+/* Build this rank's layers and parameter tables: the chain layers of each of
+ * its model chunks (virtual stages chunk*PP + pp_rank), in chunk order, and
+ * on a last stage without the embedding a copy of the tied wte. */
+static int build_layers(whale_engine *e, const int *blocks)
 {
     const struct eng_dims *d = &e->d;
-    e->nl = g1 - g0;
-    e->has_embed = g0 == 0;
-    e->has_head = g1 == d->L + 2;
-    e->layers = calloc(e->nl, sizeof *e->layers);
-    int np = 0;
-    for (int g = g0; g < g1; g++)
-        np += g == 0 ? eng_embed_params(d, g, NULL)
-            : g <= d->L ? eng_block_params(d, g, NULL) : eng_head_params(d, g, NULL) + 1;
-    e->params = calloc(np, sizeof *e->params);
+    const int p = e->grp.pp.size, r = e->grp.pp.rank, v = e->nchunks, S = p * v;
+    e->chunks = calloc((size_t)v, sizeof *e->chunks);
+    if (!e->chunks)
+        return WHALE_ENOMEM;
+    int nl = 0, np = 0;
+    e->first_stage = r == 0;
+    e->last_stage = r == p - 1;
+    for (int c = 0; c < v; c++) {
+        int s = c * p + r, cs = 0;
+        for (int k = 0; k < s; k++)
+            cs += blocks[k] + (k == 0);
+        int ce = cs + blocks[s] + (s == 0) + (s == S - 1);
+        e->chunks[c].vstage = s;
+        e->chunks[c].l0 = nl;
+        for (int i = cs; i < ce; i++)
+            np += i == 0 ? eng_embed_params(d, i, NULL)
+                : i <= d->L ? eng_block_params(d, i, NULL) : eng_head_params(d, i, NULL);
+        nl += ce - cs;
+        e->chunks[c].l1 = nl;
+        e->chunks[c].l0 = cs; /* chain start, fixed below */
+    }
+    bool shadow = p > 1 && e->last_stage;
+    e->nl = nl + (shadow ? 1 : 0);
+    np += shadow ? 1 : 0;
+    e->layers = calloc((size_t)e->nl, sizeof *e->layers);
+    e->params = calloc((size_t)np + 1, sizeof *e->params);
     if (!e->layers || !e->params)
         return WHALE_ENOMEM;
-    int k = 0;
-    for (int i = 0; i < e->nl; i++) {
-        struct eng_layer *l = &e->layers[i];
-        int g = g0 + i;
-        l->index = g;
-        l->d = d;
-        l->params = &e->params[k];
-        if (g == 0) {
-            l->ops = &eng_embed_ops;
-            snprintf(l->name, sizeof l->name, "embed");
-            l->nparams = eng_embed_params(d, g, l->params);
-        } else if (g <= d->L) {
-            l->ops = &eng_block_ops;
-            snprintf(l->name, sizeof l->name, "h.%d", g - 1);
-            l->nparams = eng_block_params(d, g, l->params);
-        } else {
-            l->ops = &eng_head_ops;
-            snprintf(l->name, sizeof l->name, "head");
-            l->nparams = eng_head_params(d, g, l->params);
-            if (e->has_embed) {
-                l->tied = &e->layers[0];
+    int k = 0, li = 0, embed = -1;
+    for (int c = 0; c < v; c++) {
+        int cs = e->chunks[c].l0, n = e->chunks[c].l1 - (c ? e->chunks[c - 1].l1 : 0);
+        e->chunks[c].l0 = li;
+        for (int i = cs; i < cs + n; i++, li++) {
+            struct eng_layer *l = &e->layers[li];
+            l->index = i;
+            l->d = d;
+            l->chunk = c;
+            l->params = &e->params[k];
+            if (i == 0) {
+                l->ops = &eng_embed_ops;
+                snprintf(l->name, sizeof l->name, "embed");
+                l->nparams = eng_embed_params(d, i, l->params);
+                embed = li;
+            } else if (i <= d->L) {
+                l->ops = &eng_block_ops;
+                snprintf(l->name, sizeof l->name, "h.%d", i - 1);
+                l->nparams = eng_block_params(d, i, l->params);
             } else {
-                /* the last stage keeps its own copy of wte, kept equal to the
-                 * first stage's by summing their gradients every step */
-                struct eng_param tmp[2];
-                eng_embed_params(d, 0, tmp);
-                l->params[l->nparams] = tmp[0];
-                l->params[l->nparams].tied_copy = true;
-                l->nparams++;
+                l->ops = &eng_head_ops;
+                snprintf(l->name, sizeof l->name, "head");
+                l->nparams = eng_head_params(d, i, l->params);
             }
+            k += l->nparams;
         }
-        k += l->nparams;
     }
+    e->shadow = -1;
+    if (shadow) {
+        /* wte only: declared as the embedding declares it, same name, same init */
+        struct eng_layer *l = &e->layers[li];
+        struct eng_param tmp[2];
+        eng_embed_params(d, 0, tmp);
+        l->index = 0;
+        l->d = d;
+        l->chunk = -1;
+        l->ops = &eng_embed_ops;
+        snprintf(l->name, sizeof l->name, "wte (tied copy)");
+        l->params = &e->params[k];
+        l->params[0] = tmp[0];
+        l->nparams = 1;
+        k += 1;
+        e->shadow = embed = li;
+    }
+    for (int i = 0; i < e->nl; i++)
+        if (e->layers[i].ops == &eng_head_ops)
+            e->layers[i].tied = &e->layers[embed];
     e->np = k;
     return 0;
 }
 
-/* Blocks per stage: the plan's split, else even (earlier stages take the
- * remainder: the last one also runs the head). Returns the global layer
- * range [g0, g1) of stage s (embedding = 0, blocks 1..L, head L+1). */
-static int stage_range(const struct whale_engine_config *c, int P, int s, int *g0, int *g1)
+static bool tied_alone(const whale_engine *e, int li)
 {
-    const int L = c->model.layers;
-    int before = 0, mine = 0;
-    if (c->n_stage_layers) {
-        int sum = 0;
-        for (int i = 0; i < c->n_stage_layers; i++) {
-            if (c->stage_layers[i] < 1) {
-                whale_error("plan stage_layers: stage %d has %d layers (at least 1)", i,
-                            c->stage_layers[i]);
-                return WHALE_EINVAL;
-            }
-            sum += c->stage_layers[i];
-        }
-        if (c->n_stage_layers != P || sum != L) {
-            whale_error("plan stage_layers: %d stages summing to %d layers, but PP=%d and model "
-                        "%s has %d layers", c->n_stage_layers, sum, P, c->model.name, L);
-            return WHALE_EINVAL;
-        }
-        for (int i = 0; i < s; i++)
-            before += c->stage_layers[i];
-        mine = c->stage_layers[s];
-    } else {
-        if (L < P) {
-            whale_error("PP=%d stages but model %s has only %d layers", P, c->model.name, L);
-            return WHALE_EINVAL;
-        }
-        int q = L / P, r = L % P;
-        before = s * q + (s < r ? s : r);
-        mine = q + (s < r);
-    }
-    *g0 = s == 0 ? 0 : 1 + before;
-    *g1 = s == P - 1 ? L + 2 : 1 + before + mine;
-    return 0;
+    return e->grp.pp.size > 1 && e->layers[li].index == 0;
 }
 
 /* Group layers into buckets (in forward order) and lay out the flat space. */
@@ -223,7 +210,12 @@ static int build_buckets(whale_engine *e)
         size_t n = 0;
         for (int p = 0; p < e->layers[lo].nparams; p++)
             n += e->layers[lo].params[p].numel;
-        while (lo > 0 && n < cap) {
+        /* buckets never span chunks (each chunk's backward finishes its own)
+         * and, with PP, the layer holding wte stays alone (its reduction waits
+         * for the tied-embedding sum) */
+        bool alone = tied_alone(e, lo);
+        while (!alone && lo > 0 && n < cap && e->layers[lo - 1].chunk == e->layers[lo].chunk &&
+               !tied_alone(e, lo - 1)) {
             size_t m = 0;
             for (int p = 0; p < e->layers[lo - 1].nparams; p++)
                 m += e->layers[lo - 1].params[p].numel;
@@ -234,6 +226,8 @@ static int build_buckets(whale_engine *e)
         }
         e->buckets[nb].l0 = lo;
         e->buckets[nb].l1 = hi;
+        e->buckets[nb].chunk = e->layers[lo].chunk;
+        e->buckets[nb].tied_defer = alone;
         nb++;
         hi = lo;
     }
@@ -266,17 +260,14 @@ static int build_buckets(whale_engine *e)
     }
     e->P = flat;
     e->S = flat / dp;
-    e->tied_bucket = e->has_head && e->has_embed ? e->layers[0].bucket : -1;
-    if (e->pp > 1) {
-        if (e->has_embed) {
-            e->buckets[e->layers[0].bucket].deferred = true;
-            e->tied_param = &e->layers[0].params[0];
-        }
-        if (e->has_head) {
-            struct eng_layer *h = &e->layers[e->nl - 1];
-            e->buckets[h->bucket].deferred = true;
-            e->tied_param = &h->params[h->nparams - 1];
-        }
+    for (int c = 0; c < e->nchunks; c++) {
+        e->chunks[c].b0 = e->nb;
+        e->chunks[c].b1 = 0;
+        for (int b = 0; b < nb; b++)
+            if (e->buckets[b].chunk == c) {
+                e->chunks[c].b0 = b < e->chunks[c].b0 ? b : e->chunks[c].b0;
+                e->chunks[c].b1 = b + 1;
+            }
     }
     return 0;
 }
@@ -298,15 +289,6 @@ static void bind_layers(whale_engine *e)
         l->w = e->W ? e->W + l->flat_begin : NULL;
         l->g = e->G ? e->G + l->flat_begin : NULL;
     }
-}
-
-/* Block index (0-based) named in the per-layer recompute set? */
-static bool layer_listed(const struct whale_engine_config *c, int block)
-{
-    for (int k = 0; k < c->n_recompute_layers; k++)
-        if (c->recompute_layers[k] == block)
-            return true;
-    return false;
 }
 
 static int alloc_state(whale_engine *e)
@@ -351,153 +333,121 @@ static int alloc_state(whale_engine *e)
     }
     bind_layers(e);
 
-    /* activations of one micro-batch */
-    const size_t N = (size_t)e->d.B * e->d.T, C = e->d.C;
-    e->saved_off = calloc(e->nl + 1, sizeof *e->saved_off);
-    if (!e->saved_off)
-        return WHALE_ENOMEM;
-    /* Recomputation: selective keeps one shared attention-probability buffer
-     * for all blocks; a fully recomputed block keeps only its input (the
-     * previous boundary) and borrows one shared saved area. */
-    const int rp = e->cfg.recompute;
-    if (rp == WHALE_RECOMPUTE_SELECTIVE &&
-        !(e->att_shared = zalloc((size_t)e->d.B * e->d.NH * e->d.T * e->d.T)))
-        return WHALE_ENOMEM;
-    size_t so = 0, sc = 0, shared = 0;
+    /* scratch shared by every layer pass; activations live in slots (pipe.c) */
+    size_t sc = 0;
     for (int i = 0; i < e->nl; i++) {
-        struct eng_layer *l = &e->layers[i];
-        bool block = l->ops == &eng_block_ops;
-        l->att_shared = block ? e->att_shared : NULL;
-        l->recompute = block && (rp == WHALE_RECOMPUTE_FULL ||
-                                 (rp == WHALE_RECOMPUTE_LAYERS && layer_listed(&e->cfg, i - 1)));
-        size_t a = (l->ops->act_floats(l) + 15) / 16 * 16;
-        if (l->recompute) {
-            shared = a > shared ? a : shared;
-        } else {
-            e->saved_off[i] = so;
-            so += a;
-        }
-        size_t s2 = l->ops->scratch_floats(l);
-        sc = s2 > sc ? s2 : sc;
+        size_t n = e->layers[i].ops->scratch_floats(&e->layers[i]);
+        sc = n > sc ? n : sc;
     }
-    for (int i = 0; i < e->nl; i++)
-        if (e->layers[i].recompute)
-            e->saved_off[i] = so;
-    e->saved_off[e->nl] = so + shared;
-    /* 1F1B keeps up to PP - stage micro-batches in flight on a stage */
-    e->nslots = e->pp - e->pp_rank < e->cfg.grad_accum ? e->pp - e->pp_rank : e->cfg.grad_accum;
-    if (e->nslots < 1)
-        e->nslots = 1;
-    e->saved_per_slot = so;
-    e->nbnd = e->nl - (e->has_head ? 1 : 0);
-    size_t NS = (size_t)e->nslots;
-    e->act_floats = NS * so + shared +
-                    (e->att_shared ? (size_t)e->d.B * e->d.NH * e->d.T * e->d.T : 0) +
-                    NS * (size_t)(e->nbnd + !e->has_embed) * N * C;
-    if (!(e->saved = zalloc(NS * so + shared)) || !(e->scratch = zalloc(sc)) ||
-        !(e->xb = zalloc(NS * (size_t)(e->nbnd ? e->nbnd : 1) * N * C)) ||
-        !(e->dstream = zalloc(N * C)) || !(e->fsend = calloc(NS, sizeof *e->fsend)))
-        return WHALE_ENOMEM;
-    if (!e->has_embed && !(e->xin = zalloc(NS * N * C)))
+    if (!(e->scratch = zalloc(sc)))
         return WHALE_ENOMEM;
     return 0;
 }
 
-int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_comm *dp,
-               whale_engine **out)
+/* Degrees must divide what they split; logged with the reason. */
+static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
+{
+    const struct whale_model_desc *m = &c->model;
+    if (c->tp > 0 && c->tp != tp) {
+        whale_error("the configuration asks for TP=%d but the tensor-parallel group has %d ranks",
+                    c->tp, tp);
+        return WHALE_EINVAL;
+    }
+    if (c->pp > 0 && c->pp != pp) {
+        whale_error("the configuration asks for PP=%d but the pipeline group has %d ranks", c->pp,
+                    pp);
+        return WHALE_EINVAL;
+    }
+    if (m->heads % tp || m->ffn % tp) {
+        whale_error("TP=%d must divide the heads (%d) and the MLP width (%d) of model %s", tp,
+                    m->heads, m->ffn, m->name);
+        return WHALE_EINVAL;
+    }
+    if (m->vocab < tp) {
+        whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
+        return WHALE_EINVAL;
+    }
+    int v = c->interleave > 0 ? c->interleave : 1;
+    if (c->schedule != WHALE_SCHED_INTERLEAVED && v != 1) {
+        whale_error("interleave=%d needs the interleaved schedule (schedule is %s)", v,
+                    whale_schedule_name(c->schedule));
+        return WHALE_EINVAL;
+    }
+    if (c->schedule == WHALE_SCHED_INTERLEAVED && c->grad_accum % pp) {
+        whale_error("the interleaved schedule needs micro-batches per step (%d) to be a multiple "
+                    "of PP (%d)", c->grad_accum, pp);
+        return WHALE_EINVAL;
+    }
+    return 0;
+}
+
+int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
+                      const struct eng_groups *g, whale_engine **out)
 {
     *out = NULL;
-    int dps = dp ? dp->size : 1;
+    struct eng_groups one;
+    memset(&one, 0, sizeof one);
+    whale_par_comm_from_group(&one.tp, NULL);
+    whale_par_comm_from_group(&one.pp, NULL);
+    whale_par_comm_from_group(&one.emb, NULL);
+    if (!g)
+        g = &one;
+    int dps = g->dp.size > 1 ? g->dp.size : 1;
     int rc = cfg_check(c, dps);
-    if (rc)
+    if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)))
         return rc;
     whale_engine *e = calloc(1, sizeof *e);
     if (!e)
         return WHALE_ENOMEM;
     e->cfg = *c;
     e->ctx = ctx;
-    if (dp)
-        e->dp = *dp;
+    e->grp = *g;
+    if (g->dp.size > 1)
+        e->dp = g->dp;
     else
         e->dp.size = 1;
+    e->nchunks = c->interleave > 0 ? c->interleave : 1;
+    e->shadow = -1;
     const struct whale_model_desc *m = &c->model;
-    int tp = 1, tp_rank = 0;
-    e->pp = 1;
-    if (ctx) {
-        int dpd, dpr;
-        whale_degrees(ctx, &tp, &e->pp, &dpd);
-        whale_coords(ctx, &tp_rank, &e->pp_rank, &dpr);
-        if (tp > 1)
-            e->tp_group = whale_tp_group(ctx);
-        if (whale_world_size(ctx) > 1)
-            e->world_group = whale_world(ctx);
-        if (e->pp > 1) {
-            e->pp_group = whale_pp_group(ctx);
-            if (c->zero_stage >= 2) {
-                whale_error("ZeRO stage %d does not compose with pipeline parallelism (PP=%d): "
-                            "gradients and weights are needed across micro-batches; use ZeRO 0 "
-                            "or 1 with PP", c->zero_stage, e->pp);
-                whale_engine_destroy(e);
-                return WHALE_ENOTSUP;
-            }
-            /* the first and last stage share wte: a group of the two */
-            int ends[2] = { whale_group_world_rank(e->pp_group, 0),
-                            whale_group_world_rank(e->pp_group, e->pp - 1) };
-            whale_group *g = NULL;
-            int rc2 = whale_group_create(e->pp_group, ends, 2, &g);
-            if (rc2) {
-                whale_engine_destroy(e);
-                return rc2;
-            }
-            if (e->pp_rank == 0 || e->pp_rank == e->pp - 1)
-                e->emb_group = g;
-            else
-                whale_group_free(g);
-        }
-    }
-    if (m->heads % tp || m->ffn % tp) {
-        whale_error("model %s: Heads=%d and FFN=%d must be divisible by the tensor-parallel degree "
-                    "TP=%d", m->name, m->heads, m->ffn, tp);
-        whale_engine_destroy(e);
-        return WHALE_EINVAL;
-    }
+    const int tp = g->tp.size;
+    /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last
+     * TP rank may hold fewer rows, global shapes stay the model's */
     int64_t v0, vl;
-    eng_split(m->vocab, tp, tp_rank, true, &v0, &vl);
-    if (vl < 1) {
-        whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
-        whale_engine_destroy(e);
-        return WHALE_EINVAL;
-    }
+    eng_split(m->vocab, tp, g->tp.rank, true, &v0, &vl);
     e->d = (struct eng_dims){
         .B = c->micro_batch, .T = c->seq, .C = m->hidden, .NH = m->heads / tp,
-        .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = (int)vl, .Vg = m->vocab, .v0 = (int)v0,
-        .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = tp_rank,
+        .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = (int)vl, .Vg = m->vocab,
+        .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
-    int g0, g1;
-    if ((rc = stage_range(c, e->pp, e->pp_rank, &g0, &g1))) {
-        whale_engine_destroy(e);
-        return rc;
-    }
-    if ((rc = build_layers(e, g0, g1)) || (rc = build_buckets(e)) || (rc = alloc_state(e))) {
+    int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
+    if (!blocks)
+        rc = WHALE_ENOMEM;
+    if (rc || (rc = eng_layout(e, blocks)) || (rc = build_layers(e, blocks)) ||
+        (rc = build_buckets(e)) || (rc = alloc_state(e)) || (rc = eng_pipe_init(e))) {
         if (rc == WHALE_ENOMEM)
             whale_error("out of memory building model %s (%lld parameters)", m->name,
                         (long long)whale_model_desc_params(m));
+        free(blocks);
+        e->grp.emb_group = NULL; /* the caller still owns its groups */
         whale_engine_destroy(e);
         return rc;
     }
+    if (g->pp.size > 1 || g->tp.size > 1) {
+        char lay[256] = "";
+        size_t u = 0;
+        for (int s = 0; s < g->pp.size * e->nchunks && u < sizeof lay - 8; s++)
+            u += (size_t)snprintf(lay + u, sizeof lay - u, "%s%d", s ? "," : "", blocks[s]);
+        whale_debug("engine: TP %d (rank %d), PP %d (rank %d) x %d chunks, blocks per virtual "
+                    "stage [%s], schedule %s", tp, g->tp.rank, g->pp.size, g->pp.rank,
+                    e->nchunks, lay, whale_schedule_name(c->schedule));
+    }
+    free(blocks);
     whale_loss_scaler_init(&e->scaler, c->loss_scaling, c->init_scale, c->scale_growth_interval);
     e->sched = (struct whale_lr_schedule){ .lr_max = c->lr, .lr_min = c->min_lr,
                                            .warmup = c->warmup_steps, .total = c->total_steps };
     e->adam = (struct whale_adamw){ .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
                                     .eps = c->eps, .weight_decay = c->weight_decay };
-    const char *tp_path = getenv(WHALE_ENV_TRACE);
-    if (tp_path && *tp_path &&
-        (rc = eng_trace_open(&e->trace, tp_path, ctx ? whale_rank(ctx) : 0,
-                             ctx ? whale_world_size(ctx) : 1))) {
-        whale_engine_destroy(e);
-        return rc;
-    }
     whale_debug("engine: %d layers, %d buckets, %zu flat params (padded), shard %zu, ZeRO %d, "
                 "DP %d, %d threads", e->nl, e->nb, e->P, e->S, c->zero_stage, e->dp.size,
                 k_threads());
@@ -505,17 +455,36 @@ int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_c
     return 0;
 }
 
+int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_comm *dp,
+               whale_engine **out)
+{
+    struct eng_groups g;
+    memset(&g, 0, sizeof g);
+    if (dp)
+        g.dp = *dp;
+    whale_par_comm_from_group(&g.tp, NULL);
+    whale_par_comm_from_group(&g.pp, NULL);
+    whale_par_comm_from_group(&g.emb, NULL);
+    return eng_create_groups(c, ctx, &g, out);
+}
+
 int whale_engine_create(const struct whale_engine_config *c, whale_ctx *ctx, whale_engine **out)
 {
-    struct eng_comm dp;
-    bool have_dp = false;
+    struct eng_groups g;
     *out = NULL;
+    memset(&g, 0, sizeof g);
+    whale_par_comm_from_group(&g.tp, NULL);
+    whale_par_comm_from_group(&g.pp, NULL);
+    whale_par_comm_from_group(&g.emb, NULL);
     if (ctx) {
-        int rc = eng_comm_from_ctx(ctx, &dp, &have_dp);
+        int rc = eng_groups_from_ctx(ctx, &g);
         if (rc)
             return rc;
     }
-    return eng_create(c, ctx, have_dp ? &dp : NULL, out);
+    int rc = eng_create_groups(c, ctx, &g, out);
+    if (rc)
+        eng_groups_free(&g);
+    return rc;
 }
 
 void whale_engine_destroy(whale_engine *e)
@@ -527,8 +496,10 @@ void whale_engine_destroy(whale_engine *e)
         free(e->buckets[b].wbuf);
         free(e->buckets[b].rs_tmp);
     }
-    eng_trace_close(&e->trace);
     free(e->buckets);
+    eng_pipe_free(e);
+    free(e->chunks);
+    eng_groups_free(&e->grp);
     free(e->layers);
     free(e->params);
     free(e->W);
@@ -538,16 +509,7 @@ void whale_engine_destroy(whale_engine *e)
     free(e->M);
     free(e->V);
     free(e->agtmp);
-    free(e->xb);
-    free(e->saved);
-    free(e->saved_off);
-    free(e->att_shared);
-    free(e->xin);
-    free(e->fsend);
-    if (e->emb_group)
-        whale_group_free(e->emb_group);
     free(e->scratch);
-    free(e->dstream);
     free(e);
 }
 
@@ -656,7 +618,11 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
                 t.tp_offset[k] = p->off[k];
                 t.tp_shape[k] = p->shape[k];
             }
-            bool tp_writer = (p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0) && !p->tied_copy;
+            bool tp_writer = p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
+            /* the last stage's wte copy mirrors the first stage's */
+            if (e->shadow >= 0 && p >= e->layers[e->shadow].params &&
+                p < e->layers[e->shadow].params + e->layers[e->shadow].nparams)
+                tp_writer = false;
             bool sharded = kind == WHALE_TENSOR_PARAM ? z == 3 : z >= 1;
             if (!sharded || e->dp.size == 1) {
                 float *base = kind == WHALE_TENSOR_PARAM ? (z == 3 ? e->Wsh : e->W)

@@ -4,9 +4,9 @@
 
 #include "ecomm.h"
 #include "layer.h"
-#include "trace.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
+#include "whale/parallel.h"
 
 /* A gradient bucket: contiguous layers [l0, l1) whose parameters occupy the
  * flat range [flat, flat + n) (n padded to a multiple of 16 * DP). Rank r
@@ -16,14 +16,44 @@ struct eng_bucket {
     int l0, l1;
     size_t flat, n, shard_off;
     int pending;        /* layers whose backward has not finished this micro-batch */
-    bool deferred;      /* holds a tied weight: reduced after the pipeline flush */
     float *gbuf;        /* ZeRO 2/3: full-size gradient scratch while in backward */
     void *greq;         /* gradient reduction in flight */
-    double g_t0;        /* when it was issued (trace) */
     float *rs_tmp;      /* ZeRO 2/3 accumulation target for micro-batches > 0 */
     float *wbuf;        /* ZeRO 3: gathered weights */
     void *wreq;
     int wref;
+    int chunk;          /* model chunk whose backward fills it (-1: the tied wte copy) */
+    bool tied_defer;    /* PP > 1: holds wte; reduced after the step's pipeline, once the
+                           first and last stage have summed their halves of its gradient */
+};
+
+/* One model chunk (virtual pipeline stage) of this rank: local layers
+ * [l0, l1), buckets [b0, b1). */
+struct eng_chunk {
+    int l0, l1, b0, b1;
+    int vstage;
+    size_t *saved_off;  /* per layer (l1-l0+1): offset of its saved area in a slot */
+    size_t saved_floats;
+};
+
+/* Activations of one (chunk, micro-batch) from its forward to the end of its
+ * backward and of the transfers out of its buffers. */
+struct eng_slot {
+    int chunk, mb;      /* mb < 0: free */
+    bool done;          /* backward finished */
+    int sends;          /* transfers of its buffers still in flight */
+    float *bnd;         /* (l1-l0+1) x (N,C): [0] chunk input, [k] output of local layer k-1 */
+    float *saved;       /* saved activations (policy-dependent), saved_floats */
+    float *dgrad;       /* (N,C): received output gradient, becomes the input gradient */
+};
+
+/* Communicators of one rank; size 1 where there is no such parallelism. */
+struct eng_groups {
+    struct eng_comm dp;          /* data parallel / ZeRO (size 0 or 1: none) */
+    struct whale_par_comm tp;    /* tensor parallel */
+    struct whale_par_comm pp;    /* pipeline */
+    struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
+    void *emb_group;             /* whale_group owned (freed with the engine) */
 };
 
 struct whale_engine {
@@ -31,23 +61,8 @@ struct whale_engine {
     struct eng_dims d;
     whale_ctx *ctx;
     struct eng_comm dp;      /* dp.size == 1: no communication */
-    whale_group *tp_group;   /* NULL when TP == 1 */
-    whale_group *world_group;/* NULL for a world of one (or the test backend) */
-
-    /* pipeline: this stage holds model layers [first_layer, first_layer + nl) */
-    int pp, pp_rank;
-    whale_group *pp_group;
-    whale_group *emb_group;  /* first + last stage (tied wte), NULL otherwise */
-    bool has_embed, has_head;
-    int tied_bucket;         /* bucket holding the wte the head reads, -1: head has a copy */
-    const struct eng_param *tied_param; /* wte here when PP > 1 (first or last stage) */
-    int nslots;              /* micro-batches in flight on this stage */
-    int nbnd;                /* local layers with an output buffer */
-    size_t saved_per_slot;
-    float *xin;              /* received stage inputs, one (N,C) per slot */
-    whale_req **fsend;       /* per slot: forward activation send in flight */
-    whale_req *bsend;        /* backward gradient send in flight */
     bool own_comm;
+    struct eng_groups grp;   /* tp, pp, emb (dp mirrored above) */
 
     int nl;                  /* layers of this stage */
     struct eng_layer *layers;
@@ -71,8 +86,26 @@ struct whale_engine {
     size_t *saved_off;
     float *scratch;
     float *dstream;          /* (N,C) */
-    float *att_shared;       /* selective recomputation: (B,NH,T,T) */
     size_t act_floats;
+
+    /* pipeline layout and activation slots (part 2) */
+    int nchunks;             /* v */
+    struct eng_chunk *chunks;
+    int shadow;              /* local index of the last stage's wte copy (PP > 1), else -1 */
+    bool first_stage, last_stage; /* holds the embedding / the head */
+    struct whale_pp_schedule psched;
+    struct eng_slot *slots;
+    int nslots;
+    int *slot_of;            /* [chunk * m + mb] -> slot, -1 */
+    float *rc_saved;         /* FULL recompute: one layer's saved area */
+    float *rc_out;           /* (N,C) output of a recomputed forward (discarded) */
+    float *att_tmp;          /* SELECTIVE: (B,NH,T,T) */
+    const int32_t *cur_in, *cur_tg; /* the step's micro-batches */
+    double cur_loss, cur_tc;
+    float cur_dloss;
+    int64_t act_now, act_peak;
+    double t_recompute;
+    int cur_err;
 
     /* state */
     int64_t step, adam_t, samples;
@@ -81,8 +114,6 @@ struct whale_engine {
     struct whale_lr_schedule sched;
     struct whale_adamw adam;
     bool inject_overflow;
-
-    struct eng_trace trace; /* WHALE_TRACE: trace.f != NULL */
 
     /* accounting */
     int64_t scratch_now, scratch_peak;
@@ -94,6 +125,33 @@ struct whale_engine {
  * an in-process backend. */
 int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_comm *dp,
                whale_engine **out);
+/* Create over explicit communicators (in-process tests of TP/PP/DP). */
+int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
+                      const struct eng_groups *g, whale_engine **out);
+/* The communicators of a context (TP, PP, DP groups and the embedding group). */
+int eng_groups_from_ctx(whale_ctx *ctx, struct eng_groups *g);
+void eng_groups_free(struct eng_groups *g);
+
+/* pipe.c: layout, slots, and the micro-batch loop of a step */
+int  eng_layout(whale_engine *e, int *blocks_per_vstage);
+int  eng_pipe_init(whale_engine *e);
+void eng_pipe_free(whale_engine *e);
+/* Runs every forward and backward of the step (schedule of the plan);
+ * loss_sum gets the summed token losses this rank computed. */
+int  eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float dloss,
+                   double *loss_sum, double *tc, struct whale_pp_stats *pst);
+/* Forward only over the step's micro-batches (eval). */
+int  eng_pipe_forward_only(whale_engine *e, const int32_t *in, const int32_t *tg,
+                           double *loss_sum);
+
+/* step.c: one pass of one chunk for one micro-batch */
+int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                      const int32_t *tg, double *loss_sum, double *tc);
+int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                       const int32_t *tg, float dloss, bool first_micro, bool last_micro,
+                       double *tc);
+/* After the pipeline: finish DP reductions, sync the tied embedding. */
+int eng_grads_finish(whale_engine *e);
 
 double eng_now(void);
 

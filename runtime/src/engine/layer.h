@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "whale/engine.h"
+#include "whale/parallel.h"
 
 struct eng_param {
     char name[96];
@@ -28,7 +29,6 @@ struct eng_param {
     bool decay;                       /* AdamW weight decay applies (matrices, not biases/LN) */
     float init_std;                   /* 0: constant init_const */
     float init_const;
-    bool tied_copy;                   /* the last pipeline stage's copy of wte */
 };
 
 /* Dimensions shared by every layer of one model instance. */
@@ -58,7 +58,8 @@ struct eng_io {
     float *dstream;          /* backward: gradient of the layer output (B,T,C) on entry,
                                 of the layer input on exit (in place); NULL for embed */
     bool need_dinput;        /* false for the first layer of the model */
-    void *tp_group;          /* whale_group* of the TP group, NULL when tp == 1 */
+    struct whale_par_comm *tp_group; /* the TP group, NULL when tp == 1 */
+    float *att_tmp;          /* selective recompute: (B,NH,T,T) attention probabilities */
 };
 
 struct eng_layer_ops {
@@ -81,9 +82,15 @@ struct eng_layer {
     float *w, *g;              /* weight / gradient of flat_begin (rebound under ZeRO 2/3) */
     struct eng_layer *tied;    /* head: the embedding layer whose wte it uses */
     int bucket;                /* gradient bucket of this layer */
-    bool recompute;            /* full recomputation: saved area shared, rebuilt before backward */
-    float *att_shared;         /* selective: attention probabilities live here, rebuilt in backward */
+    int chunk;                 /* model chunk (virtual stage) of this rank; -1: tied copy */
+    int rc;                    /* recomputation: ENG_RC_NONE / SELECTIVE / FULL */
 };
+
+/* Recomputation of one layer. SELECTIVE: a block keeps everything but the
+ * attention probabilities, which backward rebuilds from the saved q,k
+ * (io->att_tmp). FULL: nothing is kept but the layer input; the engine runs
+ * forward again into a shared area right before backward. */
+enum { ENG_RC_NONE = 0, ENG_RC_SELECTIVE = 1, ENG_RC_FULL = 2 };
 
 static inline float *eng_pw(const struct eng_layer *l, int i)
 {
@@ -102,8 +109,8 @@ int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p);
 extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
 
 /* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
-int eng_tp_allreduce(void *tp_group, float *buf, size_t n);
-int eng_tp_allreduce_max(void *tp_group, float *buf, size_t n);
+int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);
+int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
 
 /* Rows [off, off + len) of a dimension of size g cut into tp pieces; the
  * vocabulary split rounds up so the last piece may be shorter. */

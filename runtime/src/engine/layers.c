@@ -11,6 +11,23 @@
 #include "whale/error.h"
 #include "whale/log.h"
 
+int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    /* g forward / f backward of Megatron's conjugate pair */
+    return tp ? whale_tp_g(tp, WHALE_PP_FORWARD, buf, n) : 0;
+}
+
+int eng_tp_allreduce_max(struct whale_par_comm *tp, float *buf, size_t n)
+{
+    if (!tp || tp->size <= 1)
+        return 0;
+    uint64_t t0 = whale_trace_now();
+    int rc = tp->allreduce(tp, buf, n, WHALE_MAX);
+    if (whale_trace_on())
+        whale_trace_span("allreduce", "tp allreduce max", t0, -1, -1);
+    return rc;
+}
+
 /* ---- parameter declarations -------------------------------------------- */
 
 void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len)
@@ -203,9 +220,10 @@ struct blk_saved {
     float *fc, *gl;             /* (N,F) pre- and post-GELU */
 };
 
-static size_t blk_carve(const struct eng_layer *l, float *base, struct blk_saved *s)
+/* keep_att = false (selective recompute): the probabilities are not part of
+ * the saved area; s->att is left NULL for the caller to point at att_tmp. */
+static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved *s, bool keep_att)
 {
-    const struct eng_dims *d = l->d;
     size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
 #define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
@@ -213,12 +231,10 @@ static size_t blk_carve(const struct eng_layer *l, float *base, struct blk_saved
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    if (l->att_shared && !l->recompute) {
-        if (s)
-            s->att = l->att_shared;
-    } else {
+    if (keep_att)
         TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
-    }
+    else if (s)
+        s->att = NULL;
     TAKE(atty, N * Ct);
     TAKE(r1, N * C);
     TAKE(ln2, N * C);
@@ -232,7 +248,14 @@ static size_t blk_carve(const struct eng_layer *l, float *base, struct blk_saved
 
 static size_t blk_act(const struct eng_layer *l)
 {
-    return blk_carve(l, NULL, NULL);
+    return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
+}
+
+static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_saved *s)
+{
+    blk_carve(l->d, io->saved, s, l->rc != ENG_RC_SELECTIVE);
+    if (!s->att)
+        s->att = io->att_tmp;
 }
 
 static size_t blk_scratch(const struct eng_layer *l)
@@ -246,7 +269,7 @@ static size_t blk_scratch(const struct eng_layer *l)
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
 static int row_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
-                          int IC, int OC, void *tp)
+                          int IC, int OC, struct whale_par_comm *tp)
 {
     if (!tp) {
         k_linear_fwd(out, inp, w, b, N, IC, OC);
@@ -268,7 +291,7 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(l, io->saved, &s);
+    blk_bind(l, io, &s);
     float *tmp = io->scratch; /* (N,C) */
     int rc;
     k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
@@ -291,8 +314,8 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
-    blk_carve(l, io->saved, &s);
-    if (l->att_shared && !l->recompute) /* selective recomputation: rebuild the probabilities */
+    blk_bind(l, io, &s);
+    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
         k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
@@ -358,7 +381,7 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
-    const float *wte = l->tied ? eng_pw(l->tied, 0) : eng_pw(l, 2);
+    const float *wte = eng_pw(l->tied, 0);
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
@@ -394,9 +417,7 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     /* probs (N,V) -> dlogits in place */
     k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    float *wte = l->tied ? eng_pw(l->tied, 0) : eng_pw(l, 2);
-    float *dwte = l->tied ? eng_pg(l->tied, 0) : eng_pg(l, 2);
-    k_linear_bwd(dlnf, dwte, NULL, probs, lnf, wte, N, C, V, 0);
+    k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;

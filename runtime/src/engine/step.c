@@ -164,7 +164,6 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
         if (!rc)
             comm_started(e);
-        bk->g_t0 = eng_now();
         return rc;
     }
     float *dst = e->Gsh + bk->shard_off;
@@ -182,7 +181,6 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
     if (!rc)
         comm_started(e);
-    bk->g_t0 = eng_now();
     return rc;
 }
 
@@ -190,12 +188,7 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 static int g_finish(whale_engine *e, int b)
 {
     struct eng_bucket *bk = &e->buckets[b];
-    bool had = bk->greq != NULL;
     int rc = req_wait(e, &bk->greq);
-    if (had || bk->g_t0 > 0)
-        eng_trace_span(&e->trace, e->cfg.zero_stage >= 2 ? "dp reduce-scatter" : "dp allreduce",
-                       "comm", b, bk->g_t0, eng_now());
-    bk->g_t0 = 0;
     const size_t sb = bk->n / e->dp.size;
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
@@ -225,241 +218,187 @@ static int g_poll(whale_engine *e)
     return 0;
 }
 
-/* ---- forward / backward of one micro-batch ----------------------------------------- */
+/* ---- forward / backward of one chunk for one micro-batch ----------------------------- */
 
-/* Output of local layer i for micro-batch slot `slot`. */
-static float *boundary(whale_engine *e, int slot, int i)
+static size_t ncols(const whale_engine *e)
 {
-    size_t nc = (size_t)e->d.B * e->d.T * e->d.C;
-    return e->xb + ((size_t)slot * e->nbnd + i) * nc;
+    return (size_t)e->d.B * e->d.T * e->d.C;
 }
 
-static float *saved_of(whale_engine *e, int slot, int i)
+/* Arguments of local layer i of chunk c working on slot s. */
+static void io_init(whale_engine *e, struct eng_io *io, int c, struct eng_slot *s, int i,
+                    const int32_t *in, const int32_t *tg)
 {
-    if (e->layers[i].recompute) /* one shared area after all slots */
-        return e->saved + (size_t)e->nslots * e->saved_per_slot;
-    return e->saved + (size_t)slot * e->saved_per_slot + e->saved_off[i];
-}
-
-static void io_init(whale_engine *e, struct eng_io *io, int slot, int i, const int32_t *in,
-                    const int32_t *tg)
-{
+    const struct eng_chunk *ch = &e->chunks[c];
+    const struct eng_layer *l = &e->layers[i];
+    const int k = i - ch->l0;
     memset(io, 0, sizeof *io);
     io->tokens = in;
     io->targets = tg;
-    if (i > 0)
-        io->in = boundary(e, slot, i - 1);
-    else if (!e->has_embed) /* received from the previous stage */
-        io->in = e->xin + (size_t)slot * e->d.B * e->d.T * e->d.C;
-    io->out = i < e->nbnd ? boundary(e, slot, i) : NULL;
-    io->saved = saved_of(e, slot, i);
+    io->in = l->index > 0 ? s->bnd + (size_t)k * ncols(e) : NULL;
+    io->out = l->ops == &eng_head_ops ? NULL : s->bnd + (size_t)(k + 1) * ncols(e);
+    io->saved = l->rc == ENG_RC_FULL ? e->rc_saved : s->saved + ch->saved_off[k];
     io->scratch = e->scratch;
-    io->need_dinput = i > 0 || !e->has_embed;
-    io->tp_group = e->tp_group;
+    io->need_dinput = l->index > 0;
+    io->tp_group = e->d.tp > 1 ? &e->grp.tp : NULL;
+    io->att_tmp = e->att_tmp;
 }
 
-/* Pipeline point-to-point: one tag per micro-batch and direction, so a
- * receive can only match its own micro-batch even with several in flight
- * (steps are separated by the step's collective). */
-static int p2p_tag(int mb, bool grad)
+static bool is_head(const struct eng_layer *l)
 {
-    return 0x40000000 | (mb << 1) | (grad ? 1 : 0);
+    return l->ops == &eng_head_ops;
 }
 
-static int p2p_wait(whale_engine *e, whale_req **r)
+int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                      const int32_t *tg, double *loss_sum, double *tc)
 {
-    if (!*r)
-        return 0;
-    double t0 = eng_now();
-    int rc = whale_wait(*r);
-    e->t_wait += eng_now() - t0;
-    eng_trace_span(&e->trace, "send wait", "p2p", -1, t0, eng_now());
-    *r = NULL;
-    return rc;
-}
-
-static int p2p_recv(whale_engine *e, float *buf, int peer, int tag)
-{
-    double t0 = eng_now();
-    int rc = whale_recv(e->pp_group, buf, (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32, peer,
-                        tag);
-    e->t_wait += eng_now() - t0;
-    eng_trace_span(&e->trace, tag & 1 ? "recv grad" : "recv act", "p2p", (tag & 0xffff) >> 1, t0,
-                   eng_now());
-    if (rc)
-        whale_error("pipeline: receive from stage %d failed: %s", peer, whale_strerror(rc));
-    return rc;
-}
-
-static int forward(whale_engine *e, int mb, int slot, const int32_t *in, const int32_t *tg,
-                   double *loss_sum, double *tc)
-{
-    const int last = e->nl - 1;
-    const int tb = e->tied_bucket; /* bucket of the wte the head reads, or -1 */
-    int rc = 0;
-    if (!e->has_embed &&
-        (rc = p2p_recv(e, e->xin + (size_t)slot * e->d.B * e->d.T * e->d.C, e->pp_rank - 1, p2p_tag(mb, false))))
-        return rc;
-    if (!e->has_head && (rc = p2p_wait(e, &e->fsend[slot]))) /* slot's last send is done */
-        return rc;
-    rc = w_acquire(e, e->layers[0].bucket);
-    for (int i = 0; i < e->nl && !rc; i++) {
-        int b = e->layers[i].bucket;
-        bool head = e->has_head && i == last;
-        /* prefetch the next layer's weights (and the tied embedding for the head) */
-        if (i + 1 < e->nl && e->layers[i + 1].bucket != b)
-            rc = w_acquire(e, e->layers[i + 1].bucket);
-        if (!rc && e->has_head && i + 1 == last && tb >= 0)
-            rc = w_acquire(e, tb);
-        if (rc || (rc = w_ready(e, b)))
-            break;
-        if (head && tb >= 0 && (rc = w_ready(e, tb)))
-            break;
-        struct eng_io io;
-        io_init(e, &io, slot, i, in, tg);
-        double t0 = eng_now();
-        rc = e->layers[i].ops->forward(&e->layers[i], &io);
-        *tc += eng_now() - t0;
-        if (head)
-            *loss_sum += io.loss_sum;
-        if (i + 1 >= e->nl || e->layers[i + 1].bucket != b)
-            w_release(e, b);
-        if (head && tb >= 0)
-            w_release(e, tb);
-    }
-    if (!rc && !e->has_head)
-        rc = whale_isend(e->pp_group, boundary(e, slot, e->nl - 1),
-                         (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32, e->pp_rank + 1, p2p_tag(mb, false),
-                         &e->fsend[slot]);
-    return rc;
-}
-
-static int backward(whale_engine *e, int mb, int slot, const int32_t *in, const int32_t *tg,
-                    float dloss, bool first_micro, bool last_micro, double *tc)
-{
-    const int last = e->nl - 1;
-    const int tb = e->tied_bucket;
-    int rc = 0;
-    /* dstream is reused: the previous gradient sent backward must be out */
-    if ((rc = p2p_wait(e, &e->bsend)))
-        return rc;
-    if (!e->has_head && (rc = p2p_recv(e, e->dstream, e->pp_rank + 1, p2p_tag(mb, true))))
-        return rc;
-    for (int b = 0; b < e->nb; b++)
-        e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
-    if ((rc = w_acquire(e, e->layers[last].bucket)) || (tb >= 0 && (rc = w_acquire(e, tb))))
-        return rc;
-    for (int i = last; i >= 0 && !rc; i--) {
+    const struct eng_chunk *ch = &e->chunks[c];
+    uint64_t tr0 = whale_trace_now();
+    int rc = w_acquire(e, e->layers[ch->l0].bucket);
+    if (!rc && is_head(&e->layers[ch->l0]))
+        rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
+    for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
-        bool head = e->has_head && i == last;
-        bool embed = e->has_embed && i == 0; /* needs no weights in backward */
-        if (i - 1 >= 0 && !(e->has_embed && i - 1 == 0) && e->layers[i - 1].bucket != b)
-            rc = w_acquire(e, e->layers[i - 1].bucket);
-        if (rc || (!embed && (rc = w_ready(e, b))))
+        /* prefetch the next layer's weights (and the tied embedding for the head) */
+        if (i + 1 < ch->l1 && e->layers[i + 1].bucket != b)
+            rc = w_acquire(e, e->layers[i + 1].bucket);
+        if (!rc && i + 1 < ch->l1 && is_head(&e->layers[i + 1]))
+            rc = w_acquire(e, e->layers[i + 1].tied->bucket);
+        if (rc || (rc = w_ready(e, b)))
             break;
-        if (head && tb >= 0 && (rc = w_ready(e, tb)))
-            break;
-        if ((rc = g_acquire(e, b)) || (head && tb >= 0 && (rc = g_acquire(e, tb))))
+        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
         struct eng_io io;
-        io_init(e, &io, slot, i, in, tg);
+        io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
-        if (l->recompute && (rc = l->ops->forward(l, &io))) /* rebuild what was dropped */
+        rc = l->ops->forward(l, &io);
+        *tc += eng_now() - t0;
+        if (is_head(l))
+            *loss_sum += io.loss_sum;
+        if (i + 1 >= ch->l1 || e->layers[i + 1].bucket != b)
+            w_release(e, b);
+        if (is_head(l))
+            w_release(e, l->tied->bucket);
+    }
+    (void)tr0;
+    return rc;
+}
+
+int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
+                       const int32_t *tg, float dloss, bool first_micro, bool last_micro,
+                       double *tc)
+{
+    const struct eng_chunk *ch = &e->chunks[c];
+    int rc = 0;
+    for (int b = ch->b0; b < ch->b1; b++)
+        e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
+    const int top = ch->l1 - 1;
+    /* the embedding's backward needs no weights; the head needs wte too */
+    if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
+        return rc;
+    if (is_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
+        return rc;
+    for (int i = top; i >= ch->l0 && !rc; i--) {
+        struct eng_layer *l = &e->layers[i];
+        int b = l->bucket;
+        bool needs_w = l->index > 0;
+        if (i - 1 >= ch->l0 && e->layers[i - 1].index > 0 && e->layers[i - 1].bucket != b)
+            rc = w_acquire(e, e->layers[i - 1].bucket);
+        if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
-        io.dstream = e->dstream;
+        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
+            break;
+        if ((rc = g_acquire(e, b)) || (is_head(l) && (rc = g_acquire(e, l->tied->bucket))))
+            break;
+        struct eng_io io;
+        io_init(e, &io, c, s, i, in, tg);
+        double t0 = eng_now();
+        if (l->rc == ENG_RC_FULL) {
+            /* recompute: the layer's saved area from its kept input */
+            uint64_t r0 = whale_trace_now();
+            io.out = e->rc_out;
+            rc = l->ops->forward(l, &io);
+            e->t_recompute += eng_now() - t0;
+            if (whale_trace_on())
+                whale_trace_span("recompute", "recompute", r0, c, -1);
+            if (rc)
+                break;
+        }
+        io.dstream = s->dgrad;
         io.dloss = dloss;
         rc = l->ops->backward(l, &io);
         *tc += eng_now() - t0;
         if (rc)
             break;
-        if (head && tb >= 0)
-            w_release(e, tb);
-        if (!embed && (i == 0 || (e->has_embed && i - 1 == 0) || e->layers[i - 1].bucket != b))
+        if (is_head(l))
+            w_release(e, l->tied->bucket);
+        if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
+                        e->layers[i - 1].bucket != b))
             w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].deferred)
+        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer)
             rc = g_reduce(e, b, first_micro, last_micro);
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
     }
     if (!rc && !e->cfg.overlap)
-        for (int b = e->nb - 1; b >= 0 && !rc; b--)
-            if (!e->buckets[b].deferred)
+        for (int b = ch->b1 - 1; b >= ch->b0 && !rc; b--)
+            if (!e->buckets[b].tied_defer)
                 rc = g_reduce(e, b, first_micro, last_micro);
-    for (int b = 0; b < e->nb; b++) {
+    for (int b = ch->b0; b < ch->b1; b++) {
+        if (e->buckets[b].tied_defer)
+            continue;
         int r2 = g_finish(e, b);
         rc = rc ? rc : r2;
     }
-    if (!rc && !e->has_embed)
-        rc = whale_isend(e->pp_group, e->dstream, (size_t)e->d.B * e->d.T * e->d.C, WHALE_FLOAT32,
-                         e->pp_rank - 1, p2p_tag(mb, true), &e->bsend);
     return rc;
 }
 
-/* With pipeline stages the first and last stage both hold wte: after the
- * pipeline is flushed their gradients are summed (so both copies take the
- * same update), then the buckets holding wte are reduced over DP. */
-static int tied_sync(whale_engine *e, bool last_micro)
+/* After every backward of the step: the tied embedding's bucket (PP > 1)
+ * gets the sum of both stages' wte gradients, then its DP reduction. */
+int eng_grads_finish(whale_engine *e)
 {
     int rc = 0;
-    if (e->emb_group && e->tied_param) {
-        const struct eng_param *p = e->tied_param;
-        double t0 = eng_now();
-        rc = whale_allreduce(e->emb_group, e->G + p->flat, e->G + p->flat, p->numel,
-                             WHALE_FLOAT32, WHALE_SUM);
-        e->t_wait += eng_now() - t0;
+    for (int b = 0; b < e->nb && !rc; b++) {
+        struct eng_bucket *bk = &e->buckets[b];
+        if (!bk->tied_defer)
+            continue;
+        const struct eng_layer *l = &e->layers[bk->l0];
+        const struct eng_param *wte = &l->params[0];
+        const int z = e->cfg.zero_stage;
+        if (z >= 2 && !bk->gbuf && (rc = g_acquire(e, b)))
+            return rc;
+        float *g = z < 2 ? e->G + wte->flat : bk->gbuf + (wte->flat - bk->flat);
+        uint64_t t0 = whale_trace_now();
+        if (e->grp.emb.size > 1)
+            rc = e->grp.emb.allreduce(&e->grp.emb, g, wte->numel, WHALE_SUM);
+        if (whale_trace_on())
+            whale_trace_span("allreduce", "tied wte", t0, -1, -1);
         if (rc)
             return rc;
-    }
-    for (int b = 0; b < e->nb && !rc; b++)
-        if (e->buckets[b].deferred)
-            rc = g_reduce(e, b, false, last_micro);
-    for (int b = 0; b < e->nb; b++) {
-        int r2 = g_finish(e, b);
-        rc = rc ? rc : r2;
-    }
-    return rc;
-}
-
-/* All micro-batches of one step: plain accumulation, or 1F1B across stages
- * (warm-up forwards, then one forward / one backward, then cool-down). */
-static int run_micro_batches(whale_engine *e, const int32_t *inputs, const int32_t *targets,
-                             float dloss, double *loss_sum, double *tc)
-{
-    const size_t bt = (size_t)e->d.B * e->d.T;
-    const int M = e->cfg.grad_accum;
-    int rc = 0;
-    int warm = e->pp - e->pp_rank - 1;
-    if (warm > M)
-        warm = M;
-    int f = 0, b = 0;
-    double t0;
-#define FWD() (t0 = eng_now(), \
-               rc = forward(e, f, f % e->nslots, inputs + f * bt, targets + f * bt, loss_sum, tc), \
-               eng_trace_span(&e->trace, "forward", "compute", f, t0, eng_now()), f++)
-#define BWD() (t0 = eng_now(), \
-               rc = backward(e, b, b % e->nslots, inputs + b * bt, targets + b * bt, dloss, b == 0, \
-                             b == M - 1, tc), \
-               eng_trace_span(&e->trace, "backward", "compute", b, t0, eng_now()), b++)
-    while (!rc && f < warm)
-        FWD();
-    while (!rc && f < M) {
-        FWD();
-        if (!rc)
-            BWD();
-    }
-    while (!rc && b < M)
-        BWD();
-#undef FWD
-#undef BWD
-    for (int s = 0; s < e->nslots && !rc; s++)
-        rc = p2p_wait(e, &e->fsend[s]);
-    if (!rc)
-        rc = p2p_wait(e, &e->bsend);
-    if (!rc && e->pp > 1) {
-        t0 = eng_now();
-        rc = tied_sync(e, true);
-        eng_trace_span(&e->trace, "tied wte sync + dp reduce", "comm", -1, t0, eng_now());
+        const size_t sb = bk->n / e->dp.size;
+        if (z < 2) {
+            if (e->dp.size > 1) {
+                rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+                if (!rc) {
+                    comm_started(e);
+                    rc = req_wait(e, &bk->greq);
+                }
+            }
+        } else {
+            float *dst = e->Gsh + bk->shard_off;
+            if (e->dp.size == 1) {
+                memcpy(dst, bk->gbuf, sb * sizeof(float));
+            } else {
+                rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, dst, sb, &bk->greq);
+                if (!rc) {
+                    comm_started(e);
+                    rc = req_wait(e, &bk->greq);
+                }
+            }
+            scratch_free(e, &bk->gbuf, bk->n);
+            rebind_g(e, b, NULL);
+        }
     }
     return rc;
 }
@@ -501,15 +440,18 @@ static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, siz
     return e->cfg.zero_stage == 0 ? a : bk->shard_off + (a - lo);
 }
 
-/* Squared norm and inf/NaN check over this rank's gradient part. Every
- * element is counted once over the whole job: a replicated parameter
- * (LayerNorm, row-parallel bias, wpe) on TP rank 0 only, the last stage's
- * copy of the tied wte not at all, and without ZeRO each DP rank its slice. */
-static bool counted(const whale_engine *e, const struct eng_param *p)
+/* Does this rank count parameter p in the global gradient norm? TP
+ * replicas (LayerNorms, row-parallel biases) count on TP rank 0 only; the
+ * last stage's wte copy never (its gradient equals the first stage's). */
+static bool counts_in_norm(const whale_engine *e, const struct eng_layer *l,
+                           const struct eng_param *p)
 {
-    return !p->tied_copy && (p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0);
+    if (l->chunk < 0)
+        return false;
+    return p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
 }
 
+/* Squared norm and inf/NaN check over this rank's gradient part. */
 static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
     double s = 0;
@@ -524,15 +466,18 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
             lo = bk->flat + (size_t)e->dp.rank * sb;
             hi = lo + sb;
         }
-        b = b || whale_has_inf_nan(gptr(e, bk, lo, lo), hi - lo);
         for (int li = bk->l0; li < bk->l1; li++) {
             const struct eng_layer *l = &e->layers[li];
             for (int pi = 0; pi < l->nparams; pi++) {
                 const struct eng_param *p = &l->params[pi];
                 size_t a = p->flat > lo ? p->flat : lo;
                 size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a < z && counted(e, p))
-                    s += whale_sumsq(gptr(e, bk, lo, a), z - a);
+                if (a >= z)
+                    continue;
+                const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
+                if (counts_in_norm(e, l, p))
+                    s += whale_sumsq(g, z - a);
+                b = b || whale_has_inf_nan(g, z - a);
             }
         }
     }
@@ -597,7 +542,7 @@ static void zero_grads(whale_engine *e)
         memset(e->Gsh, 0, e->S * sizeof(float));
 }
 
-/* Sum three scalars over the DP group (the in-process test backend). */
+/* Sum three scalars over the DP group. */
 static int dp_sum3(whale_engine *e, double v[3])
 {
     if (e->dp.size == 1)
@@ -614,20 +559,22 @@ static int dp_sum3(whale_engine *e, double v[3])
     return rc;
 }
 
-/* Loss sum, squared gradient norm and overflow flag summed over the whole
- * job: the loss counted once per DP replica (last stage, TP rank 0). */
-static int step_reduce(whale_engine *e, double v[3])
+/* Sum three scalars over the TP and pipeline groups (after dp_sum3: the
+ * whole world). */
+static int mp_sum3(whale_engine *e, double v[3])
 {
-    if (!e->world_group)
-        return dp_sum3(e, v);
-    float f[3] = { e->has_head && e->d.tp_rank == 0 ? (float)v[0] : 0.0f, (float)v[1],
-                   (float)v[2] };
-    double t0 = eng_now();
-    int rc = whale_allreduce(e->world_group, f, f, 3, WHALE_FLOAT32, WHALE_SUM);
-    e->t_wait += eng_now() - t0;
-    for (int i = 0; i < 3; i++)
-        v[i] = f[i];
-    return rc;
+    struct whale_par_comm *g[2] = { &e->grp.tp, &e->grp.pp };
+    for (int k = 0; k < 2; k++) {
+        if (g[k]->size <= 1)
+            continue;
+        float f[3] = { (float)v[0], (float)v[1], (float)v[2] };
+        int rc = g[k]->allreduce(g[k], f, 3, WHALE_SUM);
+        if (rc)
+            return rc;
+        for (int i = 0; i < 3; i++)
+            v[i] = f[i];
+    }
+    return 0;
 }
 
 static void poison_one_gradient(whale_engine *e)
@@ -652,7 +599,11 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     const double tokens_global = (double)bt * A * e->dp.size;
     const float dloss = (float)(e->scaler.scale / tokens_global);
 
-    rc = run_micro_batches(e, inputs, targets, dloss, &loss_sum, &tc);
+    struct whale_pp_stats pst = { 0 };
+    e->t_recompute = 0;
+    rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
+    if (!rc)
+        rc = eng_grads_finish(e);
     if (rc) {
         whale_error("step %lld failed: %s", (long long)e->step + 1, whale_strerror(rc));
         return rc;
@@ -663,14 +614,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     }
 
     double t0 = eng_now();
+    uint64_t opt_t0 = whale_trace_now();
     double sumsq;
     bool bad;
     grad_stats(e, &sumsq, &bad);
-    double t_red = eng_now();
-    double red[3] = { loss_sum, sumsq, bad ? 1.0 : 0.0 };
-    if ((rc = step_reduce(e, red)))
+    /* the loss counts once per DP replica: on its last stage's TP rank 0 */
+    bool loss_here = e->last_stage && e->d.tp_rank == 0;
+    double red[3] = { loss_here ? loss_sum : 0, sumsq, bad ? 1.0 : 0.0 };
+    if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
-    eng_trace_span(&e->trace, "loss/norm allreduce", "comm", -1, t_red, eng_now());
     bad = red[2] != 0 || !isfinite(red[1]);
     const float scale_bw = e->scaler.scale; /* the scale backward ran with */
     double norm = sqrt(red[1]) / scale_bw;
@@ -688,8 +640,9 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
                    (long long)e->step + 1, (double)e->scaler.scale);
     }
     zero_grads(e);
-    eng_trace_span(&e->trace, "optimizer", "compute", -1, t_red, eng_now());
     tc += eng_now() - t0;
+    if (whale_trace_on())
+        whale_trace_span("optimizer", "optimizer", opt_t0, -1, -1);
     e->step++;
     e->samples += (int64_t)e->d.B * A * e->dp.size;
 
@@ -710,10 +663,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         double fl = 0;
         for (int i = 0; i < e->nl; i++) {
             double f, b;
+            if (e->layers[i].chunk < 0)
+                continue;
             e->layers[i].ops->flops(&e->layers[i], &f, &b);
             fl += f + b;
         }
         st->flops = fl * A;
+        st->t_pipe_wait = pst.t_wait;
+        st->t_recompute = e->t_recompute;
+        st->act_peak_bytes = e->act_peak;
     }
     return rc;
 }
@@ -722,16 +680,13 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
                       double *loss)
 {
     const size_t bt = (size_t)e->d.B * e->d.T;
-    double tc = 0, loss_sum = 0;
-    int rc = 0;
-    for (int mb = 0; mb < e->cfg.grad_accum && !rc; mb++)
-        rc = forward(e, mb, mb % e->nslots, inputs + mb * bt, targets + mb * bt, &loss_sum, &tc);
-    for (int s = 0; s < e->nslots && !rc; s++)
-        rc = p2p_wait(e, &e->fsend[s]);
+    double loss_sum = 0;
+    int rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
     if (rc)
         return rc;
-    double red[3] = { loss_sum, 0, 0 };
-    if ((rc = step_reduce(e, red)))
+    bool loss_here = e->last_stage && e->d.tp_rank == 0;
+    double red[3] = { loss_here ? loss_sum : 0, 0, 0 };
+    if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
     *loss = red[0] / ((double)bt * e->cfg.grad_accum * e->dp.size);
     return 0;

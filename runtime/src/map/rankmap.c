@@ -60,6 +60,9 @@ static int parse_nonneg(const char **p, int *out)
     return 0;
 }
 
+/* More ranks than any machine has: a garbage value must not allocate GBs. */
+#define WHALE_RANKMAP_MAX ((size_t)1 << 24)
+
 int whale_rankmap_decode(const char *s, int **task_of_rank, int *world)
 {
     *task_of_rank = NULL;
@@ -84,7 +87,7 @@ int whale_rankmap_decode(const char *s, int **task_of_rank, int *world)
                 goto bad;
         }
         long cnt = (long)(b > a ? b - a : a - b) + 1;
-        if (n + (size_t)cnt > (size_t)INT_MAX)
+        if (n + (size_t)cnt > WHALE_RANKMAP_MAX)
             goto bad;
         while (n + (size_t)cnt > cap) {
             cap *= 2;

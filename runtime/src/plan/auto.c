@@ -5,6 +5,7 @@
 #include "whale/log.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,5 +222,56 @@ int whale_plan_predict(const struct whale_model_desc *model, const struct whale_
                  p->mem_overhead / G);
         return WHALE_ENOFIT;
     }
+    return 0;
+}
+
+/* predicted step of cfg with the compute efficiencies scaled by k */
+static int step_with(const struct whale_model_desc *m, long B, const struct whale_cluster *c,
+                     const struct whale_plan_config *cfg, const struct whale_calib *cal, double ge,
+                     double me, double *t)
+{
+    struct whale_cluster cc = *c;
+    whale_calib_apply(cal, &cc);
+    cc.eff.gemm_eff = ge;
+    cc.eff.mem_eff = me;
+    struct whale_plan_config g = *cfg;
+    struct whale_plan_prediction p;
+    int rc = whale_plan_eval(m, B, &cc, &g, &p);
+    *t = p.t_step;
+    return rc;
+}
+
+int whale_calib_fit_step(const struct whale_model_desc *model, long global_batch,
+                         const struct whale_cluster *c, const struct whale_plan_config *cfg,
+                         double measured_s, struct whale_calib *cal)
+{
+    if (!(measured_s > 0)) {
+        whale_error("calibration: measured step time must be > 0");
+        return WHALE_EINVAL;
+    }
+    struct whale_cluster cc = *c;
+    whale_calib_apply(cal, &cc);
+    double g0 = cc.eff.gemm_eff, m0 = cc.eff.mem_eff;
+    double kmax = 1.0 / fmax(g0, m0), lo = 1e-4, hi = kmax, t;
+    int rc = step_with(model, global_batch, c, cfg, cal, g0 * hi, m0 * hi, &t);
+    if (rc)
+        return rc;
+    if (t > measured_s) {
+        whale_error("calibration: even at 100%% efficiency the model predicts %.4g s > measured "
+                    "%.4g s (check peak FLOP/s and bandwidth)", t, measured_s);
+        return WHALE_ERANGE;
+    }
+    for (int it = 0; it < 60; it++) {   /* time falls as efficiency rises */
+        double mid = sqrt(lo * hi);
+        if ((rc = step_with(model, global_batch, c, cfg, cal, g0 * mid, m0 * mid, &t)))
+            return rc;
+        if (t > measured_s)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    cal->gemm_eff = g0 * hi;
+    cal->mem_eff = m0 * hi;
+    cal->has |= WHALE_CAL_GEMM_EFF | WHALE_CAL_MEM_EFF;
     return 0;
 }

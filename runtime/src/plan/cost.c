@@ -78,9 +78,8 @@ double plan_allgather(int p, double bytes, double alpha, double bw)
 {
     if (p <= 1 || bytes <= 0)
         return 0;
-    double ring = (p - 1) * alpha + (double)(p - 1) / p * bytes / bw;
-    double rd = ceil(log2(p)) * alpha + (double)(p - 1) / p * bytes / (0.85 * bw);
-    return fmin(ring, rd);
+    /* NCCL runs all-gather and reduce-scatter as rings: (p-1) latency steps */
+    return (p - 1) * alpha + (double)(p - 1) / p * bytes / bw;
 }
 
 int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alpha, double *bw)

@@ -277,10 +277,17 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         *total = m * rs + ag;
         exposed = fmax(0, m * rs - ov * m * so->t_bwd - slack) + ag * (1 - ov);
         break;
-    default:  /* ZeRO-3: gather weights for forward and backward of every micro-batch */
-        *total = m * (2 * ag + rs);
+    default: {
+        /* ZeRO-3: every micro-batch gathers the weights layer by layer for
+         * forward, for the recomputed forward of fully recomputed layers,
+         * and for backward, and reduce-scatters the gradients; one
+         * collective per layer, each paying the ring's latency */
+        double nl = Ls > 0 ? Ls : 1, full = Ls > 0 ? (double)so->n_full / Ls : 0;
+        double lat = nl * (cfg->dp - 1) * al;
+        *total = m * ((2 + full) * (ag + lat) + rs + lat);
         exposed = fmax(0, *total - ov * m * (so->t_comp + so->t_rc) - slack);
         break;
+    }
     }
     return exposed + x->c->eff.overlap_cost * fmax(0, *total - exposed);
 }
@@ -352,6 +359,8 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
         cfg->seqpar = false;
     bool mixed = whale_cluster_is_mixed(c);
     int *layers = cfg->stage_layers;
+    if (cfg->uneven)   /* filled below for mixed clusters with dp <= WHALE_PLAN_MAX_STAGES */
+        memset(cfg->replica_micro, 0, sizeof cfg->replica_micro);
     if (!cfg->layers_given)
         split_even(md->layers, pp, layers);
 
@@ -466,7 +475,9 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
             Fr[r] = (Fr[r] - Mr[r]) / cfg->interleave;
         /* batch split: even, or water-filling micro-batches by replica speed */
         double T = 0;
-        if (!cfg->uneven || dp == 1) {
+        /* per-replica counts are stored for up to WHALE_PLAN_MAX_STAGES replicas;
+         * beyond that the batch stays even (layers may still be uneven) */
+        if (!cfg->uneven || dp == 1 || dp > WHALE_PLAN_MAX_STAGES) {
             for (int r = 0; r < dp; r++)
                 T = fmax(T, m * Mr[r] + Fr[r]);
         } else {
@@ -491,14 +502,13 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
                 if (k > left) k = left;
                 if (k < 1) k = 1;
                 left -= k;
-                if (r < WHALE_PLAN_MAX_STAGES)
-                    cfg->replica_micro[r] = (int)k;
+                cfg->replica_micro[r] = (int)k;
             }
             /* the hi bound guarantees enough capacity; hand out any rest */
-            for (int r = 0; left > 0 && r < dp && r < WHALE_PLAN_MAX_STAGES; r++, left--)
+            for (int r = 0; left > 0 && r < dp; r++, left--)
                 cfg->replica_micro[r]++;
             T = 0;
-            for (int r = 0; r < dp && r < WHALE_PLAN_MAX_STAGES; r++)
+            for (int r = 0; r < dp; r++)
                 T = fmax(T, cfg->replica_micro[r] * Mr[r] + Fr[r]);
         }
         free(Mr);

@@ -203,12 +203,24 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         if ((rq->tp > 0 && tp != rq->tp) || (rq->max_tp > 0 && tp > rq->max_tp))
             continue;
         if (c->nvlink_domain % tp || N % tp || m->heads % tp || m->ffn % tp ||
-            (m->kv_heads % tp && tp % m->kv_heads))
+            (m->kv_heads % tp && tp % m->kv_heads)) {
+            if (rq->tp > 0)
+                snprintf(first_reason, sizeof first_reason,
+                         "no valid layout: tp=%d must divide the NVLink domain (%d GPUs), the GPU count (%lld), the "
+                         "%d heads, %d kv heads and FFN width %d", tp, c->nvlink_domain,
+                         (long long)N, m->heads, m->kv_heads, m->ffn);
             continue;
+        }
         for (int pp = 1; pp <= L && pp <= N / tp && pp <= WHALE_PLAN_MAX_STAGES; pp++) {
-            if ((rq->pp > 0 && pp != rq->pp) || (rq->max_idle <= 0 && (N / tp) % pp) ||
-                (rq->max_pp > 0 && pp > rq->max_pp))
+            if ((rq->pp > 0 && pp != rq->pp) || (rq->max_pp > 0 && pp > rq->max_pp))
                 continue;
+            if (rq->max_idle <= 0 && (N / tp) % pp) {
+                if (rq->pp > 0 && !first_reason[0])
+                    snprintf(first_reason, sizeof first_reason,
+                             "no valid layout: pp=%d does not divide %lld GPUs / tp=%d", pp,
+                             (long long)N, tp);
+                continue;
+            }
             int64_t dp64 = N / tp / pp;
             if (rq->max_idle > 0) {
                 /* the largest DP that divides the batch and leaves at most
@@ -221,19 +233,28 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     continue;
             }
             if ((rq->dp > 0 && dp64 != rq->dp) || dp64 > B || B % dp64 ||
-                (rq->max_dp > 0 && dp64 > rq->max_dp))
+                (rq->max_dp > 0 && dp64 > rq->max_dp)) {
+                if (rq->dp > 0 && dp64 != rq->dp && !first_reason[0] && N % rq->dp)
+                    snprintf(first_reason, sizeof first_reason,
+                             "no valid layout: dp=%d does not divide the %lld GPUs (tp*pp*dp must "
+                             "use them all)", rq->dp, (long long)N);
+                else if ((rq->pp > 0 || rq->dp > 0) && dp64 > 0 && B % dp64 && !first_reason[0])
+                    snprintf(first_reason, sizeof first_reason,
+                             "no valid layout: dp=%lld (tp=%d pp=%d) must divide the global batch "
+                             "of %ld", (long long)dp64, tp, pp, B);
                 continue;
+            }
             int dp = (int)dp64;
             memset(&cfg, 0, sizeof cfg);
             cfg.tp = tp;
             cfg.pp = pp;
             cfg.dp = dp;
             cfg.interleave = 1;
-            char why[256];
+            char why[200];
             cfg.microbatch = 1;
             if (plan_config_check(&st->x, &cfg, why, sizeof why)) {
                 if (!first_reason[0])
-                    snprintf(first_reason, sizeof first_reason, "%s", why);
+                    snprintf(first_reason, sizeof first_reason, "no valid layout: %s", why);
                 continue;
             }
             long per_replica = B / dp;
@@ -251,13 +272,13 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     for (int g = 0; g < c->ngroups; g++)
                         plan_layer_cost(&st->x, &c->group[g].gpu, tp, f.seqpar, b, &lc[g]);
                     struct whale_plan_prediction pr;
-                    if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && !pr.fits) {
+                    if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && pr.mem_total > pr.mem_capacity) {
                         res->pruned++;
                         double over = pr.mem_total / pr.mem_capacity;
                         if (b == 1 && over < closest) {
                             closest = over;
                             snprintf(first_reason, sizeof first_reason,
-                                     "tp=%d pp=%d dp=%d needs %.1f GiB per device even with "
+                                     "nothing fits: tp=%d pp=%d dp=%d needs %.1f GiB per device even with "
                                      "micro-batch %d, zero=%d, offload=%s, recompute=%s "
                                      "(%.1f GiB usable)",
                                      tp, pp, dp, pr.mem_total / 1073741824.0, b, f.zero,
@@ -286,11 +307,18 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                         res->pruned++;
                         continue;
                     }
-                    for (int v = 1; v <= L / pp; v++) {
+                    int vmax = rq->interleave > 0 ? rq->interleave : L / pp;
+                    for (int v = 1; v <= vmax; v++) {
                         if (rq->interleave > 0 && v != rq->interleave)
                             continue;
-                        if (v > 1 && (pp < 2 || L % (pp * v) || nm % pp))
+                        if (v > 1 && (pp < 2 || L % (pp * v) || nm % pp)) {
+                            if (rq->interleave > 0 && !first_reason[0])
+                                snprintf(first_reason, sizeof first_reason,
+                                         "no valid layout: interleave=%d needs pp >= 2, the %d layers divisible by "
+                                         "pp*v = %d and the micro-batches (%d) by pp=%d",
+                                         v, L, pp * v, nm, pp);
                             continue;
+                        }
                         cfg.interleave = v;
                         for (int z = 0; z <= 3; z++) {
                             /* without DP, ZeRO only matters as the vehicle of param offload */
@@ -343,7 +371,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                      "nothing fits: the closest candidate (%s) needs %.1f GiB per device, %.1f GiB usable",
                      cfgs, r0->pred.mem_total / 1073741824.0, r0->pred.mem_capacity / 1073741824.0);
         } else if (first_reason[0]) {
-            snprintf(res->why_none, sizeof res->why_none, "nothing fits: %s", first_reason);
+            snprintf(res->why_none, sizeof res->why_none, "%s", first_reason);
         } else {
             snprintf(res->why_none, sizeof res->why_none,
                      "no valid layout: %lld GPUs, %d heads, %d layers and a global batch of %ld "

@@ -13,6 +13,7 @@
  * and size + restore error for each compression mode. */
 #define _GNU_SOURCE
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,8 +103,11 @@ static void errors(const whale_ckpt_piece *got, const whale_ckpt_piece *want, si
     }
 }
 
-int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms)
+int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, const char *part)
 {
+    bool do_stall = !part || !strcmp(part, "stall");
+    bool do_incr = !part || !strcmp(part, "incremental");
+    bool do_comp = !part || !strcmp(part, "compression");
     struct synth_model m = {.hidden = 512, .vocab = 8192, .seq = 256};
     double per_layer = 3.0 * 4 * (12.0 * 512 * 512 + 13.0 * 512) / 1048576;
     double emb = 3.0 * 4 * (8192.0 + 256) * 512 / 1048576;
@@ -128,14 +132,14 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms)
     whale_ckpt_meta meta = {.step = 1};
 
     /* baseline compute rate */
-    long base_it = compute(compute_ms);
+    long base_it = do_stall ? compute(compute_ms) : 1;
 
     /* ---- sync / async / deferred ---- */
     double *t_sync = calloc((size_t)repeat, 8), *st_async = calloc((size_t)repeat, 8),
            *st_def = calloc((size_t)repeat, 8), *bw = calloc((size_t)repeat, 8),
            *slow_async = calloc((size_t)repeat, 8), *slow_def = calloc((size_t)repeat, 8),
            *pers_async = calloc((size_t)repeat, 8);
-    for (int k = 0; k < repeat && !rc; k++) {
+    for (int k = 0; k < repeat && !rc && do_stall; k++) {
         for (int mode = 0; mode < 3 && !rc; mode++) {
             whale_ckpt_config c = base_cfg(root);
             c.incremental = false;
@@ -179,7 +183,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms)
             rm_rf(root);
         }
     }
-    if (!rc) {
+    if (!rc && do_stall) {
         double ts = median(t_sync, repeat), sa = median(st_async, repeat),
                sd = median(st_def, repeat), b = median(bw, repeat);
         printf("sync save                 %8.3f s  (median of %d)\n", ts, repeat);
@@ -195,7 +199,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms)
     }
 
     /* ---- incremental: half the layers frozen ---- */
-    if (!rc) {
+    if (!rc && do_incr) {
         struct synth_model fm = m;
         fm.frozen = m.layers / 2;
         whale_ckpt_config c = base_cfg(root);
@@ -236,11 +240,11 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms)
         {"bf16+int8", WHALE_CKPT_WEIGHTS_BF16, true, 0},
         {"bf16+int8+zstd-3", WHALE_CKPT_WEIGHTS_BF16, true, 3},
     };
-    if (!rc)
+    if (!rc && do_comp)
         printf("\n%-18s %10s %7s %9s %11s %11s %11s %11s\n", "mode", "stored", "ratio", "save s",
                "w max rel", "w rel L2", "m rel L2", "v rel L2");
     double exact_bytes = 0;
-    for (size_t k = 0; k < sizeof modes / sizeof modes[0] && !rc; k++) {
+    for (size_t k = 0; k < sizeof modes / sizeof modes[0] && !rc && do_comp; k++) {
         whale_ckpt_config c = base_cfg(root);
         c.async = false;
         c.incremental = false;

@@ -27,7 +27,7 @@ static void usage(FILE *f)
         "      consolidate into one plain safetensors file (whole, decoded tensors)\n"
         "  convert --from-safetensors IN.safetensors ROOT [--step N]\n"
         "      make a one-rank checkpoint from a plain safetensors model (to fine-tune it)\n"
-        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T]\n"
+        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|incremental|compression]\n"
         "      synthetic checkpoint benchmark: sync vs async stall, persist bandwidth,\n"
         "      incremental bytes with half the layers frozen, size and error per compression\n"
         "\n"
@@ -190,15 +190,16 @@ int main(int argc, char **argv)
         {"from-safetensors", no_argument, 0, 'f'}, {"step", required_argument, 0, 's'},
         {"dir", required_argument, 0, 'D'},  {"mb", required_argument, 0, 'm'},
         {"repeat", required_argument, 0, 'r'}, {"compute-ms", required_argument, 0, 'c'},
+        {"part", required_argument, 0, 'P'},
         {0, 0, 0, 0}};
-    const char *which = "latest", *bdir = NULL;
+    const char *which = "latest", *bdir = NULL, *part = NULL;
     bool tensors = false, as_json = false, params_only = false, from_st = false;
     int dtype = -1, repeat = 3;
     long long step = 0;
     double mb = 256, compute_ms = 300;
     optind = 2;
     int o;
-    while ((o = getopt_long(argc, argv, "hVvw:tjd:pfs:D:m:r:c:", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "hVvw:tjd:pfs:D:m:r:c:P:", opts, NULL)) != -1) {
         char *end;
         switch (o) {
         case 'h': usage(stdout); return 0;
@@ -210,6 +211,15 @@ int main(int argc, char **argv)
         case 'p': params_only = true; break;
         case 'f': from_st = true; break;
         case 'D': bdir = optarg; break;
+        case 'P':
+            if (strcmp(optarg, "stall") && strcmp(optarg, "incremental") &&
+                strcmp(optarg, "compression") && strcmp(optarg, "none")) {
+                fprintf(stderr, "whale-ckpt: --part %s: expected stall, incremental or "
+                        "compression\n", optarg);
+                return 2;
+            }
+            part = optarg;
+            break;
         case 'd':
             if (parse_dtype(optarg, &dtype)) {
                 fprintf(stderr, "whale-ckpt: --dtype %s: expected f32, bf16 or fp16\n", optarg);
@@ -279,7 +289,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "whale-ckpt: bench needs --dir DIR (a scratch directory)\n");
             return 2;
         }
-        return ckpt_tool_bench(bdir, mb, repeat, compute_ms) ? 1 : 0;
+        return ckpt_tool_bench(bdir, mb, repeat, compute_ms, part) ? 1 : 0;
     }
     if (strcmp(cmd, "inspect") && strcmp(cmd, "verify") && strcmp(cmd, "convert") &&
         strcmp(cmd, "bench"))

@@ -118,7 +118,7 @@ static size_t model_tensors(const struct synth_model *m, int pp, struct tdesc **
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < np; i++) {
             t[n] = t[i];
-            snprintf(t[n].name, sizeof t[n].name, "opt.%c.%s", k ? 'v' : 'm', t[i].name);
+            snprintf(t[n].name, sizeof t[n].name, "opt.%c.%.80s", k ? 'v' : 'm', t[i].name);
             n++;
         }
 #undef ADD

@@ -92,7 +92,7 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
             swcnt[leaf[i]]++;
         }
     }
-    int width = x + 20, height = top + NODE_H + 40;
+    int width = x + 20, height = top + NODE_H + 50;
     /* switch positions: leaves over their nodes, parents over children */
     for (int lvl = 1; lvl <= maxlvl; lvl++)
         for (int s = 0; s < nsw; s++)
@@ -109,8 +109,8 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
                "PP=%d DP=%d, %d ranks on %d nodes (%d spare), map=%s</text>\n",
             l->tp, l->pp, l->dp, l->world, l->nnodes, l->nspare_nodes,
             whale_map_policy_name(l->policy));
-    fprintf(f, "<text x=\"20\" y=\"40\">colour: hue = PP stage, shade = DP index; outline = one "
-               "TP group; grey = spare. Link time per step %.4g s</text>\n", l->cost.seconds);
+    fprintf(f, "<text x=\"20\" y=\"40\">colour: hue = PP stage, shade = DP index; black outline = "
+               "TP group (on a node); dashed = NVLink domain; grey = spare. Link time per step %.4g s</text>\n", l->cost.seconds);
     /* switches */
     for (int s = 0; s < nsw; s++) {
         if (!swcnt[s])
@@ -129,6 +129,30 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
         fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", cx, y + 15);
         xml_text(f, t->switches[s].name);
         fputs("</text>\n", f);
+    }
+    /* multi-node NVLink domains: a dashed box around each run of drawn
+     * nodes of one domain */
+    for (int q = 0; q < m;) {
+        int i = order[q];
+        int k = l->topo_node[i];
+        int dom = (t && k >= 0) ? t->nodes[k].domain : -1;
+        int e = q + 1;
+        while (dom >= 0 && e < m && l->topo_node[order[e]] >= 0 &&
+               t->nodes[l->topo_node[order[e]]].domain == dom)
+            e++;
+        if (dom >= 0) {
+            int last = order[e - 1];
+            int wl = (first[last + 1] - first[last]) * CELL + 2 * PAD;
+            if (wl < 70)
+                wl = 70;
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"6\" fill=\"none\" "
+                       "stroke=\"#7a3db8\" stroke-dasharray=\"5,3\"/>\n",
+                    x0[i] - 4, top - 4, x0[last] + wl - x0[i] + 8, NODE_H + 22);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#7a3db8\">NVLink domain ", x0[i], top + NODE_H + 14);
+            xml_text(f, t->domains[dom].name);
+            fputs("</text>\n", f);
+        }
+        q = e;
     }
     /* nodes and tasks */
     for (int q = 0; q < m; q++) {
@@ -151,11 +175,6 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
                 dom >= 0 ? "2" : "1");
         fprintf(f, "<text x=\"%d\" y=\"%d\">", x0[i] + 4, top + 12);
         xml_text(f, in->nodes[i]);
-        if (dom >= 0) {
-            fputs(" [", f);
-            xml_text(f, t->domains[dom].name);
-            fputs("]", f);
-        }
         if (l->spare_node[i])
             fputs(" spare", f);
         fputs("</text>\n", f);

@@ -26,7 +26,9 @@ static void usage(FILE *f)
         "\n"
         "Step:\n"
         "  -w, --nodes HOSTLIST        step nodes in Slurm order, e.g. gpu[001-016]\n"
+        "                              (default inside a job: $SLURM_JOB_NODELIST)\n"
         "  -t, --tasks-per-node SPEC   N, or Slurm's form such as 8(x15),4\n"
+        "                              (default inside a job: $SLURM_TASKS_PER_NODE)\n"
         "      --distribution block|cyclic   task id order (default block)\n"
         "Degrees:\n"
         "      --tp N  --pp N  --dp N  degrees (dp default: working tasks / (tp*pp))\n"
@@ -125,9 +127,7 @@ static int run_bench(const struct whale_map_input *in, int n)
         ms[i] = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
     }
     qsort(ms, (size_t)n, sizeof *ms, cmp_double);
-    int ranks = in->tp * in->pp;
-    (void)ranks;
-    printf("bench: %d runs, map %s: median %.2f ms, min %.2f ms, max %.2f ms\n", n,
+    printf("bench: %d runs, map %s: median %.3f ms, min %.3f ms, max %.3f ms\n", n,
            whale_map_policy_name(in->policy), ms[n / 2], ms[0], ms[n - 1]);
     free(ms);
     return 0;
@@ -206,6 +206,12 @@ int main(int argc, char **argv)
     if (optind < argc) {
         fprintf(stderr, "whale-map: unexpected argument '%s'\n", argv[optind]);
         return 2;
+    }
+    /* inside an allocation: the job's nodes and tasks */
+    if (!nodes_expr && getenv("SLURM_JOB_NODELIST") && *getenv("SLURM_JOB_NODELIST")) {
+        nodes_expr = getenv("SLURM_JOB_NODELIST");
+        if (!tpn)
+            tpn = getenv("SLURM_TASKS_PER_NODE");
     }
     if (!nodes_expr || !tpn || !tp) {
         fprintf(stderr, "whale-map: --nodes, --tasks-per-node and --tp are required (see --help)\n");

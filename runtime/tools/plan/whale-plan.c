@@ -51,6 +51,10 @@ static void usage(FILE *f)
 "                             the cluster as the plugin sees it: whale.conf (+ its\n"
 "                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
 "      --calib FILE           calibration profile written by whale-bench\n"
+"      --fit-step SECONDS --calib-out FILE\n"
+"                             scale the compute efficiency so that the configuration\n"
+"                             given by the constraints predicts SECONDS per step (a\n"
+"                             measured whale-train step), write the profile to FILE\n"
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
@@ -105,7 +109,7 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
-    O_V, O_IDLE, O_CONF, O_NODELIST, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
+    O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
 };
 
 static const struct option longopts[] = {
@@ -121,6 +125,8 @@ static const struct option longopts[] = {
     { "spine-oversub", required_argument, 0, O_OVERSUB },
     { "calib", required_argument, 0, O_CALIB },
     { "conf", required_argument, 0, O_CONF },
+    { "fit-step", required_argument, 0, O_FIT },
+    { "calib-out", required_argument, 0, O_CALOUT },
     { "nodelist", required_argument, 0, O_NODELIST },
     { "tp", required_argument, 0, O_TP },
     { "pp", required_argument, 0, O_PP },
@@ -269,7 +275,10 @@ int main(int argc, char **argv)
 {
     whale_log_init_from_env();
     const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB", *plan_file = NULL;
-    const char *conf_path = NULL, *nodelist = NULL;
+    const char *conf_path = NULL, *nodelist = NULL, *calib_out = NULL;
+    double fit_step = 0;
+    struct whale_calib cal;
+    memset(&cal, 0, sizeof cal);
     bool gpn_given = false;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
     double oversub = 1;
@@ -305,6 +314,8 @@ int main(int argc, char **argv)
         case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
         case O_CALIB: calib = optarg; break;
         case O_CONF: conf_path = optarg; break;
+        case O_FIT: if (parse_dbl("fit-step", optarg, 1e-9, 1e9, &fit_step)) return 2; break;
+        case O_CALOUT: calib_out = optarg; break;
         case O_NODELIST: nodelist = optarg; break;
         case O_IDLE: if (parse_dbl("max-idle", optarg, 0, 0.99, &rq.max_idle)) return 2; break;
         case O_TP: if (parse_int("tp", optarg, 1, 1024, &v)) return 2; rq.tp = (int)v; break;
@@ -394,11 +405,15 @@ int main(int argc, char **argv)
     if (leaf >= 0)
         cl.nodes_per_leaf = (int)leaf;
     cl.spine_oversub = oversub;
+    struct whale_cluster uncalibrated = cl;
     if (calib) {
-        struct whale_calib cal;
         if (whale_calib_load(calib, &cal))
             return 1;
         whale_calib_apply(&cal, &cl);
+    }
+    if (!fit_step != !calib_out) {
+        fprintf(stderr, "whale-plan: --fit-step and --calib-out go together\n");
+        return 2;
     }
     if (whale_cluster_validate(&cl))
         return 2;
@@ -447,13 +462,31 @@ int main(int argc, char **argv)
         return 1;
     }
     int status = res->found ? 0 : 1;
+    /* with --json - the plan owns stdout; the human-readable report goes to stderr */
+    FILE *human = json && !strcmp(json, "-") ? stderr : stdout;
+    if (fit_step > 0 && res->found) {
+        /* fit on the constrained best configuration, on top of --calib */
+        if (whale_calib_fit_step(&md, batch, &uncalibrated, &res->best.cfg, fit_step, &cal) ||
+            whale_calib_save(calib_out, &cal)) {
+            free(buf);
+            free(res);
+            return 1;
+        }
+        char cfgs[200];
+        whale_plan_format_config(&res->best.cfg, cfgs, sizeof cfgs);
+        printf("fitted %s to %.4g s/step: GemmEfficiency=%.4g MemEfficiency=%.4g -> %s\n", cfgs,
+               fit_step, cal.gemm_eff, cal.mem_eff, calib_out);
+        free(buf);
+        free(res);
+        return 0;
+    }
     if (quiet && res->found) {
         whale_plan_format_config(&res->best.cfg, buf, 1 << 16);
-        printf("%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
+        fprintf(human, "%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
                res->best.pred.tflops_per_gpu, res->best.pred.mem_total / 1073741824.0);
     } else if (!quiet) {
         whale_plan_explain(&rq, res, buf, 1 << 16);
-        fputs(buf, stdout);
+        fputs(buf, human);
     }
     if (evaluate && res->found) {
         struct whale_plan_request free_rq;
@@ -468,9 +501,9 @@ int main(int argc, char **argv)
             char a[200], b[200];
             whale_plan_format_config(&res->best.cfg, a, sizeof a);
             whale_plan_format_config(&pick->best.cfg, b, sizeof b);
-            printf("\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
+            fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
                    res->best.pred.t_step, res->best.pred.tflops_per_gpu);
-            printf("planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
+            fprintf(human, "planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
                    pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
                    res->best.pred.t_step / pick->best.pred.t_step);
         }

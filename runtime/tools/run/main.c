@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -71,6 +72,8 @@ static void usage(FILE *f)
             "      --keep-going    do not stop the other tasks when one fails\n"
             "      --timeout SEC   stop every task after SEC seconds (exit status 124)\n"
             "      --no-label      do not prefix output lines with the rank\n"
+            "      --bind core|none  give each task its share of this process's CPUs when there\n"
+            "                      are at least as many CPUs as tasks (default core)\n"
             "  -h, --help          show this help\n"
             "  -V, --version       show the version\n"
             "\n"
@@ -198,13 +201,15 @@ int main(int argc, char **argv)
     struct run_layout_opts lo = { .ntasks = 0, .tp = 1, .pp = 1, .dp = 0, .spares = 0, .nodes = 1 };
     bool label = true, keep_going = false;
     int timeout = 0;
-    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL };
+    bool bind = true;
+    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND };
     static const struct option opts[] = {
         { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
         { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
         { "nodes", required_argument, NULL, O_NODES }, { "spares", required_argument, NULL, O_SPARES },
         { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
         { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
+        { "bind", required_argument, NULL, O_BIND },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "+n:hV", opts, NULL)) != -1) {
@@ -220,6 +225,16 @@ int main(int argc, char **argv)
         case O_KEEP: keep_going = true; break;
         case O_TIMEOUT: bad = parse_pos("--timeout", optarg, 1, &timeout); break;
         case O_NOLABEL: label = false; break;
+        case O_BIND:
+            if (!strcmp(optarg, "core"))
+                bind = true;
+            else if (!strcmp(optarg, "none"))
+                bind = false;
+            else {
+                fprintf(stderr, "whale-run: --bind=%s: use core or none\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-run %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -265,6 +280,16 @@ int main(int argc, char **argv)
         pmix_host_stop(ph);
         return 1;
     }
+    /* Binding: with at least as many CPUs as tasks, task t gets CPUs
+     * [t*k, (t+1)*k) of our affinity mask (k = CPUs / tasks), as mpirun and
+     * srun --cpu-bind do; two ranks never fight over one core then. */
+    cpu_set_t avail;
+    int cpus[CPU_SETSIZE], ncpu = 0;
+    if (sched_getaffinity(0, sizeof avail, &avail) == 0)
+        for (int c2 = 0; c2 < CPU_SETSIZE; c2++)
+            if (CPU_ISSET(c2, &avail))
+                cpus[ncpu++] = c2;
+    int per = bind && ncpu >= n ? ncpu / n : 0;
     int rc = 0, started = 0;
     for (int t = 0; t < n; t++) {
         struct child *k = &ch[t];
@@ -283,6 +308,13 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             setpgid(0, 0);
+            if (per > 0) {
+                cpu_set_t mine;
+                CPU_ZERO(&mine);
+                for (int c2 = t * per; c2 < (t + 1) * per; c2++)
+                    CPU_SET(cpus[c2], &mine);
+                sched_setaffinity(0, sizeof mine, &mine);
+            }
             dup2(po[1], STDOUT_FILENO);
             dup2(pe[1], STDERR_FILENO);
             struct sigaction dfl = { .sa_handler = SIG_DFL };
@@ -320,7 +352,7 @@ int main(int argc, char **argv)
     /* Event loop: output, child exits, signals, deadlines. */
     int live = started, user_sig = 0, nsig = 0;
     bool stopping = rc != 0, timed_out = false;
-    double kill_at = 0, deadline = timeout ? now_s() + timeout : 0;
+    double kill_at = 0, all_exited_at = 0, deadline = timeout ? now_s() + timeout : 0;
     const double grace = 3.0;
     struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
     int *who = calloc((size_t)(2 * n + 1), sizeof *who);
@@ -337,6 +369,24 @@ int main(int argc, char **argv)
                 }
         if (live == 0 && open_fds == 0)
             break;
+        /* Every task exited but something it started still holds its
+         * output open: give it a moment, then stop it (like Slurm's
+         * process tracking does at step end). */
+        if (live == 0 && !all_exited_at)
+            all_exited_at = now_s();
+        if (live == 0 && now_s() - all_exited_at > 1.0) {
+            for (int t = 0; t < n; t++) {
+                if (ch[t].pid > 0)
+                    kill(-ch[t].pid, SIGKILL);
+                for (int w = 0; w < 2; w++)
+                    if (ch[t].fd[w] >= 0) {
+                        drain(&ch[t], w, label, true);
+                        close(ch[t].fd[w]);
+                        ch[t].fd[w] = -1;
+                    }
+            }
+            break;
+        }
         int wait_ms = 200;
         int pr = poll(pfd, (nfds_t)np, wait_ms);
         if (pr < 0 && errno != EINTR)

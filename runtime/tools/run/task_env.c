@@ -1,8 +1,11 @@
-/* Layout and contract environment of whale-run's tasks.
+/* Layout and contract environment of whale-run's tasks, computed by the
+ * same mapping code the SPANK plugin runs (whale/map.h), so a program sees
+ * the same WHALE_* variables under whale-run and under srun.
  *
  * whale-run simulates `nodes` nodes on this machine (tasks split in blocks,
- * the last `spares` nodes held back as spares) so that node-aware code
- * (hierarchical collectives, spare promotion) runs without a cluster. */
+ * WHALE_NODE=node<i>) so that node-aware code (hierarchical collectives,
+ * spare nodes) runs without a cluster; with one node WHALE_NODE is the
+ * host name, as on a cluster. */
 #include "task_env.h"
 
 #include <stdbool.h>
@@ -14,13 +17,14 @@
 #include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/map.h"
 
 struct run_layout {
     struct run_layout_opts o;
-    int world;
-    int *rank_of_task, *task_of_rank, *node_of_task, *local_of_task;
+    struct whale_map_input in;
+    struct whale_layout lay;
     char **node_names;
-    char *rankmap;
+    int *ntasks;
 };
 
 int run_env_set(char ***env, const char *name, const char *value)
@@ -48,11 +52,6 @@ int run_env_set(char ***env, const char *name, const char *value)
     return 0;
 }
 
-static size_t part_len(size_t count, int p, int b)
-{
-    return count / (size_t)p + ((size_t)b < count % (size_t)p ? 1 : 0);
-}
-
 int run_layout_new(const struct run_layout_opts *o, struct run_layout **out)
 {
     *out = NULL;
@@ -70,20 +69,15 @@ int run_layout_new(const struct run_layout_opts *o, struct run_layout **out)
     if (!l)
         return WHALE_ENOMEM;
     l->o = *o;
-    int n = o->ntasks;
-    l->rank_of_task = malloc(sizeof(int) * (size_t)n);
-    l->task_of_rank = malloc(sizeof(int) * (size_t)n);
-    l->node_of_task = malloc(sizeof(int) * (size_t)n);
-    l->local_of_task = malloc(sizeof(int) * (size_t)n);
     l->node_names = calloc((size_t)o->nodes, sizeof(char *));
-    if (!l->rank_of_task || !l->task_of_rank || !l->node_of_task || !l->local_of_task || !l->node_names) {
+    l->ntasks = calloc((size_t)o->nodes, sizeof(int));
+    if (!l->node_names || !l->ntasks) {
         run_layout_free(l);
         return WHALE_ENOMEM;
     }
     char host[256];
     gethostname(host, sizeof host);
     host[sizeof host - 1] = '\0';
-    int t = 0, w = 0;
     for (int k = 0; k < o->nodes; k++) {
         char name[300];
         if (o->nodes == 1)
@@ -91,88 +85,51 @@ int run_layout_new(const struct run_layout_opts *o, struct run_layout **out)
         else
             snprintf(name, sizeof name, "node%d", k);
         l->node_names[k] = strdup(name);
-        bool spare = k >= o->nodes - o->spares;
-        for (size_t j = 0; j < part_len((size_t)n, o->nodes, k); j++, t++) {
-            l->node_of_task[t] = k;
-            l->local_of_task[t] = (int)j;
-            l->rank_of_task[t] = spare ? -1 : w;
-            if (!spare)
-                l->task_of_rank[w++] = t;
+        /* block distribution, as srun's default */
+        l->ntasks[k] = o->ntasks / o->nodes + (k < o->ntasks % o->nodes ? 1 : 0);
+        if (!l->node_names[k]) {
+            run_layout_free(l);
+            return WHALE_ENOMEM;
         }
     }
-    l->world = w;
-    int tp = o->tp, pp = o->pp, dp = o->dp;
-    if (tp < 1 || pp < 1 || dp < 0 || w % (tp * pp) || (dp && tp * pp * dp != w)) {
-        whale_error("TP=%d x PP=%d x DP=%d does not match the %d working tasks (%d tasks, %d spare "
-                    "node(s))", tp, pp, dp ? dp : w / (tp * pp > 0 ? tp * pp : 1), w, n, o->spares);
+    l->in = (struct whale_map_input){
+        .tp = o->tp, .pp = o->pp, .dp = o->dp, .spares = o->spares, .policy = WHALE_MAP_BLOCK,
+        .nnodes = o->nodes, .nodes = (const char *const *)l->node_names, .ntasks = l->ntasks,
+        .task_ids = NULL, .topo = NULL,
+    };
+    int rc = whale_map_compute(&l->in, &l->lay);
+    if (rc) {
         run_layout_free(l);
-        return WHALE_EINVAL;
-    }
-    l->o.dp = w / (tp * pp);
-    /* WHALE_RANKMAP text: "A-B" ranges of task ids in rank order. */
-    size_t cap = 32 + (size_t)w * 12;
-    l->rankmap = malloc(cap);
-    if (!l->rankmap) {
-        run_layout_free(l);
-        return WHALE_ENOMEM;
-    }
-    size_t pos = 0;
-    for (int r = 0; r < w;) {
-        int e = r;
-        while (e + 1 < w && l->task_of_rank[e + 1] == l->task_of_rank[e] + 1)
-            e++;
-        pos += (size_t)snprintf(l->rankmap + pos, cap - pos, "%s%d", r ? "," : "", l->task_of_rank[r]);
-        if (e > r)
-            pos += (size_t)snprintf(l->rankmap + pos, cap - pos, "-%d", l->task_of_rank[e]);
-        r = e + 1;
+        return rc;
     }
     *out = l;
     return 0;
 }
 
-int run_layout_rank(const struct run_layout *l, int task) { return l->rank_of_task[task]; }
-int run_layout_world(const struct run_layout *l) { return l->world; }
+int run_layout_rank(const struct run_layout *l, int task) { return l->lay.rank_of_task[task]; }
+int run_layout_world(const struct run_layout *l) { return l->lay.world; }
+
+static int add_env(const char *name, const char *value, void *user)
+{
+    return run_env_set(user, name, value);
+}
 
 int run_layout_env(const struct run_layout *l, int task, char ***env)
 {
-    char v[64];
-    int rc = 0, r = l->rank_of_task[task];
-    const int tp = l->o.tp, pp = l->o.pp, dp = l->o.dp;
-#define SETI(name, val) \
-    do { snprintf(v, sizeof v, "%d", (val)); if ((rc = run_env_set(env, name, v))) return rc; } while (0)
-    SETI(WHALE_ENV_TP, tp);
-    SETI(WHALE_ENV_PP, pp);
-    SETI(WHALE_ENV_DP, dp);
-    SETI(WHALE_ENV_WORLD, l->world);
-    SETI(WHALE_ENV_RANK, r);
-    SETI(WHALE_ENV_TP_RANK, r >= 0 ? r % tp : -1);
-    SETI(WHALE_ENV_DP_RANK, r >= 0 ? (r / tp) % dp : -1);
-    SETI(WHALE_ENV_PP_RANK, r >= 0 ? r / (tp * dp) : -1);
-    SETI(WHALE_ENV_SPARE, r < 0);
-    SETI(WHALE_ENV_NTASKS, l->o.ntasks);
-    SETI(WHALE_ENV_TASK_ID, task);
-    SETI(WHALE_ENV_LOCAL_RANK, l->local_of_task[task]);
-#undef SETI
-    if ((rc = run_env_set(env, WHALE_ENV_RANKMAP, l->rankmap)) ||
-        (rc = run_env_set(env, WHALE_ENV_NODE, l->node_names[l->node_of_task[task]])))
-        return rc;
-    if (l->o.plan && (rc = run_env_set(env, WHALE_ENV_PLAN, l->o.plan)))
-        return rc;
-    return 0;
+    struct whale_env_opts eo = { .plan = l->o.plan };
+    return whale_map_task_env(&l->in, &l->lay, task, &eo, add_env, env);
 }
 
 void run_layout_free(struct run_layout *l)
 {
     if (!l)
         return;
-    free(l->rank_of_task);
-    free(l->task_of_rank);
-    free(l->node_of_task);
-    free(l->local_of_task);
+    if (l->lay.rank_of_task)
+        whale_layout_free(&l->lay);
     if (l->node_names)
         for (int k = 0; k < l->o.nodes; k++)
             free(l->node_names[k]);
     free(l->node_names);
-    free(l->rankmap);
+    free(l->ntasks);
     free(l);
 }

@@ -14,24 +14,30 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/ckpt.h"
 #include "whale/comm.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
+#include "whale/parallel.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
+    const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
+    long ckpt_keep;
     long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
     double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
     int overlap; /* -1: unset */
     int loss_scale;
     int format;
     int progress; /* -1 auto */
-    int recompute; /* -1: unset */
+    const char *schedule, *recompute;
+    long interleave;
+    double act_budget_mb;
 };
 
 static void usage(FILE *f)
@@ -55,21 +61,35 @@ static void usage(FILE *f)
 "  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
 "  --seed N             model and data seed (1337)\n"
 "  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
+"  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
+"  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
+"  --recompute P        none, selective, full or auto (plan or none)\n"
+"  --act-budget-mb X    activation budget per rank for --recompute=auto\n"
+"                       (default: half of what no recomputation keeps)\n"
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
-"  --recompute none|selective|full   activation recomputation (default: the plan's)\n"
 "  --loss-scale         dynamic loss scaling (for 16-bit; off in fp32)\n"
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
 "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm)\n"
 "  --no-progress        no live progress line\n"
+"  --whale-ckpt-dir DIR checkpoint root (default: WHALE_CKPT_DIR, the plan's ckpt_dir)\n"
+"  --whale-ckpt-every N|Ts  checkpoint every N steps or every T (30s, 10m, 2h)\n"
+"                       (default: WHALE_CKPT_EVERY, the plan's ckpt_every)\n"
+"  --ckpt-keep K        keep the last K checkpoints (3; 0 keeps all)\n"
+"  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
+"                       or `latest` under the checkpoint root (none yet: start fresh)\n"
 "  -h, --help           this help;  -V, --version  version\n"
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
-"(zero, micro_batch, num_micro_batches, global_batch, model); WHALE_ZERO,\n"
-"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n");
+"(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
+"interleave, stage_layers, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
+"a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
+"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
+"Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -121,6 +141,13 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
+static int64_t clock_gettime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig)
 {
@@ -149,9 +176,10 @@ int main(int argc, char **argv)
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
-                      .progress = -1, .recompute = -1, .metrics = "whale-train-metrics.jsonl" };
+                      .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
-           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_RECOMP };
+           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -166,7 +194,14 @@ int main(int argc, char **argv)
         { "log-every", required_argument, 0, O_LOGEVERY },
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
-        { "recompute", required_argument, 0, O_RECOMP },
+        { "resume", required_argument, 0, O_RESUME },
+        { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
+        { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
+        { "ckpt-keep", required_argument, 0, O_CKKEEP },
+        { "schedule", required_argument, 0, O_SCHED },
+        { "interleave", required_argument, 0, O_INTERLEAVE },
+        { "recompute", required_argument, 0, O_RECOMPUTE },
+        { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -195,6 +230,32 @@ int main(int argc, char **argv)
         case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &o.log_every); break;
         case O_PEAK: bad |= parse_double("--peak-gflops", optarg, 0.001, 1e9, &o.peak_gflops); break;
         case O_NOPROG: o.progress = 0; break;
+        case O_RESUME: o.resume = optarg; break;
+        case O_CKDIR: o.ckpt_dir = optarg; break;
+        case O_CKEVERY: o.ckpt_every = optarg; break;
+        case O_CKKEEP: bad |= parse_long("--ckpt-keep", optarg, 0, 1000000, &o.ckpt_keep); break;
+        case O_SCHED: {
+            enum whale_schedule k;
+            if (whale_schedule_parse(optarg, &k)) {
+                fprintf(stderr, "whale-train: --schedule=%s: expected 1f1b, interleaved or gpipe\n",
+                        optarg);
+                bad = 1;
+            }
+            o.schedule = optarg;
+            break;
+        }
+        case O_INTERLEAVE: bad |= parse_long("--interleave", optarg, 1, 64, &o.interleave); break;
+        case O_RECOMPUTE: {
+            enum whale_recompute k;
+            if (whale_recompute_parse(optarg, &k) || k == WHALE_RECOMPUTE_LAYERS) {
+                fprintf(stderr, "whale-train: --recompute=%s: expected none, selective, full or "
+                        "auto (a per-layer set comes from the plan)\n", optarg);
+                bad = 1;
+            }
+            o.recompute = optarg;
+            break;
+        }
+        case O_ACTBUDGET: bad |= parse_double("--act-budget-mb", optarg, 0.001, 1e9, &o.act_budget_mb); break;
         case O_FORMAT:
             if (!strcmp(optarg, "auto")) o.format = WHALE_DATA_AUTO;
             else if (!strcmp(optarg, "llmc")) o.format = WHALE_DATA_LLMC;
@@ -204,18 +265,6 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             break;
-        case O_RECOMP: {
-            enum whale_recompute r;
-            if (whale_recompute_parse(optarg, &r) || r == WHALE_RECOMPUTE_AUTO ||
-                r == WHALE_RECOMPUTE_LAYERS) {
-                fprintf(stderr, "whale-train: --recompute=%s: expected none, selective or full "
-                        "(per-layer sets come from the plan)\n", optarg);
-                bad = 1;
-            } else {
-                o.recompute = (int)r;
-            }
-            break;
-        }
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -254,10 +303,15 @@ int main(int argc, char **argv)
         o.batch = plan.global_batch;
     if (!o.model && have_plan && plan.model[0])
         o.model = plan.model;
+    /* checkpoints: flags > WHALE_CKPT_* > the plan (the plugin puts them there) */
+    char plan_ckpt_dir[1024] = "", plan_ckpt_every[32] = "";
+    char *plan_json = have_plan ? whale_plan_to_json(&plan, 0) : NULL;
+    if (have_plan && plan.ckpt_dir[0])
+        snprintf(plan_ckpt_dir, sizeof plan_ckpt_dir, "%s", plan.ckpt_dir);
+    if (have_plan && plan.ckpt_every > 0)
+        snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.pp > 1 && plan.schedule != WHALE_SCHED_1F1B
-                              ? "a pipeline schedule other than 1f1b (interleaved, gpipe)"
-                        : plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
+        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
                         : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
@@ -282,19 +336,23 @@ int main(int argc, char **argv)
         return 1;
 
     whale_ctx *ctx = NULL;
-    int rank = 0, dp = 1, dp_rank = 0;
+    int rank = 0, dp = 1, dp_rank = 0, tp = 1, pp = 1, world = 1;
     int rc = 1;
     whale_engine *e = NULL;
     whale_data *data = NULL;
+    whale_ckpt *ck = NULL;
+    int nsaves = 0;
+    double ckpt_stall = 0;
     int32_t *in = NULL, *tg = NULL;
     FILE *mf = NULL;
 
     if (whale_init(&ctx))
         return 1;
     {
-        int tp, pp, tpr, ppr;
+        int tpr, ppr;
         whale_degrees(ctx, &tp, &pp, &dp);
         whale_coords(ctx, &tpr, &ppr, &dp_rank);
+        world = whale_world_size(ctx);
         rank = whale_rank(ctx);
         if (whale_is_spare(ctx)) {
             whale_info("hot spare: idle (promotion needs the elastic module)");
@@ -307,20 +365,11 @@ int main(int argc, char **argv)
             whale_plan_free(&plan);
             goto out;
         }
-        int tp_, pp_, dp_;
-        whale_degrees(ctx, &tp_, &pp_, &dp_);
-        if (plan.dp != dp || plan.tp != tp_ || plan.pp != pp_) {
-            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d "
-                        "(WHALE_TP/PP/DP): refusing before any step", plan.tp, plan.pp, plan.dp,
-                        tp_, pp_, dp_);
+        if (plan.dp != dp || plan.tp != tp || plan.pp != pp) {
+            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
+                        "refusing before any step", plan.tp, plan.pp, plan.dp, tp, pp, dp);
             goto out;
         }
-        for (int i = 1; i < plan.n_dp_batch; i++)
-            if (plan.dp_batch[i] != plan.dp_batch[0]) {
-                whale_error("the plan gives DP replicas different batches (dp_batch); this "
-                            "engine needs equal ones: refusing before any step");
-                goto out;
-            }
     }
 
     long accum = o.accum > 0 ? o.accum : 1;
@@ -358,32 +407,101 @@ int main(int argc, char **argv)
     ec.overlap = o.overlap != 0;
     ec.loss_scaling = o.loss_scale;
     ec.threads = (int)o.threads;
-    if (o.recompute >= 0) {
-        ec.recompute = o.recompute;
-    } else if (have_plan) {
-        ec.recompute = (int)plan.recompute;
-        if (plan.recompute == WHALE_RECOMPUTE_AUTO && plan.n_recompute_layers > 0)
-            ec.recompute = WHALE_RECOMPUTE_LAYERS; /* the planner's solution */
-        ec.recompute_layers = plan.recompute_layers;
-        ec.n_recompute_layers = plan.n_recompute_layers;
-    }
-    if (have_plan) {
+    /* tensor / pipeline parallelism and recomputation: flags > plan */
+    ec.tp = tp;
+    ec.pp = pp;
+    ec.schedule = have_plan ? plan.schedule : WHALE_SCHED_1F1B;
+    ec.interleave = have_plan ? plan.interleave : 1;
+    if (o.schedule)
+        whale_schedule_parse(o.schedule, &ec.schedule);
+    if (o.interleave > 0)
+        ec.interleave = (int)o.interleave;
+    if (o.schedule && ec.schedule != WHALE_SCHED_INTERLEAVED && !o.interleave)
+        ec.interleave = 1;
+    if (have_plan && plan.n_stage_layers > 0 && ec.interleave == plan.interleave) {
         ec.stage_layers = plan.stage_layers;
         ec.n_stage_layers = plan.n_stage_layers;
     }
-    rc = whale_engine_create(&ec, ctx, &e);
-    whale_plan_free(&plan);
-    if (rc) {
-        rc = 1;
-        goto out;
+    ec.recompute = have_plan ? plan.recompute : WHALE_RECOMPUTE_NONE;
+    if (o.recompute)
+        whale_recompute_parse(o.recompute, &ec.recompute);
+    if (ec.recompute == WHALE_RECOMPUTE_LAYERS) {
+        ec.recompute_layers = plan.recompute_layers;
+        ec.n_recompute_layers = plan.n_recompute_layers;
     }
-    rc = 1;
+    ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
+    /* the engine refuses layouts that cannot run (divisibility, stage split,
+     * schedule vs micro-batches) with the reason, before any step */
+    if (whale_engine_create(&ec, ctx, &e))
+        goto out;
+    if (whale_trace_init(rank, world))
+        goto out;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
                                     .seq = (int)seq, .local_batch = (int)(micro * accum),
                                     .dp_rank = dp_rank, .dp_size = dp, .prefetch = true };
     if (whale_data_open(&dc, &data))
         goto out;
+
+    /* ---- checkpoints: settings, resume, the saver ---- */
+    whale_ckpt_config ckc;
+    whale_ckpt_config_default(&ckc);
+    if (!o.ckpt_dir && !getenv("WHALE_CKPT_DIR") && plan_ckpt_dir[0])
+        ckc.root = plan_ckpt_dir;
+    if (!o.ckpt_every && !getenv("WHALE_CKPT_EVERY") && plan_ckpt_every[0])
+        setenv("WHALE_CKPT_EVERY", plan_ckpt_every, 1);
+    if (o.ckpt_every)
+        setenv("WHALE_CKPT_EVERY", o.ckpt_every, 1);
+    if (whale_ckpt_config_from_env(&ckc))
+        goto out;
+    if (o.ckpt_dir)
+        ckc.root = o.ckpt_dir;
+    if (o.ckpt_keep >= 0)
+        ckc.keep = (int)o.ckpt_keep;
+    ckc.rank = rank;
+    ckc.world = ctx ? whale_world_size(ctx) : 1;
+    if ((ckc.every_steps > 0 || ckc.every_seconds > 0) && !ckc.root) {
+        whale_error("--whale-ckpt-every needs a checkpoint directory (--whale-ckpt-dir or "
+                    "WHALE_CKPT_DIR)");
+        goto out;
+    }
+    if (o.resume) {
+        bool latest = !strcmp(o.resume, "latest");
+        if (latest && !ckc.root) {
+            whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
+                        "WHALE_CKPT_DIR)");
+            goto out;
+        }
+        char *dir = NULL;
+        int lrc = latest ? whale_ckpt_resolve(ckc.root, "latest", &dir)
+                         : whale_ckpt_resolve(o.resume, "latest", &dir);
+        if (lrc == WHALE_ENOENT && latest) {
+            if (rank == 0)
+                whale_info("--resume latest: no checkpoint under %s yet, starting at step 0",
+                           ckc.root);
+        } else if (lrc) {
+            goto out;
+        } else {
+            whale_ckpt_reader *rd = NULL;
+            lrc = whale_ckpt_reader_open(dir, &rd);
+            if (!lrc)
+                lrc = whale_ckpt_load_engine(rd, e);
+            whale_ckpt_reader_close(rd);
+            free(dir);
+            if (lrc)
+                goto out;
+        }
+    }
+    if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
+        goto out;
+    if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", 1, "pp", 1,
+                               "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
+                               "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
+                               "seed", (json_int_t)o.seed);
+        plan_json = json_dumps(pj, JSON_COMPACT);
+        json_decref(pj);
+    }
 
     size_t bt = (size_t)micro * accum * seq;
     in = malloc(bt * sizeof(int32_t));
@@ -419,11 +537,43 @@ int main(int argc, char **argv)
             goto out;
         }
         struct whale_step_stats st;
+        if (ck && (whale_ckpt_fence(ck) || whale_ckpt_poll(ck))) {
+            whale_error("stopping: a checkpoint failed (the previous ones are intact)");
+            rc = 1;
+            goto out;
+        }
         if (whale_engine_step(e, in, tg, &st)) {
             rc = 1;
             goto out;
         }
         done++;
+        double t_ck = 0;
+        if (ck) {
+            int due = whale_ckpt_due(ck, step + 1);
+#ifdef WHALE_HAVE_COMM
+            /* a time-based interval is decided on rank 0 (clocks differ) */
+            if (ckc.every_seconds > 0 && ctx && whale_world_size(ctx) > 1 &&
+                whale_broadcast(whale_world(ctx), &due, 1, WHALE_INT32, 0)) {
+                rc = 1;
+                goto out;
+            }
+#endif
+            if (due) {
+                double t0 = (double)clock_gettime_ns() * 1e-9;
+                bool skipped = false;
+                if (whale_ckpt_save_engine(ck, e, plan_json, &skipped)) {
+                    whale_error("stopping: checkpoint of step %ld failed (the previous ones "
+                                "are intact)", step + 1);
+                    rc = 1;
+                    goto out;
+                }
+                t_ck = (double)clock_gettime_ns() * 1e-9 - t0;
+                if (!skipped) {
+                    nsaves++;
+                    ckpt_stall += t_ck;
+                }
+            }
+        }
         double tokens = (double)gbatch * seq;
         double tps = tokens / st.t_total;
         double mfu = st.flops / st.t_total / (peak * 1e9);
@@ -448,6 +598,11 @@ int main(int argc, char **argv)
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
                                   "loss_scale", (double)st.loss_scale, "skipped", st.skipped,
                                   "peak_rss_mb", peak_rss_mb());
+            if (t_ck > 0)
+                json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
+            json_object_set_new(j, "pipe_wait_s", json_real(st.t_pipe_wait));
+            json_object_set_new(j, "recompute_s", json_real(st.t_recompute));
+            json_object_set_new(j, "act_peak_mb", json_real(st.act_peak_bytes / 1048576.0));
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -468,20 +623,36 @@ int main(int argc, char **argv)
     }
     if (tty)
         fputc('\n', stderr);
+    if (ck) { /* the last save in flight must land */
+        int crc = whale_ckpt_close(ck);
+        ck = NULL;
+        if (crc) {
+            whale_error("the last checkpoint failed (the previous ones are intact)");
+            rc = 1;
+            goto out;
+        }
+    }
     if (stop_requested)
         whale_warn("stopped by a signal after %ld steps", done);
     if (rank == 0) {
         double tps = t_run > 0 ? tok_run / t_run : 0;
         double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
         double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
-        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisisfss}}", "summary",
+        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
                               "steps", (json_int_t)done, "first_loss", first_loss,
                               "final_loss", last_loss, "tokens_per_s", tps, "mfu", mfu,
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
-                              "global_batch", (int)gbatch,
-                              "activation_mb_predicted", mem.act_bytes / 1048576.0,
-                              "recompute", whale_recompute_name((enum whale_recompute)ec.recompute));
+                              "global_batch", (int)gbatch);
+        json_t *sm = json_object_get(j, "summary");
+        json_object_set_new(sm, "tp", json_integer(tp));
+        json_object_set_new(sm, "pp", json_integer(pp));
+        json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
+        json_object_set_new(sm, "interleave", json_integer(ec.interleave));
+        json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
+        if (nsaves)
+            json_object_set_new(sm, "checkpoints",
+                                json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
         char *s = json_dumps(j, JSON_COMPACT);
         printf("%s\n", s);
         if (mf)
@@ -491,6 +662,10 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    if (ck && whale_ckpt_close(ck))
+        rc = 1;
+    free(plan_json);
+    whale_trace_close();
     whale_plan_free(&plan);
     if (mf)
         fclose(mf);

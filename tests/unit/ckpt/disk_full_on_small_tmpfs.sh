@@ -16,9 +16,9 @@ mnt=$(mktemp -d /tmp/whale-ckpt-full-XXXXXX)
 trap 'umount "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
 mount -t tmpfs -o size=1600k whale-ckpt-full "$mnt" || { echo "SKIP: cannot mount tmpfs"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
-"$synth" "$mnt/ck" 1 1 2 0 1 || fail "first save should fit"
+"$synth" save "$mnt/ck" 1 1 2 0 1 || fail "first save should fit"
 [ "$(readlink "$mnt/ck/latest")" = step-00000001 ] || fail "latest after the first save"
-out=$("$synth" "$mnt/ck" 1 1 2 0 2 2>&1) && fail "second save should not fit: $out"
+out=$("$synth" save "$mnt/ck" 1 1 2 0 2 2>&1) && fail "second save should not fit: $out"
 echo "$out" | grep -q "No space left on device" || fail "no ENOSPC message: $out"
 echo "$out" | grep -q "earlier checkpoints are intact" || fail "no removal message: $out"
 ls -a "$mnt/ck" | grep -q '^\.tmp-' && fail "partial directory left: $(ls -a "$mnt/ck")"

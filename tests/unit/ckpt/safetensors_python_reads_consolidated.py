@@ -138,7 +138,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="whale-ckpt-py-")
     try:
         root = os.path.join(tmp, "ckpt")
-        run(SYNTH, root, "2", "2", "2", "3", str(STEP))
+        run(SYNTH, "save", root, "2", "2", "2", "3", str(STEP))
         run(TOOL, "verify", root)
         out = run(TOOL, "inspect", root, "--tensors").stdout
         assert f"step        {STEP}" in out and "saved by    8 ranks" in out, out
@@ -148,7 +148,7 @@ def main():
         reassemble_from_shards(os.path.join(root, f"step-{STEP:08d}"))
 
         root2 = os.path.join(tmp, "ckpt-compressed")
-        run(SYNTH, root2, "2", "1", "2", "1", str(STEP), "bf16", "int8", "zstd")
+        run(SYNTH, "save", root2, "2", "1", "2", "1", str(STEP), "bf16", "int8", "zstd")
         run(TOOL, "verify", root2)
         cons2 = os.path.join(tmp, "model2.safetensors")
         run(TOOL, "convert", root2, cons2)

@@ -359,8 +359,6 @@ static void test_roundtrip_single_rank(void **st)
     float w[6 * 5];
     for (int i = 0; i < 30; i++)
         w[i] = (float)i * 0.5f - 3;
-    double unused;
-    (void)unused;
     int64_t ws[2] = {6, 5}, vs[1] = {4}, es[2] = {0, 3};
     float sc = 42.5f;
     int64_t iv[4] = {1, -2, 3, 1LL << 40};
@@ -1050,6 +1048,22 @@ static void test_config_env(void **st)
     assert_int_equal(whale_ckpt_open(&c, &ck), 0);
     assert_false(whale_ckpt_due(ck, 4));
     assert_true(whale_ckpt_due(ck, 10));
+    whale_ckpt_close(ck);
+    /* due by time: not right after a save, then once the interval passed */
+    c.every_steps = 0;
+    c.every_seconds = 0.2;
+    c.async = false;
+    assert_int_equal(whale_ckpt_open(&c, &ck), 0);
+    assert_false(whale_ckpt_due(ck, 1));
+    usleep(250000);
+    assert_true(whale_ckpt_due(ck, 2));
+    float x[2] = {1, 2};
+    int64_t xs[1] = {2};
+    whale_ckpt_piece p;
+    whale_ckpt_piece_full(&p, "x", WHALE_FLOAT32, 1, xs, x);
+    whale_ckpt_meta m = {.step = 2};
+    assert_int_equal(whale_ckpt_save(ck, &m, &p, 1, NULL), 0);
+    assert_false(whale_ckpt_due(ck, 3)); /* the clock restarts at each save */
     whale_ckpt_close(ck);
     rmroot(root);
 }

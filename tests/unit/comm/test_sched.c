@@ -301,10 +301,15 @@ static void sweep(enum kind k, int pmin, int pmax, bool only_pow2)
                                    k != K_BC_CHAIN && k != K_BARRIER;
                     if (!reduces && op > 0)
                         continue;
-                    if ((!reduces || op == WHALE_MIN) && t != WHALE_FLOAT32 && t != WHALE_UINT8 &&
-                        t != WHALE_BFLOAT16)
+                    /* every dtype with SUM and AVG; the others with fp32/bf16/uint8 */
+                    if ((!reduces || op == WHALE_MIN || op == WHALE_MAX) && t != WHALE_FLOAT32 &&
+                        t != WHALE_UINT8 && t != WHALE_BFLOAT16)
                         continue;
-                    for (size_t pi = 0; pi < sizeof pipes / sizeof *pipes; pi++)
+                    /* pipelining settings only matter to the chunked builders */
+                    bool chunked = k == K_AR_RING || k == K_RS_RING || k == K_AG_RING ||
+                                   k == K_BC_CHAIN || k == K_RED_RING;
+                    size_t npipes = chunked ? sizeof pipes / sizeof *pipes : 1;
+                    for (size_t pi = 0; pi < npipes; pi++)
                         run_case(k, p, counts[ci], (enum whale_dtype)t, op, pipes[pi].chunk,
                                  pipes[pi].window, false);
                     if (k <= K_AR_RABEN && op == WHALE_SUM)

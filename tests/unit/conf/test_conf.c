@@ -12,6 +12,7 @@
 #include "whale/conf.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale_config.h"
 
 static char last_err[1024];
 static void sink(int level, const char *line, void *u)
@@ -214,6 +215,62 @@ static void test_hostlist(void **st)
     assert_int_not_equal(whale_hostlist_expand("node[1-", &n, &k), 0);
 }
 
+/* Garbage never crashes the parser (run under ASan in CI). */
+static void test_garbage(void **st)
+{
+    (void)st;
+    const char alphabet[] = "NodeName=GPUs[]-,0123456789 #\\\"\nabcXYZ=:%/";
+    uint64_t seed = 12345;
+    char buf[256];
+    for (int iter = 0; iter < 3000; iter++) {
+        int n = (int)(seed % 200);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            buf[i] = alphabet[(seed >> 33) % (sizeof alphabet - 1)];
+        }
+        buf[n] = '\0';
+        struct whale_conf *c = NULL;
+        if (whale_conf_parse_string(buf, "fuzz", &c) == 0) {
+            struct whale_topo *t = NULL;
+            if (whale_conf_build_topo(c, "/nonexistent/slurm.conf", &t) == 0)
+                whale_topo_free(t);
+            whale_conf_free(c);
+        }
+        struct whale_topo *t = whale_topo_new();
+        whale_topology_conf_parse_string(buf, "fuzz", t);
+        whale_topo_free(t);
+    }
+}
+
+/* The shipped example and test topologies stay valid. */
+static void test_shipped_files(void **st)
+{
+    (void)st;
+    struct whale_conf *c;
+    assert_int_equal(whale_conf_load(WHALE_SOURCE_CONFIG_DIR "/whale.conf.example", &c), 0);
+    assert_int_equal(c->ngpu_types, 3);
+    whale_conf_free(c);
+    const char *pairs[][2] = {
+        { "fattree.whale.conf", "fattree-fragmented.topology.conf" },
+        { "nvl72.whale.conf", "nvl72.topology.conf" },
+    };
+    for (int i = 0; i < 2; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/topologies/%s", WHALE_SOURCE_CONFIG_DIR, pairs[i][0]);
+        assert_int_equal(whale_conf_load(p, &c), 0);
+        /* TopologyFile is relative to the whale.conf naming it */
+        char *tp = whale_conf_topology_path(c, NULL);
+        snprintf(p, sizeof p, "%s/topologies/%s", WHALE_SOURCE_CONFIG_DIR, pairs[i][1]);
+        assert_string_equal(tp, p);
+        free(tp);
+        struct whale_topo *t;
+        assert_int_equal(whale_conf_build_topo(c, NULL, &t), 0);
+        assert_true(t->nnodes >= 32);
+        whale_topo_free(t);
+        whale_conf_free(c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -222,6 +279,8 @@ int main(void)
         cmocka_unit_test_setup(test_load_file, setup),
         cmocka_unit_test_setup(test_topology_conf, setup),
         cmocka_unit_test_setup(test_hostlist, setup),
+        cmocka_unit_test_setup(test_shipped_files, setup),
+        cmocka_unit_test_setup(test_garbage, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -223,6 +223,7 @@ static void test_rankmap_roundtrip(void **st)
     assert_int_not_equal(whale_rankmap_decode("1-,2", &d, &n), 0);
     assert_int_not_equal(whale_rankmap_decode("", &d, &n), 0);
     assert_int_not_equal(whale_rankmap_decode("a", &d, &n), 0);
+    assert_int_not_equal(whale_rankmap_decode("0-2000000000", &d, &n), 0);
     whale_log_set_sink(NULL, NULL);
     /* '@file' form */
     char path[] = "/tmp/whale-rankmap-test-XXXXXX";
@@ -239,6 +240,32 @@ static void test_rankmap_roundtrip(void **st)
     assert_int_equal(d[7], 3);
     free(d);
     unlink(path);
+}
+
+static void test_garbage_strings(void **st)
+{
+    (void)st;
+    whale_log_set_sink(sink, NULL);
+    const char alphabet[] = "0123456789-,()vector x";
+    uint64_t seed = 99;
+    char buf[128];
+    int nt[4] = { 2, 2, 2, 1 };
+    for (int iter = 0; iter < 5000; iter++) {
+        int n = (int)(seed % 60);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            buf[i] = alphabet[(seed >> 33) % (sizeof alphabet - 1)];
+        }
+        buf[n] = '\0';
+        int *v = NULL, w = 0;
+        if (whale_rankmap_decode(buf, &v, &w) == 0)
+            free(v);
+        if (whale_map_parse_pmi_mapping(buf, 4, nt, &v) == 0)
+            free(v);
+        int out[4];
+        whale_map_parse_tasks_per_node(buf, 4, out);
+    }
+    whale_log_set_sink(NULL, NULL);
 }
 
 struct envcap {
@@ -428,6 +455,12 @@ static void test_scale_12500_nodes(void **st)
     whale_layout_free(&blk);
     s.topo = NULL;
     synth_free(&s);
+    /* fragmented: 10,000 of the 12,500 nodes at random, with and without
+     * 16 spare nodes */
+    whale_log_set_sink(sink, NULL);
+    run_props(t, 10000, 8, 8, 16, 0, 5, 1);
+    run_props(t, 10000, 8, 8, 16, 16, 6, 1);
+    whale_log_set_sink(NULL, NULL);
     whale_topo_free(t);
 }
 
@@ -441,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_tasks_per_node),
         cmocka_unit_test(test_rankmap_roundtrip),
         cmocka_unit_test(test_task_env),
+        cmocka_unit_test(test_garbage_strings),
         cmocka_unit_test(test_props_fat_tree),
         cmocka_unit_test(test_props_nvl72),
         cmocka_unit_test(test_scale_12500_nodes),

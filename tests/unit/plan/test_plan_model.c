@@ -161,6 +161,33 @@ static void test_pipeline_inflight(void **state)
     }
 }
 
+/* Pipeline schedule: bubble = (p-1)/v stage-times against m of them
+ * (1F1B and interleaved), on a model whose embedding/output are negligible. */
+static void test_pipeline_bubble(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_parse_string(
+        "Name=b Layers=32 Hidden=2048 Heads=16 Seq=1024 Vocab=16", "t", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    struct { int pp, v, mb; } cases[] = { { 4, 1, 1 }, { 8, 1, 2 }, { 4, 2, 1 }, { 8, 4, 1 } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int pp = cases[i].pp, v = cases[i].v, dp = 32 / pp;
+        struct whale_plan_config cfg = cfg_of(1, pp, dp, cases[i].mb, 1, WHALE_RECOMPUTE_FULL);
+        cfg.interleave = v;
+        struct whale_plan_prediction p;
+        long batch = (long)dp * cases[i].mb * 16;   /* m = 16 micro-batches */
+        assert_int_equal(whale_plan_eval(&m, batch, &c, &cfg, &p), 0);
+        assert_int_equal(cfg.nmicro, 16);
+        double pipe = p.t_step - p.t_dp - p.t_optim - p.t_offload;
+        double want = (pp - 1.0) / v / (16 + (pp - 1.0) / v);
+        if (fabs(p.t_bubble / pipe / want - 1) > 0.02)
+            fail_msg("pp=%d v=%d: bubble share %.4f, (p-1)/v over m+(p-1)/v = %.4f", pp, v,
+                     p.t_bubble / pipe, want);
+    }
+}
+
 /* Exhaustive minimum over all nopt^n choices. */
 static double brute(int n, int nopt, const double *mem, const double *time, double budget)
 {
@@ -381,6 +408,23 @@ static void test_calibration_roundtrip(void **state)
     assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].alpha - al) < 1e-12);
     assert_true(fabs(fit.link[WHALE_PLAN_LINK_LEAF].bw / bw - 1) < 1e-9);
     assert_int_equal(whale_calib_fit_gemm(2048, 1, 64, 2, &fit), WHALE_EINVAL);
+
+    /* one-point step fit: reproduces the measured time, then predicts others */
+    {
+        struct whale_model_desc ms;
+        assert_int_equal(whale_model_desc_load("gpt-small", &ms), 0);
+        struct whale_cluster one;
+        assert_int_equal(whale_cluster_init(&one, 1, 1, "cpu"), 0);
+        struct whale_calib sc;
+        memset(&sc, 0, sizeof sc);
+        struct whale_plan_config g = cfg_of(1, 1, 1, 8, 0, WHALE_RECOMPUTE_NONE);
+        assert_int_equal(whale_calib_fit_step(&ms, 8, &one, &g, 1.0, &sc), 0);
+        whale_calib_apply(&sc, &one);
+        struct whale_plan_prediction pp;
+        assert_int_equal(whale_plan_eval(&ms, 8, &one, &g, &pp), 0);
+        assert_true(fabs(pp.t_step - 1.0) < 1e-3);
+        assert_int_equal(whale_calib_fit_step(&ms, 8, &one, &g, 1e-9, &sc), WHALE_ERANGE);
+    }
 
     /* errors name the line and the key */
     struct whale_calib bad;
@@ -605,6 +649,43 @@ static void test_limits_and_seqpar(void **state)
     whale_plan_free(&p);
 }
 
+/* Pruning never changes the answer: pruned and exhaustive searches agree. */
+static void test_pruning_is_exact(void **state)
+{
+    (void)state;
+    const char *models[] = { "gpt-1.7b", "gpt-7.5b", "gpt-39.1b", "gpt-145.6b" };
+    const int nodes[] = { 2, 8, 32, 48 }, batch[] = { 64, 256, 512, 768 };
+    const char *gpus[] = { "A100-40GB", "A100-80GB", "H100-80GB", "V100-32GB" };
+    struct whale_plan_result *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    int found = 0;
+    for (int i = 0; i < 4; i++)
+        for (int g = 0; g < 4; g++) {
+            struct whale_model_desc m;
+            assert_int_equal(whale_model_desc_load(models[i], &m), 0);
+            struct whale_cluster c;
+            assert_int_equal(whale_cluster_init(&c, nodes[(i + g) % 4], 8, gpus[g]), 0);
+            struct whale_plan_request rq;
+            whale_plan_request_init(&rq);
+            rq.model = &m;
+            rq.global_batch = batch[(i + 2 * g) % 4];
+            rq.cluster = &c;
+            int ra = whale_plan_search(&rq, a);
+            rq.exhaustive = true;
+            int rb = whale_plan_search(&rq, b);
+            assert_int_equal(ra, rb);
+            if (ra == 0) {
+                found++;
+                assert_true(a->best.pred.t_step == b->best.pred.t_step);
+                assert_true(b->evaluated >= a->evaluated);
+            }
+        }
+    assert_true(found >= 8);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     whale_log_set_level(WHALE_LOG_ERROR + (getenv("WHALE_LOG") ? 3 : 0));
@@ -612,6 +693,7 @@ int main(void)
         cmocka_unit_test(test_zero_bytes_per_param),
         cmocka_unit_test(test_activation_formulas),
         cmocka_unit_test(test_pipeline_inflight),
+        cmocka_unit_test(test_pipeline_bubble),
         cmocka_unit_test(test_ckpt_dp_vs_brute_force),
         cmocka_unit_test(test_rc_uniform_matches_dp),
         cmocka_unit_test(test_recompute_auto_engine),
@@ -622,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_predict_plan),
         cmocka_unit_test(test_limits_and_seqpar),
+        cmocka_unit_test(test_pruning_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

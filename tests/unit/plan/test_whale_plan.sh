@@ -1,9 +1,10 @@
 #!/bin/sh
 # whale-plan command line: exit codes 0/1/2, messages, --json output in the
 # WHALE_PLAN format, --evaluate of a published configuration.
-#   test_whale_plan.sh /path/to/whale-plan
+#   test_whale_plan.sh /path/to/whale-plan SOURCE_ROOT
 set -u
-P=$1
+P=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+SRC=${2:-.}
 fails=0
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
@@ -47,6 +48,9 @@ expect 0 json -- "$P" -m gpt-7.5b -b 512 -N 16 -q --json "$TMP/plan.json"
 has "$TMP/plan.json" '"prediction"' "json prediction"
 has "$TMP/plan.json" '"tp"' "json tp"
 has "$TMP/plan.json" '"step_seconds"' "json step time"
+expect 0 "json on stdout" -- "$P" -m gpt-7.5b -b 512 -N 16 -e -j -
+[ "$(head -c 1 "$TMP/out")" = "{" ] || { echo "FAIL: --json - stdout is not only the plan"; fails=$((fails + 1)); }
+has "$TMP/err" "^best" "report on stderr with --json -"
 expect 0 "predict a plan file" -- "$P" -m gpt-7.5b -N 16 --plan "$TMP/plan.json"
 has "$TMP/out" "time per step" "plan file prediction"
 sed 's/"tp": [0-9]*/"tp": 3/' "$TMP/plan.json" > "$TMP/bad.json"
@@ -64,5 +68,19 @@ has "$TMP/out" "peak 0.15 TFLOP/s" "calibrated peak applied"
 printf 'Device=cpu Peak=1\n' > "$TMP/bad.cal"
 expect 1 "bad calib" -- "$P" -m gpt-tiny -b 16 -N 4 -g 2 -G cpu --calib "$TMP/bad.cal"
 has "$TMP/err" "bad.cal:1: unknown key 'Peak'" "calib error names file:line"
+# the cluster as the plugin sees it (whale.conf + topology.conf), when built with the conf module
+T="$SRC/config/topologies"
+if [ -f "$T/fattree.whale.conf" ] && ! "$P" -m gpt-tiny -b 8 --conf /nonexistent --nodelist n1 2>&1 | grep -q "no site-config support"; then
+    (cd "$T" && "$P" -m gpt-1.7b -b 512 --conf fattree.whale.conf --nodelist 'gpu[01-04]' -q) > "$TMP/out" 2> "$TMP/err"
+    [ $? -eq 0 ] || { echo "FAIL: --conf fattree"; cat "$TMP/err"; fails=$((fails + 1)); }
+    has "$TMP/out" "tp=" "plan from whale.conf"
+    if [ -f "$T/nvl72.whale.conf" ]; then
+        (cd "$T" && "$P" -m gpt-39.1b -b 1536 --conf nvl72.whale.conf --nodelist 'gb[001-036]') > "$TMP/out" 2>&1
+        has "$TMP/out" "NVLink domain 72" "NVL72 domain from topology.conf"
+    fi
+    expect 2 "conf without nodelist" -- "$P" -m gpt-tiny -b 8 --conf "$T/fattree.whale.conf"
+else
+    echo "skipping --conf checks (no conf module in this build)"
+fi
 [ $fails -eq 0 ] && echo "all whale-plan checks passed"
 exit $fails

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "plugin.h"
@@ -109,6 +110,8 @@ static void test_values(void **st)
     assert_string_equal(last_err, "whale: --whale-map=foo: must be one of topo, block");
     assert_int_equal(opt("whale-recompute", "layers"), -1);
     assert_int_equal(opt("whale-offload", "disk"), -1);
+    assert_int_equal(opt("whale-conf", "relative.conf"), -1);
+    assert_string_equal(last_err, "whale: --whale-conf=relative.conf: give an absolute path");
     assert_false(whale_opts.enabled);
     assert_int_equal(opt("whale-tp", "8"), 0);
     assert_int_equal(opt("whale-tp", "8"), 0); /* replayed: idempotent */
@@ -179,6 +182,11 @@ static void test_site_config_errors(void **st)
     assert_string_equal(whale_site.conf_path, "/x/whale.conf");
     assert_int_equal(whale_site_parse_args(1, args2), -1);
     assert_non_null(strstr(last_err, "unknown argument 'cofn=/x'"));
+    char *args3[] = { "rankmap_inline_max=100" }, *args4[] = { "rankmap_inline_max=200000" };
+    assert_int_equal(whale_site_parse_args(1, args3), 0);
+    assert_int_equal(whale_site.rankmap_inline_max, 100);
+    assert_int_equal(whale_site_parse_args(1, args4), -1);
+    assert_non_null(strstr(last_err, "expected 0..122880"));
     unlink(path);
     unlink(other);
     snprintf(path, sizeof path, "%s/bad.conf", dir);
@@ -197,7 +205,7 @@ static void test_plan_from_flags(void **st)
     assert_int_equal(opt("whale-microbatch", "4"), 0);
     assert_int_equal(opt("whale-ckpt-every", "50"), 0);
     struct whale_plan p;
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "bob", "77", &p), 0);
     assert_int_equal(p.tp, 2);
     assert_int_equal(p.pp, 1);
     assert_int_equal(p.dp, 0);
@@ -212,7 +220,7 @@ static void test_plan_from_flags(void **st)
     write_file("site.conf", "\n", path, sizeof path);
     whale_site_free();
     assert_int_equal(whale_site_load(), 0);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "bob", "77", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "bob", "77", &p), -1);
     assert_non_null(strstr(last_err, "--whale-ckpt-every needs --whale-ckpt-dir"));
     whale_plan_free(&p);
     unlink(path);
@@ -232,30 +240,51 @@ static void test_plan_file(void **st)
     assert_int_equal(opt("whale-plan", plan), 0);
     assert_int_equal(opt("whale-tp", "2"), 0); /* agrees */
     struct whale_plan p;
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), 0);
     assert_int_equal(p.dp, 2);
     assert_string_equal(p.ckpt_dir, "/c/9");
     whale_plan_free(&p);
     assert_int_equal(opt("whale-pp", "4"), 0); /* contradicts */
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "--whale-pp=4 contradicts the plan file"));
     assert_non_null(strstr(last_err, "(2)"));
     whale_plan_free(&p);
     whale_opts.given[OPT_PP] = false;
     whale_opts.given[OPT_TP] = false;
     write_file("plan.json", "{\"version\":1,\"tp\":16}", plan, sizeof plan);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "asks for more than this site allows"));
     whale_plan_free(&p);
     write_file("plan.json", "{\"version\":1,\"tp\":", plan, sizeof plan);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     assert_non_null(strstr(last_err, "cannot use this plan file"));
     whale_plan_free(&p);
     assert_int_equal(opt("whale-plan", "auto"), 0);
-    assert_int_equal(whale_plan_from_options(whale_site.conf, "u", "9", &p), -1);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "9", &p), -1);
     whale_plan_free(&p);
     unlink(plan);
     unlink(site);
+}
+
+static void test_pmix_plugin_lookup(void **st)
+{
+    (void)st;
+    char d1[128], d2[128], f[160], both[300];
+    snprintf(d1, sizeof d1, "%s/plugins-a", dir);
+    snprintf(d2, sizeof d2, "%s/plugins-b", dir);
+    assert_int_equal(mkdir(d1, 0755), 0);
+    assert_int_equal(mkdir(d2, 0755), 0);
+    assert_int_equal(whale_mpi_pmix_installed(d1), 0);
+    assert_int_equal(whale_mpi_pmix_installed(""), -1);
+    snprintf(f, sizeof f, "%s/mpi_pmix_v4.so", d2);
+    FILE *fp = fopen(f, "w");
+    fclose(fp);
+    snprintf(both, sizeof both, "%s:%s", d1, d2);
+    assert_int_equal(whale_mpi_pmix_installed(both), 1);
+    assert_int_equal(whale_mpi_pmix_installed(d1), 0);
+    unlink(f);
+    rmdir(d1);
+    rmdir(d2);
 }
 
 int main(void)
@@ -270,6 +299,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_site_config_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_file, setup, teardown),
+        cmocka_unit_test(test_pmix_plugin_lookup),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);

@@ -1,0 +1,139 @@
+/* Glue between the training engine's tensor enumeration (whale/engine.h)
+ * and checkpoints: engine pieces become ckpt pieces (box = the TP slice,
+ * flat range = the ZeRO shard of it), the scalar train state rides in the
+ * manifest. Only the engine's public interface is used. */
+#include "ckpt_internal.h"
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct collect {
+    whale_ckpt_piece *p;
+    char (*names)[128];
+    size_t n, cap;
+    bool writers_only;
+};
+
+static int collect_fn(const struct whale_tensor_piece *t, void *user)
+{
+    struct collect *c = user;
+    if (c->writers_only && !t->writer)
+        return 0;
+    if (t->ndim > WHALE_CKPT_MAX_DIMS)
+        return WHALE_EINVAL;
+    if (c->n == c->cap) {
+        size_t nc = c->cap ? 2 * c->cap : 256;
+        whale_ckpt_piece *np = realloc(c->p, nc * sizeof *np);
+        if (!np)
+            return WHALE_ENOMEM;
+        c->p = np;
+        char (*nn)[128] = realloc(c->names, nc * sizeof *nn);
+        if (!nn)
+            return WHALE_ENOMEM;
+        c->names = nn;
+        c->cap = nc;
+    }
+    static const char *prefix[] = {"", "opt.m.", "opt.v.", "opt.master."};
+    static const enum whale_ckpt_kind kinds[] = {WHALE_CKPT_PARAM, WHALE_CKPT_MOMENT1,
+                                                 WHALE_CKPT_MOMENT2, WHALE_CKPT_PARAM};
+    int k = (unsigned)t->kind < 4 ? (int)t->kind : 0;
+    snprintf(c->names[c->n], sizeof c->names[c->n], "%s%s", prefix[k], t->name);
+    whale_ckpt_piece_box_flat(&c->p[c->n], NULL, t->dtype, t->ndim, t->global_shape,
+                              t->tp_offset, t->tp_shape, t->flat_begin, t->flat_end, t->data);
+    c->p[c->n].kind = kinds[k];
+    c->n++;
+    return 0;
+}
+
+static int collect_all(whale_engine *e, bool writers_only, struct collect *c)
+{
+    memset(c, 0, sizeof *c);
+    c->writers_only = writers_only;
+    int rc = whale_engine_tensors(e, collect_fn, c);
+    for (size_t i = 0; i < c->n; i++) /* names array may have moved while growing */
+        c->p[i].name = c->names[i];
+    return rc;
+}
+
+int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_json,
+                           bool *skipped)
+{
+    struct collect c;
+    int rc = collect_all(e, true, &c);
+    struct whale_train_state ts;
+    whale_engine_get_state(e, &ts);
+    char extra[512];
+    snprintf(extra, sizeof extra,
+             "{\"train_state\":{\"step\":%lld,\"adam_t\":%lld,\"samples\":%lld,\"seed\":\"%llu\","
+             "\"rng_counter\":\"%llu\",\"loss_scale\":%.9g,\"scaler_good_steps\":%d,"
+             "\"scaler_skipped\":%lld}}",
+             (long long)ts.step, (long long)ts.adam_t, (long long)ts.samples,
+             (unsigned long long)ts.seed, (unsigned long long)ts.rng_counter,
+             (double)ts.loss_scale, (int)ts.scaler_good_steps, (long long)ts.scaler_skipped);
+    if (!rc) {
+        whale_ckpt_meta m = {.step = ts.step, .samples = ts.samples,
+                             .loss_scale = ts.loss_scale, .plan_json = plan_json,
+                             .extra_json = extra};
+        rc = whale_ckpt_save(ck, &m, c.p, c.n, skipped);
+    }
+    free(c.p);
+    free(c.names);
+    return rc;
+}
+
+int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
+{
+    const whale_ckpt_info *in = whale_ckpt_reader_info(r);
+    json_t *x = in->extra_json ? json_loads(in->extra_json, 0, NULL) : NULL;
+    json_t *st = json_object_get(x, "train_state");
+    struct whale_train_state ts;
+    whale_engine_get_state(e, &ts);
+    if (!json_is_object(st)) {
+        /* not saved by the engine (e.g. imported with whale-ckpt convert
+         * --from-safetensors): take the weights, start the optimizer afresh */
+        json_decref(x);
+        struct collect c;
+        int rc = collect_all(e, false, &c);
+        size_t k = 0;
+        for (size_t i = 0; i < c.n; i++)
+            if (strncmp(c.p[i].name, "opt.", 4))
+                c.p[k++] = c.p[i];
+        if (!rc)
+            rc = whale_ckpt_read(r, c.p, k);
+        free(c.p);
+        free(c.names);
+        if (!rc)
+            whale_info("initialized the weights from %s (no train state: optimizer and step "
+                       "start afresh)", in->dir);
+        return rc;
+    }
+    ts.step = json_integer_value(json_object_get(st, "step"));
+    ts.adam_t = json_integer_value(json_object_get(st, "adam_t"));
+    ts.samples = json_integer_value(json_object_get(st, "samples"));
+    const char *seed = json_string_value(json_object_get(st, "seed"));
+    const char *rngc = json_string_value(json_object_get(st, "rng_counter"));
+    ts.seed = seed ? strtoull(seed, NULL, 10) : ts.seed;
+    ts.rng_counter = rngc ? strtoull(rngc, NULL, 10) : 0;
+    ts.loss_scale = (float)json_number_value(json_object_get(st, "loss_scale"));
+    ts.scaler_good_steps = (int32_t)json_integer_value(json_object_get(st, "scaler_good_steps"));
+    ts.scaler_skipped = json_integer_value(json_object_get(st, "scaler_skipped"));
+    json_decref(x);
+
+    struct collect c;
+    int rc = collect_all(e, false, &c);
+    if (!rc)
+        rc = whale_ckpt_read(r, c.p, c.n);
+    free(c.p);
+    free(c.names);
+    if (!rc)
+        rc = whale_engine_set_state(e, &ts);
+    if (!rc)
+        whale_info("resumed from %s: step %lld, %lld samples consumed", in->dir,
+                   (long long)ts.step, (long long)ts.samples);
+    return rc;
+}

@@ -1,0 +1,424 @@
+/* whale-bench comm: nccl-tests' command line and columns over Whale's
+ * collectives, plus the algorithm the cost model chose.
+ *
+ *   whale-bench comm [allreduce|reduce_scatter|allgather|broadcast|reduce]
+ *                    [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP]
+ *                    [-c 0|1] [-o sum|avg|max|min] [-d TYPE] [-a ALGO] [-g GROUP] [-r ROOT]
+ *                    [-N]
+ *
+ * size is the bytes of the full vector (nccl-tests convention: for
+ * reduce-scatter the send size, for allgather the receive size); time is
+ * the slowest rank's mean per iteration; busbw = algbw x 2(p-1)/p for
+ * allreduce, (p-1)/p for reduce-scatter and allgather, 1 for broadcast and
+ * reduce. */
+#include "bench_comm.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "whale/comm.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+static const char *const colls[] = { "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce" };
+static const char *const ops[] = { "sum", "avg", "max", "min" };
+
+void bench_comm_usage(void *stream)
+{
+    fprintf(stream,
+            "Usage: whale-bench comm [COLLECTIVE] [options]\n"
+            "Collective bandwidth/latency with nccl-tests' options and columns.\n"
+            "COLLECTIVE: allreduce (default), reduce_scatter, allgather, broadcast, reduce\n"
+            "\n"
+            "  -b, --minbytes N     smallest size (K, M, G suffixes; default 8)\n"
+            "  -e, --maxbytes N     largest size (default 64M)\n"
+            "  -f, --stepfactor F   multiply the size by F each step (default 2)\n"
+            "  -i, --stepbytes N    or add N bytes each step\n"
+            "  -n, --iters N        timed iterations per size (default 20)\n"
+            "  -w, --warmup_iters N untimed iterations first (default 5)\n"
+            "  -c, --check 0|1      verify results, count wrong elements (default 1)\n"
+            "  -o, --op OP          sum, avg, max, min (default sum)\n"
+            "  -d, --datatype T     float, bfloat16, half, int32, int64, uint8 (default float)\n"
+            "  -a, --algo A         auto (default), ring, rd, raben, hier, tree\n"
+            "  -g, --group G        world (default), tp, pp, dp\n"
+            "  -r, --root R         root of broadcast/reduce (default 0)\n"
+            "  -N, --nonblocking    issue with the non-blocking call and wait\n"
+            "  -h, --help           show this help\n"
+            "Run it under whale-run or srun --whale-...; exit status 1 if any result is wrong.\n");
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0)
+        return -1;
+    switch (*end) {
+    case 'k': case 'K': v *= 1024; end++; break;
+    case 'm': case 'M': v *= 1024 * 1024; end++; break;
+    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_dtype(const char *s, enum whale_dtype *t)
+{
+    static const struct { const char *n; enum whale_dtype t; } names[] = {
+        { "float", WHALE_FLOAT32 }, { "float32", WHALE_FLOAT32 }, { "bfloat16", WHALE_BFLOAT16 },
+        { "bf16", WHALE_BFLOAT16 }, { "half", WHALE_FLOAT16 }, { "float16", WHALE_FLOAT16 },
+        { "fp16", WHALE_FLOAT16 }, { "int32", WHALE_INT32 }, { "int", WHALE_INT32 },
+        { "int64", WHALE_INT64 }, { "uint8", WHALE_UINT8 } };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcasecmp(s, names[i].n)) {
+            *t = names[i].t;
+            return 0;
+        }
+    return -1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Small integer test values: exact in every dtype, order-independent sums. */
+static double val(int rank, size_t i) { return (double)((rank + (int)(i % 7)) % 4); }
+
+static void put(void *b, size_t i, enum whale_dtype t, double v)
+{
+    switch (t) {
+    case WHALE_FLOAT32: ((float *)b)[i] = (float)v; break;
+    case WHALE_BFLOAT16: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)b)[i] = (uint16_t)(u >> 16); break; }
+    case WHALE_FLOAT16: { _Float16 h = (_Float16)v; memcpy((uint16_t *)b + i, &h, 2); break; }
+    case WHALE_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
+    case WHALE_INT64: ((int64_t *)b)[i] = (int64_t)v; break;
+    default: ((uint8_t *)b)[i] = (uint8_t)v; break;
+    }
+}
+
+static double get(const void *b, size_t i, enum whale_dtype t)
+{
+    switch (t) {
+    case WHALE_FLOAT32: return ((const float *)b)[i];
+    case WHALE_BFLOAT16: { uint32_t u = (uint32_t)((const uint16_t *)b)[i] << 16; float f; memcpy(&f, &u, 4); return f; }
+    case WHALE_FLOAT16: { _Float16 h; memcpy(&h, (const uint16_t *)b + i, 2); return (double)h; }
+    case WHALE_INT32: return ((const int32_t *)b)[i];
+    case WHALE_INT64: return (double)((const int64_t *)b)[i];
+    default: return ((const uint8_t *)b)[i];
+    }
+}
+
+static double expect(int p, const int *wr, size_t i, int op, enum whale_dtype t)
+{
+    double acc = val(wr[0], i);
+    for (int k = 1; k < p; k++) {
+        double v = val(wr[k], i);
+        acc = op == WHALE_MAX ? fmax(acc, v) : op == WHALE_MIN ? fmin(acc, v) : acc + v;
+    }
+    if (op == WHALE_AVG) {
+        double a = t == WHALE_FLOAT32 || t == WHALE_BFLOAT16 || t == WHALE_FLOAT16 ? acc / p
+                                                                                   : (double)((long long)acc / p);
+        char tmp[8];
+        if (t == WHALE_FLOAT32)
+            return (float)((float)acc / (float)p);
+        put(tmp, 0, t, a);
+        return get(tmp, 0, t);
+    }
+    if (t == WHALE_UINT8)
+        acc = (double)((long long)acc & 0xff);
+    return acc;
+}
+
+struct cfg {
+    int coll;
+    size_t minb, maxb, stepb;
+    double factor;
+    int iters, warmup, check, op, root;
+    enum whale_dtype t;
+    const char *algo, *group;
+    bool nonblocking;
+};
+
+static int run_op(whale_group *g, const struct cfg *c, void *send, void *recv, size_t count)
+{
+    whale_req *req = NULL;
+    int rc;
+    switch (c->coll) {
+    case 0:
+        rc = c->nonblocking ? whale_iallreduce(g, send, recv, count, c->t, c->op, &req)
+                            : whale_allreduce(g, send, recv, count, c->t, c->op);
+        break;
+    case 1:
+        rc = c->nonblocking ? whale_ireduce_scatter(g, send, recv, count, c->t, c->op, &req)
+                            : whale_reduce_scatter(g, send, recv, count, c->t, c->op);
+        break;
+    case 2:
+        rc = c->nonblocking ? whale_iallgather(g, send, recv, count, c->t, &req)
+                            : whale_allgather(g, send, recv, count, c->t);
+        break;
+    case 3:
+        rc = c->nonblocking ? whale_ibroadcast(g, recv, count, c->t, c->root, &req)
+                            : whale_broadcast(g, recv, count, c->t, c->root);
+        break;
+    default:
+        rc = whale_reduce(g, send, recv, count, c->t, c->op, c->root);
+        break;
+    }
+    if (!rc && req)
+        rc = whale_wait(req);
+    return rc;
+}
+
+int bench_comm_main(int argc, char **argv)
+{
+    struct cfg c = { .coll = 0, .minb = 8, .maxb = 64 << 20, .factor = 2, .iters = 20, .warmup = 5,
+                     .check = 1, .op = WHALE_SUM, .root = 0, .t = WHALE_FLOAT32, .algo = "auto",
+                     .group = "world" };
+    static const struct option lo[] = {
+        { "minbytes", required_argument, NULL, 'b' }, { "maxbytes", required_argument, NULL, 'e' },
+        { "stepfactor", required_argument, NULL, 'f' }, { "stepbytes", required_argument, NULL, 'i' },
+        { "iters", required_argument, NULL, 'n' }, { "warmup_iters", required_argument, NULL, 'w' },
+        { "check", required_argument, NULL, 'c' }, { "op", required_argument, NULL, 'o' },
+        { "datatype", required_argument, NULL, 'd' }, { "algo", required_argument, NULL, 'a' },
+        { "group", required_argument, NULL, 'g' }, { "root", required_argument, NULL, 'r' },
+        { "nonblocking", no_argument, NULL, 'N' }, { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 } };
+    int o;
+    optind = 1;
+    while ((o = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:a:g:r:Nh", lo, NULL)) != -1) {
+        char *end;
+        switch (o) {
+        case 'b':
+            if (parse_size(optarg, &c.minb)) goto bad;
+            break;
+        case 'e':
+            if (parse_size(optarg, &c.maxb)) goto bad;
+            break;
+        case 'f':
+            c.factor = strtod(optarg, &end);
+            if (*end || c.factor <= 1.0) goto bad;
+            break;
+        case 'i':
+            if (parse_size(optarg, &c.stepb) || !c.stepb) goto bad;
+            break;
+        case 'n':
+            c.iters = (int)strtol(optarg, &end, 10);
+            if (*end || c.iters < 1) goto bad;
+            break;
+        case 'w':
+            c.warmup = (int)strtol(optarg, &end, 10);
+            if (*end || c.warmup < 0) goto bad;
+            break;
+        case 'c':
+            c.check = (int)strtol(optarg, &end, 10);
+            if (*end || (c.check != 0 && c.check != 1)) goto bad;
+            break;
+        case 'o':
+            c.op = -1;
+            for (int k = 0; k < 4; k++)
+                if (!strcasecmp(optarg, ops[k]))
+                    c.op = k;
+            if (c.op < 0) goto bad;
+            break;
+        case 'd':
+            if (parse_dtype(optarg, &c.t)) goto bad;
+            break;
+        case 'a': c.algo = optarg; break;
+        case 'g': c.group = optarg; break;
+        case 'r':
+            c.root = (int)strtol(optarg, &end, 10);
+            if (*end || c.root < 0) goto bad;
+            break;
+        case 'N': c.nonblocking = true; break;
+        case 'h': bench_comm_usage(stdout); return 0;
+        default: bench_comm_usage(stderr); return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "whale-bench comm: bad value '%s' for -%c (see --help)\n", optarg, o);
+        return 2;
+    }
+    if (optind < argc) {
+        c.coll = -1;
+        for (int k = 0; k < 5; k++)
+            if (!strcasecmp(argv[optind], colls[k]) ||
+                (k == 1 && !strcasecmp(argv[optind], "reducescatter")) ||
+                (k == 0 && !strcasecmp(argv[optind], "all_reduce")) ||
+                (k == 2 && !strcasecmp(argv[optind], "all_gather")))
+                c.coll = k;
+        if (c.coll < 0 || optind + 1 < argc) {
+            fprintf(stderr, "whale-bench comm: unknown collective '%s' (allreduce, reduce_scatter, "
+                            "allgather, broadcast, reduce)\n", argv[optind]);
+            return 2;
+        }
+    }
+    if (c.minb > c.maxb) {
+        fprintf(stderr, "whale-bench comm: -b %zu is larger than -e %zu\n", c.minb, c.maxb);
+        return 2;
+    }
+    whale_log_set_level(WHALE_LOG_WARN);
+    whale_ctx *ctx;
+    int rc = whale_init(&ctx);
+    if (rc) {
+        fprintf(stderr, "whale-bench comm: init failed: %s\n", whale_strerror(rc));
+        return 1;
+    }
+    int status = 0;
+    whale_group *g = !strcmp(c.group, "world") ? whale_world(ctx)
+                   : !strcmp(c.group, "tp") ? whale_tp_group(ctx)
+                   : !strcmp(c.group, "pp") ? whale_pp_group(ctx)
+                   : !strcmp(c.group, "dp") ? whale_dp_group(ctx) : NULL;
+    if (!g) {
+        fprintf(stderr, "whale-bench comm: group '%s' is not one of world, tp, pp, dp (or this is a spare)\n",
+                c.group);
+        whale_finalize(ctx);
+        return whale_is_spare(ctx) ? 0 : 2;
+    }
+    if ((rc = whale_coll_set_algorithm(ctx, (enum whale_coll)c.coll, c.algo))) {
+        whale_finalize(ctx);
+        return 2;
+    }
+    int p = whale_group_size(g), me = whale_group_rank(g);
+    if (c.root >= p) {
+        fprintf(stderr, "whale-bench comm: -r %d is not a rank of the %d-rank group\n", c.root, p);
+        whale_finalize(ctx);
+        return 2;
+    }
+    int *wr = malloc(sizeof(int) * (size_t)p);
+    for (int k = 0; k < p; k++)
+        wr[k] = whale_group_world_rank(g, k);
+    size_t esz = whale_dtype_size(c.t);
+    bool reduces = c.coll == 0 || c.coll == 1 || c.coll == 4;
+    size_t unit = esz * (c.coll == 1 || c.coll == 2 ? (size_t)p : 1);
+    size_t maxcount = c.maxb / unit + 1;
+    void *send = NULL, *recv = NULL;
+    if (posix_memalign(&send, 64, maxcount * unit + 64) || posix_memalign(&recv, 64, maxcount * unit + 64)) {
+        fprintf(stderr, "whale-bench comm: cannot allocate %zu bytes\n", 2 * maxcount * unit);
+        whale_finalize(ctx);
+        return 1;
+    }
+    memset(send, 0, maxcount * unit + 64);
+    memset(recv, 0, maxcount * unit + 64);
+    if (whale_rank(ctx) == 0) {
+        printf("# whale-bench comm %s: %d ranks, %d node(s), group %s, type %s, op %s%s\n",
+               colls[c.coll], p, whale_nnodes(ctx), c.group, whale_dtype_name(c.t),
+               reduces ? ops[c.op] : "none", c.nonblocking ? ", non-blocking" : "");
+        printf("#\n# %10s %12s %9s %6s %6s %10s %8s %8s %6s  %s\n", "size", "count", "type", "redop",
+               "root", "time", "algbw", "busbw", "#wrong", "algo");
+        printf("# %10s %12s %9s %6s %6s %10s %8s %8s %6s\n", "(B)", "(elements)", "", "", "", "(us)",
+               "(GB/s)", "(GB/s)", "");
+    }
+    double bwsum = 0;
+    int nbw = 0;
+    for (size_t bytes = c.minb; bytes <= c.maxb;) {
+        size_t count = bytes / unit; /* per-rank block count for RS/AG */
+        size_t in_n = c.coll == 1 ? count * (size_t)p : count;
+        size_t out_n = c.coll == 2 ? count * (size_t)p : count;
+        for (size_t i = 0; i < in_n; i++)
+            put(send, i, c.t, val(wr[me], i));
+        if (c.coll == 3)
+            for (size_t i = 0; i < count; i++)
+                put(recv, i, c.t, val(wr[c.root], i));
+        for (int k = 0; k < c.warmup && !rc; k++)
+            rc = run_op(g, &c, send, recv, count);
+        if (!rc)
+            rc = whale_barrier(g);
+        double t0 = now_s();
+        for (int k = 0; k < c.iters && !rc; k++)
+            rc = run_op(g, &c, send, recv, count);
+        double dt = (now_s() - t0) / c.iters, tmax = 0;
+        if (rc) {
+            fprintf(stderr, "whale-bench comm: %s of %zu bytes failed: %s\n", colls[c.coll], bytes,
+                    whale_strerror(rc));
+            status = 1;
+            break;
+        }
+        int64_t wrong = 0, allwrong = 0;
+        if (c.check) {
+            /* one more run on fresh inputs so that a stale buffer cannot pass */
+            for (size_t i = 0; i < in_n; i++)
+                put(send, i, c.t, val(wr[me], i));
+            memset(recv, 0xCD, out_n * esz);
+            if (c.coll == 3 && me == c.root)
+                for (size_t i = 0; i < count; i++)
+                    put(recv, i, c.t, val(wr[c.root], i));
+            rc = run_op(g, &c, send, recv, count);
+            for (size_t i = 0; !rc && i < out_n; i++) {
+                double want;
+                if (c.coll == 2)
+                    want = val(wr[i / count], i % count);
+                else if (c.coll == 3)
+                    want = val(wr[c.root], i);
+                else if (c.coll == 4 && me != c.root)
+                    break;
+                else
+                    want = expect(p, wr, c.coll == 1 ? (size_t)me * count + i : i, c.op, c.t);
+                if (c.coll == 2 || c.coll == 3) {
+                    char tmp[8];
+                    put(tmp, 0, c.t, want);
+                    want = get(tmp, 0, c.t);
+                }
+                if (get(recv, i, c.t) != want)
+                    wrong++;
+            }
+        }
+        /* time: the slowest rank's (non-negative doubles order like their
+         * bit patterns, so an int64 MAX is exact) */
+        int64_t tb, tmb = 0;
+        memcpy(&tb, &dt, sizeof tb);
+        if (!rc)
+            rc = whale_allreduce(g, &tb, &tmb, 1, WHALE_INT64, WHALE_MAX);
+        memcpy(&tmax, &tmb, sizeof tmax);
+        if (!rc)
+            rc = whale_allreduce(g, &wrong, &allwrong, 1, WHALE_INT64, WHALE_SUM);
+        if (rc) {
+            status = 1;
+            break;
+        }
+        size_t tot = count * unit;
+        double algbw = tot / tmax / 1e9;
+        double factor = c.coll == 0 ? 2.0 * (p - 1) / p : c.coll <= 2 ? (double)(p - 1) / p : 1.0;
+        if (p == 1)
+            factor = c.coll <= 2 ? 0 : 1;
+        if (whale_rank(ctx) == 0)
+            printf("  %10zu %12zu %9s %6s %6d %10.2f %8.2f %8.2f %6lld  %s\n", tot,
+                   c.coll == 1 || c.coll == 2 ? count * (size_t)p : count, whale_dtype_name(c.t),
+                   reduces ? ops[c.op] : "none", c.coll >= 3 ? c.root : -1, tmax * 1e6, algbw,
+                   algbw * factor, (long long)allwrong,
+                   whale_coll_algorithm(g, (enum whale_coll)c.coll, count, c.t));
+        fflush(stdout);
+        bwsum += algbw * factor;
+        nbw++;
+        if (allwrong)
+            status = 1;
+        if (c.stepb)
+            bytes += c.stepb;
+        else {
+            size_t nb = (size_t)((double)bytes * c.factor);
+            bytes = nb > bytes ? nb : bytes + 1;
+        }
+    }
+    if (whale_rank(ctx) == 0 && nbw)
+        printf("# Avg bus bandwidth    : %g\n#\n", bwsum / nbw);
+    free(send);
+    free(recv);
+    free(wr);
+    rc = whale_finalize(ctx);
+    return status || rc ? 1 : 0;
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bats
+# Collectives under srun across namespace nodes: the correctness matrix
+# (comm_check) over shared memory and over TCP, TP/DP sub-groups running
+# concurrently, whale-bench comm's output, and failure detection.
+
+CHECK="$WHALE_BUILD_DIR/tests/unit/comm/comm_check"
+FAIL="$WHALE_BUILD_DIR/tests/unit/comm/comm_fail"
+BENCH="$WHALE_BUILD_DIR/runtime/tools/bench/whale-bench"
+SIZES="0,1,7,1001,65537"
+
+@test "comm_check: 6 ranks on 3 nodes, TP=2 (hierarchical + TP/DP groups)" {
+  run timeout 240 srun -N 3 -n 6 --whale-tp=2 "$CHECK" --sizes "$SIZES"
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"comm_check: OK: 6 ranks"* ]]
+}
+
+@test "comm_check: 5 ranks on 3 nodes over TCP (odd group, uneven nodes)" {
+  UCX_TLS=tcp,self run timeout 240 srun -N 3 -n 5 "$CHECK" --sizes "$SIZES"
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"comm_check: OK: 5 ranks"* ]]
+}
+
+@test "comm_check: 8 ranks on 4 nodes over TCP, TP=2 PP=2" {
+  UCX_TLS=tcp,self run timeout 280 srun -N 4 -n 8 --whale-tp=2 --whale-pp=2 "$CHECK" --sizes 1,1001
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"comm_check: OK: 8 ranks"* ]]
+}
+
+@test "comm_check: 64 MiB allreduce over TCP on 3 nodes, every algorithm" {
+  UCX_TLS=tcp,self run timeout 280 srun -N 3 -n 3 "$CHECK" --sizes 16777216 --colls allreduce
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+}
+
+@test "whale-bench comm under srun: nccl-tests columns, no wrong results" {
+  run timeout 120 srun -N 2 -n 4 "$BENCH" comm -b 8 -e 1M -f 8 -n 5 -w 2
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"algbw"*"busbw"*"#wrong"*"algo"* ]]
+  # every data line: 0 wrong
+  [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/ && $9 != 0' | wc -l)" -eq 0 ]
+  [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/' | wc -l)" -eq 6 ]
+}
+
+@test "a rank killed during a 16 MiB allreduce: survivors on other nodes get WHALE_EPEER in time" {
+  WHALE_PEER_TIMEOUT=3 UCX_TLS=tcp,self run timeout 100 srun -N 3 -n 3 "$FAIL" 16
+  echo "$output" | grep -v '^\[' | tail -20
+  [ "$status" -eq 137 ]
+  [ "$(echo "$output" | grep -c 'comm_fail: rank .* OK$')" -eq 2 ]
+}
+
+@test "a rank killed, shared memory between namespace nodes: survivors get WHALE_EPEER" {
+  WHALE_PEER_TIMEOUT=3 run timeout 100 srun -N 2 -n 4 "$FAIL" 16
+  echo "$output" | grep -v '^\[' | tail -20
+  [ "$status" -eq 137 ]
+  [ "$(echo "$output" | grep -c 'comm_fail: rank .* OK$')" -eq 3 ]
+}

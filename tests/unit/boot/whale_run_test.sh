@@ -1,0 +1,77 @@
+#!/bin/sh
+# whale-run behaviour: output labels, exit status propagation, a crashing
+# task stopping the rest, Ctrl-C forwarding, --timeout, usage errors, and the
+# contract environment each task gets.  usage: whale_run_test.sh WHALE_RUN
+set -u
+RUN=$1
+fails=0
+t() { # name, then a command that must succeed
+  name=$1; shift
+  if "$@"; then echo "ok - $name"; else echo "FAILED - $name"; fails=$((fails + 1)); fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# labels on stdout and stderr, one per line, no interleaving inside a line
+"$RUN" -n 3 sh -c 'echo "out $WHALE_RANK"; echo "err $WHALE_RANK" >&2; printf "no newline"' \
+  >"$tmp/o" 2>"$tmp/e"
+t "exit 0 when every task succeeds" [ $? -eq 0 ]
+t "stdout lines prefixed with the rank" sh -c "grep -qx '0: out 0' $tmp/o && grep -qx '2: out 2' $tmp/o"
+t "stderr lines prefixed, on stderr" sh -c "grep -qx '1: err 1' $tmp/e && ! grep -q err $tmp/o"
+t "last line without newline is flushed" sh -c "[ \$(grep -c 'no newline' $tmp/o) -eq 3 ]"
+"$RUN" -n 2 --no-label echo plain >"$tmp/o"
+t "--no-label" sh -c "[ \"\$(sort -u $tmp/o)\" = plain ]"
+
+# exit codes
+"$RUN" -n 3 --keep-going sh -c 'exit $((WHALE_RANK * 3))' 2>/dev/null
+t "worst exit status propagates (keep-going)" [ $? -eq 6 ]
+"$RUN" -n 2 sh -c 'exit 0'
+t "all zero -> 0" [ $? -eq 0 ]
+"$RUN" -n 1 /nonexistent/program 2>/dev/null
+t "missing program -> 127" [ $? -eq 127 ]
+
+# a crashing task stops the others quickly; status 128+SIGSEGV
+start=$(date +%s)
+"$RUN" -n 3 sh -c 'if [ "$WHALE_RANK" = 1 ]; then sleep 0.3; kill -SEGV $$; fi; exec sleep 60' 2>"$tmp/e"
+rc=$?
+took=$(( $(date +%s) - start ))
+t "crash -> 139" [ "$rc" -eq 139 ]
+t "crash stops the others within seconds" [ "$took" -lt 15 ]
+t "crash reported" grep -q 'task 1 (rank 1) killed by signal 11' "$tmp/e"
+
+# Ctrl-C: SIGINT to whale-run reaches every task, exit 130
+"$RUN" -n 2 sh -c 'trap "echo got-int; exit 3" INT; sleep 60 & wait' >"$tmp/o" 2>/dev/null &
+pid=$!
+sleep 1
+kill -INT $pid
+wait $pid
+rc=$?
+t "SIGINT -> 130" [ "$rc" -eq 130 ]
+t "SIGINT forwarded to every task" sh -c "[ \$(grep -c got-int $tmp/o) -eq 2 ]"
+
+# --timeout
+start=$(date +%s)
+"$RUN" -n 2 --timeout 1 sleep 60 2>/dev/null
+rc=$?
+t "--timeout -> 124" [ "$rc" -eq 124 ]
+t "--timeout is prompt" [ $(( $(date +%s) - start )) -lt 10 ]
+
+# usage errors
+"$RUN" echo x 2>/dev/null; t "no -n -> 2" [ $? -eq 2 ]
+"$RUN" -n 4 --tp 3 echo x 2>"$tmp/e"; t "TP not dividing -> 2" [ $? -eq 2 ]
+t "TP error names the numbers" grep -q 'TP' "$tmp/e"
+"$RUN" -n 2 --spares 1 echo x 2>/dev/null; t "spares need simulated nodes -> 2" [ $? -eq 2 ]
+"$RUN" -n x echo 2>/dev/null; t "bad -n -> 2" [ $? -eq 2 ]
+"$RUN" --help >/dev/null; t "--help -> 0" [ $? -eq 0 ]
+"$RUN" --version | grep -q 'whale-run'; t "--version" [ $? -eq 0 ]
+
+# the contract: rank = ((pp * DP) + dp) * TP + tp
+"$RUN" -n 8 --tp 2 --pp 2 sh -c 'echo "$WHALE_RANK $WHALE_TP_RANK $WHALE_DP_RANK $WHALE_PP_RANK $WHALE_WORLD $WHALE_DP $WHALE_SPARE $WHALE_TASK_ID $WHALE_NTASKS"' >"$tmp/o"
+t "coordinates of rank 5 (tp 1, dp 0, pp 1)" grep -qx '5: 5 1 0 1 8 2 0 5 8' "$tmp/o"
+t "PMIx variables given" sh -c "\"$RUN\" -n 2 sh -c 'test -n \"\$PMIX_NAMESPACE\" && test \"\$PMIX_RANK\" = \"\$WHALE_TASK_ID\"'"
+"$RUN" -n 6 --nodes 3 --spares 1 sh -c 'echo "$WHALE_RANK $WHALE_SPARE $WHALE_NODE $WHALE_LOCAL_RANK"' >"$tmp/o"
+t "spare node tasks: rank -1, WHALE_SPARE=1" sh -c "[ \$(grep -c ' -1 1 node' $tmp/o) -eq 2 ]"
+t "simulated nodes named, local ranks" grep -q '^[0-9]: [0-9] 0 node0 1$' "$tmp/o"
+
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]

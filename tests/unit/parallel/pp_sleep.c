@@ -1,0 +1,176 @@
+/* pp_sleep: the pipeline executor over the real runtime (whale_init, the
+ * PP group, UCX send/recv) with passes that sleep a fixed time instead of
+ * computing, so the measured bubble reflects the schedule, the executor and
+ * the transport only, not CPU contention.
+ *
+ *   whale-run -n P --pp P pp_sleep [--schedule 1f1b|gpipe|interleaved]
+ *       [--interleave V] [-m M] [--fwd-ms F] [--bwd-ms B] [--bytes N] [--steps S]
+ *
+ * Pipeline rank 0 prints one line: measured bubble (step / (v m (F+B)) - 1),
+ * (p-1)/(v m), and the simulator's prediction with the measured transfer
+ * latency. Used by contrib/bench/pipeline-bubble.py and the cluster tests. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "whale/comm.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/parallel.h"
+
+struct ctx {
+    double fwd, bwd;
+    size_t bytes;
+    char *buf;     /* one message buffer per (kind, chunk, mb) */
+    int v, m;
+};
+
+static void sleep_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (nanosleep(&ts, &ts))
+        ;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int f_cb(void *u, int c, int mb, int fl)
+{
+    (void)c; (void)mb; (void)fl;
+    sleep_s(((struct ctx *)u)->fwd);
+    return 0;
+}
+
+static int b_cb(void *u, int c, int mb, int fl)
+{
+    (void)c; (void)mb; (void)fl;
+    sleep_s(((struct ctx *)u)->bwd);
+    return 0;
+}
+
+static char *slot(struct ctx *x, int io, enum whale_pp_kind k, int c, int mb)
+{
+    return x->buf + ((((size_t)io * 2 + (size_t)k) * (size_t)x->v + (size_t)c) * (size_t)x->m +
+                     (size_t)mb) * x->bytes;
+}
+
+static void *rbuf(void *u, enum whale_pp_kind k, int c, int mb) { return slot(u, 0, k, c, mb); }
+static const void *sbuf(void *u, enum whale_pp_kind k, int c, int mb) { return slot(u, 1, k, c, mb); }
+
+int main(int argc, char **argv)
+{
+    enum whale_schedule kind = WHALE_SCHED_1F1B;
+    int v = 1, m = 8, steps = 5;
+    double fwd_ms = 10, bwd_ms = 20;
+    long bytes = 1 << 16;
+    static const struct option lo[] = {
+        { "schedule", required_argument, 0, 's' }, { "interleave", required_argument, 0, 'v' },
+        { "fwd-ms", required_argument, 0, 'f' }, { "bwd-ms", required_argument, 0, 'b' },
+        { "bytes", required_argument, 0, 'n' }, { "steps", required_argument, 0, 'S' },
+        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "m:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (whale_schedule_parse(optarg, &kind)) {
+                fprintf(stderr, "pp_sleep: --schedule=%s: expected 1f1b, gpipe or interleaved\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'v': v = atoi(optarg); break;
+        case 'm': m = atoi(optarg); break;
+        case 'f': fwd_ms = atof(optarg); break;
+        case 'b': bwd_ms = atof(optarg); break;
+        case 'n': bytes = atol(optarg); break;
+        case 'S': steps = atoi(optarg); break;
+        case 'h':
+            printf("usage: pp_sleep [--schedule S] [--interleave V] [-m M] [--fwd-ms F] "
+                   "[--bwd-ms B] [--bytes N] [--steps S]\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    if (v < 1 || m < 1 || steps < 1 || bytes < 1 || fwd_ms < 0 || bwd_ms < 0) {
+        fprintf(stderr, "pp_sleep: bad arguments\n");
+        return 2;
+    }
+    whale_ctx *ctx;
+    if (whale_init(&ctx))
+        return 1;
+    struct whale_par_comm pp;
+    whale_par_comm_from_group(&pp, whale_pp_group(ctx));
+    struct whale_pp_schedule s;
+    int rc = whale_pp_schedule_build(kind, pp.size, v, m, pp.rank, &s);
+    struct ctx x = { fwd_ms / 1e3 / v, bwd_ms / 1e3 / v, (size_t)bytes, NULL, v, m };
+    x.buf = calloc((size_t)4 * v * m, (size_t)bytes);
+    double best = 1e30, sum = 0;
+    if (!rc && x.buf) {
+        struct whale_pp_hooks h = { .user = &x, .forward = f_cb, .backward = b_cb,
+                                    .recv_buf = rbuf, .send_buf = sbuf,
+                                    .msg_bytes = (size_t)bytes };
+        for (int i = 0; i <= steps && !rc; i++) {
+            whale_barrier(whale_pp_group(ctx) ? whale_pp_group(ctx) : whale_world(ctx));
+            double t0 = now();
+            rc = whale_pp_run(&pp, &s, &h, NULL);
+            double dt = now() - t0;
+            if (i > 0) { /* the first step wires up endpoints */
+                sum += dt;
+                best = dt < best ? dt : best;
+            }
+        }
+    }
+    /* transfer latency of one message, for the simulator's prediction */
+    double lat = 0;
+    if (!rc && pp.size > 1) {
+        void *req;
+        whale_barrier(whale_pp_group(ctx));
+        double t0 = now();
+        for (int i = 0; i < 20 && !rc; i++) {
+            if (pp.rank == 0) {
+                rc = pp.isend(&pp, x.buf, x.bytes, 1, 7, &req);
+                rc = rc ? rc : pp.wait(&pp, req);
+                rc = rc ? rc : pp.irecv(&pp, x.buf, x.bytes, 1, 8, &req);
+                rc = rc ? rc : pp.wait(&pp, req);
+            } else if (pp.rank == 1) {
+                rc = pp.irecv(&pp, x.buf, x.bytes, 0, 7, &req);
+                rc = rc ? rc : pp.wait(&pp, req);
+                rc = rc ? rc : pp.isend(&pp, x.buf, x.bytes, 0, 8, &req);
+                rc = rc ? rc : pp.wait(&pp, req);
+            }
+        }
+        lat = (now() - t0) / 40;
+    }
+    if (!rc && pp.rank == 0) {
+        double ideal = (double)v * m * (x.fwd + x.bwd);
+        struct whale_pp_schedule *all = calloc((size_t)pp.size, sizeof *all);
+        struct whale_pp_sim_result r = { 0 };
+        for (int k = 0; k < pp.size; k++)
+            whale_pp_schedule_build(kind, pp.size, v, m, k, &all[k]);
+        struct whale_pp_sim_cost cost = { x.fwd, x.bwd, lat };
+        whale_pp_simulate(all, pp.size, &cost, NULL, &r);
+        for (int k = 0; k < pp.size; k++)
+            whale_pp_schedule_free(&all[k]);
+        free(all);
+        double med = sum / steps;
+        printf("pp_sleep: schedule %s p %d v %d m %d fwd %.1f ms bwd %.1f ms msg %ld B: step "
+               "mean %.4f s best %.4f s, bubble %.3f (best %.3f), theory (p-1)/(vm) %.3f, "
+               "simulated with %.0f us transfers %.3f\n",
+               whale_schedule_name(kind), pp.size, v, m, fwd_ms, bwd_ms, bytes, med, best,
+               med / ideal - 1, best / ideal - 1, (double)(pp.size - 1) / (v * m), lat * 1e6,
+               r.ok ? r.bubble : -1.0);
+    }
+    whale_pp_schedule_free(&s);
+    free(x.buf);
+    whale_finalize(ctx);
+    return rc ? 1 : 0;
+}
