@@ -133,6 +133,9 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     g_plan.dp = step.layout.dp;
     if (whale_plan_validate(&g_plan, step.layout.world, 0, "the Whale options"))
         goto fail;
+    if (whale_opts.given[OPT_MODEL] && strcmp(whale_opts.plan_file, "auto") &&
+        whale_plan_check_fit(whale_site.conf, &step, &g_plan, step.layout.world))
+        goto fail;
     if (whale_opts.verbose)
         print_layout(&step);
     if (!(json = whale_plan_to_json(&g_plan, 0))) {

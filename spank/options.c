@@ -69,7 +69,9 @@ static const struct optdef optdefs[] = {
     { OPT_MAP, "whale-map", "topo|block",
       "Rank placement: topology-aware (default) or plain task order.", K_ENUM, 0, 0, parse_map,
       "topo, block", &whale_opts.map },
-    { OPT_PLAN, "whale-plan", "FILE", "Plan JSON fixing degrees and runtime knobs (whale-plan --json).",
+    { OPT_PLAN, "whale-plan", "FILE|auto",
+      "Plan JSON fixing degrees and runtime knobs (whale-plan --json), or auto: search the "
+      "fastest plan that fits on this step's nodes (needs --whale-model, --whale-batch).",
       K_STR, 0, 0, NULL, NULL, whale_opts.plan_file },
     { OPT_ZERO, "whale-zero", "0..3", "ZeRO stage.", K_INT, 0, 3, NULL, NULL, &whale_opts.zero },
     { OPT_MICROBATCH, "whale-microbatch", "N", "Sequences per micro-batch.", K_INT, 1, 1 << 20,
@@ -87,6 +89,13 @@ static const struct optdef optdefs[] = {
     { OPT_CONF, "whale-conf", "FILE",
       "Use another whale.conf (only where the site sets AllowUserConfig=yes).", K_STR, 0, 0, NULL,
       NULL, whale_opts.conf },
+    { OPT_MODEL, "whale-model", "NAME|FILE",
+      "Model preset or file: with --whale-plan=auto the plan is searched for it; with explicit "
+      "degrees they are checked against device memory before any task starts.", K_STR, 0, 0,
+      NULL, NULL, whale_opts.model },
+    { OPT_BATCH, "whale-batch", "N",
+      "Global batch in sequences per step (planner; default with --whale-model: the plan's).",
+      K_INT, 1, 1 << 30, NULL, NULL, &whale_opts.batch },
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 

@@ -6,6 +6,7 @@
 #include "plugin.h"
 #include "whale/log.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,16 +52,8 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
     (void)step;
     const struct whale_opts *o = &whale_opts;
     whale_plan_init(p);
-    if (o->given[OPT_PLAN]) {
-        if (!strcmp(o->plan_file, "auto")) {
-            /* --whale-plan=auto (the planner) plugs in here: search a plan on
-             * the step's nodes and topology (step->in / step->topo, NULL in
-             * sbatch: defer to srun) and fill p; --whale-model would be one
-             * more row of the option table (options.c). */
-            slurm_error(PLUGIN_NAME ": --whale-plan=auto is not available in this build; give "
-                        "--whale-tp/--whale-pp or a plan file from whale-plan --json");
-            return -1;
-        }
+    bool autoplan = o->given[OPT_PLAN] && !strcmp(o->plan_file, "auto");
+    if (o->given[OPT_PLAN] && !autoplan) {
         if (whale_plan_load_file(o->plan_file, p)) {
             slurm_error(PLUGIN_NAME ": --whale-plan=%s: cannot use this plan file (see above)",
                         o->plan_file);
@@ -125,5 +118,18 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
     }
     if (dir && expand_ckpt(dir, user, jobid, p->ckpt_dir, sizeof p->ckpt_dir))
         return -1;
+    if (autoplan) {
+        /* sbatch/salloc: no step yet; the script's sruns plan on their own
+         * nodes. Catch what can be caught now. */
+        if (!step) {
+            if (!o->given[OPT_MODEL] || !o->given[OPT_BATCH]) {
+                slurm_error(PLUGIN_NAME ": --whale-plan=auto needs --whale-model=NAME|FILE and "
+                            "--whale-batch=N");
+                return -1;
+            }
+            return 0;
+        }
+        return whale_plan_auto_for_step(c, step, p);
+    }
     return 0;
 }

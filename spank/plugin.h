@@ -35,6 +35,8 @@ enum whale_opt_id {
     OPT_CKPT_EVERY,
     OPT_VERBOSE,
     OPT_CONF,
+    OPT_MODEL,        /* --whale-model (planner) */
+    OPT_BATCH,        /* --whale-batch (planner) */
     OPT_COUNT_
 };
 
@@ -51,6 +53,8 @@ struct whale_opts {
     int ckpt_every;
     bool verbose;
     char conf[1024];           /* --whale-conf (only when the site allows) */
+    char model[1024];          /* --whale-model: preset name or file */
+    int batch;                 /* --whale-batch: global batch, sequences per step */
 };
 
 extern struct whale_opts whale_opts;
@@ -82,6 +86,14 @@ void whale_site_free(void);
 struct whale_step;
 int whale_plan_from_options(const struct whale_conf *c, const struct whale_step *step,
                             const char *user, const char *jobid, struct whale_plan *out);
+
+/* The planner in srun (autoplan.c): search a plan on the step
+ * (--whale-plan=auto), or check explicit degrees against device memory
+ * (--whale-model). Log the reason and return -1 when nothing fits. */
+int whale_plan_auto_for_step(const struct whale_conf *c, const struct whale_step *step,
+                             struct whale_plan *p);
+int whale_plan_check_fit(const struct whale_conf *c, const struct whale_step *step,
+                         struct whale_plan *p, int world);
 
 /* srun: arrange --mpi=pmix before srun reads its options (mpi.c). */
 void whale_mpi_preset(void);
