@@ -4,7 +4,10 @@
 # same session, alternating R rounds; prints the median of each side and the
 # ratio. Also a memcpy reference (the copy bound the collectives chase).
 #
-#   contrib/bench/comm-vs-openmpi.sh [-b BUILD_DIR] [-r ROUNDS] [-n "2 4"] [-s "8 2097152 67108864"]
+#   contrib/bench/comm-vs-openmpi.sh [-b BUILD_DIR] [-r ROUNDS] [-n "2 4"] [-s "8 2097152 67108864"] [-m local|srun]
+#
+# -m srun: one rank per node of the local cluster (SLURM_CONF set), both
+# sides over TCP (UCX_TLS=tcp,self; Open MPI btl tcp on eth0), launched by srun.
 #
 # Needs openmpi-bin + libopenmpi-dev (contrib/install-deps.sh).
 set -euo pipefail
@@ -14,14 +17,16 @@ rounds=5
 ranks="2 4"
 sizes="8 2097152 67108864"
 iters=20
-while getopts "b:r:n:s:i:h" o; do
+mode=local
+while getopts "b:r:n:s:i:m:h" o; do
   case $o in
     b) build=$OPTARG ;;
     r) rounds=$OPTARG ;;
     n) ranks=$OPTARG ;;
     s) sizes=$OPTARG ;;
     i) iters=$OPTARG ;;
-    h) sed -n '2,9p' "$0"; exit 0 ;;
+    m) mode=$OPTARG ;;
+    h) sed -n '2,12p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -36,20 +41,36 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
+if [ "$mode" = srun ] && [ -z "${SLURM_CONF:-}" ]; then
+  echo "-m srun needs a cluster (eval \"\$(contrib/minicluster/whale-minicluster env)\")" >&2; exit 1
+fi
+whale_side() { # ranks size
+  if [ "$mode" = srun ]; then
+    UCX_TLS=tcp,self timeout 600 srun -N "$1" -n "$1" "$bench" comm -b "$2" -e "$2" -n "$iters" -w 5 -c 0
+  else
+    "$run" -n "$1" "$bench" comm -b "$2" -e "$2" -n "$iters" -w 5 -c 0
+  fi | sed 's/^0: //' | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8, $NF}'
+}
+mpi_side() { # ranks
+  if [ "$mode" = srun ]; then
+    OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=eth0 \
+      timeout 600 srun --mpi=pmix -N "$1" -n "$1" "$tmp/mpi_allreduce" "$iters" 5 $sizes
+  else
+    over=""; [ "$1" -gt "$(nproc)" ] && over=--oversubscribe
+    mpirun -np "$1" $over "$tmp/mpi_allreduce" "$iters" 5 $sizes
+  fi
+}
 for n in $ranks; do
   : > "$tmp/w$n"; : > "$tmp/m$n"
   for ((r = 0; r < rounds; r++)); do
-    for s in $sizes; do
-      # whale-bench: one size per run so both sides see the same cache state
-      "$run" -n "$n" "$bench" comm -b "$s" -e "$s" -n "$iters" -w 5 -c 0 \
-        | awk '$1 == "0:" && $2 ~ /^[0-9]+$/ {print $2, $7, $9, $NF}' >> "$tmp/w$n"
-    done
-    over=""; [ "$n" -gt "$(nproc)" ] && over=--oversubscribe
-    mpirun -np "$n" $over --bind-to none "$tmp/mpi_allreduce" "$iters" 5 $sizes >> "$tmp/m$n"
+    # one size per whale-bench run, Open MPI right after: same conditions
+    for s in $sizes; do whale_side "$n" "$s" >> "$tmp/w$n"; done
+    mpi_side "$n" >> "$tmp/m$n"
   done
 done
 
-printf '# allreduce float32 sum, median of %d rounds, %d iterations each (host %s, %s cores)\n' \
+printf '# allreduce float32 sum, %s, median of %d rounds, %d iterations each (host %s, %s cores)\n' \
+  "$([ "$mode" = srun ] && echo "srun, one rank per node, TCP" || echo "one node, shared memory")" \
   "$rounds" "$iters" "$(hostname)" "$(nproc)"
 printf '# %5s %11s | %10s %9s %6s | %10s %9s | %9s %9s\n' ranks bytes "whale_us" "busbw" algo "ompi_us" "busbw" "bw_ratio" "lat_ratio"
 for n in $ranks; do

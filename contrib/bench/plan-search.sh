@@ -34,14 +34,14 @@ run_case() {
         done
         t=$(median < "$TMP/t"); m=$(median < "$TMP/m")
         n=$(cut -d' ' -f2 "$TMP/line"); p=$(cut -d' ' -f3 "$TMP/line")
-        best=$(sed -n 's/^best *//p' "$TMP/out" | awk '{print "tp="$1" pp="$2" dp="$3" mb="$4" "$9" "$12"s"}')
+        best=$(sed -n 's/^best *//p' "$TMP/out" | awk '{print "tp="$1" pp="$2" dp="$3" mb="$4" zero="$8" rc="$9" "$12"s"}')
         printf '%-34s %-10s %9s %12s %9.1f %7s  %s\n' "$label" $mode "$t" "$n" "$(echo "$m / 1024" | bc -l)" "$p" "$best"
         eval "T_$mode=$t"
     done
     printf '%-34s pruned search is %.1fx faster than exhaustive\n' "" "$(echo "$T_exhaustive / $T_pruned" | bc -l)"
 }
 
-printf '%-34s %-10s %9s %12s %9s %7s  %s\n' case mode "search s" evaluated "peak MiB" pruned "best plan (TP PP DP MB ZeRO step)"
+printf '%-34s %-10s %9s %12s %9s %7s  %s\n' case mode "search s" evaluated "peak MiB" pruned "best plan (step time)"
 run_case "gpt-1t, 3,072 x A100-80GB"      -m gpt-1t -b 3072  -N 384   -G A100-80GB
 run_case "gpt-1t, 100,000 x H100-80GB"    -m gpt-1t -b 16000 -N 12500 -G H100-80GB
 run_case "gpt-1t, 100,000 x H100, idle<=5%" -m gpt-1t -b 16000 -N 12500 -G H100-80GB --max-idle 0.05

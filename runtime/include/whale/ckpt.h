@@ -70,7 +70,9 @@ typedef struct whale_ckpt_piece {
     int64_t count[WHALE_CKPT_MAX_DIMS]; /* box: extent per dim */
     bool flat;                          /* only [flat_begin, flat_end) of the box's */
     int64_t flat_begin, flat_end;       /* row-major contents */
-    void *data;                         /* host memory, row-major contents of the region */
+    void *data;                         /* row-major contents of the region */
+    bool device;                        /* data is CUDA device memory (CUDA builds): saved
+                                         * through a pinned host buffer, restored by copy */
 } whale_ckpt_piece;
 
 /* Fill a piece that covers the whole tensor / a box / a flat range. */

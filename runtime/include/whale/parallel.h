@@ -165,8 +165,10 @@ struct whale_pp_stats {
 /* Runs one step of `s` on this pipeline rank over the pipeline group
  * `pp` (pp->rank == s->rank, pp->size == s->p). Sends and receives are
  * non-blocking; every send is complete on return. Spans go to the trace
- * when WHALE_TRACE is on. A callback's error stops the step and is
- * returned (receives already posted are drained first). */
+ * when WHALE_TRACE is on. A callback's or a transfer's error stops the step
+ * and is returned (logged with the rank and pass); transfers still posted
+ * are abandoned, so their buffers must stay allocated: the caller aborts
+ * the run (peers see the failure through the comm layer's detector). */
 int whale_pp_run(struct whale_par_comm *pp, const struct whale_pp_schedule *s,
                  const struct whale_pp_hooks *h, struct whale_pp_stats *st);
 

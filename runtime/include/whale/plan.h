@@ -43,10 +43,11 @@ struct whale_plan_device {
     double peak_flops;     /* dense bf16/fp16 tensor FLOP/s (CPU: measured GEMM peak) */
     double mem_bytes;      /* device memory */
     double hbm_bw;         /* device memory bandwidth, bytes/s */
-    double nvlink_bw;      /* NCCL-achievable bus bandwidth inside the NVLink domain, per GPU */
-    double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s */
+    double nvlink_bw;      /* NVLink bandwidth per GPU, one direction (x coll_eff in the model) */
+    double nic_bw;         /* scale-out bandwidth per GPU (one rail), bytes/s (x coll_eff) */
     double pcie_bw;        /* host <-> device bandwidth (offload), bytes/s */
-    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200 NVL72), 0 = the node */
+    int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200
+                              NVL72); 0 = the node */
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
@@ -87,6 +88,7 @@ struct whale_eff_model {
     double coll_eff;       /* achieved fraction of link bw by large collectives */
     double dp_overlap;     /* fraction of the DP/ZeRO reduction hidden behind backward */
     double overlap_cost;   /* compute slowdown per second of hidden communication */
+    double zero3_overlap;  /* fraction of ZeRO-3 weight gathers hidden behind compute */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
 };
@@ -145,7 +147,7 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
  * microseconds. Device: PeakTFLOPS = peak of the GEMM kernel used (the
  * model's GemmEfficiency multiplies it), MemBandwidthGBs = streaming
  * bandwidth, GemmHalfDim = matrix dimension at which efficiency halves per
- * dimension, KernelOverheadUs = per layer pass, DPOverlap in [0,1].
+ * dimension, KernelOverheadUs = per layer pass, DPOverlap and ZeRO3Overlap in [0,1].
  * Link: per-rank bus bandwidth and per-step latency of collectives on that
  * class (nvlink = inside a node/domain, leaf = between nodes under one
  * switch, spine = across switches). Unknown keys are errors (file:line). */
@@ -158,7 +160,8 @@ enum {
     WHALE_CAL_MEM_EFF     = 1u << 5,
     WHALE_CAL_KERNEL_OVH  = 1u << 6,
     WHALE_CAL_DP_OVERLAP  = 1u << 7,
-    WHALE_CAL_LINK0       = 1u << 8, /* << class: alpha/bw of that class present */
+    WHALE_CAL_Z3_OVERLAP  = 1u << 9,
+    WHALE_CAL_LINK0       = 1u << 10, /* << class: alpha/bw of that class present */
 };
 
 struct whale_calib {
@@ -168,7 +171,7 @@ struct whale_calib {
     char device[32];       /* device type measured ("cpu", "H100-80GB") */
     unsigned has;          /* WHALE_CAL_* bits */
     double peak_flops, mem_bytes, hbm_bw;
-    double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap;
+    double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap, zero3_overlap;
     struct whale_alpha_beta link[WHALE_PLAN_NLINK];
 };
 
@@ -389,6 +392,28 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
 int whale_plan_predict(const struct whale_model_desc *model, const struct whale_cluster *c,
                        const struct whale_plan *plan, struct whale_plan_candidate *out,
                        char *why, size_t why_len);
+
+/* The plugin's two calls, on the step as it sees it: site config `conf`
+ * (limits: max_tp/pp/dp/microbatch, max_zero, allowed offload/recompute;
+ * may be NULL), its topology model, the step's node names and tasks per
+ * node, and how many whole nodes are hot spares (left out of the plan).
+ * `fixed` (may be NULL) carries knobs the user fixed (tp, pp, dp, zero,
+ * recompute, offload, microbatch; -1/0 = free; seqpar 0 until the engine
+ * runs sequence parallelism). On error `why` says what to fix.
+ *   for_step:   --whale-plan=auto --whale-model=M [--whale-batch=B]
+ *   check_step: explicit --whale-tp/pp/dp with --whale-model: 0 when the
+ *               plan fits, WHALE_ENOFIT with "needs X GiB per device ..."
+ * Defined when the core has the conf and topo modules. */
+struct whale_conf;
+int whale_plan_for_step(const struct whale_conf *conf, const struct whale_topo *topo,
+                        char *const *nodes, int nnodes, const int *ntasks, int spare_nodes,
+                        const char *model, long global_batch, const struct whale_calib *cal,
+                        const struct whale_plan_request *fixed, struct whale_plan *out, char *why,
+                        size_t why_len);
+int whale_plan_check_step(const struct whale_topo *topo, char *const *nodes, int nnodes,
+                          const int *ntasks, int spare_nodes, const char *model,
+                          const struct whale_calib *cal, const struct whale_plan *plan,
+                          struct whale_plan_prediction *pred, char *why, size_t why_len);
 
 /* Converts a candidate into the runtime's plan structure. */
 int whale_plan_to_planfile(const struct whale_model_desc *model, long global_batch,

@@ -87,6 +87,8 @@ typedef struct ckpt_st_entry {
 
 /* Builds the header bytes (8-byte length + JSON padded to 8) for entries
  * laid out in order and a metadata object (json_t *, may be NULL). */
+int  ckpt_st_header_aligned(const ckpt_st_entry *e, size_t n, void *metadata_json, size_t align,
+                            char **out, size_t *out_len);
 int  ckpt_st_header(const ckpt_st_entry *e, size_t n, void *metadata_json,
                     char **out, size_t *out_len);
 /* Parses a header from an open file: entries (malloc'd), data offset. */
@@ -119,6 +121,15 @@ char *ckpt_path(const char *a, const char *b);  /* a/b, malloc'd */
 /* step-%08lld parsing; -1 when the name is not a step directory. */
 int64_t ckpt_step_of(const char *name);
 double ckpt_now(void);
+
+/* ---- device memory (devcopy.c; CUDA builds) --------------------------------- */
+bool  ckpt_dev_available(void);
+void *ckpt_host_alloc(size_t n, bool pinned, bool *is_pinned);
+void  ckpt_host_free(void *p, bool pinned);
+int   ckpt_dev_to_host_async(void *dst, const void *src, size_t n, void **stream);
+int   ckpt_dev_sync(void *stream);
+int   ckpt_host_to_dev(void *dst, const void *src, size_t n);
+void  ckpt_dev_stream_destroy(void *stream);
 
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);

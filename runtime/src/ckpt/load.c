@@ -520,6 +520,26 @@ int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t
         if (rc)
             return rc;
         int64_t need = ckpt_region_numel(&want);
+        if (p->device) { /* GPU memory: through a host copy */
+            if (!ckpt_dev_available()) {
+                whale_error("checkpoint: tensor %s: GPU memory but this build has no CUDA",
+                            p->name);
+                return WHALE_ENOTSUP;
+            }
+            size_t bytes = (size_t)need * ckpt_dtype_size(p->dtype);
+            whale_ckpt_piece h = *p;
+            h.device = false;
+            h.data = malloc(bytes ? bytes : 1);
+            if (!h.data)
+                return WHALE_ENOMEM;
+            rc = whale_ckpt_read(r, &h, 1);
+            if (!rc)
+                rc = ckpt_host_to_dev(p->data, h.data, bytes);
+            free(h.data);
+            if (rc)
+                return rc;
+            continue;
+        }
         uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
         if (!bits)
             return WHALE_ENOMEM;

@@ -359,9 +359,11 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
         json_array_append_new(recs, rec);
         off += stored;
     }
+    /* big bundles go around the page cache (O_DIRECT), small ones through it */
+    bool direct = !ps->no_direct && off >= CKPT_DIRECT_MIN;
     char *hdr = NULL;
     size_t hlen = 0;
-    if ((rc = ckpt_st_header(ent, ne, meta, &hdr, &hlen)))
+    if ((rc = ckpt_st_header_aligned(ent, ne, meta, direct ? CKPT_DIRECT_ALIGN : 8, &hdr, &hlen)))
         goto out;
     /* file offsets of each chunk now that the header size is known */
     for (size_t i = 0, pos = 0; i < n; i++) {
@@ -370,26 +372,62 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
         json_object_set_new(rec, "begin", json_integer((json_int_t)(hlen + pos)));
         pos += dlen[i];
     }
+    /* One aligned image of the file: written with O_DIRECT (through the page
+     * cache the device reached a fifth to half of its rate here), rounded up
+     * to the block and truncated back; file systems without O_DIRECT (tmpfs)
+     * get the buffered path. */
+    size_t total = hlen + (size_t)off;
+    size_t rounded = (total + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+    if (rounded > ps->stage_cap) {
+        free(ps->stage);
+        ps->stage = aligned_alloc(CKPT_DIRECT_ALIGN, rounded);
+        ps->stage_cap = ps->stage ? rounded : 0;
+        if (!ps->stage) {
+            free(hdr);
+            rc = WHALE_ENOMEM;
+            goto out;
+        }
+    }
+    memcpy(ps->stage, hdr, hlen);
+    free(hdr);
+    for (size_t i = 0, pos = hlen; i < n; i++) {
+        memcpy(ps->stage + pos, data[i], dlen[i]);
+        pos += dlen[i];
+    }
+    memset(ps->stage + total, 0, rounded - total);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", ps->tmpdir, fname);
     if (ck->fault.slow_ms > 0)
         usleep((useconds_t)ck->fault.slow_ms * 1000);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, ps->fmode);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
+                  ps->fmode);
+    if (fd < 0 && direct && errno == EINVAL) { /* no O_DIRECT here */
+        ps->no_direct = true;
+        direct = false;
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, ps->fmode);
+    }
     if (fd < 0) {
         int e = errno;
         whale_error("checkpoint step %lld: rank %d: cannot create %s: %s", (long long)ps->step,
                     ck->cfg.rank, path, strerror(e));
-        free(hdr);
         rc = errno_to_whale(e);
         goto out;
     }
     int werr = 0;
-    if (ckpt_write_all(fd, hdr, hlen, &ck->fault))
+    if (ckpt_write_all(fd, ps->stage, direct ? rounded : total, &ck->fault)) {
         werr = errno;
-    for (size_t i = 0; i < n && !werr; i++)
-        if (ckpt_write_all(fd, data[i], dlen[i], &ck->fault))
-            werr = errno;
-    free(hdr);
+        if (direct && werr == EINVAL) { /* O_DIRECT refused at write time: buffered */
+            ps->no_direct = true;
+            direct = false;
+            werr = 0;
+            if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) ||
+                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) ||
+                ckpt_write_all(fd, ps->stage, total, &ck->fault))
+                werr = errno;
+        }
+    }
+    if (!werr && direct && ftruncate(fd, (off_t)total))
+        werr = errno;
     if (werr) {
         whale_error("checkpoint step %lld: rank %d: writing %s: %s", (long long)ps->step,
                     ck->cfg.rank, path, strerror(werr));
@@ -402,7 +440,7 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
     ps->fds[ps->nfds++] = fd;
     if (ck->fault.kill_rank == ck->cfg.rank) /* test hook: kill -9 in the middle of a save */
         raise(SIGKILL);
-    *stored_out = hlen + off;
+    *stored_out = total;
     for (size_t i = 0; i < n; i++)
         json_array_append(chunks_out, json_array_get(recs, i));
 out:
@@ -614,6 +652,9 @@ out:
     }
     free(ps->fds);
     ps->fds = NULL;
+    free(ps->stage);
+    ps->stage = NULL;
+    ps->stage_cap = 0;
     free(c);
     free(b);
     json_decref(chunks);

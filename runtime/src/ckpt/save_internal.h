@@ -16,6 +16,7 @@ struct job_piece {
     ckpt_region reg;
     size_t bytes;
     const void *user;          /* caller's pointer */
+    bool device;               /* user is CUDA device memory */
     const unsigned char *src;  /* what persist reads: snapshot buffer or user */
 };
 
@@ -46,7 +47,13 @@ struct persist {
     mode_t fmode, dmode;
     int *fds;
     size_t nfds;
+    unsigned char *stage;  /* aligned image of the bundle being written */
+    size_t stage_cap;
+    bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
+
+#define CKPT_DIRECT_ALIGN 4096
+#define CKPT_DIRECT_MIN (256u << 10) /* smaller bundles: buffered, 8-byte aligned */
 
 struct whale_ckpt {
     whale_ckpt_config cfg;
@@ -66,8 +73,10 @@ struct whale_ckpt {
     struct job job;
     whale_ckpt_stats cur, last;
 
-    unsigned char *buf;
+    unsigned char *buf;        /* snapshot buffer, pinned when pieces live on a GPU */
     size_t cap;
+    bool buf_pinned;
+    void *stream;              /* CUDA stream of the device-to-host copies */
     unsigned seq;
 
     struct prev_bundle *prev;

@@ -27,14 +27,22 @@ static void job_free(struct job *j)
 
 static char *dupn(const char *s) { return s ? strdup(s) : NULL; }
 
-static void snapshot(struct job *j, unsigned char *buf)
+/* Copy every piece into the snapshot buffer (device pieces asynchronously
+ * on the checkpoint's stream, host pieces meanwhile with memcpy). */
+static int snapshot(whale_ckpt *ck, struct job *j)
 {
     size_t off = 0;
+    int rc = 0;
     for (size_t i = 0; i < j->n; i++) {
-        memcpy(buf + off, j->p[i].user, j->p[i].bytes);
-        j->p[i].src = buf + off;
+        if (j->p[i].device && !rc)
+            rc = ckpt_dev_to_host_async(ck->buf + off, j->p[i].user, j->p[i].bytes, &ck->stream);
+        else if (!j->p[i].device)
+            memcpy(ck->buf + off, j->p[i].user, j->p[i].bytes);
+        j->p[i].src = ck->buf + off;
         off += (j->p[i].bytes + 63) & ~(size_t)63;
     }
+    int r2 = ckpt_dev_sync(ck->stream);
+    return rc ? rc : r2;
 }
 
 /* Runs one job to the end on this rank (and commits on rank 0). */
@@ -83,9 +91,10 @@ static void *worker(void *arg)
         bool need_snap = !ck->snap_done;
         pthread_mutex_unlock(&ck->mu);
 
+        int rc = 0;
         if (need_snap) {
             double t0 = ckpt_now();
-            snapshot(&ck->job, ck->buf);
+            rc = snapshot(ck, &ck->job);
             pthread_mutex_lock(&ck->mu);
             ck->cur.snapshot_s = ckpt_now() - t0;
             ck->snap_done = true;
@@ -96,7 +105,8 @@ static void *worker(void *arg)
         pthread_mutex_lock(&ck->mu);
         st = ck->cur;
         pthread_mutex_unlock(&ck->mu);
-        int rc = run_job(ck, &ck->job, &st);
+        if (!rc)
+            rc = run_job(ck, &ck->job, &st);
 
         pthread_mutex_lock(&ck->mu);
         st.stall_s = ck->cur.stall_s; /* fence time may have been added meanwhile */
@@ -212,6 +222,10 @@ static int check_piece(const whale_ckpt_piece *p, size_t i)
     int rc = ckpt_region_check(&r, what);
     if (rc)
         return rc;
+    if (p->device && !ckpt_dev_available()) {
+        whale_error("checkpoint: %s is GPU memory but this build has no CUDA", what);
+        return WHALE_ENOTSUP;
+    }
     if (!p->data && ckpt_region_numel(&r) > 0) {
         whale_error("checkpoint: %s: no data pointer", what);
         return WHALE_EINVAL;
@@ -272,6 +286,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         return WHALE_ENOMEM;
     j.n = n;
     size_t total = 0;
+    bool any_device = false;
     whale_ckpt_stats st;
     memset(&st, 0, sizeof st);
     for (size_t i = 0; i < n; i++) {
@@ -283,6 +298,8 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         q->bytes = (size_t)ckpt_region_numel(&q->reg) * ckpt_dtype_size(q->dtype);
         q->user = pieces[i].data;
         q->src = pieces[i].data;
+        q->device = pieces[i].device;
+        any_device |= q->device;
         total += (q->bytes + 63) & ~(size_t)63;
         st.bytes_logical += q->bytes;
         if (!q->name) {
@@ -305,7 +322,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
     j.seq = ++ck->seq;
     st.step = j.step;
 
-    if (!ck->cfg.async) {
+    if (!ck->cfg.async && !any_device) {
         /* synchronous: persist straight from the caller's tensors */
         int rc = run_job(ck, &j, &st);
         job_free(&j);
@@ -314,9 +331,9 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         ck->last_save_time = ckpt_now();
         return rc;
     }
-    if (total > ck->cap) {
-        free(ck->buf);
-        ck->buf = aligned_alloc(64, (total + 63) & ~(size_t)63);
+    if (total > ck->cap || (any_device && !ck->buf_pinned)) {
+        ckpt_host_free(ck->buf, ck->buf_pinned);
+        ck->buf = ckpt_host_alloc(total, any_device, &ck->buf_pinned);
         ck->cap = ck->buf ? total : 0;
         if (!ck->buf) {
             whale_error("checkpoint: cannot allocate a %zu-byte snapshot buffer", total);
@@ -324,11 +341,23 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
             return WHALE_ENOMEM;
         }
     }
-    bool snap_now = ck->cfg.snapshot == WHALE_CKPT_SNAPSHOT_COPY;
+    bool snap_now = ck->cfg.snapshot == WHALE_CKPT_SNAPSHOT_COPY || !ck->cfg.async;
     if (snap_now) {
         double s0 = ckpt_now();
-        snapshot(&j, ck->buf);
+        int rc = snapshot(ck, &j);
         st.snapshot_s = ckpt_now() - s0;
+        if (rc) {
+            job_free(&j);
+            return rc;
+        }
+    }
+    if (!ck->cfg.async) { /* synchronous, from the staged copy of device pieces */
+        int rc = run_job(ck, &j, &st);
+        job_free(&j);
+        st.stall_s = ckpt_now() - t0;
+        ck->last = st;
+        ck->last_save_time = ckpt_now();
+        return rc;
     }
     pthread_mutex_lock(&ck->mu);
     ck->job = j;
@@ -420,7 +449,8 @@ int whale_ckpt_close(whale_ckpt *ck)
     ZSTD_freeCCtx(ck->zc);
     pthread_mutex_destroy(&ck->mu);
     pthread_cond_destroy(&ck->cv);
-    free(ck->buf);
+    ckpt_host_free(ck->buf, ck->buf_pinned);
+    ckpt_dev_stream_destroy(ck->stream);
     free(ck->root);
     free(ck->run_id);
     free(ck);

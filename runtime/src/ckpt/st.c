@@ -20,6 +20,14 @@
 int ckpt_st_header(const ckpt_st_entry *e, size_t n, void *metadata_json, char **out,
                    size_t *out_len)
 {
+    return ckpt_st_header_aligned(e, n, metadata_json, 8, out, out_len);
+}
+
+/* align: the data section starts at a multiple of it (8, or the 4096 of
+ * O_DIRECT writes); the JSON is padded with spaces, which JSON allows. */
+int ckpt_st_header_aligned(const ckpt_st_entry *e, size_t n, void *metadata_json, size_t align,
+                           char **out, size_t *out_len)
+{
     json_t *root = json_object();
     if (!root)
         return WHALE_ENOMEM;
@@ -42,7 +50,7 @@ int ckpt_st_header(const ckpt_st_entry *e, size_t n, void *metadata_json, char *
     if (!js)
         return WHALE_ENOMEM;
     size_t jl = strlen(js);
-    size_t padded = (jl + 7) & ~(size_t)7;
+    size_t padded = ((8 + jl + align - 1) / align) * align - 8;
     char *buf = malloc(8 + padded);
     if (!buf) {
         free(js);

@@ -97,7 +97,10 @@ void build_allreduce_ring(struct sched *s, const void *send, void *recv, size_t 
         copy_all(s, send, recv, count);
         return;
     }
-    size_t nch = nchunks(part_len(count, p, 0), chunk);
+    size_t maxlen = part_len(count, p, 0);
+    if (chunk > maxlen)
+        chunk = maxlen; /* same chunk count, scratch no larger than a block */
+    size_t nch = nchunks(maxlen, chunk);
     size_t w = (size_t)window < nch ? (size_t)window : nch;
     char *tmp = sched_tmp(s, w * chunk * s->esz);
     if (!tmp)
@@ -240,7 +243,10 @@ void build_rs_ring(struct sched *s, const void *src, void *work, void *out, size
         copy_all(s, src, out, count);
         return;
     }
-    size_t nch = nchunks(part_len(count, p, 0), chunk);
+    size_t maxlen = part_len(count, p, 0);
+    if (chunk > maxlen)
+        chunk = maxlen;
+    size_t nch = nchunks(maxlen, chunk);
     size_t w = (size_t)window < nch ? (size_t)window : nch;
     size_t per = work ? 1 : 3;
     char *tmp = sched_tmp(s, w * per * chunk * s->esz);
@@ -429,6 +435,8 @@ void build_reduce_ring(struct sched *s, const void *send, void *recv, size_t cou
         return;
     }
     size_t maxlen = part_len(count, p, 0);
+    if (chunk > maxlen)
+        chunk = maxlen;
     size_t nch = nchunks(maxlen, chunk);
     size_t w = (size_t)window < nch ? (size_t)window : nch;
     size_t ring = w * 3 * chunk;

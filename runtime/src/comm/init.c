@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 #include "whale/env.h"
@@ -40,8 +41,8 @@ static int read_knobs(whale_ctx *ctx)
     double t, chunk, window;
     int rc;
     if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
-        (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 512 * 1024, &chunk)) ||
-        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 4, &window)))
+        (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
+        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)))
         return rc;
     ctx->peer_timeout = t;
     ctx->chunk_bytes = (size_t)chunk;
@@ -215,9 +216,16 @@ int whale_init(whale_ctx **out)
         int here = 0;
         for (int t = 0; t < ctx->boot.ntasks; t++)
             here += ctx->boot.node_of_task[t] == ctx->boot.node_of_task[ctx->boot.task];
-        ctx->oversubscribed = here > cores;
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        bool bound = online > 0 && cores < online;
+        ctx->oversubscribed = here > (online > 0 ? online : cores);
+        /* A rank bound to its own cores (whale-run --bind, srun --cpu-bind)
+         * keeps polling: yielding would hand its core to an unrelated
+         * process for a whole time slice at every rendezvous step. An
+         * unbound rank may share a core with the peer it waits for, so it
+         * yields after a few polls. */
         const char *sp = getenv("WHALE_SPIN");
-        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : 16;
+        ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : bound && !ctx->oversubscribed ? 100000 : 16;
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
@@ -263,6 +271,7 @@ int whale_finalize(whale_ctx *ctx)
     destroy_groups(ctx);
     free(ctx->dead);
     free(ctx->procs);
+    sched_scratch_release_all();
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);

@@ -1,6 +1,7 @@
 /* Schedule storage: growable arrays of chains, rounds, transfers, actions. */
 #include "comm/sched.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,13 +17,80 @@ void sched_init(struct sched *s, int p, int r, enum whale_dtype t, enum whale_op
     s->esz = whale_dtype_size(t);
 }
 
+/* Scratch buffers are reused across operations: a fresh multi-MiB buffer
+ * per collective costs an mmap, a page fault per 4 KiB on first touch and a
+ * TLB shootdown at munmap, comparable to moving the data itself. A small
+ * process-wide cache (LIFO, bounded in count and bytes) keeps them. */
+#define SCRATCH_SLOTS 16
+#define SCRATCH_MAX_BYTES ((size_t)512 << 20)
+static struct { void *p; size_t cap; } g_scratch[SCRATCH_SLOTS];
+static int g_nscratch;
+static size_t g_scratch_bytes;
+static pthread_mutex_t g_scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *scratch_get(size_t bytes, size_t *cap)
+{
+    pthread_mutex_lock(&g_scratch_lock);
+    for (int i = g_nscratch - 1; i >= 0; i--) {
+        if (g_scratch[i].cap >= bytes && g_scratch[i].cap <= 4 * bytes + (1 << 20)) {
+            void *p = g_scratch[i].p;
+            *cap = g_scratch[i].cap;
+            g_scratch_bytes -= *cap;
+            g_scratch[i] = g_scratch[--g_nscratch];
+            pthread_mutex_unlock(&g_scratch_lock);
+            return p;
+        }
+    }
+    pthread_mutex_unlock(&g_scratch_lock);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes))
+        return NULL;
+    *cap = bytes;
+    return p;
+}
+
+static void scratch_put(void *p, size_t cap)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&g_scratch_lock);
+    if (g_nscratch == SCRATCH_SLOTS || g_scratch_bytes + cap > SCRATCH_MAX_BYTES) {
+        /* evict the oldest to keep the most recent sizes */
+        if (g_nscratch > 0) {
+            free(g_scratch[0].p);
+            g_scratch_bytes -= g_scratch[0].cap;
+            memmove(g_scratch, g_scratch + 1, sizeof g_scratch[0] * (size_t)--g_nscratch);
+        }
+        if (g_scratch_bytes + cap > SCRATCH_MAX_BYTES) {
+            pthread_mutex_unlock(&g_scratch_lock);
+            free(p);
+            return;
+        }
+    }
+    g_scratch[g_nscratch].p = p;
+    g_scratch[g_nscratch].cap = cap;
+    g_nscratch++;
+    g_scratch_bytes += cap;
+    pthread_mutex_unlock(&g_scratch_lock);
+}
+
+void sched_scratch_release_all(void)
+{
+    pthread_mutex_lock(&g_scratch_lock);
+    for (int i = 0; i < g_nscratch; i++)
+        free(g_scratch[i].p);
+    g_nscratch = 0;
+    g_scratch_bytes = 0;
+    pthread_mutex_unlock(&g_scratch_lock);
+}
+
 void sched_free(struct sched *s)
 {
     free(s->chains);
     free(s->rounds);
     free(s->xfers);
     free(s->acts);
-    free(s->tmp);
+    scratch_put(s->tmp, s->tmp_cap);
     memset(s, 0, sizeof *s);
 }
 
@@ -45,8 +113,8 @@ void *sched_tmp(struct sched *s, size_t bytes)
     if (s->tmp)
         return s->tmp;
     /* 64-byte aligned so reduction loops vectorise on aligned rows. */
-    if (posix_memalign(&s->tmp, 64, bytes ? bytes : 64)) {
-        s->tmp = NULL;
+    s->tmp = scratch_get(bytes ? bytes : 64, &s->tmp_cap);
+    if (!s->tmp) {
         s->err = WHALE_ENOMEM;
         return NULL;
     }

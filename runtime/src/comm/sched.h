@@ -59,11 +59,13 @@ struct sched {
     struct sched_act *acts;
     uint32_t nacts, capacts;
     void *tmp;                 /* scratch owned by the schedule */
-    size_t tmp_bytes;
+    size_t tmp_bytes, tmp_cap;
 };
 
 void sched_init(struct sched *s, int p, int r, enum whale_dtype t, enum whale_op op);
 void sched_free(struct sched *s);
+/* Free the cached scratch buffers (whale_finalize). */
+void sched_scratch_release_all(void);
 /* Allocate scratch (once per schedule); NULL and s->err on failure. */
 void *sched_tmp(struct sched *s, size_t bytes);
 void sched_chain(struct sched *s);

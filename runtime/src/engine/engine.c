@@ -359,8 +359,8 @@ static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
         return WHALE_EINVAL;
     }
     if (m->heads % tp || m->ffn % tp) {
-        whale_error("TP=%d must divide the heads (%d) and the MLP width (%d) of model %s", tp,
-                    m->heads, m->ffn, m->name);
+        whale_error("model %s: Heads=%d and FFN=%d must be divisible by the tensor-parallel "
+                    "degree TP=%d", m->name, m->heads, m->ffn, tp);
         return WHALE_EINVAL;
     }
     if (m->vocab < tp) {

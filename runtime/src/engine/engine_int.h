@@ -106,6 +106,7 @@ struct whale_engine {
     int64_t act_now, act_peak;
     double t_recompute;
     int cur_err;
+    bool pipe_abandoned;     /* a step failed with transfers posted into slots: never free them */
 
     /* state */
     int64_t step, adam_t, samples;

@@ -197,9 +197,12 @@ static int assign_recompute(whale_engine *e)
         cnt[choice[j]]++;
         used += mem[j * 3 + choice[j]];
     }
-    whale_info("recompute=auto: budget %.1f MiB -> %d blocks keep everything, %d selective, %d "
-               "full (%.1f MiB of block activations, %.2f GFLOP re-run per step / micro-batch)",
-               budget / 1048576.0, cnt[0], cnt[1], cnt[2], used / 1048576.0, tt / 1e9);
+    /* one line per pipeline stage */
+    if ((e->dp.size <= 1 || e->dp.rank == 0) && e->d.tp_rank == 0)
+        whale_info("recompute=auto (stage %d): budget %.1f MiB -> %d blocks keep everything, %d "
+                   "selective, %d full (%.1f MiB of block activations, %.3f GFLOP re-run per "
+                   "micro-batch)", e->grp.pp.rank, budget / 1048576.0, cnt[0], cnt[1], cnt[2],
+                   used / 1048576.0, tt / 1e9);
 out:
     free(mem);
     free(tim);
@@ -344,7 +347,10 @@ int eng_pipe_init(whale_engine *e)
 
 void eng_pipe_free(whale_engine *e)
 {
-    for (int i = 0; i < e->nslots; i++)
+    /* After a failed step, receives may still be posted into the slots:
+     * the comm layer could write into them until it shuts down, so they
+     * are left allocated (the run is over anyway). */
+    for (int i = 0; i < e->nslots && !e->pipe_abandoned; i++)
         slot_free(&e->slots[i]);
     free(e->slots);
     e->slots = NULL;
@@ -445,6 +451,8 @@ int eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float d
         .lookahead = 1,
     };
     int rc = whale_pp_run(&e->grp.pp, &e->psched, &h, pst);
+    if (rc)
+        e->pipe_abandoned = true;
     *loss_sum += e->cur_loss;
     *tc += e->cur_tc;
     return rc;

@@ -30,8 +30,11 @@ static int req_wait(whale_engine *e, void **req)
     if (!*req)
         return 0;
     double t0 = eng_now();
+    uint64_t tr = whale_trace_now();
     int rc = e->dp.wait(&e->dp, *req);
     e->t_wait += eng_now() - t0;
+    if (whale_trace_on()) /* the exposed part of a DP / ZeRO collective */
+        whale_trace_span("allreduce", "dp wait", tr, -1, -1);
     *req = NULL;
     comm_finished(e);
     return rc;

@@ -79,10 +79,13 @@ static int cal_line(const struct whale_kv_line *l, void *user)
             } else if (!strcasecmp(kv->key, "DPOverlap")) {
                 if ((rc = cal_num(l, kv, 0, 1, &cal->dp_overlap))) return rc;
                 cal->has |= WHALE_CAL_DP_OVERLAP;
+            } else if (!strcasecmp(kv->key, "ZeRO3Overlap")) {
+                if ((rc = cal_num(l, kv, 0, 1, &cal->zero3_overlap))) return rc;
+                cal->has |= WHALE_CAL_Z3_OVERLAP;
             } else {
                 whale_error("%s:%d: unknown key '%s' (Device line: PeakTFLOPS MemoryGiB "
                             "MemBandwidthGBs GemmEfficiency GemmHalfDim MemEfficiency "
-                            "KernelOverheadUs DPOverlap)", l->file, l->line, kv->key);
+                            "KernelOverheadUs DPOverlap ZeRO3Overlap)", l->file, l->line, kv->key);
                 return WHALE_ECONF;
             }
         }
@@ -150,6 +153,7 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->has & WHALE_CAL_MEM_EFF) fprintf(f, " MemEfficiency=%.17g", cal->mem_eff);
         if (cal->has & WHALE_CAL_KERNEL_OVH) fprintf(f, " KernelOverheadUs=%.17g", cal->kernel_overhead * 1e6);
         if (cal->has & WHALE_CAL_DP_OVERLAP) fprintf(f, " DPOverlap=%.17g", cal->dp_overlap);
+        if (cal->has & WHALE_CAL_Z3_OVERLAP) fprintf(f, " ZeRO3Overlap=%.17g", cal->zero3_overlap);
         fputc('\n', f);
     }
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
@@ -193,6 +197,7 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
     if (cal->has & WHALE_CAL_MEM_EFF) c->eff.mem_eff = cal->mem_eff;
     if (cal->has & WHALE_CAL_KERNEL_OVH) c->eff.kernel_overhead = cal->kernel_overhead;
     if (cal->has & WHALE_CAL_DP_OVERLAP) c->eff.dp_overlap = cal->dp_overlap;
+    if (cal->has & WHALE_CAL_Z3_OVERLAP) c->eff.zero3_overlap = cal->zero3_overlap;
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         if (cal->has & (WHALE_CAL_LINK0 << k)) {
             c->link[k].alpha = cal->link[k].alpha;

@@ -285,7 +285,7 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         double nl = Ls > 0 ? Ls : 1, full = Ls > 0 ? (double)so->n_full / Ls : 0;
         double lat = nl * (cfg->dp - 1) * al;
         *total = m * ((2 + full) * (ag + lat) + rs + lat);
-        exposed = fmax(0, *total - ov * m * (so->t_comp + so->t_rc) - slack);
+        exposed = fmax(0, *total - x->c->eff.zero3_overlap * m * (so->t_comp + so->t_rc) - slack);
         break;
     }
     }
@@ -310,7 +310,7 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
     if (cfg->offload == WHALE_OFFLOAD_PARAMS) {
         /* the weight shard streams in for forward and backward of every micro-batch */
         double fetch = m * 2.0 * WBYTES * P / cfg->dp / x->pcie_bw;
-        *offload += fmax(0, fetch - e->dp_overlap * m * (so->t_comp + so->t_rc));
+        *offload += fmax(0, fetch - e->zero3_overlap * m * (so->t_comp + so->t_rc));
     }
     return t;
 }

@@ -265,7 +265,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                 cfg.microbatch = b;
                 /* frugal probe: if the leanest setting for this b does not fit,
                  * no larger b will */
-                if (!rq->exhaustive) {
+                if (!rq->exhaustive && !st->mixed) {   /* mixed: an uneven split may fit */
                     struct whale_plan_config f = cfg;
                     frugal(rq, &f, dp);
                     f.interleave = 1;

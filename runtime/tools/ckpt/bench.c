@@ -105,7 +105,8 @@ static void errors(const whale_ckpt_piece *got, const whale_ckpt_piece *want, si
 
 int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, const char *part)
 {
-    bool do_stall = !part || !strcmp(part, "stall");
+    bool do_persist = part && !strcmp(part, "persist"); /* the synchronous save only */
+    bool do_stall = !part || !strcmp(part, "stall") || do_persist;
     bool do_incr = !part || !strcmp(part, "incremental");
     bool do_comp = !part || !strcmp(part, "compression");
     struct synth_model m = {.hidden = 512, .vocab = 8192, .seq = 256};
@@ -132,7 +133,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
     whale_ckpt_meta meta = {.step = 1};
 
     /* baseline compute rate */
-    long base_it = do_stall ? compute(compute_ms) : 1;
+    long base_it = do_stall && !do_persist ? compute(compute_ms) : 1;
 
     /* ---- sync / async / deferred ---- */
     double *t_sync = calloc((size_t)repeat, 8), *st_async = calloc((size_t)repeat, 8),
@@ -140,7 +141,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
            *slow_async = calloc((size_t)repeat, 8), *slow_def = calloc((size_t)repeat, 8),
            *pers_async = calloc((size_t)repeat, 8);
     for (int k = 0; k < repeat && !rc && do_stall; k++) {
-        for (int mode = 0; mode < 3 && !rc; mode++) {
+        for (int mode = 0; mode < (do_persist ? 1 : 3) && !rc; mode++) {
             whale_ckpt_config c = base_cfg(root);
             c.incremental = false;
             c.async = mode > 0;
@@ -183,7 +184,11 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
             rm_rf(root);
         }
     }
-    if (!rc && do_stall) {
+    if (!rc && do_persist) {
+        double ts = median(t_sync, repeat), b = median(bw, repeat);
+        printf("sync save %.3f s, persist bandwidth %.1f MB/s\n", ts, b / 1e6);
+        printf("RESULT sync_s=%.4f persist_MBps=%.1f\n", ts, b / 1e6);
+    } else if (!rc && do_stall) {
         double ts = median(t_sync, repeat), sa = median(st_async, repeat),
                sd = median(st_def, repeat), b = median(bw, repeat);
         printf("sync save                 %8.3f s  (median of %d)\n", ts, repeat);

@@ -27,7 +27,7 @@ static void usage(FILE *f)
         "      consolidate into one plain safetensors file (whole, decoded tensors)\n"
         "  convert --from-safetensors IN.safetensors ROOT [--step N]\n"
         "      make a one-rank checkpoint from a plain safetensors model (to fine-tune it)\n"
-        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|incremental|compression]\n"
+        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|persist|incremental|compression]\n"
         "      synthetic checkpoint benchmark: sync vs async stall, persist bandwidth,\n"
         "      incremental bytes with half the layers frozen, size and error per compression\n"
         "\n"
@@ -213,9 +213,9 @@ int main(int argc, char **argv)
         case 'D': bdir = optarg; break;
         case 'P':
             if (strcmp(optarg, "stall") && strcmp(optarg, "incremental") &&
-                strcmp(optarg, "compression") && strcmp(optarg, "none")) {
-                fprintf(stderr, "whale-ckpt: --part %s: expected stall, incremental or "
-                        "compression\n", optarg);
+                strcmp(optarg, "compression") && strcmp(optarg, "persist") && strcmp(optarg, "none")) {
+                fprintf(stderr, "whale-ckpt: --part %s: expected stall, persist, incremental "
+                        "or compression\n", optarg);
                 return 2;
             }
             part = optarg;

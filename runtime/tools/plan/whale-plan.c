@@ -189,10 +189,11 @@ static void print_model_constants(const struct whale_cluster *c)
     printf("efficiency model in force:\n"
            "  GEMM: time = 2MNK / (peak x %.3g x f(M) f(N) f(K)), f(d) = d / (d + %.4g)\n"
            "  memory-bound kernels at %.3g x HBM bandwidth; %.3g us overhead per layer pass\n"
-           "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g (hidden traffic costs %.3g)\n"
+           "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g, ZeRO-3 gathers %.3g (hidden\n"
+           "  traffic costs %.3g)\n"
            "  host Adam %.3g params/s; runtime overhead %.2f GiB; fragmentation %.0f%%\n",
            e->gemm_eff, e->gemm_half_dim, e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff,
-           e->dp_overlap, e->overlap_cost, e->host_adam_rate, c->overhead_bytes / 1073741824.0,
+           e->dp_overlap, e->zero3_overlap, e->overlap_cost, e->host_adam_rate, c->overhead_bytes / 1073741824.0,
            100 * c->frag);
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_plan_link_name(k),

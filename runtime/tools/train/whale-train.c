@@ -64,8 +64,9 @@ static void usage(FILE *f)
 "  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
 "  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
 "  --recompute P        none, selective, full or auto (plan or none)\n"
-"  --act-budget-mb X    activation budget per rank for --recompute=auto\n"
-"                       (default: half of what no recomputation keeps)\n"
+"  --act-budget-mb X    activation budget per rank for --recompute=auto (default: what\n"
+"                       a planner's plan leaves for activations, else half of what no\n"
+"                       recomputation keeps)\n"
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
@@ -146,6 +147,23 @@ static int64_t clock_gettime_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* recompute=auto's budget from a planner's plan: the device memory the
+ * prediction leaves for activations (usable capacity minus everything
+ * else it counted). 0 when the plan carries no such prediction. */
+static int64_t plan_act_budget(const struct whale_plan *p)
+{
+    if (!p->prediction_json)
+        return 0;
+    json_t *j = json_loads(p->prediction_json, 0, NULL);
+    json_t *mb = j ? json_object_get(j, "memory_bytes") : NULL;
+    double cap = json_number_value(json_object_get(mb, "capacity"));
+    double tot = json_number_value(json_object_get(mb, "total"));
+    double act = json_number_value(json_object_get(mb, "activations"));
+    json_decref(j);
+    double left = cap - (tot - act);
+    return mb && cap > 0 && left > 0 ? (int64_t)left : 0;
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -365,6 +383,12 @@ int main(int argc, char **argv)
             whale_plan_free(&plan);
             goto out;
         }
+        for (int i = 1; i < plan.n_dp_batch; i++)
+            if (plan.dp_batch[i] != plan.dp_batch[0]) {
+                whale_error("the plan gives the DP replicas different batches (dp_batch); this "
+                            "engine splits the global batch evenly; refusing before any step");
+                goto out;
+            }
         if (plan.dp != dp || plan.tp != tp || plan.pp != pp) {
             whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
                         "refusing before any step", plan.tp, plan.pp, plan.dp, tp, pp, dp);
@@ -430,6 +454,8 @@ int main(int argc, char **argv)
         ec.n_recompute_layers = plan.n_recompute_layers;
     }
     ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
+    if (!ec.act_budget_bytes && have_plan && ec.recompute == WHALE_RECOMPUTE_AUTO)
+        ec.act_budget_bytes = plan_act_budget(&plan);
     /* the engine refuses layouts that cannot run (divisibility, stage split,
      * schedule vs micro-batches) with the reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
@@ -495,7 +521,7 @@ int main(int argc, char **argv)
     if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
         goto out;
     if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
-        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", 1, "pp", 1,
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", tp, "pp", pp,
                                "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
                                "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
                                "seed", (json_int_t)o.seed);

@@ -40,9 +40,12 @@ t "crash stops the others within seconds" [ "$took" -lt 15 ]
 t "crash reported" grep -q 'task 1 (rank 1) killed by signal 11' "$tmp/e"
 
 # Ctrl-C: SIGINT to whale-run reaches every task, exit 130
-"$RUN" -n 2 sh -c 'trap "echo got-int; exit 3" INT; sleep 60 & wait' >"$tmp/o" 2>/dev/null &
+"$RUN" -n 2 sh -c 'trap "echo got-int; exit 3" INT; echo ready; sleep 60 & wait' >"$tmp/o" 2>/dev/null &
 pid=$!
-sleep 1
+for i in $(seq 100); do  # until both tasks have set their trap
+  [ "$(grep -c ready "$tmp/o" 2>/dev/null)" = 2 ] && break
+  sleep 0.2
+done
 kill -INT $pid
 wait $pid
 rc=$?

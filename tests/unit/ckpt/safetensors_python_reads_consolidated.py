@@ -168,7 +168,9 @@ def main():
         plain = {"emb.weight": np.arange(12, dtype=np.float32).reshape(3, 4) / 7,
                  "h.0.bias": np.linspace(-1, 1, 5).astype(np.float16),
                  "ids": np.array([1, -2, 1 << 40], dtype=np.int64),
-                 "scalar": np.array(2.5, dtype=np.float32)}
+                 "scalar": np.array(2.5, dtype=np.float32),
+                 # 2 MiB: a bundle written with O_DIRECT (header padded to 4096)
+                 "big.weight": np.random.default_rng(1).standard_normal((512, 1024)).astype(np.float32)}
         src = os.path.join(tmp, "plain.safetensors")
         save_file(plain, src)
         root3 = os.path.join(tmp, "imported")
@@ -181,6 +183,11 @@ def main():
         for k, v in plain.items():
             assert got[k].dtype == v.dtype and got[k].shape == v.shape, k
             assert np.array_equal(got[k], v), k
+        for path in glob.glob(os.path.join(root3, "step-*", "rank-*", "*.safetensors")):
+            with safe_open(path, framework="numpy") as f:
+                for key in f.keys():
+                    if key in plain:
+                        assert np.array_equal(f.get_tensor(key), plain[key]), (path, key)
         print("ok: plain safetensors -> whale checkpoint -> safetensors round trip")
 
         # a corrupted shard is named by verify

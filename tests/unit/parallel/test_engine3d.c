@@ -28,6 +28,7 @@
 #define GB 8     /* global batch (sequences) */
 #define SEQ 16
 #define VOCAB 64
+static int vocab = VOCAB; /* the model's; uneven TP splits use 61 */
 
 struct layout {
     const char *name;
@@ -54,7 +55,7 @@ static struct whale_engine_config cfg_for(const struct layout *L)
     struct whale_engine_config c;
     whale_engine_config_defaults(&c);
     c.model = (struct whale_model_desc){ .name = "t3d", .layers = 6, .hidden = 32, .heads = 4,
-                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = VOCAB,
+                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = vocab,
                                          .tied_embeddings = true };
     c.seq = SEQ;
     c.micro_batch = L->micro;
@@ -88,7 +89,7 @@ static void sample(int step, int i, int32_t *in, int32_t *tg)
     int32_t tok[SEQ + 1];
     for (int t = 0; t <= SEQ; t++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        tok[t] = t > 0 && (x >> 60) < 8 ? (tok[t - 1] * 7 + 3) % VOCAB : (int32_t)((x >> 33) % VOCAB);
+        tok[t] = t > 0 && (x >> 60) < 8 ? (tok[t - 1] * 7 + 3) % vocab : (int32_t)((x >> 33) % vocab);
     }
     memcpy(in, tok, SEQ * sizeof(int32_t));
     memcpy(tg, tok + 1, SEQ * sizeof(int32_t));
@@ -334,6 +335,30 @@ static void test_refusals(void **state)
     test_log_capture(false);
 }
 
+/* A vocabulary TP does not divide (61 over 4: 16,16,16,13 rows) with the
+ * tied embedding split across pipeline stages. */
+static void test_uneven_vocabulary(void **state)
+{
+    (void)state;
+    static const struct layout one = LAY("single v61", 1, 1, 1, 0, 2, 1F1B, 1, NONE);
+    static const struct layout set[] = {
+        LAY("tp4 pp2 vocab 61", 4, 2, 1, 0, 2, 1F1B, 1, NONE),
+        LAY("tp2 pp2 dp2 zero2 vocab 61", 2, 2, 2, 2, 1, 1F1B, 1, NONE),
+    };
+    double keep[STEPS], keep_eval = ref_eval;
+    memcpy(keep, ref_loss, sizeof keep);
+    vocab = 61;
+    struct world3 *w = malloc(sizeof *w);
+    run_layout(&one, w);
+    memcpy(ref_loss, w->loss[0], sizeof ref_loss);
+    ref_eval = w->eval[0];
+    free(w);
+    run_set(set, sizeof set / sizeof *set);
+    vocab = VOCAB;
+    memcpy(ref_loss, keep, sizeof keep);
+    ref_eval = keep_eval;
+}
+
 /* T3D="tp pp dp zero micro sched v rc [stage...]" runs one layout (debugging). */
 static void test_env_layout(void **state)
 {
@@ -367,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_pipeline),
         cmocka_unit_test(test_3d_zero),
         cmocka_unit_test(test_recompute),
+        cmocka_unit_test(test_uneven_vocabulary),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

@@ -73,6 +73,20 @@ PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"g
 train pp2_uneven_auto 2 --pp 2 --plan "$PLAN" --
 compare pp2_uneven_auto
 
+# checkpoint under TP=2 x PP=2 at step 10, resumed re-shaped as PP=4: the
+# last 10 steps equal the uninterrupted single-rank run
+train ck_tp2pp2 4 --tp 2 --pp 2 -- --whale-ckpt-dir "$T/ck" --whale-ckpt-every 10
+train ck_resume_pp4 4 --pp 4 -- --whale-ckpt-dir "$T/ck" --resume "$T/ck/step-00000010"
+python3 - "$T/ref.jsonl" "$T/ck_resume_pp4.jsonl" <<'EOF2' || fail "resumed run differs"
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"step"' in l]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2]) if '"step"' in l]
+assert len(b) == 10, len(b)
+worst = max(abs(x - y) / abs(x) for x, y in zip(a[10:], b))
+print("  %-44s steps 11-20 worst rel diff %.1e" % ("resume tp2pp2 -> pp4", worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+EOF2
+
 # refusals before any step
 expect_refusal() { # name pattern ntasks run-args -- train-args
     name=$1; pat=$2; n=$3; shift 3
@@ -90,10 +104,14 @@ expect_refusal() { # name pattern ntasks run-args -- train-args
 }
 PLAN='{"version":1,"tp":2,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4}'
 expect_refusal plan_vs_run "refusing before any step" 1 --plan "$PLAN" --
-expect_refusal tp3 "TP=3 must divide" 3 --tp 3 --
-PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"stage_layers":[3,0]}'
-expect_refusal bad_stages "stage_layers" 2 --pp 2 --plan "$PLAN" --
+expect_refusal tp3 "must be divisible by the tensor-parallel degree TP=3" 3 --tp 3 --
+PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"stage_layers":[2,3]}'
+expect_refusal bad_stages "stage_layers sum to 5" 2 --pp 2 --plan "$PLAN" --
 expect_refusal interleave_m "multiple" 2 --pp 2 -- --schedule interleaved --interleave 2 --grad-accum 3 --batch 6
+PLAN='{"version":1,"tp":1,"pp":1,"dp":2,"micro_batch":1,"num_micro_batches":4,"dp_batch":[3,5]}'
+expect_refusal uneven_dp "dp_batch" 2 --dp 2 --plan "$PLAN" --
+PLAN='{"version":1,"tp":1,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4,"offload":"optimizer"}'
+expect_refusal offload "offloading" 1 --plan "$PLAN" --
 
 # WHALE_TRACE: one file per rank, forward/backward in 1F1B order
 WHALE_TRACE="$T/trace.json" train traced 2 --pp 2 --
