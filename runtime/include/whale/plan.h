@@ -393,28 +393,6 @@ int whale_plan_predict(const struct whale_model_desc *model, const struct whale_
                        const struct whale_plan *plan, struct whale_plan_candidate *out,
                        char *why, size_t why_len);
 
-/* The plugin's two calls, on the step as it sees it: site config `conf`
- * (limits: max_tp/pp/dp/microbatch, max_zero, allowed offload/recompute;
- * may be NULL), its topology model, the step's node names and tasks per
- * node, and how many whole nodes are hot spares (left out of the plan).
- * `fixed` (may be NULL) carries knobs the user fixed (tp, pp, dp, zero,
- * recompute, offload, microbatch; -1/0 = free; seqpar 0 until the engine
- * runs sequence parallelism). On error `why` says what to fix.
- *   for_step:   --whale-plan=auto --whale-model=M [--whale-batch=B]
- *   check_step: explicit --whale-tp/pp/dp with --whale-model: 0 when the
- *               plan fits, WHALE_ENOFIT with "needs X GiB per device ..."
- * Defined when the core has the conf and topo modules. */
-struct whale_conf;
-int whale_plan_for_step(const struct whale_conf *conf, const struct whale_topo *topo,
-                        char *const *nodes, int nnodes, const int *ntasks, int spare_nodes,
-                        const char *model, long global_batch, const struct whale_calib *cal,
-                        const struct whale_plan_request *fixed, struct whale_plan *out, char *why,
-                        size_t why_len);
-int whale_plan_check_step(const struct whale_topo *topo, char *const *nodes, int nnodes,
-                          const int *ntasks, int spare_nodes, const char *model,
-                          const struct whale_calib *cal, const struct whale_plan *plan,
-                          struct whale_plan_prediction *pred, char *why, size_t why_len);
-
 /* Converts a candidate into the runtime's plan structure. */
 int whale_plan_to_planfile(const struct whale_model_desc *model, long global_batch,
                            const struct whale_cluster *c, const struct whale_plan_candidate *cand,

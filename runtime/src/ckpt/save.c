@@ -391,7 +391,8 @@ static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
     memcpy(ps->stage, hdr, hlen);
     free(hdr);
     for (size_t i = 0, pos = hlen; i < n; i++) {
-        memcpy(ps->stage + pos, data[i], dlen[i]);
+        if (dlen[i]) /* an empty tensor may have no data pointer */
+            memcpy(ps->stage + pos, data[i], dlen[i]);
         pos += dlen[i];
     }
     memset(ps->stage + total, 0, rounded - total);

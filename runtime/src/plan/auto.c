@@ -143,8 +143,8 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
             if (res->found) {
                 whale_plan_format_config(&res->best.cfg, cfg, sizeof cfg);
                 snprintf(explain, explain_len,
-                         "plan %s: predicted %.4g s/step, %.1f TFLOP/s per device, %.1f GiB of "
-                         "%.1f GiB per device (searched %lld configurations in %.3f s)",
+                         "plan %s: predicted %.4g s/step, %.3g TFLOP/s per device, %.3g GiB of "
+                         "%.3g GiB per device (searched %lld configurations in %.3f s)",
                          cfg, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
                          res->best.pred.mem_total / 1073741824.0,
                          res->best.pred.mem_capacity / 1073741824.0,

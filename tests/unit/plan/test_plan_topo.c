@@ -12,7 +12,6 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/plan.h"
-#include "whale/conf.h"
 #include "whale/topo.h"
 
 static void test_from_topo(void **state)
@@ -73,67 +72,11 @@ static void test_from_topo(void **state)
     whale_topo_free(t);
 }
 
-/* The plugin's calls on a step: plan with site limits, check given plans. */
-static void test_for_step(void **state)
-{
-    (void)state;
-    struct whale_conf *conf = NULL;
-    assert_int_equal(whale_conf_parse_string(
-        "TopologyFile=none MaxTP=4 MaxZero=1 AllowedRecompute=none,full\n"
-        "GPUType=A100 PeakTFLOPS=312 Memory=80G NVLinkBandwidth=300GB\n"
-        "NodeName=DEFAULT GPUs=8 GPUType=A100\n", "test.conf", &conf), 0);
-    struct whale_topo *topo = NULL;
-    assert_int_equal(whale_conf_build_topo(conf, NULL, &topo), 0);
-    char *nodes[5] = { "a1", "a2", "a3", "a4", "a5" };
-    int ntasks[5] = { 8, 8, 8, 8, 8 };
-    for (int i = 0; i < 5; i++)
-        assert_true(whale_conf_topo_ensure_node(conf, topo, nodes[i]) >= 0);
-    assert_int_equal(whale_topo_finalize(topo), 0);
-
-    struct whale_plan p;
-    char why[512];
-    /* one spare node: plan on 4 x 8 GPUs within the site's limits */
-    assert_int_equal(whale_plan_for_step(conf, topo, nodes, 5, ntasks, 1, "gpt-7.5b", 512, NULL,
-                                         NULL, &p, why, sizeof why), 0);
-    assert_int_equal(p.tp * p.pp * p.dp, 32);
-    assert_true(p.tp <= 4 && p.zero <= 1);
-    assert_true(p.recompute == WHALE_RECOMPUTE_NONE || p.recompute == WHALE_RECOMPUTE_FULL);
-    assert_false(p.sequence_parallel);
-    assert_non_null(strstr(why, "predicted"));
-
-    /* explicit flags: fits, and a layout that cannot fit is refused with the reason */
-    struct whale_plan_prediction pred;
-    assert_int_equal(whale_plan_check_step(topo, nodes, 5, ntasks, 1, "gpt-7.5b", NULL, &p, &pred,
-                                           why, sizeof why), 0);
-    assert_true(pred.fits);
-    whale_plan_free(&p);
-    whale_plan_init(&p);
-    p.tp = 1;
-    p.pp = 1;
-    p.dp = 32;
-    p.micro_batch = 16;
-    p.num_micro_batches = 1;
-    assert_int_equal(whale_plan_check_step(topo, nodes, 5, ntasks, 1, "gpt-7.5b", NULL, &p, &pred,
-                                           why, sizeof why), WHALE_ENOFIT);
-    assert_non_null(strstr(why, "GiB per device"));
-    /* nothing fits: the reason comes back */
-    assert_int_equal(whale_plan_for_step(conf, topo, nodes, 5, ntasks, 1, "gpt-1t", 512, NULL,
-                                         NULL, &p, why, sizeof why), WHALE_ENOFIT);
-    assert_non_null(strstr(why, "GiB"));
-    assert_int_equal(whale_plan_for_step(conf, topo, nodes, 5, ntasks, 5, "gpt-7.5b", 512, NULL,
-                                         NULL, &p, why, sizeof why), WHALE_EINVAL);
-    assert_non_null(strstr(why, "spare"));
-    whale_plan_free(&p);
-    whale_topo_free(topo);
-    whale_conf_free(conf);
-}
-
 int main(void)
 {
     whale_log_set_level(WHALE_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_from_topo),
-        cmocka_unit_test(test_for_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
