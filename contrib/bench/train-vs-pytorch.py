@@ -13,8 +13,11 @@ and so does PyTorch's.
 
 Prints per-run figures, then over all steps of all runs the median and the
 best step (the machine may be shared: the best step approximates an idle
-machine, the median a busy one), the whale/PyTorch ratios, and whale's MFU
-against the best OpenBLAS sgemm rate whale-train measured in the same run.
+machine, the median a busy one), tokens per CPU-second (work efficiency, not
+throughput: it ignores how well each side keeps all its threads busy), the
+whale/PyTorch ratios, and
+whale's MFU against the best OpenBLAS sgemm rate whale-train measured in the
+same run.
 """
 import argparse
 import json
@@ -72,9 +75,10 @@ class GPT(nn.Module):
 
 m = GPT()
 opt = torch.optim.AdamW(m.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
-times = []
+times, cpus = [], []
 for i in range(steps):
     idx = torch.randint(0, V, (B, T)); tgt = torch.randint(0, V, (B, T))
+    c0 = time.process_time()
     t0 = time.perf_counter()
     loss = m(idx, tgt)
     opt.zero_grad(set_to_none=True)
@@ -82,8 +86,11 @@ for i in range(steps):
     torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
     opt.step()
     times.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
 run = times[1:] if len(times) > 1 else times
-print(json.dumps({"step_tokens_per_s": [B * T / t for t in run]}))
+crun = cpus[1:] if len(cpus) > 1 else cpus
+print(json.dumps({"step_tokens_per_s": [B * T / t for t in run],
+                  "step_tokens_per_cpu_s": [B * T / c for c in crun]}))
 '''
 
 
@@ -105,7 +112,8 @@ def run_torch(shape, steps, threads):
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)],
                          env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])["step_tokens_per_s"]
+    d = json.loads(out.strip().splitlines()[-1])
+    return d["step_tokens_per_s"], d["step_tokens_per_cpu_s"]
 
 
 def run_whale(build, shape, steps, threads, data, tmp):
@@ -118,7 +126,8 @@ def run_whale(build, shape, steps, threads, data, tmp):
                          check=True, capture_output=True, text=True).stdout
     s = json.loads(out.strip().splitlines()[-1])["summary"]
     steps = [json.loads(l) for l in open(metrics) if l.startswith('{"step"')][1:]
-    return [x["tokens_per_s"] for x in steps], [x["mfu"] for x in steps], s["peak_gflops"]
+    return ([x["tokens_per_s"] for x in steps], [x["mfu"] for x in steps], s["peak_gflops"],
+            [B * T / x["cpu_s"] for x in steps if x.get("cpu_s")])
 
 
 def main():
@@ -135,11 +144,11 @@ def main():
             steps = a.steps or (20 if shape == "small" else 5)
             data = os.path.join(tmp, shape + (".bin" if V > 256 else ".txt"))
             make_data(data, V, max(200000, 4 * B * (T + 1) * steps))
-            wt, tt, mfu, peak = [], [], [], []
+            wt, tt, mfu, peak, wc, tc = [], [], [], [], [], []
             for r in range(a.reps):
-                t = run_torch(shape, steps, a.threads)
-                w, m, p = run_whale(a.build, shape, steps, a.threads, data, tmp)
-                tt += t; wt += w; mfu += m; peak.append(p)
+                t, t_cpu = run_torch(shape, steps, a.threads)
+                w, m, p, w_cpu = run_whale(a.build, shape, steps, a.threads, data, tmp)
+                tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu
                 print(f"{shape} rep {r + 1}: step tokens/s median pytorch {statistics.median(t):.0f}, "
                       f"whale {statistics.median(w):.0f} (ratio {statistics.median(w) / statistics.median(t):.2f}); "
                       f"sgemm peak {p:.0f} GFLOP/s", flush=True)
@@ -149,6 +158,8 @@ def main():
             print(f"{shape} ({preset}: L={L} d={C} T={T} B={B}, {a.threads} threads, {len(tt)} steps each):\n"
                   f"  median step: pytorch {mt:.0f} tok/s, whale {mw:.0f} tok/s, ratio {mw / mt:.2f}\n"
                   f"  best step:   pytorch {bt:.0f} tok/s, whale {bw:.0f} tok/s, ratio {bw / bt:.2f}\n"
+                  f"  per CPU-second (median): pytorch {statistics.median(tc):.0f} tok, whale "
+                  f"{statistics.median(wc):.0f} tok, ratio {statistics.median(wc) / statistics.median(tc):.2f}\n"
                   f"  whale MFU (best step) {100 * max(mfu) * statistics.median(peak) / pk:.0f} % "
                   f"of the best sgemm peak measured, {pk:.0f} GFLOP/s")
 

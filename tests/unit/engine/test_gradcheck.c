@@ -208,6 +208,58 @@ static void test_overfit(void **st)
     whale_engine_destroy(e);
 }
 
+/* Recomputation changes memory, never the numbers: none / selective / full
+ * / a per-layer set give bit-identical losses; activation bytes shrink
+ * (selective drops the B*NH*T*T probabilities, full keeps block inputs). */
+static void test_recompute(void **st)
+{
+    (void)st;
+    double loss[4][6];
+    int64_t act[4];
+    static const int two_layers[] = { 0, 2 };
+    for (int k = 0; k < 4; k++) {
+        struct whale_engine_config c;
+        whale_engine_config_defaults(&c);
+        c.model = (struct whale_model_desc){ .name = "rc", .layers = 3, .hidden = 32, .heads = 4,
+                                             .kv_heads = 4, .ffn = 128, .seq = 16, .vocab = 64,
+                                             .tied_embeddings = true };
+        c.seq = 16;
+        c.micro_batch = 2;
+        c.threads = 2;
+        c.lr = 3e-3f;
+        c.recompute = k == 0 ? WHALE_RECOMPUTE_NONE : k == 1 ? WHALE_RECOMPUTE_SELECTIVE
+                    : k == 2 ? WHALE_RECOMPUTE_FULL : WHALE_RECOMPUTE_LAYERS;
+        c.recompute_layers = two_layers;
+        c.n_recompute_layers = k == 3 ? 2 : 0;
+        whale_engine *e = NULL;
+        assert_int_equal(whale_engine_create(&c, NULL, &e), 0);
+        int32_t in[32], tg[32];
+        for (int i = 0; i < 32; i++) {
+            in[i] = (i * 5) % 11;
+            tg[i] = (i * 3 + 1) % 13;
+        }
+        for (int s2 = 0; s2 < 6; s2++) {
+            struct whale_step_stats ss;
+            assert_int_equal(whale_engine_step(e, in, tg, &ss), 0);
+            loss[k][s2] = ss.loss;
+        }
+        struct whale_engine_memory m;
+        whale_engine_memory(e, &m);
+        act[k] = m.act_bytes;
+        whale_engine_destroy(e);
+    }
+    for (int k = 1; k < 4; k++)
+        for (int s2 = 0; s2 < 6; s2++)
+            assert_true(loss[k][s2] == loss[0][s2]);
+    const int64_t B = 2, NH = 4, T = 16, L = 3;
+    printf("activation bytes: none %lld, selective %lld, full %lld, blocks {0,2} %lld\n",
+           (long long)act[0], (long long)act[1], (long long)act[2], (long long)act[3]);
+    /* selective: the probability tensors of (at least) all blocks but one are gone */
+    assert_true(act[0] - act[1] >= (L - 1) * B * NH * T * T * 4);
+    assert_true(act[2] < act[1]);
+    assert_true(act[3] < act[0] && act[3] > act[2]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_block),
         cmocka_unit_test(test_head),
         cmocka_unit_test(test_overfit),
+        cmocka_unit_test(test_recompute),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
