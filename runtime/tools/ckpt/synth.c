@@ -117,8 +117,11 @@ static size_t model_tensors(const struct synth_model *m, int pp, struct tdesc **
     size_t np = n;
     for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < np; i++) {
+            /* via a copy: the compiler cannot tell t[n] from t[i] (-Wrestrict) */
+            char base[sizeof t[i].name];
+            memcpy(base, t[i].name, sizeof base);
             t[n] = t[i];
-            snprintf(t[n].name, sizeof t[n].name, "opt.%c.%.80s", k ? 'v' : 'm', t[i].name);
+            snprintf(t[n].name, sizeof t[n].name, "opt.%c.%.80s", k ? 'v' : 'm', base);
             n++;
         }
 #undef ADD
