@@ -91,6 +91,26 @@ void boot_free_blobs(int n, void **blobs, size_t *lens)
     free(lens);
 }
 
+int boot_fence(struct boot *b)
+{
+    if (!b->have_pmix)
+        return 0;
+    /* Without PMIX_COLLECT_DATA Slurm's fence returns at once (not a barrier). */
+    pmix_info_t info;
+    bool collect = true;
+    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+    pmix_proc_t all;
+    const pmix_proc_t *me = b->pmix;
+    PMIX_LOAD_PROCID(&all, me->nspace, PMIX_RANK_WILDCARD);
+    pmix_status_t st = PMIx_Fence(&all, 1, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (st != PMIX_SUCCESS) {
+        whale_error("PMIx_Fence failed: %s", PMIx_Error_string(st));
+        return WHALE_EPMIX;
+    }
+    return 0;
+}
+
 int boot_exchange(struct boot *b, const char *key, const void *data, size_t len, void ***blobs_out,
                   size_t **lens_out)
 {
@@ -128,16 +148,7 @@ int boot_exchange(struct boot *b, const char *key, const void *data, size_t len,
         boot_free_blobs(n, blobs, lens);
         return WHALE_EPMIX;
     }
-    /* Without PMIX_COLLECT_DATA Slurm's fence returns at once (not a barrier). */
-    pmix_info_t info;
-    bool collect = true;
-    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    pmix_proc_t all;
-    PMIX_LOAD_PROCID(&all, me->nspace, PMIX_RANK_WILDCARD);
-    st = PMIx_Fence(&all, 1, &info, 1);
-    PMIX_INFO_DESTRUCT(&info);
-    if (st != PMIX_SUCCESS) {
-        whale_error("PMIx_Fence failed: %s", PMIx_Error_string(st));
+    if (boot_fence(b)) {
         boot_free_blobs(n, blobs, lens);
         return WHALE_EPMIX;
     }

@@ -32,6 +32,9 @@ int boot_init(struct boot *b);
 
 /* Every task publishes `len` bytes under `key`; on return blobs[t] (malloc'd,
  * lens[t] bytes) holds task t's value for every task. A real barrier. */
+/* A real barrier over every task (spares included) through PMIx, outside
+ * UCX: 0 or WHALE_EPMIX. */
+int boot_fence(struct boot *b);
 int boot_exchange(struct boot *b, const char *key, const void *data, size_t len,
                   void ***blobs, size_t **lens);
 void boot_free_blobs(int n, void **blobs, size_t *lens);

@@ -258,10 +258,19 @@ int whale_finalize(whale_ctx *ctx)
     bool clean = true;
     comm_nccl_fini(ctx);
     if (ctx->all && ctx->all->size > 1) {
-        /* Nobody closes endpoints while a peer may still talk to it. */
+        /* Nobody closes endpoints while a peer may still talk to it. The
+         * UCX barrier alone is not enough: a rank leaves it as soon as its
+         * own partners have reported, and if it then tore down, a slower
+         * rank still finishing the barrier would see it vanish and fail
+         * the barrier with WHALE_EPEER. The PMIx fence (outside UCX, the
+         * progress thread still serving UCX meanwhile) holds every rank
+         * until all have left the UCX barrier. */
         if (whale_barrier(ctx->all)) {
             clean = false;
             rc = WHALE_EPEER;
+        } else if (boot_fence(&ctx->boot)) {
+            clean = false;
+            rc = WHALE_EPMIX;
         }
     }
     comm_thread_stop(ctx);
