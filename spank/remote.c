@@ -53,12 +53,19 @@ static int write_rankmap_file(spank_t sp, const char *text)
     /* the job's TMPDIR when it exists on this node (it comes from the
      * submit host), else /tmp */
     char *tmp = step_getenv(sp, "TMPDIR");
+    /* The node's name in the file name: where TMPDIR is shared between
+     * nodes, one node's slurmstepd must neither truncate nor remove the
+     * copy another node's tasks are reading. */
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1))
+        snprintf(host, sizeof host, "node");
     FILE *f = NULL;
     for (int attempt = 0; attempt < 2 && !f; attempt++) {
         const char *dir = attempt == 0 ? tmp : "/tmp";
         if (!dir || !*dir)
             continue;
-        snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u", dir, job, stepid);
+        snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u.%s", dir, job,
+                 stepid, host);
         f = fopen(g.rankmap_file, "w");
     }
     free(tmp);

@@ -46,15 +46,24 @@ SIZES="0,1,7,1001,65537"
 }
 
 @test "a rank killed during a 16 MiB allreduce: survivors on other nodes get WHALE_EPEER in time" {
-  WHALE_PEER_TIMEOUT=3 UCX_TLS=tcp,self run timeout 100 srun -K0 -W 30 -N 3 -n 3 "$FAIL" 16
+  # Each task's stdout goes to its own file, written by its slurmstepd:
+  # srun's forwarding can drop the survivors' last lines when it
+  # force-terminates the step after the victim's death (-W).
+  out=$(mktemp -d)
+  WHALE_PEER_TIMEOUT=3 UCX_TLS=tcp,self run timeout 100 srun -K0 -W 30 -N 3 -n 3 -o "$out/task-%t" "$FAIL" 16
   echo "$output" | grep -v '^\[' | tail -20
+  cat "$out"/task-* | grep -v '^\['
   [ "$status" -eq 137 ]
-  [ "$(echo "$output" | grep -c 'comm_fail: rank .* OK$')" -eq 2 ]
+  [ "$(cat "$out"/task-* | grep -c 'comm_fail: rank .* OK$')" -eq 2 ]
+  rm -rf "$out"
 }
 
 @test "a rank killed, shared memory between namespace nodes: survivors get WHALE_EPEER" {
-  WHALE_PEER_TIMEOUT=3 run timeout 100 srun -K0 -W 30 -N 2 -n 4 "$FAIL" 16
+  out=$(mktemp -d)
+  WHALE_PEER_TIMEOUT=3 run timeout 100 srun -K0 -W 30 -N 2 -n 4 -o "$out/task-%t" "$FAIL" 16
   echo "$output" | grep -v '^\[' | tail -20
+  cat "$out"/task-* | grep -v '^\['
   [ "$status" -eq 137 ]
-  [ "$(echo "$output" | grep -c 'comm_fail: rank .* OK$')" -eq 3 ]
+  [ "$(cat "$out"/task-* | grep -c 'comm_fail: rank .* OK$')" -eq 3 ]
+  rm -rf "$out"
 }

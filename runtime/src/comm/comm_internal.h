@@ -134,6 +134,7 @@ struct whale_ctx {
     pthread_cond_t cond;
     pthread_t thread;
     bool thread_running, stop;
+    bool fenced;         /* finalize: every task has left the last barrier */
     atomic_int nwaiters;
     int nactive;              /* operations queued or running, all groups */
     whale_group *active;      /* groups with queued operations */

@@ -271,6 +271,8 @@ int whale_finalize(whale_ctx *ctx)
         } else if (boot_fence(&ctx->boot)) {
             clean = false;
             rc = WHALE_EPMIX;
+        } else {
+            ctx->fenced = true;
         }
     }
     comm_thread_stop(ctx);

@@ -310,6 +310,7 @@ static void close_cb(void *req, ucs_status_t st, void *user)
 
 void comm_ucx_fini(whale_ctx *ctx, bool clean)
 {
+    bool stuck = false;
     if (ctx->eps) {
         int left = 0;
         void **reqs = calloc((size_t)ctx->boot.ntasks, sizeof *reqs);
@@ -319,7 +320,11 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
             ucp_request_param_t p = {
                 .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                                 UCP_OP_ATTR_FIELD_USER_DATA,
-                .flags = !ctx->dead[t] && (clean || (ctx->watch && ctx->watch[t]))
+                /* After the finalize fence nothing is in flight anywhere and
+                 * peers close at the same moment: a flushing close would
+                 * wait for a handshake with peers already gone. */
+                .flags = !ctx->fenced && !ctx->dead[t] &&
+                                 (clean || (ctx->watch && ctx->watch[t]))
                              ? 0 : UCP_EP_CLOSE_FLAG_FORCE,
                 .cb.send = close_cb,
                 .user_data = &left,
@@ -337,6 +342,7 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
         for (int t = 0; reqs && t < ctx->boot.ntasks; t++)
             if (reqs[t] && left == 0)
                 ucp_request_free(reqs[t]);
+        stuck = left > 0;
         free(reqs);
         free(ctx->eps);
         ctx->eps = NULL;
@@ -347,9 +353,11 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
     /* After a peer failure, sends to it never complete and UCX would list
      * each as a leak at worker destruction: leave the worker to process
      * exit instead (the process is going down or rebuilding anyway). */
-    if (ctx->worker && !any_dead)
+    /* Likewise when a close never completed: UCX asserts on destroying a
+     * worker that still owns the request. */
+    if (ctx->worker && !any_dead && !stuck)
         ucp_worker_destroy(ctx->worker);
-    if (ctx->ucp && !any_dead)
+    if (ctx->ucp && !any_dead && !stuck)
         ucp_cleanup(ctx->ucp);
     ctx->worker = NULL;
     ctx->ucp = NULL;
