@@ -1,8 +1,9 @@
 /* whale-bench: measure Whale's building blocks where they run (under srun
- * --whale-... or whale-run). Subcommands: comm. */
+ * --whale-... or whale-run). Subcommands: comm, calib. */
 #include <stdio.h>
 #include <string.h>
 
+#include "bench_calib.h"
 #include "bench_comm.h"
 #include "whale_config.h"
 
@@ -12,6 +13,7 @@ static void usage(FILE *f)
                "\n"
                "Subcommands:\n"
                "  comm   collective bandwidth and latency (nccl-tests columns)\n"
+               "  calib  measure GEMM and link speed, write a whale-plan --calib profile\n"
                "\n"
                "  whale-bench SUBCOMMAND --help   options of a subcommand\n"
                "  -h, --help      show this help\n"
@@ -34,6 +36,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(argv[1], "comm"))
         return bench_comm_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "calib"))
+        return bench_calib_main(argc - 1, argv + 1);
     fprintf(stderr, "whale-bench: unknown subcommand '%s'\n", argv[1]);
     usage(stderr);
     return 2;
