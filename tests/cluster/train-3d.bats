@@ -4,12 +4,14 @@
 # and recompute policies gives the single-rank loss at every step of a
 # 20-step run within 1e-5 relative; WHALE_TRACE writes a trace per rank.
 
+load train_helpers
+
 TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
 
 setup_file() {
   : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
   export TMPD=$(mktemp -d)
-  cat "$WHALE_SRC_DIR"/runtime/src/*/*.c > "$TMPD/corpus.txt"
+  make_corpus "$TMPD"
   # 4 blocks: PP=2 x interleave 2 and PP=4 both get a block per stage
   printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$TMPD/t4.conf"
   "$TRAIN" $(train_args) --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
@@ -21,18 +23,6 @@ train_args() {
        --grad-accum 4 --threads 1 --no-progress
 }
 
-same_losses() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert len(a) == 20 and len(b) == 20, (len(a), len(b))
-worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
-print("worst relative loss difference %.2e" % worst)
-sys.exit(0 if worst < 1e-5 else 1)
-PY
-}
 
 # srun_train NAME SRUN-OPTIONS... -- TRAIN-OPTIONS...
 srun_train() {

@@ -3,31 +3,19 @@
 # srun --whale-dp across namespace nodes: every step's loss equals the
 # single-rank run (same global batch, same seed) within 1e-5 relative.
 
+load train_helpers
+
 TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
 RUN="$WHALE_BUILD_DIR/runtime/tools/run/whale-run"
 
 setup_file() {
   export TMPD=$(mktemp -d)
-  # real text: the project's own sources (always present)
-  cat "$WHALE_SRC_DIR"/runtime/src/*/*.c > "$TMPD/corpus.txt"
+  make_corpus "$TMPD"
   "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 \
     --no-progress --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
 }
 teardown_file() { rm -rf "$TMPD"; }
 
-# same_losses REF OTHER: every step within 1e-5 relative, 20 steps present
-same_losses() {
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-def load(p):
-    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert len(a) == 20 and len(b) == 20, (len(a), len(b))
-worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
-print("worst relative loss difference %.2e" % worst)
-sys.exit(0 if worst < 1e-5 else 1)
-PY
-}
 
 train_args() {
   echo --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 --no-progress
