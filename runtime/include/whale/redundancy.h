@@ -45,6 +45,10 @@ struct whale_red_target {
 };
 /* base must hold 2 * slot_bytes; it is not owned. */
 int whale_red_target_mem(void *base, size_t len, struct whale_red_target *out);
+/* The owner's 2 slots at byte `base` of a peer's registered region (dst
+ * from whale_region_exchange; not owned). Completion = whale_wait + a flush
+ * of dst, so a finished refresh is visible at the holder. */
+int whale_red_target_rma(whale_remote *dst, size_t base, struct whale_red_target *out);
 
 /* ---- the store of one rank ------------------------------------------------ */
 typedef struct whale_red whale_red;

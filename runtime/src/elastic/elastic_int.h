@@ -38,6 +38,7 @@ struct whale_red {
     struct whale_red_target tgt;
     bool have_tgt;
     void *req[2];               /* payload and header puts in flight */
+    bool put_failed;            /* a put failed: its source may still be read */
     struct whale_red_stats stats;
 };
 
@@ -46,11 +47,5 @@ int red_layout(whale_engine *e, int dp, int zero, uint64_t *hash, size_t *uniq, 
 int red_copy(whale_engine *e, int dp, int zero, bool to_image, bool with_repl,
              unsigned char *payload, size_t uniq);
 
-#include "elastic/elastic_config.h"
-#if WHALE_HAVE_RMA
-/* A target in another task's memory registered with whale_region_register
- * (dst from whale_region_exchange; not owned). */
-int whale_red_target_rma(whale_remote *dst, struct whale_red_target *out);
-#endif
 
 #endif

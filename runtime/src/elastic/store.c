@@ -170,14 +170,23 @@ int whale_red_create(whale_engine *e, const struct whale_red_config *c, whale_re
     return 0;
 }
 
+/* A put that failed may still read its source until whale_finalize (see
+ * whale/comm.h): such images are never freed, only kept reachable here. */
+static unsigned char *orphaned[32];
+static int n_orphaned;
+
 void whale_red_destroy(whale_red *r)
 {
     if (!r)
         return;
-    whale_red_flush(r);
+    bool failed = whale_red_flush(r) != 0 || r->put_failed;
     whale_red_set_target(r, NULL);
-    free(r->slot[0]);
-    free(r->slot[1]);
+    for (int i = 0; i < 2; i++) {
+        if (failed && n_orphaned < 32)
+            orphaned[n_orphaned++] = r->slot[i];
+        else
+            free(r->slot[i]);
+    }
     free(r);
 }
 
@@ -209,6 +218,10 @@ int whale_red_set_target(whale_red *r, const struct whale_red_target *t)
 int whale_red_flush(whale_red *r)
 {
     int rc = 0;
+    if (!r->have_tgt) {
+        r->req[0] = r->req[1] = NULL;
+        return 0;
+    }
     double t0 = now_s();
     for (int i = 0; i < 2; i++)
         if (r->req[i]) {
@@ -218,6 +231,8 @@ int whale_red_flush(whale_red *r)
                 rc = wrc;
         }
     r->stats.t_wait += now_s() - t0;
+    if (rc)
+        r->put_failed = true;
     return rc;
 }
 

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/elastic_config.h"
 #include "elastic/elastic_int.h"
 #include "whale/comm.h"
 #include "whale/error.h"
@@ -48,27 +47,36 @@ int whale_red_target_mem(void *base, size_t len, struct whale_red_target *out)
     return 0;
 }
 
-#if WHALE_HAVE_RMA
 /* RMA into the holder's registered region (whale_region_exchange gave us
- * `dst`); completion = whale_wait + a flush of the remote. */
+ * `dst`); the owner's slots start at `base`. */
+struct rma_target {
+    whale_remote *dst;
+    size_t base;
+};
+
 static int rma_put(void *u, size_t off, const void *src, size_t len, void **req)
 {
-    return whale_iput(u, off, src, len, (whale_req **)req);
+    struct rma_target *t = u;
+    return whale_iput(t->dst, t->base + off, src, len, (whale_req **)req);
 }
 
 static int rma_wait(void *u, void *req)
 {
+    struct rma_target *t = u;
     int rc = whale_wait(req);
-    return rc ? rc : whale_remote_flush(u);
+    return rc ? rc : whale_remote_flush(t->dst);
 }
 
-int whale_red_target_rma(whale_remote *dst, struct whale_red_target *out)
+int whale_red_target_rma(whale_remote *dst, size_t base, struct whale_red_target *out)
 {
-    *out = (struct whale_red_target){ .put = rma_put, .wait = rma_wait, .release = NULL,
-                                      .u = dst };
+    struct rma_target *t = malloc(sizeof *t);
+    if (!t)
+        return WHALE_ENOMEM;
+    t->dst = dst;
+    t->base = base;
+    *out = (struct whale_red_target){ .put = rma_put, .wait = rma_wait, .release = free, .u = t };
     return 0;
 }
-#endif
 
 /* ---- replicated pieces from a surviving DP replica ------------------------ */
 struct sync_walk {
