@@ -86,6 +86,9 @@ int whale_red_snapshot(whale_red *r, whale_engine *e);
 /* Waits for the refresh in flight (before a clean exit, or in tests). */
 int whale_red_flush(whale_red *r);
 
+/* Would whale_red_rollback accept this engine (same pieces, as the images
+ * were cut)? After a shrink at ZeRO >= 1 the shards move: no. */
+bool whale_red_fits(const whale_red *r, whale_engine *e);
 /* Steps held locally (-1: empty slot), newest first. */
 void whale_red_local_steps(const whale_red *r, int64_t steps[2]);
 /* Restore the engine (a new one on rebuilt groups, or the same after a

@@ -287,6 +287,14 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
     return rc;
 }
 
+bool whale_red_fits(const whale_red *r, whale_engine *e)
+{
+    uint64_t lay;
+    size_t u, p;
+    return !red_layout(e, r->cfg.dp, r->cfg.zero, &lay, &u, &p) && lay == r->layout &&
+           u == r->uniq && p == r->repl;
+}
+
 void whale_red_local_steps(const whale_red *r, int64_t steps[2])
 {
     int n = r->newest;

@@ -77,6 +77,17 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static const char *detect_name(enum whale_detect d)
+{
+    switch (d) {
+    case WHALE_DETECT_CRASH: return "crash";
+    case WHALE_DETECT_NODE: return "node";
+    case WHALE_DETECT_LINK: return "link";
+    case WHALE_DETECT_HANG: return "hang";
+    }
+    return "?";
+}
+
 static void on_phase(enum whale_engine_phase ph, int64_t step, void *user)
 {
     struct train_elastic *te = user;
@@ -380,7 +391,7 @@ static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bo
     if (joiner && !replica_only && (copy = fetch_copy(te, r, me)))
         whale_red_scan(copy, te->slot_bytes[r], held, torn);
     int64_t loc[2] = { -1, -1 };
-    if (!joiner && te->red)
+    if (!joiner && te->red && whale_red_fits(te->red, e))
         whale_red_local_steps(te->red, loc);
     /* flags[i]: I can provide step agreed - i */
     int32_t flags[3];
@@ -500,6 +511,28 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
         if (rc)
             return rc;
         te->last_done = R;
+        /* the record is written (by whoever is rank 0 now) once the redo is done */
+        memset(&te->rep, 0, sizeof te->rep);
+        te->rep.kind = te->ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk"
+                     : !strcmp(src, "disk")              ? "restored" : "replaced";
+        te->rep.how = detect_name(te->ev.how);
+        te->rep.nfailed = te->ev.nfailed < 8 ? te->ev.nfailed : 8;
+        for (int i = 0; i < te->rep.nfailed; i++) {
+            te->rep.failed_rank[i] = te->ev.failed_rank[i];
+            snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s",
+                     te->ev.failed_node[i]);
+        }
+        te->rep.failed_step = te->ev.agreed_step + 1;
+        te->rep.rollback_step = R;
+        te->rep.steps_lost = te->ev.agreed_step > R ? te->ev.agreed_step - R : 0;
+        te->rep.detect_s = te->ev.detect_s;
+        te->rep.agree_s = te->ev.agree_s;
+        te->rep.rebuild_s = te->ev.rebuild_s;
+        te->rep.transfer_s = now_s() - t0;
+        te->rep.source = src;
+        whale_degrees(ctx, &te->rep.tp, &te->rep.pp, &te->rep.dp);
+        te->pending = true;
+        te->redo_t0 = now_s();
         if ((rc = new_store(te, ctx, *job->e)))
             return rc;
         te_attach(te, whale_rank(ctx), whale_task_id(ctx));
@@ -562,17 +595,6 @@ void te_step_metrics(const struct train_elastic *te, double *snap_s, double *byt
 {
     *snap_s = te->elastic ? te->snap_s : 0;
     *bytes = te->elastic ? te->snap_bytes : 0;
-}
-
-static const char *detect_name(enum whale_detect d)
-{
-    switch (d) {
-    case WHALE_DETECT_CRASH: return "crash";
-    case WHALE_DETECT_NODE: return "node";
-    case WHALE_DETECT_LINK: return "link";
-    case WHALE_DETECT_HANG: return "hang";
-    }
-    return "?";
 }
 
 static void stop_message(struct train_elastic *te, struct train_job *job, int64_t step1,
@@ -723,6 +745,15 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.tp = *job->tp;
     te->rep.pp = *job->pp;
     te->rep.dp = *job->dp;
+    if (ev.kind == WHALE_RECOVERY_SHRUNK && job->ck && *job->ck) {
+        /* the checkpointer writes the new world's shards from now on */
+        whale_ckpt_close(*job->ck);
+        *job->ck = NULL;
+        job->ckc->rank = *job->rank;
+        job->ckc->world = *job->world;
+        if (whale_ckpt_open(job->ckc, job->ck))
+            whale_warn("elastic: checkpoints are off after the shrink (could not reopen)");
+    }
     if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK) {
         /* a new layout (or disk state): images of the old one are useless */
         if ((rc = new_store(te, ctx, *job->e)))

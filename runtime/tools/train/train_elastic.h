@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "whale/ckpt.h"
 #include "whale/comm.h"
 #include "whale/data.h"
 #include "whale/engine.h"
@@ -28,6 +29,8 @@ struct train_job {
     FILE **metrics;         /* rank 0's metrics file (NULL elsewhere) */
     const char *metrics_path;
     const char *ckpt_root;  /* for the in-step restore from disk (NULL: none) */
+    whale_ckpt **ck;        /* the checkpointer (reopened for a new world) */
+    whale_ckpt_config *ckc;
 };
 
 /* Right after whale_init: parses WHALE_FAULT and WHALE_REDUNDANCY_EVERY

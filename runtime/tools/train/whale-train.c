@@ -550,7 +550,8 @@ int main(int argc, char **argv)
     struct train_job job = { .e = &e, .ec = &ec, .data = &data, .dc = &dc, .in = &in, .tg = &tg,
                              .accum = &accum, .rank = &rank, .world = &world, .tp = &tp,
                              .pp = &pp, .dp = &dp, .dp_rank = &dp_rank, .metrics = &mf,
-                             .metrics_path = o.metrics, .ckpt_root = ckc.root };
+                             .metrics_path = o.metrics, .ckpt_root = ckc.root, .ck = &ck,
+                             .ckc = &ckc };
     if (te_start(te, ctx, &job))
         goto out;
     double peak = o.peak_gflops > 0 ? o.peak_gflops : whale_sgemm_peak_gflops(e);
