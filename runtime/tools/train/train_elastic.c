@@ -287,6 +287,8 @@ out:
 /* Point this rank's store at its holder (the logical rank r it now holds). */
 static void te_attach(struct train_elastic *te, int r, int me)
 {
+    if (!te->every) /* WHALE_REDUNDANCY_EVERY=0: local rollback images only */
+        return;
     if (!te->red || r < 0 || r >= te->world || te->holder_task[r] < 0 || !te->remotes)
         return;
     int h = te->holder_task[r];
@@ -542,7 +544,8 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
     }
     int rc = new_store(te, ctx, *job->e);
     if (!rc)
-        rc = te_exchange(te, ctx, whale_red_remote_slot_bytes(te->red), te->zero);
+        rc = te_exchange(te, ctx, te->every ? whale_red_remote_slot_bytes(te->red) : 0,
+                         te->zero);
     if (rc)
         return rc;
     te_attach(te, whale_rank(ctx), whale_task_id(ctx));

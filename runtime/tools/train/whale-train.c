@@ -91,7 +91,14 @@ static void usage(FILE *f)
 "a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
 "WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
 "Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
-"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n"
+"Elastic steps (hot spares: srun --whale-spares=N, whale-run --spares N; or\n"
+"WHALE_ELASTIC=1): a failed rank's place goes to a spare inside the step, state\n"
+"from an in-memory copy, every survivor rolls back to the last step completed\n"
+"everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K copies\n"
+"every K steps (1; 0: local rollback images only). Fault injection:\n"
+"WHALE_FAULT=\"kill|hang:rank=R:step=S[:phase=start|forward|backward|collective|\n"
+"optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
