@@ -141,12 +141,13 @@ recover_case() {
   shift 3
   # --keep-going: a killed task must not stop the others (srun: the plugin
   # sets the equivalent); whale-run's status is then the killed task's, so
-  # completion is read from the summary line rank 0 prints at the end
+  # completion is read from the summary line rank 0 (perhaps a promoted
+  # spare, "sN:") prints at the end
   run timeout 400 env WHALE_FAULT="$fault" "$RUN" "$@" --keep-going --timeout 380 "$TRAIN" \
     $(targs) --zero $z --metrics "$TMPD/$name.jsonl" --whale-ckpt-dir "$TMPD/ck-$name" \
     --whale-ckpt-every 3
   echo "$output" | tail -30
-  echo "$output" | grep -q "^0: {\"summary\":{\"steps\":"
+  echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":"
   echo "$output" | grep -q "recovery: rank"
   grep -q '"event":"recovery"' "$TMPD/$name.jsonl"
   run same_curve "$ref" "$TMPD/$name.jsonl" "${TOL:-1e-6}"
