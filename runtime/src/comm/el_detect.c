@@ -555,13 +555,13 @@ static int receive(whale_ctx *ctx)
 static void check_silence(whale_ctx *ctx, double now)
 {
     struct comm_elastic *el = ctx->el;
-    int me = ctx->boot.task;
     for (int t = 0; t < ctx->boot.ntasks; t++) {
         if (!reachable(ctx, t))
             continue;
         if (el->hb_seen[t] && now - el->last_heard[t] > ctx->peer_timeout) {
-            bool local = ctx->boot.node_of_task[t] == ctx->boot.node_of_task[me];
-            char s = local ? el_proc_state(ctx->procs[t].pid) : 0;
+            /* Where its process is visible (same node, or nodes sharing a
+             * pid namespace) a stopped process is a hang, not a link. */
+            char s = comm_proc_alive(&ctx->procs[t]) == 1 ? el_proc_state(ctx->procs[t].pid) : 0;
             int how = s == 'T' || s == 't' ? WHALE_DETECT_HANG : WHALE_DETECT_LINK;
             char why[96];
             snprintf(why, sizeof why, "no heartbeat for %.1f s%s", now - el->last_heard[t],

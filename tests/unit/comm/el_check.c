@@ -215,7 +215,7 @@ int main(int argc, char **argv)
         events++;
         print_event(ctx, &ev);
         check_event(ctx, &ev, vic, nv, old_world);
-        if (!strcmp(sc, "again") && events == 1) {
+        if (!strcmp(sc, "again") && ev.epoch == 1) {
             /* this task replaced the first victim: now it dies too */
             raise(SIGKILL);
         }
@@ -224,7 +224,17 @@ int main(int argc, char **argv)
      * survivors, who roll back to it: everyone runs the same collectives. */
     int s0 = events ? (int)ev.agreed_step + 1 : 0;
     for (int s = s0; s < steps; s++) {
-        if (s == 3 && is_victim(vic, nv, whale_rank(ctx)) && events == 0) {
+        if (s == 3 && events == 0) {
+            /* Line everybody up so that several victims fail together. */
+            int brc = whale_barrier(whale_world(ctx));
+            if (!is_victim(vic, nv, whale_rank(ctx))) {
+                if (brc) {
+                    rc = brc;
+                    goto failed;
+                }
+                goto run;
+            }
+            usleep(100000);
             bool first = whale_rank(ctx) == vic[0];
             if (!strcmp(sc, "kill") || (!strcmp(sc, "during") && first) ||
                 (!strcmp(sc, "again") && first))
@@ -232,9 +242,11 @@ int main(int argc, char **argv)
             if (!strcmp(sc, "stop") || minority)
                 raise(SIGSTOP);
         }
+    run:
         rc = step(ctx);
         if (!rc)
             continue;
+    failed:
         /* a failure: recover and redo this step */
         if (!strcmp(sc, "during") && is_victim(vic, nv, whale_rank(ctx)) && events == 0)
             raise(SIGKILL); /* dies while the others agree */
