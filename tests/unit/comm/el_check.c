@@ -17,6 +17,9 @@
  *            tasks: the rest must get WHALE_EMINORITY and stop;
  *   again    the first victim dies at step 3; after the recovery the rank
  *            it was replaced by dies too (a second event);
+ *   busy     the victims compute without calling into the library (their
+ *            heartbeats go on) until excluded for no progress
+ *            (WHALE_HANG_TIMEOUT, HANG), then get WHALE_EMINORITY;
  *   external steps of 0.2 s; failures come from outside (a cluster test
  *            kills a node or cuts its link); a cut-off task that gets
  *            WHALE_EMINORITY prints "stops as a minority" and exits 0.
@@ -256,6 +259,21 @@ int main(int argc, char **argv)
                 raise(SIGKILL);
             if (!strcmp(sc, "stop") || minority)
                 raise(SIGSTOP);
+            if (!strcmp(sc, "busy")) {
+                /* compute without progress (heartbeats go on): the others
+                 * must fail it for no progress (WHALE_HANG_TIMEOUT) and it
+                 * must learn that it was left out */
+                double t0 = now_s();
+                volatile double x = 0;
+                while (!whale_elastic_check(ctx) && now_s() - t0 < 60)
+                    for (int k = 0; k < 100000; k++)
+                        x += k;
+                rc = whale_elastic_recover(ctx, s - 1, &ev);
+                printf("el_check: task %d (busy) after %.1f s: recover gave %s: %s\n", g_task,
+                       now_s() - t0, whale_strerror(rc), rc == WHALE_EMINORITY ? "OK" : "FAILED");
+                fflush(stdout);
+                _exit(rc == WHALE_EMINORITY ? 0 : 1);
+            }
         }
     run:
         if (external)
