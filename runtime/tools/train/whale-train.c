@@ -648,12 +648,16 @@ int main(int argc, char **argv)
         if (mf) {
             json_t *j = json_pack("{sIsfsfsfsfsfsfsfsfsfsfsfsbsf}",
                                   "step", (json_int_t)(step + 1), "loss", st.loss,
-                                  "grad_norm", st.grad_norm, "lr", (double)st.lr,
+                                  /* JSON has no inf/NaN: a skipped step's is null */
+                                  "grad_norm", isfinite(st.grad_norm) ? st.grad_norm : 0.0,
+                                  "lr", (double)st.lr,
                                   "tokens_per_s", tps, "step_s", st.t_total,
                                   "compute_s", st.t_compute, "comm_s", st.t_comm,
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
                                   "loss_scale", (double)st.loss_scale, "skipped", st.skipped,
                                   "peak_rss_mb", peak_rss_mb());
+            if (!isfinite(st.grad_norm))
+                json_object_set_new(j, "grad_norm", json_null());
             if (t_ck > 0)
                 json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
             json_object_set_new(j, "pipe_wait_s", json_real(st.t_pipe_wait));
