@@ -5,7 +5,7 @@ and fp16 from the same seed and data, loss every 25 steps side by side, and
 the final loss (mean of the last 25 steps) of each 16-bit run against fp32.
 
   contrib/bench/precision-curves.py --build build [--steps 300] [--model gpt-small]
-      [--batch 16] [--seq 128] [--threads 2] [--tolerance 0.02]
+      [--batch 16] [--seq 128] [--threads 2] [--tolerance 0.02] [--parallel]
 
 Exits 1 when a 16-bit run's final loss is further than --tolerance
 (relative) from fp32's, or a run skipped more than a few steps.
@@ -19,14 +19,18 @@ import sys
 import tempfile
 
 
-def run(build, prec, a, corpus, tmp):
+def start(build, prec, a, corpus, tmp):
     exe = os.path.join(build, "runtime", "tools", "train", "whale-train")
     metrics = os.path.join(tmp, f"m-{prec}.jsonl")
-    subprocess.run([exe, "--model", a.model, "--data", corpus, "--steps", str(a.steps),
-                    "--batch", str(a.batch), "--seq", str(a.seq), "--lr", str(a.lr),
-                    "--threads", str(a.threads), "--precision", prec, "--no-progress",
-                    "--log-every", "1000000", "--metrics", metrics],
-                   check=True, capture_output=True, text=True)
+    return subprocess.Popen([exe, "--model", a.model, "--data", corpus, "--steps", str(a.steps),
+                             "--batch", str(a.batch), "--seq", str(a.seq), "--lr", str(a.lr),
+                             "--threads", str(a.threads), "--precision", prec, "--no-progress",
+                             "--log-every", "1000000", "--metrics", metrics],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def result(prec, tmp):
+    metrics = os.path.join(tmp, f"m-{prec}.jsonl")
     rows = [json.loads(l) for l in open(metrics) if l.startswith('{"step"')]
     summ = [json.loads(l) for l in open(metrics) if l.startswith('{"summary"')][0]["summary"]
     return rows, summ
@@ -44,6 +48,8 @@ def main():
     ap.add_argument("--every", type=int, default=25)
     ap.add_argument("--tolerance", type=float, default=0.02)
     ap.add_argument("--corpus", default="")
+    ap.add_argument("--parallel", action="store_true",
+                    help="run the three precisions at the same time (tokens/s then means little)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         corpus = a.corpus
@@ -52,7 +58,18 @@ def main():
             with open(corpus, "wb") as out:
                 for p in sorted(glob.glob("/usr/lib/python3*/*.py")):
                     out.write(open(p, "rb").read())
-        res = {p: run(a.build, p, a, corpus, tmp) for p in ("fp32", "bf16", "fp16")}
+        precs = ("fp32", "bf16", "fp16")
+        if a.parallel:  # the curves do not depend on timing: run the three at once
+            procs = {p: start(a.build, p, a, corpus, tmp) for p in precs}
+        else:
+            procs = {}
+            for p in precs:
+                procs[p] = start(a.build, p, a, corpus, tmp)
+                procs[p].wait()
+        for p, pr in procs.items():
+            if pr.wait():
+                sys.exit(f"whale-train --precision {p} failed ({pr.returncode})")
+        res = {p: result(p, tmp) for p in precs}
     print(f"{a.model}, batch {a.batch} x seq {a.seq}, lr {a.lr}, {a.steps} steps, corpus "
           f"{os.path.basename(corpus)} (Python stdlib sources)")
     print(f"{'step':>5} {'fp32':>8} {'bf16':>8} {'fp16':>8}   (loss; fp16 loss scale)")
