@@ -4,7 +4,8 @@
 # bf16 loss at every step of a 20-step run (3e-4 relative: fp32 partial sums
 # in another order can round a value the other way, see
 # tests/unit/parallel/test_engine3d_bf16.c); an fp16 overflow injected at
-# step 5 is skipped on every rank and the loss scale backs off; bad values
+# step 5 is skipped on every rank and the loss scale backs off; gradients
+# reduced in bf16 stay within the same bound; bad values
 # are refused before any task starts.
 
 load train_helpers
@@ -80,6 +81,10 @@ PY
 
 @test "TP=2 PP=2 DP=2 ZeRO 3 interleaved, bf16 from the plugin: single-rank bf16 loss" {
   srun_prec bf16-z3 ref-bf16.jsonl bf16 -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-zero=3 --whale-precision=bf16 -- --schedule interleaved --interleave 2
+}
+
+@test "bf16 DP=2 ZeRO 2 reducing gradients in bf16 (--grad-reduce 16): single-rank bf16 loss" {
+  srun_prec bf16-gr16 ref-bf16.jsonl bf16 -N2 -n2 --whale-dp=2 --whale-zero=2 --whale-precision=bf16 -- --grad-reduce 16
 }
 
 @test "fp16 DP=2 ZeRO 2 with an overflow at step 5: skipped on every rank, scale backs off" {

@@ -119,6 +119,8 @@ struct whale_engine_config {
     /* precision and loss scaling */
     enum whale_precision precision;
     bool loss_scaling;     /* dynamic loss scale (default on for fp16) */
+    bool grad_reduce_16;   /* bf16/fp16: reduce gradients over DP in the 16-bit dtype
+                              (the collective accumulates in fp32); default fp32 */
     float init_scale;
     int scale_growth_interval;
 

@@ -19,6 +19,7 @@ struct eng_bucket {
     float *gbuf;        /* ZeRO 2/3: full-size gradient scratch while in backward */
     void *greq;         /* gradient reduction in flight */
     float *rs_tmp;      /* ZeRO 2/3 accumulation target for micro-batches > 0 */
+    uint16_t *g16;      /* 16-bit gradient reduction: the bucket's send/receive buffer (n) */
     float *wbuf;        /* ZeRO 3 or 16-bit params: the bucket's fp32 compute weights */
     uint16_t *wbuf16;   /* ZeRO 3 with 16-bit params: the gathered 16-bit weights */
     void *wreq;

@@ -186,6 +186,13 @@ static int g_acquire(whale_engine *e, int b)
     return 0;
 }
 
+/* 16-bit gradient reduction for this engine? (DP backends that offer it) */
+static bool g_reduce_16(const whale_engine *e)
+{
+    return eng_lp(e) && e->cfg.grad_reduce_16 && e->dp.size > 1 && e->dp.iallreduce16 &&
+           e->dp.ireduce_scatter16;
+}
+
 /* Bucket b has all gradients of this micro-batch: reduce it. */
 static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 {
@@ -197,7 +204,15 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         /* full gradients stay local until the last micro-batch (no_sync) */
         if (!last_micro || e->dp.size == 1)
             return 0;
-        rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+        if (g_reduce_16(e)) {
+            /* round the fp32 sum to 16 bits, reduce, widen back in g_finish */
+            if (!(bk->g16 = (uint16_t *)scratch_alloc(e, bk->n / 2, false)))
+                return WHALE_ENOMEM;
+            eng_lp_store(e, bk->g16, e->G + bk->flat, bk->n);
+            rc = e->dp.iallreduce16(&e->dp, bk->g16, bk->n, e->lp, &bk->greq);
+        } else {
+            rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+        }
         if (!rc)
             comm_started(e);
         return rc;
@@ -211,6 +226,18 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         scratch_free(e, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
+    }
+    if (g_reduce_16(e)) {
+        /* send: the whole bucket in 16 bits; receive: my block, after it */
+        if (!(bk->g16 = (uint16_t *)scratch_alloc(e, (bk->n + sb) / 2, false)))
+            return WHALE_ENOMEM;
+        eng_lp_store(e, bk->g16, bk->gbuf, bk->n);
+        if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
+            return WHALE_ENOMEM;
+        rc = e->dp.ireduce_scatter16(&e->dp, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
+        if (!rc)
+            comm_started(e);
+        return rc;
     }
     if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
         return WHALE_ENOMEM;
@@ -226,6 +253,18 @@ static int g_finish(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     int rc = req_wait(e, &bk->greq);
     const size_t sb = bk->n / e->dp.size;
+    if (bk->g16) {
+        if (e->cfg.zero_stage < 2) {
+            eng_lp_load(e, e->G + bk->flat, bk->g16, bk->n);
+            float *f = (float *)bk->g16;
+            scratch_free(e, &f, bk->n / 2);
+        } else {
+            eng_lp_load(e, bk->rs_tmp ? bk->rs_tmp : e->Gsh + bk->shard_off, bk->g16 + bk->n, sb);
+            float *f = (float *)bk->g16;
+            scratch_free(e, &f, (bk->n + sb) / 2);
+        }
+        bk->g16 = NULL;
+    }
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
         scratch_free(e, &bk->rs_tmp, sb);

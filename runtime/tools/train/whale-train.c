@@ -38,6 +38,7 @@ struct opts {
     const char *schedule, *recompute, *precision;
     long interleave;
     long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
+    int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;
 };
 
@@ -77,6 +78,8 @@ static void usage(FILE *f)
 "                       moments, accumulation, LayerNorm/softmax/loss/norm\n"
 "  --loss-scale         dynamic loss scaling (default on with fp16, off otherwise)\n"
 "  --no-loss-scale      no loss scaling, even with fp16\n"
+"  --grad-reduce fp32|16  bf16/fp16: reduce gradients over DP in fp32 (default) or in\n"
+"                       the 16-bit dtype (half the bytes; the sum accumulates in fp32)\n"
 "  --inject-overflow N  testing: put an inf into one gradient of step N (the step is\n"
 "                       skipped and, with loss scaling, the scale backs off)\n"
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
@@ -206,7 +209,7 @@ int main(int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT };
+           O_PREC, O_NOLS, O_INJECT, O_GRED };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -231,6 +234,7 @@ int main(int argc, char **argv)
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
+        { "grad-reduce", required_argument, 0, O_GRED },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -265,6 +269,14 @@ int main(int argc, char **argv)
             o.precision = optarg;
             break;
         }
+        case O_GRED:
+            if (!strcmp(optarg, "16") || !strcmp(optarg, "fp32")) {
+                o.grad_reduce_16 = !strcmp(optarg, "16");
+            } else {
+                fprintf(stderr, "whale-train: --grad-reduce=%s: expected fp32 or 16\n", optarg);
+                bad = 1;
+            }
+            break;
         case O_INJECT: bad |= parse_long("--inject-overflow", optarg, 1, 1L << 40, &o.inject_overflow); break;
         case O_THREADS: bad |= parse_long("--threads", optarg, 1, 4096, &o.threads); break;
         case O_METRICS: o.metrics = optarg; break;
@@ -456,6 +468,7 @@ int main(int argc, char **argv)
     if (o.precision)
         whale_precision_parse(o.precision, &ec.precision);
     ec.loss_scaling = o.loss_scale >= 0 ? o.loss_scale : ec.precision == WHALE_PREC_FP16;
+    ec.grad_reduce_16 = o.grad_reduce_16;
     ec.threads = (int)o.threads;
     /* tensor / pipeline parallelism and recomputation: flags > plan */
     ec.tp = tp;
