@@ -168,8 +168,9 @@ static int assign_recompute(whale_engine *e)
         double fwd, bwd;
         l->ops->flops(l, &fwd, &bwd);
         double att_flops = 2.0 * 2.0 * d->B * d->NH * (double)d->T * d->T * d->hd / 2.0;
-        mem[k * 3 + 0] = st * 4.0 * (double)layer_floats(l, ENG_RC_NONE);
-        mem[k * 3 + 1] = st * 4.0 * (double)layer_floats(l, ENG_RC_SELECTIVE);
+        const double eb = eng_lp(e) ? 2.0 : 4.0; /* bytes per kept activation element */
+        mem[k * 3 + 0] = st * eb * (double)layer_floats(l, ENG_RC_NONE);
+        mem[k * 3 + 1] = st * eb * (double)layer_floats(l, ENG_RC_SELECTIVE);
         mem[k * 3 + 2] = 0; /* only the layer input, which the chunk keeps anyway */
         tim[k * 3 + 0] = 0;
         tim[k * 3 + 1] = att_flops / 2.0; /* the probabilities: QK^T and softmax */
