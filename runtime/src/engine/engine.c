@@ -452,6 +452,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->shadow = -1;
     e->lp = c->precision == WHALE_PREC_BF16 ? WHALE_BFLOAT16
           : c->precision == WHALE_PREC_FP16 ? WHALE_FLOAT16 : WHALE_FLOAT32;
+    e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16 : WHALE_FLOAT32;
     const struct whale_model_desc *m = &c->model;
     const int tp = g->tp.size;
     /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last

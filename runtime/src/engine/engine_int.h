@@ -84,6 +84,8 @@ struct whale_engine {
      * activations kept for backward and the gradient stream between layers;
      * WHALE_FLOAT32 when training in fp32 */
     enum whale_dtype lp;
+    enum whale_dtype mm;     /* GEMM arithmetic: WHALE_BFLOAT16 with bf16 params on a CPU
+                                with AVX512_BF16 (kernels_lp.c), else WHALE_FLOAT32 */
     uint16_t *W16;           /* ZeRO 0-2: 16-bit params (P) */
     uint16_t *W16sh;         /* ZeRO 3: 16-bit param shard (S) */
     float *sv32;             /* one layer's saved area in fp32 while it runs */

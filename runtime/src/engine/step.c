@@ -318,6 +318,7 @@ static void io_init(whale_engine *e, struct eng_io *io, int c, struct eng_slot *
     io->need_dinput = l->index > 0;
     io->tp_group = e->d.tp > 1 ? &e->grp.tp : NULL;
     io->att_tmp = e->att_tmp;
+    io->mm = e->mm;
 }
 
 static bool is_head(const struct eng_layer *l)

@@ -47,8 +47,8 @@ static void usage(FILE *f)
     fprintf(f,
 "Usage: whale-train --model NAME|FILE --data FILE[,FILE...] [options]\n"
 "Train a GPT model on CPU (fp32, or bf16/fp16 mixed precision) with tensor, pipeline\n"
-"and data parallelism and ZeRO over the ranks\n"
-"started by srun --whale-* or whale-run (a plain start is one rank).\n"
+"and data parallelism and ZeRO over the ranks started by srun --whale-* or whale-run\n"
+"(a plain start is one rank).\n"
 "\n"
 "  --model NAME|FILE    preset (config/models/NAME.conf) or .conf file\n"
 "  --data FILES         llm.c token shards (.bin) or raw byte files, comma-separated\n"

@@ -56,7 +56,7 @@ static void batch(int step, int32_t *in, int32_t *tg)
     int32_t tok[B * (T + 1)];
     for (int i = 0; i < B * (T + 1); i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        tok[i] = i % 3 ? (int32_t)(x % V) : (tok[i > 0 ? i - 1 : 0] * 5 + 1) % V;
+        tok[i] = i % 3 || i == 0 ? (int32_t)(x % V) : (tok[i - 1] * 5 + 1) % V;
     }
     for (int b = 0; b < B; b++) {
         memcpy(in + b * T, tok + b * (T + 1), T * sizeof(int32_t));
