@@ -63,6 +63,7 @@ struct train_elastic {
     whale_red *red;
     int64_t last_done;       /* last completed step */
     double snap_s, snap_bytes;
+    struct whale_red_stats prev; /* the store's counters at the last snapshot */
     bool warned_target;
 
     /* a recovery whose redo is still running */
@@ -557,6 +558,7 @@ static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
     whale_red_destroy(te->red);
     te->red = NULL;
     struct whale_red_config rc = { .dp = dp, .zero = te->zero, .every = te->every ? te->every : 1 };
+    memset(&te->prev, 0, sizeof te->prev);
     return whale_red_create(e, &rc, &te->red);
 }
 
@@ -606,7 +608,9 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
         te_attach(te, whale_rank(ctx), whale_task_id(ctx));
         whale_info("elastic: took rank %d's place at step %lld (state from %s, %.2f s)",
                    whale_rank(ctx), (long long)R, src, now_s() - t0);
-        return whale_red_snapshot(te->red, *job->e);
+        rc = whale_red_snapshot(te->red, *job->e);
+        whale_red_get_stats(te->red, &te->prev);
+        return rc;
     }
     int rc = new_store(te, ctx, *job->e);
     if (!rc)
@@ -618,7 +622,9 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
     struct whale_train_state ts;
     whale_engine_get_state(*job->e, &ts);
     te->last_done = ts.step;
-    return whale_red_snapshot(te->red, *job->e);
+    rc = whale_red_snapshot(te->red, *job->e);
+    whale_red_get_stats(te->red, &te->prev);
+    return rc;
 }
 
 void te_step_begin(struct train_elastic *te, int64_t step1)
@@ -648,10 +654,12 @@ int te_step_done(struct train_elastic *te, whale_engine *e)
     te->last_done = ts.step;
     if (!te->elastic || !te->red)
         return 0;
-    struct whale_red_stats a, b;
-    whale_red_get_stats(te->red, &a);
+    struct whale_red_stats a = te->prev, b;
     int rc = whale_red_snapshot(te->red, e);
     whale_red_get_stats(te->red, &b);
+    te->prev = b;
+    /* since the last snapshot: this one + waiting for the previous refresh
+     * at the start of the step */
     te->snap_s = (b.t_serialize - a.t_serialize) + (b.t_wait - a.t_wait);
     te->snap_bytes = b.refreshes > a.refreshes ? (double)b.remote_bytes : 0;
     if (rc == WHALE_EPEER || rc == WHALE_ETIMEDOUT) {
@@ -858,6 +866,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         te_attach(te, *job->rank, whale_task_id(ctx));
     }
     whale_red_snapshot(te->red, *job->e);
+    whale_red_get_stats(te->red, &te->prev);
     te->last_done = R;
     te->pending = true;
     te->redo_t0 = now_s();
