@@ -44,7 +44,6 @@ enum whale_mlp_kind { WHALE_MLP_GELU = 0, WHALE_MLP_SWIGLU, WHALE_MLP_GEGLU };
 enum whale_norm_kind { WHALE_NORM_LAYERNORM = 0, WHALE_NORM_RMSNORM };
 enum whale_pos_kind { WHALE_POS_LEARNED = 0, WHALE_POS_ROTARY, WHALE_POS_ALIBI };
 enum whale_attn_kind { WHALE_ATTN_PLAIN = 0, WHALE_ATTN_FLASH };
-#define WHALE_MODEL_PRECISION_AUTO (-1)
 
 struct whale_model_desc {
     char name[64];
@@ -60,9 +59,10 @@ struct whale_model_desc {
     enum whale_mlp_kind mlp;
     enum whale_norm_kind norm;
     enum whale_pos_kind position;
-    bool bias;         /* linear layers carry biases */
+    bool no_bias;      /* linear layers without biases (Bias=no); a zeroed struct is GPT-2's */
     enum whale_attn_kind attention;
-    int precision;     /* enum whale_precision (whale/planfile.h) or WHALE_MODEL_PRECISION_AUTO */
+    bool precision_set;/* Precision= given (else auto: the plan's default) */
+    int precision;     /* enum whale_precision (whale/planfile.h) when precision_set */
     char source[256];  /* file it was loaded from (messages) */
 };
 

@@ -56,7 +56,12 @@ static int md_arch_key(const struct whale_kv_line *l, const struct whale_kv *kv,
                        struct whale_model_desc *m)
 {
     if (!strcasecmp(kv->key, "Bias"))
-        return whale_kv_to_bool(l, kv, &m->bias);
+    {
+        bool bias;
+        int rc = whale_kv_to_bool(l, kv, &bias);
+        m->no_bias = !bias;
+        return rc;
+    }
     for (size_t i = 0; i < sizeof md_enums / sizeof md_enums[0]; i++) {
         const struct md_enum *e = &md_enums[i];
         if (strcasecmp(kv->key, e->key))
@@ -68,7 +73,10 @@ static int md_arch_key(const struct whale_kv_line *l, const struct whale_kv *kv,
             else if (e->names == norm_names) m->norm = (enum whale_norm_kind)k;
             else if (e->names == pos_names) m->position = (enum whale_pos_kind)k;
             else if (e->names == attn_names) m->attention = (enum whale_attn_kind)k;
-            else m->precision = k == 3 ? WHALE_MODEL_PRECISION_AUTO : k; /* enum whale_precision order */
+            else {   /* enum whale_precision order; auto = not set */
+                m->precision_set = k != 3;
+                m->precision = k == 3 ? 0 : k;
+            }
             return 0;
         }
         char list[96] = "";
@@ -179,9 +187,7 @@ static void md_defaults(struct whale_model_desc *m, const char *origin)
     m->mlp = WHALE_MLP_GELU;
     m->norm = WHALE_NORM_LAYERNORM;
     m->position = WHALE_POS_LEARNED;
-    m->bias = true;
     m->attention = WHALE_ATTN_PLAIN;
-    m->precision = WHALE_MODEL_PRECISION_AUTO;
     snprintf(m->source, sizeof m->source, "%s", origin ? origin : "model");
 }
 
@@ -194,7 +200,7 @@ int whale_model_desc_gpt2_check(const struct whale_model_desc *m, char *why, siz
         key = "Norm", val = whale_norm_name(m->norm), want = "layernorm";
     else if (m->position != WHALE_POS_LEARNED)
         key = "Position", val = whale_pos_name(m->position), want = "learned";
-    else if (!m->bias)
+    else if (m->no_bias)
         key = "Bias", val = "no", want = "yes";
     if (!key)
         return 0;
@@ -267,7 +273,7 @@ int64_t whale_model_desc_block_params(const struct whale_model_desc *m)
 {
     int64_t h = m->hidden, f = m->ffn;
     int64_t kv = (int64_t)m->kv_heads * (h / m->heads);
-    int64_t bias = m->bias ? 1 : 0;
+    int64_t bias = m->no_bias ? 0 : 1;
     int64_t norm = m->norm == WHALE_NORM_RMSNORM ? h : 2 * h;
     /* attention: qkv h x (h + 2 kv), proj h x h (+ biases) */
     int64_t attn = h * (h + 2 * kv) + h * h + bias * (h + 2 * kv + h);

@@ -14,7 +14,7 @@ void plan_ctx_set_precision(struct plan_ctx *x, int prec)
     bool cpu = true;
     for (int i = 0; i < c->ngroups; i++)
         cpu = cpu && !strcmp(c->group[i].gpu.name, "cpu");
-    if (prec < 0)
+    if (prec < 0 && x->m->precision_set)
         prec = x->m->precision;
     if (prec < 0)
         prec = cpu ? WHALE_PREC_FP32 : WHALE_PREC_BF16;
@@ -256,5 +256,5 @@ int whale_plan_block_tensors(const struct whale_model_desc *m)
 {
     int weights = 4 + (m->mlp == WHALE_MLP_GELU ? 0 : 1);    /* qkv, proj, fc1 (+gate), fc2 */
     int norms = 2 * (m->norm == WHALE_NORM_RMSNORM ? 1 : 2);  /* scale (+ shift) each */
-    return weights * (m->bias ? 2 : 1) + norms;
+    return weights * (m->no_bias ? 1 : 2) + norms;
 }

@@ -43,9 +43,9 @@ static void test_modeldesc_keys(void **state)
     assert_int_equal(m.mlp, WHALE_MLP_GELU);
     assert_int_equal(m.norm, WHALE_NORM_LAYERNORM);
     assert_int_equal(m.position, WHALE_POS_LEARNED);
-    assert_true(m.bias && m.tied_embeddings);
+    assert_true(!m.no_bias && m.tied_embeddings);
     assert_int_equal(m.attention, WHALE_ATTN_PLAIN);
-    assert_int_equal(m.precision, WHALE_MODEL_PRECISION_AUTO);
+    assert_false(m.precision_set);
     assert_int_equal(m.kv_heads, 4);
     assert_int_equal(m.ffn, 256);
     char why[512];
@@ -58,9 +58,15 @@ static void test_modeldesc_keys(void **state)
     assert_int_equal(m.mlp, WHALE_MLP_SWIGLU);
     assert_int_equal(m.norm, WHALE_NORM_RMSNORM);
     assert_int_equal(m.position, WHALE_POS_ROTARY);
-    assert_false(m.bias);
+    assert_true(m.no_bias);
     assert_int_equal(m.attention, WHALE_ATTN_FLASH);
+    assert_true(m.precision_set);
     assert_int_equal(m.precision, WHALE_PREC_BF16);
+    /* a zeroed description (the engine tests build them) is a GPT-2 block */
+    struct whale_model_desc z = { .name = "z", .layers = 1, .hidden = 64, .heads = 4, .kv_heads = 4,
+                                  .ffn = 256, .seq = 8, .vocab = 10 };
+    assert_int_equal(whale_model_desc_gpt2_check(&z, why, sizeof why), 0);
+    assert_int_equal(whale_model_desc_block_params(&z), 12 * 64 * 64 + 13 * 64);
     /* block: q 64x64, kv 64x32, o 64x64, gate+up+down 3x64x160, two rmsnorm scales */
     assert_int_equal(whale_model_desc_block_params(&m), 64 * 64 + 64 * 32 + 64 * 64 + 3 * 64 * 160 + 2 * 64);
     /* embeddings untied, no position table, final rmsnorm */
@@ -278,6 +284,7 @@ static void test_precision_time(void **state)
     struct whale_plan_prediction p16, p32;
     assert_int_equal(whale_plan_eval(&m, 512, &c, &a, &p16), 0);
     m.precision = WHALE_PREC_FP32;
+    m.precision_set = true;
     assert_int_equal(whale_plan_eval(&m, 512, &c, &b, &p32), 0);
     assert_int_equal(b.precision, WHALE_PREC_FP32);
     printf("gpt-1.7b on A100: bf16 %.3f s, fp32 %.3f s per step\n", p16.t_step, p32.t_step);
