@@ -57,9 +57,10 @@ static int md_arch_key(const struct whale_kv_line *l, const struct whale_kv *kv,
 {
     if (!strcasecmp(kv->key, "Bias"))
     {
-        bool bias;
+        bool bias = true;
         int rc = whale_kv_to_bool(l, kv, &bias);
-        m->no_bias = !bias;
+        if (rc == 0)
+            m->no_bias = !bias;
         return rc;
     }
     for (size_t i = 0; i < sizeof md_enums / sizeof md_enums[0]; i++) {
