@@ -98,9 +98,10 @@ struct whale_eff_model {
     double overlap_cost;   /* compute slowdown per second of hidden communication */
     double zero3_overlap;  /* fraction of the compute time that can hide ZeRO-3 gathers
                               (bandwidth part; each collective's latency stays exposed) */
-    double zero3_msgs;     /* collectives per layer per ZeRO-3 pass: 1 = one flat buffer per
-                              layer (Whale, PyTorch FSDP); per-tensor gathers (DeepSpeed
-                              stage 3) = the block's tensor count, whale_plan_block_tensors() */
+    double zero3_msgs;     /* collectives per layer per ZeRO-3 pass; 0 (default) = one per
+                              parameter tensor of the block (whale_plan_block_tensors(), what
+                              the published DeepSpeed/FSDP runs behave like); 1 = one flat
+                              buffer per layer */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
 };

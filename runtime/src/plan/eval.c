@@ -317,7 +317,8 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
          * model parallelism falls 3x from 384 to 1536 GPUs at one global
          * batch (Narayanan et al., SC'21, table 2). */
         double nl = Ls > 0 ? Ls : 1;
-        double msgs = x->c->eff.zero3_msgs >= 1 ? x->c->eff.zero3_msgs : 1;
+        double msgs = x->c->eff.zero3_msgs >= 1 ? x->c->eff.zero3_msgs
+                                                 : whale_plan_block_tensors(x->m);
         double lat = 3.0 * nl * msgs * (cfg->dp - 1) * al;
         double bwt = 3.0 * (cfg->dp - 1) / cfg->dp * w / bw;
         *total = m * (bwt + lat);

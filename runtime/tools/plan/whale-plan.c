@@ -220,10 +220,12 @@ static void print_model_constants(const struct whale_cluster *c)
            "  (causal half, backward 2.5x forward); plain attention as GEMMs + softmax traffic\n"
            "  memory-bound kernels at %.3g x HBM bandwidth; %.3g us overhead per layer pass\n"
            "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g, ZeRO-3 gathers hidden behind\n"
-           "  up to %.3g of compute, %.3g collective(s) per layer (hidden traffic costs %.3g)\n"
+           "  up to %.3g of compute, %s per layer and pass (hidden traffic costs %.3g)\n"
            "  host Adam %.3g params/s; runtime overhead %.2f GiB; fragmentation %.0f%%\n",
            e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff, e->dp_overlap, e->zero3_overlap,
-           e->zero3_msgs > 0 ? e->zero3_msgs : 1, e->overlap_cost, e->host_adam_rate,
+           e->zero3_msgs >= 1 ? (e->zero3_msgs < 2 ? "one collective" : "several collectives")
+                              : "one collective per parameter tensor",
+           e->overlap_cost, e->host_adam_rate,
            c->overhead_bytes / 1073741824.0, 100 * c->frag);
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_plan_link_name(k),

@@ -306,8 +306,7 @@ static void test_zero3_latency(void **state)
     for (int i = 0; i < 3; i++) {
         struct whale_cluster c;
         assert_int_equal(whale_cluster_init(&c, gpus[i] / 8, 8, "A100-80GB"), 0);
-        c.eff.zero3_msgs = whale_plan_block_tensors(&m);
-        c.eff.zero3_overlap = 0;
+        /* the defaults: per-tensor gathers, not hidden */
         struct whale_plan_config cfg = cfg_of(1, 1, gpus[i], 1536 / gpus[i], 3, WHALE_RECOMPUTE_FULL);
         struct whale_plan_prediction p;
         assert_int_equal(whale_plan_eval(&m, 1536, &c, &cfg, &p), 0);

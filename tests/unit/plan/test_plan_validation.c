@@ -93,11 +93,10 @@ static void run_row(struct vrow *r)
                                         r->gpus < r->gpn ? r->gpus : r->gpn, r->gpu), 0);
     if (strcmp(r->nic, "-"))
         c.group[0].gpu.nic_bw = atof(r->nic) * 1e9;
-    if (!strcmp(r->z3, "tensor")) {
-        /* DeepSpeed stage 3 as Megatron-LM SC'21 ran it: one gather per
-         * parameter tensor, fetched when the layer needs it (no prefetch) */
-        c.eff.zero3_msgs = whale_plan_block_tensors(&m);
-        c.eff.zero3_overlap = 0;
+    if (!strcmp(r->z3, "flat")) {
+        /* a runtime known to gather one flat buffer per layer ahead of use */
+        c.eff.zero3_msgs = 1;
+        c.eff.zero3_overlap = 0.8;
     }
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
