@@ -98,6 +98,9 @@ static void test_presets(void **state)
         { "llama2-70b", 68976648192 },
         { "llama3-8b", 8030261248 },
         { "llama3-70b", 70553706496 },
+        { "llama2-13b", 13015864320 },
+        { "llama3-405b", 405853388800 },
+        { "gpt-neox-20b", 20554567680 },   /* rotary, untied */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         struct whale_model_desc m;
