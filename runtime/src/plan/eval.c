@@ -309,13 +309,15 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
          * for backward (a fully recomputed layer re-runs its forward inside
          * its backward, on the same gathered copy) and reduce-scatters its
          * gradients: 2 all-gathers + 1 reduce-scatter of the stage's weights.
-         * Prefetching hides the bandwidth part behind at most zero3_overlap
-         * of the compute. The ring latency of each collective, (dp-1)
+         * Prefetching may hide the bandwidth part behind at most
+         * zero3_overlap of the compute (default 0: the published runs do not
+         * show it, cluster.c). The ring latency of each collective, (dp-1)
          * alpha, is on the critical path: the next layer cannot start before
          * its weights are complete. It grows with DP and with the number of
-         * collectives per layer (zero3_msgs), which is why ZeRO-3 without
-         * model parallelism falls 3x from 384 to 1536 GPUs at one global
-         * batch (Narayanan et al., SC'21, table 2). */
+         * collectives per layer (zero3_msgs, default one per parameter
+         * tensor), which is why ZeRO-3 without model parallelism falls 3x
+         * from 384 to 1536 GPUs at one global batch (Narayanan et al.,
+         * SC'21, table 2). */
         double nl = Ls > 0 ? Ls : 1;
         double msgs = x->c->eff.zero3_msgs >= 1 ? x->c->eff.zero3_msgs
                                                  : whale_plan_block_tensors(x->m);
