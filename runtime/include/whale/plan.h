@@ -98,6 +98,8 @@ struct whale_eff_model {
     double overlap_cost;   /* compute slowdown per second of hidden communication */
     double zero3_overlap;  /* fraction of the compute time that can hide ZeRO-3 gathers
                               (bandwidth part; each collective's latency stays exposed) */
+    double offload_overlap;/* fraction of the compute time that can hide host -> device parameter
+                              fetches (offload=params); was zero3_overlap's 0.3 before v2 */
     double zero3_msgs;     /* collectives per layer per ZeRO-3 pass; 0 (default) = one per
                               parameter tensor of the block (whale_plan_block_tensors(), what
                               the published DeepSpeed/FSDP runs behave like); 1 = one flat

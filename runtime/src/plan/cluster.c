@@ -37,6 +37,8 @@ void plan_eff_defaults(struct whale_eff_model *e)
      * per layer) can say so. */
     e->zero3_overlap = 0;
     e->zero3_msgs = 0;         /* 0 = one collective per parameter tensor of the block */
+    e->offload_overlap = 0.3;  /* offload=params: host fetches hidden behind 30 % of compute
+                                  (the wave-1 value, kept apart from ZeRO-3's) */
     e->host_adam_rate = 1e9;   /* params/s of a multi-threaded host Adam (per GPU share) */
     e->kernel_overhead = 30e-6;/* launch + sync per layer pass not hidden by async launch */
 }
@@ -143,7 +145,7 @@ int whale_cluster_validate(const struct whale_cluster *c)
     const struct whale_eff_model *e = &c->eff;
     if (!(e->gemm_eff >= 0 && e->gemm_eff <= 1) || e->zero3_msgs < 0 || !(e->mem_eff > 0 && e->mem_eff <= 1) ||
         !(e->coll_eff > 0 && e->coll_eff <= 1) || e->dp_overlap < 0 || e->dp_overlap > 1 ||
-        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0)) {
+        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0)) {
         whale_error("cluster: efficiency constants out of range (efficiencies in (0,1], GEMM "
                     "efficiency 0 = the device's)");
         return WHALE_EINVAL;

@@ -349,7 +349,7 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
     if (cfg->offload == WHALE_OFFLOAD_PARAMS) {
         /* the weight shard streams in for forward and backward of every micro-batch */
         double fetch = m * 2.0 * WBYTES * P / cfg->dp / x->pcie_bw;
-        *offload += fmax(0, fetch - e->zero3_overlap * m * (so->t_comp + so->t_rc));
+        *offload += fmax(0, fetch - e->offload_overlap * m * (so->t_comp + so->t_rc));
     }
     return t;
 }
