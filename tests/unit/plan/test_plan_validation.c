@@ -187,6 +187,25 @@ static void test_validation(void **state)
                 right += named;
             }
         }
+    /* by device type: a generation-wide bias shows here, not row by row */
+    for (int i = 0; i < n; i++) {
+        bool first = true;
+        for (int j = 0; j < i; j++)
+            first = first && strcmp(rows[j].gpu, rows[i].gpu);
+        if (!first)
+            continue;
+        double sum = 0, sabs = 0;
+        int k = 0;
+        for (int j = 0; j < n; j++)
+            if (!strcmp(rows[j].gpu, rows[i].gpu) && rows[j].ok) {
+                sum += rows[j].err;
+                sabs += fabs(rows[j].err);
+                k++;
+            }
+        if (k)
+            printf("%-10s %2d rows: mean error %+.1f%%, mean |error| %.1f%%\n", rows[i].gpu, k,
+                   100 * sum / k, 100 * sabs / k);
+    }
     printf("rows %d, fitting %d, median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
            n, fits, 100 * median, within, 100.0 * within / n, right, pairs);
     assert_int_equal(fits, n);
