@@ -9,13 +9,15 @@
 #   - recovery: a rank killed (WHALE_FAULT) in a run with a spare: detect,
 #     agree, transfer, rebuild, redo seconds and steps lost, from the
 #     recovery record                                target: <= 10 s, <= 1 step
-# usage: contrib/bench/elastic-recovery.sh [-b BUILD_DIR] [-s STEPS] [-r RUNS] [-m MODELS]
+# usage: contrib/bench/elastic-recovery.sh [-b BUILD_DIR] [-s STEPS] [-r RUNS] [-m MODELS] [-R]
+#   -R: the recovery measurement only
 set -euo pipefail
-build=build steps=8 runs=2 models="gpt-small gpt2-124m"
-while getopts "b:s:r:m:h" o; do
+build=build steps=8 runs=2 models="gpt-small gpt2-124m" only_recovery=0
+while getopts "b:s:r:m:Rh" o; do
     case $o in
     b) build=$OPTARG ;; s) steps=$OPTARG ;; r) runs=$OPTARG ;; m) models=$OPTARG ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    R) only_recovery=1 ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
     esac
 done
 train=$build/runtime/tools/train/whale-train
@@ -47,6 +49,7 @@ PY
 }
 
 echo "# whale elastic benchmark: $steps steps per run, $runs interleaved runs, $(nproc) cores"
+[ $only_recovery = 1 ] && models=""
 printf "%-10s %-14s %10s %10s %12s %9s %12s\n" model copies step_s copy_s bytes/refresh copy/step "vs no-copy"
 for m in $models; do
     for mode in buddy spare; do
@@ -86,7 +89,8 @@ echo "# vs no-copy: step time against the same layout without copies (noisy on a
 echo
 echo "# recovery: kill -9 of rank 1 in step 5 (phase collective), DP = 2 ZeRO 1 + 1 spare, gpt-small"
 set +e
-WHALE_FAULT=kill:rank=1:step=5:phase=collective "$wrun" -n 3 --nodes 3 --spares 1 --timeout 600 \
+WHALE_FAULT=kill:rank=1:step=5:phase=collective "$wrun" -n 3 --nodes 3 --spares 1 --keep-going \
+    --timeout 600 \
     "$train" $(shape gpt-small) --steps "$steps" --threads 1 --zero 1 --no-progress \
     --data "$tmp/corpus.txt" --metrics "$tmp/rec.jsonl" > "$tmp/rec.log" 2>&1
 rc=$?

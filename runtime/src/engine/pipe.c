@@ -360,13 +360,37 @@ int eng_pipe_init(whale_engine *e)
     return 0;
 }
 
+/* Slot buffers of engines destroyed after a failed step (an elastic run
+ * rebuilds its engine and goes on): kept allocated and reachable until the
+ * process ends. */
+static void **orphans;
+static size_t n_orphans;
+
+static void keep_orphan(void *p)
+{
+    void **o = p ? realloc(orphans, (n_orphans + 1) * sizeof *o) : NULL;
+    if (o) {
+        orphans = o;
+        orphans[n_orphans++] = p;
+    }
+}
+
 void eng_pipe_free(whale_engine *e)
 {
     /* After a failed step, receives may still be posted into the slots:
      * the comm layer could write into them until it shuts down, so they
-     * are left allocated (the run is over anyway). */
-    for (int i = 0; i < e->nslots && !e->pipe_abandoned; i++)
-        slot_free(&e->slots[i]);
+     * stay allocated. */
+    for (int i = 0; i < e->nslots; i++) {
+        struct eng_slot *sl = &e->slots[i];
+        if (!e->pipe_abandoned) {
+            slot_free(sl);
+            continue;
+        }
+        keep_orphan(sl->bnd);
+        keep_orphan(sl->saved);
+        keep_orphan(sl->saved16);
+        keep_orphan(sl->dgrad);
+    }
     free(e->slots);
     e->slots = NULL;
     e->nslots = 0;
