@@ -537,6 +537,13 @@ void whale_engine_destroy(whale_engine *e)
     if (!e)
         return;
     for (int b = 0; b < e->nb; b++) {
+        /* a step that failed may leave collectives in flight into these
+         * buffers: they complete (with the failure) before the buffers go
+         * (an elastic run destroys the engine and goes on) */
+        if (e->buckets[b].greq)
+            e->dp.wait(&e->dp, e->buckets[b].greq);
+        if (e->buckets[b].wreq)
+            e->dp.wait(&e->dp, e->buckets[b].wreq);
         free(e->buckets[b].gbuf);
         free(e->buckets[b].wbuf);
         free(e->buckets[b].wbuf16);
