@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "pmix_host.h"
+#include "run_limits.h"
 #include "task_env.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -255,6 +256,11 @@ int main(int argc, char **argv)
         return 2;
     }
     whale_log_init_from_env();
+    char why[512];
+    if (run_check_limits(lo.ntasks, why, sizeof why)) {
+        fprintf(stderr, "whale-run: %s\n", why);
+        return 1;
+    }
     struct run_layout *lay = NULL;
     if (run_layout_new(&lo, &lay))
         return 2;
@@ -303,7 +309,8 @@ int main(int argc, char **argv)
         char **env = build_env(lay, ph, t);
         int po[2], pe[2];
         if (!env || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
-            fprintf(stderr, "whale-run: cannot prepare task %d\n", t);
+            fprintf(stderr, "whale-run: cannot prepare task %d: %s\n", t,
+                    env ? strerror(errno) : "out of memory building its environment");
             rc = 1;
             break;
         }
