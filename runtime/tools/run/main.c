@@ -78,6 +78,9 @@ static void usage(FILE *f)
             "  -h, --help          show this help\n"
             "  -V, --version       show the version\n"
             "\n"
+            "Limits: each task needs about 3 open files here; the soft limit is raised to the\n"
+            "hard one, and a run that still does not fit is refused before any task starts.\n"
+            "\n"
             "Exit status: 0 when every task succeeded, else the worst status of a task that\n"
             "failed on its own (128+N for signal N), 124 on --timeout, 128+N when whale-run\n"
             "itself got signal N; 2 for usage errors.\n");

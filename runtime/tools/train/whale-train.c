@@ -92,7 +92,9 @@ static void usage(FILE *f)
 "a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
 "WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
 "Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
-"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n"
+"Files it writes (metrics, traces) are never group/world-writable; WHALE_CKPT_PRIVATE=1\n"
+"makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
