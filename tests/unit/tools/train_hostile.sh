@@ -6,7 +6,8 @@
 set -u
 TRAIN=$1
 T=$(mktemp -d /tmp/whale-train-hostile-XXXXXX)
-trap 'rm -rf "$T"' EXIT
+pid=
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$T"' EXIT
 fail=0
 check() { # name, condition (as a command)
   if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; echo "$out" | tail -n 5; fail=1; fi
@@ -49,6 +50,7 @@ pid=$!
 for _ in $(seq 600); do [ -s "$T/run.jsonl" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 truncate -s 100 "$T/big.txt"
 wait $pid; rc=$?
+pid=
 out=$(cat "$T/run.out")
 check "truncated data: exit 1 (not SIGBUS 135), file named" \
   '[ $rc -eq 1 ] && [[ "$out" == *"data file $T/big.txt"* ]]'
