@@ -119,7 +119,8 @@ int whale_plan_accept_remote(const char *value, const struct whale_conf *c,
         !agrees(OPT_CKPT_EVERY, o->ckpt_every, out->ckpt_every) ||
         !agrees(OPT_OFFLOAD, o->offload, out->offload) ||
         !agrees(OPT_RECOMPUTE, o->recompute, out->recompute) ||
-        !agrees(OPT_MAP, o->map, out->map)) {
+        !agrees(OPT_MAP, o->map, out->map) ||
+        !agrees(OPT_PRECISION, o->precision, out->precision)) {
         whale_plan_free(out);
         return -1;
     }
