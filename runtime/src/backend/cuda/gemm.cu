@@ -7,6 +7,7 @@
 // when TF32 was allowed). The chosen algorithm is cached per shape, dtypes
 // and pointer alignment (heuristics cost microseconds per call).
 #include <cstring>
+#include <new>
 
 #include "backend/cuda/common.cuh"
 
@@ -15,7 +16,7 @@
         cublasStatus_t s_ = (call);                                                           \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                    \
             whale_error("cublasLt: %s failed: %s (%d) at %s:%d", #call,                      \
-                        cublasGetStatusName(s_), (int)s_, __FILE__, __LINE__);                \
+                        cublasLtGetStatusName(s_), (int)s_, __FILE__, __LINE__);                \
             rc = WHALE_ENCCL;                                                                 \
             goto out;                                                                         \
         }                                                                                     \
@@ -62,7 +63,7 @@ extern "C" int bkg_gemm_init(whale_backend *b)
     bkg_impl *g = IMPL(b);
     cublasStatus_t s = cublasLtCreate(&g->lt);
     if (s != CUBLAS_STATUS_SUCCESS) {
-        whale_error("cublasLt: cublasLtCreate failed: %s", cublasGetStatusName(s));
+        whale_error("cublasLt: cublasLtCreate failed: %s", cublasLtGetStatusName(s));
         return WHALE_ENCCL;
     }
     // 32 MiB: what NVIDIA recommends for Hopper's cuBLASLt kernels
