@@ -179,7 +179,9 @@ int  whale_event_elapsed_ms(whale_event *start, whale_event *end, float *ms);
  * op(B) (K,N); lda/ldb/ldc are row strides of A, B, C as stored.
  * A and B share one dtype (f32, bf16, f16); C is fp32 or that dtype.
  * Accumulation is fp32 always; fp32 inputs use TF32 only with allow_tf32.
- * cuda: cuBLASLt, workspace owned by the backend, on stream s. */
+ * cuda: cuBLASLt on stream s, with one workspace per backend: GEMMs of one
+ * backend must not run on two streams at once (issue them on the compute
+ * stream, or order the streams with events). */
 int whale_gemm(whale_backend *b, whale_stream *s, bool transA, bool transB, int M, int N, int K,
                float alpha, const void *A, int lda, const void *B, int ldb,
                enum whale_dtype ab_type, float beta, void *C, int ldc, enum whale_dtype c_type);
@@ -308,7 +310,7 @@ struct whale_adamw_piece {
 /* One AdamW step (whale_adamw_update's arithmetic, whale/optim.h) over
  * np pieces at optimizer step t (1-based) with gradient multiplier grad_mul
  * (unscale x clip). The pieces array itself is host memory. cuda: one
- * launch for all pieces (multi-tensor). w16_type: WHALE_BFLOAT16 or
+ * launch per 32 pieces (multi-tensor, descriptors passed by value). w16_type: WHALE_BFLOAT16 or
  * WHALE_FLOAT16 (ignored when no piece has w16). */
 int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o, int64_t t,
                   float grad_mul, const struct whale_adamw_piece *pieces, int np,
