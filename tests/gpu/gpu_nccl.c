@@ -129,6 +129,15 @@ int main(void)
     if (whale_init(&ctx))
         return 1;
     me = whale_rank(ctx);
+    /* NCCL refuses two ranks of one communicator on one GPU */
+    int nn = whale_nnodes(ctx), per_node = (whale_ntasks(ctx) + nn - 1) / nn;
+    if (per_node > whale_device_count(WHALE_DEVICE_CUDA)) {
+        if (me == 0)
+            printf("SKIP: %d ranks per node but %d GPUs: NCCL needs one GPU per rank\n", per_node,
+                   whale_device_count(WHALE_DEVICE_CUDA));
+        whale_finalize(ctx);
+        return GPU_SKIP;
+    }
     struct whale_backend_opts o;
     whale_backend_opts_init(&o);
     o.device = WHALE_DEVICE_CUDA;

@@ -74,6 +74,9 @@ int whale_device_parse(const char *s, enum whale_device *out);
 const char *whale_device_name(enum whale_device d);
 /* True when this build has the backend and (cuda) at least one GPU is visible. */
 bool whale_device_available(enum whale_device d);
+/* Devices of that kind this process sees (cuda: after CUDA_VISIBLE_DEVICES;
+ * cpu and auto: 1). */
+int whale_device_count(enum whale_device d);
 
 struct whale_backend_opts {
     enum whale_device device;

@@ -50,6 +50,17 @@ bool whale_device_available(enum whale_device d)
     return false;
 }
 
+int whale_device_count(enum whale_device d)
+{
+    if (d != WHALE_DEVICE_CUDA)
+        return 1;
+#ifdef WHALE_HAVE_CUDA_BACKEND
+    return bk_cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 void whale_backend_opts_init(struct whale_backend_opts *o)
 {
     memset(o, 0, sizeof *o);
