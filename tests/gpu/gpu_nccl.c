@@ -5,7 +5,8 @@
  * Integer-valued fp32, bf16 and int32 inputs make every sum exact, so the
  * results must be bit-identical; random fp32 is compared within 1e-6
  * relative (NCCL and the host path add in different orders). Runs on the
- * world, TP and DP groups (launch with whale-run -n 4 --tp 2 for both).
+ * world, TP and DP groups (launch with whale-run -n 4 --tp 2 for both), and
+ * the vocabulary-parallel cross-entropy across the GPUs of a group.
  * Skips (77) without a GPU. */
 #include <stdint.h>
 
@@ -119,6 +120,67 @@ static void one_group(whale_group *g, const char *gname)
     }
 }
 
+/* Vocabulary-parallel cross-entropy across the GPUs of a group (the TP
+ * layout of the head): rows_max, NCCL max, rows_exp_sum, NCCL sum of
+ * sum|tl, rows_normalize; the losses and each rank's probability columns
+ * must match the single-GPU softmax cross-entropy of the whole row. */
+static void tp_xent(whale_group *g, const char *gname)
+{
+    int p = whale_group_size(g), r = whale_group_rank(g);
+    if (p < 2)
+        return;
+    const int N = 96, Vl = 1000, V = Vl * p, v0 = r * Vl;
+    float *full = malloc((size_t)N * V * 4), *loc = malloc((size_t)N * Vl * 4);
+    int32_t tg[96];
+    for (int n = 0; n < N; n++) {
+        tg[n] = (int32_t)((n * 7919) % V);
+        for (int v = 0; v < V; v++)
+            full[(size_t)n * V + v] = (float)(((n + 3) * 40503u * (unsigned)(v + 11)) % 65521) /
+                                      65521.0f * 12.0f - 6.0f;
+        memcpy(loc + (size_t)n * Vl, full + (size_t)n * V + v0, Vl * 4);
+    }
+    float *dfull = gu_up(G, full, (size_t)N * V * 4), *dloc = gu_up(G, loc, (size_t)N * Vl * 4);
+    int32_t *dtg = gu_up(G, tg, sizeof tg);
+    float *st = NULL;
+    gu_check(whale_mem_alloc(G, WHALE_MEM_ACTS, 5 * N * 4, (void **)&st), "alloc");
+    float *mx = st, *sum = st + N, *tl = st + 2 * N, *loss_tp = st + 3 * N, *loss1 = st + 4 * N;
+    void *s = whale_stream_native(whale_stream_compute(G));
+    gu_check(whale_k_softmax_xent_fwd(G, NULL, WHALE_FLOAT32, dfull, loss1, dtg, N, V), "xent");
+    gu_check(whale_k_rows_max(G, NULL, WHALE_FLOAT32, mx, dloc, N, Vl), "rows_max");
+    gu_check(whale_dev_allreduce(g, mx, mx, N, WHALE_FLOAT32, WHALE_MAX, s), "allreduce max");
+    gu_check(whale_k_rows_exp_sum(G, NULL, WHALE_FLOAT32, dloc, sum, tl, mx, dtg, v0, N, Vl),
+             "rows_exp_sum");
+    gu_check(whale_dev_allreduce(g, sum, sum, 2 * N, WHALE_FLOAT32, WHALE_SUM, s), "allreduce sum");
+    gu_check(whale_k_rows_normalize(G, NULL, WHALE_FLOAT32, dloc, loss_tp, sum, tl, N, Vl),
+             "rows_normalize");
+    gu_check(whale_dev_sync(g, s), "sync");
+    float l1[96], l2[96];
+    gu_down(G, l1, loss1, sizeof l1);
+    gu_down(G, l2, loss_tp, sizeof l2);
+    gu_down(G, full, dfull, (size_t)N * V * 4);
+    gu_down(G, loc, dloc, (size_t)N * Vl * 4);
+    double worst = 0, wp = 0;
+    for (int n = 0; n < N; n++) {
+        worst = fmax(worst, fabs(l1[n] - l2[n]) / fabs(l1[n]));
+        for (int j = 0; j < Vl; j++)
+            wp = fmax(wp, fabs(full[(size_t)n * V + v0 + j] - loc[(size_t)n * Vl + j]) /
+                              (fabs(full[(size_t)n * V + v0 + j]) + 1e-9));
+    }
+    bool ok = worst <= 1e-5 && wp <= 1e-5;
+    if (!ok)
+        fails++;
+    if (!ok || me == 0)
+        printf("%s rank %d: %s vocabulary-parallel cross-entropy over %d GPUs vs one GPU: losses "
+               "%.1e, probabilities %.1e (tol 1e-5)\n", ok ? "ok  " : "FAIL", me, gname, p,
+               worst, wp);
+    whale_mem_free(G, dfull);
+    whale_mem_free(G, dloc);
+    whale_mem_free(G, dtg);
+    whale_mem_free(G, st);
+    free(full);
+    free(loc);
+}
+
 int main(void)
 {
     if (!whale_device_available(WHALE_DEVICE_CUDA)) {
@@ -150,6 +212,8 @@ int main(void)
     one_group(whale_world(ctx), "world");
     one_group(whale_tp_group(ctx), "tp");
     one_group(whale_dp_group(ctx), "dp");
+    tp_xent(whale_tp_group(ctx), "tp");
+    tp_xent(whale_world(ctx), "world");
     whale_stream_destroy(comm_s);
     whale_backend_close(G);
     whale_backend_close(H);
