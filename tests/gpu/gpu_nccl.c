@@ -1,7 +1,7 @@
 /* NCCL (whale_dev_*) against the host collectives (whale_*) on the same
  * inputs, with device memory and streams from the cuda backend: the
  * collective runs on its own (high-priority) stream, ordered after the
- * compute stream by an event, while the compute stream keeps working.
+ * compute stream's upload by an event (no host wait in between).
  * Integer-valued fp32, bf16 and int32 inputs make every sum exact, so the
  * results must be bit-identical; random fp32 is compared within 1e-6
  * relative (NCCL and the host path add in different orders). Runs on the
