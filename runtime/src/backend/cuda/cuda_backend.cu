@@ -1,6 +1,7 @@
 // cuda backend: device choice, memory, pinned host buffers, copies,
 // streams and events, and the operations table. Kernels live in
 // gemm.cu, kernels.cu, attention.cu, adamw.cu.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -296,6 +297,19 @@ extern "C" int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b
         if (g->prop.major < 8) {
             whale_error("device cuda:%d: %s is compute capability %d.%d; the cuda backend needs "
                         "8.0 or newer (bf16)", dev, g->prop.name, g->prop.major, g->prop.minor);
+            rc = WHALE_ENOTSUP;
+            break;
+        }
+        // Kernels take short-lived scratch with cudaMallocAsync; keep freed
+        // blocks in the pool instead of returning them to the driver at
+        // every synchronisation (which would cost a real allocation each step).
+        cudaMemPool_t pool;
+        uint64_t keep = UINT64_MAX;
+        if ((r = cudaDeviceGetDefaultMemPool(&pool, dev)) != cudaSuccess ||
+            (r = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep)) !=
+                cudaSuccess) {
+            whale_error("device cuda:%d: stream-ordered memory pool unavailable: %s", dev,
+                        cudaGetErrorString(r));
             rc = WHALE_ENOTSUP;
             break;
         }
