@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cblas.h>
+
+#include "backend/cuda/lt_layout.h"
 #include "comm/sched.h" /* 16-bit conversions (comm_*) for the expected values */
 #include "engine/kernels.h"
 #include "whale/backend.h"
@@ -376,6 +379,39 @@ static void test_refusals(void **st)
     }
 }
 
+/* The row-major -> column-major mapping gemm.cu hands to cuBLASLt, run by
+ * a column-major cblas_sgemm here: it must give whale_gemm's result. */
+static void test_cublaslt_mapping(void **st)
+{
+    (void)st;
+    const int M = 13, N = 7, K = 5;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 4;
+            float *A = rnd((size_t)(ta ? K : M) * lda), *B = rnd((size_t)(tb ? N : K) * ldb);
+            float *C1 = rnd((size_t)M * ldc), *C2 = dup(C1, (size_t)M * ldc);
+            k_gemm(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, C1, ldc);
+            struct lt_map mp = lt_map_rowmajor(ta, tb, M, N, K, lda, ldb, ldc);
+            /* what cuBLASLt requires of the layouts */
+            assert_int_equal(mp.a_rows, mp.a_trans ? mp.k : mp.m);
+            assert_int_equal(mp.a_cols, mp.a_trans ? mp.m : mp.k);
+            assert_int_equal(mp.b_rows, mp.b_trans ? mp.n : mp.k);
+            assert_int_equal(mp.b_cols, mp.b_trans ? mp.k : mp.n);
+            assert_int_equal(mp.c_rows, mp.m);
+            assert_int_equal(mp.c_cols, mp.n);
+            assert_true(mp.a_ld >= mp.a_rows && mp.b_ld >= mp.b_rows && mp.c_ld >= mp.c_rows);
+            cblas_sgemm(CblasColMajor, mp.a_trans ? CblasTrans : CblasNoTrans,
+                        mp.b_trans ? CblasTrans : CblasNoTrans, mp.m, mp.n, mp.k, 0.5f, B,
+                        mp.a_ld, A, mp.b_ld, 0.25f, C2, mp.c_ld);
+            for (int i = 0; i < M * ldc; i++)
+                assert_float_equal(C1[i], C2[i], 1e-5);
+            free(A);
+            free(B);
+            free(C1);
+            free(C2);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -384,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_adamw_fused),
         cmocka_unit_test(test_memory_streams),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cublaslt_mapping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/lt_layout.h"
 
 #define LT(call)                                                                              \
     do {                                                                                      \
@@ -98,8 +99,9 @@ extern "C" int bkg_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, 
     cublasLtMatmulPreference_t pref = nullptr;
     cublasComputeType_t comp = abt == WHALE_FLOAT32 && g->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                 : CUBLAS_COMPUTE_32F;
-    cublasOperation_t opA = tb ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
-    cublasOperation_t opB = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const struct lt_map mp = lt_map_rowmajor(ta, tb, M, N, K, lda, ldb, ldc);
+    cublasOperation_t opA = mp.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
+    cublasOperation_t opB = mp.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     int al = align_of(A);
     if (align_of(B) < al)
         al = align_of(B);
@@ -119,10 +121,10 @@ extern "C" int bkg_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, 
     LT(cublasLtMatmulDescCreate(&op, comp, CUDA_R_32F));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof opA));
     LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof opB));
-    // stored shapes, column-major: our B is (tb ? K x N : N x K) rows x cols
-    LT(cublasLtMatrixLayoutCreate(&la, cuda_type(abt), tb ? K : N, tb ? N : K, ldb));
-    LT(cublasLtMatrixLayoutCreate(&lb, cuda_type(abt), ta ? M : K, ta ? K : M, lda));
-    LT(cublasLtMatrixLayoutCreate(&lc, cuda_type(ct), N, M, ldc));
+    // stored shapes, column-major (lt_layout.h; checked against cblas in the unit test)
+    LT(cublasLtMatrixLayoutCreate(&la, cuda_type(abt), mp.a_rows, mp.a_cols, mp.a_ld));
+    LT(cublasLtMatrixLayoutCreate(&lb, cuda_type(abt), mp.b_rows, mp.b_cols, mp.b_ld));
+    LT(cublasLtMatrixLayoutCreate(&lc, cuda_type(ct), mp.c_rows, mp.c_cols, mp.c_ld));
     if (!algo) {
         cublasLtMatmulHeuristicResult_t res;
         int found = 0;
