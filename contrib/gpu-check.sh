@@ -63,7 +63,9 @@ tests=(backend backend_minigpt gpu_kernels gpu_model)
 [ "$NGPU" -ge 4 ] && tests+=(gpu_nccl_tp2_n4)
 [ "$NGPU" -lt 2 ] && say "    one GPU: the NCCL tests (2 and 4 ranks) are not run"
 [ "$NGPU" -lt 4 ] && [ "$NGPU" -ge 2 ] && say "    fewer than 4 GPUs: the TP x DP NCCL test (4 ranks) is not run"
-timeout 360 meson test -C "$BUILD" --print-errorlogs "${tests[@]}" >"$BUILD.test.log" 2>&1
+# what is left of the 8 minutes, less a minute for the throughput runs (at least 60 s)
+tleft=$(( 420 - $(elapsed) )); [ "$tleft" -lt 60 ] && tleft=60
+timeout "$tleft" meson test -C "$BUILD" --print-errorlogs "${tests[@]}" >"$BUILD.test.log" 2>&1
 grep -E '^ *[0-9]+/[0-9]+ ' "$BUILD.test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
 if grep -qE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR)' "$BUILD.test.log" \
    || ! grep -q '^Ok:' "$BUILD.test.log"; then
