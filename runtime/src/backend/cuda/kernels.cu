@@ -626,7 +626,9 @@ extern "C" int bkg_sumsq(whale_backend *b, bk_stream s, const float *g, int64_t 
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(im->red, part + SUMSQ_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost,
                             STREAM(s));
-    cudaFreeAsync(part, STREAM(s));
+    cudaError_t ef = cudaFreeAsync(part, STREAM(s));
+    if (e == cudaSuccess)
+        e = ef;
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(STREAM(s));
     if (e != cudaSuccess) {
@@ -652,7 +654,9 @@ extern "C" int bkg_has_inf_nan(whale_backend *b, bk_stream s, const float *g, in
     }
     if (e == cudaSuccess)
         e = cudaMemcpyAsync(im->red, flag, sizeof(int), cudaMemcpyDeviceToHost, STREAM(s));
-    cudaFreeAsync(flag, STREAM(s));
+    cudaError_t ef = cudaFreeAsync(flag, STREAM(s));
+    if (e == cudaSuccess)
+        e = ef;
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(STREAM(s));
     if (e != cudaSuccess) {
