@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/sched.h" /* comm_{bf16,f16}_to_f32 / comm_f32_to_{bf16,f16} */
 #include "engine/kernels.h"
+#include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -20,34 +20,22 @@
 
 static void widen(float *dst, const void *src, enum whale_dtype t, size_t n)
 {
-    const uint16_t *h = src;
-    if (t == WHALE_BFLOAT16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = comm_bf16_to_f32(h[i]);
-    } else if (t == WHALE_FLOAT16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = comm_f16_to_f32(h[i]);
-    } else {
+    if (t == WHALE_BFLOAT16)
+        whale_bf16_to_f32(dst, src, n);
+    else if (t == WHALE_FLOAT16)
+        whale_fp16_to_f32(dst, src, n);
+    else
         memcpy(dst, src, n * sizeof(float));
-    }
 }
 
 static void narrow(void *dst, const float *src, enum whale_dtype t, size_t n)
 {
-    uint16_t *h = dst;
-    if (t == WHALE_BFLOAT16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            h[i] = comm_f32_to_bf16(src[i]);
-    } else if (t == WHALE_FLOAT16) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            h[i] = comm_f32_to_f16(src[i]);
-    } else {
+    if (t == WHALE_BFLOAT16)
+        whale_f32_to_bf16(dst, src, n);
+    else if (t == WHALE_FLOAT16)
+        whale_f32_to_fp16(dst, src, n);
+    else
         memcpy(dst, src, n * sizeof(float));
-    }
 }
 
 /* Up to 6 fp32 copies per call, freed together. */
@@ -140,7 +128,7 @@ int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
     const float *bi = in32(&st, t, bias, (size_t)OC);
     float *o = out32(&st, t, out, (size_t)N * OC);
     if (!st.err) {
-        k_linear_fwd(o, x, ww, bi, N, IC, OC);
+        k_linear_fwd(WHALE_FLOAT32, o, x, ww, bi, N, IC, OC);
         store(t, out, o, (size_t)N * OC);
     }
     return done(&st);
@@ -159,7 +147,7 @@ int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp
     size_t nd = (size_t)N * IC;
     float *dx = acc ? in32(&st, t, dinp, nd) : out32(&st, t, dinp, nd);
     if (!st.err) {
-        k_linear_bwd(dx, dw, db, dy, x, ww, N, IC, OC, acc);
+        k_linear_bwd(WHALE_FLOAT32, dx, dw, db, dy, x, ww, N, IC, OC, acc);
         store(t, dinp, dx, nd);
     }
     return done(&st);
@@ -320,9 +308,9 @@ int bkc_acc(whale_backend *b, bk_stream s, enum whale_dtype t, void *y, const vo
 static float elem(enum whale_dtype t, const void *p, size_t i)
 {
     if (t == WHALE_BFLOAT16)
-        return comm_bf16_to_f32(((const uint16_t *)p)[i]);
+        return whale_bf16_to_float(((const uint16_t *)p)[i]);
     if (t == WHALE_FLOAT16)
-        return comm_f16_to_f32(((const uint16_t *)p)[i]);
+        return whale_fp16_to_float(((const uint16_t *)p)[i]);
     return ((const float *)p)[i];
 }
 
@@ -479,7 +467,7 @@ int bkc_cast(whale_backend *b, bk_stream s, void *dst, enum whale_dtype dt, cons
     uint16_t *o = dst;
     for (int64_t i = 0; i < n; i++) {
         float f = elem(st_, in, (size_t)i);
-        o[i] = dt == WHALE_BFLOAT16 ? comm_f32_to_bf16(f) : comm_f32_to_f16(f);
+        o[i] = dt == WHALE_BFLOAT16 ? whale_float_to_bf16(f) : whale_float_to_fp16(f);
     }
     return 0;
 }

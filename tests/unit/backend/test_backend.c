@@ -16,9 +16,9 @@
 #include <cblas.h>
 
 #include "backend/cuda/lt_layout.h"
-#include "comm/sched.h" /* 16-bit conversions (comm_*) for the expected values */
 #include "engine/kernels.h"
 #include "whale/backend.h"
+#include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/optim.h"
 
@@ -73,12 +73,12 @@ static void test_fp32_bit_identical(void **st)
 
     /* linear forward / backward */
     float *o1 = rnd(N * F), *o2 = dup(o1, N * F);
-    k_linear_fwd(o1, x, w, bias, N, C, F);
+    k_linear_fwd(WHALE_FLOAT32, o1, x, w, bias, N, C, F);
     assert_int_equal(whale_k_linear_fwd(b, NULL, WHALE_FLOAT32, o2, x, w, bias, N, C, F), 0);
     same_bits(o1, o2, N * F);
     float *dout = rnd(N * F), *dx1 = rnd(N * C), *dx2 = dup(dx1, N * C);
     float *dw1 = rnd(F * C), *dw2 = dup(dw1, F * C), *db1 = rnd(F), *db2 = dup(db1, F);
-    k_linear_bwd(dx1, dw1, db1, dout, x, w, N, C, F, 1);
+    k_linear_bwd(WHALE_FLOAT32, dx1, dw1, db1, dout, x, w, N, C, F, 1);
     assert_int_equal(whale_k_linear_bwd(b, NULL, WHALE_FLOAT32, dx2, dw2, db2, dout, x, w, N, C,
                                         F, true), 0);
     same_bits(dx1, dx2, N * C);
@@ -184,8 +184,8 @@ static void test_fp32_bit_identical(void **st)
     whale_backend_close(b);
 }
 
-static uint16_t bf(float f) { return comm_f32_to_bf16(f); }
-static float fb(uint16_t h) { return comm_bf16_to_f32(h); }
+static uint16_t bf(float f) { return whale_float_to_bf16(f); }
+static float fb(uint16_t h) { return whale_bf16_to_float(h); }
 
 /* 16-bit: widen, same fp32 kernel, round once. */
 static void test_bf16_reference(void **st)
@@ -202,7 +202,7 @@ static void test_bf16_reference(void **st)
         ww[i] = fb(wh[i] = bf(w[i]));
     for (int i = 0; i < OC; i++)
         bw[i] = fb(bh[i] = bf(bias[i]));
-    k_linear_fwd(out, xw, ww, bw, N, IC, OC);
+    k_linear_fwd(WHALE_FLOAT32, out, xw, ww, bw, N, IC, OC);
     assert_int_equal(whale_k_linear_fwd(b, NULL, WHALE_BFLOAT16, oh, xh, wh, bh, N, IC, OC), 0);
     for (int i = 0; i < N * OC; i++)
         assert_int_equal(oh[i], bf(out[i]));
@@ -213,7 +213,7 @@ static void test_bf16_reference(void **st)
     float dyw[N * OC];
     for (int i = 0; i < N * OC; i++)
         dyw[i] = fb(dyh[i] = bf(out[i] * 0.5f));
-    k_linear_bwd(NULL, dwr, NULL, dyw, xw, ww, N, IC, OC, 0);
+    k_linear_bwd(WHALE_FLOAT32, NULL, dwr, NULL, dyw, xw, ww, N, IC, OC, 0);
     assert_int_equal(whale_k_linear_bwd(b, NULL, WHALE_BFLOAT16, NULL, dw, NULL, dyh, xh, wh, N,
                                         IC, OC, false), 0);
     same_bits(dw, dwr, OC * IC);
