@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && !(defined(__clang__) && __clang_major__ < 15) /* clang 14: no "f16c" probe */
 #include <immintrin.h>
 #define DT_X86 1
 #endif
