@@ -58,23 +58,22 @@ static int req_poll(whale_engine *e, void **req, bool *done)
     return 0;
 }
 
-static float *scratch_alloc(whale_engine *e, size_t n, bool zero)
+/* Transient buffers (gathered weights, gradient buckets) from the arena. */
+static float *scratch_alloc(whale_engine *e, enum whale_mem_cat cat, size_t n, bool zero)
 {
-    float *p = NULL;
-    if (posix_memalign((void **)&p, 64, n * sizeof(float) + 64))
+    float *p = whale_arena_alloc(e->arena, cat, n * sizeof(float), zero);
+    if (!p)
         return NULL;
-    if (zero)
-        memset(p, 0, n * sizeof(float));
     e->scratch_now += (int64_t)n * 4;
     if (e->scratch_now > e->scratch_peak)
         e->scratch_peak = e->scratch_now;
     return p;
 }
 
-static void scratch_free(whale_engine *e, float **p, size_t n)
+static void scratch_free(whale_engine *e, enum whale_mem_cat cat, float **p, size_t n)
 {
     if (*p) {
-        free(*p);
+        whale_arena_free(e->arena, cat, *p, n * sizeof(float));
         e->scratch_now -= (int64_t)n * 4;
         *p = NULL;
     }
@@ -104,12 +103,17 @@ static int w_acquire(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->wref++ > 0)
         return 0;
-    if (!(bk->wbuf = scratch_alloc(e, bk->n, false)))
+    if (!(bk->wbuf = scratch_alloc(e, WHALE_MEM_PARAM, bk->n, false)))
         return WHALE_ENOMEM;
     size_t sb = bk->n / e->dp.size;
-    if (e->dp.size == 1) {
+    eng_move_wait(e, &bk->wup); /* optimizer offload: the shard's update is back */
+    if (e->dp.size == 1 && e->off.mode == WHALE_OFFLOAD_PARAMS) {
+        /* the shard lives in the host tier: fetched ahead by the mover */
+        eng_move_post(e, &bk->wfetch, bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
+    } else if (e->dp.size == 1) {
         memcpy(bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else {
+        /* with params offload the gather reads the host-tier shard directly */
         int rc = e->dp.iallgather(&e->dp, e->Wsh + bk->shard_off, bk->wbuf, sb, &bk->wreq);
         if (rc)
             return rc;
@@ -123,6 +127,7 @@ static int w_ready(whale_engine *e, int b)
 {
     if (e->cfg.zero_stage != 3)
         return 0;
+    eng_move_wait(e, &e->buckets[b].wfetch);
     return req_wait(e, &e->buckets[b].wreq);
 }
 
@@ -133,7 +138,7 @@ static void w_release(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (--bk->wref > 0)
         return;
-    scratch_free(e, &bk->wbuf, bk->n);
+    scratch_free(e, WHALE_MEM_PARAM, &bk->wbuf, bk->n);
     rebind_w(e, b, NULL);
 }
 
@@ -147,7 +152,7 @@ static int g_acquire(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->gbuf)
         return 0;
-    if (!(bk->gbuf = scratch_alloc(e, bk->n, true)))
+    if (!(bk->gbuf = scratch_alloc(e, WHALE_MEM_GRAD, bk->n, true)))
         return WHALE_ENOMEM;
     rebind_g(e, b, bk->gbuf);
     return 0;
@@ -175,16 +180,35 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
             memcpy(dst, bk->gbuf, sb * sizeof(float));
         else
             k_acc(dst, bk->gbuf, (int64_t)sb);
-        scratch_free(e, &bk->gbuf, bk->n);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
     }
-    if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
+    if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
         return WHALE_ENOMEM;
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
     if (!rc)
         comm_started(e);
     return rc;
+}
+
+static void shard_range(const whale_engine *e, const struct eng_bucket *bk, size_t *lo,
+                        size_t *hi);
+static float *gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+
+/* Optimizer offload: bucket b's gradient is final (reduced over DP, all
+ * micro-batches in): send this rank's range of it to the host tier now,
+ * while backward goes on. Once per bucket per step. */
+static void off_grad_ready(whale_engine *e, int b)
+{
+    struct eng_bucket *bk = &e->buckets[b];
+    if (!e->off.mode || atomic_load(&bk->gdown.state) != 0)
+        return;
+    size_t lo, hi;
+    shard_range(e, bk, &lo, &hi);
+    eng_move_post(e, &bk->gdown, e->off.hG + mvoff(e, bk, lo, lo), gptr(e, bk, lo, lo),
+                  (hi - lo) * sizeof(float));
 }
 
 /* Finish bucket b's reduction (blocking). */
@@ -195,12 +219,14 @@ static int g_finish(whale_engine *e, int b)
     const size_t sb = bk->n / e->dp.size;
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
-        scratch_free(e, &bk->rs_tmp, sb);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->rs_tmp, sb);
     }
     if (e->cfg.zero_stage >= 2 && bk->gbuf) {
-        scratch_free(e, &bk->gbuf, bk->n);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
     }
+    if (!rc && e->off.last_micro && !bk->tied_defer)
+        off_grad_ready(e, b);
     return rc;
 }
 
@@ -257,17 +283,26 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
 {
     const struct eng_chunk *ch = &e->chunks[c];
     uint64_t tr0 = whale_trace_now();
+    const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
+    int pf = ch->l0; /* highest layer whose weights are acquired */
     int rc = w_acquire(e, e->layers[ch->l0].bucket);
     if (!rc && is_head(&e->layers[ch->l0]))
         rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
     for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
-        /* prefetch the next layer's weights (and the tied embedding for the head) */
-        if (i + 1 < ch->l1 && e->layers[i + 1].bucket != b)
-            rc = w_acquire(e, e->layers[i + 1].bucket);
-        if (!rc && i + 1 < ch->l1 && is_head(&e->layers[i + 1]))
-            rc = w_acquire(e, e->layers[i + 1].tied->bucket);
+        /* prefetch the weights `ahead` layers on (and the tied embedding for the head) */
+        while (!rc && pf < ch->l1 - 1 && pf < i + ahead) {
+            pf++;
+            if (e->layers[pf].bucket != e->layers[pf - 1].bucket)
+                rc = w_acquire(e, e->layers[pf].bucket);
+            if (!rc && is_head(&e->layers[pf]))
+                rc = w_acquire(e, e->layers[pf].tied->bucket);
+        }
+        /* optimizer offload: this bucket's updated weights are back */
+        eng_move_wait(e, &e->buckets[b].wup);
+        if (is_head(l))
+            eng_move_wait(e, &e->buckets[l->tied->bucket].wup);
         if (rc || (rc = w_ready(e, b)))
             break;
         if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
@@ -297,6 +332,9 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
     for (int b = ch->b0; b < ch->b1; b++)
         e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
     const int top = ch->l1 - 1;
+    const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
+    int pf = top; /* lowest layer whose weights are acquired */
+    e->off.last_micro = last_micro;
     /* the embedding's backward needs no weights; the head needs wte too */
     if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
         return rc;
@@ -306,8 +344,11 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
         bool needs_w = l->index > 0;
-        if (i - 1 >= ch->l0 && e->layers[i - 1].index > 0 && e->layers[i - 1].bucket != b)
-            rc = w_acquire(e, e->layers[i - 1].bucket);
+        while (!rc && pf > ch->l0 && pf > i - ahead) {
+            pf--;
+            if (e->layers[pf].index > 0 && e->layers[pf].bucket != e->layers[pf + 1].bucket)
+                rc = w_acquire(e, e->layers[pf].bucket);
+        }
         if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
         if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
@@ -339,8 +380,11 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
                         e->layers[i - 1].bucket != b))
             w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer)
+        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer) {
             rc = g_reduce(e, b, first_micro, last_micro);
+            if (!rc && e->dp.size == 1 && last_micro)
+                off_grad_ready(e, b); /* nothing to reduce: final now */
+        }
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
     }
@@ -399,9 +443,11 @@ int eng_grads_finish(whale_engine *e)
                     rc = req_wait(e, &bk->greq);
                 }
             }
-            scratch_free(e, &bk->gbuf, bk->n);
+            scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
             rebind_g(e, b, NULL);
         }
+        if (!rc)
+            off_grad_ready(e, b);
     }
     return rc;
 }
@@ -510,6 +556,68 @@ static void apply_adamw(whale_engine *e, float grad_mul)
     }
 }
 
+/* Optimizer offload: AdamW on the host tier (vectorised, host threads),
+ * bucket by bucket as each bucket's gradient has arrived; the mover brings
+ * each bucket's updated weights back while the next bucket is updated (and,
+ * for buckets the next forward uses later, while that forward runs). */
+static void off_apply(whale_engine *e, float grad_mul)
+{
+    struct eng_offload *o = &e->off;
+    const int z = e->cfg.zero_stage;
+    for (int k = 0; k < e->nb; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        eng_move_wait(e, &bk->gdown);
+        for (int li = bk->l0; li < bk->l1; li++) {
+            struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a >= zz)
+                    continue;
+                size_t off = mvoff(e, bk, lo, a);
+                whale_adamw_update_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
+                                        o->hM + off, o->hV + off, zz - a, grad_mul, p->decay);
+            }
+        }
+        if (o->mode == WHALE_OFFLOAD_PARAMS)
+            continue; /* the shard lives in the host tier: nothing to bring back */
+        /* ZeRO 1/2 with DP: straight into the allgather's send buffer */
+        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+                                                           : wptr(e, bk, lo, lo);
+        eng_move_post(e, &bk->wup, dst, o->hW + mvoff(e, bk, lo, lo), (hi - lo) * sizeof(float));
+    }
+}
+
+/* Before a step: gradient moves re-armed; after a tensor walk (which may have
+ * restored weights) the host master is refreshed from the arena's weights. */
+static void off_step_begin(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return;
+    o->t_move_wait = 0;
+    for (int k = 0; k < e->nb; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        eng_move_wait(e, &bk->gdown);
+        atomic_store(&bk->gdown.state, 0);
+    }
+    if (!o->resync)
+        return;
+    o->resync = false;
+    if (o->mode == WHALE_OFFLOAD_PARAMS)
+        return; /* the host shard is the only copy */
+    eng_off_quiesce(e);
+    for (int k = 0; k < e->nb; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        memcpy(o->hW + mvoff(e, bk, lo, lo), wptr(e, bk, lo, lo), (hi - lo) * sizeof(float));
+    }
+}
+
 /* ZeRO 1/2: every rank gets everybody's updated shard. */
 static int allgather_weights(whale_engine *e)
 {
@@ -523,8 +631,11 @@ static int allgather_weights(whale_engine *e)
     for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         size_t sb = bk->n / e->dp.size;
-        memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
-               sb * sizeof(float));
+        if (e->off.mode) /* offload: the mover put the updated shard there */
+            eng_move_wait(e, &bk->wup);
+        else
+            memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
+                   sb * sizeof(float));
         rc = e->dp.iallgather(&e->dp, e->agtmp + bk->shard_off, e->W + bk->flat, sb, &reqs[k]);
         if (!rc)
             comm_started(e);
@@ -604,6 +715,8 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
+    whale_arena_reset_peak(e->arena);
+    off_step_begin(e);
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
         rc = eng_grads_finish(e);
@@ -636,12 +749,17 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         e->adam_t++;
         /* gradients hold scale x (true gradient): unscale and clip in one factor */
         float clip = whale_clip_coef(norm, e->cfg.grad_clip);
-        apply_adamw(e, clip / scale_bw);
+        if (e->off.mode)
+            off_apply(e, clip / scale_bw);
+        else
+            apply_adamw(e, clip / scale_bw);
         rc = allgather_weights(e);
     } else {
         whale_warn("step %lld: gradient overflow (inf/NaN), step skipped, loss scale now %g",
                    (long long)e->step + 1, (double)e->scaler.scale);
     }
+    for (int k = 0; k < e->nb && e->off.mode; k++) /* gradients read before zeroing */
+        eng_move_wait(e, &e->buckets[k].gdown);
     zero_grads(e);
     tc += eng_now() - t0;
     if (whale_trace_on())
@@ -675,6 +793,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         st->t_pipe_wait = pst.t_wait;
         st->t_recompute = e->t_recompute;
         st->act_peak_bytes = e->act_peak;
+        struct whale_arena_stats as;
+        whale_arena_stats(e->arena, &as);
+        st->arena_peak_bytes = as.peak;
+        st->host_bytes = eng_off_host_bytes(e);
+        st->t_offload = eng_off_take_busy(e, &st->offload_bytes);
+        st->t_offload_wait = e->off.t_move_wait;
+        st->offload_hidden = st->t_offload > 0 ? 1.0 - st->t_offload_wait / st->t_offload : 0;
+        if (st->offload_hidden < 0)
+            st->offload_hidden = 0;
     }
     return rc;
 }

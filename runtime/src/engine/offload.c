@@ -1,0 +1,207 @@
+/* Host offload: the mover thread and the host tier (see offload.h). The
+ * update itself (host AdamW over the tier) is in step.c beside the other
+ * optimizer code. */
+#include "engine_int.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+struct eng_mover {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work queued / stop */
+    pthread_cond_t done_cv; /* a move finished */
+    struct eng_move **q;
+    size_t cap, head, n;
+    bool stop, started;
+    double busy;            /* seconds spent copying since the last read */
+    int64_t bytes;
+};
+
+static void *mover_main(void *arg)
+{
+    struct eng_mover *m = arg;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->n && !m->stop)
+            pthread_cond_wait(&m->cv, &m->mu);
+        if (!m->n && m->stop)
+            break;
+        struct eng_move *mv = m->q[m->head];
+        m->head = (m->head + 1) % m->cap;
+        m->n--;
+        pthread_mutex_unlock(&m->mu);
+        double t0 = eng_now();
+        memcpy(mv->dst, mv->src, mv->len);
+        double dt = eng_now() - t0;
+        pthread_mutex_lock(&m->mu);
+        m->busy += dt;
+        m->bytes += (int64_t)mv->len;
+        atomic_store(&mv->state, 2);
+        pthread_cond_broadcast(&m->done_cv);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static int mover_create(size_t cap, struct eng_mover **out)
+{
+    struct eng_mover *m = calloc(1, sizeof *m);
+    if (!m || !(m->q = calloc(cap, sizeof *m->q))) {
+        free(m);
+        return WHALE_ENOMEM;
+    }
+    m->cap = cap;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    pthread_cond_init(&m->done_cv, NULL);
+    if (pthread_create(&m->th, NULL, mover_main, m)) {
+        free(m->q);
+        free(m);
+        return WHALE_ENOMEM;
+    }
+    m->started = true;
+    *out = m;
+    return 0;
+}
+
+static void mover_destroy(struct eng_mover *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (m->started)
+        pthread_join(m->th, NULL);
+    pthread_cond_destroy(&m->cv);
+    pthread_cond_destroy(&m->done_cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m->q);
+    free(m);
+}
+
+void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *src, size_t len)
+{
+    struct eng_mover *m = e->off.mv;
+    mv->dst = dst;
+    mv->src = src;
+    mv->len = len;
+    if (!m || !len) {
+        if (len)
+            memcpy(dst, src, len);
+        atomic_store(&mv->state, 2);
+        return;
+    }
+    atomic_store(&mv->state, 1);
+    pthread_mutex_lock(&m->mu);
+    if (m->n == m->cap) { /* cannot happen with 3 moves per bucket; stay correct anyway */
+        pthread_mutex_unlock(&m->mu);
+        memcpy(dst, src, len);
+        atomic_store(&mv->state, 2);
+        return;
+    }
+    m->q[(m->head + m->n) % m->cap] = mv;
+    m->n++;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void eng_move_wait(whale_engine *e, struct eng_move *mv)
+{
+    if (atomic_load(&mv->state) != 1)
+        return;
+    double t0 = eng_now();
+    for (int i = 0; i < 64 && atomic_load(&mv->state) == 1; i++)
+        sched_yield();
+    if (atomic_load(&mv->state) == 1) {
+        struct eng_mover *m = e->off.mv;
+        pthread_mutex_lock(&m->mu);
+        while (atomic_load(&mv->state) == 1)
+            pthread_cond_wait(&m->done_cv, &m->mu);
+        pthread_mutex_unlock(&m->mu);
+    }
+    e->off.t_move_wait += eng_now() - t0;
+}
+
+void eng_off_quiesce(whale_engine *e)
+{
+    if (!e->off.mode)
+        return;
+    for (int b = 0; b < e->nb; b++) {
+        eng_move_wait(e, &e->buckets[b].gdown);
+        eng_move_wait(e, &e->buckets[b].wup);
+        eng_move_wait(e, &e->buckets[b].wfetch);
+    }
+}
+
+double eng_off_take_busy(whale_engine *e, int64_t *bytes)
+{
+    struct eng_mover *m = e->off.mv;
+    if (!m) {
+        if (bytes)
+            *bytes = 0;
+        return 0;
+    }
+    pthread_mutex_lock(&m->mu);
+    double t = m->busy;
+    m->busy = 0;
+    if (bytes)
+        *bytes = m->bytes;
+    m->bytes = 0;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+float *eng_off_host_alloc(whale_engine *e, size_t n)
+{
+    return whale_arena_alloc(e->off.host, WHALE_MEM_OPTIM, n * sizeof(float), 1);
+}
+
+int eng_off_init(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return 0;
+    int rc = whale_arena_create(0, NULL, &o->host);
+    if (rc)
+        return rc;
+    o->U = e->cfg.zero_stage == 0 ? e->P : e->S;
+    if (!(o->hW = eng_off_host_alloc(e, o->U)) || !(o->hG = eng_off_host_alloc(e, o->U)) ||
+        !(o->hM = eng_off_host_alloc(e, o->U)) || !(o->hV = eng_off_host_alloc(e, o->U)))
+        return WHALE_ENOMEM;
+    return mover_create((size_t)e->nb * 3 + 8, &o->mv);
+}
+
+void eng_off_free(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return;
+    mover_destroy(o->mv);
+    o->mv = NULL;
+    if (o->host) {
+        size_t n = o->U * sizeof(float);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+        whale_arena_destroy(o->host);
+    }
+    o->host = NULL;
+}
+
+int64_t eng_off_host_bytes(const whale_engine *e)
+{
+    if (!e->off.host)
+        return 0;
+    struct whale_arena_stats s;
+    whale_arena_stats(e->off.host, &s);
+    return s.in_use;
+}
