@@ -35,6 +35,9 @@ static void *mover_main(void *arg)
         struct eng_move *mv = m->q[m->head];
         m->head = (m->head + 1) % m->cap;
         m->n--;
+        if (atomic_load(&mv->state) != 1)
+            continue; /* a waiter took it over (eng_move_wait) */
+        atomic_store(&mv->state, 3);
         pthread_mutex_unlock(&m->mu);
         double t0 = eng_now();
         memcpy(mv->dst, mv->src, mv->len);
@@ -115,18 +118,29 @@ void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *
 
 void eng_move_wait(whale_engine *e, struct eng_move *mv)
 {
-    if (atomic_load(&mv->state) != 1)
+    int s = atomic_load(&mv->state);
+    if (s != 1 && s != 3)
         return;
     double t0 = eng_now();
-    for (int i = 0; i < 64 && atomic_load(&mv->state) == 1; i++)
-        sched_yield();
+    struct eng_mover *m = e->off.mv;
+    pthread_mutex_lock(&m->mu);
     if (atomic_load(&mv->state) == 1) {
-        struct eng_mover *m = e->off.mv;
-        pthread_mutex_lock(&m->mu);
-        while (atomic_load(&mv->state) == 1)
-            pthread_cond_wait(&m->done_cv, &m->mu);
+        /* still queued (the mover is behind or not scheduled on a busy
+         * machine): copy it here rather than wait for a thread wake-up; the
+         * mover skips it. Counts as exposed transfer time. */
+        atomic_store(&mv->state, 3);
         pthread_mutex_unlock(&m->mu);
+        memcpy(mv->dst, mv->src, mv->len);
+        double dt = eng_now() - t0;
+        pthread_mutex_lock(&m->mu);
+        m->busy += dt;
+        m->bytes += (int64_t)mv->len;
+        atomic_store(&mv->state, 2);
+        pthread_cond_broadcast(&m->done_cv);
     }
+    while (atomic_load(&mv->state) == 3)
+        pthread_cond_wait(&m->done_cv, &m->mu);
+    pthread_mutex_unlock(&m->mu);
     e->off.t_move_wait += eng_now() - t0;
 }
 

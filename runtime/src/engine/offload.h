@@ -19,7 +19,7 @@
 
 #include "whale/arena.h"
 
-/* One asynchronous copy of len bytes. state: 0 idle, 1 queued, 2 done. */
+/* One asynchronous copy of len bytes. state: 0 idle, 1 queued, 3 copying, 2 done. */
 struct eng_move {
     void *dst;
     const void *src;

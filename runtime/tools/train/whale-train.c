@@ -25,6 +25,8 @@
 #include "whale/planfile.h"
 #include "whale_config.h"
 
+#include "offload_opts.h"
+
 struct opts {
     const char *model, *data, *metrics, *plan;
     const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
@@ -69,7 +71,9 @@ static void usage(FILE *f)
 "                       recomputation keeps)\n"
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
-"  --no-overlap         reduce gradients after backward instead of during it\n"
+"  --no-overlap         reduce gradients after backward instead of during it\n");
+    train_offload_usage(f);
+    fprintf(f,
 "  --loss-scale         dynamic loss scaling (for 16-bit; off in fp32)\n"
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
@@ -197,7 +201,9 @@ int main(int argc, char **argv)
                       .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
-           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP };
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
+           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
+    struct train_offload off = { 0 };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -220,6 +226,10 @@ int main(int argc, char **argv)
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
+        { "offload", required_argument, 0, O_OFFLOAD + TRAIN_OFF_MODE },
+        { "whale-offload-target", required_argument, 0, O_OFFLOAD + TRAIN_OFF_TARGET },
+        { "device-mem", required_argument, 0, O_OFFLOAD + TRAIN_OFF_DEVMEM },
+        { "offload-prefetch", required_argument, 0, O_OFFLOAD + TRAIN_OFF_PREFETCH },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -283,6 +293,10 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_OFFLOAD + TRAIN_OFF_MODE: case O_OFFLOAD + TRAIN_OFF_TARGET:
+        case O_OFFLOAD + TRAIN_OFF_DEVMEM: case O_OFFLOAD + TRAIN_OFF_PREFETCH:
+            train_offload_opt(&off, c - O_OFFLOAD, optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -329,8 +343,7 @@ int main(int argc, char **argv)
     if (have_plan && plan.ckpt_every > 0)
         snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
-                        : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
+        const char *why = plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
                     "yet; refusing before any step\n", why);
@@ -456,8 +469,13 @@ int main(int argc, char **argv)
     ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
     if (!ec.act_budget_bytes && have_plan && ec.recompute == WHALE_RECOMPUTE_AUTO)
         ec.act_budget_bytes = plan_act_budget(&plan);
+    if (train_offload_apply(&off, have_plan ? &plan : NULL, &ec)) {
+        rc = 2;
+        goto out;
+    }
     /* the engine refuses layouts that cannot run (divisibility, stage split,
-     * schedule vs micro-batches) with the reason, before any step */
+     * schedule vs micro-batches, a device-memory budget too small) with the
+     * reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
         goto out;
     if (whale_trace_init(rank, world))
@@ -613,6 +631,7 @@ int main(int argc, char **argv)
         }
         sum_comm += st.t_comm;
         sum_wait += st.t_wait;
+        train_offload_account(&off, &st);
         sum_flops += st.flops;
         if (isnan(first_loss))
             first_loss = st.loss;
@@ -632,6 +651,7 @@ int main(int argc, char **argv)
             json_object_set_new(j, "cpu_s", json_real(cpu_s)); /* CPU time of this process */
             json_object_set_new(j, "recompute_s", json_real(st.t_recompute));
             json_object_set_new(j, "act_peak_mb", json_real(st.act_peak_bytes / 1048576.0));
+            train_offload_step(j, &st);
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -679,6 +699,7 @@ int main(int argc, char **argv)
         json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
         json_object_set_new(sm, "interleave", json_integer(ec.interleave));
         json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
+        train_offload_summary(&off, sm, e, &ec);
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
