@@ -77,6 +77,46 @@ summary_field() {
   done
 }
 
+@test "srun across 3 nodes (tcp): optimizer state in a spare node's memory, same losses" {
+  for z in 1 2; do
+    run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+      --whale-zero=$z --whale-offload=optimizer --whale-offload-target=spares \
+      "$TRAIN" $(train_args) --metrics "$TMPD/sp$z.jsonl"
+    echo "$output" | tail -3
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/sp$z.jsonl"
+    echo "ZeRO $z, state on the spare node: $output"
+    [ "$status" -eq 0 ]
+    [ "$(summary_field "$TMPD/sp$z.jsonl" offload_target)" = spares ]
+  done
+  # a host list naming the spare's node works; one without a spare is refused by every task
+  spare_node=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    bash -c '[ "$WHALE_SPARE" = 1 ] && hostname || true')
+  other=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    bash -c '[ "$WHALE_SPARE" = 0 ] && hostname || true' | head -1)
+  echo "spare on $spare_node, a worker on $other"
+  [ -n "$spare_node" ] && [ -n "$other" ]
+  run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    --whale-zero=1 --whale-offload=optimizer --whale-offload-target="$spare_node" \
+    "$TRAIN" $(train_args) --metrics "$TMPD/sph.jsonl"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/sph.jsonl"
+  [ "$status" -eq 0 ]
+  run timeout 300 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-offload=optimizer \
+    --whale-offload-target="$other" "$TRAIN" $(train_args) --steps 2 --metrics ""
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"no spare task on $other"* ]]
+}
+
+@test "srun: --whale-offload-target is checked in srun" {
+  run timeout 30 srun -N2 -n2 --whale-offload-target=spares true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"add --whale-spares=N"* ]]
+  run timeout 30 srun -N3 -n3 --whale-spares=1 --whale-offload-target='node[' true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"expected local, spares or a host list"* ]]
+}
+
 @test "device-memory budget: refused with the numbers without offload, trains with it" {
   # micro-batches of 1 so that the model state, not activations, dominates;
   # ZeRO 3's arena peak for this run, then three quarters of it as the budget

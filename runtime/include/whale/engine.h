@@ -203,6 +203,15 @@ int whale_engine_layer_cost(const whale_engine *e, int layer, struct whale_layer
  * products, ~0.3 s): the peak MFU is measured against. */
 double whale_sgemm_peak_gflops(const whale_engine *e);
 
+/* ---- offload to another task's host memory (--whale-offload-target) --------
+ * Bytes this rank's offloaded optimizer state needs there (fp32 master and
+ * AdamW moments of its update range; 0 without offload), and attaching the
+ * region (registered by that task, whale_region_exchange) at an offset:
+ * once, before the first step; offload=optimizer only. The local host tier
+ * then keeps only the gradients and two staging sets of one bucket. */
+size_t whale_engine_offload_bytes(const whale_engine *e);
+int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t offset);
+
 /* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
 struct whale_engine_memory {
     int64_t param_bytes;   /* model weights held (ZeRO-3: the shard) */

@@ -688,6 +688,8 @@ static const struct eng_bucket *bucket_of(const whale_engine *e, const struct en
     return NULL;
 }
 
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int z, int r);
+
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 {
     const int z = e->cfg.zero_stage;
@@ -696,6 +698,18 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
      * the host master is refreshed from the weights before the next update */
     eng_off_quiesce(e);
     e->off.resync = true;
+    int wrc = eng_off_walk_begin(e); /* remote tier: the moments, here for the walk */
+    if (wrc) {
+        eng_off_walk_end(e);
+        return wrc;
+    }
+    int rc = walk(e, fn, user, z, r);
+    wrc = eng_off_walk_end(e);
+    return rc ? rc : wrc;
+}
+
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int z, int r)
+{
     for (int kind = 0; kind <= WHALE_TENSOR_ADAM_V; kind++) {
         for (int i = 0; i < e->np; i++) {
             const struct eng_param *p = &e->params[i];

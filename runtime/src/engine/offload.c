@@ -202,6 +202,7 @@ void eng_off_free(whale_engine *e)
     o->mv = NULL;
     if (o->host) {
         size_t n = o->U * sizeof(float);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->stage, 6 * o->stage_n * sizeof(float));
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
@@ -209,6 +210,113 @@ void eng_off_free(whale_engine *e)
         whale_arena_destroy(o->host);
     }
     o->host = NULL;
+}
+
+/* ---- remote tier ---------------------------------------------------------------- */
+
+size_t eng_off_rem_at(const whale_engine *e, int which, size_t a)
+{
+    return e->off.rem_off + ((size_t)which * e->off.U + a) * sizeof(float);
+}
+
+size_t whale_engine_offload_bytes(const whale_engine *e)
+{
+    return e->off.mode ? 3 * e->off.U * sizeof(float) : 0;
+}
+
+/* Blocking transfer of len bytes (get: remote -> local). */
+static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
+{
+    whale_req *q = NULL;
+    int rc = get ? whale_iget(r, off, local, len, &q) : whale_iput(r, off, local, len, &q);
+    return rc ? rc : whale_wait(q);
+}
+
+int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
+{
+    struct eng_offload *o = &e->off;
+    if (o->mode != WHALE_OFFLOAD_OPTIMIZER) {
+        whale_error("offload to another task's memory is implemented for offload=optimizer; "
+                    "this run has offload=%s (use --whale-offload-target=local)",
+                    whale_offload_name(o->mode));
+        return WHALE_ENOTSUP;
+    }
+    if (o->rem || e->step > 0) {
+        whale_error("the remote offload tier must be attached once, before the first step");
+        return WHALE_ESTATE;
+    }
+    size_t need = whale_engine_offload_bytes(e);
+    if (whale_remote_size(r) < off + need) {
+        whale_error("remote offload region of task %d holds %zu bytes, this rank needs %zu at "
+                    "offset %zu", whale_remote_task(r), whale_remote_size(r), need, off);
+        return WHALE_ERANGE;
+    }
+    o->rem = r;
+    o->rem_off = off;
+    /* moments as they are now (zero, or restored) go to their new home */
+    int rc = rma(r, false, eng_off_rem_at(e, 1, 0), o->hM, o->U * sizeof(float));
+    if (!rc)
+        rc = rma(r, false, eng_off_rem_at(e, 2, 0), o->hV, o->U * sizeof(float));
+    if (!rc)
+        rc = whale_remote_flush(r);
+    if (rc) {
+        o->rem = NULL;
+        return rc;
+    }
+    size_t mx = 0;
+    for (int b = 0; b < e->nb; b++) {
+        size_t n = e->cfg.zero_stage == 0 || e->dp.size == 1 ? e->buckets[b].n
+                                                             : e->buckets[b].n / e->dp.size;
+        mx = n > mx ? n : mx;
+    }
+    o->stage_n = mx;
+    if (!(o->stage = eng_off_host_alloc(e, 6 * mx))) {
+        o->rem = NULL;
+        return WHALE_ENOMEM;
+    }
+    size_t n = o->U * sizeof(float);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+    o->hW = o->hM = o->hV = NULL;
+    e->M = e->V = NULL;
+    o->resync = true; /* the master goes there before the first update */
+    whale_info("offload: optimizer state (%.2f MiB) in the host memory of task %d",
+               (double)need / (1 << 20), whale_remote_task(r));
+    return 0;
+}
+
+int eng_off_walk_begin(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->rem)
+        return 0;
+    size_t n = o->U * sizeof(float);
+    if (!(e->M = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)) ||
+        !(e->V = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
+        return WHALE_ENOMEM;
+    int rc = rma(o->rem, true, eng_off_rem_at(e, 1, 0), e->M, n);
+    return rc ? rc : rma(o->rem, true, eng_off_rem_at(e, 2, 0), e->V, n);
+}
+
+int eng_off_walk_end(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->rem)
+        return 0;
+    size_t n = o->U * sizeof(float);
+    int rc = 0;
+    if (e->M && e->V) { /* the walk may have restored them */
+        rc = rma(o->rem, false, eng_off_rem_at(e, 1, 0), e->M, n);
+        if (!rc)
+            rc = rma(o->rem, false, eng_off_rem_at(e, 2, 0), e->V, n);
+        if (!rc)
+            rc = whale_remote_flush(o->rem);
+    }
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, e->M, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, e->V, n);
+    e->M = e->V = NULL;
+    return rc;
 }
 
 int64_t eng_off_host_bytes(const whale_engine *e)

@@ -41,6 +41,15 @@ struct eng_offload {
     bool resync;          /* the tensors were walked (maybe restored): refresh hW from W */
     bool last_micro;      /* the backward running now ends the step's accumulation */
     double t_move_wait;   /* engine thread blocked on moves this step */
+    /* remote tier (another task's registered host memory, RMA through UCX):
+     * [master U][M U][V U] floats at rem_off; buckets staged through two
+     * local sets of 3 x stage_n floats so the next bucket's fetch overlaps
+     * the current bucket's update */
+    struct whale_remote *rem;
+    size_t rem_off;
+    float *stage;
+    size_t stage_n;
+    double t_rma;         /* seconds in RMA transfers this step (blocking part) */
 };
 
 
@@ -58,4 +67,11 @@ double eng_off_take_busy(struct whale_engine *e, int64_t *bytes);
 int  eng_off_init(struct whale_engine *e);  /* after the buckets are laid out */
 void eng_off_free(struct whale_engine *e);
 int64_t eng_off_host_bytes(const struct whale_engine *e);
+/* Remote tier: fetch M and V into local buffers for a tensor walk, and put
+ * them back (and release the buffers) after it. */
+int  eng_off_walk_begin(struct whale_engine *e);
+int  eng_off_walk_end(struct whale_engine *e);
+/* Bytes of the remote tier at off (master, M or V: which = 0, 1, 2) of
+ * update-range element a. */
+size_t eng_off_rem_at(const struct whale_engine *e, int which, size_t a);
 #endif

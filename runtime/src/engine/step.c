@@ -560,10 +560,100 @@ static void apply_adamw(whale_engine *e, float grad_mul)
  * bucket by bucket as each bucket's gradient has arrived; the mover brings
  * each bucket's updated weights back while the next bucket is updated (and,
  * for buckets the next forward uses later, while that forward runs). */
-static void off_apply(whale_engine *e, float grad_mul)
+/* Remote tier: bucket k's master, M and V in staging set s. */
+static int rem_fetch(whale_engine *e, int k, float *st, whale_req **q)
+{
+    struct eng_bucket *bk = &e->buckets[k];
+    size_t lo, hi;
+    shard_range(e, bk, &lo, &hi);
+    size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
+    int rc = 0;
+    for (int w = 0; w < 3 && !rc; w++)
+        rc = whale_iget(e->off.rem, eng_off_rem_at(e, w, a), st + w * e->off.stage_n, len, &q[w]);
+    return rc;
+}
+
+static int rem_waitall(whale_engine *e, whale_req **q, int n)
+{
+    int rc = 0;
+    double t0 = eng_now();
+    for (int i = 0; i < n; i++)
+        if (q[i]) {
+            int r2 = whale_wait(q[i]);
+            q[i] = NULL;
+            rc = rc ? rc : r2;
+        }
+    e->off.t_rma += eng_now() - t0;
+    return rc;
+}
+
+/* Optimizer state in another task's memory (RMA): per bucket, fetch master
+ * and moments (the next bucket's fetch in flight while this one updates),
+ * AdamW on the host, weights to the arena, state back with puts. */
+static int off_apply_remote(whale_engine *e, float grad_mul)
 {
     struct eng_offload *o = &e->off;
     const int z = e->cfg.zero_stage;
+    whale_req *get[2][3] = { { 0 } }, *put[2][3] = { { 0 } };
+    int rc = rem_fetch(e, 0, o->stage, get[0]);
+    for (int k = 0; k < e->nb && !rc; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        float *st = o->stage + (size_t)(k & 1) * 3 * o->stage_n;
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        if ((rc = rem_waitall(e, get[k & 1], 3)))
+            break;
+        if (k + 1 < e->nb) { /* the other set: its puts must be out first */
+            if ((rc = rem_waitall(e, put[(k + 1) & 1], 3)) ||
+                (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * 3 * o->stage_n,
+                                get[(k + 1) & 1])))
+                break;
+        }
+        eng_move_wait(e, &bk->gdown);
+        const size_t base = mvoff(e, bk, lo, lo);
+        for (int li = bk->l0; li < bk->l1; li++) {
+            struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a >= zz)
+                    continue;
+                size_t so = mvoff(e, bk, lo, a) - base;
+                whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
+                                        st + o->stage_n + so, st + 2 * o->stage_n + so, zz - a,
+                                        grad_mul, p->decay);
+            }
+        }
+        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+                                                           : wptr(e, bk, lo, lo);
+        memcpy(dst, st, (hi - lo) * sizeof(float));
+        for (int w = 0; w < 3 && !rc; w++)
+            rc = whale_iput(o->rem, eng_off_rem_at(e, w, base), st + w * o->stage_n,
+                            (hi - lo) * sizeof(float), &put[k & 1][w]);
+    }
+    for (int s = 0; s < 2; s++) {
+        int r2 = rem_waitall(e, get[s], 3);
+        int r3 = rem_waitall(e, put[s], 3);
+        rc = rc ? rc : r2 ? r2 : r3;
+    }
+    if (!rc) {
+        double t0 = eng_now();
+        rc = whale_remote_flush(o->rem);
+        o->t_rma += eng_now() - t0;
+    }
+    if (rc)
+        whale_error("offload: optimizer state in task %d's memory: %s",
+                    whale_remote_task(o->rem), whale_strerror(rc));
+    return rc;
+}
+
+static int off_apply(whale_engine *e, float grad_mul)
+{
+    struct eng_offload *o = &e->off;
+    const int z = e->cfg.zero_stage;
+    if (o->rem)
+        return off_apply_remote(e, grad_mul);
     for (int k = 0; k < e->nb; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         size_t lo, hi;
@@ -589,33 +679,50 @@ static void off_apply(whale_engine *e, float grad_mul)
                                                            : wptr(e, bk, lo, lo);
         eng_move_post(e, &bk->wup, dst, o->hW + mvoff(e, bk, lo, lo), (hi - lo) * sizeof(float));
     }
+    return 0;
 }
 
 /* Before a step: gradient moves re-armed; after a tensor walk (which may have
  * restored weights) the host master is refreshed from the arena's weights. */
-static void off_step_begin(whale_engine *e)
+static int off_step_begin(whale_engine *e)
 {
     struct eng_offload *o = &e->off;
     if (!o->mode)
-        return;
+        return 0;
     o->t_move_wait = 0;
+    o->t_rma = 0;
     for (int k = 0; k < e->nb; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         eng_move_wait(e, &bk->gdown);
         atomic_store(&bk->gdown.state, 0);
     }
     if (!o->resync)
-        return;
+        return 0;
     o->resync = false;
     if (o->mode == WHALE_OFFLOAD_PARAMS)
-        return; /* the host shard is the only copy */
+        return 0; /* the host shard is the only copy */
     eng_off_quiesce(e);
-    for (int k = 0; k < e->nb; k++) {
+    int rc = 0;
+    for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         size_t lo, hi;
         shard_range(e, bk, &lo, &hi);
-        memcpy(o->hW + mvoff(e, bk, lo, lo), wptr(e, bk, lo, lo), (hi - lo) * sizeof(float));
+        size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
+        if (!o->rem) {
+            memcpy(o->hW + a, wptr(e, bk, lo, lo), len);
+            continue;
+        }
+        whale_req *q = NULL;
+        rc = whale_iput(o->rem, eng_off_rem_at(e, 0, a), wptr(e, bk, lo, lo), len, &q);
+        if (!rc)
+            rc = whale_wait(q);
     }
+    if (!rc && o->rem)
+        rc = whale_remote_flush(o->rem);
+    if (rc)
+        whale_error("offload: refreshing the master weights in task %d's memory: %s",
+                    whale_remote_task(o->rem), whale_strerror(rc));
+    return rc;
 }
 
 /* ZeRO 1/2: every rank gets everybody's updated shard. */
@@ -716,7 +823,8 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
     whale_arena_reset_peak(e->arena);
-    off_step_begin(e);
+    if ((rc = off_step_begin(e)))
+        return rc;
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
         rc = eng_grads_finish(e);
@@ -750,10 +858,11 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         /* gradients hold scale x (true gradient): unscale and clip in one factor */
         float clip = whale_clip_coef(norm, e->cfg.grad_clip);
         if (e->off.mode)
-            off_apply(e, clip / scale_bw);
+            rc = off_apply(e, clip / scale_bw);
         else
             apply_adamw(e, clip / scale_bw);
-        rc = allgather_weights(e);
+        if (!rc)
+            rc = allgather_weights(e);
     } else {
         whale_warn("step %lld: gradient overflow (inf/NaN), step skipped, loss scale now %g",
                    (long long)e->step + 1, (double)e->scaler.scale);
@@ -797,8 +906,8 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         whale_arena_stats(e->arena, &as);
         st->arena_peak_bytes = as.peak;
         st->host_bytes = eng_off_host_bytes(e);
-        st->t_offload = eng_off_take_busy(e, &st->offload_bytes);
-        st->t_offload_wait = e->off.t_move_wait;
+        st->t_offload = eng_off_take_busy(e, &st->offload_bytes) + e->off.t_rma;
+        st->t_offload_wait = e->off.t_move_wait + e->off.t_rma;
         st->offload_hidden = st->t_offload > 0 ? 1.0 - st->t_offload_wait / st->t_offload : 0;
         if (st->offload_hidden < 0)
             st->offload_hidden = 0;

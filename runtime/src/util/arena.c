@@ -67,7 +67,10 @@ void whale_arena_destroy(whale_arena *a)
 
 static void mib(char *buf, size_t len, int64_t b)
 {
-    snprintf(buf, len, "%.2f MiB", (double)b / (1 << 20));
+    if (b < (1 << 20))
+        snprintf(buf, len, "%.1f KiB", (double)b / 1024);
+    else
+        snprintf(buf, len, "%.2f MiB", (double)b / (1 << 20));
 }
 
 void *whale_arena_alloc(whale_arena *a, enum whale_mem_cat cat, size_t n, int zero)

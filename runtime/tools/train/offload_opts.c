@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "whale/arena.h"
+#include "whale/offload.h"
 #include "whale/optim.h"
 
 const char *const train_offload_optnames[TRAIN_OFF_N_] = {
@@ -65,10 +66,11 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
         ec->device_mem = b;
     }
     const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
-    if (tg && strcmp(tg, "local")) {
-        fprintf(stderr, "whale-train: --whale-offload-target=%s: this build offloads to local "
-                "host memory only (local); remote targets (spares, a host list) need the comm "
-                "RMA layer\n", tg);
+    o->where = tg && strcmp(tg, "local") ? tg : NULL;
+    if (o->where && ec->offload != WHALE_OFFLOAD_OPTIMIZER) {
+        fprintf(stderr, "whale-train: --whale-offload-target=%s keeps optimizer state in other "
+                "tasks' memory: it needs --offload=optimizer (offload is %s)\n", tg,
+                whale_offload_name(ec->offload));
         return -1;
     }
     if (ec->offload == WHALE_OFFLOAD_PARAMS && ec->zero_stage != 3) {
@@ -80,6 +82,29 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
     return 0;
 }
 
+int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e)
+{
+    return whale_offload_target_open(ctx, o->where, e, &o->tgt);
+}
+
+int train_offload_close(struct train_offload *o)
+{
+    int rc = whale_offload_target_close(o->tgt);
+    o->tgt = NULL;
+    return rc;
+}
+
+int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
+{
+    const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
+    o->where = tg && strcmp(tg, "local") ? tg : NULL;
+    if (!o->where)
+        return 0;
+    int rc = train_offload_open(o, ctx, NULL);
+    int r2 = train_offload_close(o); /* serves until the workers are done */
+    return rc ? rc : r2;
+}
+
 void train_offload_usage(FILE *f)
 {
     fprintf(f,
@@ -89,7 +114,9 @@ void train_offload_usage(FILE *f)
 "  --offload-prefetch N ZeRO 3: layers whose weights are fetched ahead (1)\n"
 "  --device-mem SIZE    device memory budget per rank (512M, 12G; default unlimited):\n"
 "                       a model that does not fit is refused with the numbers\n"
-"  --whale-offload-target local   where offloaded state lives (local host memory)\n");
+"  --whale-offload-target T  where offloaded optimizer state lives: local (host\n"
+"                       memory of this task), spares (the step's hot-spare tasks, over\n"
+"                       UCX RMA) or a host list (spares on those nodes, node[3-4])\n");
 }
 
 void train_offload_step(json_t *j, const struct whale_step_stats *st)
@@ -123,6 +150,8 @@ void train_offload_summary(const struct train_offload *o, json_t *sm, whale_engi
     json_object_set_new(sm, "arena_peak_mb", json_real(o->arena_peak / 1048576.0));
     if (m.arena_budget > 0)
         json_object_set_new(sm, "device_mem_mb", json_real(m.arena_budget / 1048576.0));
+    if (o->tgt)
+        json_object_set_new(sm, "offload_target", json_string(o->where));
     if (ec->offload) {
         double hid = o->t_move > 0 ? 1 - o->t_wait / o->t_move : 0;
         json_object_set_new(sm, "host_mb", json_real(m.host_bytes / 1048576.0));

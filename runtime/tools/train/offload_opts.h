@@ -15,6 +15,8 @@ struct train_offload {
     const char *target;     /* --whale-offload-target local|spares|HOSTLIST */
     const char *device_mem; /* --device-mem SIZE */
     const char *prefetch;   /* --offload-prefetch N */
+    const char *where;      /* resolved target, NULL: local */
+    struct whale_offload_target *tgt;
     /* run totals */
     double t_move, t_wait;
     long steps;
@@ -35,6 +37,11 @@ void train_offload_opt(struct train_offload *o, int which, const char *value);
 int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
                         struct whale_engine_config *ec);
 void train_offload_usage(FILE *f);
+/* Workers, after the engine exists (before a resume): the remote target's
+ * collective. Spares: take part and serve until the workers close. */
+int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e);
+int train_offload_close(struct train_offload *o);
+int train_offload_spare(struct train_offload *o, whale_ctx *ctx);
 /* Counts one step into the run totals (every rank, every step). */
 void train_offload_account(struct train_offload *o, const struct whale_step_stats *st);
 /* Adds the step's arena and transfer figures to a metrics line. */

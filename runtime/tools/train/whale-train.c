@@ -387,7 +387,7 @@ int main(int argc, char **argv)
         rank = whale_rank(ctx);
         if (whale_is_spare(ctx)) {
             whale_info("hot spare: idle (promotion needs the elastic module)");
-            rc = 0;
+            rc = train_offload_spare(&off, ctx) ? 1 : 0; /* lends memory when asked */
             goto out;
         }
     }
@@ -478,7 +478,7 @@ int main(int argc, char **argv)
      * reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
         goto out;
-    if (whale_trace_init(rank, world))
+    if (whale_trace_init(rank, world) || train_offload_open(&off, ctx, e))
         goto out;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
@@ -712,6 +712,8 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    if (off.tgt && train_offload_close(&off)) /* spares lending memory wait for this */
+        rc = 1;
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);

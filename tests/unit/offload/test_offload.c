@@ -25,6 +25,7 @@
 #include "../engine/fakecomm.h"
 #include "engine/engine_int.h"
 #include "whale/arena.h"
+#include "whale/comm.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 #include "whale/error.h"
@@ -432,6 +433,90 @@ static void test_tensors_resume(void **st)
     resume_case(3, WHALE_OFFLOAD_PARAMS);
 }
 
+/* The remote tier through the RMA API, in a world of one (the handle on
+ * one's own region copies locally; the cluster test runs it across nodes):
+ * same losses, the moments are found by the tensor walk, and a restore
+ * through the walk continues exactly. */
+static void test_remote_tier(void **st)
+{
+    (void)st;
+    whale_ctx *ctx = NULL;
+    assert_int_equal(whale_init(&ctx), 0);
+    for (int z = 0; z <= 3; z += 3) {
+        struct whale_engine_config c = base_cfg(1, z, WHALE_OFFLOAD_OPTIMIZER);
+        whale_engine *e, *f;
+        assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+        size_t need = whale_engine_offload_bytes(e), pad = 4096;
+        assert_true(need > 0);
+        void *mem = calloc(1, need + pad);
+        whale_region *reg;
+        whale_remote **rem;
+        assert_int_equal(whale_region_register(ctx, mem, need + pad, &reg), 0);
+        assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+        assert_int_equal(whale_engine_offload_attach(e, rem[0], pad), 0);
+        struct whale_engine_memory m;
+        whale_engine_memory(e, &m);
+        assert_true(m.host_bytes < (int64_t)need); /* grads + staging stay local */
+        struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
+                                        .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
+        whale_data *d = NULL;
+        assert_int_equal(whale_data_open(&dc, &d), 0);
+        int32_t in[GB * SEQ], tg[GB * SEQ];
+        struct whale_train_state ts;
+        struct whale_step_stats sst;
+        for (int s = 0; s < STEPS / 2; s++) {
+            whale_engine_get_state(e, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
+            assert_true(sst.loss == ref.loss[s]);
+        }
+        struct snap sn = { .n = 0 };
+        assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
+        whale_engine_get_state(e, &ts);
+        whale_engine_destroy(e);
+        memset(mem, 0, need + pad); /* the new engine must get everything from the walk */
+        assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
+        assert_int_equal(whale_engine_offload_attach(f, rem[0], pad), 0);
+        sn.restore = true;
+        assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
+        assert_int_equal(whale_engine_set_state(f, &ts), 0);
+        for (int s = STEPS / 2; s < STEPS; s++) {
+            whale_engine_get_state(f, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
+            assert_true(sst.loss == ref.loss[s]);
+        }
+        printf("remote tier (RMA, world of one) ZeRO %d: %zu B there, %lld B local host, 20 "
+               "steps equal, restore through the walk continues exactly\n", z, need,
+               (long long)m.host_bytes);
+        for (int i = 0; i < sn.n; i++)
+            free(sn.buf[i]);
+        whale_engine_destroy(f);
+        whale_data_close(d);
+        whale_remote_free(rem[0]);
+        free(rem);
+        whale_region_free(reg);
+        free(mem);
+    }
+    /* params mode stays local */
+    struct whale_engine_config c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
+    whale_engine *e;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    size_t need = whale_engine_offload_bytes(e);
+    void *mem = calloc(1, need);
+    whale_region *reg;
+    whale_remote **rem;
+    assert_int_equal(whale_region_register(ctx, mem, need, &reg), 0);
+    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_ENOTSUP);
+    whale_engine_destroy(e);
+    whale_remote_free(rem[0]);
+    free(rem);
+    whale_region_free(reg);
+    free(mem);
+    whale_finalize(ctx);
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -451,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_equiv_dp1),
         cmocka_unit_test(test_equiv_dp2),      cmocka_unit_test(test_memory_drop),
         cmocka_unit_test(test_budget),         cmocka_unit_test(test_tensors_resume),
+        cmocka_unit_test(test_remote_tier),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
