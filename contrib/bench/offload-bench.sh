@@ -12,14 +12,17 @@
 #     another node over tcp (srun -N2, UCX_TLS=tcp,self)
 # usage: contrib/bench/offload-bench.sh [-b BUILD_DIR] [-m MODEL] [-t THREADS]
 #                                       [-s STEPS] [-r REPS] [-e MAX_BYTES] [-n]
+#                                       [-M ZERO:MODE,...]
 #   -n  skip the whale-train runs (AdamW and bandwidth only)
+#   -M  whale-train runs (default 0:none,0:optimizer,3:none,3:optimizer,3:params)
 set -euo pipefail
-build=build model=gpt2-124m threads=2 steps=4 reps=5 max=64M skip=
-while getopts "b:m:t:s:r:e:nh" o; do
+build=build model=gpt2-124m threads=2 steps=4 reps=5 max=64M skip= modes=0:none,0:optimizer,3:none,3:optimizer,3:params
+while getopts "b:m:t:s:r:e:M:nh" o; do
     case $o in
+    M) modes=$OPTARG ;;
     b) build=$OPTARG ;; m) model=$OPTARG ;; t) threads=$OPTARG ;; s) steps=$OPTARG ;;
     r) reps=$OPTARG ;; e) max=$OPTARG ;; n) skip=--skip-train ;;
-    *) sed -n '2,16p' "$0"; exit 2 ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +31,7 @@ run=$build/runtime/tools/run/whale-run
 [ -x "$bench" ] || { echo "offload-bench: $bench not built (ninja -C $build)" >&2; exit 1; }
 
 python3 "$here/offload-bench.py" --build "$build" --model "$model" --threads "$threads" \
-    --steps "$steps" --reps "$reps" $skip
+    --steps "$steps" --reps "$reps" --modes "$modes" $skip
 
 echo
 echo "# bandwidth of the offload paths (GB/s, best of $reps)"
