@@ -63,6 +63,21 @@ summary_field() {
   [ "$status" -eq 0 ]
 }
 
+@test "whale-run TP and PP with offload: same losses" {
+  "$TRAIN" $(train_args) --grad-accum 2 --metrics "$TMPD/ref-acc.jsonl" > /dev/null 2>&1
+  for spec in "2|--pp 2|--zero 1 --offload optimizer" "2|--tp 2|--zero 3 --offload params" \
+              "4|--pp 2 --tp 2|--zero 2 --offload optimizer" \
+              "2|--pp 2|--zero 3 --offload params --offload-prefetch 2"; do
+    IFS='|' read -r n lay knobs <<< "$spec"
+    run timeout 300 "$RUN" -n $n $lay --timeout 280 "$TRAIN" $(train_args) --grad-accum 2 $knobs \
+      --metrics "$TMPD/lay.jsonl"
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref-acc.jsonl" "$TMPD/lay.jsonl"
+    echo "$lay $knobs: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
 @test "srun --whale-offload on 2 nodes (tcp): the plan carries offload, same losses" {
   for spec in "1 optimizer" "2 optimizer" "3 params"; do
     set -- $spec
