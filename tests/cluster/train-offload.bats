@@ -121,6 +121,11 @@ summary_field() {
     --whale-offload-target="$other" "$TRAIN" $(train_args) --steps 2 --metrics ""
   [ "$status" -ne 0 ]
   [[ "$output" == *"no spare task on $other"* ]]
+  # a worker failing before the setup (budget refused) stops the waiting spare too
+  run timeout 120 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-offload=optimizer \
+    --whale-offload-target=spares "$TRAIN" $(train_args) --device-mem 100K --metrics ""
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  [[ "$output" == *"does not fit the device memory budget"* ]]
 }
 
 @test "srun: --whale-offload-target is checked in srun" {

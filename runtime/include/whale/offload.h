@@ -26,6 +26,10 @@ typedef struct whale_offload_target whale_offload_target;
  * without a spare task to hold the state, naming what is missing. */
 int whale_offload_target_open(whale_ctx *ctx, const char *target, whale_engine *e,
                               whale_offload_target **out);
+/* A worker that fails before it could call open (bad option, model that
+ * does not fit, ...) calls this instead, so that the spares waiting in the
+ * collective learn it and stop rather than wait. Returns WHALE_ECANCELED. */
+int whale_offload_target_abort(whale_ctx *ctx, const char *target);
 /* Spares: serve the registered memory until every worker has closed (the
  * wait progresses RMA over tcp), then release it. Workers: close after the
  * last step. Collective over whale_all_tasks(ctx). NULL is a no-op. */

@@ -38,8 +38,25 @@ static bool in_list(const char *host, char **names, int n)
     return false;
 }
 
+static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool failed,
+                       whale_offload_target **out);
+
 int whale_offload_target_open(whale_ctx *ctx, const char *target, whale_engine *e,
                               whale_offload_target **out)
+{
+    return target_open(ctx, target, e, false, out);
+}
+
+int whale_offload_target_abort(whale_ctx *ctx, const char *target)
+{
+    whale_offload_target *t = NULL;
+    int rc = target_open(ctx, target, NULL, true, &t);
+    whale_offload_target_close(t);
+    return rc;
+}
+
+static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool failed,
+                       whale_offload_target **out)
 {
     *out = NULL;
     if (!target || !*target || !strcmp(target, "local"))
@@ -63,12 +80,20 @@ int whale_offload_target_open(whale_ctx *ctx, const char *target, whale_engine *
     }
     t->ctx = ctx;
     t->ntasks = nt;
-    t->spare = e == NULL;
-    mine.need = e ? (int64_t)whale_engine_offload_bytes(e) : 0;
-    mine.spare = e == NULL;
+    t->spare = e == NULL && !failed;
+    mine.need = failed ? -1 : e ? (int64_t)whale_engine_offload_bytes(e) : 0;
+    mine.spare = t->spare;
     gethostname(mine.host, sizeof mine.host - 1);
     if ((rc = whale_allgather(all, &mine, info, sizeof mine, WHALE_UINT8)))
         goto done;
+    for (int i = 0; i < nt; i++)
+        if (info[i].need < 0) { /* a worker failed before this point: everybody stops */
+            if (!failed && (t->spare || me == 0))
+                whale_error("offload target: task %d failed before the offload setup; "
+                            "stopping", i);
+            rc = WHALE_ECANCELED;
+            goto done;
+        }
     /* memory hosts: spare tasks (on the listed nodes), in task order */
     int nh = 0;
     int *hosts = calloc((size_t)nt, sizeof *hosts);

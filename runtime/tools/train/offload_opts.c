@@ -84,7 +84,17 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
 
 int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e)
 {
+    o->joined = true; /* the collective ran, whatever its outcome */
     return whale_offload_target_open(ctx, o->where, e, &o->tgt);
+}
+
+void train_offload_fail(struct train_offload *o, whale_ctx *ctx)
+{
+    const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
+    if (!ctx || o->joined || !tg || !strcmp(tg, "local"))
+        return;
+    o->joined = true;
+    whale_offload_target_abort(ctx, tg);
 }
 
 int train_offload_close(struct train_offload *o)
@@ -101,8 +111,9 @@ int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
     if (!o->where)
         return 0;
     int rc = train_offload_open(o, ctx, NULL);
-    int r2 = train_offload_close(o); /* serves until the workers are done */
-    return rc ? rc : r2;
+    if (rc)
+        return rc; /* every task saw the same failure: nothing to serve */
+    return train_offload_close(o); /* serves until the workers are done */
 }
 
 void train_offload_usage(FILE *f)

@@ -17,6 +17,7 @@ struct train_offload {
     const char *prefetch;   /* --offload-prefetch N */
     const char *where;      /* resolved target, NULL: local */
     struct whale_offload_target *tgt;
+    bool joined;            /* took part in the target's setup collective */
     /* run totals */
     double t_move, t_wait;
     long steps;
@@ -42,6 +43,9 @@ void train_offload_usage(FILE *f);
 int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e);
 int train_offload_close(struct train_offload *o);
 int train_offload_spare(struct train_offload *o, whale_ctx *ctx);
+/* A worker failing before the setup (or with a remote target it refused):
+ * tells the waiting spares, so that they stop too. */
+void train_offload_fail(struct train_offload *o, whale_ctx *ctx);
 /* Counts one step into the run totals (every rank, every step). */
 void train_offload_account(struct train_offload *o, const struct whale_step_stats *st);
 /* Adds the step's arena and transfer figures to a metrics line. */

@@ -714,6 +714,8 @@ int main(int argc, char **argv)
 out:
     if (off.tgt && train_offload_close(&off)) /* spares lending memory wait for this */
         rc = 1;
+    if (rc && ctx && !whale_is_spare(ctx))
+        train_offload_fail(&off, ctx); /* spares waiting for the setup stop too */
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);
