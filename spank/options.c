@@ -54,6 +54,14 @@ static int parse_offload(const char *s, int *v)
     return rc;
 }
 
+static int parse_precision(const char *s, int *v)
+{
+    enum whale_precision pr;
+    int rc = whale_precision_parse(s, &pr);
+    *v = (int)pr;
+    return rc;
+}
+
 static const struct optdef optdefs[] = {
     { OPT_ENABLE, "whale", NULL,
       "Run this step with Whale (defaults: TP=1, PP=1, DP = tasks).", K_FLAG, 0, 0, NULL, NULL,
@@ -100,6 +108,10 @@ static const struct optdef optdefs[] = {
       "Where offloaded optimizer state lives: this task's host memory (default), the step's "
       "hot-spare tasks, or the spare tasks on the listed nodes (over UCX RMA).", K_STR, 0, 0,
       NULL, NULL, whale_opts.offload_target },
+    { OPT_PRECISION, "whale-precision", "fp32|bf16|fp16",
+      "Training precision: bf16/fp16 mixed precision (16-bit weights in compute, activations "
+      "and gradients; fp32 master weights and optimizer state) or fp32.", K_ENUM, 0, 0,
+      parse_precision, "fp32, bf16, fp16", &whale_opts.precision },
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 

@@ -38,6 +38,7 @@ enum whale_opt_id {
     OPT_MODEL,        /* --whale-model (planner) */
     OPT_BATCH,        /* --whale-batch (planner) */
     OPT_OFFLOAD_TARGET, /* --whale-offload-target (exported as WHALE_OFFLOAD_TARGET) */
+    OPT_PRECISION,    /* --whale-precision */
     OPT_COUNT_
 };
 
@@ -57,6 +58,7 @@ struct whale_opts {
     char model[1024];          /* --whale-model: preset name or file */
     int batch;                 /* --whale-batch: global batch, sequences per step */
     char offload_target[1024]; /* --whale-offload-target: local | spares | hostlist */
+    enum whale_precision precision; /* --whale-precision */
 };
 
 extern struct whale_opts whale_opts;
