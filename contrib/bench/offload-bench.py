@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import shutil
 import tempfile
 
 TORCH_CHILD = r'''
@@ -188,11 +189,23 @@ def main():
                                              "arena_MB", "host_MB", "move_s"))
     runs = [(int(z), o) for z, o in (m.split(":") for m in args.modes.split(","))]
     res = {}
-    for _ in range(args.rounds):  # alternated: a load change hits every mode alike
-        for zero, mode in runs:
-            r = train(args.build, args, mode, zero, env, tmp)
-            if (zero, mode) not in res or r["step_s"] < res[(zero, mode)]["step_s"]:
-                res[(zero, mode)] = r
+    try:
+        for _ in range(args.rounds):  # alternated: a load change hits every mode alike
+            for zero, mode in runs:
+                measure(args, mode, zero, env, tmp, res)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(runs, res)
+
+
+def measure(args, mode, zero, env, tmp, res):
+    """One whale-train run; keeps each mode's fastest median step."""
+    r = train(args.build, args, mode, zero, env, tmp)
+    if (zero, mode) not in res or r["step_s"] < res[(zero, mode)]["step_s"]:
+        res[(zero, mode)] = r
+
+
+def report(runs, res):
     bases = {}
     for zero, mode in runs:
         bases.setdefault(zero, res[(zero, mode)])
@@ -205,6 +218,7 @@ def main():
             r["offload_s"]))
         if r["loss"] != base["loss"]:
             print("  final loss %.6f differs from none (%.6f)" % (r["loss"], base["loss"]))
+
 
 if __name__ == "__main__":
     main()
