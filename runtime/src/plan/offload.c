@@ -4,8 +4,8 @@
  *
  * Engine behaviour modelled (runtime/src/engine/offload.c, step.c):
  *  - gradients leave bucket by bucket as their reduction completes, so
- *    their transfer hides behind the rest of backward (zero3_overlap of it,
- *    the planner's overlap efficiency for streamed transfers);
+ *    their transfer hides behind the rest of backward (offload_overlap of
+ *    it, the planner's overlap efficiency for host transfers);
  *  - host AdamW runs after the global gradient norm is known: exposed, at
  *    host_adam_rate parameters/s (whale-bench offload adamw measures it);
  *  - updated weights return bucket by bucket while the host updates the next
@@ -26,7 +26,7 @@ double plan_offload_time(const struct plan_ctx *x, const struct whale_plan_confi
                          double *t_host)
 {
     const struct whale_eff_model *e = &x->c->eff;
-    const double bw = x->pcie_bw, ov = e->zero3_overlap;
+    const double bw = x->pcie_bw, ov = e->offload_overlap;
     const double wb = x->fp32 ? 4 : OFF_WBYTES, gb = x->fp32 ? 4 : OFF_GBYTES;
     *t_host = local / e->host_adam_rate;
     if (cfg->offload == WHALE_OFFLOAD_NONE)
