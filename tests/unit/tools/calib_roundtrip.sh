@@ -11,7 +11,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$RUN" -n 2 "$BENCH" calib -o "$d/cal.txt" -s 1M -n 3 > "$d/out" 2>&1 || { cat "$d/out"; fail "whale-bench calib exited $?"; }
 grep -q '^Calibration=1 Source="whale-bench"' "$d/cal.txt" || fail "no header in the profile"
 grep -Eq 'PeakTFLOPS=[0-9.]+' "$d/cal.txt" || fail "no GEMM peak"
-grep -Eq '^Link=nvlink AlphaUs=[0-9.e-]+ BandwidthGBs=[0-9.]+' "$d/cal.txt" || fail "no same-node link"
+# The link figure needs a large all-reduce slower than a tiny one; on a busy
+# machine the tool may fail to see that in 3 rounds and must then say so and
+# leave the link out (never a timing assertion here).
+if ! grep -Eq '^Link=nvlink AlphaUs=[0-9.e-]+ BandwidthGBs=[0-9.]+' "$d/cal.txt"; then
+  grep -q 'link left uncalibrated' "$d/out" || { cat "$d/out"; fail "no same-node link and no warning why"; }
+  ! grep -q '^Link=' "$d/cal.txt" || fail "a link line that does not parse"
+fi
 
 # the planner takes it: the model line reports calibrated links
 "$PLAN" --model gpt-small --batch 16 --nodes 1 --gpus-per-node 2 --gpu cpu --calib "$d/cal.txt" \
