@@ -142,6 +142,11 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         slurm_error(PLUGIN_NAME ": out of memory");
         goto fail;
     }
+    if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
+        setenv("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, 1)) {
+        slurm_error(PLUGIN_NAME ": cannot export WHALE_OFFLOAD_TARGET");
+        goto fail;
+    }
     if (setenv(WHALE_ENV_PLAN, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1)) {
         slurm_error(PLUGIN_NAME ": cannot export WHALE_PLAN");
         goto fail;
