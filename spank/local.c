@@ -146,6 +146,11 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         slurm_error(PLUGIN_NAME ": out of memory");
         goto fail;
     }
+    if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
+        setenv("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, 1)) {
+        slurm_error(PLUGIN_NAME ": cannot export WHALE_OFFLOAD_TARGET");
+        goto fail;
+    }
     /* one environment string holds at most 128 KiB (Linux): refuse here,
      * with the reason, instead of every task failing to exec */
     if (strlen(json) > WHALE_PLAN_MAX_ENV) {

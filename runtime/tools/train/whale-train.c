@@ -27,6 +27,8 @@
 #include "whale/planfile.h"
 #include "whale_config.h"
 
+#include "offload_opts.h"
+
 struct opts {
     const char *model, *data, *metrics, *plan;
     const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
@@ -84,6 +86,9 @@ static void usage(FILE *f)
 "                       the 16-bit dtype (half the bytes; the sum accumulates in fp32)\n"
 "  --inject-overflow N  testing: put an inf into one gradient of step N (the step is\n"
 "                       skipped and, with loss scaling, the scale backs off)\n"
+);
+    train_offload_usage(f);
+    fprintf(f,
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
@@ -215,7 +220,9 @@ int main(int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED };
+           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
+    struct train_offload off = { 0 };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -238,6 +245,10 @@ int main(int argc, char **argv)
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
+        { "offload", required_argument, 0, O_OFFLOAD + TRAIN_OFF_MODE },
+        { "whale-offload-target", required_argument, 0, O_OFFLOAD + TRAIN_OFF_TARGET },
+        { "device-mem", required_argument, 0, O_OFFLOAD + TRAIN_OFF_DEVMEM },
+        { "offload-prefetch", required_argument, 0, O_OFFLOAD + TRAIN_OFF_PREFETCH },
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
@@ -324,6 +335,10 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_OFFLOAD + TRAIN_OFF_MODE: case O_OFFLOAD + TRAIN_OFF_TARGET:
+        case O_OFFLOAD + TRAIN_OFF_DEVMEM: case O_OFFLOAD + TRAIN_OFF_PREFETCH:
+            train_offload_opt(&off, c - O_OFFLOAD, optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -374,7 +389,7 @@ int main(int argc, char **argv)
     if (have_plan && plan.ckpt_every > 0)
         snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading" : NULL;
+        const char *why = NULL; /* every plan knob runs now */
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
                     "yet; refusing before any step\n", why);
@@ -425,7 +440,7 @@ int main(int argc, char **argv)
         rank = whale_rank(ctx);
         if (whale_is_spare(ctx)) {
             whale_info("hot spare: idle (promotion needs the elastic module)");
-            rc = 0;
+            rc = train_offload_spare(&off, ctx) ? 1 : 0; /* lends memory when asked */
             goto out;
         }
     }
@@ -512,11 +527,16 @@ int main(int argc, char **argv)
     ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
     if (!ec.act_budget_bytes && have_plan && ec.recompute == WHALE_RECOMPUTE_AUTO)
         ec.act_budget_bytes = plan_act_budget(&plan);
+    if (train_offload_apply(&off, have_plan ? &plan : NULL, &ec)) {
+        rc = 2;
+        goto out;
+    }
     /* the engine refuses layouts that cannot run (divisibility, stage split,
-     * schedule vs micro-batches) with the reason, before any step */
+     * schedule vs micro-batches, a device-memory budget too small) with the
+     * reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
         goto out;
-    if (whale_trace_init(rank, world))
+    if (whale_trace_init(rank, world) || train_offload_open(&off, ctx, e))
         goto out;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
@@ -677,6 +697,7 @@ int main(int argc, char **argv)
         }
         sum_comm += st.t_comm;
         sum_wait += st.t_wait;
+        train_offload_account(&off, &st);
         sum_flops += st.flops;
         if (isnan(first_loss))
             first_loss = st.loss;
@@ -705,6 +726,7 @@ int main(int argc, char **argv)
                 whale_engine_get_state(e, &ts2);
                 json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
             }
+            train_offload_step(j, &st);
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -769,6 +791,7 @@ int main(int argc, char **argv)
             json_object_set_new(sm, "act_mb", json_real(emem.act_bytes / 1048576.0));
             json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
         }
+        train_offload_summary(&off, sm, e, &ec);
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
@@ -787,6 +810,10 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    if (off.tgt && train_offload_close(&off)) /* spares lending memory wait for this */
+        rc = 1;
+    if (rc && ctx && !whale_is_spare(ctx))
+        train_offload_fail(&off, ctx); /* spares waiting for the setup stop too */
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);
