@@ -20,6 +20,8 @@
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/envnum.h"
+#include "whale/outfile.h"
 #include "whale/modeldesc.h"
 #include "whale/parallel.h"
 #include "whale/planfile.h"
@@ -106,7 +108,9 @@ static void usage(FILE *f)
 "a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
 "WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
 "Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
-"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n"
+"Files it writes (metrics, traces) are never group/world-writable; WHALE_CKPT_PRIVATE=1\n"
+"makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -135,10 +139,12 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
     return 0;
 }
 
-static long env_long(const char *name, long dflt)
+
+/* A number for JSON: null where it is not finite (a diverged or absent
+ * loss), since json_real() refuses NaN and infinities. */
+static json_t *train_json_num(double v)
 {
-    const char *s = getenv(name);
-    return s && *s ? atol(s) : dflt;
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
 static double peak_rss_mb(void)
@@ -361,12 +367,16 @@ int main(int argc, char **argv)
         if (prc)
             return 1;
     }
-    if (o.zero < 0)
-        o.zero = env_long("WHALE_ZERO", have_plan ? plan.zero : -1);
-    if (!o.micro)
-        o.micro = env_long("WHALE_MICRO_BATCH", have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0);
-    if (!o.accum)
-        o.accum = env_long("WHALE_GRAD_ACCUM", have_plan ? plan.num_micro_batches : 0);
+    /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
+    if (o.zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan.zero : -1, &o.zero))
+        return 2;
+    if (!o.micro && whale_env_long("WHALE_MICRO_BATCH", 1, 1L << 20,
+                                   have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0,
+                                   &o.micro))
+        return 2;
+    if (!o.accum && whale_env_long("WHALE_GRAD_ACCUM", 1, 1L << 20,
+                                   have_plan ? plan.num_micro_batches : 0, &o.accum))
+        return 2;
     if (!batch_set && have_plan && plan.global_batch > 0)
         o.batch = plan.global_batch;
     if (!o.model && have_plan && plan.model[0])
@@ -595,12 +605,18 @@ int main(int argc, char **argv)
         json_decref(pj);
     }
 
-    size_t bt = (size_t)micro * accum * seq;
+    size_t bt = (size_t)micro * accum * seq; /* each <= 2^20: no overflow */
     in = malloc(bt * sizeof(int32_t));
     tg = malloc(bt * sizeof(int32_t));
-    if (!in || !tg)
+    if (!in || !tg) {
+        whale_error("out of memory for the batch: micro-batch %ld x %ld micro-batches x seq %ld "
+                    "tokens", (long)micro, (long)accum, seq);
+        rc = 1;
         goto out;
-    if (rank == 0 && o.metrics && *o.metrics && !(mf = fopen(o.metrics, "w"))) {
+    }
+    /* never world-writable; owner-only with WHALE_CKPT_PRIVATE=1 */
+    if (rank == 0 && o.metrics && *o.metrics &&
+        !(mf = whale_fopen_output(o.metrics, whale_output_private()))) {
         whale_error("cannot write metrics file %s: %s", o.metrics, strerror(errno));
         goto out;
     }
@@ -687,11 +703,10 @@ int main(int argc, char **argv)
             first_loss = st.loss;
         last_loss = st.loss;
         if (mf) {
-            json_t *j = json_pack("{sIsfsfsfsfsfsfsfsfsfsfsfsbsf}",
-                                  "step", (json_int_t)(step + 1), "loss", st.loss,
-                                  /* JSON has no inf/NaN: a skipped step's is null */
-                                  "grad_norm", isfinite(st.grad_norm) ? st.grad_norm : 0.0,
-                                  "lr", (double)st.lr,
+            json_t *j = json_pack("{sIsososfsfsfsfsfsfsfsfsfsbsf}",
+                                  "step", (json_int_t)(step + 1), "loss", train_json_num(st.loss),
+                                  /* JSON has no inf/NaN: null for a skipped step's */
+                                  "grad_norm", train_json_num(st.grad_norm), "lr", (double)st.lr,
                                   "tokens_per_s", tps, "step_s", st.t_total,
                                   "compute_s", st.t_compute, "comm_s", st.t_comm,
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
@@ -747,11 +762,11 @@ int main(int argc, char **argv)
         double tps = t_run > 0 ? tok_run / t_run : 0;
         double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
         double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
-        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
-                              "steps", (json_int_t)done,
-                              /* no step (--steps 0): no loss; JSON has no NaN */
-                              "first_loss", isfinite(first_loss) ? first_loss : 0.0,
-                              "final_loss", isfinite(last_loss) ? last_loss : 0.0, "tokens_per_s", tps, "mfu", mfu,
+        /* no step run (--steps 0, resumed at the end): the losses are NaN,
+         * which JSON cannot hold: null (json_real(NaN) fails) */
+        json_t *j = json_pack("{s{sIsososfsfsfsfsfsisisi}}", "summary",
+                              "steps", (json_int_t)done, "first_loss", train_json_num(first_loss),
+                              "final_loss", train_json_num(last_loss), "tokens_per_s", tps, "mfu", mfu,
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
                               "global_batch", (int)gbatch);
@@ -780,7 +795,13 @@ int main(int argc, char **argv)
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
-        char *s = json_dumps(j, JSON_COMPACT);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (!s) {
+            whale_error("cannot build the summary (out of memory)");
+            rc = 1;
+            json_decref(j);
+            goto out;
+        }
         printf("%s\n", s);
         if (mf)
             fprintf(mf, "%s\n", s);
