@@ -9,6 +9,7 @@
 #   WHALE_TEST_INSTANCE  minicluster instance (default 9), WHALE_TEST_NODES (4)
 #   WHALE_TEST_SKIP_ASAN=1  skip the sanitizer build (quicker local runs)
 #   WHALE_TEST_FILTER    only cluster test files matching this glob part
+#   WHALE_TEST_SKIP_FUZZ=1  skip the fuzzers; WHALE_TEST_FUZZ_SECONDS per harness (15)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
@@ -84,6 +85,17 @@ if [ "${WHALE_TEST_SKIP_ASAN:-0}" != 1 ]; then
     tail -n 30 "$LOGDIR/ninja-asan.log"
     failures+=("asan: build"); failed=$((failed + 1))
   fi
+fi
+
+if [ "${WHALE_TEST_SKIP_FUZZ:-0}" != 1 ]; then
+  section "fuzzing (libFuzzer + ASan + UBSan, ${WHALE_TEST_FUZZ_SECONDS:-15} s per parser)"
+  fuzz_out=$(bash contrib/fuzz.sh "${WHALE_TEST_FUZZ_SECONDS:-15}" 2>&1)
+  echo "$fuzz_out" | grep -E '^fuzz|ERROR|SUMMARY' | head -n 40
+  fz_ok=$(echo "$fuzz_out" | grep -cE '^fuzz [a-z_]+: [0-9]+ executions' || true)
+  fz_bad=$(echo "$fuzz_out" | grep -cE '^fuzz [a-z_]+: (FAILED|no such)' || true)
+  if [ "$fz_ok" -eq 0 ] && [ "$fz_bad" -eq 0 ]; then fz_bad=1; fi # build or setup failed
+  passed=$((passed + fz_ok)); failed=$((failed + fz_bad))
+  [ "$fz_bad" -gt 0 ] && failures+=("fuzz: $fz_bad")
 fi
 
 section "cluster tests (minicluster instance $INSTANCE, $NODES nodes)"

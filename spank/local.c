@@ -5,6 +5,7 @@
  * tasks in WHALE_PLAN (inline JSON) through srun's environment. */
 #include "plugin.h"
 #include "step.h"
+#include "trust.h"
 #include "whale/env.h"
 #include "whale/log.h"
 
@@ -138,12 +139,29 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         goto fail;
     if (whale_opts.verbose)
         print_layout(&step);
+    /* slurmstepd checks the same limits again (it cannot trust srun) */
+    if (whale_plan_check_site(whale_site.conf, &g_plan, "the step's plan"))
+        goto fail;
     if (!(json = whale_plan_to_json(&g_plan, 0))) {
         slurm_error(PLUGIN_NAME ": out of memory");
         goto fail;
     }
-    if (setenv(WHALE_ENV_PLAN, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1)) {
-        slurm_error(PLUGIN_NAME ": cannot export WHALE_PLAN");
+    if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
+        setenv("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, 1)) {
+        slurm_error(PLUGIN_NAME ": cannot export WHALE_OFFLOAD_TARGET");
+        goto fail;
+    }
+    /* one environment string holds at most 128 KiB (Linux): refuse here,
+     * with the reason, instead of every task failing to exec */
+    if (strlen(json) > WHALE_PLAN_MAX_ENV) {
+        slurm_error(PLUGIN_NAME ": the plan is %zu bytes of JSON, more than the %d a step can "
+                    "carry (a long \"prediction\" or recompute_layers list in the plan file?)",
+                    strlen(json), WHALE_PLAN_MAX_ENV);
+        goto fail;
+    }
+    /* SLURM_*: srun forwards it even with --export=NONE (trust.h) */
+    if (setenv(WHALE_SPANK_PLAN_ENV, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1)) {
+        slurm_error(PLUGIN_NAME ": cannot export %s", WHALE_SPANK_PLAN_ENV);
         goto fail;
     }
     g_work_ms += now_ms() - t0;

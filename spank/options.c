@@ -104,6 +104,10 @@ static const struct optdef optdefs[] = {
     { OPT_BATCH, "whale-batch", "N",
       "Global batch in sequences per step (planner; default with --whale-model: the plan's).",
       K_INT, 1, 1 << 30, NULL, NULL, &whale_opts.batch },
+    { OPT_OFFLOAD_TARGET, "whale-offload-target", "local|spares|HOSTLIST",
+      "Where offloaded optimizer state lives: this task's host memory (default), the step's "
+      "hot-spare tasks, or the spare tasks on the listed nodes (over UCX RMA).", K_STR, 0, 0,
+      NULL, NULL, whale_opts.offload_target },
     { OPT_PRECISION, "whale-precision", "fp32|bf16|fp16",
       "Training precision: bf16/fp16 mixed precision (16-bit weights in compute, activations "
       "and gradients; fp32 master weights and optimizer state) or fp32.", K_ENUM, 0, 0,
@@ -245,6 +249,30 @@ int whale_options_check_site(const struct whale_conf *c)
         slurm_error(PLUGIN_NAME ": --whale-offload=%s is not allowed on this site "
                     "(AllowedOffload in %s)", whale_offload_name(o->offload), whale_site.used_path);
         return -1;
+    }
+    if (o->given[OPT_OFFLOAD_TARGET] && strcmp(o->offload_target, "local")) {
+        char **names = NULL;
+        int n = 0;
+        bool bad = strcmp(o->offload_target, "spares") &&
+                   (whale_hostlist_expand(o->offload_target, &names, &n) || n <= 0);
+        for (int i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        if (bad) {
+            slurm_error(PLUGIN_NAME ": --whale-offload-target=%s: expected local, spares or a "
+                        "host list such as node[3-4]", o->offload_target);
+            return -1;
+        }
+        if (o->spares <= 0) {
+            slurm_error(PLUGIN_NAME ": --whale-offload-target=%s keeps optimizer state in the "
+                        "memory of hot-spare tasks: add --whale-spares=N", o->offload_target);
+            return -1;
+        }
+        if (o->given[OPT_OFFLOAD] && o->offload != WHALE_OFFLOAD_OPTIMIZER) {
+            slurm_error(PLUGIN_NAME ": --whale-offload-target=%s needs --whale-offload=optimizer "
+                        "(not %s)", o->offload_target, whale_offload_name(o->offload));
+            return -1;
+        }
     }
     if (o->given[OPT_CKPT_EVERY] && c->min_ckpt_every > 0 && o->ckpt_every < c->min_ckpt_every) {
         slurm_error(PLUGIN_NAME ": --whale-ckpt-every=%d is below the site minimum "

@@ -4,6 +4,7 @@
  * srun validated, with no shared filesystem needed and no later edits of
  * the file seen halfway through a job. */
 #include "plugin.h"
+#include "trust.h"
 #include "whale/log.h"
 
 #include <stdbool.h>
@@ -77,18 +78,15 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
             contradicts_str(OPT_CKPT_DIR, ckpt, p->ckpt_dir, f))
             return -1;
         /* the plan's own choices must also respect the site's limits */
-        if ((c->max_tp && p->tp > c->max_tp) || (c->max_pp && p->pp > c->max_pp) ||
-            (c->max_dp && p->dp > c->max_dp) || p->zero > c->max_zero ||
-            (c->max_spares >= 0 && p->spares > c->max_spares) ||
-            (c->max_microbatch && p->micro_batch > c->max_microbatch) ||
-            !(c->allowed_offload & (1u << p->offload)) ||
-            !(c->allowed_recompute & (1u << p->recompute))) {
+        /* the plan's own choices must also respect the site's limits
+         * (the same function slurmstepd runs again: trust.c) */
+        if (whale_plan_check_site(c, p, f)) {
             slurm_error(PLUGIN_NAME ": plan file %s asks for more than this site allows "
                         "(tp=%d pp=%d dp=%d spares=%d zero=%d micro_batch=%d offload=%s "
-                        "recompute=%s; limits in %s)",
+                        "recompute=%s ckpt_every=%d; limits in %s)",
                         f, p->tp, p->pp, p->dp, p->spares, p->zero, p->micro_batch,
                         whale_offload_name(p->offload), whale_recompute_name(p->recompute),
-                        whale_site.used_path);
+                        p->ckpt_every, whale_site.used_path);
             return -1;
         }
         if (p->ckpt_dir[0] && expand_ckpt(p->ckpt_dir, user, jobid, p->ckpt_dir, sizeof p->ckpt_dir))

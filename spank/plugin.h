@@ -37,6 +37,7 @@ enum whale_opt_id {
     OPT_CONF,
     OPT_MODEL,        /* --whale-model (planner) */
     OPT_BATCH,        /* --whale-batch (planner) */
+    OPT_OFFLOAD_TARGET, /* --whale-offload-target (exported as WHALE_OFFLOAD_TARGET) */
     OPT_PRECISION,    /* --whale-precision */
     OPT_COUNT_
 };
@@ -56,6 +57,7 @@ struct whale_opts {
     char conf[1024];           /* --whale-conf (only when the site allows) */
     char model[1024];          /* --whale-model: preset name or file */
     int batch;                 /* --whale-batch: global batch, sequences per step */
+    char offload_target[1024]; /* --whale-offload-target: local | spares | hostlist */
     enum whale_precision precision; /* --whale-precision */
 };
 

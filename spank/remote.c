@@ -5,6 +5,7 @@
  * task. */
 #include "plugin.h"
 #include "step.h"
+#include "trust.h"
 #include "whale/env.h"
 #include "whale/log.h"
 
@@ -25,10 +26,12 @@ static struct {
     bool failed;           /* user_init failed: every task refuses to start */
     char *plan_json;
     char *rankmap;         /* inline list or "@file" */
-    char rankmap_file[1024];
-} g;
+    struct whale_private_file rankmap_file;
+} g = { .rankmap_file = { .parent_fd = -1, .dir_fd = -1 } };
 
-static char *step_getenv(spank_t sp, const char *name)
+/* A variable of the step's environment, at most max bytes (the user sets
+ * it: slurmstepd must not grow without bound). */
+static char *step_getenv(spank_t sp, const char *name, size_t max)
 {
     size_t cap = 4096;
     for (;;) {
@@ -39,50 +42,28 @@ static char *step_getenv(spank_t sp, const char *name)
         if (e == ESPANK_SUCCESS)
             return buf;
         free(buf);
-        if (e != ESPANK_NOSPACE || cap > (1u << 24))
+        if (e != ESPANK_NOSPACE || cap > max)
             return NULL;
         cap *= 4;
     }
 }
 
+/* Long rank maps: a 0600 file in a fresh 0700 directory under the job's
+ * TMPDIR (else /tmp), created without following links (trust.h). */
 static int write_rankmap_file(spank_t sp, const char *text)
 {
-    uint32_t job = 0, stepid = 0;
-    spank_get_item(sp, S_JOB_ID, &job);
-    spank_get_item(sp, S_JOB_STEPID, &stepid);
-    /* the job's TMPDIR when it exists on this node (it comes from the
-     * submit host), else /tmp */
-    char *tmp = step_getenv(sp, "TMPDIR");
-    /* The node's name in the file name: where TMPDIR is shared between
-     * nodes, one node's slurmstepd must neither truncate nor remove the
-     * copy another node's tasks are reading. */
-    char host[256] = "";
-    if (gethostname(host, sizeof host - 1))
-        snprintf(host, sizeof host, "node");
-    FILE *f = NULL;
-    for (int attempt = 0; attempt < 2 && !f; attempt++) {
-        const char *dir = attempt == 0 ? tmp : "/tmp";
-        if (!dir || !*dir)
-            continue;
-        snprintf(g.rankmap_file, sizeof g.rankmap_file, "%s/whale-rankmap.%u.%u.%s", dir, job,
-                 stepid, host);
-        f = fopen(g.rankmap_file, "w");
-    }
+    uid_t uid = 0;
+    gid_t gid = 0;
+    spank_get_item(sp, S_JOB_UID, &uid);
+    spank_get_item(sp, S_JOB_GID, &gid);
+    char *tmp = step_getenv(sp, "TMPDIR", 4096);
+    int rc = -1;
+    if (tmp && tmp[0] == '/')
+        rc = whale_private_file_write(tmp, "rankmap", text, uid, gid, &g.rankmap_file);
+    if (rc)
+        rc = whale_private_file_write("/tmp", "rankmap", text, uid, gid, &g.rankmap_file);
     free(tmp);
-    if (!f) {
-        slurm_error(PLUGIN_NAME ": cannot write %s: %s", g.rankmap_file, strerror(errno));
-        g.rankmap_file[0] = '\0';
-        return -1;
-    }
-    int ok = fputs(text, f) >= 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        slurm_error(PLUGIN_NAME ": cannot write %s", g.rankmap_file);
-        unlink(g.rankmap_file);
-        g.rankmap_file[0] = '\0';
-        return -1;
-    }
-    return 0;
+    return rc;
 }
 
 int whale_remote_user_init(spank_t sp, int ac, char **av)
@@ -92,21 +73,19 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     if (!whale_opts.enabled)
         return 0;
     int rv = -1;
-    char *nodelist = step_getenv(sp, "SLURM_STEP_NODELIST");
-    char *tpn = step_getenv(sp, "SLURM_STEP_TASKS_PER_NODE");
-    char *mapping = step_getenv(sp, "SLURM_PMIX_MAPPING_SERV");
-    char *dist = step_getenv(sp, "SLURM_DISTRIBUTION");
-    char *slurm_conf = step_getenv(sp, "SLURM_CONF");
-    char *plan = step_getenv(sp, WHALE_ENV_PLAN);
+    const size_t big = (size_t)1 << 24;
+    char *nodelist = step_getenv(sp, "SLURM_STEP_NODELIST", big);
+    char *tpn = step_getenv(sp, "SLURM_STEP_TASKS_PER_NODE", big);
+    char *mapping = step_getenv(sp, "SLURM_PMIX_MAPPING_SERV", big);
+    char *dist = step_getenv(sp, "SLURM_DISTRIBUTION", 4096);
+    char *slurm_conf = step_getenv(sp, "SLURM_CONF", 4096);
+    /* bounded: a longer value is refused by whale_plan_accept_remote */
+    char *plan = step_getenv(sp, WHALE_SPANK_PLAN_ENV, 4 * (size_t)WHALE_PLAN_MAX_ENV);
     if (whale_site_load())
         goto out;
-    if (!plan) {
-        slurm_error(PLUGIN_NAME ": WHALE_PLAN is missing from the step environment (was srun "
-                    "run without the plugin? check plugstack.conf on the submit host)");
-        goto out;
-    }
-    whale_plan_init(&g.plan);
-    if (whale_plan_from_env_value(plan, &g.plan))
+    /* untrusted: inline only, re-checked against this node's whale.conf
+     * and the options Slurm replayed here (trust.c) */
+    if (whale_plan_accept_remote(plan, whale_site.conf, &g.plan))
         goto out;
     struct whale_step_desc d = {
         .nodelist = nodelist, .tasks_per_node = tpn, .pmi_mapping = mapping,
@@ -128,15 +107,16 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
             goto out;
         }
         free(enc);
-        size_t n = strlen(g.rankmap_file) + 2;
+        size_t n = strlen(g.rankmap_file.path) + 2;
         if (!(g.rankmap = malloc(n)))
             goto out;
-        snprintf(g.rankmap, n, "@%s", g.rankmap_file);
+        snprintf(g.rankmap, n, "@%s", g.rankmap_file.path);
     } else {
         g.rankmap = enc;
     }
-    g.plan_json = plan;
-    plan = NULL;
+    /* the tasks get the plan as parsed and checked here, not the raw text */
+    if (!(g.plan_json = whale_plan_to_json(&g.plan, 0)))
+        goto out;
     g.ready = true;
     rv = 0;
 out:
@@ -206,6 +186,8 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
         .set_nics = c->set_ucx_net_devices,
         .set_nccl = c->set_nccl_env,
     };
+    /* the transport variable is not part of the contract: WHALE_PLAN is */
+    spank_unsetenv(sp, WHALE_SPANK_PLAN_ENV);
     return whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp) ? -1 : 0;
 }
 
@@ -214,14 +196,15 @@ int whale_remote_exit(spank_t sp, int ac, char **av)
     (void)sp;
     (void)ac;
     (void)av;
-    if (g.rankmap_file[0])
-        unlink(g.rankmap_file);
+    if (g.rankmap_file.dir[0])
+        whale_private_file_remove(&g.rankmap_file);
     if (g.ready || g.step.nodes)
         whale_step_free(&g.step);
     whale_plan_free(&g.plan);
     free(g.plan_json);
     free(g.rankmap);
     memset(&g, 0, sizeof g);
+    g.rankmap_file.parent_fd = g.rankmap_file.dir_fd = -1;
     whale_site_free();
     return 0;
 }

@@ -214,7 +214,19 @@ typedef struct whale_ckpt_info {
     size_t ntensors;
 } whale_ckpt_info;
 
+/* whale_ckpt_resolve, but "latest" fails (WHALE_ECORRUPT, logged) when a
+ * newer step than the one it would pick has a manifest that does not load:
+ * `whale-ckpt verify ROOT` must not report on an older step instead. */
+int  whale_ckpt_resolve_strict(const char *root, const char *which, char **out);
+/* Every manifest field is untrusted: names must stay inside dir, shapes,
+ * offsets and sizes are bounds- and overflow-checked, and every shard file
+ * listed must have a valid safetensors header and the recorded size, so a
+ * restore refuses what `whale-ckpt verify` refuses (WHALE_EDATA /
+ * WHALE_ECORRUPT, logged with file and tensor). */
 int  whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out);
+/* The same manifest checks, but damaged shard files do not stop the open:
+ * for whale_ckpt_verify, which then lists every problem. */
+int  whale_ckpt_reader_open_all(const char *dir, whale_ckpt_reader **out);
 const whale_ckpt_info *whale_ckpt_reader_info(const whale_ckpt_reader *r);
 /* Name / dtype / shape of tensor i (0 <= i < ntensors), in manifest order. */
 int  whale_ckpt_reader_tensor(const whale_ckpt_reader *r, size_t i, const char **name,

@@ -143,6 +143,11 @@ struct whale_engine_config {
     int n_recompute_layers;
     int64_t act_budget_bytes;       /* with AUTO: activation memory budget of this rank
                                        (0: half of what no recomputation keeps) */
+
+    /* memory and offload (issue 12) */
+    int64_t device_mem;    /* arena budget in bytes for this rank (0: unlimited) */
+    int offload;           /* enum whale_offload: none | optimizer | params (params: ZeRO 3) */
+    int offload_prefetch;  /* ZeRO 3: layers whose weights are fetched ahead (0: 1) */
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */
@@ -169,6 +174,13 @@ struct whale_step_stats {
     double t_pipe_wait;    /* seconds blocked on pipeline receives (bubble + transfer) */
     double t_recompute;    /* seconds spent re-running forwards for recomputation */
     int64_t act_peak_bytes;/* activation memory held at the peak of the step */
+    /* memory arena and offload */
+    int64_t arena_peak_bytes; /* device arena peak during the step (all categories) */
+    int64_t host_bytes;    /* host-tier bytes held (offloaded state) */
+    double t_offload;      /* seconds the mover spent on host<->arena transfers */
+    double t_offload_wait; /* seconds the engine blocked on them (exposed) */
+    double offload_hidden; /* 1 - wait / transfer (0 when nothing moved) */
+    int64_t offload_bytes; /* bytes moved this step */
 };
 
 /* One optimizer step: grad_accum micro-batches of micro_batch x seq inputs
@@ -210,6 +222,15 @@ int whale_engine_layer_cost(const whale_engine *e, int layer, struct whale_layer
  * products, ~0.3 s): the peak MFU is measured against. */
 double whale_sgemm_peak_gflops(const whale_engine *e);
 
+/* ---- offload to another task's host memory (--whale-offload-target) --------
+ * Bytes this rank's offloaded optimizer state needs there (fp32 master and
+ * AdamW moments of its update range; 0 without offload), and attaching the
+ * region (registered by that task, whale_region_exchange) at an offset:
+ * once, before the first step; offload=optimizer only. The local host tier
+ * then keeps only the gradients and two staging sets of one bucket. */
+size_t whale_engine_offload_bytes(const whale_engine *e);
+int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t offset);
+
 /* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
 struct whale_engine_memory {
     int64_t param_bytes;   /* model weights held (ZeRO-3: the shard) */
@@ -218,6 +239,12 @@ struct whale_engine_memory {
     int64_t scratch_bytes; /* transient buckets / gather buffers (peak) */
     int64_t act_bytes;     /* activations of one micro-batch */
     int64_t num_params;    /* global parameter count */
+    /* where it lives (arena = device memory, host = offload tier) */
+    int64_t arena_in_use;  /* bytes in the arena now */
+    int64_t arena_peak;    /* arena peak since creation (or the last step's start) */
+    int64_t arena_budget;  /* 0: unlimited */
+    int64_t host_bytes;    /* bytes in the host tier */
+    int64_t arena_cat_peak[5]; /* per category (enum whale_mem_cat) */
 };
 void whale_engine_memory(const whale_engine *e, struct whale_engine_memory *m);
 

@@ -32,6 +32,19 @@ struct whale_adamw {
 void whale_adamw_update(const struct whale_adamw *o, int64_t t, float *w, const float *g,
                         float *m, float *v, size_t n, float grad_mul, bool decay);
 
+/* The same update for optimizer offload, on host threads and vectorised
+ * (AVX-512 or AVX2 chosen at run time; WHALE_SIMD=scalar|avx2 forces a
+ * narrower path). Bit-identical to whale_adamw_update. */
+enum whale_simd { WHALE_SIMD_SCALAR = 0, WHALE_SIMD_AVX2, WHALE_SIMD_AVX512 };
+void whale_adamw_update_host(const struct whale_adamw *o, int64_t t, float *w, const float *g,
+                             float *m, float *v, size_t n, float grad_mul, bool decay);
+enum whale_simd whale_adamw_simd(void);      /* the path whale_adamw_update_host takes */
+enum whale_simd whale_adamw_best_simd(void); /* the widest this CPU runs */
+/* With an explicit path (clamped to what the CPU runs): tests, benchmarks. */
+void whale_adamw_update_simd(enum whale_simd s, const struct whale_adamw *o, int64_t t, float *w,
+                             const float *g, float *m, float *v, size_t n, float grad_mul,
+                             bool decay);
+const char *whale_simd_name(enum whale_simd s); /* "scalar", "avx2", "avx512" */
 /* Mixed precision: AdamW on the fp32 master weights, then the 16-bit
  * params the model computes with = round(master) (param_dtype
  * WHALE_BFLOAT16 or WHALE_FLOAT16; param may be NULL, or param_dtype

@@ -40,6 +40,14 @@ extern "C" {
 
 #define WHALE_PLAN_VERSION 1
 
+/* Bounds on untrusted plans: a plan travels in one environment string
+ * (Linux caps one at 128 KiB) and sizes per-rank tables. */
+#define WHALE_PLAN_MAX_WORLD (1 << 24)      /* tp*pp*dp */
+#define WHALE_PLAN_MAX_LIST 65536           /* entries of any array */
+#define WHALE_PLAN_MAX_PREDICTION 16384     /* bytes of "prediction" */
+#define WHALE_PLAN_MAX_FILE ((size_t)4 << 20) /* bytes of a plan file */
+#define WHALE_PLAN_MAX_ENV 100000           /* bytes of the inline JSON a step carries */
+
 enum whale_schedule { WHALE_SCHED_1F1B = 0, WHALE_SCHED_INTERLEAVED, WHALE_SCHED_GPIPE };
 enum whale_recompute {
     WHALE_RECOMPUTE_NONE = 0,

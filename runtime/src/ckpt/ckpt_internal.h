@@ -29,6 +29,9 @@ typedef struct ckpt_region {
 void    ckpt_region_from_piece(ckpt_region *r, const whale_ckpt_piece *p);
 int64_t ckpt_region_numel(const ckpt_region *r);
 int64_t ckpt_shape_numel(int ndim, const int64_t *shape);
+/* Untrusted shapes: every extent >= 0, product <= CKPT_MAX_NUMEL. */
+#define CKPT_MAX_NUMEL ((int64_t)1 << 60)
+bool    ckpt_numel_ok(int ndim, const int64_t *shape, int64_t *out);
 /* Checks the region lies inside the shape; logs with `what` on failure. */
 int     ckpt_region_check(const ckpt_region *r, const char *what);
 
@@ -133,6 +136,14 @@ void  ckpt_dev_stream_destroy(void *stream);
 
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);
+
+/* Confinement of names read from a manifest ("files", chunk "file"): a
+ * relative path without ".." components whose real location stays inside
+ * the checkpoint directory (no symlink escape). 0 or WHALE_EDATA (logged
+ * with origin). */
+int  ckpt_name_confined(const char *dir, const char *name, const char *origin);
+/* Opens dir/name read-only after ckpt_name_confined. */
+int  ckpt_open_confined(const char *dir, const char *name, const char *origin, int *fd);
 
 /* whale_ckpt_resolve, optionally without logging (an empty root is normal) */
 int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);

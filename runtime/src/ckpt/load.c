@@ -5,6 +5,8 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/checked.h"
+#include "whale/readfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -49,10 +51,29 @@ struct whale_ckpt_reader {
 
 /* ---- resolve -------------------------------------------------------------- */
 
+/* A manifest lists every chunk: large for big models, but bounded (and
+ * read without blocking: a FIFO in its place must not hang a tool). */
+#define CKPT_MANIFEST_MAX ((size_t)1 << 30)
+
+static json_t *load_manifest(const char *path, json_error_t *je, bool quiet)
+{
+    char *text = NULL;
+    size_t len = 0;
+    int rc = whale_read_file(path, CKPT_MANIFEST_MAX, quiet ? WHALE_READ_QUIET : 0, &text, &len);
+    if (rc) {
+        if (je)
+            snprintf(je->text, sizeof je->text, "cannot read (%s)", whale_strerror(rc));
+        return NULL;
+    }
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, je);
+    free(text);
+    return m;
+}
+
 static bool has_manifest(const char *dir)
 {
     char *p = ckpt_path(dir, CKPT_MANIFEST);
-    json_t *m = p ? json_load_file(p, 0, NULL) : NULL;
+    json_t *m = p ? load_manifest(p, NULL, true) : NULL;
     free(p);
     bool ok = m && json_is_object(m);
     json_decref(m);
@@ -164,6 +185,45 @@ int whale_ckpt_resolve(const char *root, const char *which, char **out)
     return ckpt_resolve(root, which, out, false);
 }
 
+int whale_ckpt_resolve_strict(const char *root, const char *which, char **out)
+{
+    int rc = ckpt_resolve(root, which, out, false);
+    bool latest = !which || !*which || !strcmp(which, "latest");
+    if (rc || !latest || !strcmp(*out, root))
+        return rc;
+    const char *base = strrchr(*out, '/');
+    int64_t chosen = ckpt_step_of(base ? base + 1 : *out);
+    DIR *d = opendir(root);
+    if (!d)
+        return rc;
+    struct dirent *e;
+    while ((e = readdir(d)) && !rc) {
+        int64_t st = ckpt_step_of(e->d_name);
+        if (st <= chosen)
+            continue;
+        char *dir = ckpt_path(root, e->d_name);
+        char *mp = dir ? ckpt_path(dir, CKPT_MANIFEST) : NULL;
+        /* no manifest at all: a save that never committed (normal after a
+         * crash); a manifest that does not load: damage */
+        if (mp && access(mp, F_OK) == 0 && !has_manifest(dir)) {
+            json_error_t je;
+            json_t *m = load_manifest(mp, &je, true);
+            whale_error("checkpoint: %s: the newest step's manifest is damaged (%s); %s is "
+                        "older", mp, m ? "not an object" : je.text, *out);
+            json_decref(m);
+            rc = WHALE_ECORRUPT;
+        }
+        free(mp);
+        free(dir);
+    }
+    closedir(d);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
 /* ---- open ----------------------------------------------------------------- */
 
 static int parse_region(json_t *j, int ndim, const int64_t *shape, ckpt_region *r)
@@ -209,7 +269,48 @@ void whale_ckpt_reader_close(whale_ckpt_reader *r)
     free(r);
 }
 
-int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
+/* Every shard file the manifest lists: inside the checkpoint directory, a
+ * parseable safetensors header, the size the manifest recorded. Run when
+ * a reader opens, so --resume refuses exactly what `verify` refuses. */
+static int check_files(whale_ckpt_reader *r, const char *mp)
+{
+    int bad = 0;
+    json_t *files = json_object_get(r->man, "files");
+    if (files && !json_is_object(files)) {
+        whale_error("checkpoint: %s: \"files\" is not an object", mp);
+        return 1;
+    }
+    const char *fname;
+    json_t *f;
+    json_object_foreach(files, fname, f) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", r->dir, fname);
+        int fd;
+        if (ckpt_open_confined(r->dir, fname, mp, &fd)) {
+            bad++;
+            continue;
+        }
+        ckpt_st_entry *e = NULL;
+        size_t ne = 0;
+        uint64_t doff, fsz;
+        if (ckpt_st_read_header(fd, path, &e, &ne, &doff, &fsz, NULL)) {
+            bad++;
+            close(fd);
+            continue;
+        }
+        ckpt_st_entries_free(e, ne);
+        close(fd);
+        json_int_t want = json_integer_value(json_object_get(f, "bytes"));
+        if (want < 0 || fsz != (uint64_t)want) {
+            whale_error("checkpoint: %s: %llu bytes, the manifest says %lld", path,
+                        (unsigned long long)fsz, (long long)want);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
 {
     *out = NULL;
     whale_ckpt_reader *r = calloc(1, sizeof *r);
@@ -218,7 +319,7 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
     r->dir = strdup(dir);
     char *mp = ckpt_path(dir, CKPT_MANIFEST);
     json_error_t je;
-    r->man = mp ? json_load_file(mp, 0, &je) : NULL;
+    r->man = mp ? load_manifest(mp, &je, false) : NULL;
     int rc = 0;
     if (!r->man) {
         whale_error("checkpoint: %s: %s", mp ? mp : dir, mp ? je.text : "out of memory");
@@ -257,6 +358,12 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
         x->ndim = (int)json_array_size(shape);
         for (int d = 0; d < x->ndim; d++)
             x->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
+        if (!ckpt_numel_ok(x->ndim, x->shape, NULL)) {
+            whale_error("checkpoint: %s: tensor %s: shape has a negative extent or more than "
+                        "2^60 elements", mp, name);
+            rc = WHALE_EDATA;
+            break;
+        }
         json_t *cs = json_object_get(t, "chunks");
         x->c = calloc(json_array_size(cs) + 1, sizeof *x->c);
         if (!x->c) {
@@ -269,24 +376,50 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
         json_array_foreach(cs, k, c) {
             rchunk *y = &x->c[x->nc];
             y->file = json_string_value(json_object_get(c, "file"));
-            y->block = (int)json_integer_value(json_object_get(c, "block"));
-            y->begin = (uint64_t)json_integer_value(json_object_get(c, "begin"));
-            y->nbytes = (uint64_t)json_integer_value(json_object_get(c, "nbytes"));
-            y->zraw = (uint64_t)json_integer_value(json_object_get(c, "zstd"));
-            y->shuffle = (int)json_integer_value(json_object_get(c, "shuffle"));
+            /* every field is untrusted: read as signed, refuse negatives
+             * before they turn into huge unsigned sizes */
+            json_int_t blk = json_integer_value(json_object_get(c, "block"));
+            json_int_t beg = json_integer_value(json_object_get(c, "begin"));
+            json_int_t nb = json_integer_value(json_object_get(c, "nbytes"));
+            json_int_t zr = json_integer_value(json_object_get(c, "zstd"));
+            json_int_t sh = json_integer_value(json_object_get(c, "shuffle"));
             const char *xs = json_string_value(json_object_get(c, "xxh3_128"));
             y->xxh = xs;
-            if (!y->file || !xs || strlen(xs) != 32 || strstr(y->file, "..") ||
-                ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc) ||
-                parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg) ||
-                y->block < 1 || y->shuffle < 0 || y->shuffle > 8) {
-                whale_error("checkpoint: %s: tensor %s: bad chunk record %zu", mp, name, k);
+            const char *why = NULL;
+            if (!y->file || !xs || strlen(xs) != 32)
+                why = "missing file or xxh3_128";
+            else if (ckpt_name_confined(r->dir, y->file, name))
+                why = "file outside the checkpoint";
+            else if (ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc))
+                why = "unknown enc";
+            else if (parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg))
+                why = "bad region";
+            else if (blk < 1 || blk > (1 << 30))
+                why = "block out of range [1, 2^30]";
+            else if (beg < 0 || nb < 0 || zr < 0 || beg > INT64_MAX - nb)
+                why = "negative or overflowing begin/nbytes/zstd";
+            y->block = (int)blk;
+            y->begin = (uint64_t)beg;
+            y->nbytes = (uint64_t)nb;
+            y->zraw = (uint64_t)zr;
+            y->shuffle = (int)sh;
+            /* the saver shuffles by the element width of the stored
+             * encoding and nothing else: any other width would overrun
+             * the decode buffer (n elements * width bytes) */
+            int w = ckpt_shuffle_width(y->enc, x->dtype);
+            if (!why && !(sh == 0 || sh == 1 || sh == w))
+                why = "shuffle width does not match the encoding";
+            if (why) {
+                whale_error("checkpoint: %s: tensor %s: bad chunk record %zu (file %s): %s", mp,
+                            name, k, y->file ? y->file : "?", why);
                 rc = WHALE_EDATA;
                 break;
             }
             x->nc++;
         }
     }
+    if (!rc && strict && check_files(r, mp))
+        rc = WHALE_ECORRUPT;
     free(mp);
     if (rc) {
         whale_ckpt_reader_close(r);
@@ -306,6 +439,16 @@ int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
     r->info.ntensors = r->nt;
     *out = r;
     return 0;
+}
+
+int whale_ckpt_reader_open(const char *dir, whale_ckpt_reader **out)
+{
+    return reader_open(dir, out, true);
+}
+
+int whale_ckpt_reader_open_all(const char *dir, whale_ckpt_reader **out)
+{
+    return reader_open(dir, out, false);
 }
 
 const whale_ckpt_info *whale_ckpt_reader_info(const whale_ckpt_reader *r) { return &r->info; }
@@ -369,13 +512,28 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, c->file);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        whale_error("checkpoint: %s (tensor %s): %s", path, t->name, strerror(errno));
-        return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
+    int fd;
+    int orc = ckpt_open_confined(r->dir, c->file, t->name, &fd);
+    if (orc)
+        return orc;
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        whale_error("checkpoint: %s (tensor %s): not a regular file", path, t->name);
+        close(fd);
+        return WHALE_ECORRUPT;
+    }
+    /* the size check comes before any allocation: nbytes is untrusted */
+    if (c->begin > (uint64_t)st.st_size || c->nbytes > (uint64_t)st.st_size - c->begin) {
+        whale_error("checkpoint: %s is truncated: tensor %s needs bytes [%llu, %llu), the file "
+                    "has %lld", path, t->name, (unsigned long long)c->begin,
+                    (unsigned long long)(c->begin + c->nbytes), (long long)st.st_size);
+        close(fd);
+        return WHALE_ECORRUPT;
     }
     unsigned char *raw = malloc(c->nbytes ? c->nbytes : 1);
     if (!raw) {
+        whale_error("checkpoint: %s: tensor %s: out of memory for %llu bytes", path, t->name,
+                    (unsigned long long)c->nbytes);
         close(fd);
         return WHALE_ENOMEM;
     }
@@ -388,8 +546,6 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
             break;
         got += (size_t)n;
     }
-    struct stat st;
-    fstat(fd, &st);
     close(fd);
     if (got < c->nbytes) {
         whale_error("checkpoint: %s is truncated: tensor %s needs bytes [%llu, %llu), the file "
@@ -409,10 +565,24 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         free(raw);
         return WHALE_ECORRUPT;
     }
-    int64_t n = ckpt_region_numel(&c->reg);
+    int64_t n = ckpt_region_numel(&c->reg); /* <= 2^60: checked when the manifest was read */
     size_t enc_len = ckpt_enc_size(c->enc, t->dtype, n, c->block);
     unsigned char *enc = raw;
+    if (c->shuffle > 1 && (size_t)n * (size_t)c->shuffle != enc_len) {
+        whale_error("checkpoint: %s: tensor %s: shuffle width %d does not fit %lld elements in "
+                    "%zu bytes", path, t->name, c->shuffle, (long long)n, enc_len);
+        free(raw);
+        return WHALE_ECORRUPT;
+    }
     if (c->zraw) {
+        /* the frame says what it decodes to: refuse before allocating */
+        unsigned long long fsz = ZSTD_getFrameContentSize(raw, c->nbytes);
+        if (fsz != ZSTD_CONTENTSIZE_UNKNOWN && fsz != enc_len) {
+            whale_error("checkpoint: %s: tensor %s: zstd data does not decode to %zu bytes",
+                        path, t->name, enc_len);
+            free(raw);
+            return WHALE_ECORRUPT;
+        }
         enc = malloc(enc_len ? enc_len : 1);
         size_t zr = enc ? ZSTD_decompress(enc, enc_len, raw, c->nbytes) : 0;
         if (!enc || ZSTD_isError(zr) || zr != enc_len) {
@@ -445,6 +615,8 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
     }
     void *dec = malloc((size_t)n * 4 + 1);
     if (!dec) {
+        whale_error("checkpoint: %s: tensor %s: out of memory decoding %lld elements", path,
+                    t->name, (long long)n);
         free(enc);
         return WHALE_ENOMEM;
     }
@@ -577,36 +749,10 @@ int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t
 
 int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
 {
-    int bad = 0;
-    json_t *files = json_object_get(r->man, "files");
-    const char *fname;
-    json_t *f;
-    json_object_foreach(files, fname, f) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", r->dir, fname);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {
-            whale_error("verify: %s: %s", path, strerror(errno));
-            bad++;
-            continue;
-        }
-        ckpt_st_entry *e = NULL;
-        size_t ne = 0;
-        uint64_t doff, fsz;
-        if (ckpt_st_read_header(fd, path, &e, &ne, &doff, &fsz, NULL)) {
-            bad++;
-            close(fd);
-            continue;
-        }
-        ckpt_st_entries_free(e, ne);
-        close(fd);
-        uint64_t want = (uint64_t)json_integer_value(json_object_get(f, "bytes"));
-        if (fsz != want) {
-            whale_error("verify: %s: %llu bytes, the manifest says %llu", path,
-                        (unsigned long long)fsz, (unsigned long long)want);
-            bad++;
-        }
-    }
+    /* shard files (confined, headers, sizes), then every chunk's checksum */
+    char *mp = ckpt_path(r->dir, CKPT_MANIFEST);
+    int bad = check_files(r, mp ? mp : r->dir);
+    free(mp);
     for (size_t i = 0; i < r->nt; i++) {
         const rtensor *t = &r->t[i];
         int64_t have = 0, want = ckpt_shape_numel(t->ndim, t->shape);

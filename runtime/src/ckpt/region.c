@@ -6,8 +6,21 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/checked.h"
 
 #include <string.h>
+
+bool ckpt_numel_ok(int ndim, const int64_t *shape, int64_t *out)
+{
+    int64_t n;
+    /* 2^60 elements: bytes of any dtype (and Q8 scales) still fit int64 */
+    if (ndim < 0 || ndim > WHALE_CKPT_MAX_DIMS || !whale_numel_i64(ndim, shape, &n) ||
+        n > CKPT_MAX_NUMEL)
+        return false;
+    if (out)
+        *out = n;
+    return true;
+}
 
 int64_t ckpt_shape_numel(int ndim, const int64_t *shape)
 {
@@ -51,12 +64,20 @@ int ckpt_region_check(const ckpt_region *r, const char *what)
                         (long long)r->shape[d], d);
             return WHALE_EINVAL;
         }
-        if (r->off[d] < 0 || r->cnt[d] < 0 || r->off[d] + r->cnt[d] > r->shape[d]) {
-            whale_error("checkpoint: %s: dimension %d range [%lld, %lld) outside [0, %lld)", what,
-                        d, (long long)r->off[d], (long long)(r->off[d] + r->cnt[d]),
+        int64_t end;
+        if (r->off[d] < 0 || r->cnt[d] < 0 || !whale_add_i64(r->off[d], r->cnt[d], &end) ||
+            end > r->shape[d]) {
+            whale_error("checkpoint: %s: dimension %d range offset %lld count %lld outside "
+                        "[0, %lld)", what, d, (long long)r->off[d], (long long)r->cnt[d],
                         (long long)r->shape[d]);
             return WHALE_ERANGE;
         }
+    }
+    int64_t total;
+    if (!ckpt_numel_ok(r->ndim, r->shape, &total)) {
+        whale_error("checkpoint: %s: shape has a negative extent or more than 2^60 elements",
+                    what);
+        return WHALE_ERANGE;
     }
     int64_t box = ckpt_shape_numel(r->ndim, r->cnt);
     if (r->flat && (r->fb < 0 || r->fe < r->fb || r->fe > box)) {

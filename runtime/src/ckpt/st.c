@@ -7,6 +7,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/checked.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -168,10 +169,33 @@ int ckpt_st_read_header(int fd, const char *path, ckpt_st_entry **out, size_t *n
         x->ndim = (int)json_array_size(shape);
         for (int d = 0; d < x->ndim; d++)
             x->shape[d] = json_integer_value(json_array_get(shape, (size_t)d));
-        x->begin = (uint64_t)json_integer_value(json_array_get(offs, 0));
-        x->end = (uint64_t)json_integer_value(json_array_get(offs, 1));
+        json_int_t b = json_integer_value(json_array_get(offs, 0));
+        json_int_t en = json_integer_value(json_array_get(offs, 1));
+        x->begin = (uint64_t)(b < 0 ? 0 : b);
+        x->end = (uint64_t)(en < 0 ? 0 : en);
         n++;
-        if (x->end < x->begin || 8 + N + x->end > (uint64_t)st.st_size) {
+        if (!x->name) {
+            rc = WHALE_ENOMEM;
+            break;
+        }
+        /* untrusted header: the shape's bytes must be exactly the data
+         * range (safetensors' own rule), computed without overflow */
+        int64_t numel, bytes;
+        if (!ckpt_numel_ok(x->ndim, x->shape, &numel) ||
+            !whale_mul_i64(numel, (int64_t)ckpt_dtype_size(x->dtype), &bytes)) {
+            whale_error("checkpoint: %s: tensor %s: shape has a negative extent or more than "
+                        "2^60 elements", path, key);
+            rc = WHALE_ECORRUPT;
+            break;
+        }
+        if (b < 0 || en < b || (uint64_t)(en - b) != (uint64_t)bytes) {
+            whale_error("checkpoint: %s: tensor %s: data_offsets [%lld, %lld) do not hold the "
+                        "%lld bytes its shape and dtype need", path, key, (long long)b,
+                        (long long)en, (long long)bytes);
+            rc = WHALE_ECORRUPT;
+            break;
+        }
+        if (x->end > (uint64_t)st.st_size - 8 - N) {
             whale_error("checkpoint: %s: tensor %s: truncated (needs bytes up to %llu, file "
                         "has %lld)", path, key, (unsigned long long)(8 + N + x->end),
                         (long long)st.st_size);

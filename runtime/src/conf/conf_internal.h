@@ -2,6 +2,10 @@
 #ifndef WHALE_CONF_INTERNAL_H
 #define WHALE_CONF_INTERNAL_H
 
+/* Most hosts one hostlist expression may expand to (a typo such as
+ * n[0-999999999] must not take minutes and gigabytes). */
+#define CONF_MAX_HOSTS (1 << 20)
+
 #include <stdbool.h>
 
 #include "whale/kv.h"

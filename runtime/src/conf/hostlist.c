@@ -6,6 +6,7 @@
 #include "whale/conf.h"
 #include "whale/error.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,13 +18,58 @@ static int bad_name(const char *h)
     return strchr(h, '[') || strchr(h, ']') || !*h;
 }
 
+/* Every [...] holds a non-empty list of N or N-M (digits, N <= M < N+64k),
+ * brackets do not nest and are closed. */
+static bool brackets_ok(const char *e)
+{
+    for (const char *p = e; *p; p++) {
+        if (*p == ']')
+            return false;
+        if (*p != '[')
+            continue;
+        p++;
+        for (;;) {
+            char *end;
+            if (*p < '0' || *p > '9')
+                return false;
+            unsigned long lo = strtoul(p, &end, 10), hi = lo;
+            p = end;
+            if (*p == '-') {
+                p++;
+                if (*p < '0' || *p > '9')
+                    return false;
+                hi = strtoul(p, &end, 10);
+                p = end;
+            }
+            /* libslurm refuses ranges over 64k hosts (MAX_RANGE) */
+            if (hi < lo || hi - lo >= 65536)
+                return false;
+            if (*p == ']')
+                break;
+            if (*p != ',')
+                return false;
+            p++;
+        }
+    }
+    return true;
+}
+
 int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user)
 {
     if (!expr || !*expr)
         return WHALE_EINVAL;
+    /* libslurm 22.05 leaks an allocation on every bracket it fails to
+     * parse ("n[]", "n[1x]"; found by tests/fuzz): refuse those first */
+    if (!brackets_ok(expr))
+        return WHALE_EINVAL;
     hostlist_t hl = slurm_hostlist_create(expr);
     if (!hl)
         return WHALE_EINVAL;
+    /* n[0-999999999] is a short string: bound the expansion */
+    if (slurm_hostlist_count(hl) > CONF_MAX_HOSTS) {
+        slurm_hostlist_destroy(hl);
+        return WHALE_ERANGE;
+    }
     int rc = 0;
     char *h;
     while ((h = slurm_hostlist_shift(hl))) {

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -35,6 +36,7 @@ struct whale_data {
     /* prefetch: one prepared batch */
     pthread_t th;
     bool th_started, quit, busy;
+    int perr;            /* the prefetch's fill failed (WHALE_E*) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int64_t want, have;
@@ -133,6 +135,9 @@ static int open_one(struct dfile *f, const struct whale_data_config *cfg)
     return 0;
 }
 
+/* file being read by this thread's copy (named when it faults) */
+static __thread int t_file = -1;
+
 /* dst (n) = tokens [start, start + n) of the concatenated stream */
 static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
 {
@@ -145,6 +150,7 @@ static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
             fi = (fi + 1) % d->nf;
             pos = 0;
         }
+        t_file = fi;
         if (d->f[fi].fmt == WHALE_DATA_LLMC)
             dst[i] = ((const uint16_t *)d->f[fi].tok)[pos];
         else
@@ -154,18 +160,52 @@ static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
 }
 
 /* inputs/targets (local_batch, seq) of the step starting at global sample gs */
-static void fill(const whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
+struct fill_job {
+    const whale_data *d;
+    int64_t gs;
+    int32_t *in, *tg, *win;
+};
+
+static void fill_run(void *arg)
 {
+    struct fill_job *j = arg;
+    const whale_data *d = j->d;
     const int T = d->cfg.seq, B = d->cfg.local_batch;
-    int32_t *win = malloc(sizeof(int32_t) * (T + 1));
     for (int b = 0; b < B; b++) {
-        int64_t g = gs + (int64_t)d->cfg.dp_rank * B + b;
+        int64_t g = j->gs + (int64_t)d->cfg.dp_rank * B + b;
         int64_t start = (g % d->epoch) * T;
-        copy_tokens(d, start, win, T + 1);
-        memcpy(in + (size_t)b * T, win, sizeof(int32_t) * T);
-        memcpy(tg + (size_t)b * T, win + 1, sizeof(int32_t) * T);
+        copy_tokens(d, start, j->win, T + 1);
+        memcpy(j->in + (size_t)b * T, j->win, sizeof(int32_t) * T);
+        memcpy(j->tg + (size_t)b * T, j->win + 1, sizeof(int32_t) * T);
     }
-    free(win);
+}
+
+/* The files are mapped: one truncated after open would kill the process
+ * with SIGBUS. Check the sizes first (the common case, between steps) and
+ * guard the copy itself (truncation during it). */
+static int fill(const whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
+{
+    for (int i = 0; i < d->nf; i++) {
+        struct stat sb;
+        if (fstat(d->f[i].fd, &sb) == 0 && (size_t)sb.st_size < d->f[i].map_len) {
+            whale_error("data file %s shrank from %zu to %lld bytes while training (truncated "
+                        "or rewritten?)", d->f[i].path, d->f[i].map_len, (long long)sb.st_size);
+            return WHALE_ECORRUPT;
+        }
+    }
+    struct fill_job j = { d, gs, in, tg, malloc(sizeof(int32_t) * ((size_t)d->cfg.seq + 1)) };
+    if (!j.win)
+        return WHALE_ENOMEM;
+    t_file = -1;
+    int g = data_guard_run(fill_run, &j);
+    free(j.win);
+    if (g) {
+        const char *path = t_file >= 0 ? d->f[t_file].path : "(unknown)";
+        whale_error("data file %s: reading it failed (SIGBUS: the file was truncated while "
+                    "training)", path);
+        return WHALE_ECORRUPT;
+    }
+    return 0;
 }
 
 static void *prefetch_main(void *arg)
@@ -173,16 +213,20 @@ static void *prefetch_main(void *arg)
     whale_data *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        while (!d->quit && (d->want < 0 || d->want == d->have))
+        /* after a failure the next whale_data_next reports it: no retry */
+        while (!d->quit && (d->want < 0 || d->want == d->have || d->perr))
             pthread_cond_wait(&d->cv, &d->mu);
         if (d->quit)
             break;
         int64_t w = d->want;
         d->busy = true;
         pthread_mutex_unlock(&d->mu);
-        fill(d, w, d->pin, d->ptg);
+        int frc = fill(d, w, d->pin, d->ptg);
         pthread_mutex_lock(&d->mu);
-        d->have = w;
+        if (frc)
+            d->perr = frc;
+        else
+            d->have = w;
         d->busy = false;
         pthread_cond_broadcast(&d->cv);
     }
@@ -267,18 +311,23 @@ int whale_data_next(whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
     if (gs < 0)
         return WHALE_EINVAL;
     size_t bt = (size_t)d->cfg.local_batch * d->cfg.seq;
-    if (!d->th_started) {
-        fill(d, gs, in, tg);
-        return 0;
-    }
+    if (!d->th_started)
+        return fill(d, gs, in, tg);
     pthread_mutex_lock(&d->mu);
     while (d->busy)
         pthread_cond_wait(&d->cv, &d->mu);
+    int rc = 0;
+    if (d->perr) { /* the prefetch already said what went wrong */
+        rc = d->perr;
+        pthread_mutex_unlock(&d->mu);
+        return rc;
+    }
     if (d->have == gs) {
         memcpy(in, d->pin, bt * sizeof(int32_t));
         memcpy(tg, d->ptg, bt * sizeof(int32_t));
-    } else {
-        fill(d, gs, in, tg);
+    } else if ((rc = fill(d, gs, in, tg))) {
+        pthread_mutex_unlock(&d->mu);
+        return rc;
     }
     d->want = gs + (int64_t)d->cfg.local_batch * d->cfg.dp_size;
     pthread_cond_broadcast(&d->cv);

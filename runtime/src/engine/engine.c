@@ -82,6 +82,30 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
         whale_error("precision %d out of range (fp32, bf16, fp16)", (int)c->precision);
         return WHALE_ERANGE;
     }
+    if (c->offload < WHALE_OFFLOAD_NONE || c->offload > WHALE_OFFLOAD_PARAMS) {
+        whale_error("offload %d out of range (none, optimizer, params)", c->offload);
+        return WHALE_ERANGE;
+    }
+    if (c->offload != WHALE_OFFLOAD_NONE && c->precision != WHALE_PREC_FP32) {
+        whale_error("offload=%s with %s precision is not implemented yet: offload runs in fp32 "
+                    "(--precision fp32) for now", whale_offload_name(c->offload),
+                    whale_precision_name(c->precision));
+        return WHALE_ENOTSUP;
+    }
+    if (c->offload == WHALE_OFFLOAD_PARAMS && c->zero_stage != 3) {
+        whale_error("offload=params keeps the ZeRO-3 weight shard in host memory: it needs "
+                    "ZeRO stage 3 (zero is %d); use offload=optimizer with ZeRO %d",
+                    c->zero_stage, c->zero_stage);
+        return WHALE_EINVAL;
+    }
+    if (c->offload_prefetch < 0 || c->offload_prefetch > 64) {
+        whale_error("offload prefetch %d out of range 1..64 layers", c->offload_prefetch);
+        return WHALE_ERANGE;
+    }
+    if (c->device_mem < 0) {
+        whale_error("device memory budget %lld bytes is negative", (long long)c->device_mem);
+        return WHALE_ERANGE;
+    }
     (void)dp;
     return 0;
 }
@@ -292,15 +316,6 @@ static void bind_layers(whale_engine *e)
     }
 }
 
-static uint16_t *zalloc16(size_t n)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n * sizeof(uint16_t) + 64))
-        return NULL;
-    memset(p, 0, n * sizeof(uint16_t));
-    return p;
-}
-
 /* The bucket holding flat index f. */
 static const struct eng_bucket *bucket_at(const whale_engine *e, size_t f)
 {
@@ -328,34 +343,62 @@ static void put_shard(whale_engine *e, const struct eng_param *p, const float *v
         eng_lp_store(e, sh16 + b->shard_off + (a - lo), v + (a - p->flat), z2 - a);
 }
 
+static float *aalloc(whale_engine *e, enum whale_mem_cat cat, size_t n)
+{
+    return whale_arena_alloc(e->arena, cat, n * sizeof(float), 1);
+}
+
+static void afree(whale_engine *e, enum whale_mem_cat cat, float *p, size_t n)
+{
+    whale_arena_free(e->arena, cat, p, n * sizeof(float));
+}
+
+/* 16-bit params (n elements), zeroed */
+static uint16_t *aalloc16(whale_engine *e, size_t n)
+{
+    return whale_arena_alloc(e->arena, WHALE_MEM_PARAM, n * sizeof(uint16_t), 1);
+}
+
+/* Persistent buffers: weights, gradients, moments in the arena, or (offload)
+ * moments and master weights in the host tier, laid out alike. */
 static int alloc_state(whale_engine *e)
 {
     const int z = e->cfg.zero_stage;
     const bool lp = eng_lp(e);
     size_t P = e->P, S = e->S;
+    const bool off_opt = e->off.mode >= WHALE_OFFLOAD_OPTIMIZER;
+    const bool off_par = e->off.mode == WHALE_OFFLOAD_PARAMS;
     /* fp32: W (P) or Wsh (S) are the weights. 16-bit: W16 (P) or W16sh (S)
-     * are, and the fp32 master is W (ZeRO 0: P) or Wsh (ZeRO 1-3: the shard) */
-    if (!lp && z < 3 && !(e->W = zalloc(P)))
+     * are, and the fp32 master is W (ZeRO 0: P) or Wsh (ZeRO 1-3: the shard),
+     * accounted as optimizer state */
+    if (!lp && z < 3 && !(e->W = aalloc(e, WHALE_MEM_PARAM, P)))
         return WHALE_ENOMEM;
-    if (!lp && z == 3 && !(e->Wsh = zalloc(S)))
+    if (!lp && z == 3)
+        e->Wsh = off_par ? e->off.hW : aalloc(e, WHALE_MEM_PARAM, S);
+    if (!lp && z == 3 && !e->Wsh)
         return WHALE_ENOMEM;
-    if (lp && z == 0 && !(e->W = zalloc(P)))
+    if (lp && z == 0 && !(e->W = aalloc(e, WHALE_MEM_OPTIM, P)))
         return WHALE_ENOMEM;
-    if (lp && z >= 1 && !(e->Wsh = zalloc(S)))
+    if (lp && z >= 1 && !(e->Wsh = aalloc(e, WHALE_MEM_OPTIM, S)))
         return WHALE_ENOMEM;
-    if (lp && z < 3 && !(e->W16 = zalloc16(P)))
+    if (lp && z < 3 && !(e->W16 = aalloc16(e, P)))
         return WHALE_ENOMEM;
-    if (lp && z == 3 && !(e->W16sh = zalloc16(S)))
+    if (lp && z == 3 && !(e->W16sh = aalloc16(e, S)))
         return WHALE_ENOMEM;
-    if (z < 2 && !(e->G = zalloc(P)))
+    if (z < 2 && !(e->G = aalloc(e, WHALE_MEM_GRAD, P)))
         return WHALE_ENOMEM;
-    if (z >= 2 && !(e->Gsh = zalloc(S)))
+    if (z >= 2 && !(e->Gsh = aalloc(e, WHALE_MEM_GRAD, S)))
         return WHALE_ENOMEM;
     size_t mv = z == 0 ? P : S;
-    if (!(e->M = zalloc(mv)) || !(e->V = zalloc(mv)))
+    if (off_opt) {
+        e->M = e->off.hM;
+        e->V = e->off.hV;
+    } else if (!(e->M = aalloc(e, WHALE_MEM_OPTIM, mv)) || !(e->V = aalloc(e, WHALE_MEM_OPTIM, mv)))
         return WHALE_ENOMEM;
     /* the allgather's own-shard copy: 16-bit params need half of it */
-    if ((z == 1 || z == 2) && e->dp.size > 1 && !(e->agtmp = zalloc(lp ? S / 2 + 1 : S)))
+    e->agtmp_floats = lp ? S / 2 + 1 : S;
+    if ((z == 1 || z == 2) && e->dp.size > 1 &&
+        !(e->agtmp = aalloc(e, WHALE_MEM_COMM, e->agtmp_floats)))
         return WHALE_ENOMEM;
 
     /* initial weights: every rank computes exactly its own elements */
@@ -374,6 +417,7 @@ static int alloc_state(whale_engine *e)
         free(tmp);
     }
     bind_layers(e);
+    e->off.resync = true; /* the host master starts as a copy of the initial weights */
 
     /* scratch shared by every layer pass; activations live in slots (pipe.c) */
     size_t sc = 0;
@@ -381,9 +425,34 @@ static int alloc_state(whale_engine *e)
         size_t n = e->layers[i].ops->scratch_floats(&e->layers[i]);
         sc = n > sc ? n : sc;
     }
-    if (!(e->scratch = zalloc(sc)))
+    e->scratch_floats = sc;
+    if (!(e->scratch = aalloc(e, WHALE_MEM_ACT, sc)))
         return WHALE_ENOMEM;
     return 0;
+}
+
+static void free_state(whale_engine *e)
+{
+    if (!e->arena)
+        return;
+    const int z = e->cfg.zero_stage;
+    const enum whale_mem_cat wcat = eng_lp(e) ? WHALE_MEM_OPTIM : WHALE_MEM_PARAM;
+    size_t P = e->P, S = e->S, mv = z == 0 ? P : S;
+    afree(e, wcat, e->W, P);
+    if (e->Wsh != e->off.hW)
+        afree(e, wcat, e->Wsh, S);
+    whale_arena_free(e->arena, WHALE_MEM_PARAM, e->W16, P * sizeof(uint16_t));
+    whale_arena_free(e->arena, WHALE_MEM_PARAM, e->W16sh, S * sizeof(uint16_t));
+    afree(e, WHALE_MEM_GRAD, e->G, P);
+    afree(e, WHALE_MEM_GRAD, e->Gsh, S);
+    if (e->M != e->off.hM) {
+        afree(e, WHALE_MEM_OPTIM, e->M, mv);
+        afree(e, WHALE_MEM_OPTIM, e->V, mv);
+    }
+    afree(e, WHALE_MEM_COMM, e->agtmp, e->agtmp_floats);
+    afree(e, WHALE_MEM_ACT, e->scratch, e->scratch_floats);
+    e->W = e->Wsh = e->G = e->Gsh = e->M = e->V = e->agtmp = e->scratch = NULL;
+    e->W16 = e->W16sh = NULL;
 }
 
 /* Degrees must divide what they split; logged with the reason. */
@@ -468,9 +537,33 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
     if (!blocks)
         rc = WHALE_ENOMEM;
+    e->off.mode = c->offload;
+    e->off.prefetch = c->offload_prefetch > 0 ? c->offload_prefetch : 1;
+    if (!rc)
+        rc = whale_arena_create(c->device_mem, NULL, &e->arena);
     if (rc || (rc = eng_layout(e, blocks)) || (rc = build_layers(e, blocks)) ||
-        (rc = build_buckets(e)) || (rc = alloc_state(e)) || (rc = eng_pipe_init(e))) {
-        if (rc == WHALE_ENOMEM)
+        (rc = build_buckets(e)) || (rc = eng_off_init(e)) || (rc = alloc_state(e)) ||
+        (rc = eng_pipe_init(e))) {
+        struct whale_arena_stats as = { 0 };
+        if (e->arena)
+            whale_arena_stats(e->arena, &as);
+        if (rc == WHALE_ENOMEM && as.failed) {
+            whale_error("model %s (%lld parameters) does not fit the device memory budget of "
+                        "%.2f MiB per rank with ZeRO %d, DP %d, offload %s: %.2f MiB were "
+                        "already placed (weights %.2f, gradients %.2f, optimizer %.2f, "
+                        "activations %.2f MiB)%s", m->name,
+                        (long long)whale_model_desc_params(m), (double)as.budget / (1 << 20),
+                        c->zero_stage, e->dp.size, whale_offload_name(c->offload),
+                        (double)as.in_use / (1 << 20),
+                        (double)as.cat_in_use[WHALE_MEM_PARAM] / (1 << 20),
+                        (double)as.cat_in_use[WHALE_MEM_GRAD] / (1 << 20),
+                        (double)as.cat_in_use[WHALE_MEM_OPTIM] / (1 << 20),
+                        (double)as.cat_in_use[WHALE_MEM_ACT] / (1 << 20),
+                        c->offload == WHALE_OFFLOAD_NONE
+                            ? "; --offload optimizer (or params with ZeRO 3) moves state to host memory"
+                            : "");
+            rc = WHALE_ENOFIT;
+        } else if (rc == WHALE_ENOMEM)
             whale_error("out of memory building model %s (%lld parameters)", m->name,
                         (long long)whale_model_desc_params(m));
         free(blocks);
@@ -494,8 +587,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->adam = (struct whale_adamw){ .lr = c->lr, .beta1 = c->beta1, .beta2 = c->beta2,
                                     .eps = c->eps, .weight_decay = c->weight_decay };
     whale_debug("engine: %d layers, %d buckets, %zu flat params (padded), shard %zu, ZeRO %d, "
-                "DP %d, %d threads", e->nl, e->nb, e->P, e->S, c->zero_stage, e->dp.size,
-                k_threads());
+                "DP %d, %d threads, offload %s", e->nl, e->nb, e->P, e->S, c->zero_stage,
+                e->dp.size, k_threads(), whale_offload_name(c->offload));
     *out = e;
     return 0;
 }
@@ -536,35 +629,32 @@ void whale_engine_destroy(whale_engine *e)
 {
     if (!e)
         return;
+    /* a step that failed may leave collectives in flight into the buckets'
+     * buffers: they complete (with the failure) before the buffers go (an
+     * elastic run destroys the engine and goes on) */
     for (int b = 0; b < e->nb; b++) {
-        /* a step that failed may leave collectives in flight into these
-         * buffers: they complete (with the failure) before the buffers go
-         * (an elastic run destroys the engine and goes on) */
         if (e->buckets[b].greq)
             e->dp.wait(&e->dp, e->buckets[b].greq);
         if (e->buckets[b].wreq)
             e->dp.wait(&e->dp, e->buckets[b].wreq);
-        free(e->buckets[b].gbuf);
-        free(e->buckets[b].wbuf);
-        free(e->buckets[b].wbuf16);
-        free(e->buckets[b].rs_tmp);
     }
-    free(e->buckets);
+    eng_off_quiesce(e);
+    for (int b = 0; b < e->nb && e->arena; b++) {
+        struct eng_bucket *bk = &e->buckets[b];
+        whale_arena_free(e->arena, WHALE_MEM_GRAD, bk->gbuf, bk->n * sizeof(float));
+        whale_arena_free(e->arena, WHALE_MEM_PARAM, bk->wbuf, bk->n * sizeof(float));
+        whale_arena_free(e->arena, WHALE_MEM_GRAD, bk->rs_tmp, bk->n / e->dp.size * sizeof(float));
+        whale_arena_free(e->arena, WHALE_MEM_PARAM, bk->wbuf16, bk->n / 2 * sizeof(float));
+    }
     eng_pipe_free(e);
+    free_state(e);
+    eng_off_free(e);
+    free(e->buckets);
     free(e->chunks);
     eng_groups_free(&e->grp);
     free(e->layers);
     free(e->params);
-    free(e->W);
-    free(e->Wsh);
-    free(e->G);
-    free(e->Gsh);
-    free(e->M);
-    free(e->V);
-    free(e->agtmp);
-    free(e->W16);
-    free(e->W16sh);
-    free(e->scratch);
+    whale_arena_destroy(e->arena);
     free(e);
 }
 
@@ -601,10 +691,19 @@ void whale_engine_memory(const whale_engine *e, struct whale_engine_memory *m)
     const bool lp = eng_lp(e);
     /* 16-bit params: the weights take 2 bytes, the fp32 master joins the
      * optimizer state (sharded like the moments from ZeRO 1 on); gradients
-     * accumulate in fp32 */
-    m->param_bytes = (int64_t)(z < 3 ? e->P : e->S) * (lp ? 2 : 4);
+     * accumulate in fp32. Offloaded state is not in the arena (host_bytes). */
+    m->param_bytes = e->off.mode == WHALE_OFFLOAD_PARAMS
+                         ? 0 : (int64_t)(z < 3 ? e->P : e->S) * (lp ? 2 : 4);
     m->grad_bytes = (int64_t)(z < 2 ? e->P : e->S) * 4;
-    m->optim_bytes = (lp ? 3 : 2) * (int64_t)(z == 0 ? e->P : e->S) * 4;
+    m->optim_bytes = e->off.mode ? 0 : (lp ? 3 : 2) * (int64_t)(z == 0 ? e->P : e->S) * 4;
+    struct whale_arena_stats as;
+    whale_arena_stats(e->arena, &as);
+    m->arena_in_use = as.in_use;
+    m->arena_peak = as.peak;
+    m->arena_budget = as.budget;
+    for (int c = 0; c < WHALE_MEM_CAT_COUNT_ && c < 5; c++)
+        m->arena_cat_peak[c] = as.cat_peak[c];
+    m->host_bytes = eng_off_host_bytes(e);
     m->scratch_bytes = e->scratch_peak + (e->agtmp ? (int64_t)e->S * (lp ? 2 : 4) : 0) +
                        (int64_t)e->sv32_floats * 4;
     m->act_bytes = e->act_bytes;
@@ -695,9 +794,27 @@ static void kind_base(const whale_engine *e, int kind, float **f32, uint16_t **b
     }
 }
 
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r);
+
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 {
     const int r = e->dp.size > 1 ? e->dp.rank : 0;
+    /* offload: moves finished, and the caller may write the pieces (restore):
+     * the host master is refreshed from the weights before the next update */
+    eng_off_quiesce(e);
+    e->off.resync = true;
+    int wrc = eng_off_walk_begin(e); /* remote tier: the moments, here for the walk */
+    if (wrc) {
+        eng_off_walk_end(e);
+        return wrc;
+    }
+    int rc = walk(e, fn, user, r);
+    wrc = eng_off_walk_end(e);
+    return rc ? rc : wrc;
+}
+
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
+{
     /* fixed order: param, adam_m, adam_v, then (16-bit params only) master */
     const int nkinds = eng_lp(e) ? 4 : 3;
     static const int order[4] = { WHALE_TENSOR_PARAM, WHALE_TENSOR_ADAM_M, WHALE_TENSOR_ADAM_V,

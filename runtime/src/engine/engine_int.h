@@ -3,6 +3,7 @@
 #define ENGINE_INT_H
 
 #include "ecomm.h"
+#include "offload.h"
 #include "layer.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
@@ -27,6 +28,10 @@ struct eng_bucket {
     int chunk;          /* model chunk whose backward fills it (-1: the tied wte copy) */
     bool tied_defer;    /* PP > 1: holds wte; reduced after the step's pipeline, once the
                            first and last stage have summed their halves of its gradient */
+    /* offload (offload.c): moves between the arena and the host tier */
+    struct eng_move gdown;  /* final gradient of this rank's range -> host */
+    struct eng_move wup;    /* updated weights of this rank's range -> arena */
+    struct eng_move wfetch; /* ZeRO 3 + params offload, DP 1: host shard -> wbuf */
 };
 
 /* One model chunk (virtual pipeline stage) of this rank: local layers
@@ -48,6 +53,7 @@ struct eng_slot {
     float *saved;       /* saved activations (policy-dependent), saved_floats (fp32 mode) */
     uint16_t *saved16;  /* the same in 16 bits (mixed precision; saved == NULL then) */
     float *dgrad;       /* (N,C): received output gradient, becomes the input gradient */
+    size_t nb_floats, saved_bytes; /* sizes of bnd and saved / saved16 (arena accounting) */
 };
 
 /* Communicators of one rank; size 1 where there is no such parallelism. */
@@ -95,12 +101,14 @@ struct whale_engine {
     float *Gsh;              /* ZeRO 2-3: gradient shard (S) */
     float *M, *V;            /* ZeRO 0: (P); ZeRO 1-3: (S) */
     float *agtmp;            /* ZeRO 1-2: own shard copy for the allgather (S) */
+    size_t agtmp_floats;     /* its size (arena accounting) */
 
     /* activations of one micro-batch */
     float *xb;               /* layer outputs: nl-1 boundaries of (N,C) */
     float *saved;            /* per-layer saved areas */
     size_t *saved_off;
     float *scratch;
+    size_t scratch_floats;
     float *dstream;          /* (N,C) */
     size_t act_floats;
 
@@ -116,6 +124,7 @@ struct whale_engine {
     float *rc_saved;         /* FULL recompute: one layer's saved area */
     float *rc_out;           /* (N,C) output of a recomputed forward (discarded) */
     float *att_tmp;          /* SELECTIVE: (B,NH,T,T) */
+    size_t rc_floats, att_floats; /* sizes of rc_saved and att_tmp */
     const int32_t *cur_in, *cur_tg; /* the step's micro-batches */
     double cur_loss, cur_tc;
     float cur_dloss;
@@ -133,6 +142,11 @@ struct whale_engine {
     bool inject_overflow;
     whale_engine_phase_fn phase_fn; /* fault injection (whale_engine_set_phase_hook) */
     void *phase_user;
+
+    /* memory: every working buffer comes from the arena (budget, per-category
+     * peaks); optimizer / parameter offload keeps state in the host tier */
+    whale_arena *arena;
+    struct eng_offload off;
 
     /* accounting */
     int64_t scratch_now, scratch_peak;

@@ -221,17 +221,16 @@ static int slot_alloc(whale_engine *e, int c, struct eng_slot *s)
     memset(s, 0, sizeof *s);
     s->chunk = c;
     s->mb = -1;
-    /* mixed precision keeps the saved activations in 16 bits */
+    /* mixed precision keeps the saved activations in 16 bits; zeroed now so
+     * RSS reflects what is held */
     const size_t saved_bytes = ch->saved_floats * (eng_lp(e) ? 2 : 4);
     void **sv = eng_lp(e) ? (void **)&s->saved16 : (void **)&s->saved;
-    if (posix_memalign((void **)&s->bnd, 64, nb * sizeof(float) + 64) ||
-        posix_memalign(sv, 64, saved_bytes + 64) ||
-        posix_memalign((void **)&s->dgrad, 64, NC(e) * sizeof(float) + 64))
+    s->nb_floats = nb;
+    s->saved_bytes = saved_bytes;
+    if (!(s->bnd = whale_arena_alloc(e->arena, WHALE_MEM_ACT, nb * sizeof(float), 1)) ||
+        !(*sv = whale_arena_alloc(e->arena, WHALE_MEM_ACT, saved_bytes, 1)) ||
+        !(s->dgrad = whale_arena_alloc(e->arena, WHALE_MEM_ACT, NC(e) * sizeof(float), 1)))
         return WHALE_ENOMEM;
-    /* touch now so RSS reflects what is held */
-    memset(s->bnd, 0, nb * sizeof(float));
-    memset(*sv, 0, saved_bytes);
-    memset(s->dgrad, 0, NC(e) * sizeof(float));
     e->act_now += (int64_t)(nb + NC(e)) * 4 + (int64_t)saved_bytes;
     if (e->act_now > e->act_peak)
         e->act_peak = e->act_now;
@@ -278,12 +277,12 @@ static void slot_maybe_release(whale_engine *e, struct eng_slot *s)
     s->mb = -1;
 }
 
-static void slot_free(struct eng_slot *s)
+static void slot_free(whale_engine *e, struct eng_slot *s)
 {
-    free(s->bnd);
-    free(s->saved);
-    free(s->saved16);
-    free(s->dgrad);
+    whale_arena_free(e->arena, WHALE_MEM_ACT, s->bnd, s->nb_floats * sizeof(float));
+    whale_arena_free(e->arena, WHALE_MEM_ACT, s->saved, s->saved_bytes);
+    whale_arena_free(e->arena, WHALE_MEM_ACT, s->saved16, s->saved_bytes);
+    whale_arena_free(e->arena, WHALE_MEM_ACT, s->dgrad, NC(e) * sizeof(float));
 }
 
 /* ---- init ---------------------------------------------------------------------------- */
@@ -322,10 +321,12 @@ int eng_pipe_init(whale_engine *e)
         ch->saved_floats = so;
     }
     const size_t att = (size_t)e->d.B * e->d.NH * e->d.T * e->d.T;
-    if (rc_floats && (!(e->rc_saved = calloc(rc_floats, sizeof(float))) ||
-                      !(e->rc_out = calloc(NC(e), sizeof(float)))))
+    e->rc_floats = rc_floats;
+    e->att_floats = any_sel ? att : 0;
+    if (rc_floats && (!(e->rc_saved = whale_arena_alloc(e->arena, WHALE_MEM_ACT, rc_floats * 4, 1)) ||
+                      !(e->rc_out = whale_arena_alloc(e->arena, WHALE_MEM_ACT, NC(e) * 4, 1))))
         return WHALE_ENOMEM;
-    if (any_sel && !(e->att_tmp = calloc(att, sizeof(float))))
+    if (any_sel && !(e->att_tmp = whale_arena_alloc(e->arena, WHALE_MEM_ACT, att * 4, 1)))
         return WHALE_ENOMEM;
     /* 16-bit saved areas: the running layer's in fp32 */
     e->sv32_floats = eng_lp(e) ? kept_max : 0;
@@ -360,37 +361,13 @@ int eng_pipe_init(whale_engine *e)
     return 0;
 }
 
-/* Slot buffers of engines destroyed after a failed step (an elastic run
- * rebuilds its engine and goes on): kept allocated and reachable until the
- * process ends. */
-static void **orphans;
-static size_t n_orphans;
-
-static void keep_orphan(void *p)
-{
-    void **o = p ? realloc(orphans, (n_orphans + 1) * sizeof *o) : NULL;
-    if (o) {
-        orphans = o;
-        orphans[n_orphans++] = p;
-    }
-}
-
 void eng_pipe_free(whale_engine *e)
 {
     /* After a failed step, receives may still be posted into the slots:
      * the comm layer could write into them until it shuts down, so they
-     * stay allocated. */
-    for (int i = 0; i < e->nslots; i++) {
-        struct eng_slot *sl = &e->slots[i];
-        if (!e->pipe_abandoned) {
-            slot_free(sl);
-            continue;
-        }
-        keep_orphan(sl->bnd);
-        keep_orphan(sl->saved);
-        keep_orphan(sl->saved16);
-        keep_orphan(sl->dgrad);
-    }
+     * are left allocated (the run is over anyway). */
+    for (int i = 0; i < e->nslots && !e->pipe_abandoned; i++)
+        slot_free(e, &e->slots[i]);
     free(e->slots);
     e->slots = NULL;
     e->nslots = 0;
@@ -398,9 +375,12 @@ void eng_pipe_free(whale_engine *e)
     if (e->chunks)
         for (int c = 0; c < e->nchunks; c++)
             free(e->chunks[c].saved_off);
-    free(e->rc_saved);
-    free(e->rc_out);
-    free(e->att_tmp);
+    if (e->arena) {
+        whale_arena_free(e->arena, WHALE_MEM_ACT, e->rc_saved, e->rc_floats * 4);
+        whale_arena_free(e->arena, WHALE_MEM_ACT, e->rc_out, NC(e) * 4);
+        whale_arena_free(e->arena, WHALE_MEM_ACT, e->att_tmp, e->att_floats * 4);
+    }
+    e->rc_saved = e->rc_out = e->att_tmp = NULL;
     free(e->sv32);
     e->sv32 = NULL;
     whale_pp_schedule_free(&e->psched);

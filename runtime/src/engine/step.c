@@ -58,23 +58,22 @@ static int req_poll(whale_engine *e, void **req, bool *done)
     return 0;
 }
 
-static float *scratch_alloc(whale_engine *e, size_t n, bool zero)
+/* Transient buffers (gathered weights, gradient buckets) from the arena. */
+static float *scratch_alloc(whale_engine *e, enum whale_mem_cat cat, size_t n, bool zero)
 {
-    float *p = NULL;
-    if (posix_memalign((void **)&p, 64, n * sizeof(float) + 64))
+    float *p = whale_arena_alloc(e->arena, cat, n * sizeof(float), zero);
+    if (!p)
         return NULL;
-    if (zero)
-        memset(p, 0, n * sizeof(float));
     e->scratch_now += (int64_t)n * 4;
     if (e->scratch_now > e->scratch_peak)
         e->scratch_peak = e->scratch_now;
     return p;
 }
 
-static void scratch_free(whale_engine *e, float **p, size_t n)
+static void scratch_free(whale_engine *e, enum whale_mem_cat cat, float **p, size_t n)
 {
     if (*p) {
-        free(*p);
+        whale_arena_free(e->arena, cat, *p, n * sizeof(float));
         e->scratch_now -= (int64_t)n * 4;
         *p = NULL;
     }
@@ -108,15 +107,16 @@ static int w_acquire(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->wref++ > 0)
         return 0;
-    if (!(bk->wbuf = scratch_alloc(e, bk->n, false)))
+    if (!(bk->wbuf = scratch_alloc(e, WHALE_MEM_PARAM, bk->n, false)))
         return WHALE_ENOMEM;
     size_t sb = bk->n / e->dp.size;
+    eng_move_wait(e, &bk->wup); /* optimizer offload: the shard's update is back */
     if (lp && e->cfg.zero_stage < 3) {
         eng_lp_load(e, bk->wbuf, e->W16 + bk->flat, bk->n);
     } else if (lp) {
         /* 16-bit gather: the shard is a multiple of 16 elements, moved as
          * sb/2 fp32 words (an allgather only copies) */
-        if (!(bk->wbuf16 = (uint16_t *)scratch_alloc(e, bk->n / 2, false)))
+        if (!(bk->wbuf16 = (uint16_t *)scratch_alloc(e, WHALE_MEM_PARAM, bk->n / 2, false)))
             return WHALE_ENOMEM;
         if (e->dp.size == 1) {
             memcpy(bk->wbuf16, e->W16sh + bk->shard_off, sb * sizeof(uint16_t));
@@ -127,9 +127,13 @@ static int w_acquire(whale_engine *e, int b)
                 return rc;
             comm_started(e);
         }
+    } else if (e->dp.size == 1 && e->off.mode == WHALE_OFFLOAD_PARAMS) {
+        /* the shard lives in the host tier: fetched ahead by the mover */
+        eng_move_post(e, &bk->wfetch, bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else if (e->dp.size == 1) {
         memcpy(bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else {
+        /* with params offload the gather reads the host-tier shard directly */
         int rc = e->dp.iallgather(&e->dp, e->Wsh + bk->shard_off, bk->wbuf, sb, &bk->wreq);
         if (rc)
             return rc;
@@ -144,11 +148,12 @@ static int w_ready(whale_engine *e, int b)
     if (e->cfg.zero_stage != 3)
         return 0;
     struct eng_bucket *bk = &e->buckets[b];
+    eng_move_wait(e, &bk->wfetch);
     int rc = req_wait(e, &bk->wreq);
     if (!rc && bk->wbuf16) {
         eng_lp_load(e, bk->wbuf, bk->wbuf16, bk->n);
         float *w16 = (float *)bk->wbuf16;
-        scratch_free(e, &w16, bk->n / 2);
+        scratch_free(e, WHALE_MEM_PARAM, &w16, bk->n / 2);
         bk->wbuf16 = NULL;
     }
     return rc;
@@ -163,10 +168,10 @@ static void w_release(whale_engine *e, int b)
         return;
     if (bk->wbuf16) { /* released before use (a failed step) */
         float *w16 = (float *)bk->wbuf16;
-        scratch_free(e, &w16, bk->n / 2);
+        scratch_free(e, WHALE_MEM_PARAM, &w16, bk->n / 2);
         bk->wbuf16 = NULL;
     }
-    scratch_free(e, &bk->wbuf, bk->n);
+    scratch_free(e, WHALE_MEM_PARAM, &bk->wbuf, bk->n);
     rebind_w(e, b, NULL);
 }
 
@@ -180,7 +185,7 @@ static int g_acquire(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->gbuf)
         return 0;
-    if (!(bk->gbuf = scratch_alloc(e, bk->n, true)))
+    if (!(bk->gbuf = scratch_alloc(e, WHALE_MEM_GRAD, bk->n, true)))
         return WHALE_ENOMEM;
     rebind_g(e, b, bk->gbuf);
     return 0;
@@ -206,7 +211,7 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
             return 0;
         if (g_reduce_16(e)) {
             /* round the fp32 sum to 16 bits, reduce, widen back in g_finish */
-            if (!(bk->g16 = (uint16_t *)scratch_alloc(e, bk->n / 2, false)))
+            if (!(bk->g16 = (uint16_t *)scratch_alloc(e, WHALE_MEM_GRAD, bk->n / 2, false)))
                 return WHALE_ENOMEM;
             eng_lp_store(e, bk->g16, e->G + bk->flat, bk->n);
             rc = e->dp.iallreduce16(&e->dp, bk->g16, bk->n, e->lp, &bk->greq);
@@ -225,16 +230,16 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
             memcpy(dst, bk->gbuf, sb * sizeof(float));
         else
             k_acc(dst, bk->gbuf, (int64_t)sb);
-        scratch_free(e, &bk->gbuf, bk->n);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
     }
     if (g_reduce_16(e)) {
         /* send: the whole bucket in 16 bits; receive: my block, after it */
-        if (!(bk->g16 = (uint16_t *)scratch_alloc(e, (bk->n + sb) / 2, false)))
+        if (!(bk->g16 = (uint16_t *)scratch_alloc(e, WHALE_MEM_GRAD, (bk->n + sb) / 2, false)))
             return WHALE_ENOMEM;
         eng_lp_store(e, bk->g16, bk->gbuf, bk->n);
-        if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
+        if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
             return WHALE_ENOMEM;
         rc = e->dp.ireduce_scatter16(&e->dp, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
         if (!rc) {
@@ -243,7 +248,7 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         }
         return rc;
     }
-    if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
+    if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
         return WHALE_ENOMEM;
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
     if (!rc) {
@@ -251,6 +256,25 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         eng_phase(e, WHALE_ENGINE_COLLECTIVE);
     }
     return rc;
+}
+
+static void shard_range(const whale_engine *e, const struct eng_bucket *bk, size_t *lo,
+                        size_t *hi);
+static float *gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+
+/* Optimizer offload: bucket b's gradient is final (reduced over DP, all
+ * micro-batches in): send this rank's range of it to the host tier now,
+ * while backward goes on. Once per bucket per step. */
+static void off_grad_ready(whale_engine *e, int b)
+{
+    struct eng_bucket *bk = &e->buckets[b];
+    if (!e->off.mode || atomic_load(&bk->gdown.state) != 0)
+        return;
+    size_t lo, hi;
+    shard_range(e, bk, &lo, &hi);
+    eng_move_post(e, &bk->gdown, e->off.hG + mvoff(e, bk, lo, lo), gptr(e, bk, lo, lo),
+                  (hi - lo) * sizeof(float));
 }
 
 /* Finish bucket b's reduction (blocking). */
@@ -263,22 +287,24 @@ static int g_finish(whale_engine *e, int b)
         if (e->cfg.zero_stage < 2) {
             eng_lp_load(e, e->G + bk->flat, bk->g16, bk->n);
             float *f = (float *)bk->g16;
-            scratch_free(e, &f, bk->n / 2);
+            scratch_free(e, WHALE_MEM_GRAD, &f, bk->n / 2);
         } else {
             eng_lp_load(e, bk->rs_tmp ? bk->rs_tmp : e->Gsh + bk->shard_off, bk->g16 + bk->n, sb);
             float *f = (float *)bk->g16;
-            scratch_free(e, &f, (bk->n + sb) / 2);
+            scratch_free(e, WHALE_MEM_GRAD, &f, (bk->n + sb) / 2);
         }
         bk->g16 = NULL;
     }
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
-        scratch_free(e, &bk->rs_tmp, sb);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->rs_tmp, sb);
     }
     if (e->cfg.zero_stage >= 2 && bk->gbuf) {
-        scratch_free(e, &bk->gbuf, bk->n);
+        scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
     }
+    if (!rc && e->off.last_micro && !bk->tied_defer)
+        off_grad_ready(e, b);
     return rc;
 }
 
@@ -338,17 +364,26 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
     const struct eng_chunk *ch = &e->chunks[c];
     eng_phase(e, WHALE_ENGINE_FORWARD);
     uint64_t tr0 = whale_trace_now();
+    const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
+    int pf = ch->l0; /* highest layer whose weights are acquired */
     int rc = w_acquire(e, e->layers[ch->l0].bucket);
     if (!rc && is_head(&e->layers[ch->l0]))
         rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
     for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
-        /* prefetch the next layer's weights (and the tied embedding for the head) */
-        if (i + 1 < ch->l1 && e->layers[i + 1].bucket != b)
-            rc = w_acquire(e, e->layers[i + 1].bucket);
-        if (!rc && i + 1 < ch->l1 && is_head(&e->layers[i + 1]))
-            rc = w_acquire(e, e->layers[i + 1].tied->bucket);
+        /* prefetch the weights `ahead` layers on (and the tied embedding for the head) */
+        while (!rc && pf < ch->l1 - 1 && pf < i + ahead) {
+            pf++;
+            if (e->layers[pf].bucket != e->layers[pf - 1].bucket)
+                rc = w_acquire(e, e->layers[pf].bucket);
+            if (!rc && is_head(&e->layers[pf]))
+                rc = w_acquire(e, e->layers[pf].tied->bucket);
+        }
+        /* optimizer offload: this bucket's updated weights are back */
+        eng_move_wait(e, &e->buckets[b].wup);
+        if (is_head(l))
+            eng_move_wait(e, &e->buckets[l->tied->bucket].wup);
         if (rc || (rc = w_ready(e, b)))
             break;
         if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
@@ -387,6 +422,9 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
     for (int b = ch->b0; b < ch->b1; b++)
         e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
     const int top = ch->l1 - 1;
+    const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
+    int pf = top; /* lowest layer whose weights are acquired */
+    e->off.last_micro = last_micro;
     /* the embedding's backward needs no weights; the head needs wte too */
     if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
         return rc;
@@ -396,8 +434,11 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
         bool needs_w = l->index > 0;
-        if (i - 1 >= ch->l0 && e->layers[i - 1].index > 0 && e->layers[i - 1].bucket != b)
-            rc = w_acquire(e, e->layers[i - 1].bucket);
+        while (!rc && pf > ch->l0 && pf > i - ahead) {
+            pf--;
+            if (e->layers[pf].index > 0 && e->layers[pf].bucket != e->layers[pf + 1].bucket)
+                rc = w_acquire(e, e->layers[pf].bucket);
+        }
         if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
         if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
@@ -438,8 +479,11 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
                         e->layers[i - 1].bucket != b))
             w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer)
+        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer) {
             rc = g_reduce(e, b, first_micro, last_micro);
+            if (!rc && e->dp.size == 1 && last_micro)
+                off_grad_ready(e, b); /* nothing to reduce: final now */
+        }
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
     }
@@ -498,9 +542,11 @@ int eng_grads_finish(whale_engine *e)
                     rc = req_wait(e, &bk->greq);
                 }
             }
-            scratch_free(e, &bk->gbuf, bk->n);
+            scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
             rebind_g(e, b, NULL);
         }
+        if (!rc)
+            off_grad_ready(e, b);
     }
     return rc;
 }
@@ -619,6 +665,175 @@ static void apply_adamw(whale_engine *e, float grad_mul)
     }
 }
 
+/* Optimizer offload: AdamW on the host tier (vectorised, host threads),
+ * bucket by bucket as each bucket's gradient has arrived; the mover brings
+ * each bucket's updated weights back while the next bucket is updated (and,
+ * for buckets the next forward uses later, while that forward runs). */
+/* Remote tier: bucket k's master, M and V in staging set s. */
+static int rem_fetch(whale_engine *e, int k, float *st, whale_req **q)
+{
+    struct eng_bucket *bk = &e->buckets[k];
+    size_t lo, hi;
+    shard_range(e, bk, &lo, &hi);
+    size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
+    int rc = 0;
+    for (int w = 0; w < 3 && !rc; w++)
+        rc = whale_iget(e->off.rem, eng_off_rem_at(e, w, a), st + w * e->off.stage_n, len, &q[w]);
+    return rc;
+}
+
+static int rem_waitall(whale_engine *e, whale_req **q, int n)
+{
+    int rc = 0;
+    double t0 = eng_now();
+    for (int i = 0; i < n; i++)
+        if (q[i]) {
+            int r2 = whale_wait(q[i]);
+            q[i] = NULL;
+            rc = rc ? rc : r2;
+        }
+    e->off.t_rma += eng_now() - t0;
+    return rc;
+}
+
+/* Optimizer state in another task's memory (RMA): per bucket, fetch master
+ * and moments (the next bucket's fetch in flight while this one updates),
+ * AdamW on the host, weights to the arena, state back with puts. */
+static int off_apply_remote(whale_engine *e, float grad_mul)
+{
+    struct eng_offload *o = &e->off;
+    const int z = e->cfg.zero_stage;
+    whale_req *get[2][3] = { { 0 } }, *put[2][3] = { { 0 } };
+    int rc = rem_fetch(e, 0, o->stage, get[0]);
+    for (int k = 0; k < e->nb && !rc; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        float *st = o->stage + (size_t)(k & 1) * 3 * o->stage_n;
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        if ((rc = rem_waitall(e, get[k & 1], 3)))
+            break;
+        if (k + 1 < e->nb) { /* the other set: its puts must be out first */
+            if ((rc = rem_waitall(e, put[(k + 1) & 1], 3)) ||
+                (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * 3 * o->stage_n,
+                                get[(k + 1) & 1])))
+                break;
+        }
+        eng_move_wait(e, &bk->gdown);
+        const size_t base = mvoff(e, bk, lo, lo);
+        for (int li = bk->l0; li < bk->l1; li++) {
+            struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a >= zz)
+                    continue;
+                size_t so = mvoff(e, bk, lo, a) - base;
+                whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
+                                        st + o->stage_n + so, st + 2 * o->stage_n + so, zz - a,
+                                        grad_mul, p->decay);
+            }
+        }
+        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+                                                           : wptr(e, bk, lo, lo);
+        memcpy(dst, st, (hi - lo) * sizeof(float));
+        for (int w = 0; w < 3 && !rc; w++)
+            rc = whale_iput(o->rem, eng_off_rem_at(e, w, base), st + w * o->stage_n,
+                            (hi - lo) * sizeof(float), &put[k & 1][w]);
+    }
+    for (int s = 0; s < 2; s++) {
+        int r2 = rem_waitall(e, get[s], 3);
+        int r3 = rem_waitall(e, put[s], 3);
+        rc = rc ? rc : r2 ? r2 : r3;
+    }
+    if (!rc) {
+        double t0 = eng_now();
+        rc = whale_remote_flush(o->rem);
+        o->t_rma += eng_now() - t0;
+    }
+    if (rc)
+        whale_error("offload: optimizer state in task %d's memory: %s",
+                    whale_remote_task(o->rem), whale_strerror(rc));
+    return rc;
+}
+
+static int off_apply(whale_engine *e, float grad_mul)
+{
+    struct eng_offload *o = &e->off;
+    const int z = e->cfg.zero_stage;
+    if (o->rem)
+        return off_apply_remote(e, grad_mul);
+    for (int k = 0; k < e->nb; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        eng_move_wait(e, &bk->gdown);
+        for (int li = bk->l0; li < bk->l1; li++) {
+            struct eng_layer *l = &e->layers[li];
+            for (int pi = 0; pi < l->nparams; pi++) {
+                const struct eng_param *p = &l->params[pi];
+                size_t a = p->flat > lo ? p->flat : lo;
+                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+                if (a >= zz)
+                    continue;
+                size_t off = mvoff(e, bk, lo, a);
+                whale_adamw_update_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
+                                        o->hM + off, o->hV + off, zz - a, grad_mul, p->decay);
+            }
+        }
+        if (o->mode == WHALE_OFFLOAD_PARAMS)
+            continue; /* the shard lives in the host tier: nothing to bring back */
+        /* ZeRO 1/2 with DP: straight into the allgather's send buffer */
+        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+                                                           : wptr(e, bk, lo, lo);
+        eng_move_post(e, &bk->wup, dst, o->hW + mvoff(e, bk, lo, lo), (hi - lo) * sizeof(float));
+    }
+    return 0;
+}
+
+/* Before a step: gradient moves re-armed; after a tensor walk (which may have
+ * restored weights) the host master is refreshed from the arena's weights. */
+static int off_step_begin(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return 0;
+    o->t_move_wait = 0;
+    o->t_rma = 0;
+    for (int k = 0; k < e->nb; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        eng_move_wait(e, &bk->gdown);
+        atomic_store(&bk->gdown.state, 0);
+    }
+    if (!o->resync)
+        return 0;
+    o->resync = false;
+    if (o->mode == WHALE_OFFLOAD_PARAMS)
+        return 0; /* the host shard is the only copy */
+    eng_off_quiesce(e);
+    int rc = 0;
+    for (int k = 0; k < e->nb && !rc; k++) {
+        struct eng_bucket *bk = &e->buckets[k];
+        size_t lo, hi;
+        shard_range(e, bk, &lo, &hi);
+        size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
+        if (!o->rem) {
+            memcpy(o->hW + a, wptr(e, bk, lo, lo), len);
+            continue;
+        }
+        whale_req *q = NULL;
+        rc = whale_iput(o->rem, eng_off_rem_at(e, 0, a), wptr(e, bk, lo, lo), len, &q);
+        if (!rc)
+            rc = whale_wait(q);
+    }
+    if (!rc && o->rem)
+        rc = whale_remote_flush(o->rem);
+    if (rc)
+        whale_error("offload: refreshing the master weights in task %d's memory: %s",
+                    whale_remote_task(o->rem), whale_strerror(rc));
+    return rc;
+}
+
 /* ZeRO 1/2: every rank gets everybody's updated shard. */
 static int allgather_weights(whale_engine *e)
 {
@@ -639,8 +854,11 @@ static int allgather_weights(whale_engine *e)
             rc = e->dp.iallgather(&e->dp, (const float *)own, (float *)(e->W16 + bk->flat),
                                   sb / 2, &reqs[k]);
         } else {
-            memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
-                   sb * sizeof(float));
+            if (e->off.mode) /* offload: the mover put the updated shard there */
+                eng_move_wait(e, &bk->wup);
+            else
+                memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
+                       sb * sizeof(float));
             rc = e->dp.iallgather(&e->dp, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
                                   &reqs[k]);
         }
@@ -722,6 +940,9 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
+    whale_arena_reset_peak(e->arena);
+    if ((rc = off_step_begin(e)))
+        return rc;
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
         rc = eng_grads_finish(e);
@@ -755,12 +976,18 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         e->adam_t++;
         /* gradients hold scale x (true gradient): unscale and clip in one factor */
         float clip = whale_clip_coef(norm, e->cfg.grad_clip);
-        apply_adamw(e, clip / scale_bw);
-        rc = allgather_weights(e);
+        if (e->off.mode)
+            rc = off_apply(e, clip / scale_bw);
+        else
+            apply_adamw(e, clip / scale_bw);
+        if (!rc)
+            rc = allgather_weights(e);
     } else {
         whale_warn("step %lld: gradient overflow (inf/NaN), step skipped, loss scale now %g",
                    (long long)e->step + 1, (double)e->scaler.scale);
     }
+    for (int k = 0; k < e->nb && e->off.mode; k++) /* gradients read before zeroing */
+        eng_move_wait(e, &e->buckets[k].gdown);
     zero_grads(e);
     tc += eng_now() - t0;
     if (whale_trace_on())
@@ -794,6 +1021,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         st->t_pipe_wait = pst.t_wait;
         st->t_recompute = e->t_recompute;
         st->act_peak_bytes = e->act_peak;
+        struct whale_arena_stats as;
+        whale_arena_stats(e->arena, &as);
+        st->arena_peak_bytes = as.peak;
+        st->host_bytes = eng_off_host_bytes(e);
+        st->t_offload = eng_off_take_busy(e, &st->offload_bytes) + e->off.t_rma;
+        st->t_offload_wait = e->off.t_move_wait + e->off.t_rma;
+        st->offload_hidden = st->t_offload > 0 ? 1.0 - st->t_offload_wait / st->t_offload : 0;
+        if (st->offload_hidden < 0)
+            st->offload_hidden = 0;
     }
     return rc;
 }

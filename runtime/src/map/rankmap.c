@@ -2,6 +2,7 @@
 #include "whale/map.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/readfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -125,31 +126,15 @@ bad:
 int whale_rankmap_load(const char *value, int **task_of_rank, int *world)
 {
     if (value && value[0] == '@') {
-        FILE *f = fopen(value + 1, "r");
-        if (!f) {
-            whale_error("cannot read WHALE_RANKMAP file %s: %s", value + 1, strerror(errno));
-            return WHALE_EIO;
+        /* a rank map of 2^24 ranks is under 200 MB only in the worst
+         * case; a real one is a few kB (ranges compress it) */
+        char *buf = NULL;
+        size_t len = 0;
+        int rrc = whale_read_file(value + 1, (size_t)256 << 20, 0, &buf, &len);
+        if (rrc) {
+            whale_error("cannot read WHALE_RANKMAP file %s (see above)", value + 1);
+            return rrc;
         }
-        size_t cap = 4096, len = 0;
-        char *buf = malloc(cap);
-        size_t r;
-        while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-            len += r;
-            if (len + 1 == cap) {
-                char *nb = realloc(buf, cap * 2);
-                if (!nb) {
-                    free(buf);
-                    buf = NULL;
-                    break;
-                }
-                buf = nb;
-                cap *= 2;
-            }
-        }
-        fclose(f);
-        if (!buf)
-            return WHALE_ENOMEM;
-        buf[len] = '\0';
         while (len && isspace((unsigned char)buf[len - 1]))
             buf[--len] = '\0';
         int rc = whale_rankmap_decode(buf, task_of_rank, world);

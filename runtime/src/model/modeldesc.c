@@ -13,6 +13,11 @@
 #include <strings.h>
 #include <unistd.h>
 
+#define MD_MAX_LAYERS (1L << 16)
+#define MD_MAX_WIDTH (1L << 20)
+#define MD_MAX_SEQ (1L << 24)
+#define MD_MAX_VOCAB (1L << 24)
+
 struct md_parse {
     struct whale_model_desc *m;
     bool seen_ffn, seen_kv;
@@ -131,13 +136,16 @@ static int md_line(const struct whale_kv_line *l, void *user)
             if (rc)
                 return rc;
             continue;
-        } else if (!strcasecmp(kv->key, "Layers")) dst = &m->layers;
-        else if (!strcasecmp(kv->key, "Hidden")) dst = &m->hidden;
-        else if (!strcasecmp(kv->key, "Heads")) dst = &m->heads;
-        else if (!strcasecmp(kv->key, "KVHeads")) { dst = &m->kv_heads; st->seen_kv = true; }
-        else if (!strcasecmp(kv->key, "FFN")) { dst = &m->ffn; st->seen_ffn = true; }
-        else if (!strcasecmp(kv->key, "Seq")) dst = &m->seq;
-        else if (!strcasecmp(kv->key, "Vocab")) dst = &m->vocab;
+        /* Upper bounds far above any real model keep every product of the
+         * parameter and memory counts inside int64 (h*f*layers < 2^57,
+         * vocab*h < 2^45): a hostile file cannot make them overflow. */
+        } else if (!strcasecmp(kv->key, "Layers")) { dst = &m->layers; hi = MD_MAX_LAYERS; }
+        else if (!strcasecmp(kv->key, "Hidden")) { dst = &m->hidden; hi = MD_MAX_WIDTH; }
+        else if (!strcasecmp(kv->key, "Heads")) { dst = &m->heads; hi = MD_MAX_WIDTH; }
+        else if (!strcasecmp(kv->key, "KVHeads")) { dst = &m->kv_heads; st->seen_kv = true; hi = MD_MAX_WIDTH; }
+        else if (!strcasecmp(kv->key, "FFN")) { dst = &m->ffn; st->seen_ffn = true; hi = 4 * MD_MAX_WIDTH; }
+        else if (!strcasecmp(kv->key, "Seq")) { dst = &m->seq; hi = MD_MAX_SEQ; }
+        else if (!strcasecmp(kv->key, "Vocab")) { dst = &m->vocab; hi = MD_MAX_VOCAB; }
         else {
             whale_error("%s:%d: unknown key '%s' (known: Name Layers Hidden Heads KVHeads FFN "
                         "Seq Vocab TiedEmbeddings MLP Norm Position Bias Attention Precision)", l->file, l->line, kv->key);

@@ -17,6 +17,7 @@
 #include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/outfile.h"
 #include "whale/parallel.h"
 
 #define TRACE_MAX_EVENTS_PER_THREAD (8u << 20)
@@ -153,7 +154,7 @@ int whale_trace_open(const char *path, int rank, int world)
         return WHALE_ERANGE;
     }
     /* Fail now, not at the end of a long run. */
-    FILE *f = fopen(trace_file, "w");
+    FILE *f = whale_fopen_output(trace_file, whale_output_private());
     if (!f) {
         whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, strerror(errno));
         return WHALE_EIO;
@@ -199,7 +200,7 @@ int whale_trace_close(void)
     pthread_mutex_unlock(&trace_mu);
 
     int rc = 0;
-    FILE *f = fopen(trace_file, "w");
+    FILE *f = whale_fopen_output(trace_file, whale_output_private());
     if (!f) {
         whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, strerror(errno));
         rc = WHALE_EIO;

@@ -343,14 +343,10 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
     if (cfg->offload == WHALE_OFFLOAD_NONE)
         /* Adam: read/write fp32 master, m, v (24 B), read grad, write bf16 weight */
         return local * (x->obytes * 2 + x->gbytes + x->wbytes * 2) / (g->hbm_bw * e->mem_eff);
-    /* host Adam on the shard; gradients down and weights up over PCIe */
-    double t = local / e->host_adam_rate;
-    *offload = local * (GBYTES + WBYTES) / x->pcie_bw;
-    if (cfg->offload == WHALE_OFFLOAD_PARAMS) {
-        /* the weight shard streams in for forward and backward of every micro-batch */
-        double fetch = m * 2.0 * WBYTES * P / cfg->dp / x->pcie_bw;
-        *offload += fmax(0, fetch - e->offload_overlap * m * (so->t_comp + so->t_rc));
-    }
+    /* host Adam on the shard, transfers overlapped as the engine does (offload.c) */
+    double t;
+    *offload = plan_offload_time(x, cfg, P, local, m, m * so->t_comp / 3,
+                                 m * (so->t_comp * 2 / 3 + so->t_rc), &t);
     return t;
 }
 

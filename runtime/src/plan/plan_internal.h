@@ -82,4 +82,12 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
 int plan_rc_uniform(int n, const double act[3], const double cost[3], double budget,
                     int *n_sel, int *n_full, double *total_cost);
 
+/* offload.c: exposed seconds of host<->device offload traffic for a stage
+ * holding P parameters (local: the part this rank updates), m micro-batches
+ * whose forward / backward take t_fwd / t_bwd in all; *t_host gets the host
+ * optimizer time. */
+double plan_offload_time(const struct plan_ctx *x, const struct whale_plan_config *cfg,
+                         double P, double local, int m, double t_fwd, double t_bwd,
+                         double *t_host);
+
 #endif

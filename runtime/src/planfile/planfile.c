@@ -4,8 +4,11 @@
 #include "whale/planfile.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/checked.h"
+#include "whale/readfile.h"
 
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -141,6 +144,11 @@ static int get_ints(json_t *v, const char *key, const char *origin, int lo, int 
         return WHALE_EDATA;
     }
     size_t len = json_array_size(v);
+    if (len > WHALE_PLAN_MAX_LIST) {
+        whale_error("%s: plan key \"%s\" has %zu entries (at most %d)", origin, key, len,
+                    WHALE_PLAN_MAX_LIST);
+        return WHALE_EDATA;
+    }
     free(*arr);
     *arr = NULL;
     *n = 0;
@@ -239,6 +247,11 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
                 p->prediction_json = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
                 if (!p->prediction_json)
                     rc = WHALE_ENOMEM;
+                else if (strlen(p->prediction_json) > WHALE_PLAN_MAX_PREDICTION) {
+                    whale_error("%s: plan key \"prediction\" is %zu bytes (at most %d)", origin,
+                                strlen(p->prediction_json), WHALE_PLAN_MAX_PREDICTION);
+                    rc = WHALE_EDATA;
+                }
             }
         } else {
             whale_error("%s: unknown plan key \"%s\"", origin, key);
@@ -246,6 +259,14 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
         }
         if (rc)
             return rc;
+    }
+    /* each degree is in range alone; their product must be too (it sizes
+     * every rank table downstream) */
+    int w;
+    if (!whale_mul_int(p->tp, p->pp, &w) || !whale_mul_int(w, p->dp, &w) || w > WHALE_PLAN_MAX_WORLD) {
+        whale_error("%s: tp*pp*dp = %d*%d*%d is more than %d ranks", origin, p->tp, p->pp, p->dp,
+                    WHALE_PLAN_MAX_WORLD);
+        return WHALE_EDATA;
     }
     return 0;
 }
@@ -270,12 +291,17 @@ int whale_plan_load_file(const char *path, struct whale_plan *out)
 {
     json_error_t err;
     whale_plan_init(out);
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    /* bounded and non-blocking: the path comes from a user */
+    char *text = NULL;
+    size_t len = 0;
+    if (whale_read_file(path, WHALE_PLAN_MAX_FILE, 0, &text, &len)) {
+        whale_error("%s: cannot read plan (see above)", path);
+        return WHALE_EDATA;
+    }
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    free(text);
     if (!root) {
-        if (err.line < 0)
-            whale_error("%s: cannot read plan: %s", path, err.text);
-        else
-            whale_error("%s:%d:%d: plan is not valid JSON: %s", path, err.line, err.column, err.text);
+        whale_error("%s:%d:%d: plan is not valid JSON: %s", path, err.line, err.column, err.text);
         return WHALE_EDATA;
     }
     int rc = plan_from_obj(root, path, out);
@@ -353,9 +379,16 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
 /* ---- validation -------------------------------------------------------------- */
 int whale_plan_validate(const struct whale_plan *p, int world, int layers, const char *origin)
 {
-    if (world > 0 && (long)p->tp * p->pp * p->dp != world) {
-        whale_error("%s: tp*pp*dp = %d*%d*%d = %ld does not match the %d working ranks", origin,
-                    p->tp, p->pp, p->dp, (long)p->tp * p->pp * p->dp, world);
+    int64_t ranks;
+    if (!whale_mul_i64(p->tp, p->pp, &ranks) || !whale_mul_i64(ranks, p->dp, &ranks) ||
+        ranks > WHALE_PLAN_MAX_WORLD) {
+        whale_error("%s: tp*pp*dp = %d*%d*%d is more than %d ranks", origin, p->tp, p->pp, p->dp,
+                    WHALE_PLAN_MAX_WORLD);
+        return WHALE_EINVAL;
+    }
+    if (world > 0 && ranks != world) {
+        whale_error("%s: tp*pp*dp = %d*%d*%d = %lld does not match the %d working ranks", origin,
+                    p->tp, p->pp, p->dp, (long long)ranks, world);
         return WHALE_EINVAL;
     }
     if (p->schedule != WHALE_SCHED_INTERLEAVED && p->interleave != 1) {
@@ -392,7 +425,14 @@ int whale_plan_validate(const struct whale_plan *p, int world, int layers, const
         whale_error("%s: dp_batch has %d entries, expected dp = %d", origin, p->n_dp_batch, p->dp);
         return WHALE_EINVAL;
     }
-    long gb = (long)p->micro_batch * p->num_micro_batches * p->dp;
+    int64_t gb64;
+    if (!whale_mul_i64(p->micro_batch, p->num_micro_batches, &gb64) ||
+        !whale_mul_i64(gb64, p->dp, &gb64) || gb64 > (1LL << 40)) {
+        whale_error("%s: micro_batch*num_micro_batches*dp = %d*%d*%d is too large", origin,
+                    p->micro_batch, p->num_micro_batches, p->dp);
+        return WHALE_EINVAL;
+    }
+    long gb = (long)gb64;
     if (p->n_dp_batch) {
         gb = 0;
         for (int i = 0; i < p->n_dp_batch; i++)

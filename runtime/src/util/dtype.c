@@ -5,11 +5,15 @@
 #include "whale/dtype.h"
 #include "util/dtype_int.h"
 
-#if defined(__x86_64__)
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !(defined(__clang__) && __clang_major__ < 15) /* clang 14: no "f16c" probe */
 #include <immintrin.h>
 #define DT_X86 1
 #endif
 
+#if defined(__FLT16_MAX__)
 float whale_fp16_to_float(uint16_t h)
 {
     _Float16 x;
@@ -24,6 +28,42 @@ uint16_t whale_float_to_fp16(float f)
     memcpy(&h, &x, 2);
     return h;
 }
+#else
+/* Compilers without _Float16 on this target (clang 14 on x86_64, used
+ * for the fuzz build): the same IEEE conversions in integer code. */
+float whale_fp16_to_float(uint16_t h)
+{
+    uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, b;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* zero or subnormal: exact */
+        return s ? -v : v;
+    }
+    b = e == 31 ? (s | 0x7f800000u | (m << 13)) : (s | ((e + 112) << 23) | (m << 13));
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+uint16_t whale_float_to_fp16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t s = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, NaN (kept quiet) */
+        return (uint16_t)(s | 0x7c00 | (ax > 0x7f800000u ? 0x200 | ((ax >> 13) & 0x3ff) : 0));
+    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
+        return (uint16_t)(s | 0x7c00);
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal (or zero) */
+        float v;
+        memcpy(&v, &ax, 4);
+        return (uint16_t)(s | (uint32_t)nearbyintf(v * 0x1p24f)); /* RNE */
+    }
+    uint32_t h = (((ax >> 23) - 112) << 10) | ((ax & 0x7fffff) >> 13), rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+        h++; /* a carry into the exponent is the right result */
+    return (uint16_t)(s | h);
+}
+#endif
 
 enum { DT_C = 0, DT_AVX2 = 1, DT_AVX512 = 2 };
 

@@ -3,6 +3,8 @@
 #include "whale/kv.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/checked.h"
+#include "whale/readfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -169,45 +171,19 @@ int whale_kv_parse_string(const char *text, const char *name, whale_kv_line_fn f
 
 int whale_kv_parse_file(const char *path, whale_kv_line_fn fn, void *user)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        whale_error("%s: cannot open: %s", path, strerror(errno));
-        return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return WHALE_ENOMEM;
-    }
-    size_t r;
-    while ((r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += r;
-        if (cap - len < 2) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return WHALE_ENOMEM;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        whale_error("%s: read error", path);
-        free(buf);
-        return WHALE_EIO;
-    }
-    buf[len] = '\0';
+    /* bounded and non-blocking: whale.conf may name /dev/zero or a FIFO,
+     * and the plugin reads it inside srun and slurmstepd */
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = whale_read_file(path, WHALE_READ_MAX_TEXT, 0, &buf, &len);
+    if (rc)
+        return rc;
     if (memchr(buf, '\0', len)) {
         whale_error("%s: contains a NUL byte; not a text file", path);
         free(buf);
         return WHALE_ECONF;
     }
-    int rc = kv_parse_lines(buf, path, fn, user);
+    rc = kv_parse_lines(buf, path, fn, user);
     free(buf);
     return rc;
 }
@@ -235,9 +211,9 @@ int whale_kv_to_long(const struct whale_kv_line *l, const struct whale_kv *kv,
             end++;
         if (*end == 'B' || *end == 'b')
             end++;
-        if (v > max / mul)
+        /* checked: -9000000T must not wrap around into range */
+        if (!whale_mul_long(v, mul, &v))
             goto range;
-        v *= mul;
     }
     if (*end)
         goto bad;

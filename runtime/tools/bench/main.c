@@ -1,10 +1,11 @@
 /* whale-bench: measure Whale's building blocks where they run (under srun
- * --whale-... or whale-run). Subcommands: comm, calib. */
+ * --whale-... or whale-run). Subcommands: comm, calib, offload. */
 #include <stdio.h>
 #include <string.h>
 
 #include "bench_calib.h"
 #include "bench_comm.h"
+#include "bench_offload.h"
 #include "whale_config.h"
 
 static void usage(FILE *f)
@@ -14,6 +15,7 @@ static void usage(FILE *f)
                "Subcommands:\n"
                "  comm   collective bandwidth and latency (nccl-tests columns)\n"
                "  calib  measure GEMM and link speed, write a whale-plan --calib profile\n"
+               "  offload  host AdamW speed; bandwidth of each offload path (memcpy, RMA)\n"
                "\n"
                "  whale-bench SUBCOMMAND --help   options of a subcommand\n"
                "  -h, --help      show this help\n"
@@ -38,6 +40,8 @@ int main(int argc, char **argv)
         return bench_comm_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "calib"))
         return bench_calib_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "offload"))
+        return bench_offload_main(argc - 1, argv + 1);
     fprintf(stderr, "whale-bench: unknown subcommand '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -152,7 +152,14 @@ static int cmd_inspect(const char *dir, const char *which, bool tensors, bool as
 static int cmd_verify(const char *dir, const char *which)
 {
     whale_ckpt_reader *r;
-    if (open_reader(dir, which, &r))
+    char *path;
+    /* strict: a newer step whose manifest is damaged is a problem here,
+     * not a reason to report on an older step */
+    if (whale_ckpt_resolve_strict(dir, which, &path))
+        return 1;
+    int orc = whale_ckpt_reader_open_all(path, &r);
+    free(path);
+    if (orc)
         return 1;
     int bad = 0;
     int rc = whale_ckpt_verify(r, &bad);

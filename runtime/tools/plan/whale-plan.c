@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -562,6 +563,13 @@ int main(int argc, char **argv)
     } else if (!quiet) {
         whale_plan_explain(&rq, res, buf, 1 << 16);
         fputs(buf, human);
+        if (res->found && (res->best.cfg.offload != WHALE_OFFLOAD_NONE || rq.offload > 0)) {
+            double p0, p1; /* issue 12: what offload buys on this cluster */
+            int o = whale_plan_offload_gain(&md, batch, &cl, &res->best.cfg, &p0, &p1);
+            fprintf(human, "offload: with offload=%s a model of this width fits up to %.4g "
+                    "parameters (%.2fx), without offload up to %.4g\n", whale_offload_name(o),
+                    p1, p0 > 0 ? p1 / p0 : INFINITY, p0);
+        }
     }
     if (evaluate && !res->found && rc == WHALE_ENOFIT)
         evaluate_nofit(&rq, res, buf, 1 << 16, human);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "pmix_host.h"
+#include "run_limits.h"
 #include "task_env.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -76,6 +77,9 @@ static void usage(FILE *f)
             "                      are at least as many CPUs as tasks (default core)\n"
             "  -h, --help          show this help\n"
             "  -V, --version       show the version\n"
+            "\n"
+            "Limits: each task needs about 3 open files here; the soft limit is raised to the\n"
+            "hard one, and a run that still does not fit is refused before any task starts.\n"
             "\n"
             "Exit status: 0 when every task succeeded, else the worst status of a task that\n"
             "failed on its own (128+N for signal N), 124 on --timeout, 128+N when whale-run\n"
@@ -277,6 +281,11 @@ int main(int argc, char **argv)
         return 2;
     }
     whale_log_init_from_env();
+    char why[512];
+    if (run_check_limits(lo.ntasks, why, sizeof why)) {
+        fprintf(stderr, "whale-run: %s\n", why);
+        return 1;
+    }
     struct run_layout *lay = NULL;
     if (run_layout_new(&lo, &lay))
         return 2;
@@ -325,7 +334,8 @@ int main(int argc, char **argv)
         char **env = build_env(lay, ph, t);
         int po[2], pe[2];
         if (!env || pipe2(po, O_CLOEXEC) || pipe2(pe, O_CLOEXEC)) {
-            fprintf(stderr, "whale-run: cannot prepare task %d\n", t);
+            fprintf(stderr, "whale-run: cannot prepare task %d: %s\n", t,
+                    env ? strerror(errno) : "out of memory building its environment");
             rc = 1;
             break;
         }

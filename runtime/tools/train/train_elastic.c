@@ -152,6 +152,11 @@ void te_free(struct train_elastic *te, bool clean)
     free(te);
 }
 
+bool te_elastic(const struct train_elastic *te)
+{
+    return te->elastic;
+}
+
 bool te_promoted(const struct train_elastic *te)
 {
     return te->promoted;

@@ -43,6 +43,8 @@ void te_free(struct train_elastic *te, bool clean);
  * 0); 0: promoted (carry on as the rank the ctx now has); < 0: failure. */
 int  te_spare(struct train_elastic *te, whale_ctx *ctx);
 bool te_promoted(const struct train_elastic *te);
+/* Spares of a non-elastic step lend memory to offload instead. */
+bool te_elastic(const struct train_elastic *te);
 /* Every working rank once its engine and data exist (a promoted spare:
  * takes the failed rank's state here). 0 or < 0. */
 int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);

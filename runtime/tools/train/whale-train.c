@@ -20,11 +20,15 @@
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/envnum.h"
+#include "whale/outfile.h"
 #include "whale/modeldesc.h"
 #include "whale/parallel.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
 #include "train_elastic.h"
+
+#include "offload_opts.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
@@ -83,6 +87,9 @@ static void usage(FILE *f)
 "                       the 16-bit dtype (half the bytes; the sum accumulates in fp32)\n"
 "  --inject-overflow N  testing: put an inf into one gradient of step N (the step is\n"
 "                       skipped and, with loss scaling, the scale backs off)\n"
+);
+    train_offload_usage(f);
+    fprintf(f,
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
@@ -109,7 +116,9 @@ static void usage(FILE *f)
 "everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K copies\n"
 "every K steps (1; 0: local rollback images only). Fault injection:\n"
 "WHALE_FAULT=\"kill|hang:rank=R:step=S[:phase=start|forward|backward|collective|\n"
-"optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n");
+"optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n"
+"Files it writes (metrics, traces) are never group/world-writable; WHALE_CKPT_PRIVATE=1\n"
+"makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -138,10 +147,12 @@ static int parse_double(const char *opt, const char *s, double lo, double hi, do
     return 0;
 }
 
-static long env_long(const char *name, long dflt)
+
+/* A number for JSON: null where it is not finite (a diverged or absent
+ * loss), since json_real() refuses NaN and infinities. */
+static json_t *train_json_num(double v)
 {
-    const char *s = getenv(name);
-    return s && *s ? atol(s) : dflt;
+    return isfinite(v) ? json_real(v) : json_null();
 }
 
 static double peak_rss_mb(void)
@@ -217,7 +228,9 @@ int main(int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED };
+           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
+    struct train_offload off = { 0 };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -240,6 +253,10 @@ int main(int argc, char **argv)
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
+        { "offload", required_argument, 0, O_OFFLOAD + TRAIN_OFF_MODE },
+        { "whale-offload-target", required_argument, 0, O_OFFLOAD + TRAIN_OFF_TARGET },
+        { "device-mem", required_argument, 0, O_OFFLOAD + TRAIN_OFF_DEVMEM },
+        { "offload-prefetch", required_argument, 0, O_OFFLOAD + TRAIN_OFF_PREFETCH },
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
@@ -326,6 +343,10 @@ int main(int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_OFFLOAD + TRAIN_OFF_MODE: case O_OFFLOAD + TRAIN_OFF_TARGET:
+        case O_OFFLOAD + TRAIN_OFF_DEVMEM: case O_OFFLOAD + TRAIN_OFF_PREFETCH:
+            train_offload_opt(&off, c - O_OFFLOAD, optarg);
+            break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -354,12 +375,16 @@ int main(int argc, char **argv)
         if (prc)
             return 1;
     }
-    if (o.zero < 0)
-        o.zero = env_long("WHALE_ZERO", have_plan ? plan.zero : -1);
-    if (!o.micro)
-        o.micro = env_long("WHALE_MICRO_BATCH", have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0);
-    if (!o.accum)
-        o.accum = env_long("WHALE_GRAD_ACCUM", have_plan ? plan.num_micro_batches : 0);
+    /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
+    if (o.zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan.zero : -1, &o.zero))
+        return 2;
+    if (!o.micro && whale_env_long("WHALE_MICRO_BATCH", 1, 1L << 20,
+                                   have_plan && o.accum == 0 && !batch_set ? plan.micro_batch : 0,
+                                   &o.micro))
+        return 2;
+    if (!o.accum && whale_env_long("WHALE_GRAD_ACCUM", 1, 1L << 20,
+                                   have_plan ? plan.num_micro_batches : 0, &o.accum))
+        return 2;
     if (!batch_set && have_plan && plan.global_batch > 0)
         o.batch = plan.global_batch;
     if (!o.model && have_plan && plan.model[0])
@@ -372,7 +397,7 @@ int main(int argc, char **argv)
     if (have_plan && plan.ckpt_every > 0)
         snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading" : NULL;
+        const char *why = NULL; /* every plan knob runs now */
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
                     "yet; refusing before any step\n", why);
@@ -419,7 +444,7 @@ int main(int argc, char **argv)
     if ((rc = te_init(&te, ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
         goto out;
     rc = 1;
-    if (whale_is_spare(ctx)) {
+    if (whale_is_spare(ctx) && te_elastic(te)) {
         int src = te_spare(te, ctx); /* 0: promoted into a failed rank's place */
         if (src) {
             rc = src > 0 ? 0 : 1;
@@ -432,6 +457,11 @@ int main(int argc, char **argv)
         whale_coords(ctx, &tpr, &ppr, &dp_rank);
         world = whale_world_size(ctx);
         rank = whale_rank(ctx);
+        if (whale_is_spare(ctx)) {
+            whale_info("hot spare: idle (promotion needs the elastic module)");
+            rc = train_offload_spare(&off, ctx) ? 1 : 0; /* lends memory when asked */
+            goto out;
+        }
     }
     if (have_plan) {
         if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
@@ -516,11 +546,16 @@ int main(int argc, char **argv)
     ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
     if (!ec.act_budget_bytes && have_plan && ec.recompute == WHALE_RECOMPUTE_AUTO)
         ec.act_budget_bytes = plan_act_budget(&plan);
+    if (train_offload_apply(&off, have_plan ? &plan : NULL, &ec)) {
+        rc = 2;
+        goto out;
+    }
     /* the engine refuses layouts that cannot run (divisibility, stage split,
-     * schedule vs micro-batches) with the reason, before any step */
+     * schedule vs micro-batches, a device-memory budget too small) with the
+     * reason, before any step */
     if (whale_engine_create(&ec, ctx, &e))
         goto out;
-    if (whale_trace_init(rank, world))
+    if (whale_trace_init(rank, world) || train_offload_open(&off, ctx, e))
         goto out;
 
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
@@ -589,14 +624,20 @@ int main(int argc, char **argv)
         json_decref(pj);
     }
 
-    size_t bt = (size_t)micro * accum * seq;
+    size_t bt = (size_t)micro * accum * seq; /* each <= 2^20: no overflow */
     in = malloc(bt * sizeof(int32_t));
     tg = malloc(bt * sizeof(int32_t));
-    if (!in || !tg)
+    if (!in || !tg) {
+        whale_error("out of memory for the batch: micro-batch %ld x %ld micro-batches x seq %ld "
+                    "tokens", (long)micro, (long)accum, seq);
+        rc = 1;
         goto out;
-    /* a spare that took rank 0's place appends to the file rank 0 began */
+    }
+    /* never world-writable; owner-only with WHALE_CKPT_PRIVATE=1; a spare that
+     * took rank 0's place appends to the file rank 0 began */
     if (rank == 0 && o.metrics && *o.metrics &&
-        !(mf = fopen(o.metrics, te_promoted(te) ? "a" : "w"))) {
+        !(mf = te_promoted(te) ? fopen(o.metrics, "a")
+                               : whale_fopen_output(o.metrics, whale_output_private()))) {
         whale_error("cannot write metrics file %s: %s", o.metrics, strerror(errno));
         goto out;
     }
@@ -700,16 +741,16 @@ int main(int argc, char **argv)
         }
         sum_comm += st.t_comm;
         sum_wait += st.t_wait;
+        train_offload_account(&off, &st);
         sum_flops += st.flops;
         if (isnan(first_loss))
             first_loss = st.loss;
         last_loss = st.loss;
         if (mf) {
-            json_t *j = json_pack("{sIsfsfsfsfsfsfsfsfsfsfsfsbsf}",
-                                  "step", (json_int_t)(step + 1), "loss", st.loss,
-                                  /* JSON has no inf/NaN: a skipped step's is null */
-                                  "grad_norm", isfinite(st.grad_norm) ? st.grad_norm : 0.0,
-                                  "lr", (double)st.lr,
+            json_t *j = json_pack("{sIsososfsfsfsfsfsfsfsfsfsbsf}",
+                                  "step", (json_int_t)(step + 1), "loss", train_json_num(st.loss),
+                                  /* JSON has no inf/NaN: null for a skipped step's */
+                                  "grad_norm", train_json_num(st.grad_norm), "lr", (double)st.lr,
                                   "tokens_per_s", tps, "step_s", st.t_total,
                                   "compute_s", st.t_compute, "comm_s", st.t_comm,
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
@@ -735,6 +776,7 @@ int main(int argc, char **argv)
                 whale_engine_get_state(e, &ts2);
                 json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
             }
+            train_offload_step(j, &st);
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -770,11 +812,11 @@ int main(int argc, char **argv)
         double tps = t_run > 0 ? tok_run / t_run : 0;
         double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
         double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
-        json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
-                              "steps", (json_int_t)done,
-                              /* no step (--steps 0): no loss; JSON has no NaN */
-                              "first_loss", isfinite(first_loss) ? first_loss : 0.0,
-                              "final_loss", isfinite(last_loss) ? last_loss : 0.0, "tokens_per_s", tps, "mfu", mfu,
+        /* no step run (--steps 0, resumed at the end): the losses are NaN,
+         * which JSON cannot hold: null (json_real(NaN) fails) */
+        json_t *j = json_pack("{s{sIsososfsfsfsfsfsisisi}}", "summary",
+                              "steps", (json_int_t)done, "first_loss", train_json_num(first_loss),
+                              "final_loss", train_json_num(last_loss), "tokens_per_s", tps, "mfu", mfu,
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
                               "global_batch", (int)gbatch);
@@ -799,10 +841,17 @@ int main(int argc, char **argv)
             json_object_set_new(sm, "act_mb", json_real(emem.act_bytes / 1048576.0));
             json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
         }
+        train_offload_summary(&off, sm, e, &ec);
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
-        char *s = json_dumps(j, JSON_COMPACT);
+        char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        if (!s) {
+            whale_error("cannot build the summary (out of memory)");
+            rc = 1;
+            json_decref(j);
+            goto out;
+        }
         printf("%s\n", s);
         if (mf)
             fprintf(mf, "%s\n", s);
@@ -811,6 +860,10 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
+    if (off.tgt && train_offload_close(&off)) /* spares lending memory wait for this */
+        rc = 1;
+    if (rc && ctx && !whale_is_spare(ctx))
+        train_offload_fail(&off, ctx); /* spares waiting for the setup stop too */
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);

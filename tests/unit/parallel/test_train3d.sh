@@ -110,8 +110,8 @@ expect_refusal bad_stages "stage_layers sum to 5" 2 --pp 2 --plan "$PLAN" --
 expect_refusal interleave_m "multiple" 2 --pp 2 -- --schedule interleaved --interleave 2 --grad-accum 3 --batch 6
 PLAN='{"version":1,"tp":1,"pp":1,"dp":2,"micro_batch":1,"num_micro_batches":4,"dp_batch":[3,5]}'
 expect_refusal uneven_dp "dp_batch" 2 --dp 2 --plan "$PLAN" --
-PLAN='{"version":1,"tp":1,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4,"offload":"optimizer"}'
-expect_refusal offload "offloading" 1 --plan "$PLAN" --
+PLAN='{"version":1,"tp":1,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4,"offload":"params"}'
+expect_refusal offload_params_zero0 "needs --zero 3" 1 --plan "$PLAN" --
 
 # WHALE_TRACE: one file per rank, forward/backward in 1F1B order
 WHALE_TRACE="$T/trace.json" train traced 2 --pp 2 --

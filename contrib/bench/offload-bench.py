@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Host offload benchmark (issue 12), every competitor measured in the same run.
+
+1. Host AdamW: one optimizer step over the parameter tensors of a preset
+   (default gpt2-124m: 148 tensors, 124.4 M parameters) with whale's host
+   AdamW (`whale-bench offload adamw`: host threads + AVX-512/AVX2 chosen at
+   run time) against PyTorch's torch.optim.AdamW on the same tensor sizes,
+   same thread count: the single-tensor loop (foreach=False), the
+   multi-tensor path (foreach=True) and fused=True where this torch supports
+   it on CPU (reported as unsupported otherwise). Target: whale >= 1.5x the
+   best PyTorch variant.
+2. Step-time overhead of each offload mode against none, and the fraction of
+   transfers hidden: whale-train on the same model and batch with
+   --offload none / optimizer (ZeRO 0) and none / optimizer / params (ZeRO 3),
+   median step time over the steps after the first. Target: optimizer offload
+   <= 15 % of the step time on the gpt2-124m shape.
+
+  contrib/bench/offload-bench.py --build build [--model gpt2-124m] [--threads 2]
+      [--reps 5] [--steps 4] [--seq 128] [--batch 4] [--skip-train]
+      [--modes 0:none,0:optimizer,3:none,3:optimizer,3:params] [--rounds N]
+
+PyTorch runs with OMP_WAIT_POLICY=passive (set before torch loads) and
+torch.set_num_threads(threads); the Debian python3-torch is used when the
+default python has no torch (/usr/bin/python3).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import shutil
+import tempfile
+
+TORCH_CHILD = r'''
+import sys, time, json
+import torch
+sizes = json.loads(sys.argv[1]); reps = int(sys.argv[2]); threads = int(sys.argv[3])
+torch.set_num_threads(threads)
+g = torch.Generator().manual_seed(0)
+params = [torch.nn.Parameter(torch.rand(n, generator=g) * 0.1) for n in sizes]
+for p in params:
+    p.grad = torch.rand(p.shape, generator=g) * 1e-3
+out = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+for name, kw in (("single-tensor", {"foreach": False}), ("foreach", {"foreach": True}),
+                 ("fused", {"fused": True})):
+    try:
+        opt = torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.1, **kw)
+        opt.step()  # warm-up: creates the moments
+    except Exception as ex:  # fused on CPU needs a newer torch
+        out[name] = {"unsupported": str(ex).splitlines()[0][:120]}
+        continue
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); opt.step(); ts.append(time.perf_counter() - t0)
+    ts.sort()
+    out[name] = {"best_s": ts[0], "median_s": ts[len(ts) // 2]}
+    del opt
+print(json.dumps(out))
+'''
+
+
+def model_sizes(conf):
+    kv = {}
+    for tok in open(conf).read().split():
+        if "=" in tok:
+            k, v = tok.split("=", 1)
+            kv[k] = v
+    L, C, V, T = int(kv["Layers"]), int(kv["Hidden"]), int(kv["Vocab"]), int(kv["Seq"])
+    F = int(kv.get("FFN", 4 * C))
+    s = [V * C, T * C]
+    for _ in range(L):
+        s += [C, C, 3 * C * C, 3 * C, C * C, C, C, C, F * C, F, C * F, C]
+    return s + [C, C]
+
+
+def torch_python():
+    for py in (sys.executable, "/usr/bin/python3"):
+        if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
+            return py
+    return None
+
+
+def whale_adamw(build, model, reps, threads, env):
+    out = subprocess.run([os.path.join(build, "runtime/tools/bench/whale-bench"), "offload",
+                          "adamw", "-m", model, "-r", str(reps)],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    res = {}
+    for line in out.splitlines():
+        if line.startswith("#"):
+            print(line)
+            continue
+        f = line.split()
+        if f and f[0].startswith("whale-"):
+            res[f[0]] = {"best_s": float(f[1]), "median_s": float(f[2])}
+    return res
+
+
+def train(build, args, mode, zero, env, tmp):
+    m = os.path.join(tmp, "m-%s-%d.jsonl" % (mode, zero))
+    cmd = [os.path.join(build, "runtime/tools/train/whale-train"), "--model", args.model,
+           "--data", args.data, "--steps", str(args.steps), "--batch", str(args.batch),
+           "--seq", str(args.seq), "--threads", str(args.threads), "--no-progress",
+           "--zero", str(zero), "--offload", mode, "--metrics", m]
+    subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    lines = [json.loads(l) for l in open(m)]
+    steps = [l for l in lines if "step" in l][1:]  # the first step warms caches
+    summ = [l["summary"] for l in lines if "summary" in l][0]
+    return {"step_s": statistics.median(s["step_s"] for s in steps),
+            "hidden": summ.get("offload_hidden"), "arena_mb": summ.get("arena_peak_mb"),
+            "host_mb": summ.get("host_mb", 0.0), "offload_s": summ.get("offload_s", 0.0),
+            "loss": summ["final_loss"]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--model", default="gpt2-124m")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--data", default=None)
+    ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--modes", default="0:none,0:optimizer,3:none,3:optimizer,3:params",
+                    help="ZeRO:offload runs; each ZeRO stage's first one is the baseline")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="alternate the runs this many times, keep each mode's best median")
+    args = ap.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(args.threads),
+               OPENBLAS_NUM_THREADS=str(args.threads),
+               WHALE_MODEL_PATH=os.path.join(root, "config", "models"))
+    conf = os.path.join(root, "config", "models", args.model + ".conf")
+    sizes = model_sizes(conf)
+    print("# offload benchmark: %s, %d tensors, %.1f M parameters, %d threads, %d cores"
+          % (args.model, len(sizes), sum(sizes) / 1e6, args.threads, os.cpu_count()))
+
+    # ---- 1. host AdamW vs torch.optim.AdamW, alternated ----
+    py = torch_python()
+    whale_runs, torch_runs = [], []
+    for _ in range(2):
+        whale_runs.append(whale_adamw(args.build, args.model, args.reps, args.threads, env))
+        if py:
+            r = subprocess.run([py, "-c", TORCH_CHILD, json.dumps(sizes), str(args.reps),
+                                str(args.threads)], capture_output=True, text=True, env=env)
+            if r.returncode == 0:
+                torch_runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            else:
+                print("# torch failed: " + r.stderr.strip().splitlines()[-1])
+    wbest = min(w["whale-host"]["median_s"] for w in whale_runs)
+    print("\n%-24s %10s %12s %10s" % ("AdamW step", "median_s", "params/s", "whale x"))
+    print("%-24s %10.4f %12.4g %10s" % ("whale host (SIMD+threads)", wbest, sum(sizes) / wbest, "1.00"))
+    lbest = min(w["whale-loop"]["median_s"] for w in whale_runs)
+    print("%-24s %10.4f %12.4g %10.2f" % ("whale engine loop", lbest, sum(sizes) / lbest, lbest / wbest))
+    best_torch = None
+    if torch_runs:
+        print("# torch %s, %d threads" % (torch_runs[0]["torch"], torch_runs[0]["threads"]))
+        for name in ("single-tensor", "foreach", "fused"):
+            vals = [t[name]["median_s"] for t in torch_runs if "median_s" in t.get(name, {})]
+            if not vals:
+                print("%-24s %10s  (%s)" % ("torch " + name, "-",
+                                            torch_runs[0][name].get("unsupported", "failed")))
+                continue
+            tv = min(vals)
+            best_torch = tv if best_torch is None else min(best_torch, tv)
+            print("%-24s %10.4f %12.4g %10.2f" % ("torch " + name, tv, sum(sizes) / tv, tv / wbest))
+        print("host AdamW vs the best PyTorch variant: %.2fx (target >= 1.5x)" % (best_torch / wbest))
+    else:
+        print("# PyTorch not available: no comparison")
+
+    # ---- 2. step-time overhead of each offload mode ----
+    if args.skip_train:
+        return
+    tmp = tempfile.mkdtemp(prefix="whale-offload-bench-")
+    if not args.data:
+        args.data = os.path.join(tmp, "corpus.txt")
+        with open(args.data, "wb") as f:
+            for d in ("runtime/src", "runtime/tools"):
+                for dp, _, fs in os.walk(os.path.join(root, d)):
+                    for n in sorted(fs):
+                        if n.endswith(".c"):
+                            f.write(open(os.path.join(dp, n), "rb").read())
+    print("\n# whale-train %s, seq %d, batch %d, %d steps (median of steps 2..)"
+          % (args.model, args.seq, args.batch, args.steps))
+    print("%-22s %9s %9s %9s %9s %9s %9s" % ("mode", "step_s", "overhead", "hidden",
+                                             "arena_MB", "host_MB", "move_s"))
+    runs = [(int(z), o) for z, o in (m.split(":") for m in args.modes.split(","))]
+    res = {}
+    try:
+        for _ in range(args.rounds):  # alternated: a load change hits every mode alike
+            for zero, mode in runs:
+                measure(args, mode, zero, env, tmp, res)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(runs, res)
+
+
+def measure(args, mode, zero, env, tmp, res):
+    """One whale-train run; keeps each mode's fastest median step."""
+    r = train(args.build, args, mode, zero, env, tmp)
+    if (zero, mode) not in res or r["step_s"] < res[(zero, mode)]["step_s"]:
+        res[(zero, mode)] = r
+
+
+def report(runs, res):
+    bases = {}
+    for zero, mode in runs:
+        bases.setdefault(zero, res[(zero, mode)])
+    for zero, mode in runs:
+        r, base = res[(zero, mode)], bases[zero]
+        ov = (r["step_s"] - base["step_s"]) / base["step_s"]
+        print("%-22s %9.3f %8.1f%% %9s %9.1f %9.1f %9.3f" % (
+            "ZeRO %d offload %s" % (zero, mode), r["step_s"], 100 * ov,
+            "-" if mode == "none" else "%.2f" % r["hidden"], r["arena_mb"], r["host_mb"],
+            r["offload_s"]))
+        if r["loss"] != base["loss"]:
+            print("  final loss %.6f differs from none (%.6f)" % (r["loss"], base["loss"]))
+
+
+if __name__ == "__main__":
+    main()

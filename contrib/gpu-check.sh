@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# GPU check for a maintainer with a GPU machine: builds Whale with the CUDA
+# backend for the GPUs present, runs the GPU tests (every cuda kernel
+# against the cpu backend, CUDA-vs-CPU training steps, NCCL against the host
+# collectives; multi-GPU layouts when there are >= 2 GPUs) and a throughput
+# run (GPT-2 124M and a 1.3B shape, bf16, one GPU), in under 8 minutes, and
+# writes a summary file.
+#
+#   bash contrib/gpu-check.sh [SUMMARY_FILE]     (default: gpu-check-summary.txt)
+#
+# Environment: WHALE_GPU_BUILD (build directory, default build-gpu),
+# WHALE_GPU_BENCH_STEPS (timed steps per model, default 20),
+# WHALE_PEAK_TFLOPS (dense 16-bit peak for MFU when the GPU is not known).
+# Exit status: 0 all passed, 1 a build/test/bench failure, 77 no GPU here.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+cd "$ROOT"
+SUMMARY=$(readlink -f "${1:-gpu-check-summary.txt}")
+BUILD=${WHALE_GPU_BUILD:-build-gpu}
+STEPS=${WHALE_GPU_BENCH_STEPS:-20}
+T0=$(date +%s)
+status=0
+
+say() { echo "$*" | tee -a "$SUMMARY"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+
+: > "$SUMMARY"
+say "# Whale GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  say "no GPU visible (nvidia-smi finds none): nothing was tested"
+  exit 77
+fi
+say "## GPUs"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_cap --format=csv,noheader \
+  | sed 's/^/    /' | tee -a "$SUMMARY"
+NGPU=$(nvidia-smi -L | wc -l)
+# compile for the architectures present only (a quicker build)
+ARCHS=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d '.' | sort -u | paste -sd, -)
+
+say "## build (cuda enabled, gpu_arch=$ARCHS)"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" -Dcuda=enabled -Dgpu_arch="$ARCHS" >"$BUILD.setup.log" 2>&1 \
+    || { say "meson setup failed (see $BUILD.setup.log)"; exit 1; }
+else
+  meson configure "$BUILD" -Dcuda=enabled -Dgpu_arch="$ARCHS" >/dev/null
+fi
+if ! timeout 300 ninja -C "$BUILD" >"$BUILD.ninja.log" 2>&1; then
+  tail -n 30 "$BUILD.ninja.log"
+  say "build FAILED (see $BUILD.ninja.log)"
+  exit 1
+fi
+nwarn=$(grep -c "warning:" "$BUILD.ninja.log")
+say "build ok in $(elapsed) s, $nwarn compiler warnings"
+[ "$nwarn" -eq 0 ] || status=1
+
+say "## tests"
+# backend unit tests (cpu), then the GPU suite; NCCL needs one GPU per rank: the 2-rank tests
+# from 2 GPUs on, the TP x DP layout (4 ranks) from 4
+tests=(backend backend_minigpt gpu_kernels gpu_model)
+[ "$NGPU" -ge 2 ] && tests+=(gpu_nccl_n2 nccl_check_n2)
+[ "$NGPU" -ge 4 ] && tests+=(gpu_nccl_tp2_n4)
+[ "$NGPU" -lt 2 ] && say "    one GPU: the NCCL tests (2 and 4 ranks) are not run"
+[ "$NGPU" -lt 4 ] && [ "$NGPU" -ge 2 ] && say "    fewer than 4 GPUs: the TP x DP NCCL test (4 ranks) is not run"
+# what is left of the 8 minutes, less a minute for the throughput runs (at least 60 s)
+tleft=$(( 420 - $(elapsed) )); [ "$tleft" -lt 60 ] && tleft=60
+timeout "$tleft" meson test -C "$BUILD" --print-errorlogs "${tests[@]}" >"$BUILD.test.log" 2>&1
+grep -E '^ *[0-9]+/[0-9]+ ' "$BUILD.test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+if grep -qE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR)' "$BUILD.test.log" \
+   || ! grep -q '^Ok:' "$BUILD.test.log"; then
+  status=1
+  say "tests FAILED (details: $BUILD.test.log)"
+fi
+# the checks inside the GPU tests, and the CUDA-vs-CPU loss per step
+LOG=$BUILD/meson-logs/testlog.txt
+say "    checks inside the tests: $(grep -c '^ok ' "$LOG") ok, $(grep -c '^FAIL' "$LOG") failed"
+grep -E '^(ok|FAIL) +(float32|bfloat16) (step|gradients)' "$LOG" | sed 's/^/    /' | tee -a "$SUMMARY"
+grep -E '^FAIL ' "$LOG" | head -20 | sed 's/^/    /' | tee -a "$SUMMARY"
+
+say "## throughput (one GPU, bf16, forward + backward + AdamW per step, minigpt on the cuda backend)"
+bench() {  # model batch
+  local left=$(( 470 - $(elapsed) ))
+  if [ "$left" -lt 30 ]; then say "    $1: skipped, the 8-minute budget is spent"; return; fi
+  local out
+  out=$(timeout "$left" "$BUILD/tests/gpu/gpu_bench" --model "$1" --batch "$2" --seq 1024 \
+          --steps "$STEPS" --dtype bf16 ${WHALE_PEAK_TFLOPS:+--peak-tflops "$WHALE_PEAK_TFLOPS"} 2>&1)
+  local rc=$?
+  echo "$out" | head -n 1 | sed 's/^/    /' | tee -a "$SUMMARY"
+  echo "$out" | grep '^{' | sed 's/^/    /' >> "$SUMMARY"
+  if [ "$rc" -ne 0 ]; then status=1; say "    $1: gpu_bench exit $rc"; fi
+}
+bench gpt2-124m 16
+bench gpt-1.3b 4
+
+say "## done in $(elapsed) s: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+say "summary: $SUMMARY"
+exit $status

@@ -1,0 +1,325 @@
+/* The compute backend under the engine: memory, copies, streams and events,
+ * GEMM, the kernels of a GPT block and the optimizer. Two implementations:
+ *
+ *   cpu   today's OpenBLAS/OpenMP kernels (src/engine/kernels.c, wrapped:
+ *         fp32 results are bit-identical to calling them directly);
+ *   cuda  cuBLASLt GEMMs, CUDA kernels (flash-style attention, fused
+ *         multi-tensor AdamW), one compute stream per backend plus any
+ *         number of extra streams (NCCL collectives run on their own).
+ *
+ * Everything above it (schedules, ZeRO, pipeline, checkpoints, elastic,
+ * offload) stays backend-neutral: it allocates through whale_mem_alloc,
+ * moves bytes with whale_memcpy, and calls the kernels below.
+ *
+ * ---- Conventions shared by every call --------------------------------------
+ * - Return 0 or a negative WHALE_E* code; the failing call (CUDA / cuBLASLt
+ *   name and error string) and the rank are logged where it failed. A kernel
+ *   never falls back silently to another implementation or dtype: a dtype a
+ *   kernel does not take is WHALE_ENOTSUP with its name.
+ * - Pointers named as device memory come from whale_mem_alloc (or point
+ *   inside such a block). On the cpu backend device memory IS host memory
+ *   (whale_backend_host_addressable() is true), so host code may read it
+ *   directly; on cuda it may not: stage through whale_memcpy into a pinned
+ *   buffer (whale_host_alloc). Token ids (int32) are device memory too.
+ * - Streams: every kernel and copy takes a whale_stream; NULL means the
+ *   backend's compute stream (whale_stream_compute). Work on one stream runs
+ *   in issue order; across streams order only through events. Calls enqueue
+ *   and return: results are visible to the host after whale_stream_sync (or
+ *   an event sync). On cpu every call completes before it returns (streams
+ *   and events exist so the same engine code runs on both).
+ * - Layout: row-major, contiguous unless a leading dimension is given.
+ *   N = B*T rows of activations. Shapes are written next to each call.
+ * - dtypes (enum whale_dtype, whale/comm.h): in one kernel call, weights and
+ *   activations share the dtype `t` (WHALE_FLOAT32, WHALE_BFLOAT16 or
+ *   WHALE_FLOAT16: the 16-bit PARAM copies and 16-bit activations of mixed
+ *   precision). Parameter GRADIENTS are always fp32 and accumulated (+=), so
+ *   micro-batches and tied weights add up. Statistics (LayerNorm mean/rstd,
+ *   attention saved area, softmax max/sum, token losses) are always fp32.
+ *   Arithmetic inside every kernel is fp32; 16-bit results are rounded to
+ *   nearest even once, on store.
+ * - Input gradients are overwritten unless the name or a flag says +=.
+ * - Deterministic: for fixed inputs, shapes and thread count / device, every
+ *   kernel gives the same bits run after run (no floating-point atomics).
+ * - fp32 tolerance between backends: the cpu backend is the reference; cuda
+ *   matches it within 1e-4 relative per element (TF32 off), bf16/fp16 within
+ *   the tolerances stated in tests/gpu.
+ */
+#ifndef WHALE_BACKEND_H
+#define WHALE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "whale/comm.h"  /* enum whale_dtype */
+#include "whale/optim.h" /* struct whale_adamw */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct whale_backend whale_backend;
+typedef struct whale_stream whale_stream;
+typedef struct whale_event whale_event;
+
+/* ---- choosing and opening a backend ----------------------------------------- */
+
+enum whale_device {
+    WHALE_DEVICE_CPU = 0,
+    WHALE_DEVICE_CUDA,
+    WHALE_DEVICE_AUTO, /* cuda when this build has it and a GPU is visible, else cpu */
+};
+/* "cpu" | "cuda" | "auto" -> *out; WHALE_EINVAL (message names the allowed values). */
+int whale_device_parse(const char *s, enum whale_device *out);
+const char *whale_device_name(enum whale_device d);
+/* True when this build has the backend and (cuda) at least one GPU is visible. */
+bool whale_device_available(enum whale_device d);
+/* Devices of that kind this process sees (cuda: after CUDA_VISIBLE_DEVICES;
+ * cpu and auto: 1). */
+int whale_device_count(enum whale_device d);
+
+struct whale_backend_opts {
+    enum whale_device device;
+    /* cuda: device ordinal among the visible ones; -1 chooses: the plugin
+     * binds each task's GPUs through CUDA_VISIBLE_DEVICES, so a task that
+     * sees exactly its own GPU(s) takes ordinal 0; a task that sees more
+     * (no binding) takes WHALE_LOCAL_RANK modulo the count. cpu: unused. */
+    int ordinal;
+    int threads;       /* cpu: size of the kernel thread pool (<= 0: leave as is) */
+    bool allow_tf32;   /* cuda: fp32 GEMMs may use TF32 tensor cores (default off) */
+};
+/* Fills the defaults: device AUTO, ordinal -1, threads 0, no TF32. */
+void whale_backend_opts_init(struct whale_backend_opts *o);
+
+/* Opens a backend. Asking for cuda in a build without it, or with no GPU
+ * visible, is WHALE_ENOTSUP with the reason (never a silent cpu). */
+int  whale_backend_open(const struct whale_backend_opts *o, whale_backend **out);
+/* Frees the backend's own streams, events and workspaces. Memory from
+ * whale_mem_alloc / whale_host_alloc must have been freed before. */
+void whale_backend_close(whale_backend *b);
+enum whale_device whale_backend_device(const whale_backend *b);
+/* e.g. "cpu (2 threads)", "cuda:0 NVIDIA H200 (sm_90, 140 GiB)" */
+const char *whale_backend_describe(const whale_backend *b);
+/* True when device memory can be read and written by host code (cpu). */
+bool whale_backend_host_addressable(const whale_backend *b);
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* What a block holds: the backend counts bytes per kind (now and peak) so
+ * metrics and the offload arena can say where memory goes. */
+enum whale_mem_kind {
+    WHALE_MEM_PARAMS = 0,  /* weights (and 16-bit copies) */
+    WHALE_MEM_GRADS,       /* parameter gradients, reduction buckets */
+    WHALE_MEM_OPTIM,       /* AdamW moments, fp32 master weights */
+    WHALE_MEM_ACTS,        /* activations kept for backward, pipeline slots */
+    WHALE_MEM_COMM,        /* ZeRO gather / scatter buffers, p2p staging */
+    WHALE_MEM_WORKSPACE,   /* scratch of kernels and GEMMs */
+    WHALE_MEM_KIND_COUNT_
+};
+const char *whale_mem_kind_name(enum whale_mem_kind k);
+
+/* Device memory, aligned to 256 bytes, contents undefined. bytes == 0 gives
+ * *out = NULL and 0. Out of memory: WHALE_ENOMEM, logged with the kind, the
+ * size asked and what is in use per kind. */
+int  whale_mem_alloc(whale_backend *b, enum whale_mem_kind k, size_t bytes, void **out);
+/* NULL is a no-op. Waits for nothing: the caller orders the free after the
+ * last stream that uses the block (e.g. whale_stream_sync). */
+void whale_mem_free(whale_backend *b, void *p);
+/* Bytes in use now and at the peak for one kind (WHALE_MEM_KIND_COUNT_: all). */
+void whale_mem_usage(const whale_backend *b, enum whale_mem_kind k, size_t *now, size_t *peak);
+/* Device memory free / total as the device reports it (cpu: MemAvailable /
+ * MemTotal of the node). */
+int  whale_mem_info(whale_backend *b, size_t *free_bytes, size_t *total_bytes);
+
+/* Page-locked host memory (cudaHostAlloc; cpu: aligned malloc), for
+ * checkpoint snapshots, offloaded optimizer state and copy staging: copies
+ * from and to it run asynchronously at full link speed. Aligned to 4 KiB
+ * (O_DIRECT writes can use it directly). */
+int  whale_host_alloc(whale_backend *b, size_t bytes, void **out);
+void whale_host_free(whale_backend *b, void *p);
+/* Pin an existing host range (cudaHostRegister; cpu: no-op) / undo it. */
+int  whale_host_register(whale_backend *b, void *p, size_t bytes);
+int  whale_host_unregister(whale_backend *b, void *p);
+
+enum whale_copy_dir { WHALE_H2D = 0, WHALE_D2H, WHALE_D2D, WHALE_H2H };
+/* Enqueue a copy of `bytes` on s. A pageable (not pinned) host side makes
+ * the call wait until the copy is done (CUDA's rule); pinned host memory
+ * keeps it asynchronous. */
+int whale_memcpy(whale_backend *b, void *dst, const void *src, size_t bytes,
+                 enum whale_copy_dir dir, whale_stream *s);
+/* dst (bytes) = byte value, on s. */
+int whale_memset(whale_backend *b, void *dst, int value, size_t bytes, whale_stream *s);
+
+/* ---- streams and events ------------------------------------------------------ */
+
+/* The compute stream of the backend (never NULL, owned by the backend). */
+whale_stream *whale_stream_compute(whale_backend *b);
+/* An extra stream (communication, copies, prefetch). high_priority lets
+ * communication kernels overtake compute on cuda. */
+int  whale_stream_create(whale_backend *b, bool high_priority, whale_stream **out);
+void whale_stream_destroy(whale_stream *s);
+/* The native handle: a cudaStream_t to pass as `stream` to whale_dev_*
+ * (whale/comm.h); NULL on cpu. */
+void *whale_stream_native(whale_stream *s);
+/* Wait on the host until everything enqueued on s has finished; reports the
+ * first asynchronous error of the stream (kernel fault) with its name. */
+int  whale_stream_sync(whale_stream *s);
+
+int  whale_event_create(whale_backend *b, whale_event **out);
+void whale_event_destroy(whale_event *e);
+/* Mark the current end of s. */
+int  whale_event_record(whale_event *e, whale_stream *s);
+/* Make later work on s wait for e (no host wait). */
+int  whale_stream_wait_event(whale_stream *s, whale_event *e);
+int  whale_event_sync(whale_event *e);
+/* *done = whether e has completed; never blocks. */
+int  whale_event_query(whale_event *e, bool *done);
+/* Milliseconds between two recorded, completed events. */
+int  whale_event_elapsed_ms(whale_event *start, whale_event *end, float *ms);
+
+/* ---- GEMM ---------------------------------------------------------------------
+ * C (M,N) = alpha * op(A) op(B) + beta * C, row-major; op(A) is (M,K),
+ * op(B) (K,N); lda/ldb/ldc are row strides of A, B, C as stored.
+ * A and B share one dtype (f32, bf16, f16); C is fp32 or that dtype.
+ * Accumulation is fp32 always; fp32 inputs use TF32 only with allow_tf32.
+ * cuda: cuBLASLt on stream s, with one workspace per backend: GEMMs of one
+ * backend must not run on two streams at once (issue them on the compute
+ * stream, or order the streams with events). */
+int whale_gemm(whale_backend *b, whale_stream *s, bool transA, bool transB, int M, int N, int K,
+               float alpha, const void *A, int lda, const void *B, int ldb,
+               enum whale_dtype ab_type, float beta, void *C, int ldc, enum whale_dtype c_type);
+
+/* ---- kernels of a GPT block (t: dtype of weights and activations) ----------- */
+
+/* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + bias (OC) ; bias may be NULL. */
+int whale_k_linear_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                       const void *inp, const void *w, const void *bias, int N, int IC, int OC);
+/* dinp (N,IC) = dout (N,OC) @ w (OC,IC)   (dinp may be NULL; += when acc)
+ * dw (OC,IC) fp32 += dout^T @ inp ; db (OC) fp32 += column sums of dout
+ * (dw, db may be NULL). */
+int whale_k_linear_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                       float *dw, float *db, const void *dout, const void *inp, const void *w,
+                       int N, int IC, int OC, bool acc);
+
+/* out (N,C) = (inp - mean) * rstd * w (C) + bias (C), eps 1e-5 ;
+ * mean, rstd (N) fp32 saved for backward. */
+int whale_k_layernorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                          float *mean, float *rstd, const void *inp, const void *w,
+                          const void *bias, int N, int C);
+/* dinp (N,C) += ... (accumulates into the residual stream) ;
+ * dw, db (C) fp32 += ... */
+int whale_k_layernorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                          float *dw, float *db, const void *dout, const void *inp, const void *w,
+                          const float *mean, const float *rstd, int N, int C);
+
+/* Causal multi-head self-attention, NH local heads of size hd, scale
+ * 1/sqrt(hd). qkv (B,T,3,NH,hd), out (B,T,NH,hd).
+ * `saved` is what backward needs besides qkv and out; its size in floats
+ * depends on the backend: cpu keeps the probabilities (B,NH,T,T); cuda is
+ * flash-style and keeps only the log-sum-exp of each score row (B,NH,T):
+ * no T x T matrix exists in device memory at any time. */
+size_t whale_attention_saved_floats(const whale_backend *b, int B, int T, int NH, int hd);
+/* out may be NULL: only `saved` is (re)built (selective recompute). */
+int whale_k_attention_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                          float *saved, const void *qkv, int B, int T, int NH, int hd);
+/* dqkv (B,T,3,NH,hd) = ... (overwritten) from dout (B,T,NH,hd); out is the
+ * forward's output (flash backward needs rowsum(dout * out)). */
+int whale_k_attention_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dqkv,
+                          const void *dout, const void *qkv, const void *out, const float *saved,
+                          int B, int T, int NH, int hd);
+
+/* out (n) = gelu_tanh(inp) ; dinp (n) = gelu'(inp) * dout (dinp may alias dout). */
+int whale_k_gelu_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                     const void *inp, int64_t n);
+int whale_k_gelu_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                     const void *inp, const void *dout, int64_t n);
+
+/* out (n) = x + y ; acc: y (n) += x. */
+int whale_k_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, const void *x,
+                const void *y, int64_t n);
+int whale_k_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, void *y, const void *x,
+                int64_t n);
+
+/* Embedding. tok (B,T) int32 in [0, V) (checked by the data loader).
+ * out (B,T,C) = wte[tok] (V,C) + wpe[t] (T,C) */
+int whale_k_embed_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                      const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C);
+/* dwte (V,C) fp32 += , dwpe (T,C) fp32 += , from dout (B,T,C) */
+int whale_k_embed_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
+                      float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C);
+/* Vocabulary-parallel: this rank holds rows [v0, v0+V) of wte; wpe may be
+ * NULL (added on one rank only).
+ * out (B,T,C) = (tok in range ? wte[tok-v0] : 0) + (wpe ? wpe[t] : 0) */
+int whale_k_embed_fwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                         const int32_t *tok, const void *wte, int v0, int V, const void *wpe,
+                         int B, int T, int C);
+/* dwte (V,C) fp32 += rows of dout for tokens in range ; dwpe (T,C) fp32 += dout */
+int whale_k_embed_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
+                         float *dwpe, const void *dout, const int32_t *tok, int v0, int V, int B,
+                         int T, int C);
+
+/* Softmax cross-entropy over logits x (N,V) in dtype t, targets (N) int32.
+ * In place: x -> probabilities ; losses (N) fp32 = -log p[target]. */
+int whale_k_softmax_xent_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
+                             float *losses, const int32_t *targets, int N, int V);
+/* In place: probs (N,V) -> dlogits = (probs - onehot(target)) * dloss */
+int whale_k_softmax_xent_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *probs,
+                             const int32_t *targets, float dloss, int N, int V);
+/* Vocabulary-parallel variant over local columns [v0, v0+V), in three steps
+ * with TP all-reduces between them (max of mx; sum of the 2N floats sum|tl):
+ *   mx (N) = row max of x (N,V) */
+int whale_k_rows_max(whale_backend *b, whale_stream *s, enum whale_dtype t, float *mx,
+                     const void *x, int N, int V);
+/* x (N,V) -> exp(x - mx) in place ; sum (N) = row sums ; tl (N) = x[target] -
+ * mx where the target is local, else 0. Pass tl = sum + N to reduce both at once. */
+int whale_k_rows_exp_sum(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
+                         float *sum, float *tl, const float *mx, const int32_t *targets, int v0,
+                         int N, int V);
+/* x (N,V) /= sum ; losses (N) = log(sum) - tl */
+int whale_k_rows_normalize(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
+                           float *losses, const float *sum, const float *tl, int N, int V);
+/* In place: probs (N,V) -> (probs - onehot(target - v0)) * dloss */
+int whale_k_softmax_xent_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t,
+                                void *probs, const int32_t *targets, int v0, float dloss, int N,
+                                int V);
+
+/* ---- casts, reductions, optimizer ------------------------------------------- */
+
+/* dst (n) in dt = src (n) in st; f32 <-> bf16 <-> f16, round to nearest
+ * even, NaN stays NaN, overflow to fp16 gives inf. dst may equal src only
+ * when both dtypes have the same size. */
+int whale_k_cast(whale_backend *b, whale_stream *s, void *dst, enum whale_dtype dt,
+                 const void *src, enum whale_dtype st, int64_t n);
+/* x (n) fp32 *= a (gradient unscaling, clipping). */
+int whale_k_scale(whale_backend *b, whale_stream *s, float *x, float a, int64_t n);
+/* Host results: these wait for s. *sumsq = sum of g[i]^2 in double, in a
+ * fixed order (same bits on every run); *found = any inf/NaN in g. */
+int whale_k_sumsq(whale_backend *b, whale_stream *s, const float *g, int64_t n, double *sumsq);
+int whale_k_has_inf_nan(whale_backend *b, whale_stream *s, const float *g, int64_t n,
+                        bool *found);
+
+/* One tensor (or ZeRO shard of one) for the fused AdamW: all device memory.
+ * w, m, v fp32 (n) updated in place, g fp32 (n) read; w16, when not NULL,
+ * receives the updated w rounded to the 16-bit dtype of the call (the PARAM
+ * copy of mixed precision, written in the same pass). */
+struct whale_adamw_piece {
+    float *w;
+    const float *g;
+    float *m, *v;
+    void *w16;
+    size_t n;
+    bool decay;        /* weight decay applies (matrices, not biases / LayerNorm) */
+};
+/* One AdamW step (whale_adamw_update's arithmetic, whale/optim.h) over
+ * np pieces at optimizer step t (1-based) with gradient multiplier grad_mul
+ * (unscale x clip). The pieces array itself is host memory. cuda: one
+ * launch per 32 pieces (multi-tensor, descriptors passed by value). w16_type: WHALE_BFLOAT16 or
+ * WHALE_FLOAT16 (ignored when no piece has w16). */
+int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o, int64_t t,
+                  float grad_mul, const struct whale_adamw_piece *pieces, int np,
+                  enum whale_dtype w16_type);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

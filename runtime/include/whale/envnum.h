@@ -1,0 +1,22 @@
+/* Strict parsing of numeric and yes/no environment variables: a value
+ * that is not entirely a number in range is an error naming the variable,
+ * the value and the allowed range (never atol's silent 0 or wrap-around). */
+#ifndef WHALE_ENVNUM_H
+#define WHALE_ENVNUM_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Unset or empty: *out = dflt. Else an integer in [lo, hi] (decimal), or
+ * WHALE_EINVAL with the message logged. */
+int whale_env_long(const char *name, long lo, long hi, long dflt, long *out);
+/* Unset or empty: dflt. 1/yes/true/on or 0/no/false/off, else WHALE_EINVAL. */
+int whale_env_bool(const char *name, bool dflt, bool *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

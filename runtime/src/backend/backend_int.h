@@ -1,0 +1,143 @@
+/* Backend internals: the operations table each implementation fills, and
+ * the object the public whale_* calls of whale/backend.h dispatch through.
+ *
+ * backend.c checks arguments (dtypes, sizes, NULLs), keeps the per-kind
+ * memory accounting and turns a NULL whale_stream into the compute stream;
+ * an implementation sees only valid calls and native stream handles
+ * (cudaStream_t on cuda, NULL on cpu). The table is plain C so the CUDA
+ * implementation (C++ compiled by nvcc) fills it too. */
+#ifndef BACKEND_INT_H
+#define BACKEND_INT_H
+
+#include <pthread.h>
+
+#include "whale/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *bk_stream; /* native stream: cudaStream_t, NULL on cpu */
+
+struct bk_ops {
+    void (*close)(whale_backend *b);
+    int (*mem_alloc)(whale_backend *b, size_t bytes, void **out);
+    void (*mem_free)(whale_backend *b, void *p);
+    int (*mem_info)(whale_backend *b, size_t *free_bytes, size_t *total_bytes);
+    int (*host_alloc)(whale_backend *b, size_t bytes, void **out);
+    void (*host_free)(whale_backend *b, void *p);
+    int (*host_register)(whale_backend *b, void *p, size_t bytes);
+    int (*host_unregister)(whale_backend *b, void *p);
+    int (*memcpy_)(whale_backend *b, void *dst, const void *src, size_t bytes,
+                   enum whale_copy_dir dir, bk_stream s);
+    int (*memset_)(whale_backend *b, void *dst, int value, size_t bytes, bk_stream s);
+
+    int (*stream_create)(whale_backend *b, bool high_priority, bk_stream *out);
+    void (*stream_destroy)(whale_backend *b, bk_stream s);
+    int (*stream_sync)(whale_backend *b, bk_stream s);
+    int (*event_create)(whale_backend *b, void **out);
+    void (*event_destroy)(whale_backend *b, void *e);
+    int (*event_record)(whale_backend *b, void *e, bk_stream s);
+    int (*stream_wait_event)(whale_backend *b, bk_stream s, void *e);
+    int (*event_sync)(whale_backend *b, void *e);
+    int (*event_query)(whale_backend *b, void *e, bool *done);
+    int (*event_elapsed_ms)(whale_backend *b, void *e0, void *e1, float *ms);
+
+    int (*gemm)(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int K, float alpha,
+                const void *A, int lda, const void *B, int ldb, enum whale_dtype abt, float beta,
+                void *C, int ldc, enum whale_dtype ct);
+    int (*linear_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                      const void *inp, const void *w, const void *bias, int N, int IC, int OC);
+    int (*linear_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
+                      float *db, const void *dout, const void *inp, const void *w, int N, int IC,
+                      int OC, bool acc);
+    int (*layernorm_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                         float *mean, float *rstd, const void *inp, const void *w,
+                         const void *bias, int N, int C);
+    int (*layernorm_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp,
+                         float *dw, float *db, const void *dout, const void *inp, const void *w,
+                         const float *mean, const float *rstd, int N, int C);
+    size_t (*attention_saved_floats)(const whale_backend *b, int B, int T, int NH, int hd);
+    int (*attention_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                         float *saved, const void *qkv, int B, int T, int NH, int hd);
+    int (*attention_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dqkv,
+                         const void *dout, const void *qkv, const void *out, const float *saved,
+                         int B, int T, int NH, int hd);
+    int (*gelu_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *inp,
+                    int64_t n);
+    int (*gelu_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp,
+                    const void *inp, const void *dout, int64_t n);
+    int (*add)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *x,
+               const void *y, int64_t n);
+    int (*acc)(whale_backend *b, bk_stream s, enum whale_dtype t, void *y, const void *x,
+               int64_t n);
+    /* v0 = 0, V = vocabulary and wpe_always for the non-TP forms */
+    int (*embed_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                     const int32_t *tok, const void *wte, int v0, int V, const void *wpe, int B,
+                     int T, int C, bool tp);
+    int (*embed_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte, float *dwpe,
+                     const void *dout, const int32_t *tok, int v0, int V, int B, int T, int C,
+                     bool tp);
+    int (*xent_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *losses,
+                    const int32_t *targets, int N, int V);
+    /* tp: targets outside [v0, v0+V) contribute no one-hot */
+    int (*xent_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *probs,
+                    const int32_t *targets, int v0, float dloss, int N, int V, bool tp);
+    int (*rows_max)(whale_backend *b, bk_stream s, enum whale_dtype t, float *mx, const void *x,
+                    int N, int V);
+    int (*rows_exp_sum)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *sum,
+                        float *tl, const float *mx, const int32_t *targets, int v0, int N, int V);
+    int (*rows_normalize)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x,
+                          float *losses, const float *sum, const float *tl, int N, int V);
+    int (*cast)(whale_backend *b, bk_stream s, void *dst, enum whale_dtype dt, const void *src,
+                enum whale_dtype st, int64_t n);
+    int (*scale)(whale_backend *b, bk_stream s, float *x, float a, int64_t n);
+    int (*sumsq)(whale_backend *b, bk_stream s, const float *g, int64_t n, double *out);
+    int (*has_inf_nan)(whale_backend *b, bk_stream s, const float *g, int64_t n, bool *found);
+    int (*adamw)(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
+                 float grad_mul, const struct whale_adamw_piece *p, int np,
+                 enum whale_dtype w16t);
+};
+
+struct bk_block {
+    void *p;
+    size_t bytes;
+    enum whale_mem_kind kind;
+};
+
+struct whale_stream {
+    whale_backend *b;
+    bk_stream native;
+};
+
+struct whale_event {
+    whale_backend *b;
+    void *native;
+};
+
+struct whale_backend {
+    const struct bk_ops *ops;
+    enum whale_device device;
+    char desc[160];
+    bool host_addressable;
+    void *impl;                 /* implementation state */
+    struct whale_stream compute;
+
+    pthread_mutex_t lock;       /* accounting below (offload and ckpt threads allocate too) */
+    struct bk_block *blocks;
+    size_t nblocks, cap_blocks;
+    size_t now[WHALE_MEM_KIND_COUNT_], peak[WHALE_MEM_KIND_COUNT_];
+    size_t now_all, peak_all;
+};
+
+/* Implementations: fill b->ops, desc, host_addressable, impl, compute.native. */
+int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b);
+#ifdef WHALE_HAVE_CUDA_BACKEND
+int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b);
+int bk_cuda_device_count(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

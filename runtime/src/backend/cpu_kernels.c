@@ -1,0 +1,512 @@
+/* cpu backend kernels: the engine's fp32 kernels (src/engine/kernels.c,
+ * shapes in backend.h), called unchanged for fp32. For bf16/fp16 every
+ * 16-bit operand is widened to an fp32 copy, the same fp32 kernel runs, and
+ * 16-bit outputs are rounded once (nearest even): slow, but exactly the
+ * arithmetic the header promises, so it is the reference for the cuda
+ * backend's 16-bit kernels. The kernels stay in engine/ until the engine's
+ * mixed-precision work has landed; then they move under backend/. */
+#include "backend/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels.h"
+#include "whale/dtype.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+/* ---- 16-bit staging --------------------------------------------------------------- */
+
+static void widen(float *dst, const void *src, enum whale_dtype t, size_t n)
+{
+    if (t == WHALE_BFLOAT16)
+        whale_bf16_to_f32(dst, src, n);
+    else if (t == WHALE_FLOAT16)
+        whale_fp16_to_f32(dst, src, n);
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+static void narrow(void *dst, const float *src, enum whale_dtype t, size_t n)
+{
+    if (t == WHALE_BFLOAT16)
+        whale_f32_to_bf16(dst, src, n);
+    else if (t == WHALE_FLOAT16)
+        whale_f32_to_fp16(dst, src, n);
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+/* Up to 6 fp32 copies per call, freed together. */
+struct stage {
+    float *buf[6];
+    int n;
+    int err;
+};
+
+/* fp32 view of p (n elements): p itself for fp32, a widened copy otherwise
+ * (NULL stays NULL). */
+static float *in32(struct stage *st, enum whale_dtype t, const void *p, size_t n)
+{
+    if (!p || t == WHALE_FLOAT32)
+        return (float *)p;
+    float *f = malloc((n ? n : 1) * sizeof(float));
+    if (!f) {
+        whale_error("cpu backend: no memory to widen %zu 16-bit values", n);
+        st->err = WHALE_ENOMEM;
+        return NULL;
+    }
+    st->buf[st->n++] = f;
+    widen(f, p, t, n);
+    return f;
+}
+
+/* Output-only fp32 view (not widened). */
+static float *out32(struct stage *st, enum whale_dtype t, void *p, size_t n)
+{
+    if (!p || t == WHALE_FLOAT32)
+        return p;
+    float *f = calloc(n ? n : 1, sizeof(float));
+    if (!f) {
+        whale_error("cpu backend: no memory for %zu fp32 staging values", n);
+        st->err = WHALE_ENOMEM;
+        return NULL;
+    }
+    st->buf[st->n++] = f;
+    return f;
+}
+
+static void store(enum whale_dtype t, void *dst, const float *f, size_t n)
+{
+    if (dst && t != WHALE_FLOAT32)
+        narrow(dst, f, t, n);
+}
+
+static int done(struct stage *st)
+{
+    for (int i = 0; i < st->n; i++)
+        free(st->buf[i]);
+    return st->err;
+}
+
+/* Elements spanned by a row-major matrix of `rows` rows, `cols` used columns
+ * and row stride ld. */
+static size_t span(int rows, int cols, int ld)
+{
+    return rows && cols ? (size_t)(rows - 1) * ld + cols : 0;
+}
+
+/* ---- GEMM, linear ---------------------------------------------------------------- */
+
+int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int K, float alpha,
+             const void *A, int lda, const void *B, int ldb, enum whale_dtype abt, float beta,
+             void *C, int ldc, enum whale_dtype ct)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *a = in32(&st, abt, A, span(ta ? K : M, ta ? M : K, lda));
+    const float *bb = in32(&st, abt, B, span(tb ? N : K, tb ? K : N, ldb));
+    size_t nc = span(M, N, ldc);
+    float *c = beta != 0.0f ? in32(&st, ct, C, nc) : out32(&st, ct, C, nc);
+    if (!st.err) {
+        k_gemm(ta, tb, M, N, K, alpha, a, lda, bb, ldb, beta, c, ldc);
+        store(ct, C, c, nc);
+    }
+    return done(&st);
+}
+
+int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *inp,
+                   const void *w, const void *bias, int N, int IC, int OC)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *x = in32(&st, t, inp, (size_t)N * IC);
+    const float *ww = in32(&st, t, w, (size_t)OC * IC);
+    const float *bi = in32(&st, t, bias, (size_t)OC);
+    float *o = out32(&st, t, out, (size_t)N * OC);
+    if (!st.err) {
+        k_linear_fwd(WHALE_FLOAT32, o, x, ww, bi, N, IC, OC);
+        store(t, out, o, (size_t)N * OC);
+    }
+    return done(&st);
+}
+
+int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
+                   float *db, const void *dout, const void *inp, const void *w, int N, int IC,
+                   int OC, bool acc)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *dy = in32(&st, t, dout, (size_t)N * OC);
+    const float *x = dw ? in32(&st, t, inp, (size_t)N * IC) : inp;
+    const float *ww = dinp ? in32(&st, t, w, (size_t)OC * IC) : w;
+    size_t nd = (size_t)N * IC;
+    float *dx = acc ? in32(&st, t, dinp, nd) : out32(&st, t, dinp, nd);
+    if (!st.err) {
+        k_linear_bwd(WHALE_FLOAT32, dx, dw, db, dy, x, ww, N, IC, OC, acc);
+        store(t, dinp, dx, nd);
+    }
+    return done(&st);
+}
+
+/* ---- LayerNorm ------------------------------------------------------------------- */
+
+int bkc_layernorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *mean,
+                      float *rstd, const void *inp, const void *w, const void *bias, int N, int C)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * C;
+    const float *x = in32(&st, t, inp, n);
+    const float *ww = in32(&st, t, w, (size_t)C);
+    const float *bi = in32(&st, t, bias, (size_t)C);
+    float *o = out32(&st, t, out, n);
+    if (!st.err) {
+        k_layernorm_fwd(o, mean, rstd, x, ww, bi, N, C);
+        store(t, out, o, n);
+    }
+    return done(&st);
+}
+
+int bkc_layernorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
+                      float *db, const void *dout, const void *inp, const void *w,
+                      const float *mean, const float *rstd, int N, int C)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * C;
+    float *dx = in32(&st, t, dinp, n);
+    const float *dy = in32(&st, t, dout, n);
+    const float *x = in32(&st, t, inp, n);
+    const float *ww = in32(&st, t, w, (size_t)C);
+    if (!st.err) {
+        k_layernorm_bwd(dx, dw, db, dy, x, ww, mean, rstd, N, C);
+        store(t, dinp, dx, n);
+    }
+    return done(&st);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+size_t bkc_attention_saved_floats(const whale_backend *b, int B, int T, int NH, int hd)
+{
+    (void)b;
+    (void)hd;
+    return (size_t)B * NH * T * T; /* the probabilities */
+}
+
+int bkc_attention_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *saved,
+                      const void *qkv, int B, int T, int NH, int hd)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t nq = (size_t)B * T * 3 * NH * hd, no = (size_t)B * T * NH * hd;
+    const float *q = in32(&st, t, qkv, nq);
+    float *o = out32(&st, t, out, no);
+    if (!st.err) {
+        if (o) {
+            k_attention_fwd(o, saved, q, B, T, NH, hd);
+            store(t, out, o, no);
+        } else {
+            k_attention_probs(saved, q, B, T, NH, hd);
+        }
+    }
+    return done(&st);
+}
+
+int bkc_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dqkv,
+                      const void *dout, const void *qkv, const void *out, const float *saved,
+                      int B, int T, int NH, int hd)
+{
+    (void)b;
+    (void)s;
+    (void)out; /* the probabilities are kept: no rowsum(dout * out) needed */
+    struct stage st = { 0 };
+    size_t nq = (size_t)B * T * 3 * NH * hd, no = (size_t)B * T * NH * hd;
+    const float *q = in32(&st, t, qkv, nq);
+    const float *dy = in32(&st, t, dout, no);
+    float *dq = out32(&st, t, dqkv, nq);
+    if (!st.err) {
+        k_attention_bwd(dq, dy, q, saved, B, T, NH, hd);
+        store(t, dqkv, dq, nq);
+    }
+    return done(&st);
+}
+
+/* ---- element-wise ---------------------------------------------------------------- */
+
+int bkc_gelu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *inp,
+                 int64_t n)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *x = in32(&st, t, inp, (size_t)n);
+    float *o = out32(&st, t, out, (size_t)n);
+    if (!st.err) {
+        k_gelu_fwd(o, x, n);
+        store(t, out, o, (size_t)n);
+    }
+    return done(&st);
+}
+
+int bkc_gelu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, const void *inp,
+                 const void *dout, int64_t n)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *x = in32(&st, t, inp, (size_t)n);
+    const float *dy = in32(&st, t, dout, (size_t)n);
+    float *dx = out32(&st, t, dinp, (size_t)n);
+    if (!st.err) {
+        k_gelu_bwd(dx, x, dy, n);
+        store(t, dinp, dx, (size_t)n);
+    }
+    return done(&st);
+}
+
+int bkc_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *x,
+            const void *y, int64_t n)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *a = in32(&st, t, x, (size_t)n);
+    const float *c = in32(&st, t, y, (size_t)n);
+    float *o = out32(&st, t, out, (size_t)n);
+    if (!st.err) {
+        k_add(o, a, c, n);
+        store(t, out, o, (size_t)n);
+    }
+    return done(&st);
+}
+
+int bkc_acc(whale_backend *b, bk_stream s, enum whale_dtype t, void *y, const void *x, int64_t n)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    float *yy = in32(&st, t, y, (size_t)n);
+    const float *xx = in32(&st, t, x, (size_t)n);
+    if (!st.err) {
+        k_acc(yy, xx, n);
+        store(t, y, yy, (size_t)n);
+    }
+    return done(&st);
+}
+
+/* ---- embedding ------------------------------------------------------------------- */
+
+static float elem(enum whale_dtype t, const void *p, size_t i)
+{
+    if (t == WHALE_BFLOAT16)
+        return whale_bf16_to_float(((const uint16_t *)p)[i]);
+    if (t == WHALE_FLOAT16)
+        return whale_fp16_to_float(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+int bkc_embed_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                  const int32_t *tok, const void *wte, int v0, int V, const void *wpe, int B,
+                  int T, int C, bool tp)
+{
+    (void)b;
+    (void)s;
+    if (t == WHALE_FLOAT32) {
+        if (tp)
+            k_embed_fwd_tp(out, tok, wte, v0, V, wpe, B, T, C);
+        else
+            k_embed_fwd(out, tok, wte, wpe, B, T, C);
+        return 0;
+    }
+    /* 16-bit reference: the same sum as the fp32 kernels, of widened rows
+     * (only the rows the tokens pick are read: V is not known without TP). */
+    size_t n = (size_t)B * T * C;
+    float *o = malloc((n ? n : 1) * sizeof(float));
+    if (!o)
+        return WHALE_ENOMEM;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int r = tok[bt] - v0;
+        bool in = !tp || (r >= 0 && r < V);
+        for (int c = 0; c < C; c++) {
+            float e = in ? elem(t, wte, (size_t)r * C + c) : 0.0f;
+            float p = wpe ? elem(t, wpe, (size_t)(bt % T) * C + c) : 0.0f;
+            o[(size_t)bt * C + c] = e + p;
+        }
+    }
+    narrow(out, o, t, n);
+    free(o);
+    return 0;
+}
+
+int bkc_embed_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte, float *dwpe,
+                  const void *dout, const int32_t *tok, int v0, int V, int B, int T, int C,
+                  bool tp)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *d = in32(&st, t, dout, (size_t)B * T * C);
+    if (!st.err) {
+        if (tp)
+            k_embed_bwd_tp(dwte, dwpe, d, tok, v0, V, B, T, C);
+        else
+            k_embed_bwd(dwte, dwpe, d, tok, B, T, C);
+    }
+    return done(&st);
+}
+
+/* ---- softmax cross-entropy --------------------------------------------------------- */
+
+int bkc_xent_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *losses,
+                 const int32_t *targets, int N, int V)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * V;
+    float *p = in32(&st, t, x, n);
+    if (!st.err) {
+        k_softmax_xent_fwd(p, losses, targets, N, V);
+        store(t, x, p, n);
+    }
+    return done(&st);
+}
+
+int bkc_xent_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *probs,
+                 const int32_t *targets, int v0, float dloss, int N, int V, bool tp)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * V;
+    float *p = in32(&st, t, probs, n);
+    if (!st.err) {
+        if (tp)
+            k_softmax_xent_bwd_tp(p, targets, v0, dloss, N, V);
+        else
+            k_softmax_xent_bwd(p, targets, dloss, N, V);
+        store(t, probs, p, n);
+    }
+    return done(&st);
+}
+
+int bkc_rows_max(whale_backend *b, bk_stream s, enum whale_dtype t, float *mx, const void *x,
+                 int N, int V)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    const float *p = in32(&st, t, x, (size_t)N * V);
+    if (!st.err)
+        k_rows_max(mx, p, N, V);
+    return done(&st);
+}
+
+int bkc_rows_exp_sum(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *sum,
+                     float *tl, const float *mx, const int32_t *targets, int v0, int N, int V)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * V;
+    float *p = in32(&st, t, x, n);
+    if (!st.err) {
+        k_rows_exp_sum(p, sum, tl, mx, targets, v0, N, V);
+        store(t, x, p, n);
+    }
+    return done(&st);
+}
+
+int bkc_rows_normalize(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *losses,
+                       const float *sum, const float *tl, int N, int V)
+{
+    (void)b;
+    (void)s;
+    struct stage st = { 0 };
+    size_t n = (size_t)N * V;
+    float *p = in32(&st, t, x, n);
+    if (!st.err) {
+        k_rows_normalize(p, losses, sum, tl, N, V);
+        store(t, x, p, n);
+    }
+    return done(&st);
+}
+
+/* ---- casts, reductions, optimizer ------------------------------------------------- */
+
+int bkc_cast(whale_backend *b, bk_stream s, void *dst, enum whale_dtype dt, const void *src,
+             enum whale_dtype st_, int64_t n)
+{
+    (void)b;
+    (void)s;
+    if (dt == st_) {
+        if (dst != src)
+            memmove(dst, src, (size_t)n * whale_dtype_size(dt));
+        return 0;
+    }
+    if (st_ == WHALE_FLOAT32) {
+        narrow(dst, src, dt, (size_t)n);
+        return 0;
+    }
+    if (dt == WHALE_FLOAT32) {
+        widen(dst, src, st_, (size_t)n);
+        return 0;
+    }
+    /* bf16 <-> fp16 through fp32 (element by element: in place is allowed) */
+    const uint16_t *in = src;
+    uint16_t *o = dst;
+    for (int64_t i = 0; i < n; i++) {
+        float f = elem(st_, in, (size_t)i);
+        o[i] = dt == WHALE_BFLOAT16 ? whale_float_to_bf16(f) : whale_float_to_fp16(f);
+    }
+    return 0;
+}
+
+int bkc_scale(whale_backend *b, bk_stream s, float *x, float a, int64_t n)
+{
+    (void)b;
+    (void)s;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= a;
+    return 0;
+}
+
+int bkc_sumsq(whale_backend *b, bk_stream s, const float *g, int64_t n, double *out)
+{
+    (void)b;
+    (void)s;
+    *out = whale_sumsq(g, (size_t)n);
+    return 0;
+}
+
+int bkc_has_inf_nan(whale_backend *b, bk_stream s, const float *g, int64_t n, bool *found)
+{
+    (void)b;
+    (void)s;
+    *found = whale_has_inf_nan(g, (size_t)n);
+    return 0;
+}
+
+int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
+              float grad_mul, const struct whale_adamw_piece *p, int np, enum whale_dtype w16t)
+{
+    (void)b;
+    (void)s;
+    for (int i = 0; i < np; i++) {
+        whale_adamw_update(o, t, p[i].w, p[i].g, p[i].m, p[i].v, p[i].n, grad_mul, p[i].decay);
+        if (p[i].w16)
+            narrow(p[i].w16, p[i].w, w16t, p[i].n);
+    }
+    return 0;
+}

@@ -1,0 +1,329 @@
+/* Host offload: the mover thread and the host tier (see offload.h). The
+ * update itself (host AdamW over the tier) is in step.c beside the other
+ * optimizer code. */
+#include "engine_int.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+struct eng_mover {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work queued / stop */
+    pthread_cond_t done_cv; /* a move finished */
+    struct eng_move **q;
+    size_t cap, head, n;
+    bool stop, started;
+    double busy;            /* seconds spent copying since the last read */
+    int64_t bytes;
+};
+
+static void *mover_main(void *arg)
+{
+    struct eng_mover *m = arg;
+    pthread_mutex_lock(&m->mu);
+    for (;;) {
+        while (!m->n && !m->stop)
+            pthread_cond_wait(&m->cv, &m->mu);
+        if (!m->n && m->stop)
+            break;
+        struct eng_move *mv = m->q[m->head];
+        m->head = (m->head + 1) % m->cap;
+        m->n--;
+        if (atomic_load(&mv->state) != 1)
+            continue; /* a waiter took it over (eng_move_wait) */
+        atomic_store(&mv->state, 3);
+        pthread_mutex_unlock(&m->mu);
+        double t0 = eng_now();
+        memcpy(mv->dst, mv->src, mv->len);
+        double dt = eng_now() - t0;
+        pthread_mutex_lock(&m->mu);
+        m->busy += dt;
+        m->bytes += (int64_t)mv->len;
+        atomic_store(&mv->state, 2);
+        pthread_cond_broadcast(&m->done_cv);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static int mover_create(size_t cap, struct eng_mover **out)
+{
+    struct eng_mover *m = calloc(1, sizeof *m);
+    if (!m || !(m->q = calloc(cap, sizeof *m->q))) {
+        free(m);
+        return WHALE_ENOMEM;
+    }
+    m->cap = cap;
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    pthread_cond_init(&m->done_cv, NULL);
+    if (pthread_create(&m->th, NULL, mover_main, m)) {
+        free(m->q);
+        free(m);
+        return WHALE_ENOMEM;
+    }
+    m->started = true;
+    *out = m;
+    return 0;
+}
+
+static void mover_destroy(struct eng_mover *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->mu);
+    m->stop = true;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (m->started)
+        pthread_join(m->th, NULL);
+    pthread_cond_destroy(&m->cv);
+    pthread_cond_destroy(&m->done_cv);
+    pthread_mutex_destroy(&m->mu);
+    free(m->q);
+    free(m);
+}
+
+void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *src, size_t len)
+{
+    struct eng_mover *m = e->off.mv;
+    mv->dst = dst;
+    mv->src = src;
+    mv->len = len;
+    if (!m || !len) {
+        if (len)
+            memcpy(dst, src, len);
+        atomic_store(&mv->state, 2);
+        return;
+    }
+    atomic_store(&mv->state, 1);
+    pthread_mutex_lock(&m->mu);
+    if (m->n == m->cap) { /* cannot happen with 3 moves per bucket; stay correct anyway */
+        pthread_mutex_unlock(&m->mu);
+        memcpy(dst, src, len);
+        atomic_store(&mv->state, 2);
+        return;
+    }
+    m->q[(m->head + m->n) % m->cap] = mv;
+    m->n++;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void eng_move_wait(whale_engine *e, struct eng_move *mv)
+{
+    int s = atomic_load(&mv->state);
+    if (s != 1 && s != 3)
+        return;
+    double t0 = eng_now();
+    struct eng_mover *m = e->off.mv;
+    pthread_mutex_lock(&m->mu);
+    if (atomic_load(&mv->state) == 1) {
+        /* still queued (the mover is behind or not scheduled on a busy
+         * machine): copy it here rather than wait for a thread wake-up; the
+         * mover skips it. Counts as exposed transfer time. */
+        atomic_store(&mv->state, 3);
+        pthread_mutex_unlock(&m->mu);
+        memcpy(mv->dst, mv->src, mv->len);
+        double dt = eng_now() - t0;
+        pthread_mutex_lock(&m->mu);
+        m->busy += dt;
+        m->bytes += (int64_t)mv->len;
+        atomic_store(&mv->state, 2);
+        pthread_cond_broadcast(&m->done_cv);
+    }
+    while (atomic_load(&mv->state) == 3)
+        pthread_cond_wait(&m->done_cv, &m->mu);
+    pthread_mutex_unlock(&m->mu);
+    e->off.t_move_wait += eng_now() - t0;
+}
+
+void eng_off_quiesce(whale_engine *e)
+{
+    if (!e->off.mode)
+        return;
+    for (int b = 0; b < e->nb; b++) {
+        eng_move_wait(e, &e->buckets[b].gdown);
+        eng_move_wait(e, &e->buckets[b].wup);
+        eng_move_wait(e, &e->buckets[b].wfetch);
+    }
+}
+
+double eng_off_take_busy(whale_engine *e, int64_t *bytes)
+{
+    struct eng_mover *m = e->off.mv;
+    if (!m) {
+        if (bytes)
+            *bytes = 0;
+        return 0;
+    }
+    pthread_mutex_lock(&m->mu);
+    double t = m->busy;
+    m->busy = 0;
+    if (bytes)
+        *bytes = m->bytes;
+    m->bytes = 0;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+float *eng_off_host_alloc(whale_engine *e, size_t n)
+{
+    return whale_arena_alloc(e->off.host, WHALE_MEM_OPTIM, n * sizeof(float), 1);
+}
+
+int eng_off_init(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return 0;
+    int rc = whale_arena_create(0, NULL, &o->host);
+    if (rc)
+        return rc;
+    o->U = e->cfg.zero_stage == 0 ? e->P : e->S;
+    if (!(o->hW = eng_off_host_alloc(e, o->U)) || !(o->hG = eng_off_host_alloc(e, o->U)) ||
+        !(o->hM = eng_off_host_alloc(e, o->U)) || !(o->hV = eng_off_host_alloc(e, o->U)))
+        return WHALE_ENOMEM;
+    return mover_create((size_t)e->nb * 3 + 8, &o->mv);
+}
+
+void eng_off_free(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->mode)
+        return;
+    mover_destroy(o->mv);
+    o->mv = NULL;
+    if (o->host) {
+        size_t n = o->U * sizeof(float);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->stage, 6 * o->stage_n * sizeof(float));
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+        whale_arena_destroy(o->host);
+    }
+    o->host = NULL;
+}
+
+/* ---- remote tier ---------------------------------------------------------------- */
+
+size_t eng_off_rem_at(const whale_engine *e, int which, size_t a)
+{
+    return e->off.rem_off + ((size_t)which * e->off.U + a) * sizeof(float);
+}
+
+size_t whale_engine_offload_bytes(const whale_engine *e)
+{
+    return e->off.mode ? 3 * e->off.U * sizeof(float) : 0;
+}
+
+/* Blocking transfer of len bytes (get: remote -> local). */
+static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
+{
+    whale_req *q = NULL;
+    int rc = get ? whale_iget(r, off, local, len, &q) : whale_iput(r, off, local, len, &q);
+    return rc ? rc : whale_wait(q);
+}
+
+int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
+{
+    struct eng_offload *o = &e->off;
+    if (o->mode != WHALE_OFFLOAD_OPTIMIZER) {
+        whale_error("offload to another task's memory is implemented for offload=optimizer; "
+                    "this run has offload=%s (use --whale-offload-target=local)",
+                    whale_offload_name(o->mode));
+        return WHALE_ENOTSUP;
+    }
+    if (o->rem || e->step > 0) {
+        whale_error("the remote offload tier must be attached once, before the first step");
+        return WHALE_ESTATE;
+    }
+    size_t need = whale_engine_offload_bytes(e);
+    if (whale_remote_size(r) < off + need) {
+        whale_error("remote offload region of task %d holds %zu bytes, this rank needs %zu at "
+                    "offset %zu", whale_remote_task(r), whale_remote_size(r), need, off);
+        return WHALE_ERANGE;
+    }
+    o->rem = r;
+    o->rem_off = off;
+    /* moments as they are now (zero, or restored) go to their new home */
+    int rc = rma(r, false, eng_off_rem_at(e, 1, 0), o->hM, o->U * sizeof(float));
+    if (!rc)
+        rc = rma(r, false, eng_off_rem_at(e, 2, 0), o->hV, o->U * sizeof(float));
+    if (!rc)
+        rc = whale_remote_flush(r);
+    if (rc) {
+        o->rem = NULL;
+        return rc;
+    }
+    size_t mx = 0;
+    for (int b = 0; b < e->nb; b++) {
+        size_t n = e->cfg.zero_stage == 0 || e->dp.size == 1 ? e->buckets[b].n
+                                                             : e->buckets[b].n / e->dp.size;
+        mx = n > mx ? n : mx;
+    }
+    o->stage_n = mx;
+    if (!(o->stage = eng_off_host_alloc(e, 6 * mx))) {
+        o->rem = NULL;
+        return WHALE_ENOMEM;
+    }
+    size_t n = o->U * sizeof(float);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+    o->hW = o->hM = o->hV = NULL;
+    e->M = e->V = NULL;
+    o->resync = true; /* the master goes there before the first update */
+    whale_info("offload: optimizer state (%.2f MiB) in the host memory of task %d",
+               (double)need / (1 << 20), whale_remote_task(r));
+    return 0;
+}
+
+int eng_off_walk_begin(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->rem)
+        return 0;
+    size_t n = o->U * sizeof(float);
+    if (!(e->M = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)) ||
+        !(e->V = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
+        return WHALE_ENOMEM;
+    int rc = rma(o->rem, true, eng_off_rem_at(e, 1, 0), e->M, n);
+    return rc ? rc : rma(o->rem, true, eng_off_rem_at(e, 2, 0), e->V, n);
+}
+
+int eng_off_walk_end(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    if (!o->rem)
+        return 0;
+    size_t n = o->U * sizeof(float);
+    int rc = 0;
+    if (e->M && e->V) { /* the walk may have restored them */
+        rc = rma(o->rem, false, eng_off_rem_at(e, 1, 0), e->M, n);
+        if (!rc)
+            rc = rma(o->rem, false, eng_off_rem_at(e, 2, 0), e->V, n);
+        if (!rc)
+            rc = whale_remote_flush(o->rem);
+    }
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, e->M, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, e->V, n);
+    e->M = e->V = NULL;
+    return rc;
+}
+
+int64_t eng_off_host_bytes(const whale_engine *e)
+{
+    if (!e->off.host)
+        return 0;
+    struct whale_arena_stats s;
+    whale_arena_stats(e->off.host, &s);
+    return s.in_use;
+}

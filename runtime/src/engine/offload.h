@@ -1,0 +1,77 @@
+/* Engine side of host offload (ZeRO-Offload / ZeRO-Infinity style).
+ *
+ * Two tiers: the arena ("device" memory: what compute touches; on the CPU
+ * backend host memory accounted on its own) and the host tier (optimizer
+ * state: fp32 master weights and AdamW moments of this rank's update range;
+ * with parameter offload also the ZeRO-3 weight shard). A mover thread
+ * copies between them asynchronously: each bucket's final gradient goes down
+ * as soon as its reduction completes (overlapping the rest of backward), the
+ * host AdamW (vectorised, host threads) updates bucket by bucket while the
+ * mover brings the previous bucket's weights back, and the forward of the
+ * next step waits per bucket only for what it is about to use. */
+#ifndef ENG_OFFLOAD_H
+#define ENG_OFFLOAD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "whale/arena.h"
+
+/* One asynchronous copy of len bytes. state: 0 idle, 1 queued, 3 copying, 2 done. */
+struct eng_move {
+    void *dst;
+    const void *src;
+    size_t len;
+    _Atomic int state;
+};
+
+struct eng_mover;
+
+struct eng_offload {
+    int mode;             /* enum whale_offload */
+    int prefetch;         /* ZeRO 3: layers whose weights are fetched ahead (>= 1) */
+    size_t U;             /* elements of this rank's update range (P or S) */
+    whale_arena *host;    /* host tier accounting (no budget) */
+    float *hW;            /* master weights of the update range (params mode: the ZeRO-3 shard) */
+    float *hG;            /* gradients of the update range */
+    float *hM, *hV;       /* AdamW moments (the engine's M, V point here) */
+    struct eng_mover *mv;
+    bool resync;          /* the tensors were walked (maybe restored): refresh hW from W */
+    bool last_micro;      /* the backward running now ends the step's accumulation */
+    double t_move_wait;   /* engine thread blocked on moves this step */
+    /* remote tier (another task's registered host memory, RMA through UCX):
+     * [master U][M U][V U] floats at rem_off; buckets staged through two
+     * local sets of 3 x stage_n floats so the next bucket's fetch overlaps
+     * the current bucket's update */
+    struct whale_remote *rem;
+    size_t rem_off;
+    float *stage;
+    size_t stage_n;
+    double t_rma;         /* seconds in RMA transfers this step (blocking part) */
+};
+
+
+
+struct whale_engine;
+/* The copy runs on the mover thread (synchronously when there is none). */
+void eng_move_post(struct whale_engine *e, struct eng_move *mv, void *dst, const void *src,
+                   size_t len);
+/* Blocks until mv is done (no-op when idle); the time counts as exposed. */
+void eng_move_wait(struct whale_engine *e, struct eng_move *mv);
+/* Waits for every move in flight (before the tensors are walked, at the end). */
+void eng_off_quiesce(struct whale_engine *e);
+/* Seconds the mover spent copying (and bytes) since the last call. */
+double eng_off_take_busy(struct whale_engine *e, int64_t *bytes);
+int  eng_off_init(struct whale_engine *e);  /* after the buckets are laid out */
+void eng_off_free(struct whale_engine *e);
+int64_t eng_off_host_bytes(const struct whale_engine *e);
+/* Remote tier: fetch M and V into local buffers for a tensor walk, and put
+ * them back (and release the buffers) after it. */
+int  eng_off_walk_begin(struct whale_engine *e);
+int  eng_off_walk_end(struct whale_engine *e);
+/* Bytes of the remote tier at off (master, M or V: which = 0, 1, 2) of
+ * update-range element a. */
+size_t eng_off_rem_at(const struct whale_engine *e, int which, size_t a);
+#endif

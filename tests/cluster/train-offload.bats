@@ -1,0 +1,175 @@
+#!/usr/bin/env bats
+# Host offload (issue 12) end to end: whale-train with --offload
+# optimizer|params (flag, WHALE_PLAN from the plugin's --whale-offload) gives
+# the single-rank, no-offload losses over 20 steps under whale-run and under
+# srun across namespace nodes; a device-memory budget that ZeRO alone cannot
+# meet is refused with the numbers and met with offload.
+
+load train_helpers
+
+TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
+RUN="$WHALE_BUILD_DIR/runtime/tools/run/whale-run"
+
+setup_file() {
+  export TMPD=$(mktemp -d)
+  make_corpus "$TMPD"
+  "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 \
+    --no-progress --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
+}
+teardown_file() { rm -rf "$TMPD"; }
+
+train_args() {
+  echo --model gpt-tiny --data "$TMPD/corpus.txt" --steps 20 --batch 8 --threads 1 --no-progress
+}
+
+# summary_field FILE KEY: a field of the run's summary line
+summary_field() {
+  python3 -c "import json,sys;[print(json.loads(l)['summary'].get(sys.argv[2])) for l in open(sys.argv[1]) if l.startswith('{\"summary\"')]" "$1" "$2"
+}
+
+@test "one rank: offload optimizer (ZeRO 0..3) and params (ZeRO 3): same losses, state in host memory" {
+  for z in 0 1 2 3; do
+    run "$TRAIN" $(train_args) --zero $z --offload optimizer --metrics "$TMPD/o1z$z.jsonl"
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/o1z$z.jsonl"
+    echo "optimizer ZeRO $z: $output"
+    [ "$status" -eq 0 ]
+    [ "$(summary_field "$TMPD/o1z$z.jsonl" offload)" = optimizer ]
+    python3 -c "import sys; assert float(sys.argv[1]) > 0" "$(summary_field "$TMPD/o1z$z.jsonl" host_mb)"
+  done
+  run "$TRAIN" $(train_args) --zero 3 --offload params --offload-prefetch 2 --metrics "$TMPD/p1.jsonl"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/p1.jsonl"
+  echo "params: $output"
+  [ "$status" -eq 0 ]
+}
+
+@test "whale-run DP=2: offload none/optimizer x ZeRO 0..3 and params (ZeRO 3): same losses" {
+  for z in 0 1 2 3; do
+    for m in none optimizer; do
+      run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(train_args) --zero $z --offload $m \
+        --metrics "$TMPD/wr-$m-$z.jsonl"
+      [ "$status" -eq 0 ]
+      run same_losses "$TMPD/ref.jsonl" "$TMPD/wr-$m-$z.jsonl"
+      echo "DP 2 ZeRO $z offload $m: $output"
+      [ "$status" -eq 0 ]
+    done
+  done
+  run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
+    --metrics "$TMPD/wr-params.jsonl"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/wr-params.jsonl"
+  echo "DP 2 ZeRO 3 offload params: $output"
+  [ "$status" -eq 0 ]
+}
+
+@test "whale-run TP and PP with offload: same losses" {
+  "$TRAIN" $(train_args) --grad-accum 2 --metrics "$TMPD/ref-acc.jsonl" > /dev/null 2>&1
+  for spec in "2|--pp 2|--zero 1 --offload optimizer" "2|--tp 2|--zero 3 --offload params" \
+              "4|--pp 2 --tp 2|--zero 2 --offload optimizer" \
+              "2|--pp 2|--zero 3 --offload params --offload-prefetch 2"; do
+    IFS='|' read -r n lay knobs <<< "$spec"
+    run timeout 300 "$RUN" -n $n $lay --timeout 280 "$TRAIN" $(train_args) --grad-accum 2 $knobs \
+      --metrics "$TMPD/lay.jsonl"
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref-acc.jsonl" "$TMPD/lay.jsonl"
+    echo "$lay $knobs: $output"
+    [ "$status" -eq 0 ]
+  done
+}
+
+@test "srun --whale-offload on 2 nodes (tcp): the plan carries offload, same losses" {
+  for spec in "1 optimizer" "2 optimizer" "3 params"; do
+    set -- $spec
+    run timeout 300 env UCX_TLS=tcp,self srun -N2 -n2 --whale-dp=2 --whale-zero=$1 \
+      --whale-offload=$2 "$TRAIN" $(train_args) --metrics "$TMPD/s-$2-$1.jsonl"
+    echo "$output" | tail -3
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/s-$2-$1.jsonl"
+    echo "srun ZeRO $1 offload $2: $output"
+    [ "$status" -eq 0 ]
+    [ "$(summary_field "$TMPD/s-$2-$1.jsonl" offload)" = "$2" ]
+  done
+}
+
+@test "srun across 3 nodes (tcp): optimizer state in a spare node's memory, same losses" {
+  for z in 1 2; do
+    run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+      --whale-zero=$z --whale-offload=optimizer --whale-offload-target=spares \
+      "$TRAIN" $(train_args) --metrics "$TMPD/sp$z.jsonl"
+    echo "$output" | tail -3
+    [ "$status" -eq 0 ]
+    run same_losses "$TMPD/ref.jsonl" "$TMPD/sp$z.jsonl"
+    echo "ZeRO $z, state on the spare node: $output"
+    [ "$status" -eq 0 ]
+    [ "$(summary_field "$TMPD/sp$z.jsonl" offload_target)" = spares ]
+  done
+  # a host list naming the spare's node works; one without a spare is refused by every task
+  spare_node=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    bash -c '[ "$WHALE_SPARE" = 1 ] && hostname || true')
+  other=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    bash -c '[ "$WHALE_SPARE" = 0 ] && hostname || true' | head -1)
+  echo "spare on $spare_node, a worker on $other"
+  [ -n "$spare_node" ] && [ -n "$other" ]
+  run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    --whale-zero=1 --whale-offload=optimizer --whale-offload-target="$spare_node" \
+    "$TRAIN" $(train_args) --metrics "$TMPD/sph.jsonl"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/sph.jsonl"
+  [ "$status" -eq 0 ]
+  run timeout 300 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-offload=optimizer \
+    --whale-offload-target="$other" "$TRAIN" $(train_args) --steps 2 --metrics ""
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"no spare task on $other"* ]]
+  # a worker failing before the setup (budget refused) stops the waiting spare too
+  run timeout 120 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-offload=optimizer \
+    --whale-offload-target=spares "$TRAIN" $(train_args) --device-mem 100K --metrics ""
+  [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
+  [[ "$output" == *"does not fit the device memory budget"* ]]
+}
+
+@test "srun: --whale-offload-target is checked in srun" {
+  run timeout 30 srun -N2 -n2 --whale-offload-target=spares true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"add --whale-spares=N"* ]]
+  run timeout 30 srun -N3 -n3 --whale-spares=1 --whale-offload-target='node[' true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"expected local, spares or a host list"* ]]
+}
+
+@test "device-memory budget: refused with the numbers without offload, trains with it" {
+  # micro-batches of 1 so that the model state, not activations, dominates;
+  # ZeRO 3's arena peak for this run, then three quarters of it as the budget
+  run "$TRAIN" $(train_args) --grad-accum 8 --zero 3 --metrics "$TMPD/z3.jsonl"
+  [ "$status" -eq 0 ]
+  peak=$(summary_field "$TMPD/z3.jsonl" arena_peak_mb)
+  budget=$(python3 -c "import sys; print('%dK' % (float(sys.argv[1]) * 1024 * 0.75))" "$peak")
+  run "$TRAIN" $(train_args) --grad-accum 8 --steps 2 --zero 3 --device-mem "$budget" --metrics ""
+  echo "$output" | tail -3
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"does not fit the device memory budget"*"MiB"* ]]
+  run "$TRAIN" $(train_args) --grad-accum 8 --zero 3 --offload params --device-mem "$budget" \
+    --metrics "$TMPD/b.jsonl"
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/z3.jsonl" "$TMPD/b.jsonl"
+  echo "budget $budget (ZeRO 3 peak $peak MiB): $output"
+  [ "$status" -eq 0 ]
+  python3 -c "import sys; assert float(sys.argv[1]) * 1024 <= int(sys.argv[2][:-1])" \
+    "$(summary_field "$TMPD/b.jsonl" arena_peak_mb)" "$budget"
+}
+
+@test "offload knobs: bad values are refused with the option and the allowed values" {
+  run "$TRAIN" $(train_args) --offload sometimes
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--offload=sometimes: expected none, optimizer or params"* ]]
+  run "$TRAIN" $(train_args) --zero 1 --offload params
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"needs --zero 3"* ]]
+  run "$TRAIN" $(train_args) --device-mem 12X
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--device-mem=12X"* ]]
+  run "$TRAIN" $(train_args) --zero 3 --offload params --offload-prefetch 0
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"1..64"* ]]
+}

@@ -1,0 +1,547 @@
+/* Host offload (issue 12), in one process (DP ranks are threads, see
+ * ../engine/fakecomm.h):
+ *  - the arena refuses what exceeds its budget and accounts per category;
+ *  - host AdamW (scalar / AVX2 / AVX-512, whatever this CPU runs) is
+ *    bit-identical to the engine's AdamW;
+ *  - offload none / optimizer / params x ZeRO 0..3 x DP 1, 2 give the same
+ *    losses over 20 steps (1e-6 relative; in practice identical);
+ *  - the arena peak drops by the offloaded bytes (5 % of the formula);
+ *  - a model whose state exceeds a device budget (half of what ZeRO alone
+ *    needs) is refused without offload and trains with it;
+ *  - the tensor walk (checkpoints, elastic redundancy) sees and restores the
+ *    offloaded state: a run restored mid-way continues exactly. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../engine/fakecomm.h"
+#include "engine/engine_int.h"
+#include "whale/arena.h"
+#include "whale/comm.h"
+#include "whale/data.h"
+#include "whale/engine.h"
+#include "whale/error.h"
+#include "whale/optim.h"
+
+#define STEPS 20
+#define GB 8
+#define SEQ 16
+
+/* ---- arena ------------------------------------------------------------------ */
+
+static void test_arena(void **st)
+{
+    (void)st;
+    whale_arena *a;
+    assert_int_equal(whale_arena_create(1000, NULL, &a), 0);
+    void *p = whale_arena_alloc(a, WHALE_MEM_PARAM, 600, 1);
+    assert_non_null(p);
+    assert_null(whale_arena_alloc(a, WHALE_MEM_GRAD, 500, 0)); /* 1100 > 1000 */
+    void *q = whale_arena_alloc(a, WHALE_MEM_GRAD, 400, 0);
+    assert_non_null(q);
+    struct whale_arena_stats s;
+    whale_arena_stats(a, &s);
+    assert_int_equal(s.in_use, 1000);
+    assert_int_equal(s.peak, 1000);
+    assert_int_equal(s.cat_in_use[WHALE_MEM_PARAM], 600);
+    assert_int_equal(s.cat_in_use[WHALE_MEM_GRAD], 400);
+    assert_int_equal(s.failed, 1);
+    whale_arena_free(a, WHALE_MEM_PARAM, p, 600);
+    whale_arena_reset_peak(a);
+    whale_arena_stats(a, &s);
+    assert_int_equal(s.in_use, 400);
+    assert_int_equal(s.peak, 400);
+    assert_int_equal(s.cat_peak[WHALE_MEM_GRAD], 400);
+    whale_arena_free(a, WHALE_MEM_GRAD, q, 400);
+    whale_arena_destroy(a);
+    assert_int_equal(whale_parse_size("4096"), 4096);
+    assert_int_equal(whale_parse_size("1.5K"), 1536);
+    assert_int_equal(whale_parse_size("2GiB"), 2LL << 30);
+    assert_int_equal(whale_parse_size("512m"), 512LL << 20);
+    assert_true(whale_parse_size("12X") < 0);
+    assert_true(whale_parse_size("") < 0);
+    assert_true(whale_parse_size("-1G") < 0);
+}
+
+/* ---- host AdamW ----------------------------------------------------------------- */
+
+static void test_host_adamw_bitexact(void **st)
+{
+    (void)st;
+    const size_t ns[] = { 1, 15, 16, 17, 1000, 70001 };
+    struct whale_adamw o = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                             .weight_decay = 0.1f };
+    uint64_t r = 99;
+    for (int s = WHALE_SIMD_SCALAR; s <= (int)whale_adamw_best_simd(); s++) {
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            size_t n = ns[k];
+            float *buf = malloc(n * 4 * 8);
+            float *w0 = buf, *g = buf + n, *m0 = buf + 2 * n, *v0 = buf + 3 * n;
+            float *w1 = buf + 4 * n, *m1 = buf + 5 * n, *v1 = buf + 6 * n;
+            for (size_t i = 0; i < 4 * n; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
+            }
+            for (size_t i = 0; i < n; i++)
+                v0[i] = fabsf(v0[i]) * 1e-3f;
+            memcpy(w1, w0, n * 4);
+            memcpy(m1, m0, n * 4);
+            memcpy(v1, v0, n * 4);
+            for (int t = 1; t <= 3; t++) {
+                whale_adamw_update(&o, t, w0, g, m0, v0, n, 0.5f, t != 2);
+                whale_adamw_update_simd((enum whale_simd)s, &o, t, w1, g, m1, v1, n, 0.5f, t != 2);
+            }
+            assert_memory_equal(w0, w1, n * 4);
+            assert_memory_equal(m0, m1, n * 4);
+            assert_memory_equal(v0, v1, n * 4);
+            free(buf);
+        }
+        printf("host AdamW %s: bit-identical to the engine's update\n",
+               whale_simd_name((enum whale_simd)s));
+    }
+}
+
+/* ---- engine runs ------------------------------------------------------------------ */
+
+static char data_path[256];
+
+static void make_data(void)
+{
+    snprintf(data_path, sizeof data_path, "/tmp/whale-test-offload-%d.txt", (int)getpid());
+    FILE *f = fopen(data_path, "w");
+    assert_non_null(f);
+    uint64_t s = 7;
+    for (int i = 0; i < 20000; i++) {
+        s = s * 6364136223846793005ULL + 1;
+        const char *words[] = { "def ", "return ", "self", ".x", " = ", "(", ")", ":\n    ",
+                                "import ", "os", "\n", "for i in range(10):" };
+        fputs(words[(s >> 33) % 12], f);
+    }
+    fclose(f);
+}
+
+static struct whale_engine_config base_cfg(int dp, int zero, int offload)
+{
+    struct whale_engine_config c;
+    whale_engine_config_defaults(&c);
+    c.model = (struct whale_model_desc){ .name = "t", .layers = 3, .hidden = 32, .heads = 4,
+                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = 256,
+                                         .tied_embeddings = true };
+    c.seq = SEQ;
+    c.micro_batch = GB / dp;
+    c.lr = 3e-3f;
+    c.warmup_steps = 3;
+    c.total_steps = STEPS;
+    c.zero_stage = zero;
+    c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
+    c.threads = 1;
+    c.offload = offload;
+    return c;
+}
+
+struct run {
+    int dp, rank, zero, offload, prefetch, steps;
+    bool big; /* state-heavy model: 4 x 256 wide, micro-batch 2 x 4 */
+    int64_t budget;
+    struct fake_world *w;
+    double loss[STEPS];
+    struct whale_engine_memory mem;
+    double hidden_sum;
+    int rc;
+};
+
+static void *run_rank(void *arg)
+{
+    struct run *r = arg;
+    struct whale_engine_config c = base_cfg(r->dp, r->zero, r->offload);
+    c.offload_prefetch = r->prefetch;
+    if (r->big) {
+        c.model.layers = 4;
+        c.model.hidden = 256;
+        c.model.ffn = 1024;
+        c.micro_batch = 2;
+        c.grad_accum = GB / 2 / r->dp;
+    }
+    c.device_mem = r->budget;
+    struct fake_rank fr = { .w = r->w, .rank = r->rank };
+    struct eng_comm comm;
+    whale_engine *e = NULL;
+    if (r->w)
+        fake_comm(&comm, &fr);
+    r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
+    if (r->rc)
+        return NULL;
+    struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
+                                    .local_batch = GB / r->dp, .dp_rank = r->rank,
+                                    .dp_size = r->dp, .prefetch = false };
+    whale_data *d = NULL;
+    if ((r->rc = whale_data_open(&dc, &d))) {
+        whale_engine_destroy(e);
+        return NULL;
+    }
+    size_t n = (size_t)(GB / r->dp) * SEQ;
+    int32_t *in = malloc(n * 4), *tg = malloc(n * 4);
+    int steps = r->steps ? r->steps : STEPS;
+    for (int s = 0; s < steps && !r->rc; s++) {
+        struct whale_train_state ts;
+        whale_engine_get_state(e, &ts);
+        struct whale_step_stats sst;
+        r->rc = whale_data_next(d, ts.samples, in, tg);
+        if (!r->rc)
+            r->rc = whale_engine_step(e, in, tg, &sst);
+        r->loss[s] = sst.loss;
+        r->hidden_sum += sst.offload_hidden;
+    }
+    whale_engine_memory(e, &r->mem);
+    free(in);
+    free(tg);
+    whale_data_close(d);
+    whale_engine_destroy(e);
+    return NULL;
+}
+
+static int run_steps; /* 0: STEPS */
+
+static void run_dp(int dp, int zero, int offload, int prefetch, struct run *runs)
+{
+    struct fake_world w = { .size = dp };
+    pthread_barrier_init(&w.bar, NULL, dp);
+    pthread_t th[8];
+    for (int r = 0; r < dp; r++) {
+        runs[r] = (struct run){ .dp = dp, .rank = r, .zero = zero, .offload = offload,
+                                .prefetch = prefetch, .w = dp > 1 ? &w : NULL,
+                                .steps = run_steps };
+        pthread_create(&th[r], NULL, run_rank, &runs[r]);
+    }
+    for (int r = 0; r < dp; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(runs[r].rc, 0);
+    }
+    pthread_barrier_destroy(&w.bar);
+}
+
+static struct run ref;
+
+static int setup(void **st)
+{
+    (void)st;
+    make_data();
+    run_dp(1, 0, WHALE_OFFLOAD_NONE, 0, &ref);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    unlink(data_path);
+    return 0;
+}
+
+static void check_equiv(int dp, int zero, int offload, int prefetch)
+{
+    struct run runs[2];
+    run_dp(dp, zero, offload, prefetch, runs);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        double rel = fabs(runs[0].loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
+        worst = rel > worst ? rel : worst;
+        for (int r = 1; r < dp; r++)
+            assert_true(runs[r].loss[s] == runs[0].loss[s]);
+    }
+    printf("offload=%-9s ZeRO %d DP %d prefetch %d: loss %.6f -> %.6f (reference %.6f -> "
+           "%.6f), worst rel diff %.2e, host %.1f KiB, arena peak %.1f KiB, hidden %.2f\n",
+           whale_offload_name(offload), zero, dp, prefetch, runs[0].loss[0],
+           runs[0].loss[STEPS - 1], ref.loss[0], ref.loss[STEPS - 1], worst,
+           runs[0].mem.host_bytes / 1024.0, runs[0].mem.arena_peak / 1024.0,
+           runs[0].hidden_sum / STEPS);
+    assert_true(worst <= 1e-6);
+    assert_true(ref.loss[STEPS - 1] < ref.loss[0] - 0.5); /* it trains */
+    if (offload)
+        assert_true(runs[0].mem.host_bytes > 0);
+    else
+        assert_int_equal(runs[0].mem.host_bytes, 0);
+}
+
+static void test_equiv_dp1(void **st)
+{
+    (void)st;
+    for (int z = 0; z <= 3; z++) {
+        check_equiv(1, z, WHALE_OFFLOAD_NONE, 0);
+        check_equiv(1, z, WHALE_OFFLOAD_OPTIMIZER, 0);
+    }
+    check_equiv(1, 3, WHALE_OFFLOAD_PARAMS, 1);
+    check_equiv(1, 3, WHALE_OFFLOAD_PARAMS, 3);
+}
+
+static void test_equiv_dp2(void **st)
+{
+    (void)st;
+    for (int z = 0; z <= 3; z++) {
+        check_equiv(2, z, WHALE_OFFLOAD_NONE, 0);
+        check_equiv(2, z, WHALE_OFFLOAD_OPTIMIZER, 0);
+    }
+    check_equiv(2, 3, WHALE_OFFLOAD_PARAMS, 1);
+    check_equiv(2, 3, WHALE_OFFLOAD_PARAMS, 2);
+}
+
+/* Arena peak without offload minus with it = the offloaded bytes:
+ * optimizer: 2 moments x 4 B x U (U = update range: P for ZeRO 0, else the
+ * shard S); params: also the ZeRO-3 weight shard (4 B x S). */
+static void test_memory_drop(void **st)
+{
+    (void)st;
+    run_steps = 2; /* the peak is reached in the first step */
+    for (int dp = 1; dp <= 2; dp++) {
+        for (int z = 0; z <= 3; z++) {
+            for (int off = 1; off <= 2; off++) {
+                if (off == WHALE_OFFLOAD_PARAMS && z != 3)
+                    continue;
+                struct run a[2], b[2];
+                run_dp(dp, z, WHALE_OFFLOAD_NONE, 1, a);
+                run_dp(dp, z, off, 1, b);
+                /* persistent sizes from the engine's own layout */
+                struct whale_engine_config c = base_cfg(dp, z, 0);
+                whale_engine *e;
+                struct fake_world w = { .size = dp };
+                struct fake_rank fr = { .w = &w, .rank = 0 };
+                struct eng_comm comm;
+                fake_comm(&comm, &fr);
+                assert_int_equal(eng_create(&c, NULL, dp > 1 ? &comm : NULL, &e), 0);
+                double U = (double)(z == 0 ? e->P : e->S), S = (double)e->S;
+                whale_engine_destroy(e);
+                double want = 8 * U + (off == WHALE_OFFLOAD_PARAMS ? 4 * S : 0);
+                double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
+                printf("DP %d ZeRO %d offload=%s: arena peak %lld -> %lld B, drop %.0f B, "
+                       "formula %.0f B (%.2f %%), host tier %lld B\n", dp, z,
+                       whale_offload_name(off), (long long)a[0].mem.arena_peak,
+                       (long long)b[0].mem.arena_peak, got, want,
+                       100 * fabs(got - want) / want, (long long)b[0].mem.host_bytes);
+                assert_true(fabs(got - want) / want < 0.05);
+            }
+        }
+    }
+    run_steps = 0;
+}
+
+/* Half of what ZeRO 3 alone needs at DP 1 (weights + gradients + moments +
+ * activations) for a model whose state dominates: refused without offload
+ * with the numbers, trains with offload=params (the same losses). */
+#define BSTEPS 4
+static void test_budget(void **st)
+{
+    (void)st;
+    struct run a = { .dp = 1, .zero = 3, .offload = WHALE_OFFLOAD_NONE, .prefetch = 1,
+                     .steps = BSTEPS, .big = true };
+    run_rank(&a);
+    assert_int_equal(a.rc, 0);
+    int64_t need = a.mem.arena_peak;
+    struct run r = { .dp = 1, .zero = 3, .offload = WHALE_OFFLOAD_NONE, .prefetch = 1,
+                     .budget = need / 2, .steps = BSTEPS, .big = true };
+    run_rank(&r);
+    printf("ZeRO 3 alone peaks at %lld B; with a budget of %lld B: %s\n", (long long)need,
+           (long long)need / 2, whale_strerror(r.rc));
+    assert_int_equal(r.rc, WHALE_ENOFIT);
+    /* the persistent state alone exceeds the budget */
+    assert_true(a.mem.param_bytes + a.mem.grad_bytes + a.mem.optim_bytes > need / 2);
+    r = (struct run){ .dp = 1, .zero = 3, .offload = WHALE_OFFLOAD_PARAMS, .prefetch = 1,
+                      .budget = need / 2, .steps = BSTEPS, .big = true };
+    run_rank(&r);
+    assert_int_equal(r.rc, 0);
+    printf("offload=params in %lld B: arena peak %lld B, host %lld B, loss %.4f -> %.4f "
+           "(without a budget and offload %.4f -> %.4f)\n", (long long)need / 2,
+           (long long)r.mem.arena_peak, (long long)r.mem.host_bytes, r.loss[0],
+           r.loss[BSTEPS - 1], a.loss[0], a.loss[BSTEPS - 1]);
+    assert_true(r.mem.arena_peak <= need / 2);
+    for (int s = 0; s < BSTEPS; s++)
+        assert_true(r.loss[s] == a.loss[s]);
+}
+
+/* Checkpoint-style round trip through whale_engine_tensors with the state
+ * offloaded: copy every piece of a run stopped at step 10 into a fresh
+ * engine, which must then continue exactly like the uninterrupted run. */
+struct snap {
+    float *buf[64 * 4];
+    size_t len[64 * 4];
+    int n, i;
+    bool restore;
+};
+
+static int snap_piece(const struct whale_tensor_piece *p, void *user)
+{
+    struct snap *s = user;
+    size_t b = (size_t)(p->flat_end - p->flat_begin) * 4;
+    if (!s->restore) {
+        assert_true(s->n < 64 * 4);
+        s->buf[s->n] = malloc(b);
+        memcpy(s->buf[s->n], p->data, b);
+        s->len[s->n++] = b;
+    } else {
+        assert_true(s->i < s->n && s->len[s->i] == b);
+        memcpy(p->data, s->buf[s->i++], b);
+    }
+    return 0;
+}
+
+static void resume_case(int zero, int offload)
+{
+    struct whale_engine_config c = base_cfg(1, zero, offload);
+    struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
+                                    .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
+    whale_data *d = NULL;
+    assert_int_equal(whale_data_open(&dc, &d), 0);
+    int32_t in[GB * SEQ], tg[GB * SEQ];
+    whale_engine *e, *f;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    struct whale_train_state ts;
+    struct whale_step_stats sst;
+    for (int s = 0; s < STEPS / 2; s++) {
+        whale_engine_get_state(e, &ts);
+        assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+        assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
+    }
+    struct snap sn = { .n = 0 };
+    assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
+    whale_engine_get_state(e, &ts);
+    whale_engine_destroy(e);
+    assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
+    sn.restore = true;
+    assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
+    assert_int_equal(whale_engine_set_state(f, &ts), 0);
+    for (int s = STEPS / 2; s < STEPS; s++) {
+        whale_engine_get_state(f, &ts);
+        assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+        assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
+        assert_true(sst.loss == ref.loss[s]);
+    }
+    printf("restore at step %d with offload=%s ZeRO %d: steps %d..%d equal the uninterrupted "
+           "run\n", STEPS / 2, whale_offload_name(offload), zero, STEPS / 2 + 1, STEPS);
+    for (int i = 0; i < sn.n; i++)
+        free(sn.buf[i]);
+    whale_engine_destroy(f);
+    whale_data_close(d);
+}
+
+static void test_tensors_resume(void **st)
+{
+    (void)st;
+    resume_case(0, WHALE_OFFLOAD_OPTIMIZER);
+    resume_case(2, WHALE_OFFLOAD_OPTIMIZER);
+    resume_case(3, WHALE_OFFLOAD_OPTIMIZER);
+    resume_case(3, WHALE_OFFLOAD_PARAMS);
+}
+
+/* The remote tier through the RMA API, in a world of one (the handle on
+ * one's own region copies locally; the cluster test runs it across nodes):
+ * same losses, the moments are found by the tensor walk, and a restore
+ * through the walk continues exactly. */
+static void test_remote_tier(void **st)
+{
+    (void)st;
+    whale_ctx *ctx = NULL;
+    assert_int_equal(whale_init(&ctx), 0);
+    for (int z = 0; z <= 3; z += 3) {
+        struct whale_engine_config c = base_cfg(1, z, WHALE_OFFLOAD_OPTIMIZER);
+        whale_engine *e, *f;
+        assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+        size_t need = whale_engine_offload_bytes(e), pad = 4096;
+        assert_true(need > 0);
+        void *mem = calloc(1, need + pad);
+        whale_region *reg;
+        whale_remote **rem;
+        assert_int_equal(whale_region_register(ctx, mem, need + pad, &reg), 0);
+        assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+        assert_int_equal(whale_engine_offload_attach(e, rem[0], pad), 0);
+        struct whale_engine_memory m;
+        whale_engine_memory(e, &m);
+        assert_true(m.host_bytes < (int64_t)need); /* grads + staging stay local */
+        struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
+                                        .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
+        whale_data *d = NULL;
+        assert_int_equal(whale_data_open(&dc, &d), 0);
+        int32_t in[GB * SEQ], tg[GB * SEQ];
+        struct whale_train_state ts;
+        struct whale_step_stats sst;
+        for (int s = 0; s < STEPS / 2; s++) {
+            whale_engine_get_state(e, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
+            assert_true(sst.loss == ref.loss[s]);
+        }
+        struct snap sn = { .n = 0 };
+        assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
+        whale_engine_get_state(e, &ts);
+        whale_engine_destroy(e);
+        memset(mem, 0, need + pad); /* the new engine must get everything from the walk */
+        assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
+        assert_int_equal(whale_engine_offload_attach(f, rem[0], pad), 0);
+        sn.restore = true;
+        assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
+        assert_int_equal(whale_engine_set_state(f, &ts), 0);
+        for (int s = STEPS / 2; s < STEPS; s++) {
+            whale_engine_get_state(f, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
+            assert_true(sst.loss == ref.loss[s]);
+        }
+        printf("remote tier (RMA, world of one) ZeRO %d: %zu B there, %lld B local host, 20 "
+               "steps equal, restore through the walk continues exactly\n", z, need,
+               (long long)m.host_bytes);
+        for (int i = 0; i < sn.n; i++)
+            free(sn.buf[i]);
+        whale_engine_destroy(f);
+        whale_data_close(d);
+        whale_remote_free(rem[0]);
+        free(rem);
+        whale_region_free(reg);
+        free(mem);
+    }
+    /* params mode stays local */
+    struct whale_engine_config c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
+    whale_engine *e;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    size_t need = whale_engine_offload_bytes(e);
+    void *mem = calloc(1, need);
+    whale_region *reg;
+    whale_remote **rem;
+    assert_int_equal(whale_region_register(ctx, mem, need, &reg), 0);
+    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_ENOTSUP);
+    whale_engine_destroy(e);
+    whale_remote_free(rem[0]);
+    free(rem);
+    whale_region_free(reg);
+    free(mem);
+    whale_finalize(ctx);
+}
+
+static void test_refusals(void **st)
+{
+    (void)st;
+    whale_engine *e = NULL;
+    struct whale_engine_config c = base_cfg(1, 2, WHALE_OFFLOAD_PARAMS);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), WHALE_EINVAL); /* params needs ZeRO 3 */
+    c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
+    c.offload_prefetch = 65;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), WHALE_ERANGE);
+    assert_null(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_arena),          cmocka_unit_test(test_host_adamw_bitexact),
+        cmocka_unit_test(test_refusals),       cmocka_unit_test(test_equiv_dp1),
+        cmocka_unit_test(test_equiv_dp2),      cmocka_unit_test(test_memory_drop),
+        cmocka_unit_test(test_budget),         cmocka_unit_test(test_tensors_resume),
+        cmocka_unit_test(test_remote_tier),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
