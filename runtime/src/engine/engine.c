@@ -629,6 +629,15 @@ void whale_engine_destroy(whale_engine *e)
 {
     if (!e)
         return;
+    /* a step that failed may leave collectives in flight into the buckets'
+     * buffers: they complete (with the failure) before the buffers go (an
+     * elastic run destroys the engine and goes on) */
+    for (int b = 0; b < e->nb; b++) {
+        if (e->buckets[b].greq)
+            e->dp.wait(&e->dp, e->buckets[b].greq);
+        if (e->buckets[b].wreq)
+            e->dp.wait(&e->dp, e->buckets[b].wreq);
+    }
     eng_off_quiesce(e);
     for (int b = 0; b < e->nb && e->arena; b++) {
         struct eng_bucket *bk = &e->buckets[b];
@@ -733,6 +742,12 @@ int whale_engine_set_state(whale_engine *e, const struct whale_train_state *s)
     e->scaler.good_steps = s->scaler_good_steps;
     e->scaler.skipped = s->scaler_skipped;
     return 0;
+}
+
+void whale_engine_set_phase_hook(whale_engine *e, whale_engine_phase_fn fn, void *user)
+{
+    e->phase_fn = fn;
+    e->phase_user = user;
 }
 
 void whale_engine_inject_overflow(whale_engine *e)

@@ -218,8 +218,10 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         } else {
             rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
         }
-        if (!rc)
+        if (!rc) {
             comm_started(e);
+            eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+        }
         return rc;
     }
     float *dst = e->Gsh + bk->shard_off;
@@ -240,15 +242,19 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
             return WHALE_ENOMEM;
         rc = e->dp.ireduce_scatter16(&e->dp, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
-        if (!rc)
+        if (!rc) {
             comm_started(e);
+            eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+        }
         return rc;
     }
     if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
         return WHALE_ENOMEM;
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
-    if (!rc)
+    if (!rc) {
         comm_started(e);
+        eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+    }
     return rc;
 }
 
@@ -356,6 +362,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
                       const int32_t *tg, double *loss_sum, double *tc)
 {
     const struct eng_chunk *ch = &e->chunks[c];
+    eng_phase(e, WHALE_ENGINE_FORWARD);
     uint64_t tr0 = whale_trace_now();
     const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
     int pf = ch->l0; /* highest layer whose weights are acquired */
@@ -411,6 +418,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
 {
     const struct eng_chunk *ch = &e->chunks[c];
     int rc = 0;
+    eng_phase(e, WHALE_ENGINE_BACKWARD);
     for (int b = ch->b0; b < ch->b1; b++)
         e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
     const int top = ch->l1 - 1;
@@ -963,6 +971,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     const float lr = whale_lr_at(&e->sched, e->step);
     e->adam.lr = lr;
     bool skip = whale_loss_scaler_update(&e->scaler, bad);
+    eng_phase(e, WHALE_ENGINE_OPTIMIZER);
     if (!skip) {
         e->adam_t++;
         /* gradients hold scale x (true gradient): unscale and clip in one factor */

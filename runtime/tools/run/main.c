@@ -99,6 +99,28 @@ static int parse_pos(const char *opt, const char *s, int lo, int *out)
     return 0;
 }
 
+/* Is every task that has not exited in the stopped state ('T' in
+ * /proc/PID/stat)? */
+static bool all_stopped(const struct child *ch, int n)
+{
+    for (int t = 0; t < n; t++) {
+        if (ch[t].exited || ch[t].pid <= 0)
+            continue;
+        char p[64], buf[512];
+        snprintf(p, sizeof p, "/proc/%d/stat", (int)ch[t].pid);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            return false;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = 0;
+        const char *rp = strrchr(buf, ')'); /* the command name may hold spaces */
+        if (!rp || rp[1] != ' ' || rp[2] != 'T')
+            return false;
+    }
+    return true;
+}
+
 static void emit(struct child *c, int which, const char *line, size_t n, bool label)
 {
     int out = which == 0 ? STDOUT_FILENO : STDERR_FILENO;
@@ -398,6 +420,14 @@ int main(int argc, char **argv)
                     }
             }
             break;
+        }
+        /* Every live task is stopped (SIGSTOP: a hung rank an elastic step
+         * replaced) and the others are done: nothing can resume it. */
+        if (live > 0 && live < n && !stopping && all_stopped(ch, n)) {
+            fprintf(stderr, "whale-run: the %d task(s) left are stopped (SIGSTOP) and every "
+                    "other task has exited: killing them\n", live);
+            signal_all(ch, n, SIGKILL);
+            stopping = true;
         }
         int wait_ms = 200;
         int pr = poll(pfd, (nfds_t)np, wait_ms);
