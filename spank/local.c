@@ -4,6 +4,7 @@
  * against the real task layout and the topology. The plan goes to the
  * tasks in WHALE_PLAN (inline JSON) through srun's environment. */
 #include "plugin.h"
+#include "elastic.h"
 #include "step.h"
 #include "whale/env.h"
 #include "whale/log.h"
@@ -40,6 +41,8 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_site_load())
         return -1;
     if (whale_options_check_site(whale_site.conf))
+        return -1;
+    if (whale_elastic_check_srun(whale_opts.spares))
         return -1;
     g_work_ms += now_ms() - t0;
     return 0;
@@ -127,6 +130,9 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     if (build_step(sp, jobid, &step))
         goto fail;
     if (whale_plan_from_options(whale_site.conf, &step, pw ? pw->pw_name : NULL, jobs, &g_plan))
+        goto fail;
+    /* spares from a plan file: only known now */
+    if (!whale_opts.given[OPT_SPARES] && whale_elastic_check_srun(g_plan.spares))
         goto fail;
     if (whale_step_layout(&step, &g_plan))
         goto fail;
