@@ -142,7 +142,7 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   [ "$status" -ne 0 ]
   [[ "$output" == *"conflicts with SLURM_KILL_BAD_EXIT=1 in the environment"* ]]
   # without spares nothing changes
-  run timeout 60 srun -N2 -n2 --whale-tp=2 bash -c 'echo "${SLURM_NO_KILL:-unset}"'
+  run timeout 60 srun -N2 -n4 --whale-tp=2 bash -c 'echo "${SLURM_NO_KILL:-unset}"'
   [ "$status" -eq 0 ]
   [ "$(echo "$output" | sort -u)" = unset ]
 }
