@@ -11,13 +11,10 @@
 # After each case nothing but slurmd is left on any node.
 
 load spank_helpers
-
-MC="$WHALE_SRC_DIR/contrib/minicluster/whale-minicluster"
+load elastic_helpers
 
 setup_file() {
   : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
-  export STATE=${WHALE_MC_DIR:-$(dirname "$SLURM_CONF")}
-  export I=${WHALE_MC_INSTANCE:-9}
   [ "$(sinfo -h -N -o %N | sort -u | wc -l)" -ge 4 ] || skip "needs 4 nodes"
 }
 
@@ -44,25 +41,6 @@ EOF
   chmod 755 "$D/task.sh"
 }
 
-# Bring a node back for the next case: link up, slurmd running (a restart
-# re-registers at once), resumed, idle.
-restore_node() {
-  local n=$1
-  "$MC" -i "$I" link-up "$n" >/dev/null 2>&1 || true
-  if [ -n "$(node_procs "$n" | grep -v '^slurmd$')" ] || \
-     ! node_procs "$n" | grep -q '^slurmd$'; then
-    "$MC" -i "$I" kill-node "$n" >/dev/null 2>&1 || true
-  fi
-  "$MC" -i "$I" start-node "$n" >/dev/null 2>&1 || true
-  for _ in $(seq 300); do
-    scontrol update nodename="$n" state=resume >/dev/null 2>&1 || true
-    [ "$(sinfo -h -n "$n" -o %t)" = idle ] && return 0
-    sleep 0.2
-  done
-  echo "node $n did not come back: $(sinfo -h -n "$n" -o '%t %E')"
-  return 1
-}
-
 teardown() {
   touch "$BATS_TEST_TMPDIR/go"
   [ -n "${SRUN_PID:-}" ] && { wait "$SRUN_PID" 2>/dev/null || true; }
@@ -70,35 +48,7 @@ teardown() {
   true
 }
 
-# Command names of the processes in node N's namespace.
-node_procs() { ip netns pids "wmc$I-$1" 2>/dev/null | xargs -r ps -o comm= -p 2>/dev/null; }
-
-# Every node holds only its slurmd (the step's stepds and tasks are gone).
-nothing_left() {
-  local n left
-  for _ in $(seq 300); do
-    left=
-    for n in $(sinfo -h -N -o %N | sort -u); do
-      left+=$(node_procs "$n" | grep -v '^slurmd$' | sed "s/^/$n:/" | tr '\n' ' ')
-    done
-    [ -z "$left" ] && return 0
-    sleep 0.2
-  done
-  echo "left running: $left"
-  return 1
-}
-
-# wait_for CMD...: until it succeeds (a bound against a hang, not a timing check)
-wait_for() {
-  for _ in $(seq 600); do "$@" && return 0; sleep 0.2; done
-  echo "never true: $*"
-  return 1
-}
-
 all_started() { [ "$(ls "$D"/pid.* 2>/dev/null | wc -l)" -eq "$1" ]; }
-drained() { sinfo -h -n "$1" -o %t | grep -q '^dr'; }
-job_nodes() { squeue -h -j "$1" -o %N; }
-node_left_job() { local nl; nl=$(job_nodes "$1"); [ -n "$nl" ] && ! scontrol show hostnames "$nl" | grep -qx "$2"; }
 srun_done() { ! kill -0 "$SRUN_PID" 2>/dev/null; }
 
 # start_step: srun -N4 -n8 TP=2 DP=3 plus a spare node in the background.
