@@ -54,4 +54,19 @@ struct whale_report {
 int whale_report_parse(const char *line, const struct whale_step *s, struct whale_report *r,
                        char *why, size_t n);
 
+/* srun's exit status for a step with spares (result.c): srun collects the
+ * task statuses and the reported failures from the slurmstepds, and at its
+ * exit leaves out the replaced tasks. */
+int whale_result_listen(int ntasks);           /* srun local_user_init */
+void whale_result_exit(void);                  /* srun slurm_spank_exit: may _exit() */
+void whale_result_target(const char *comm_host, const char *value); /* slurmstepd */
+void whale_result_task_exit(int task, int status);
+void whale_result_task_failed(int task);
+/* Pure parts (unit-tested): one received line into the tables; the status
+ * Slurm's rule gives without the failed tasks (-1: none failed, or a
+ * status is missing). */
+void whale_result_record(const char *line, int ntasks, int *status, bool *failed,
+                         const char *token);
+int whale_result_status(int ntasks, const int *status, const bool *failed);
+
 #endif

@@ -144,6 +144,11 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         goto fail;
     if (whale_opts.verbose)
         print_layout(&step);
+    /* an elastic step (spares, or WHALE_ELASTIC=1: DP may shrink): srun's
+     * status will be the training's (result.c) */
+    const char *el = getenv("WHALE_ELASTIC");
+    if (g_plan.spares > 0 || (el && !strcmp(el, "1")))
+        whale_result_listen(step.layout.ntasks);
     if (!(json = whale_plan_to_json(&g_plan, 0))) {
         slurm_error(PLUGIN_NAME ": out of memory");
         goto fail;

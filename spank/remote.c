@@ -158,6 +158,11 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     plan = NULL;
     g.ready = true;
     open_report(sp);
+    char *comm = step_getenv(sp, "SLURM_SRUN_COMM_HOST");
+    char *res = step_getenv(sp, "WHALE_SRUN_RESULT");
+    whale_result_target(comm, res);
+    free(comm);
+    free(res);
     rv = 0;
 out:
     free(nodelist);
@@ -259,8 +264,14 @@ int whale_remote_task_exit(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
-    if (whale_opts.enabled)
-        note_task(sp, false);
+    if (!whale_opts.enabled)
+        return 0;
+    note_task(sp, false);
+    uint32_t gid = 0;
+    int status = 0;
+    if (g.ready && spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) == ESPANK_SUCCESS &&
+        spank_get_item(sp, S_TASK_EXIT_STATUS, &status) == ESPANK_SUCCESS)
+        whale_result_task_exit((int)gid, status);
     return 0;
 }
 

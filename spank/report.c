@@ -133,6 +133,7 @@ static void handle(const char *line)
         return;
     }
     stop_task(&r);
+    whale_result_task_failed(r.task);
     drain(&r);
 }
 

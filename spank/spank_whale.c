@@ -89,6 +89,8 @@ int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
     if (spank_context() == S_CTX_REMOTE)
         return whale_remote_exit(sp, ac, av);
+    if (spank_context() == S_CTX_LOCAL)
+        whale_result_exit();
     if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR)
         whale_site_free();
     return 0;

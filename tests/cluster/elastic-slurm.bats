@@ -37,6 +37,8 @@ while [ ! -e "$D/go" ]; do
   sleep 0.2
 done
 echo "done $SLURM_PROCID"
+[ -e "$D/exit.$SLURM_PROCID" ] && . "$D/exit.$SLURM_PROCID"
+exit 0
 EOF
   chmod 755 "$D/task.sh"
 }
@@ -128,10 +130,12 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   sinfo -h -n node2 -o %E | grep -q "whale: job $JOB step 0: rank $victim (task $victim) failed (crash)"
   # the step still runs with everyone else
   squeue -h -j "$JOB" | grep -q .
-  # srun's status is the killed task's (128 + 9): Slurm keeps the highest
-  finish_step 137
+  # srun's status is the training's: the replaced task does not count
+  # (Slurm's own rule would give the killed task's 128 + 9)
+  finish_step 0
   survivors_done $(seq 0 7 | grep -vx "$victim")
   grep -q "task $victim: Killed" "$D/out"
+  grep -q "1 replaced task(s) do not count: exit status 0" "$D/out"
   nothing_left
 }
 
@@ -181,10 +185,23 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   echo "node2 hang $victim $victim" > "$D/report.$sibling"
   wait_for drained node2
   wait_for bash -c "! kill -0 $(cat "$D/pid.$victim") 2>/dev/null"
-  finish_step 137
+  finish_step 0
   survivors_done $(seq 0 7 | grep -vx "$victim")
   grep -q "killed task $victim" "$STATE/log/slurmd-node2.log"
   nothing_left
+}
+
+@test "srun's status after a replaced task is the other tasks': a survivor's failure still shows" {
+  start_step
+  FAILED_NODE=node2
+  victim=$(task_of node2 | awk '{print $2}')
+  sibling=$(task_of node2 | awk '{print $1}')
+  kill -9 "$(cat "$D/pid.$victim")"
+  echo "node2 crash $victim $victim" > "$D/report.$sibling"
+  wait_for drained node2
+  # a survivor that fails afterwards (task 0 exits 3 instead of 0)
+  echo 'exit 3' > "$D/exit.0"
+  finish_step 3
 }
 
 @test "a bad failure report is refused by name and drains nothing" {

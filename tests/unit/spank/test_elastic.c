@@ -239,6 +239,42 @@ static void test_report_args(void **st)
     unsetenv(WHALE_ENV_REPORT);
 }
 
+static void test_result_status(void **st)
+{
+    (void)st;
+    const char *tok = "0123456789abcdef0123456789abcdef";
+    int status[4];
+    bool failed[4] = { false };
+    for (int t = 0; t < 4; t++)
+        status[t] = -1;
+    char line[128];
+    /* statuses as slurmstepd has them (raw wait status) */
+    for (int t = 0; t < 4; t++) {
+        snprintf(line, sizeof line, "%s S %d %d\n", tok, t, t == 2 ? 9 /* SIGKILL */ : 0);
+        whale_result_record(line, 4, status, failed, tok);
+    }
+    /* nothing reported failed: Slurm's own status stands */
+    assert_int_equal(whale_result_status(4, status, failed), -1);
+    /* a wrong token, an unknown task and garbage change nothing */
+    whale_result_record("ffffffffffffffffffffffffffffffff F 2\n", 4, status, failed, tok);
+    snprintf(line, sizeof line, "%s F 7\n", tok);
+    whale_result_record(line, 4, status, failed, tok);
+    whale_result_record("garbage", 4, status, failed, tok);
+    assert_int_equal(whale_result_status(4, status, failed), -1);
+    /* task 2 was replaced: the others' status (0) is the result */
+    snprintf(line, sizeof line, "%s F 2\n", tok);
+    whale_result_record(line, 4, status, failed, tok);
+    assert_int_equal(whale_result_status(4, status, failed), 0);
+    /* a survivor failed: its exit code; a signal wins over exit codes */
+    status[1] = 3 << 8;
+    assert_int_equal(whale_result_status(4, status, failed), 3);
+    status[3] = 15;
+    assert_int_equal(whale_result_status(4, status, failed), 128 + 15);
+    /* a status missing (a task of a node that was not reported): no answer */
+    status[0] = -1;
+    assert_int_equal(whale_result_status(4, status, failed), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_fifo_end_to_end),
         cmocka_unit_test(test_report_args),
+        cmocka_unit_test(test_result_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
