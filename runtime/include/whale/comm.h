@@ -164,6 +164,51 @@ int whale_dev_group_start(void);
 int whale_dev_group_end(void);
 int whale_dev_sync(whale_group *g, void *stream);
 
+/* ---- one-sided transfers (RMA) ----------------------------------------
+ * A process registers a buffer it wants others to write into or read from
+ * (a buddy copy of another rank's state, a spare's receive area, an offload
+ * area); the members of a group exchange the keys once, collectively; from
+ * then on a member moves bytes to or from a peer's registered buffer
+ * without the peer taking part (UCX ucp_put_nbx / ucp_get_nbx).
+ *
+ *  - whale_region_register: registers [buf, buf+len) (len > 0) for remote
+ *    access. The memory stays the caller's; free the region (after every
+ *    peer is done with it) before freeing the memory.
+ *  - whale_region_exchange: collective over g (every member calls it, in
+ *    the same order as other collectives on g). Each member passes its
+ *    region or NULL; *out becomes a malloc'd array [group size] with a
+ *    handle on every member's region (NULL where the member passed NULL,
+ *    and for oneself a handle on one's own region, usable for local
+ *    copies). Free each handle with whale_remote_free, then the array with
+ *    free(). Works on whale_all_tasks(), so spares can take part.
+ *  - whale_iput / whale_iget: non-blocking; the request completes (whale_wait
+ *    / whale_test) when the source buffer may be reused (put) or the data
+ *    has arrived (get). A completed put is not yet guaranteed visible at the
+ *    target: whale_remote_flush(dst) waits until every put issued so far to
+ *    that target (through any handle) is complete there. Bounds are checked
+ *    (WHALE_ERANGE names the offset, length and region size).
+ *  - A dead or unreachable target makes pending and later transfers and
+ *    flushes to it return WHALE_EPEER within WHALE_PEER_TIMEOUT. The source
+ *    buffer of a failed put must still stay valid until whale_finalize.
+ *  - Over TCP, UCX emulates RMA with messages that the target must
+ *    progress: the target's progress engine does so whenever it runs a
+ *    collective, waits on a request, or waits as a spare (whale_spare_wait,
+ *    whale/elastic.h). Over shared memory it needs no target activity.
+ * Thread safety: like the other calls (any thread; the library serialises
+ * UCX internally). */
+typedef struct whale_region whale_region;   /* my registered memory */
+typedef struct whale_remote whale_remote;   /* a handle on a peer's region */
+
+int  whale_region_register(whale_ctx *ctx, void *buf, size_t len, whale_region **out);
+void whale_region_free(whale_region *r);
+int  whale_region_exchange(whale_group *g, whale_region *mine_or_NULL, whale_remote ***out);
+void whale_remote_free(whale_remote *rem);
+size_t whale_remote_size(const whale_remote *rem);   /* bytes of the peer's region */
+int  whale_remote_task(const whale_remote *rem);     /* task id of the region's owner */
+int  whale_iput(whale_remote *dst, size_t dst_off, const void *src, size_t len, whale_req **req);
+int  whale_iget(whale_remote *src, size_t src_off, void *dst, size_t len, whale_req **req);
+int  whale_remote_flush(whale_remote *rem);
+
 #ifdef __cplusplus
 }
 #endif

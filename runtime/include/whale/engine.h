@@ -171,6 +171,17 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       double *loss);
 
+/* Phase hook (fault injection, whale/redundancy.h WHALE_FAULT): called with
+ * the 1-based number of the step being computed at every chunk forward,
+ * every chunk backward, after every gradient collective is started (it is
+ * in flight when fn runs) and before the optimizer update. NULL removes it. */
+enum whale_engine_phase {
+    WHALE_ENGINE_FORWARD = 0, WHALE_ENGINE_BACKWARD, WHALE_ENGINE_COLLECTIVE,
+    WHALE_ENGINE_OPTIMIZER
+};
+typedef void (*whale_engine_phase_fn)(enum whale_engine_phase ph, int64_t step, void *user);
+void whale_engine_set_phase_hook(whale_engine *e, whale_engine_phase_fn fn, void *user);
+
 /* Testing hook: the next step multiplies one gradient element by inf (the
  * loss-scaling test injects an overflow with it). */
 void whale_engine_inject_overflow(whale_engine *e);

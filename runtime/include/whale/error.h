@@ -31,7 +31,9 @@ enum whale_err {
     WHALE_ENOFIT    = -17,  /* plan does not fit in device memory / topology */
     WHALE_ECANCELED = -18,  /* operation canceled (signal, shutdown) */
     WHALE_EOVERFLOW = -19,  /* numeric overflow (inf/NaN in gradients) */
-    WHALE_ERR_MIN_  = -20
+    WHALE_EDONE     = -20,  /* the step ended normally (a waiting spare is released) */
+    WHALE_EMINORITY = -21,  /* this process is cut off from the majority of the step: stop */
+    WHALE_ERR_MIN_  = -22
 };
 
 /* Human-readable text for a WHALE_E* code (never NULL). */

@@ -82,7 +82,7 @@ struct comm_stage {
     struct sched sched;
 };
 
-enum comm_op_kind { COMM_OP_COLL = 0, COMM_OP_SEND, COMM_OP_RECV };
+enum comm_op_kind { COMM_OP_COLL = 0, COMM_OP_SEND, COMM_OP_RECV, COMM_OP_RMA };
 
 struct comm_chain_state {
     struct whale_req *op;
@@ -115,6 +115,9 @@ struct whale_req {
     int nucx, capucx;
     /* point to point */
     int p2p_peer;
+    /* RMA (rma.c): target task; UCX request still owned by UCX */
+    int rma_task;
+    bool rma_inflight;
 };
 typedef struct whale_req comm_op_t;
 
@@ -139,6 +142,7 @@ struct whale_ctx {
     int nactive;              /* operations queued or running, all groups */
     whale_group *active;      /* groups with queued operations */
     comm_op_t *p2p;           /* point-to-point operations in flight */
+    comm_op_t *rma;           /* one-sided transfers in flight (rma.c) */
     ucp_context_h ucp;
     ucp_worker_h worker;
     ucp_ep_h *eps;            /* [ntasks] */
@@ -171,6 +175,10 @@ int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_
               const struct sched_xfer *x, uint32_t seq);
 void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
 void comm_watchdog(whale_ctx *ctx);
+
+/* rma.c: completes finished RMA requests, fails those to dead targets;
+ * ctx->lock held; returns events seen. */
+int comm_rma_progress(whale_ctx *ctx);
 
 /* engine.c */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);

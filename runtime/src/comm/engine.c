@@ -200,6 +200,8 @@ int comm_progress(whale_ctx *ctx)
             events++;
     if (ctx->nactive)
         comm_watchdog(ctx);
+    if (ctx->rma)
+        events += comm_rma_progress(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {
         comm_op_t *op = *po;
         if (op_advance(op, &events) ||

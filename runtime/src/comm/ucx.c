@@ -147,7 +147,7 @@ int comm_ucx_init(whale_ctx *ctx)
     ucp_params_t prm = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED,
-        .features = UCP_FEATURE_TAG,
+        .features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP,
         .estimated_num_eps = (size_t)ctx->boot.ntasks,
         .mt_workers_shared = 0,
     };

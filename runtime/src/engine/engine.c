@@ -585,6 +585,12 @@ int whale_engine_set_state(whale_engine *e, const struct whale_train_state *s)
     return 0;
 }
 
+void whale_engine_set_phase_hook(whale_engine *e, whale_engine_phase_fn fn, void *user)
+{
+    e->phase_fn = fn;
+    e->phase_user = user;
+}
+
 void whale_engine_inject_overflow(whale_engine *e)
 {
     e->inject_overflow = true;

@@ -115,12 +115,21 @@ struct whale_engine {
     struct whale_lr_schedule sched;
     struct whale_adamw adam;
     bool inject_overflow;
+    whale_engine_phase_fn phase_fn; /* fault injection (whale_engine_set_phase_hook) */
+    void *phase_user;
 
     /* accounting */
     int64_t scratch_now, scratch_peak;
     int inflight;
     double busy_since, t_comm, t_wait;
 };
+
+/* Tell the phase hook (if any) where the step is. */
+static inline void eng_phase(whale_engine *e, enum whale_engine_phase ph)
+{
+    if (e->phase_fn)
+        e->phase_fn(ph, e->step + 1, e->phase_user);
+}
 
 /* Create over an explicit DP backend (NULL: single rank). Tests use it with
  * an in-process backend. */

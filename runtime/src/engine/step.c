@@ -165,8 +165,10 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         if (!last_micro || e->dp.size == 1)
             return 0;
         rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
-        if (!rc)
+        if (!rc) {
             comm_started(e);
+            eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+        }
         return rc;
     }
     float *dst = e->Gsh + bk->shard_off;
@@ -182,8 +184,10 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
         return WHALE_ENOMEM;
     rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
-    if (!rc)
+    if (!rc) {
         comm_started(e);
+        eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+    }
     return rc;
 }
 
@@ -256,6 +260,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
                       const int32_t *tg, double *loss_sum, double *tc)
 {
     const struct eng_chunk *ch = &e->chunks[c];
+    eng_phase(e, WHALE_ENGINE_FORWARD);
     uint64_t tr0 = whale_trace_now();
     int rc = w_acquire(e, e->layers[ch->l0].bucket);
     if (!rc && is_head(&e->layers[ch->l0]))
@@ -294,6 +299,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
 {
     const struct eng_chunk *ch = &e->chunks[c];
     int rc = 0;
+    eng_phase(e, WHALE_ENGINE_BACKWARD);
     for (int b = ch->b0; b < ch->b1; b++)
         e->buckets[b].pending = e->buckets[b].l1 - e->buckets[b].l0;
     const int top = ch->l1 - 1;
@@ -632,6 +638,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     const float lr = whale_lr_at(&e->sched, e->step);
     e->adam.lr = lr;
     bool skip = whale_loss_scaler_update(&e->scaler, bad);
+    eng_phase(e, WHALE_ENGINE_OPTIMIZER);
     if (!skip) {
         e->adam_t++;
         /* gradients hold scale x (true gradient): unscale and clip in one factor */

@@ -23,6 +23,8 @@ const char *whale_strerror(int err)
     case WHALE_ENOFIT:    return "does not fit";
     case WHALE_ECANCELED: return "canceled";
     case WHALE_EOVERFLOW: return "numeric overflow";
+    case WHALE_EDONE: return "the step ended (spare released)";
+    case WHALE_EMINORITY: return "cut off from the majority of the step";
     default:              return "unknown error";
     }
 }

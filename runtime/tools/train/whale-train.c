@@ -24,6 +24,7 @@
 #include "whale/parallel.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
+#include "train_elastic.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
@@ -90,7 +91,14 @@ static void usage(FILE *f)
 "a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
 "WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
 "Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
-"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n");
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n"
+"Elastic steps (hot spares: srun --whale-spares=N, whale-run --spares N; or\n"
+"WHALE_ELASTIC=1): a failed rank's place goes to a spare inside the step, state\n"
+"from an in-memory copy, every survivor rolls back to the last step completed\n"
+"everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K copies\n"
+"every K steps (1; 0: local rollback images only). Fault injection:\n"
+"WHALE_FAULT=\"kill|hang:rank=R:step=S[:phase=start|forward|backward|collective|\n"
+"optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n");
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
@@ -364,19 +372,25 @@ int main(int argc, char **argv)
     int32_t *in = NULL, *tg = NULL;
     FILE *mf = NULL;
 
+    struct train_elastic *te = NULL;
     if (whale_init(&ctx))
         return 1;
+    if ((rc = te_init(&te, ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
+        goto out;
+    rc = 1;
+    if (whale_is_spare(ctx)) {
+        int src = te_spare(te, ctx); /* 0: promoted into a failed rank's place */
+        if (src) {
+            rc = src > 0 ? 0 : 1;
+            goto out;
+        }
+    }
     {
         int tpr, ppr;
         whale_degrees(ctx, &tp, &pp, &dp);
         whale_coords(ctx, &tpr, &ppr, &dp_rank);
         world = whale_world_size(ctx);
         rank = whale_rank(ctx);
-        if (whale_is_spare(ctx)) {
-            whale_info("hot spare: idle (promotion needs the elastic module)");
-            rc = 0;
-            goto out;
-        }
     }
     if (have_plan) {
         if (whale_plan_validate(&plan, 0, md.layers, o.plan ? o.plan : "WHALE_PLAN")) {
@@ -491,7 +505,7 @@ int main(int argc, char **argv)
                     "WHALE_CKPT_DIR)");
         goto out;
     }
-    if (o.resume) {
+    if (o.resume && !te_promoted(te)) {
         bool latest = !strcmp(o.resume, "latest");
         if (latest && !ckc.root) {
             whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
@@ -534,10 +548,19 @@ int main(int argc, char **argv)
     tg = malloc(bt * sizeof(int32_t));
     if (!in || !tg)
         goto out;
-    if (rank == 0 && o.metrics && *o.metrics && !(mf = fopen(o.metrics, "w"))) {
+    /* a spare that took rank 0's place appends to the file rank 0 began */
+    if (rank == 0 && o.metrics && *o.metrics &&
+        !(mf = fopen(o.metrics, te_promoted(te) ? "a" : "w"))) {
         whale_error("cannot write metrics file %s: %s", o.metrics, strerror(errno));
         goto out;
     }
+    struct train_job job = { .e = &e, .ec = &ec, .data = &data, .dc = &dc, .in = &in, .tg = &tg,
+                             .accum = &accum, .rank = &rank, .world = &world, .tp = &tp,
+                             .pp = &pp, .dp = &dp, .dp_rank = &dp_rank, .metrics = &mf,
+                             .metrics_path = o.metrics, .ckpt_root = ckc.root, .ck = &ck,
+                             .ckc = &ckc };
+    if (te_start(te, ctx, &job))
+        goto out;
     double peak = o.peak_gflops > 0 ? o.peak_gflops : whale_sgemm_peak_gflops(e);
     struct whale_engine_memory mem;
     whale_engine_memory(e, &mem);
@@ -570,7 +593,19 @@ int main(int argc, char **argv)
         }
         struct timespec cpu0, cpu1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-        if (whale_engine_step(e, in, tg, &st)) {
+        te_step_begin(te, step + 1);
+        int src = whale_engine_step(e, in, tg, &st);
+        if (src) {
+            int64_t redo;
+            int trc = te_recover(te, ctx, &job, src, step + 1, &redo);
+            if (trc) {
+                rc = trc > 0 ? 0 : 1;
+                goto out;
+            }
+            step = (long)redo - 1; /* the loop's step++ makes it redo */
+            continue;
+        }
+        if (te_step_done(te, e)) {
             rc = 1;
             goto out;
         }
@@ -589,7 +624,9 @@ int main(int argc, char **argv)
             if (due) {
                 double t0 = (double)clock_gettime_ns() * 1e-9;
                 bool skipped = false;
-                if (whale_ckpt_save_engine(ck, e, plan_json, &skipped)) {
+                int sv = whale_ckpt_save_engine(ck, e, plan_json, &skipped);
+                te_ckpt_started(te, step + 1); /* WHALE_FAULT phase=ckpt: save in flight */
+                if (sv) {
                     whale_error("stopping: checkpoint of step %ld failed (the previous ones "
                                 "are intact)", step + 1);
                     rc = 1;
@@ -632,6 +669,12 @@ int main(int argc, char **argv)
             json_object_set_new(j, "cpu_s", json_real(cpu_s)); /* CPU time of this process */
             json_object_set_new(j, "recompute_s", json_real(st.t_recompute));
             json_object_set_new(j, "act_peak_mb", json_real(st.act_peak_bytes / 1048576.0));
+            double red_s, red_b;
+            te_step_metrics(te, &red_s, &red_b);
+            if (red_s > 0) { /* the in-memory copy of this step (elastic steps) */
+                json_object_set_new(j, "redundancy_s", json_real(red_s));
+                json_object_set_new(j, "redundancy_bytes", json_real(red_b));
+            }
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -701,6 +744,7 @@ out:
     free(in);
     free(tg);
     whale_data_close(data);
+    te_free(te, rc == 0);
     whale_engine_destroy(e);
     if (ctx)
         whale_finalize(ctx);

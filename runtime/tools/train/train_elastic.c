@@ -1,0 +1,780 @@
+/* whale-train's recovery loop (issue 11, state half).
+ *
+ * Setup (collective over every task, spares included, when the step is
+ * elastic: it has spare tasks, or WHALE_ELASTIC=1, or WHALE_REDUNDANCY_EVERY
+ * is set): every task tells the others its node, logical rank and the size
+ * of its copy; all compute the same holder table (whale_red_holders);
+ * holders register memory for the copies they hold and the keys are
+ * exchanged (whale_region_exchange). Spares then wait in whale_spare_wait.
+ *
+ * Every completed step: snapshot (two local rollback images) and, every K
+ * steps, a non-blocking put of the unique state into the holder.
+ *
+ * A failed step: whale_elastic_recover agrees on the failed set and the
+ * decision and rebuilds the groups; then every rank of the new world
+ *   1. destroys and recreates its engine on the new groups (a shrink: more
+ *      micro-batches per replica, same global batch and sample order);
+ *   2. agrees on the rollback step R: the newest step that every survivor
+ *      holds locally and every replacement can get (held copy or replica);
+ *   3. restores R (survivors: own image; replacement: the holder's copy +
+ *      the DP-replicated pieces from a surviving replica), or, when no such
+ *      R exists (a rank and the holder of its copy both lost), loads the
+ *      last checkpoint from disk inside the running step;
+ *   4. redoes from R; the recovery record (log line + metrics JSONL) is
+ *      written when the interrupted step has been computed again. */
+#define _GNU_SOURCE
+#include "train_elastic.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "whale/ckpt.h"
+#include "whale/elastic.h"
+#include "whale/env.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/redundancy.h"
+
+struct train_elastic {
+    whale_ctx *ctx;
+    struct whale_fault_plan faults;
+    int fault_rank;          /* the logical rank this task was started with */
+    bool elastic;
+    int every;
+    bool promoted;
+    struct whale_membership_event ev;
+
+    /* tables from the setup exchange (indexed by logical rank at setup) */
+    int world, ntasks, zero;
+    int *holder_task;        /* task holding rank r's copy, -1 none */
+    size_t *slot_bytes;      /* rank r's remote slot */
+    size_t *hold_off;        /* offset of rank r's 2 slots in its holder's region */
+    unsigned char *hold;     /* my region: copies I hold */
+    size_t hold_len;
+    whale_region *region;
+    whale_remote **remotes;  /* [ntasks] */
+
+    whale_red *red;
+    int64_t last_done;       /* last completed step */
+    double snap_s, snap_bytes;
+    bool warned_target;
+
+    /* a recovery whose redo is still running */
+    bool pending;
+    struct whale_recovery_report rep;
+    double redo_t0;
+    FILE *mf;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *detect_name(enum whale_detect d)
+{
+    switch (d) {
+    case WHALE_DETECT_CRASH: return "crash";
+    case WHALE_DETECT_NODE: return "node";
+    case WHALE_DETECT_LINK: return "link";
+    case WHALE_DETECT_HANG: return "hang";
+    }
+    return "?";
+}
+
+static void on_phase(enum whale_engine_phase ph, int64_t step, void *user)
+{
+    struct train_elastic *te = user;
+    static const enum whale_fault_phase map[] = {
+        [WHALE_ENGINE_FORWARD] = WHALE_FAULT_FORWARD,
+        [WHALE_ENGINE_BACKWARD] = WHALE_FAULT_BACKWARD,
+        [WHALE_ENGINE_COLLECTIVE] = WHALE_FAULT_COLLECTIVE,
+        [WHALE_ENGINE_OPTIMIZER] = WHALE_FAULT_OPTIMIZER,
+    };
+    if (te->elastic)
+        whale_elastic_progress(te->ctx); /* the hang detector watches this */
+    whale_fault_point(&te->faults, te->fault_rank, step, map[ph]);
+}
+
+int te_init(struct train_elastic **out, whale_ctx *ctx)
+{
+    struct train_elastic *te = calloc(1, sizeof *te);
+    if (!te)
+        return 1;
+    te->ctx = ctx;
+    te->fault_rank = whale_rank(ctx);
+    te->last_done = -1;
+    if (whale_fault_from_env(&te->faults) || whale_red_every_from_env(1, &te->every)) {
+        free(te);
+        return 2;
+    }
+    const char *el = getenv("WHALE_ELASTIC"), *ev = getenv("WHALE_REDUNDANCY_EVERY");
+    te->elastic = whale_ntasks(ctx) > whale_world_size(ctx) || (el && !strcmp(el, "1")) ||
+                  (ev && *ev && te->every > 0);
+    *out = te;
+    return 0;
+}
+
+/* A holder's memory is never freed before the process ends (an owner's
+ * last put may still be on its way after a failure); its registration is
+ * dropped before whale_finalize, which requires it. */
+static unsigned char *kept_hold;
+
+void te_free(struct train_elastic *te, bool clean)
+{
+    if (!te)
+        return;
+    whale_red_destroy(te->red); /* waits for this rank's refresh in flight */
+    te->red = NULL;
+    /* every owner's last refresh has landed before any holder lets go
+     * (spares let go after whale_spare_wait returned: after this barrier) */
+    if (clean && te->elastic && te->remotes && whale_rank(te->ctx) >= 0)
+        whale_barrier(whale_world(te->ctx));
+    if (te->remotes) {
+        for (int t = 0; t < te->ntasks; t++)
+            whale_remote_free(te->remotes[t]);
+        free(te->remotes);
+    }
+    whale_region_free(te->region);
+    kept_hold = te->hold;
+    free(te->holder_task);
+    free(te->slot_bytes);
+    free(te->hold_off);
+    free(te);
+}
+
+bool te_promoted(const struct train_elastic *te)
+{
+    return te->promoted;
+}
+
+/* ---- setup exchange ------------------------------------------------------- */
+static uint64_t node_hash(void)
+{
+    const char *n = getenv(WHALE_ENV_NODE);
+    char host[256];
+    if (!n || !*n) {
+        if (gethostname(host, sizeof host))
+            snprintf(host, sizeof host, "?");
+        host[sizeof host - 1] = 0;
+        n = host;
+    }
+    return XXH64(n, strlen(n), 0);
+}
+
+static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot, int zero)
+{
+    whale_group *all = whale_all_tasks(ctx);
+    const int n = whale_ntasks(ctx), me = whale_task_id(ctx);
+    int tp, pp, dp;
+    whale_degrees(ctx, &tp, &pp, &dp);
+    const int world = tp * pp * dp;
+    int64_t mine[4] = { (int64_t)node_hash(), whale_rank(ctx), (int64_t)my_slot, zero };
+    int64_t *v = calloc((size_t)n * 4, sizeof *v);
+    int *rank_node = calloc((size_t)world, sizeof(int)), *spare_node = calloc((size_t)n, sizeof(int));
+    int *spare_task = calloc((size_t)n, sizeof(int)), *hold = calloc((size_t)world, sizeof(int));
+    uint64_t *nodes = calloc((size_t)n, sizeof(uint64_t));
+    te->holder_task = calloc((size_t)world, sizeof(int));
+    te->slot_bytes = calloc((size_t)world, sizeof(size_t));
+    te->hold_off = calloc((size_t)world, sizeof(size_t));
+    int rc = WHALE_ENOMEM, nn = 0, ns = 0;
+    if (!v || !rank_node || !spare_node || !spare_task || !hold || !nodes || !te->holder_task ||
+        !te->slot_bytes || !te->hold_off)
+        goto out;
+    if ((rc = whale_allgather(all, mine, v, 4, WHALE_INT64))) {
+        whale_error("elastic setup: exchange over all tasks failed: %s", whale_strerror(rc));
+        goto out;
+    }
+    te->world = world;
+    te->ntasks = n;
+    int *task_of = calloc((size_t)world, sizeof(int));
+    if (!task_of) {
+        rc = WHALE_ENOMEM;
+        goto out;
+    }
+    for (int r = 0; r < world; r++)
+        task_of[r] = -1;
+    for (int t = 0; t < n; t++) {
+        int k = 0;
+        while (k < nn && nodes[k] != (uint64_t)v[t * 4])
+            k++;
+        if (k == nn)
+            nodes[nn++] = (uint64_t)v[t * 4];
+        int r = (int)v[t * 4 + 1];
+        if (r >= 0 && r < world) {
+            task_of[r] = t;
+            rank_node[r] = k;
+            te->slot_bytes[r] = (size_t)v[t * 4 + 2];
+            te->zero = (int)v[t * 4 + 3];
+        } else {
+            spare_task[ns] = t;
+            spare_node[ns++] = k;
+        }
+    }
+    rc = 0;
+    for (int r = 0; r < world; r++)
+        if (task_of[r] < 0) {
+            whale_error("elastic setup: no task holds logical rank %d", r);
+            rc = WHALE_EINVAL;
+        }
+    struct whale_red_layout l = { .tp = tp, .pp = pp, .dp = dp, .zero = te->zero,
+                                  .rank_node = rank_node, .nspares = ns,
+                                  .spare_node = spare_node };
+    if (!rc)
+        rc = whale_red_holders(&l, hold);
+    size_t off_of_task_len = 0;
+    for (int r = 0; r < world && !rc; r++) {
+        int h = hold[r];
+        te->holder_task[r] = h == WHALE_RED_NO_HOLDER ? -1 : h >= 0 ? task_of[h]
+                                                                     : spare_task[-h - 1];
+        if (te->slot_bytes[r] == 0)
+            te->holder_task[r] = -1;
+    }
+    /* offsets inside each holder's region, in rank order */
+    for (int t = 0; t < n && !rc; t++) {
+        size_t off = 0;
+        for (int r = 0; r < world; r++)
+            if (te->holder_task[r] == t) {
+                te->hold_off[r] = off;
+                off += 2 * te->slot_bytes[r];
+            }
+        if (t == me)
+            off_of_task_len = off;
+    }
+    free(task_of);
+    if (rc)
+        goto out;
+    te->hold_len = off_of_task_len;
+    if (te->hold_len) {
+        te->hold = calloc(1, te->hold_len);
+        if (!te->hold) {
+            whale_error("elastic setup: cannot allocate %zu bytes for the copies this task holds",
+                        te->hold_len);
+            rc = WHALE_ENOMEM;
+            goto out;
+        }
+        if ((rc = whale_region_register(ctx, te->hold, te->hold_len, &te->region)))
+            goto out;
+    }
+    if ((rc = whale_region_exchange(all, te->region, &te->remotes)))
+        goto out;
+    int myr = whale_rank(ctx);
+    if (whale_rank(ctx) == 0 || (myr < 0 && me == spare_task[0])) {
+        int64_t tot = 0;
+        for (int r = 0; r < world; r++)
+            tot += te->holder_task[r] >= 0 ? (int64_t)te->slot_bytes[r] : 0;
+        whale_info("elastic: in-memory copies on %s, %lld bytes per refresh in all (every %d "
+                   "step%s)%s", ns ? "the spare tasks" : "buddy ranks", (long long)tot, te->every,
+                   te->every == 1 ? "" : "s",
+                   tot == 0 ? " - nothing to copy: the DP replicas hold all state" : "");
+    }
+out:
+    free(v);
+    free(rank_node);
+    free(spare_node);
+    free(spare_task);
+    free(hold);
+    free(nodes);
+    return rc;
+}
+
+/* Point this rank's store at its holder (the logical rank r it now holds). */
+static void te_attach(struct train_elastic *te, int r, int me)
+{
+    if (!te->every) /* WHALE_REDUNDANCY_EVERY=0: local rollback images only */
+        return;
+    if (!te->red || r < 0 || r >= te->world || te->holder_task[r] < 0 || !te->remotes)
+        return;
+    int h = te->holder_task[r];
+    for (int i = 0; i < te->ev.nfailed && te->ev.epoch; i++)
+        if (te->ev.failed_task[i] == h) {
+            whale_warn("elastic: the holder of rank %d's copy (task %d) failed; rank %d keeps "
+                       "local rollback images only", r, h, r);
+            te->holder_task[r] = -1;
+            return;
+        }
+    if (h == me)
+        whale_warn("elastic: rank %d's copy is now held by its own task (no other holder left): "
+                   "it survives a failed step but not the loss of this task", r);
+    if (!te->remotes[h] ||
+        whale_remote_size(te->remotes[h]) < te->hold_off[r] + 2 * te->slot_bytes[r] ||
+        te->slot_bytes[r] != whale_red_remote_slot_bytes(te->red)) {
+        whale_warn("elastic: holder task %d has no room for rank %d's copy; local images only", h,
+                   r);
+        return;
+    }
+    struct whale_red_target t;
+    if (!whale_red_target_rma(te->remotes[h], te->hold_off[r], &t))
+        whale_red_set_target(te->red, &t);
+}
+
+int te_spare(struct train_elastic *te, whale_ctx *ctx)
+{
+    if (!te->elastic) {
+        whale_info("hot spare: idle (the step is not elastic)");
+        return 1;
+    }
+    int rc = te_exchange(te, ctx, 0, 0);
+    if (rc)
+        return rc;
+    whale_info("hot spare: holding %zu bytes of copies, waiting to be called in", te->hold_len);
+    rc = whale_spare_wait(ctx, &te->ev);
+    if (rc == WHALE_EDONE)
+        return 1;
+    if (rc == WHALE_ENOTSUP) {
+        whale_warn("hot spare: promotion is not available in this build (membership API "
+                   "missing); idle");
+        return 1;
+    }
+    if (rc) {
+        whale_error("hot spare: %s", whale_strerror(rc));
+        return rc;
+    }
+    te->promoted = true;
+    te->fault_rank = -1; /* a replacement never inherits the failed rank's faults */
+    whale_info("hot spare: promoted to rank %d", whale_rank(ctx));
+    return 0;
+}
+
+static void write_event(struct train_elastic *te, FILE *mf)
+{
+    whale_recovery_log(&te->rep);
+    if (!mf)
+        return;
+    char *s = whale_recovery_json(&te->rep);
+    if (s) {
+        fprintf(mf, "%s\n", s);
+        fflush(mf);
+        free(s);
+    }
+}
+
+/* ---- restore after a membership change ----------------------------------- */
+/* Can I provide rollback step s? Survivor: a local image. Replacement: the
+ * held copy (local memory when I hold it, else fetched) or, with nothing to
+ * copy (the DP replicas hold everything), the replica. */
+static unsigned char *fetch_copy(struct train_elastic *te, int r, int me)
+{
+    int h = r >= 0 && r < te->world ? te->holder_task[r] : -1;
+    if (h < 0)
+        return NULL;
+    size_t len = 2 * te->slot_bytes[r];
+    unsigned char *buf = malloc(len);
+    if (!buf)
+        return NULL;
+    if (h == me && te->hold) {
+        memcpy(buf, te->hold + te->hold_off[r], len);
+        return buf;
+    }
+    whale_req *req = NULL;
+    if (!te->remotes || !te->remotes[h] ||
+        whale_iget(te->remotes[h], te->hold_off[r], buf, len, &req) || whale_wait(req)) {
+        whale_warn("elastic: cannot read rank %d's copy from task %d", r, h);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bool joiner,
+                   int64_t agreed, int64_t *R, const char **source)
+{
+    const int me = whale_task_id(ctx), r = whale_rank(ctx);
+    unsigned char *copy = NULL;
+    int64_t held[2] = { -1, -1 };
+    bool torn[2] = { false, false };
+    bool replica_only = joiner && (r >= te->world || te->holder_task[r] < 0);
+    if (joiner && !replica_only && (copy = fetch_copy(te, r, me)))
+        whale_red_scan(copy, te->slot_bytes[r], held, torn);
+    int64_t loc[2] = { -1, -1 };
+    if (!joiner && te->red && whale_red_fits(te->red, e))
+        whale_red_local_steps(te->red, loc);
+    /* flags[i]: I can provide step agreed - i */
+    int32_t flags[3];
+    for (int i = 0; i < 3; i++) {
+        int64_t s = agreed - i;
+        bool ok = s >= 0 && (joiner ? (replica_only || held[0] == s || held[1] == s)
+                                    : (loc[0] == s || loc[1] == s));
+        flags[i] = ok;
+    }
+    int rc = whale_allreduce(whale_world(ctx), flags, flags, 3, WHALE_INT32, WHALE_MIN);
+    if (rc) {
+        free(copy);
+        return rc;
+    }
+    int pick = -1;
+    for (int i = 0; i < 3 && pick < 0; i++)
+        if (flags[i])
+            pick = i;
+    if (pick < 0) {
+        free(copy);
+        return WHALE_ENOENT; /* state lost in memory: the caller goes to disk */
+    }
+    *R = agreed - pick;
+    bool complete = false;
+    if (joiner && !replica_only)
+        rc = whale_red_restore_slot(e, copy, te->slot_bytes[r], *R, &complete);
+    else if (!joiner)
+        rc = whale_red_rollback(te->red, e, *R);
+    free(copy);
+    /* a local failure here cannot be agreed on any more: stop loudly */
+    if (rc)
+        return rc;
+    /* DP-replicated pieces and the scalars from a surviving replica: the
+     * lowest DP rank that is not a replacement */
+    whale_group *dpg = whale_dp_group(ctx);
+    int32_t j = joiner ? 1 : 0, js[1024];
+    int dsz = whale_group_size(dpg);
+    if (dsz > 1 && dsz <= 1024) {
+        if ((rc = whale_allgather(dpg, &j, js, 1, WHALE_INT32)))
+            return rc;
+        int root = -1, njoin = 0;
+        for (int i = 0; i < dsz; i++) {
+            njoin += js[i];
+            if (!js[i] && root < 0)
+                root = i;
+        }
+        if (njoin && root >= 0) {
+            if ((rc = whale_red_sync_replicated(e, dpg, root, te->zero)))
+                return rc;
+            struct whale_train_state ts;
+            whale_engine_get_state(e, &ts);
+            if ((rc = whale_broadcast(dpg, &ts, sizeof ts, WHALE_UINT8, root)) ||
+                (rc = whale_engine_set_state(e, &ts)))
+                return rc;
+        } else if (njoin && root < 0) {
+            whale_error("elastic: every member of DP group is new; nothing to copy from");
+            return WHALE_ENOENT;
+        }
+    }
+    *source = joiner ? (replica_only ? "replica" : complete ? "memory" : "memory+replica")
+                     : "memory";
+    return 0;
+}
+
+static int restore_disk(whale_engine *e, const char *root, int64_t *R)
+{
+    if (!root) {
+        whale_error("elastic: state lost in memory (a rank and the holder of its copy) and no "
+                    "checkpoint directory to restore from");
+        return WHALE_ENOENT;
+    }
+    char *dir = NULL;
+    int rc = whale_ckpt_resolve(root, "latest", &dir);
+    if (rc) {
+        whale_error("elastic: state lost in memory and no checkpoint under %s", root);
+        return rc;
+    }
+    whale_ckpt_reader *rd = NULL;
+    rc = whale_ckpt_reader_open(dir, &rd);
+    if (!rc)
+        rc = whale_ckpt_load_engine(rd, e);
+    whale_ckpt_reader_close(rd);
+    free(dir);
+    if (!rc) {
+        struct whale_train_state ts;
+        whale_engine_get_state(e, &ts);
+        *R = ts.step;
+    }
+    return rc;
+}
+
+static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
+{
+    int tp, pp, dp;
+    whale_degrees(ctx, &tp, &pp, &dp);
+    whale_red_destroy(te->red);
+    te->red = NULL;
+    struct whale_red_config rc = { .dp = dp, .zero = te->zero, .every = te->every ? te->every : 1 };
+    return whale_red_create(e, &rc, &te->red);
+}
+
+int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
+{
+    whale_engine_set_phase_hook(*job->e, on_phase, te);
+    if (!te->elastic)
+        return 0;
+    te->zero = job->ec->zero_stage;
+    te->mf = job->metrics ? *job->metrics : NULL;
+    if (te->promoted) {
+        /* the failed rank's place: its state from the copy / the replica */
+        double t0 = now_s();
+        int64_t R = -1;
+        const char *src = "memory";
+        int rc = restore(te, ctx, *job->e, true, te->ev.agreed_step, &R, &src);
+        if (rc == WHALE_ENOENT)
+            rc = restore_disk(*job->e, job->ckpt_root, &R), src = "disk";
+        if (rc)
+            return rc;
+        te->last_done = R;
+        /* the record is written (by whoever is rank 0 now) once the redo is done */
+        memset(&te->rep, 0, sizeof te->rep);
+        te->rep.kind = te->ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk"
+                     : !strcmp(src, "disk")              ? "restored" : "replaced";
+        te->rep.how = detect_name(te->ev.how);
+        te->rep.nfailed = te->ev.nfailed < 8 ? te->ev.nfailed : 8;
+        for (int i = 0; i < te->rep.nfailed; i++) {
+            te->rep.failed_rank[i] = te->ev.failed_rank[i];
+            snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s",
+                     te->ev.failed_node[i]);
+        }
+        te->rep.failed_step = te->ev.agreed_step + 1;
+        te->rep.rollback_step = R;
+        te->rep.steps_lost = te->ev.agreed_step > R ? te->ev.agreed_step - R : 0;
+        te->rep.detect_s = te->ev.detect_s;
+        te->rep.agree_s = te->ev.agree_s;
+        te->rep.rebuild_s = te->ev.rebuild_s;
+        te->rep.transfer_s = now_s() - t0;
+        te->rep.source = src;
+        whale_degrees(ctx, &te->rep.tp, &te->rep.pp, &te->rep.dp);
+        te->pending = true;
+        te->redo_t0 = now_s();
+        if ((rc = new_store(te, ctx, *job->e)))
+            return rc;
+        te_attach(te, whale_rank(ctx), whale_task_id(ctx));
+        whale_info("elastic: took rank %d's place at step %lld (state from %s, %.2f s)",
+                   whale_rank(ctx), (long long)R, src, now_s() - t0);
+        return whale_red_snapshot(te->red, *job->e);
+    }
+    int rc = new_store(te, ctx, *job->e);
+    if (!rc)
+        rc = te_exchange(te, ctx, te->every ? whale_red_remote_slot_bytes(te->red) : 0,
+                         te->zero);
+    if (rc)
+        return rc;
+    te_attach(te, whale_rank(ctx), whale_task_id(ctx));
+    struct whale_train_state ts;
+    whale_engine_get_state(*job->e, &ts);
+    te->last_done = ts.step;
+    return whale_red_snapshot(te->red, *job->e);
+}
+
+void te_step_begin(struct train_elastic *te, int64_t step1)
+{
+    whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_START);
+}
+
+void te_ckpt_started(struct train_elastic *te, int64_t step1)
+{
+    whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_CKPT);
+}
+
+int te_step_done(struct train_elastic *te, whale_engine *e)
+{
+    struct whale_train_state ts;
+    whale_engine_get_state(e, &ts);
+    te->last_done = ts.step;
+    if (!te->elastic || !te->red)
+        return 0;
+    struct whale_red_stats a, b;
+    whale_red_get_stats(te->red, &a);
+    int rc = whale_red_snapshot(te->red, e);
+    whale_red_get_stats(te->red, &b);
+    te->snap_s = (b.t_serialize - a.t_serialize) + (b.t_wait - a.t_wait);
+    te->snap_bytes = b.refreshes > a.refreshes ? (double)b.remote_bytes : 0;
+    if (rc == WHALE_EPEER || rc == WHALE_ETIMEDOUT) {
+        /* the holder is gone: the failure shows up in the next step too */
+        if (!te->warned_target)
+            whale_warn("elastic: the holder of this rank's copy is unreachable");
+        te->warned_target = true;
+        whale_red_set_target(te->red, NULL);
+        rc = 0;
+    }
+    if (te->pending && ts.step >= te->rep.failed_step) {
+        te->rep.redo_s = now_s() - te->redo_t0;
+        te->pending = false;
+        write_event(te, te->mf);
+    }
+    return rc;
+}
+
+void te_step_metrics(const struct train_elastic *te, double *snap_s, double *bytes)
+{
+    *snap_s = te->elastic ? te->snap_s : 0;
+    *bytes = te->elastic ? te->snap_bytes : 0;
+}
+
+static void stop_message(struct train_elastic *te, struct train_job *job, int64_t step1,
+                         const char *why)
+{
+    whale_error("stopping: step %lld could not be completed: %s. Work up to the last "
+                "checkpoint is kept%s%s; resume with `whale-train ... --resume latest%s%s` "
+                "(same options)", (long long)step1, why,
+                job->ckpt_root ? " under " : " (no checkpoint directory was set: the run "
+                "restarts from step 0; set --whale-ckpt-dir and --whale-ckpt-every)",
+                job->ckpt_root ? job->ckpt_root : "", job->ckpt_root ? " --whale-ckpt-dir " : "",
+                job->ckpt_root ? job->ckpt_root : "");
+    struct whale_recovery_report r = { .kind = "stopped", .how = "crash", .nfailed = 0,
+                                       .failed_step = step1, .rollback_step = te->last_done,
+                                       .source = "none" };
+    FILE *mf = job->metrics ? *job->metrics : NULL;
+    if (mf) {
+        char *s = whale_recovery_json(&r);
+        if (s) {
+            fprintf(mf, "%s\n", s);
+            fflush(mf);
+            free(s);
+        }
+    }
+}
+
+int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, int step_rc,
+               int64_t failed_step1, int64_t *redo_from)
+{
+    if (step_rc != WHALE_EPEER && step_rc != WHALE_ETIMEDOUT) {
+        whale_error("stopping: step %lld failed: %s", (long long)failed_step1,
+                    whale_strerror(step_rc));
+        return -1;
+    }
+    if (!te->elastic) {
+        stop_message(te, job, failed_step1,
+                     "a peer failed and the step is not elastic (no hot spares: srun "
+                     "--whale-spares=N or whale-run --spares N; WHALE_ELASTIC=1 lets DP > 1 "
+                     "shrink)");
+        return -1;
+    }
+    const double t0 = now_s();
+    struct whale_membership_event ev;
+    memset(&ev, 0, sizeof ev);
+    int rc = whale_elastic_recover(ctx, te->last_done, &ev);
+    if (rc == WHALE_EMINORITY) {
+        whale_error("stopping: this task is cut off from the majority of the step; the others "
+                    "go on (nothing shared is written from here)");
+        return -1;
+    }
+    if (rc) {
+        stop_message(te, job, failed_step1,
+                     rc == WHALE_ENOFIT ? "a rank failed, no spare is left and DP = 1"
+                     : rc == WHALE_ENOTSUP ? "elastic recovery is not available in this build"
+                                           : whale_strerror(rc));
+        return -1;
+    }
+    te->ev = ev;
+    const double t_agreed = now_s();
+    memset(&te->rep, 0, sizeof te->rep);
+    te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";
+    te->rep.how = detect_name(ev.how);
+    te->rep.nfailed = ev.nfailed < 8 ? ev.nfailed : 8;
+    for (int i = 0; i < te->rep.nfailed; i++) {
+        te->rep.failed_rank[i] = ev.failed_rank[i];
+        snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s", ev.failed_node[i]);
+    }
+    te->rep.failed_step = failed_step1;
+    te->rep.detect_s = ev.detect_s;
+    te->rep.agree_s = ev.agree_s;
+    te->rep.rebuild_s = ev.rebuild_s;
+    whale_engine_destroy(*job->e);
+    *job->e = NULL;
+    if (whale_is_spare(ctx)) {
+        /* my DP replica was dropped: wait to be called in again */
+        whale_info("elastic: DP replica dropped; this task is a spare now");
+        whale_red_destroy(te->red);
+        te->red = NULL;
+        int s = whale_spare_wait(ctx, &te->ev);
+        if (s == WHALE_EDONE)
+            return 1;
+        whale_error("stopping: a dropped replica's task %s",
+                    s ? whale_strerror(s) : "was called in again (not supported yet)");
+        return -1;
+    }
+    /* the new layout */
+    int tpr, ppr;
+    whale_degrees(ctx, job->tp, job->pp, job->dp);
+    whale_coords(ctx, &tpr, &ppr, job->dp_rank);
+    *job->rank = whale_rank(ctx);
+    *job->world = whale_world_size(ctx);
+    if (ev.kind == WHALE_RECOVERY_SHRUNK && ev.old_dp != *job->dp) {
+        long acc = *job->accum * ev.old_dp;
+        if (acc % *job->dp) {
+            stop_message(te, job, failed_step1, "after dropping a DP replica the global batch "
+                         "does not split over the remaining replicas");
+            return -1;
+        }
+        *job->accum = acc / *job->dp;
+        job->ec->grad_accum = (int)*job->accum;
+        whale_data_close(*job->data);
+        *job->data = NULL;
+        job->dc->local_batch = job->ec->micro_batch * (int)*job->accum;
+        job->dc->dp_rank = *job->dp_rank;
+        job->dc->dp_size = *job->dp;
+        size_t bt = (size_t)job->dc->local_batch * job->dc->seq;
+        int32_t *in = realloc(*job->in, bt * sizeof(int32_t));
+        if (in)
+            *job->in = in;
+        int32_t *tg = realloc(*job->tg, bt * sizeof(int32_t));
+        if (tg)
+            *job->tg = tg;
+        if (!in || !tg || whale_data_open(job->dc, job->data)) {
+            stop_message(te, job, failed_step1, "could not reopen the data after the shrink");
+            return -1;
+        }
+        whale_info("elastic: DP %d -> %d, %ld micro-batches per replica (global batch kept)",
+                   ev.old_dp, *job->dp, *job->accum);
+    }
+    job->ec->tp = *job->tp;
+    job->ec->pp = *job->pp;
+    const double t_rb0 = now_s();
+    if ((rc = whale_engine_create(job->ec, ctx, job->e))) {
+        stop_message(te, job, failed_step1, "the engine could not be rebuilt on the new groups");
+        return -1;
+    }
+    whale_engine_set_phase_hook(*job->e, on_phase, te);
+    const double t_rb1 = now_s();
+    int64_t R = -1;
+    const char *src = "memory";
+    rc = restore(te, ctx, *job->e, false, ev.agreed_step, &R, &src);
+    if (rc == WHALE_ENOENT) {
+        whale_warn("elastic: state of step %lld is not in memory everywhere: restoring the last "
+                   "checkpoint inside the running step", (long long)ev.agreed_step);
+        rc = restore_disk(*job->e, job->ckpt_root, &R);
+        src = "disk";
+        te->rep.kind = "restored";
+    }
+    if (rc) {
+        stop_message(te, job, failed_step1, "the state could not be restored after recovery");
+        return -1;
+    }
+    te->rep.transfer_s = now_s() - t_rb1;
+    te->rep.rebuild_s += t_rb1 - t_rb0;
+    te->rep.source = src;
+    te->rep.rollback_step = R;
+    te->rep.steps_lost = (failed_step1 - 1) - R > 0 ? (failed_step1 - 1) - R : 0;
+    te->rep.tp = *job->tp;
+    te->rep.pp = *job->pp;
+    te->rep.dp = *job->dp;
+    if (ev.kind == WHALE_RECOVERY_SHRUNK && job->ck && *job->ck) {
+        /* the checkpointer writes the new world's shards from now on */
+        whale_ckpt_close(*job->ck);
+        *job->ck = NULL;
+        job->ckc->rank = *job->rank;
+        job->ckc->world = *job->world;
+        if (whale_ckpt_open(job->ckc, job->ck))
+            whale_warn("elastic: checkpoints are off after the shrink (could not reopen)");
+    }
+    if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK) {
+        /* a new layout (or disk state): images of the old one are useless */
+        if ((rc = new_store(te, ctx, *job->e)))
+            return -1;
+        if (ev.kind != WHALE_RECOVERY_SHRUNK)
+            te_attach(te, *job->rank, whale_task_id(ctx));
+        else
+            whale_warn("elastic: after the shrink the in-memory copies are local rollback "
+                       "images only");
+    } else {
+        te_attach(te, *job->rank, whale_task_id(ctx));
+    }
+    whale_red_snapshot(te->red, *job->e);
+    te->last_done = R;
+    te->pending = true;
+    te->redo_t0 = now_s();
+    (void)t0;
+    (void)t_agreed;
+    *redo_from = R;
+    return 0;
+}

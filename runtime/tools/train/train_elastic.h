@@ -1,0 +1,62 @@
+/* whale-train's side of elastic training (issue 11, state half): fault
+ * injection points, the per-step in-memory copy, the spare's wait and
+ * promotion, and the recovery loop after a failed step. whale-train.c only
+ * calls these hooks; see train_elastic.c. */
+#ifndef WHALE_TRAIN_ELASTIC_H
+#define WHALE_TRAIN_ELASTIC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "whale/ckpt.h"
+#include "whale/comm.h"
+#include "whale/data.h"
+#include "whale/engine.h"
+
+struct train_elastic;
+
+/* What recovery may rebuild: the engine, the data reader and the batch
+ * buffers (a shrink changes DP and the micro-batches per replica). */
+struct train_job {
+    whale_engine **e;
+    struct whale_engine_config *ec;
+    whale_data **data;
+    struct whale_data_config *dc;
+    int32_t **in, **tg;
+    long *accum;
+    int *rank, *world, *tp, *pp, *dp, *dp_rank;
+    FILE **metrics;         /* rank 0's metrics file (NULL elsewhere) */
+    const char *metrics_path;
+    const char *ckpt_root;  /* for the in-step restore from disk (NULL: none) */
+    whale_ckpt **ck;        /* the checkpointer (reopened for a new world) */
+    whale_ckpt_config *ckc;
+};
+
+/* Right after whale_init: parses WHALE_FAULT and WHALE_REDUNDANCY_EVERY
+ * (a bad value: message, returns 2). */
+int  te_init(struct train_elastic **out, whale_ctx *ctx);
+/* clean: the run ended normally (working ranks wait for every owner's last
+ * refresh before the holders drop their registrations). Before whale_finalize. */
+void te_free(struct train_elastic *te, bool clean);
+/* Spare task: offer memory for copies, then wait. 1: the step ended (exit
+ * 0); 0: promoted (carry on as the rank the ctx now has); < 0: failure. */
+int  te_spare(struct train_elastic *te, whale_ctx *ctx);
+bool te_promoted(const struct train_elastic *te);
+/* Every working rank once its engine and data exist (a promoted spare:
+ * takes the failed rank's state here). 0 or < 0. */
+int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);
+/* Hooks around a step (step1: 1-based number of the step being computed). */
+void te_step_begin(struct train_elastic *te, int64_t step1);
+void te_ckpt_started(struct train_elastic *te, int64_t step1);
+/* After a completed step: the copy (snapshot + refresh of the holder). */
+int  te_step_done(struct train_elastic *te, whale_engine *e);
+/* Seconds and bytes of the last snapshot, for the step's metrics line. */
+void te_step_metrics(const struct train_elastic *te, double *snap_s, double *bytes);
+/* After a step failed with rc: recover and return 0 with *redo_from = the
+ * 0-based step to compute next, or < 0 (a message saying what happened
+ * and how to resume was logged). */
+int  te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, int step_rc,
+                int64_t failed_step1, int64_t *redo_from);
+
+#endif
