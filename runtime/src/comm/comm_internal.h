@@ -138,6 +138,7 @@ struct whale_ctx {
     pthread_t thread;
     bool thread_running, stop;
     bool fenced;         /* finalize: every task has left the last barrier */
+    bool closing;        /* finalize passed its barrier: peers leaving is no failure */
     atomic_int nwaiters;
     int nactive;              /* operations queued or running, all groups */
     whale_group *active;      /* groups with queued operations */
@@ -162,7 +163,20 @@ struct whale_ctx {
     whale_group **groups;     /* every live group (failure marking) */
     int ngroups, capgroups;
     struct whale_nccl *nccl;  /* device backend state, or NULL */
+    struct comm_elastic *el;  /* membership, detector (el_internal.h) */
+    int wakefd;               /* eventfd: wakes the progress thread from poll(), -1 none */
+    int efd;                  /* UCX worker event fd, -1 none */
+    int nregions;             /* registered RMA regions (rma.c) */
 };
+
+/* Wake the progress thread (new work, a waiter left, stop). lock held. */
+void comm_wake(whale_ctx *ctx);
+/* The progress thread must keep serving the worker while idle (pending
+ * operations, registered regions, heartbeats). */
+bool comm_needs_thread(const whale_ctx *ctx);
+/* init.c: (re)build all/world/TP/PP/DP from ctx->boot; member NULL: every
+ * task. gid_base: gids gid_base + {0,3,6,9,12}. */
+int comm_std_groups(whale_ctx *ctx, uint16_t gid_base, const uint8_t *member);
 
 /* ucx.c */
 int comm_ucx_init(whale_ctx *ctx);
@@ -174,6 +188,8 @@ uint64_t comm_tag_p2p(uint16_t gid, int src, int tag);
 int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_group *g,
               const struct sched_xfer *x, uint32_t seq);
 void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
+/* how: enum whale_detect; lat: seconds since its last sign of life. */
+void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, double lat);
 void comm_watchdog(whale_ctx *ctx);
 
 /* rma.c: completes finished RMA requests, fails those to dead targets;
@@ -207,6 +223,7 @@ double comm_get_gamma(void);
 /* nccl.c */
 void comm_nccl_fini(whale_ctx *ctx);
 void comm_nccl_group_free(whale_group *g);
+void comm_nccl_abort_all(whale_ctx *ctx);   /* after a failure: abort, never finalize */
 
 /* build.c: turn (collective, algorithm, buffers) into stages */
 int comm_build(comm_op_t *op, const void *send, void *recv, size_t count, int root);

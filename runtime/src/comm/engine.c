@@ -6,6 +6,8 @@
  * caller is waiting, and backs off to short sleeps when nothing moves (the
  * CPU is shared with compute threads). */
 #include <errno.h>
+#include <poll.h>
+#include <unistd.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "comm/el_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -202,6 +205,8 @@ int comm_progress(whale_ctx *ctx)
         comm_watchdog(ctx);
     if (ctx->rma)
         events += comm_rma_progress(ctx);
+    if (ctx->el)
+        events += el_poll(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {
         comm_op_t *op = *po;
         if (op_advance(op, &events) ||
@@ -278,7 +283,7 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
         ctx->nactive++;
     }
     if (atomic_load(&ctx->nwaiters) == 0 && ctx->thread_running)
-        pthread_cond_signal(&ctx->cond);
+        comm_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return 0;
 }
@@ -328,8 +333,8 @@ static int wait_counted(whale_req *req)
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;
     comm_op_unref(req);
-    if (atomic_fetch_sub(&ctx->nwaiters, 1) == 1 && ctx->nactive > 0)
-        pthread_cond_signal(&ctx->cond);
+    if (atomic_fetch_sub(&ctx->nwaiters, 1) == 1 && comm_needs_thread(ctx))
+        comm_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return st;
 }
@@ -375,6 +380,56 @@ int comm_run_blocking(whale_ctx *ctx, comm_op_t *op)
     return wait_counted(op);
 }
 
+bool comm_needs_thread(const whale_ctx *ctx)
+{
+    return ctx->nactive > 0 || ctx->nregions > 0 ||
+           (ctx->el && (ctx->el->armed || ctx->el->waiting_spare));
+}
+
+void comm_wake(whale_ctx *ctx)
+{
+    pthread_cond_signal(&ctx->cond);
+    if (ctx->wakefd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(ctx->wakefd, &one, sizeof one);
+        (void)w; /* a full counter already wakes the thread */
+    }
+}
+
+/* Idle: sleep in the kernel until UCX has an event (a message, an RMA
+ * request of a peer over TCP, a heartbeat), comm_wake, or the next
+ * heartbeat is due. ctx->lock held on entry and exit. */
+static void idle_sleep(whale_ctx *ctx)
+{
+    double d = ctx->el ? el_next_deadline(ctx) : -1;
+    if (ctx->efd < 0) {
+        if (d < 0) {
+            pthread_cond_wait(&ctx->cond, &ctx->lock);
+        } else {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + (long)(d * 1e9);
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&ctx->cond, &ctx->lock, &ts);
+        }
+        return;
+    }
+    /* Arm only once the worker has nothing left to do (else UCS_ERR_BUSY). */
+    if (ucp_worker_arm(ctx->worker) != UCS_OK)
+        return;
+    struct pollfd pf[2] = { { .fd = ctx->efd, .events = POLLIN }, { .fd = ctx->wakefd, .events = POLLIN } };
+    int ms = d < 0 ? -1 : (int)(d * 1000.0) + 1;
+    pthread_mutex_unlock(&ctx->lock);
+    int n = poll(pf, 2, ms);
+    if (n > 0 && (pf[1].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t r = read(ctx->wakefd, &v, sizeof v);
+        (void)r;
+    }
+    pthread_mutex_lock(&ctx->lock);
+}
+
 static void *progress_main(void *arg)
 {
     whale_ctx *ctx = arg;
@@ -384,8 +439,23 @@ static void *progress_main(void *arg)
     int idle = 0;
     pthread_mutex_lock(&ctx->lock);
     while (!ctx->stop) {
-        if (ctx->nactive == 0 || atomic_load(&ctx->nwaiters) > 0) {
+        if (atomic_load(&ctx->nwaiters) > 0) {
+            /* the waiter progresses (and sends heartbeats) itself */
             pthread_cond_wait(&ctx->cond, &ctx->lock);
+            idle = 0;
+            continue;
+        }
+        if (ctx->nactive == 0 && !comm_needs_thread(ctx)) {
+            pthread_cond_wait(&ctx->cond, &ctx->lock);
+            idle = 0;
+            continue;
+        }
+        if (ctx->nactive == 0) {
+            /* Nothing queued: serve what arrives (heartbeats, one-sided
+             * transfers of peers, control messages), then sleep. */
+            if (comm_progress(ctx) == 0 && ctx->nactive == 0 && !ctx->stop &&
+                atomic_load(&ctx->nwaiters) == 0)
+                idle_sleep(ctx);
             idle = 0;
             continue;
         }
@@ -419,6 +489,7 @@ void comm_thread_stop(whale_ctx *ctx)
     pthread_mutex_lock(&ctx->lock);
     ctx->stop = true;
     pthread_cond_broadcast(&ctx->cond);
+    comm_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     pthread_join(ctx->thread, NULL);
     ctx->thread_running = false;

@@ -8,9 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/el_internal.h"
 #include "whale/env.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -68,6 +70,11 @@ static int wireup(whale_ctx *ctx)
     if (b->ntasks > 1) {
         if ((rc = comm_ucx_init(ctx)))
             return rc;
+        /* The progress thread sleeps in poll() on the worker's event fd
+         * and this eventfd (comm_wake) while idle. */
+        if (ucp_worker_get_efd(ctx->worker, &ctx->efd) != UCS_OK)
+            ctx->efd = -1;
+        ctx->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         ucs_status_t st = ucp_worker_get_address(ctx->worker, &addr, &alen);
         if (st != UCS_OK) {
             whale_error("ucp_worker_get_address: %s", ucs_status_string(st));
@@ -129,21 +136,25 @@ out:
     return rc;
 }
 
-static int std_groups(whale_ctx *ctx)
+int comm_std_groups(whale_ctx *ctx, uint16_t gid_base, const uint8_t *member)
 {
     struct boot *b = &ctx->boot;
     int n = b->ntasks > b->world ? b->ntasks : b->world;
     int *tasks = malloc(sizeof(int) * (size_t)n), *wr = malloc(sizeof(int) * (size_t)n);
-    int rc = 0;
+    int rc = 0, na = 0;
+    ctx->all = ctx->world = ctx->tp = ctx->pp = ctx->dp = NULL;
     if (!tasks || !wr) {
         rc = WHALE_ENOMEM;
         goto out;
     }
     for (int t = 0; t < b->ntasks; t++) {
-        tasks[t] = t;
-        wr[t] = b->rank_of_task[t];
+        if (member && !member[t])
+            continue;
+        tasks[na] = t;
+        wr[na] = b->rank_of_task[t];
+        na++;
     }
-    if ((rc = comm_group_new(ctx, GID_ALL, tasks, wr, b->ntasks, false, &ctx->all)))
+    if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + GID_ALL), tasks, wr, na, false, &ctx->all)))
         goto out;
     if (b->spare)
         goto out;
@@ -151,7 +162,7 @@ static int std_groups(whale_ctx *ctx)
         tasks[r] = b->task_of_rank[r];
         wr[r] = r;
     }
-    if ((rc = comm_group_new(ctx, GID_WORLD, tasks, wr, b->world, false, &ctx->world)))
+    if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + GID_WORLD), tasks, wr, b->world, false, &ctx->world)))
         goto out;
     const int TP = b->tp, DP = b->dp, PP = b->pp;
 #define RANK(pp, dp, tp) ((((pp) * DP) + (dp)) * TP + (tp))
@@ -164,7 +175,8 @@ static int std_groups(whale_ctx *ctx)
             wr[i] = r;
             tasks[i] = b->task_of_rank[r];
         }
-        if ((rc = comm_group_new(ctx, (uint16_t)kinds[k].gid, tasks, wr, kinds[k].n, false, kinds[k].out)))
+        if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + kinds[k].gid), tasks, wr, kinds[k].n,
+                                 false, kinds[k].out)))
             goto out;
     }
 #undef RANK
@@ -202,13 +214,14 @@ int whale_init(whale_ctx **out)
     pthread_mutex_init(&ctx->lock, NULL);
     pthread_cond_init(&ctx->cond, NULL);
     ctx->next_gid = GID_FIRST_FREE;
+    ctx->wakefd = ctx->efd = -1;
     int rc = read_knobs(ctx);
     if (rc)
         goto fail;
     if ((rc = boot_init(&ctx->boot)))
         goto fail;
     whale_log_set_rank(ctx->boot.rank);
-    if ((rc = wireup(ctx)) || (rc = std_groups(ctx)))
+    if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) || (rc = el_init(ctx)))
         goto fail;
     {
         cpu_set_t set;
@@ -240,7 +253,11 @@ int whale_init(whale_ctx **out)
 fail:
     comm_thread_stop(ctx);
     destroy_groups(ctx);
+    el_cancel_rx(ctx);
     comm_ucx_fini(ctx, false);
+    el_fini(ctx);
+    if (ctx->wakefd >= 0)
+        close(ctx->wakefd);
     free(ctx->dead);
     free(ctx->procs);
     boot_finalize(&ctx->boot);
@@ -265,21 +282,49 @@ int whale_finalize(whale_ctx *ctx)
          * the barrier with WHALE_EPEER. The PMIx fence (outside UCX, the
          * progress thread still serving UCX meanwhile) holds every rank
          * until all have left the UCX barrier. */
+        bool lost = false;
+        for (int t = 0; t < ctx->boot.ntasks; t++)
+            lost |= ctx->dead[t];
+        /* Waiting spares learn that the step ended (WHALE_EDONE) and come
+         * to the barrier. */
+        if (ctx->el && !ctx->boot.spare) {
+            pthread_mutex_lock(&ctx->lock);
+            el_broadcast_done(ctx);
+            pthread_mutex_unlock(&ctx->lock);
+        }
         if (whale_barrier(ctx->all)) {
             clean = false;
             rc = WHALE_EPEER;
-        } else if (boot_fence(&ctx->boot)) {
-            clean = false;
-            rc = WHALE_EPMIX;
         } else {
-            ctx->fenced = true;
+            /* From here on peers leave: that is no failure to detect. */
+            pthread_mutex_lock(&ctx->lock);
+            ctx->closing = true;
+            if (ctx->el)
+                ctx->el->armed = false;
+            pthread_mutex_unlock(&ctx->lock);
+            if (lost) {
+                /* PMIx fences hang while a task of the step is dead: a
+                 * second UCX barrier narrows the window instead (its
+                 * failure only means a peer already left). */
+                whale_barrier(ctx->all);
+                ctx->fenced = true;
+            } else if (boot_fence(&ctx->boot)) {
+                clean = false;
+                rc = WHALE_EPMIX;
+            } else {
+                ctx->fenced = true;
+            }
         }
     }
     comm_thread_stop(ctx);
     if (ctx->nactive)
         whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
+    el_cancel_rx(ctx);
     comm_ucx_fini(ctx, clean);
     destroy_groups(ctx);
+    el_fini(ctx);
+    if (ctx->wakefd >= 0)
+        close(ctx->wakefd);
     free(ctx->dead);
     free(ctx->procs);
     sched_scratch_release_all();

@@ -263,6 +263,12 @@ void comm_nccl_group_free(whale_group *g)
     g->nccl_comm = NULL;
 }
 
+void comm_nccl_abort_all(whale_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ngroups; i++)
+        abort_comm(ctx->groups[i], "the membership of the step changed");
+}
+
 void comm_nccl_fini(whale_ctx *ctx)
 {
     for (int i = 0; i < ctx->ngroups; i++)
@@ -272,6 +278,7 @@ void comm_nccl_fini(whale_ctx *ctx)
 #else /* no CUDA in this build */
 
 bool whale_dev_available(void) { return false; }
+void comm_nccl_abort_all(whale_ctx *ctx) { (void)ctx; }
 
 static int nocuda(void)
 {

@@ -88,6 +88,10 @@ int whale_region_register(whale_ctx *ctx, void *buf, size_t len, whale_region **
             return WHALE_EUCX;
         }
     }
+    pthread_mutex_lock(&ctx->lock);
+    ctx->nregions++;
+    comm_wake(ctx); /* serve puts of peers while idle from now on */
+    pthread_mutex_unlock(&ctx->lock);
     *out = r;
     return 0;
 }
@@ -97,13 +101,14 @@ void whale_region_free(whale_region *r)
     if (!r)
         return;
     whale_ctx *ctx = r->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    ctx->nregions--;
     if (r->memh) {
-        pthread_mutex_lock(&ctx->lock);
         ucp_rkey_buffer_release(r->rkey_buf);
         if (ctx->ucp)
             ucp_mem_unmap(ctx->ucp, r->memh);
-        pthread_mutex_unlock(&ctx->lock);
     }
+    pthread_mutex_unlock(&ctx->lock);
     free(r);
 }
 
@@ -342,7 +347,7 @@ static int rma_post(whale_remote *rem, size_t off, void *local, size_t len, bool
         ctx->rma = op;
         ctx->nactive++;
         if (atomic_load(&ctx->nwaiters) == 0 && ctx->thread_running)
-            pthread_cond_signal(&ctx->cond);
+            comm_wake(ctx);
     }
     pthread_mutex_unlock(&ctx->lock);
     *req = op;
@@ -445,8 +450,8 @@ int whale_remote_flush(whale_remote *rem)
         rc = WHALE_EPEER;
     }
     int left = atomic_fetch_sub(&ctx->nwaiters, 1);
-    if (left == 1 && ctx->nactive > 0)
-        pthread_cond_signal(&ctx->cond);
+    if (left == 1 && comm_needs_thread(ctx))
+        comm_wake(ctx);
     pthread_mutex_unlock(&ctx->lock);
     return rc;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/el_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -41,10 +42,22 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     struct ep_arg *a = arg;
-    comm_mark_dead(a->ctx, a->task, ucs_status_string(status));
+    /* UCX 1.13 reports a peer whose process died (its sockets closed) as
+     * an endpoint timeout too, at once; a node behind a broken link goes
+     * silent instead and the heartbeat (LINK) fires first. Only an
+     * unreachable address says "link". */
+    int how = status == UCS_ERR_UNREACHABLE ? WHALE_DETECT_LINK : WHALE_DETECT_CRASH;
+    double lat = a->ctx->el ? el_now() - a->ctx->el->last_heard[a->task] : 0;
+    comm_mark_dead_how(a->ctx, a->task, ucs_status_string(status), how, lat);
 }
 
 void comm_mark_dead(whale_ctx *ctx, int task, const char *why)
+{
+    double lat = ctx->el ? el_now() - ctx->el->last_heard[task] : 0;
+    comm_mark_dead_how(ctx, task, why, WHALE_DETECT_CRASH, lat);
+}
+
+void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, double lat)
 {
     if (ctx->dead[task])
         return;
@@ -52,10 +65,14 @@ void comm_mark_dead(whale_ctx *ctx, int task, const char *why)
     int rank = ctx->boot.rank_of_task[task];
     const char *node = ctx->boot.node_names && ctx->boot.node_of_task
                            ? ctx->boot.node_names[ctx->boot.node_of_task[task]] : "?";
-    if (rank >= 0)
-        whale_error("rank %d (task %d on %s) failed or is unreachable: %s", rank, task, node, why);
+    if (ctx->closing)
+        whale_debug("task %d left during finalize: %s", task, why);
+    else if (rank >= 0)
+        whale_error("rank %d (task %d on %s) failed or is unreachable (%s): %s", rank, task, node,
+                    whale_detect_name(how), why);
     else
-        whale_error("spare task %d on %s failed or is unreachable: %s", task, node, why);
+        whale_error("spare task %d on %s failed or is unreachable (%s): %s", task, node,
+                    whale_detect_name(how), why);
     for (int i = 0; i < ctx->ngroups; i++) {
         whale_group *g = ctx->groups[i];
         for (int k = 0; k < g->size; k++)
@@ -64,6 +81,7 @@ void comm_mark_dead(whale_ctx *ctx, int task, const char *why)
                 g->failed_rank = rank >= 0 ? rank : -2 - task;
             }
     }
+    el_on_dead(ctx, task, how, lat);
 }
 
 struct comm_proc_id comm_proc_self(void)

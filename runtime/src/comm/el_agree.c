@@ -1,0 +1,447 @@
+/* Agreement and rebuild (whale/elastic.h "Agreement", "Epochs").
+ *
+ * Runs on the caller's thread with ctx->lock held (released while it
+ * yields and during the closing barrier). The coordinator is the lowest
+ * member this task does not suspect; it waits for a proposal from every
+ * member it does not suspect, checks the quorum, runs el_decide once and
+ * sends the result to all. Every task applies a decision the same way:
+ * new rank map, group objects of the new epoch (fresh group ids), then a
+ * barrier over all remaining tasks. A failure anywhere before that barrier
+ * completes fails it, and the loop runs another round from the newest
+ * epoch (a second failure during recovery is one more decision). */
+#include <limits.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+#include "comm/el_internal.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/topo.h"
+
+#define RESEND_S 0.5
+
+static size_t state_size(int n)
+{
+    return 4 * sizeof(int32_t) + (size_t)n * (sizeof(int32_t) + 1);
+}
+
+static void put_state(uint8_t *p, const struct el_state *s)
+{
+    int32_t deg[4] = { s->tp, s->pp, s->dp, s->world };
+    memcpy(p, deg, sizeof deg);
+    p += sizeof deg;
+    for (int i = 0; i < s->ntasks; i++) {
+        int32_t r = s->rank_of_task[i];
+        memcpy(p + (size_t)i * sizeof r, &r, sizeof r);
+    }
+    memcpy(p + (size_t)s->ntasks * sizeof(int32_t), s->member, (size_t)s->ntasks);
+}
+
+int el_get_state(const uint8_t *p, size_t left, int n, uint64_t epoch, struct el_state *s)
+{
+    if (left < state_size(n))
+        return WHALE_EDATA;
+    int32_t deg[4];
+    memcpy(deg, p, sizeof deg);
+    if (deg[0] < 1 || deg[1] < 1 || deg[2] < 1 || deg[3] != deg[0] * deg[1] * deg[2] || deg[3] > n)
+        return WHALE_EDATA;
+    struct el_state t = { .epoch = epoch, .ntasks = n, .tp = deg[0], .pp = deg[1], .dp = deg[2],
+                          .world = deg[3] };
+    t.rank_of_task = malloc(sizeof(int) * (size_t)n);
+    t.member = malloc((size_t)n);
+    if (!t.rank_of_task || !t.member) {
+        el_state_free(&t);
+        return WHALE_ENOMEM;
+    }
+    p += sizeof deg;
+    for (int i = 0; i < n; i++) {
+        int32_t r;
+        memcpy(&r, p + (size_t)i * sizeof r, sizeof r);
+        t.rank_of_task[i] = r < -1 || r >= t.world ? -1 : r;
+    }
+    memcpy(t.member, p + (size_t)n * sizeof(int32_t), (size_t)n);
+    *s = t;
+    return 0;
+}
+
+static void hdr(whale_ctx *ctx, struct el_hdr *h, int type, uint64_t epoch)
+{
+    memset(h, 0, sizeof *h);
+    h->magic = EL_MAGIC;
+    h->type = (uint8_t)type;
+    h->task = ctx->boot.task;
+    h->ntasks = (uint32_t)ctx->boot.ntasks;
+    h->epoch = epoch;
+    h->flags = EL_F_RECOVERING | (ctx->boot.spare ? EL_F_SPARE : 0);
+}
+
+static void send_proposal(whale_ctx *ctx, int coord, int64_t last_step)
+{
+    struct comm_elastic *el = ctx->el;
+    int n = ctx->boot.ntasks;
+    size_t vec = (size_t)n * (2 + sizeof(float));
+    size_t len = sizeof(struct el_hdr) + vec + state_size(n);
+    uint8_t *m = malloc(len);
+    if (!m)
+        return;
+    struct el_hdr h;
+    hdr(ctx, &h, EL_PROPOSE, el->st.epoch);
+    h.last_step = last_step;
+    memcpy(m, &h, sizeof h);
+    uint8_t *p = m + sizeof h;
+    for (int t = 0; t < n; t++) {
+        p[t] = ctx->dead[t];
+        p[n + t] = el->how[t];
+        memcpy(p + 2 * n + (size_t)t * sizeof(float), &el->lat[t], sizeof(float));
+    }
+    put_state(p + vec, &el->st);
+    el_send(ctx, coord, m, len);
+    free(m);
+}
+
+/* Link class between two tasks' nodes for the spare choice. */
+static int link_class(int a, int b, void *user)
+{
+    whale_ctx *ctx = user;
+    int na = ctx->boot.node_of_task[a], nb = ctx->boot.node_of_task[b];
+    if (na == nb)
+        return WHALE_LINK_NODE;
+    const struct whale_topo *t = ctx->el->topo;
+    if (!t)
+        return WHALE_LINK_CORE;
+    int ia = whale_topo_find_node(t, ctx->boot.node_names[na]);
+    int ib = whale_topo_find_node(t, ctx->boot.node_names[nb]);
+    return ia < 0 || ib < 0 ? WHALE_LINK_CORE : (int)whale_topo_link_class(t, ia, ib);
+}
+
+/* Coordinator: decide and send the decision to every member still
+ * reachable; keep it as if received (the apply path is the same). */
+static void decide(whale_ctx *ctx)
+{
+    struct comm_elastic *el = ctx->el;
+    const struct el_state *b = &el->st;
+    int n = ctx->boot.ntasks;
+    uint8_t *gone = calloc((size_t)n, 1);
+    if (!gone)
+        return;
+    int nprev = 0, nhard = 0, nalive = 0, lowest = -1;
+    for (int t = 0; t < n; t++) {
+        if (!b->member[t])
+            continue;
+        nprev++;
+        gone[t] = ctx->dead[t];
+        if (gone[t] && el->hard[t])
+            nhard++;
+        else if (lowest < 0)
+            lowest = t;
+        if (!gone[t])
+            nalive++;
+    }
+    int eligible = nprev - nhard;
+    bool quorum = 2 * nalive > eligible || (2 * nalive == eligible && lowest >= 0 && !gone[lowest]);
+    struct el_state ns = { 0 };
+    struct whale_membership_event ev;
+    memset(&ev, 0, sizeof ev);
+    uint16_t dflags = 0;
+    if (!quorum) {
+        dflags = EL_D_MINORITY;
+        whale_error("elastic: only %d of %d tasks of epoch %llu are reachable (%d known crashed): "
+                    "this side is a minority and stops", nalive, nprev, (unsigned long long)b->epoch, nhard);
+    } else {
+        int rc = el_decide(b, gone, el->how, link_class, ctx, &ns, &ev);
+        if (rc == WHALE_ENOFIT) {
+            dflags = EL_D_FATAL;
+            whale_error("elastic: %d rank(s) failed, no spare task is left and DP=1: the step cannot "
+                        "continue here (resume from the last checkpoint)", ev.nfailed);
+        } else if (rc) {
+            free(gone);
+            return; /* out of memory: try again on the next pass */
+        }
+    }
+    if (dflags)
+        el_state_copy(&ns, b), ns.epoch = b->epoch + 1;
+    if (!ns.rank_of_task) {
+        free(gone);
+        return;
+    }
+    /* agreed step: min over surviving working ranks; detect: worst lag */
+    int64_t step = INT64_MAX;
+    for (int t = 0; t < n; t++)
+        if (b->member[t] && !gone[t] && b->rank_of_task[t] >= 0 && el->prop[t].valid &&
+            el->prop[t].last_step < step)
+            step = el->prop[t].last_step;
+    ev.agreed_step = step;
+    double lag = 0;
+    for (int t = 0; t < n; t++)
+        if (gone[t] && el->lat[t] > lag)
+            lag = el->lat[t];
+    ev.detect_s = lag;
+    size_t len = sizeof(struct el_hdr) + state_size(n) + sizeof ev;
+    uint8_t *m = malloc(len);
+    if (m) {
+        struct el_hdr h;
+        hdr(ctx, &h, EL_DECIDE, ns.epoch);
+        h.dflags = dflags;
+        memcpy(m, &h, sizeof h);
+        put_state(m + sizeof h, &ns);
+        memcpy(m + sizeof h + state_size(n), &ev, sizeof ev);
+        for (int t = 0; t < n; t++)
+            if (b->member[t] && !gone[t] && t != ctx->boot.task)
+                el_send(ctx, t, m, len);
+        free(el->decide_msg);
+        el->decide_msg = m;
+        el->decide_len = len;
+        el->decide_epoch = ns.epoch;
+    }
+    el_state_free(&ns);
+    free(gone);
+}
+
+static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
+{
+    int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
+    for (int i = 0; i < k; i++) {
+        int t = ev->failed_task[i];
+        const char *node = t >= 0 && ctx->boot.node_names ? ctx->boot.node_names[ctx->boot.node_of_task[t]] : "?";
+        snprintf(ev->failed_node[i], sizeof ev->failed_node[i], "%s", node);
+    }
+}
+
+static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
+{
+    char buf[1024];
+    size_t o = 0;
+    int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
+    for (int i = 0; i < k && o < sizeof buf - 160; i++) {
+        int rt = ev->replacement_task[i];
+        const char *rn = rt >= 0 ? ctx->boot.node_names[ctx->boot.node_of_task[rt]] : "";
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%srank %d (task %d on %s) failed (%s) -> ",
+                              i ? "; " : "", ev->failed_rank[i], ev->failed_task[i],
+                              ev->failed_node[i], whale_detect_name(ev->failed_how[i]));
+        if (rt >= 0)
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "task %d on %s", rt, rn);
+        else
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "dropped with DP replica");
+    }
+    if (!k)
+        snprintf(buf, sizeof buf, "%d spare task(s) failed", ev->nfailed_spares);
+    char step[32];
+    if (ev->agreed_step == INT64_MAX)
+        snprintf(step, sizeof step, "none");
+    else
+        snprintf(step, sizeof step, "%lld", (long long)ev->agreed_step);
+    /* once per step at warning level (new rank 0), else at info */
+    int lvl = ctx->boot.rank == 0 ? WHALE_LOG_WARN : WHALE_LOG_INFO;
+    whale_log(lvl, "elastic: epoch %llu %s: %s; detect %.2f s, agree %.2f s, rebuild %.2f s; "
+              "agreed step %s; TPxPPxDP %dx%dx%d (was %dx%dx%d)",
+              (unsigned long long)ev->epoch, whale_recovery_name(ev->kind), buf, ev->detect_s,
+              ev->agree_s, ev->rebuild_s, step, ev->tp, ev->pp, ev->dp, ev->old_tp, ev->old_pp,
+              ev->old_dp);
+}
+
+/* Apply the decision held in el->decide_msg: 0 applied, or WHALE_EMINORITY
+ * / WHALE_ENOFIT / WHALE_EDATA. */
+static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
+{
+    struct comm_elastic *el = ctx->el;
+    struct boot *b = &ctx->boot;
+    int n = b->ntasks, me = b->task;
+    struct el_hdr h;
+    if (el->decide_len < sizeof h)
+        return WHALE_EDATA;
+    memcpy(&h, el->decide_msg, sizeof h);
+    const uint8_t *body = el->decide_msg + sizeof h;
+    size_t blen = el->decide_len - sizeof h;
+    if (h.dflags & EL_D_MINORITY)
+        return WHALE_EMINORITY;
+    if (h.dflags & EL_D_FATAL)
+        return WHALE_ENOFIT;
+    struct el_state ns;
+    if (el_get_state(body, blen, n, h.epoch, &ns) || blen < state_size(n) + sizeof *ev) {
+        whale_error("elastic: malformed decision from task %d", h.task);
+        return WHALE_EDATA;
+    }
+    memcpy(ev, body + state_size(n), sizeof *ev);
+    if (!ns.member[me]) {
+        el_state_free(&ns);
+        whale_error("elastic: the decision of epoch %llu excludes this task", (unsigned long long)h.epoch);
+        return WHALE_EMINORITY;
+    }
+    int *tor = malloc(sizeof(int) * (size_t)ns.world);
+    if (!tor) {
+        el_state_free(&ns);
+        return WHALE_ENOMEM;
+    }
+    for (int r = 0; r < ns.world; r++)
+        tor[r] = -1;
+    for (int t = 0; t < n; t++)
+        if (ns.member[t] && ns.rank_of_task[t] >= 0)
+            tor[ns.rank_of_task[t]] = t;
+    /* whoever the decision left out is gone for this task too */
+    for (int t = 0; t < n; t++)
+        if (!ns.member[t] && !ctx->dead[t]) {
+            ctx->dead[t] = true;
+            if (!el->how[t])
+                el->how[t] = WHALE_DETECT_HANG;
+        }
+    el_state_free(&el->st);
+    el->st = ns;
+    free(b->task_of_rank);
+    b->task_of_rank = tor;
+    memcpy(b->rank_of_task, ns.rank_of_task, sizeof(int) * (size_t)n);
+    b->world = ns.world;
+    b->tp = ns.tp;
+    b->pp = ns.pp;
+    b->dp = ns.dp;
+    b->rank = ns.rank_of_task[me];
+    b->spare = b->rank < 0;
+    if (b->rank >= 0) {
+        b->tp_rank = b->rank % b->tp;
+        b->dp_rank = (b->rank / b->tp) % b->dp;
+        b->pp_rank = b->rank / (b->tp * b->dp);
+    } else {
+        b->tp_rank = b->dp_rank = b->pp_rank = -1;
+    }
+    whale_log_set_rank(b->rank);
+    /* The old group objects stay (failed) for whoever still holds them. */
+    int rc = comm_std_groups(ctx, (uint16_t)(EL_GID_BASE + (ns.epoch % 1000) * 16), ns.member);
+    for (int t = 0; t < n; t++)
+        el->prop[t].valid = false;
+    el->suspected = false;
+    for (int t = 0; t < n; t++)
+        if (ns.member[t] && ctx->dead[t])
+            el->suspected = true; /* died meanwhile: the closing barrier fails */
+    fill_event_names(ctx, ev);
+    return rc;
+}
+
+static void pause_briefly(int idle)
+{
+    if (idle < 50) {
+        sched_yield();
+    } else {
+        struct timespec ts = { 0, idle < 2000 ? 50000 : 1000000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
+               struct whale_membership_event *ev)
+{
+    struct comm_elastic *el = ctx->el;
+    int n = ctx->boot.ntasks, me = ctx->boot.task;
+    double t0 = el_now(), coord_since = t0, resend = 0, t_decided = 0;
+    int sent_to = -1, last_coord = -1, idle = 0, rc;
+    uint64_t start_epoch = el->st.epoch;
+    bool any_dead = false;
+    for (int t = 0; t < n; t++)
+        any_dead |= el->st.member[t] && ctx->dead[t];
+    if (!any_dead && !el->suspected && !el->excluded && el->decide_epoch <= el->st.epoch) {
+        if (!spare_caller)
+            whale_error("whale_elastic_recover: no failure is known in the step");
+        return WHALE_ESTATE;
+    }
+    atomic_fetch_add(&ctx->nwaiters, 1);
+    el->recovering = true;
+    el->suspected = true;
+    el->notice_dirty = true; /* everyone joins, also without heartbeats */
+    el_fail_all_groups(ctx, -1);
+    comm_nccl_abort_all(ctx);
+    for (;;) {
+        int ev_seen = comm_progress(ctx);
+        if (el->excluded) {
+            rc = WHALE_EMINORITY;
+            break;
+        }
+        if (el->decide_epoch > el->st.epoch) {
+            if (!t_decided)
+                t_decided = el_now();
+            double tr = el_now();
+            rc = apply(ctx, ev);
+            if (rc)
+                break;
+            /* Closing barrier over everyone left, on the new groups. */
+            whale_group *all = ctx->all;
+            pthread_mutex_unlock(&ctx->lock);
+            int brc = whale_barrier(all);
+            pthread_mutex_lock(&ctx->lock);
+            if (brc == 0 && !el->excluded) {
+                ev->agree_s = t_decided - t0;
+                ev->rebuild_s = el_now() - tr;
+                rc = 0;
+                break;
+            }
+            whale_warn("elastic: another failure while rebuilding epoch %llu: agreeing again",
+                       (unsigned long long)el->st.epoch);
+            el->suspected = true;
+            el->notice_dirty = true;
+            sent_to = -1;
+            t_decided = 0;
+            continue;
+        }
+        int coord = -1;
+        for (int t = 0; t < n && coord < 0; t++)
+            if (el->st.member[t] && !ctx->dead[t])
+                coord = t;
+        double now = el_now();
+        if (coord != last_coord) {
+            last_coord = coord;
+            coord_since = now;
+        }
+        if (coord == me) {
+            el->prop[me] = (struct el_proposal){ true, el->st.epoch, spare_caller ? INT64_MAX : last_step,
+                                                 spare_caller };
+            int missing = 0;
+            for (int t = 0; t < n; t++)
+                if (t != me && el->st.member[t] && !ctx->dead[t] &&
+                    !(el->prop[t].valid && el->prop[t].epoch == el->st.epoch))
+                    missing++;
+            if (!missing) {
+                whale_debug("elastic: coordinator: all proposals of epoch %llu in after %.3f s",
+                            (unsigned long long)el->st.epoch, now - t0);
+                decide(ctx);
+                idle = 0;
+                continue;
+            }
+            if (now - coord_since > el->agree_timeout) {
+                for (int t = 0; t < n; t++)
+                    if (t != me && el->st.member[t] && !ctx->dead[t] &&
+                        !(el->prop[t].valid && el->prop[t].epoch == el->st.epoch)) {
+                        char why[96];
+                        snprintf(why, sizeof why, "did not join the agreement within %.0f s",
+                                 el->agree_timeout);
+                        comm_mark_dead_how(ctx, t, why, WHALE_DETECT_HANG, now - el->last_heard[t]);
+                    }
+            }
+        } else if (coord >= 0 && (coord != sent_to || now >= resend)) {
+            whale_debug("elastic: proposal (epoch %llu) to task %d at %.3f s",
+                        (unsigned long long)el->st.epoch, coord, now - t0);
+            send_proposal(ctx, coord, spare_caller ? INT64_MAX : last_step);
+            sent_to = coord;
+            resend = now + RESEND_S;
+        }
+        if (now - t0 > 2 * el->agree_timeout + 2 * ctx->peer_timeout) {
+            whale_error("elastic: no decision after %.0f s (epoch %llu): giving up", now - t0,
+                        (unsigned long long)el->st.epoch);
+            rc = WHALE_ETIMEDOUT;
+            break;
+        }
+        pthread_mutex_unlock(&ctx->lock);
+        idle = ev_seen ? 0 : idle + 1;
+        pause_briefly(idle);
+        pthread_mutex_lock(&ctx->lock);
+    }
+    el->recovering = false;
+    if (rc == 0) {
+        if (el->st.epoch != start_epoch + 1)
+            whale_debug("elastic: epoch %llu -> %llu in one recovery", (unsigned long long)start_epoch,
+                        (unsigned long long)el->st.epoch);
+        log_event(ctx, ev);
+    }
+    atomic_fetch_sub(&ctx->nwaiters, 1);
+    return rc;
+}

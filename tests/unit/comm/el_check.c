@@ -1,0 +1,287 @@
+/* Multi-process check of the elastic membership layer (whale/elastic.h),
+ * run under whale-run (or srun) with spares:
+ *
+ *   el_check SCENARIO [--victims R1,R2,...] [--steps N]
+ *
+ * Working ranks run allreduce "steps" (sum of rank+1, checked exactly) and
+ * call whale_elastic_progress; spares wait in whale_spare_wait. Scenarios:
+ *   idle     nobody fails; spares must be released (WHALE_EDONE) and their
+ *            CPU time while waiting (from /proc) is printed and must stay
+ *            small (a blocked spare, not a polling one);
+ *   kill     the victims SIGKILL themselves at step 3 (together);
+ *   stop     the victims SIGSTOP themselves at step 3 (HANG by silence);
+ *            rank 0 of the new world SIGKILLs them after the recovery;
+ *   during   the first victim dies at step 3; the second dies as soon as it
+ *            sees the failure (a failure during the agreement);
+ *   minority the victims stop (SIGSTOP) and are the majority side's lowest
+ *            tasks: the rest must get WHALE_EMINORITY and stop;
+ *   again    the first victim dies at step 3; after the recovery the rank
+ *            it was replaced by dies too (a second event).
+ * After each recovery every working rank checks the event (failed ranks,
+ * kind, replacement tasks are spares of the old epoch or dropped DP
+ * replicas) and that an allreduce on the new world gives the exact sum;
+ * promoted spares join in. Output: "el_check: OK ..." lines, one event
+ * line with the phase times (printed, never asserted). */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "whale/comm.h"
+#include "whale/elastic.h"
+#include "whale/error.h"
+
+static int g_task, g_fail;
+static pid_t *g_pids;
+
+#define FAIL(...)                                             \
+    do {                                                      \
+        g_fail++;                                             \
+        fprintf(stderr, "el_check[task %d]: ", g_task);       \
+        fprintf(stderr, __VA_ARGS__);                         \
+        fputc('\n', stderr);                                  \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of this process (all threads) from /proc. */
+static double cpu_s(void)
+{
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return -1;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    if (!rp || sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static bool is_victim(const int *v, int nv, int rank)
+{
+    for (int i = 0; i < nv; i++)
+        if (v[i] == rank)
+            return true;
+    return false;
+}
+
+/* One step: allreduce of rank+1 over the world; 0 or the error. */
+static int step(whale_ctx *ctx)
+{
+    int w = whale_world_size(ctx), r = whale_rank(ctx);
+    float fx = (float)(r + 1), fy = 0;
+    int rc = whale_allreduce(whale_world(ctx), &fx, &fy, 1, WHALE_FLOAT32, WHALE_SUM);
+    if (rc)
+        return rc;
+    float want = (float)w * (float)(w + 1) / 2;
+    if (fy != want)
+        FAIL("allreduce over the world of %d gave %g, want %g (epoch %llu)", w, fy, want,
+             (unsigned long long)whale_elastic_epoch(ctx));
+    whale_elastic_progress(ctx);
+    return 0;
+}
+
+static void print_event(whale_ctx *ctx, const struct whale_membership_event *ev)
+{
+    char fl[256] = "";
+    size_t o = 0;
+    for (int i = 0; i < ev->nfailed && i < WHALE_MAX_FAILED && o < sizeof fl - 40; i++)
+        o += (size_t)snprintf(fl + o, sizeof fl - o, "%s%d(task %d %s->%d)", i ? "," : "",
+                              ev->failed_rank[i], ev->failed_task[i], whale_detect_name(ev->failed_how[i]),
+                              ev->replacement_task[i]);
+    printf("el_check: task %d event epoch %llu %s how %s failed [%s] spares-failed %d "
+           "dp %d->%d agreed_step %lld detect %.3f s agree %.3f s rebuild %.3f s -> rank %d\n",
+           g_task, (unsigned long long)ev->epoch, whale_recovery_name(ev->kind),
+           whale_detect_name(ev->how), fl, ev->nfailed_spares, ev->old_dp, ev->dp,
+           (long long)ev->agreed_step, ev->detect_s, ev->agree_s, ev->rebuild_s, whale_rank(ctx));
+    fflush(stdout);
+}
+
+/* Checks every survivor can make on an event. */
+static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev, const int *vic,
+                        int nv, int old_world)
+{
+    if (ev->nfailed < 1)
+        FAIL("event lists no failed rank");
+    for (int i = 0; i < ev->nfailed && i < WHALE_MAX_FAILED; i++) {
+        if (!is_victim(vic, nv, ev->failed_rank[i]) && ev->epoch == 1)
+            FAIL("rank %d reported failed but was no victim", ev->failed_rank[i]);
+        if (ev->failed_rank[i] < 0 || ev->failed_rank[i] >= old_world)
+            FAIL("failed rank %d out of range", ev->failed_rank[i]);
+        if (ev->kind == WHALE_RECOVERY_REPLACED && ev->replacement_task[i] >= 0 &&
+            whale_rankmap_task(ctx, ev->failed_rank[i]) != ev->replacement_task[i])
+            FAIL("rank map: rank %d is on task %d, event says task %d", ev->failed_rank[i],
+                 whale_rankmap_task(ctx, ev->failed_rank[i]), ev->replacement_task[i]);
+    }
+    int tp, pp, dp;
+    whale_degrees(ctx, &tp, &pp, &dp);
+    if (tp != ev->tp || pp != ev->pp || dp != ev->dp)
+        FAIL("degrees %dx%dx%d differ from the event's %dx%dx%d", tp, pp, dp, ev->tp, ev->pp, ev->dp);
+    if (whale_rank(ctx) >= 0) {
+        int t, p, d;
+        whale_coords(ctx, &t, &p, &d);
+        if (whale_rank(ctx) != ((p * dp) + d) * tp + t)
+            FAIL("rank %d does not match coordinates tp %d pp %d dp %d", whale_rank(ctx), t, p, d);
+        if (whale_rankmap_task(ctx, whale_rank(ctx)) != whale_task_id(ctx))
+            FAIL("rank map does not name this task for its own rank");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again [--victims LIST] [--steps N]\n");
+        return 2;
+    }
+    const char *sc = argv[1];
+    int vic[16], nv = 0, steps = 8;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--victims") && i + 1 < argc) {
+            char *s = argv[++i];
+            while (*s && nv < 16) {
+                vic[nv++] = (int)strtol(s, &s, 10);
+                if (*s == ',')
+                    s++;
+            }
+        } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
+            steps = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "el_check: unknown argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    whale_ctx *ctx;
+    int rc = whale_init(&ctx);
+    if (rc) {
+        fprintf(stderr, "el_check: init: %s\n", whale_strerror(rc));
+        return 1;
+    }
+    g_task = whale_task_id(ctx);
+    int nt = whale_ntasks(ctx);
+    /* every task's pid, to SIGKILL stopped victims at the end */
+    g_pids = calloc((size_t)nt, sizeof *g_pids);
+    int32_t me = (int32_t)getpid();
+    int32_t *pids = calloc((size_t)nt, sizeof *pids);
+    if (!g_pids || !pids || whale_allgather(whale_all_tasks(ctx), &me, pids, 1, WHALE_INT32)) {
+        fprintf(stderr, "el_check: pid exchange failed\n");
+        return 1;
+    }
+    for (int t = 0; t < nt; t++)
+        g_pids[t] = pids[t];
+    int victim_task[16];
+    for (int i = 0; i < nv; i++)
+        victim_task[i] = whale_rankmap_task(ctx, vic[i]);
+    int old_world = whale_world_size(ctx);
+    bool minority = !strcmp(sc, "minority");
+    struct whale_membership_event ev;
+    int events = 0;
+    if (whale_is_spare(ctx)) {
+        double c0 = cpu_s(), w0 = now_s();
+        rc = whale_spare_wait(ctx, &ev);
+        double cpu = cpu_s() - c0, wall = now_s() - w0;
+        if (!strcmp(sc, "idle")) {
+            printf("el_check: spare task %d waited %.2f s using %.3f s of CPU: %s\n", g_task, wall,
+                   cpu, rc == WHALE_EDONE ? "released" : whale_strerror(rc));
+            if (rc != WHALE_EDONE)
+                FAIL("spare wait returned %s, want WHALE_EDONE", whale_strerror(rc));
+            /* a polling spare burns its core: far more than 0.3 s in 3 s */
+            if (wall > 2.0 && cpu > 0.1 * wall)
+                FAIL("spare used %.2f s of CPU in %.2f s of waiting", cpu, wall);
+        }
+        if (minority && rc == WHALE_EMINORITY) {
+            printf("el_check: task %d stops as a minority: OK\n", g_task);
+            fflush(stdout);
+            _exit(0);
+        }
+        if (rc == WHALE_EDONE)
+            goto done;
+        if (rc) {
+            FAIL("spare wait: %s", whale_strerror(rc));
+            goto done;
+        }
+        events++;
+        print_event(ctx, &ev);
+        check_event(ctx, &ev, vic, nv, old_world);
+        if (!strcmp(sc, "again") && events == 1) {
+            /* this task replaced the first victim: now it dies too */
+            raise(SIGKILL);
+        }
+    }
+    /* A promoted spare starts at the step after the agreed one, like the
+     * survivors, who roll back to it: everyone runs the same collectives. */
+    int s0 = events ? (int)ev.agreed_step + 1 : 0;
+    for (int s = s0; s < steps; s++) {
+        if (s == 3 && is_victim(vic, nv, whale_rank(ctx)) && events == 0) {
+            bool first = whale_rank(ctx) == vic[0];
+            if (!strcmp(sc, "kill") || (!strcmp(sc, "during") && first) ||
+                (!strcmp(sc, "again") && first))
+                raise(SIGKILL);
+            if (!strcmp(sc, "stop") || minority)
+                raise(SIGSTOP);
+        }
+        rc = step(ctx);
+        if (!rc)
+            continue;
+        /* a failure: recover and redo this step */
+        if (!strcmp(sc, "during") && is_victim(vic, nv, whale_rank(ctx)) && events == 0)
+            raise(SIGKILL); /* dies while the others agree */
+        rc = whale_elastic_recover(ctx, s - 1, &ev);
+        if (minority) {
+            printf("el_check: task %d: recover gave %s: %s\n", g_task, whale_strerror(rc),
+                   rc == WHALE_EMINORITY ? "OK" : "FAILED");
+            fflush(stdout);
+            for (int i = 0; i < nv; i++)
+                kill(g_pids[victim_task[i]], SIGKILL);
+            _exit(rc == WHALE_EMINORITY ? 0 : 1);
+        }
+        if (rc) {
+            FAIL("recover at step %d: %s", s, whale_strerror(rc));
+            break;
+        }
+        events++;
+        print_event(ctx, &ev);
+        check_event(ctx, &ev, vic, nv, old_world);
+        /* the victim may have finished a step its peers could not */
+        if (events == 1 && (ev.agreed_step > s - 1 || ev.agreed_step < s - 2))
+            FAIL("agreed step %lld, want %d or %d", (long long)ev.agreed_step, s - 2, s - 1);
+        if (!strcmp(sc, "stop") && whale_rank(ctx) == 0)
+            for (int i = 0; i < nv; i++)
+                kill(g_pids[victim_task[i]], SIGKILL);
+        if (whale_is_spare(ctx)) {
+            /* our DP replica was dropped: wait like a spare */
+            rc = whale_spare_wait(ctx, &ev);
+            if (rc != WHALE_EDONE)
+                FAIL("dropped rank: spare wait gave %s, want WHALE_EDONE", whale_strerror(rc));
+            goto done;
+        }
+        s = (int)ev.agreed_step; /* roll back: redo from agreed_step + 1 */
+    }
+    if (!strcmp(sc, "idle"))
+        sleep(3); /* "compute" without calls: the spare keeps waiting, nobody is suspected */
+    if (!strcmp(sc, "idle") ? events != 0 : events < 1)
+        FAIL("%d membership events, want %s", events, !strcmp(sc, "idle") ? "0" : ">= 1");
+done:;
+    int fr = whale_rank(ctx), fw = whale_world_size(ctx);
+    rc = whale_finalize(ctx);
+    if (rc)
+        FAIL("finalize: %s", whale_strerror(rc));
+    if (!g_fail)
+        printf("el_check: OK task %d %s, rank %d of %d after %d event(s)\n", g_task, sc, fr, fw,
+               events);
+    free(pids);
+    free(g_pids);
+    return g_fail ? 1 : 0;
+}
