@@ -130,7 +130,7 @@ check() {
   run recovery_event "$TMPD/$name.jsonl" "$kind" "$how"
   echo "$output"
   [ "$status" -eq 0 ]
-  grep -q "elastic: epoch" "$TMPD/$name.out"
+  grep -q -E "recovery: rank [0-9]+ on|elastic: epoch" "$TMPD/$name.out"
   nothing_left
 }
 
