@@ -88,10 +88,20 @@ int whale_elastic_spares_arg(char *const *argv, int argc, const char *env_value)
 void whale_elastic_argv_conflict(char *const *argv, int argc, char *out, size_t n)
 {
     out[0] = '\0';
+    bool prev_takes_value = false;
     for (int i = 1; i < argc && !out[0]; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--") || a[0] != '-')
-            break; /* Slurm's own options come before the command */
+        if (!strcmp(a, "--"))
+            break;
+        if (a[0] != '-') {
+            /* Slurm's options come before the command: this is the command,
+             * unless it is the value of "-N 4" */
+            if (!prev_takes_value)
+                break;
+            prev_takes_value = false;
+            continue;
+        }
+        prev_takes_value = (a[1] != '-' && a[2] == '\0') || (a[1] == '-' && !strchr(a, '='));
         const char *v = NULL;  /* the value, NULL when none was given */
         const char *sep = NULL; /* a value given as the next argument */
         bool bad = false;
@@ -99,16 +109,22 @@ void whale_elastic_argv_conflict(char *const *argv, int argc, char *out, size_t 
             v = a[18] == '=' ? a + 19 : NULL;
             bad = !is_zero(v);
         } else if (a[1] == 'K') {
-            v = a[2] ? a + 2 : NULL;
+            v = a[2] ? a + 2 : NULL; /* -K takes no separate value */
             bad = !is_zero(v);
+            prev_takes_value = false;
         } else if (!strncmp(a, "--wait", 6) && (a[6] == '\0' || a[6] == '=')) {
             v = a[6] == '=' ? a + 7 : (sep = i + 1 < argc ? argv[i + 1] : NULL);
             bad = !is_zero(v);
+            if (sep)
+                i++, prev_takes_value = false;
         } else if (a[1] == 'W') {
             v = a[2] ? a + 2 : (sep = i + 1 < argc ? argv[i + 1] : NULL);
             bad = !is_zero(v);
-        } else if (!strncmp(a, "--no-kill=", 10)) {
-            bad = is_off(a + 10);
+            if (sep)
+                i++, prev_takes_value = false;
+        } else if (!strncmp(a, "--no-kill", 9)) {
+            bad = a[9] == '=' && is_off(a + 10);
+            prev_takes_value = false;
         }
         if (bad)
             snprintf(out, n, "%s%s%s", a, sep ? " " : "", sep ? sep : "");

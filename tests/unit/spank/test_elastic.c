@@ -115,6 +115,16 @@ static void test_conflicts(void **st)
     char *w2[] = { "srun", "-W5", "x" };
     whale_elastic_argv_conflict(w2, 3, out, sizeof out);
     assert_string_equal(out, "-W5");
+    /* after an option's separate value ("-N 4") the scan goes on */
+    char *kv[] = { "srun", "-N", "4", "--ntasks", "8", "-K1", "x" };
+    whale_elastic_argv_conflict(kv, 7, out, sizeof out);
+    assert_string_equal(out, "-K1");
+    char *kw[] = { "srun", "-W", "0", "-N", "2", "--wait", "9", "x" };
+    whale_elastic_argv_conflict(kw, 8, out, sizeof out);
+    assert_string_equal(out, "--wait 9");
+    char *cmd[] = { "srun", "-N2", "prog", "-K1" };
+    whale_elastic_argv_conflict(cmd, 4, out, sizeof out);
+    assert_string_equal(out, "");
     char *nk[] = { "srun", "--no-kill=off", "x" };
     whale_elastic_argv_conflict(nk, 3, out, sizeof out);
     assert_string_equal(out, "--no-kill=off");
