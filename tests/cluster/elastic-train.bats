@@ -197,7 +197,7 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
   "$MC" -i "$I" link-down "$node"
   finish klink
   # the cut-off minority stopped on its own: nothing of the step on it
-  wait_for bash -c "! ip netns pids wmc$I-$node | xargs -r ps -o comm= -p | grep -q whale-train"
+  wait_for bash -c "! ip netns pids wmc$I-$node | xargs -r ps -o args= -p | grep -q whale-train"
   "$MC" -i "$I" link-up "$node"
   check klink 3d replaced link 1e-6 0
 }

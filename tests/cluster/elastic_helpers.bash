@@ -65,7 +65,8 @@ node_of_rank() {
   local n p
   for n in $(sinfo -h -N -o %N | sort -u); do
     for p in $(ip netns pids "wmc$I-$n" 2>/dev/null); do
-      [ "$(cat /proc/$p/comm 2>/dev/null)" = whale-train ] || continue
+      # (comm can read "exe": match the command line)
+      tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q 'whale-train' || continue
       tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "WHALE_RANK=$1" && { echo "$n"; return 0; }
     done
   done
