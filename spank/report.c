@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@
 static struct {
     char path[1024];
     bool running;
+    atomic_bool stopping;  /* close() asks the reader to return */
     pthread_t thread;
     const struct whale_step *step;
     unsigned job, stepid;
@@ -140,7 +142,6 @@ static void handle(const char *line)
 static void *reader(void *arg)
 {
     (void)arg;
-    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
     /* O_RDWR: open never blocks and read never sees end-of-file when the
      * last writer closes; O_NOFOLLOW + fstat: the path is in a user's
      * directory */
@@ -155,13 +156,11 @@ static void *reader(void *arg)
     char buf[1024];
     size_t have = 0;
     bool skipping = false; /* inside an over-long line */
-    for (;;) {
-        pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, NULL);
+    while (!atomic_load(&g.stopping)) {
         ssize_t k = read(fd, buf + have, sizeof buf - 1 - have);
-        pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, NULL);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
+        if (k <= 0 || atomic_load(&g.stopping))
             break;
         have += (size_t)k;
         buf[have] = '\0';
@@ -217,6 +216,7 @@ int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid,
     g.stepid = stepid;
     g.ntasks = s->layout.ntasks;
     g.pid_of_task = calloc((size_t)(g.ntasks > 0 ? g.ntasks : 1), sizeof(pid_t));
+    atomic_store(&g.stopping, false);
     if (!g.pid_of_task || pthread_create(&g.thread, NULL, reader, NULL)) {
         free(g.pid_of_task);
         g.pid_of_task = NULL;
@@ -251,8 +251,18 @@ void whale_report_close(void)
 {
     if (!g.running)
         return;
-    pthread_cancel(g.thread);
-    pthread_join(g.thread, NULL);
+    /* wake the reader with an empty line (no pthread_cancel: a cancelled
+     * thread in slurmstepd could hold one of its locks) */
+    atomic_store(&g.stopping, true);
+    int fd = open(g.path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        if (write(fd, "\n", 1) < 0)
+            slurm_verbose(PLUGIN_NAME ": cannot wake the report reader: %s", strerror(errno));
+        close(fd);
+        pthread_join(g.thread, NULL);
+    } else {
+        pthread_detach(g.thread); /* its FIFO is gone: it exits with the process */
+    }
     unlink(g.path);
     free(g.pid_of_task);
     g.pid_of_task = NULL;
