@@ -173,7 +173,8 @@ int whale_dev_sync(whale_group *g, void *stream);
  *
  *  - whale_region_register: registers [buf, buf+len) (len > 0) for remote
  *    access. The memory stays the caller's; free the region (after every
- *    peer is done with it) before freeing the memory.
+ *    peer is done with it) before freeing the memory, and regions and
+ *    remote handles before whale_finalize.
  *  - whale_region_exchange: collective over g (every member calls it, in
  *    the same order as other collectives on g). Each member passes its
  *    region or NULL; *out becomes a malloc'd array [group size] with a

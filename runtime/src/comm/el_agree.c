@@ -319,6 +319,55 @@ static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
     return rc;
 }
 
+/* Several decisions in one recovery (a failure while rebuilding): the
+ * caller gets one event from its last state to the final one. Rank numbers
+ * are stable across REPLACED rounds; after a SHRUNK round later entries use
+ * the numbering of the round they failed in. */
+static void merge_event(const struct whale_membership_event *acc, struct whale_membership_event *ev)
+{
+    struct whale_membership_event m = *acc;
+    m.epoch = ev->epoch;
+    if (ev->kind == WHALE_RECOVERY_SHRUNK)
+        m.kind = WHALE_RECOVERY_SHRUNK;
+    m.tp = ev->tp;
+    m.pp = ev->pp;
+    m.dp = ev->dp;
+    int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
+    for (int i = 0; i < k; i++) {
+        bool was_replacement = false;
+        int ka = m.nfailed < WHALE_MAX_FAILED ? m.nfailed : WHALE_MAX_FAILED;
+        for (int j = 0; j < ka; j++)
+            if (m.replacement_task[j] == ev->failed_task[i] && m.replacement_task[j] >= 0) {
+                m.replacement_task[j] = ev->replacement_task[i];
+                was_replacement = true;
+            }
+        if (was_replacement)
+            continue;
+        if (m.nfailed < WHALE_MAX_FAILED) {
+            int j = m.nfailed;
+            m.failed_rank[j] = ev->failed_rank[i];
+            m.failed_task[j] = ev->failed_task[i];
+            m.failed_how[j] = ev->failed_how[i];
+            m.replacement_task[j] = ev->replacement_task[i];
+            memcpy(m.failed_node[j], ev->failed_node[i], sizeof m.failed_node[j]);
+        }
+        m.nfailed++;
+    }
+    for (int i = 0; i < ev->ndropped && i < WHALE_MAX_FAILED; i++) {
+        if (m.dropped_dp < 0)
+            m.dropped_dp = ev->dropped[i];
+        if (m.ndropped < WHALE_MAX_FAILED)
+            m.dropped[m.ndropped] = ev->dropped[i];
+        m.ndropped++;
+    }
+    m.nfailed_spares += ev->nfailed_spares;
+    if (ev->agreed_step < m.agreed_step)
+        m.agreed_step = ev->agreed_step;
+    if (ev->detect_s > m.detect_s)
+        m.detect_s = ev->detect_s;
+    *ev = m;
+}
+
 static void pause_briefly(int idle)
 {
     if (idle < 50) {
@@ -337,6 +386,8 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
     double t0 = el_now(), coord_since = t0, resend = 0, t_decided = 0;
     int sent_to = -1, last_coord = -1, idle = 0, rc;
     uint64_t start_epoch = el->st.epoch;
+    struct whale_membership_event acc;
+    bool have_acc = false;
     bool any_dead = false;
     for (int t = 0; t < n; t++)
         any_dead |= el->st.member[t] && ctx->dead[t];
@@ -364,6 +415,10 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
             rc = apply(ctx, ev);
             if (rc)
                 break;
+            if (have_acc)
+                merge_event(&acc, ev);
+            acc = *ev;
+            have_acc = true;
             /* Closing barrier over everyone left, on the new groups. */
             whale_group *all = ctx->all;
             pthread_mutex_unlock(&ctx->lock);
@@ -442,6 +497,9 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
                         (unsigned long long)el->st.epoch);
         log_event(ctx, ev);
     }
-    atomic_fetch_sub(&ctx->nwaiters, 1);
+    /* The progress thread parked while this thread drove progress: it
+     * must serve again (heartbeats, RMA into our regions). */
+    if (atomic_fetch_sub(&ctx->nwaiters, 1) == 1 && comm_needs_thread(ctx))
+        comm_wake(ctx);
     return rc;
 }

@@ -126,6 +126,7 @@ int el_init(whale_ctx *ctx)
     el->inflight = calloc((size_t)n, sizeof(int));
     el->how = calloc((size_t)n, 1);
     el->hard = calloc((size_t)n, sizeof(bool));
+    el->done_from = calloc((size_t)n, 1);
     el->lat = calloc((size_t)n, sizeof(float));
     el->prop = calloc((size_t)n, sizeof *el->prop);
     /* the largest control message: a proposal or a decision */
@@ -134,7 +135,7 @@ int el_init(whale_ctx *ctx)
     el->st.rank_of_task = malloc(sizeof(int) * (size_t)n);
     el->st.member = malloc((size_t)n);
     if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen ||
-        !el->inflight || !el->how || !el->hard || !el->lat || !el->prop || !el->st.rank_of_task ||
+        !el->inflight || !el->how || !el->hard || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
     el->st.ntasks = n;
@@ -193,6 +194,7 @@ void el_fini(whale_ctx *ctx)
     free(el->inflight);
     free(el->how);
     free(el->hard);
+    free(el->done_from);
     free(el->lat);
     free(el->prop);
     free(el->decide_msg);
@@ -371,6 +373,11 @@ void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
             el->notice_dirty = true;
             el_fail_all_groups(ctx, task);
         }
+        /* A task failed for silence or no progress may still be alive:
+         * tell it (best effort) that it is out, so that it stops instead
+         * of carrying on alone once the others have left. */
+        if (how == WHALE_DETECT_HANG || how == WHALE_DETECT_LINK)
+            send_notice_to(ctx, task, true);
     }
     pthread_cond_broadcast(&el->cond);
 }
@@ -482,9 +489,17 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
             }
         }
         break;
-    case EL_DONE:
-        el->done = true;
+    case EL_DONE: {
+        /* The step ended once every working rank is in whale_finalize:
+         * until then puts into a waiting spare may still be on their way. */
+        el->done_from[from] = 1;
+        bool all = true;
+        for (int t = 0; t < n && all; t++)
+            if (el->st.member[t] && el->st.rank_of_task[t] >= 0 && !ctx->dead[t] && !el->done_from[t])
+                all = false;
+        el->done = all;
         break;
+    }
     default:
         return;
     }
@@ -555,13 +570,13 @@ static int receive(whale_ctx *ctx)
 static void check_silence(whale_ctx *ctx, double now)
 {
     struct comm_elastic *el = ctx->el;
-    int me = ctx->boot.task;
     for (int t = 0; t < ctx->boot.ntasks; t++) {
         if (!reachable(ctx, t))
             continue;
         if (el->hb_seen[t] && now - el->last_heard[t] > ctx->peer_timeout) {
-            bool local = ctx->boot.node_of_task[t] == ctx->boot.node_of_task[me];
-            char s = local ? el_proc_state(ctx->procs[t].pid) : 0;
+            /* Where its process is visible (same node, or nodes sharing a
+             * pid namespace) a stopped process is a hang, not a link. */
+            char s = comm_proc_alive(&ctx->procs[t]) == 1 ? el_proc_state(ctx->procs[t].pid) : 0;
             int how = s == 'T' || s == 't' ? WHALE_DETECT_HANG : WHALE_DETECT_LINK;
             char why[96];
             snprintf(why, sizeof why, "no heartbeat for %.1f s%s", now - el->last_heard[t],

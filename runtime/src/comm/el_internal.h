@@ -83,7 +83,8 @@ struct comm_elastic {
     bool notice_dirty;      /* something new to broadcast */
     bool suspected;         /* a failure is known: recovery needed */
     bool excluded;          /* another task declared me failed */
-    bool done;              /* the working ranks finished (spares) */
+    bool done;              /* every working rank finished (spares) */
+    uint8_t *done_from;     /* [ntasks] DONE received from this task */
     bool recovering, waiting_spare;
     atomic_uint_fast64_t progress;
     /* membership */

@@ -16,7 +16,14 @@
  *   minority the victims stop (SIGSTOP) and are the majority side's lowest
  *            tasks: the rest must get WHALE_EMINORITY and stop;
  *   again    the first victim dies at step 3; after the recovery the rank
- *            it was replaced by dies too (a second event).
+ *            it was replaced by dies too (a second event);
+ *   busy     the victims compute without calling into the library (their
+ *            heartbeats go on) until excluded for no progress
+ *            (WHALE_HANG_TIMEOUT, HANG), then get WHALE_EMINORITY;
+ *   external steps of 0.2 s; failures come from outside (a cluster test
+ *            kills a node or cuts its link); a cut-off task that gets
+ *            WHALE_EMINORITY prints "stops as a minority" and exits 0.
+ * Every task first prints "el_check: start task T rank R node N".
  * After each recovery every working rank checks the event (failed ranks,
  * kind, replacement tasks are spares of the old epoch or dropped DP
  * replicas) and that an allreduce on the new world gives the exact sum;
@@ -117,7 +124,7 @@ static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev,
     if (ev->nfailed < 1)
         FAIL("event lists no failed rank");
     for (int i = 0; i < ev->nfailed && i < WHALE_MAX_FAILED; i++) {
-        if (!is_victim(vic, nv, ev->failed_rank[i]) && ev->epoch == 1)
+        if (nv > 0 && !is_victim(vic, nv, ev->failed_rank[i]) && ev->epoch == 1)
             FAIL("rank %d reported failed but was no victim", ev->failed_rank[i]);
         if (ev->failed_rank[i] < 0 || ev->failed_rank[i] >= old_world)
             FAIL("failed rank %d out of range", ev->failed_rank[i]);
@@ -143,7 +150,7 @@ static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev,
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again [--victims LIST] [--steps N]\n");
+        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again|external [--victims LIST] [--steps N]\n");
         return 2;
     }
     const char *sc = argv[1];
@@ -186,6 +193,17 @@ int main(int argc, char **argv)
         victim_task[i] = whale_rankmap_task(ctx, vic[i]);
     int old_world = whale_world_size(ctx);
     bool minority = !strcmp(sc, "minority");
+    /* external: failures come from outside (a node killed, a link cut);
+     * slow steps give the harness time to act, and a minority exits 0. */
+    bool external = !strcmp(sc, "external");
+    {
+        char host[256] = "?";
+        const char *nd = getenv("WHALE_NODE");
+        if (!nd && gethostname(host, sizeof host) == 0)
+            nd = host;
+        printf("el_check: start task %d rank %d node %s\n", g_task, whale_rank(ctx), nd ? nd : host);
+        fflush(stdout);
+    }
     struct whale_membership_event ev;
     int events = 0;
     if (whale_is_spare(ctx)) {
@@ -201,7 +219,7 @@ int main(int argc, char **argv)
             if (wall > 2.0 && cpu > 0.1 * wall)
                 FAIL("spare used %.2f s of CPU in %.2f s of waiting", cpu, wall);
         }
-        if (minority && rc == WHALE_EMINORITY) {
+        if ((minority || external) && rc == WHALE_EMINORITY) {
             printf("el_check: task %d stops as a minority: OK\n", g_task);
             fflush(stdout);
             _exit(0);
@@ -215,7 +233,7 @@ int main(int argc, char **argv)
         events++;
         print_event(ctx, &ev);
         check_event(ctx, &ev, vic, nv, old_world);
-        if (!strcmp(sc, "again") && events == 1) {
+        if (!strcmp(sc, "again") && ev.epoch == 1) {
             /* this task replaced the first victim: now it dies too */
             raise(SIGKILL);
         }
@@ -224,17 +242,46 @@ int main(int argc, char **argv)
      * survivors, who roll back to it: everyone runs the same collectives. */
     int s0 = events ? (int)ev.agreed_step + 1 : 0;
     for (int s = s0; s < steps; s++) {
-        if (s == 3 && is_victim(vic, nv, whale_rank(ctx)) && events == 0) {
+        if (s == 3 && events == 0) {
+            /* Line everybody up so that several victims fail together. */
+            int brc = whale_barrier(whale_world(ctx));
+            if (!is_victim(vic, nv, whale_rank(ctx))) {
+                if (brc) {
+                    rc = brc;
+                    goto failed;
+                }
+                goto run;
+            }
+            usleep(100000);
             bool first = whale_rank(ctx) == vic[0];
             if (!strcmp(sc, "kill") || (!strcmp(sc, "during") && first) ||
                 (!strcmp(sc, "again") && first))
                 raise(SIGKILL);
             if (!strcmp(sc, "stop") || minority)
                 raise(SIGSTOP);
+            if (!strcmp(sc, "busy")) {
+                /* compute without progress (heartbeats go on): the others
+                 * must fail it for no progress (WHALE_HANG_TIMEOUT) and it
+                 * must learn that it was left out */
+                double t0 = now_s();
+                volatile double x = 0;
+                while (!whale_elastic_check(ctx) && now_s() - t0 < 60)
+                    for (int k = 0; k < 100000; k++)
+                        x += k;
+                rc = whale_elastic_recover(ctx, s - 1, &ev);
+                printf("el_check: task %d (busy) after %.1f s: recover gave %s: %s\n", g_task,
+                       now_s() - t0, whale_strerror(rc), rc == WHALE_EMINORITY ? "OK" : "FAILED");
+                fflush(stdout);
+                _exit(rc == WHALE_EMINORITY ? 0 : 1);
+            }
         }
+    run:
+        if (external)
+            usleep(200000);
         rc = step(ctx);
         if (!rc)
             continue;
+    failed:
         /* a failure: recover and redo this step */
         if (!strcmp(sc, "during") && is_victim(vic, nv, whale_rank(ctx)) && events == 0)
             raise(SIGKILL); /* dies while the others agree */
@@ -246,6 +293,11 @@ int main(int argc, char **argv)
             for (int i = 0; i < nv; i++)
                 kill(g_pids[victim_task[i]], SIGKILL);
             _exit(rc == WHALE_EMINORITY ? 0 : 1);
+        }
+        if (external && rc == WHALE_EMINORITY) {
+            printf("el_check: task %d stops as a minority: OK\n", g_task);
+            fflush(stdout);
+            _exit(0);
         }
         if (rc) {
             FAIL("recover at step %d: %s", s, whale_strerror(rc));

@@ -9,9 +9,13 @@
  *  - bad arguments: out-of-range offsets and lengths (WHALE_ERANGE), NULLs;
  *  - with --kill: the last task dies (SIGKILL) after the exchange and every
  *    other task must get WHALE_EPEER (or WHALE_ETIMEDOUT from a flush) from
- *    its puts to it within WHALE_PEER_TIMEOUT + 1 s.
+ *    its puts to it within WHALE_PEER_TIMEOUT + 1 s;
+ *  - with --spare-wait: spares sit in whale_spare_wait (blocked, not in a
+ *    collective) while the working ranks put into their regions, flush and
+ *    read the bytes back with gets; released by finalize (WHALE_EDONE), each
+ *    spare then checks its memory.
  *
- *   rma_check [--slot BYTES] [--kill]
+ *   rma_check [--slot BYTES] [--kill | --spare-wait]
  * Prints "rma_check: OK ..." on every task that passed; exit 1 otherwise. */
 #include <signal.h>
 #include <stdint.h>
@@ -22,6 +26,7 @@
 #include <unistd.h>
 
 #include "whale/comm.h"
+#include "whale/elastic.h"
 #include "whale/error.h"
 
 static int g_task, g_fail;
@@ -73,14 +78,16 @@ static int bad_args(whale_remote *peer)
 int main(int argc, char **argv)
 {
     size_t slot = 1000003;  /* odd on purpose; > UCX's rendezvous threshold */
-    bool kill_last = false;
+    bool kill_last = false, spare_wait = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--slot") && i + 1 < argc)
             slot = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--kill"))
             kill_last = true;
+        else if (!strcmp(argv[i], "--spare-wait"))
+            spare_wait = true;
         else {
-            fprintf(stderr, "usage: rma_check [--slot BYTES] [--kill]\n");
+            fprintf(stderr, "usage: rma_check [--slot BYTES] [--kill | --spare-wait]\n");
             return 2;
         }
     }
@@ -141,6 +148,55 @@ int main(int argc, char **argv)
                ok ? "OK" : "FAILED");
         fflush(stdout);
         _exit(ok ? 0 : 1); /* the step is broken: no collective finalize */
+    }
+    if (spare_wait) {
+        if (spare) {
+            struct whale_membership_event ev;
+            rc = whale_spare_wait(ctx, &ev);
+            if (rc != WHALE_EDONE)
+                FAIL("spare wait: %s, want WHALE_EDONE", whale_strerror(rc));
+            /* the working ranks flushed before finalize released us */
+            for (int s = 0; s < nt; s++) {
+                bool wrote = whale_group_world_rank(all, s) >= 0;
+                for (size_t k = 0; k < slot; k++)
+                    if (mem[(size_t)s * slot + k] != (wrote ? pat(s, g_task, k) : 0xEE)) {
+                        FAIL("spare: slot of task %d byte %zu wrong after waiting", s, k);
+                        break;
+                    }
+            }
+        } else {
+            for (int t = 0; t < nt; t++) {
+                if (whale_group_world_rank(all, t) >= 0)
+                    continue; /* only the waiting spares are targets */
+                whale_req *r;
+                for (size_t k = 0; k < slot; k++)
+                    tmp[k] = pat(g_task, t, k);
+                if ((rc = whale_iput(rem[t], (size_t)g_task * slot, tmp, slot, &r)) || (rc = whale_wait(r)) ||
+                    (rc = whale_remote_flush(rem[t])))
+                    FAIL("put into waiting spare task %d: %s", t, whale_strerror(rc));
+                memset(tmp, 0, slot);
+                if ((rc = whale_iget(rem[t], (size_t)g_task * slot, tmp, slot, &r)) || (rc = whale_wait(r)))
+                    FAIL("get from waiting spare task %d: %s", t, whale_strerror(rc));
+                for (size_t k = 0; k < slot; k++)
+                    if (tmp[k] != pat(g_task, t, k)) {
+                        FAIL("get from waiting spare task %d byte %zu wrong", t, k);
+                        break;
+                    }
+            }
+        }
+        for (int t = 0; t < nt; t++)
+            whale_remote_free(rem[t]);
+        free(rem);
+        whale_region_free(reg); /* nobody puts any more: spares were released */
+        rc = whale_finalize(ctx);
+        if (rc)
+            FAIL("finalize: %s", whale_strerror(rc));
+        if (!g_fail)
+            printf("rma_check: OK task %d of %d%s, puts into a waiting spare\n", g_task, nt,
+                   spare ? " (spare)" : "");
+        free(mem);
+        free(tmp);
+        return g_fail ? 1 : 0;
     }
     /* Puts: working ranks write their slot in every task's region. */
     whale_req **reqs = calloc((size_t)nt, sizeof *reqs);
