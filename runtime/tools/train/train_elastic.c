@@ -26,6 +26,8 @@
 #include "train_elastic.h"
 #include "train_report.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,6 +358,69 @@ static void write_event(struct train_elastic *te, FILE *mf)
     }
 }
 
+/* ---- the checkpointer across a membership change ---------------------------
+ * Ranks of one save meet in a temporary directory named by the run id and
+ * the checkpointer's save counter; a replacement starts with a fresh
+ * counter. So after every recovery all ranks reopen their checkpointer with
+ * a run id carrying the membership epoch. A save that was in flight when a
+ * rank died can never complete: rank 0 marks the failed ranks' part of it
+ * as failed (the checkpoint module's own protocol), which drops that save
+ * at once instead of after the commit timeout; earlier checkpoints are
+ * intact. */
+static char run_id_buf[320];
+
+static void mark_failed_shards(const char *root, const struct whale_membership_event *ev)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, ".tmp-", 5))
+            continue;
+        for (int i = 0; i < ev->nfailed; i++) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s/rank-%05d.json", root, de->d_name, ev->failed_rank[i]);
+            if (access(p, F_OK) == 0)
+                continue;
+            snprintf(p, sizeof p, "%s/%s/rank-%05d.failed", root, de->d_name, ev->failed_rank[i]);
+            int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+    closedir(d);
+}
+
+static void ckpt_restart(struct train_elastic *te, whale_ctx *ctx, struct train_job *job,
+                         bool survivor)
+{
+    if (!job->ck || !*job->ck || !job->ckc)
+        return;
+    if (survivor && whale_rank(ctx) == 0 && job->ckc->root)
+        mark_failed_shards(job->ckc->root, &te->ev);
+    if (whale_ckpt_close(*job->ck))
+        whale_warn("elastic: the checkpoint in flight at the failure was dropped (the earlier "
+                   "ones are intact)");
+    *job->ck = NULL;
+    const char *base = getenv("WHALE_CKPT_RUN_ID"), *job_id = getenv("SLURM_JOB_ID");
+    char b[256];
+    if (!base || !*base) {
+        const char *stp = getenv("SLURM_STEP_ID"), *ns = getenv("PMIX_NAMESPACE");
+        if (job_id)
+            snprintf(b, sizeof b, "j%s.%s", job_id, stp ? stp : "x");
+        else
+            snprintf(b, sizeof b, "%s", ns ? ns : "run");
+        base = b;
+    }
+    snprintf(run_id_buf, sizeof run_id_buf, "%s.e%llu", base,
+             (unsigned long long)whale_elastic_epoch(ctx));
+    job->ckc->run_id = run_id_buf;
+    job->ckc->rank = whale_rank(ctx);
+    job->ckc->world = whale_world_size(ctx);
+    if (whale_ckpt_open(job->ckc, job->ck))
+        whale_warn("elastic: checkpoints are off after the recovery (could not reopen)");
+}
+
 /* ---- restore after a membership change ----------------------------------- */
 /* Can I provide rollback step s? Survivor: a local image. Replacement: the
  * held copy (local memory when I hold it, else fetched) or, with nothing to
@@ -513,6 +578,7 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
             rc = restore_disk(*job->e, job->ckpt_root, &R), src = "disk";
         if (rc)
             return rc;
+        ckpt_restart(te, ctx, job, false);
         te->last_done = R;
         /* the record is written (by whoever is rank 0 now) once the redo is done */
         memset(&te->rep, 0, sizeof te->rep);
@@ -558,6 +624,16 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
 
 void te_step_begin(struct train_elastic *te, int64_t step1)
 {
+    /* The refresh of the previous step lands before this step computes: it
+     * overlaps the metrics, logging and batch hand-over only. Over UCX's tcp
+     * transport a put cut short by its origin's death kills the target
+     * (ucp_put_handler: "Fatal: unexpected error: Endpoint timeout"), so no
+     * put may be in flight while a rank can fail in compute. */
+    if (te->elastic && te->red && whale_red_flush(te->red) && !te->warned_target) {
+        whale_warn("elastic: the holder of this rank's copy is unreachable");
+        te->warned_target = true;
+        whale_red_set_target(te->red, NULL);
+    }
     whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_START);
 }
 
@@ -602,7 +678,7 @@ void te_step_metrics(const struct train_elastic *te, double *snap_s, double *byt
 }
 
 static void stop_message(struct train_elastic *te, struct train_job *job, int64_t step1,
-                         const char *why)
+                         const char *why, const struct whale_membership_event *ev)
 {
     whale_error("stopping: step %lld could not be completed: %s. Work up to the last "
                 "checkpoint is kept%s%s; resume with `whale-train ... --resume latest%s%s` "
@@ -614,6 +690,20 @@ static void stop_message(struct train_elastic *te, struct train_job *job, int64_
     struct whale_recovery_report r = { .kind = "stopped", .how = "crash", .nfailed = 0,
                                        .failed_step = step1, .rollback_step = te->last_done,
                                        .source = "none" };
+    if (ev && ev->nfailed > 0) { /* what the survivors agreed on before giving up */
+        r.how = detect_name(ev->how);
+        r.nfailed = ev->nfailed < 8 ? ev->nfailed : 8;
+        for (int i = 0; i < r.nfailed; i++) {
+            r.failed_rank[i] = ev->failed_rank[i];
+            snprintf(r.failed_node[i], sizeof r.failed_node[i], "%s", ev->failed_node[i]);
+        }
+        r.detect_s = ev->detect_s;
+        r.agree_s = ev->agree_s;
+        r.rebuild_s = ev->rebuild_s;
+        r.tp = ev->tp;
+        r.pp = ev->pp;
+        r.dp = ev->dp;
+    }
     FILE *mf = job->metrics ? *job->metrics : NULL;
     if (mf) {
         char *s = whale_recovery_json(&r);
@@ -637,7 +727,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         stop_message(te, job, failed_step1,
                      "a peer failed and the step is not elastic (no hot spares: srun "
                      "--whale-spares=N or whale-run --spares N; WHALE_ELASTIC=1 lets DP > 1 "
-                     "shrink)");
+                     "shrink)", NULL);
         return -1;
     }
     const double t0 = now_s();
@@ -653,7 +743,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         stop_message(te, job, failed_step1,
                      rc == WHALE_ENOFIT ? "a rank failed, no spare is left and DP = 1"
                      : rc == WHALE_ENOTSUP ? "elastic recovery is not available in this build"
-                                           : whale_strerror(rc));
+                                           : whale_strerror(rc), &ev);
         return -1;
     }
     te->ev = ev;
@@ -671,6 +761,9 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.detect_s = ev.detect_s;
     te->rep.agree_s = ev.agree_s;
     te->rep.rebuild_s = ev.rebuild_s;
+    /* a save in flight may still read the engine's tensors */
+    if (job->ck && *job->ck)
+        whale_ckpt_fence(*job->ck);
     whale_engine_destroy(*job->e);
     *job->e = NULL;
     if (whale_is_spare(ctx)) {
@@ -695,7 +788,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         long acc = *job->accum * ev.old_dp;
         if (acc % *job->dp) {
             stop_message(te, job, failed_step1, "after dropping a DP replica the global batch "
-                         "does not split over the remaining replicas");
+                         "does not split over the remaining replicas", &ev);
             return -1;
         }
         *job->accum = acc / *job->dp;
@@ -713,7 +806,8 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         if (tg)
             *job->tg = tg;
         if (!in || !tg || whale_data_open(job->dc, job->data)) {
-            stop_message(te, job, failed_step1, "could not reopen the data after the shrink");
+            stop_message(te, job, failed_step1, "could not reopen the data after the shrink",
+                         &ev);
             return -1;
         }
         whale_info("elastic: DP %d -> %d, %ld micro-batches per replica (global batch kept)",
@@ -723,7 +817,8 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     job->ec->pp = *job->pp;
     const double t_rb0 = now_s();
     if ((rc = whale_engine_create(job->ec, ctx, job->e))) {
-        stop_message(te, job, failed_step1, "the engine could not be rebuilt on the new groups");
+        stop_message(te, job, failed_step1, "the engine could not be rebuilt on the new groups",
+                     &ev);
         return -1;
     }
     whale_engine_set_phase_hook(*job->e, on_phase, te);
@@ -739,7 +834,8 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         te->rep.kind = "restored";
     }
     if (rc) {
-        stop_message(te, job, failed_step1, "the state could not be restored after recovery");
+        stop_message(te, job, failed_step1, "the state could not be restored after recovery",
+                     &ev);
         return -1;
     }
     te->rep.transfer_s = now_s() - t_rb1;
@@ -750,15 +846,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.tp = *job->tp;
     te->rep.pp = *job->pp;
     te->rep.dp = *job->dp;
-    if (ev.kind == WHALE_RECOVERY_SHRUNK && job->ck && *job->ck) {
-        /* the checkpointer writes the new world's shards from now on */
-        whale_ckpt_close(*job->ck);
-        *job->ck = NULL;
-        job->ckc->rank = *job->rank;
-        job->ckc->world = *job->world;
-        if (whale_ckpt_open(job->ckc, job->ck))
-            whale_warn("elastic: checkpoints are off after the shrink (could not reopen)");
-    }
+    ckpt_restart(te, ctx, job, true);
     if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK) {
         /* a new layout (or disk state): images of the old one are useless */
         if ((rc = new_store(te, ctx, *job->e)))

@@ -561,7 +561,9 @@ int main(int argc, char **argv)
                              .ckc = &ckc };
     if (te_start(te, ctx, &job))
         goto out;
-    double peak = o.peak_gflops > 0 ? o.peak_gflops : whale_sgemm_peak_gflops(e);
+    /* MFU is reported by rank 0 only: the other ranks skip the measurement
+     * (seconds on a loaded machine; a promoted spare would stall the redo) */
+    double peak = o.peak_gflops > 0 ? o.peak_gflops : rank == 0 ? whale_sgemm_peak_gflops(e) : 1;
     struct whale_engine_memory mem;
     whale_engine_memory(e, &mem);
     bool tty = o.progress != 0 && rank == 0 && isatty(STDERR_FILENO);
