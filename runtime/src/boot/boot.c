@@ -208,6 +208,7 @@ int boot_detach(struct boot *b)
         return 0;
     pmix_status_t st = PMIx_Finalize(NULL, 0);
     b->have_pmix = false;
+    b->detached = true;
     if (st != PMIX_SUCCESS) {
         whale_error("PMIx_Finalize failed: %s", PMIx_Error_string(st));
         return WHALE_EPMIX;

@@ -23,6 +23,7 @@ struct boot {
     char **node_names;     /* [nnodes] */
     int nnodes;
     bool have_pmix;
+    bool detached;         /* left PMIx after the wire-up (boot_detach) */
     void *pmix;            /* pmix_proc_t of this process when have_pmix */
 };
 

@@ -307,7 +307,7 @@ int whale_finalize(whale_ctx *ctx)
             if (ctx->el)
                 ctx->el->armed = false;
             pthread_mutex_unlock(&ctx->lock);
-            if (lost || !ctx->boot.have_pmix) {
+            if (lost || ctx->boot.detached) {
                 /* PMIx fences hang while a task of the step is dead: a
                  * second UCX barrier narrows the window instead (its
                  * failure only means a peer already left). */
