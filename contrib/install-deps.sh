@@ -10,6 +10,8 @@ DEB_PACKAGES=(
   # runtime libraries
   libjansson-dev libzstd-dev libxxhash-dev libopenblas-dev libopenblas0-pthread libhwloc-dev
   libpmix-dev libpmix-bin libucx-dev ucx-utils
+  # oneDNN: bf16 GEMMs of mixed precision on CPUs with AVX512_BF16 (optional at build time)
+  libdnnl-dev
   # Slurm + munge (plugin build and the local cluster)
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # tests

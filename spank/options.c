@@ -54,6 +54,14 @@ static int parse_offload(const char *s, int *v)
     return rc;
 }
 
+static int parse_precision(const char *s, int *v)
+{
+    enum whale_precision pr;
+    int rc = whale_precision_parse(s, &pr);
+    *v = (int)pr;
+    return rc;
+}
+
 static const struct optdef optdefs[] = {
     { OPT_ENABLE, "whale", NULL,
       "Run this step with Whale (defaults: TP=1, PP=1, DP = tasks).", K_FLAG, 0, 0, NULL, NULL,
@@ -96,6 +104,10 @@ static const struct optdef optdefs[] = {
     { OPT_BATCH, "whale-batch", "N",
       "Global batch in sequences per step (planner; default with --whale-model: the plan's).",
       K_INT, 1, 1 << 30, NULL, NULL, &whale_opts.batch },
+    { OPT_PRECISION, "whale-precision", "fp32|bf16|fp16",
+      "Training precision: bf16/fp16 mixed precision (16-bit weights in compute, activations "
+      "and gradients; fp32 master weights and optimizer state) or fp32.", K_ENUM, 0, 0,
+      parse_precision, "fp32, bf16, fp16", &whale_opts.precision },
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 

@@ -72,6 +72,8 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
             contradicts_str(OPT_RECOMPUTE, whale_recompute_name(o->recompute),
                             whale_recompute_name(p->recompute), f) ||
             contradicts_str(OPT_OFFLOAD, whale_offload_name(o->offload), whale_offload_name(p->offload), f) ||
+            contradicts_str(OPT_PRECISION, whale_precision_name(o->precision),
+                            whale_precision_name(p->precision), f) ||
             contradicts_str(OPT_CKPT_DIR, ckpt, p->ckpt_dir, f))
             return -1;
         /* the plan's own choices must also respect the site's limits */
@@ -106,6 +108,8 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
         p->recompute = o->recompute;
     if (o->given[OPT_OFFLOAD])
         p->offload = o->offload;
+    if (o->given[OPT_PRECISION])
+        p->precision = o->precision;
     if (o->given[OPT_CKPT_EVERY])
         p->ckpt_every = o->ckpt_every;
     const char *dir = o->given[OPT_CKPT_DIR] ? o->ckpt_dir : NULL;
@@ -129,7 +133,10 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
             }
             return 0;
         }
-        return whale_plan_auto_for_step(c, step, p);
+        int arc = whale_plan_auto_for_step(c, step, p);
+        if (!arc && o->given[OPT_PRECISION]) /* the planner's choice yields to the user's */
+            p->precision = o->precision;
+        return arc;
     }
     return 0;
 }

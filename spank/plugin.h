@@ -37,6 +37,7 @@ enum whale_opt_id {
     OPT_CONF,
     OPT_MODEL,        /* --whale-model (planner) */
     OPT_BATCH,        /* --whale-batch (planner) */
+    OPT_PRECISION,    /* --whale-precision */
     OPT_COUNT_
 };
 
@@ -55,6 +56,7 @@ struct whale_opts {
     char conf[1024];           /* --whale-conf (only when the site allows) */
     char model[1024];          /* --whale-model: preset name or file */
     int batch;                 /* --whale-batch: global batch, sequences per step */
+    enum whale_precision precision; /* --whale-precision */
 };
 
 extern struct whale_opts whale_opts;

@@ -76,6 +76,12 @@ typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);
  * stops the walk and is returned. Pieces point at live buffers: call
  * between steps only. */
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user);
+/* The precision the engine trains in. fp32: PARAM pieces are fp32 and there
+ * are no MASTER pieces. bf16 / fp16: PARAM pieces are 16-bit (what the
+ * model computes with, rounded from the master) and MASTER pieces hold the
+ * fp32 master weights (sharded like the AdamW moments); restoring both
+ * resumes exactly. */
+enum whale_precision whale_engine_precision(const whale_engine *e);
 
 /* Scalar state that, with the tensors, makes a resumed run continue
  * exactly. The data position is `samples` (global sample counter). */
@@ -113,6 +119,8 @@ struct whale_engine_config {
     /* precision and loss scaling */
     enum whale_precision precision;
     bool loss_scaling;     /* dynamic loss scale (default on for fp16) */
+    bool grad_reduce_16;   /* bf16/fp16: reduce gradients over DP in the 16-bit dtype
+                              (the collective accumulates in fp32); default fp32 */
     float init_scale;
     int scale_growth_interval;
 

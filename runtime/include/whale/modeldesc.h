@@ -4,16 +4,46 @@
  * File format (whale.conf syntax), e.g. config/models/gpt-1.7b.conf:
  *   Name=gpt-1.7b Layers=24 Hidden=2304 Heads=24 Seq=2048 Vocab=51200
  *   FFN=9216 KVHeads=24 TiedEmbeddings=yes
+ * and a Llama-style block (config/models/llama3-8b.conf):
+ *   Name=llama3-8b Layers=32 Hidden=4096 Heads=32 KVHeads=8 FFN=14336
+ *   Seq=8192 Vocab=128256 MLP=swiglu Norm=rmsnorm Position=rotary Bias=no
+ *   TiedEmbeddings=no Attention=flash Precision=bf16
+ *
+ * Architecture keys and their defaults (the defaults are the GPT-2 block
+ * the wave-1 files always meant, so those files keep their meaning):
+ *   MLP=gelu|swiglu|geglu        gelu: fc1 + GeLU + fc2 (two matrices);
+ *                                swiglu/geglu: gate and up projections
+ *                                (h x FFN each) + down (three matrices)
+ *   Norm=layernorm|rmsnorm       layernorm has a scale and a bias per
+ *                                channel, rmsnorm only a scale
+ *   Position=learned|rotary|alibi  learned: a Seq x Hidden table; rotary
+ *                                and alibi add no parameters
+ *   Bias=yes|no                  biases on the linear layers
+ *   KVHeads=N                    grouped-query (1 < N < Heads) or
+ *                                multi-query (N = 1) attention
+ *   TiedEmbeddings=yes|no        output projection shares the token table
+ *   Attention=plain|flash        plain: scores materialised (a s^2 per
+ *                                sequence kept for backward); flash: fused
+ *                                kernel, no s^2 activations
+ *   Precision=auto|fp32|bf16|fp16  training precision the model is meant
+ *                                for (auto: what the plan runs: fp32 on CPU
+ *                                ranks, bf16 on GPUs)
  */
 #ifndef WHALE_MODELDESC_H
 #define WHALE_MODELDESC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+enum whale_mlp_kind { WHALE_MLP_GELU = 0, WHALE_MLP_SWIGLU, WHALE_MLP_GEGLU };
+enum whale_norm_kind { WHALE_NORM_LAYERNORM = 0, WHALE_NORM_RMSNORM };
+enum whale_pos_kind { WHALE_POS_LEARNED = 0, WHALE_POS_ROTARY, WHALE_POS_ALIBI };
+enum whale_attn_kind { WHALE_ATTN_PLAIN = 0, WHALE_ATTN_FLASH };
 
 struct whale_model_desc {
     char name[64];
@@ -25,6 +55,15 @@ struct whale_model_desc {
     int seq;           /* training sequence length, s */
     int vocab;         /* vocabulary size, V */
     bool tied_embeddings; /* output projection shares the token embedding */
+    /* architecture (defaults: the GPT-2 block) */
+    enum whale_mlp_kind mlp;
+    enum whale_norm_kind norm;
+    enum whale_pos_kind position;
+    bool no_bias;      /* linear layers without biases (Bias=no); a zeroed struct is GPT-2's */
+    enum whale_attn_kind attention;
+    bool precision_set;/* Precision= given (else auto: the plan's default) */
+    int precision;     /* enum whale_precision (whale/planfile.h) when precision_set */
+    char source[256];  /* file it was loaded from (messages) */
 };
 
 /* Load a preset by name (searched in $WHALE_MODEL_PATH (':'-separated),
@@ -36,7 +75,21 @@ int whale_model_desc_parse_string(const char *text, const char *origin,
 /* Checks consistency (heads divide hidden, ...); logs the reason. */
 int whale_model_desc_validate(const struct whale_model_desc *m, const char *origin);
 
-/* Parameter count of the GPT model described (embeddings included; the
+/* Whether the description is a plain GPT-2 block (MLP=gelu Norm=layernorm
+ * Position=learned Bias=yes), the only block the wave-1 engine runs.
+ * Returns 0, or WHALE_ENOTSUP with `why` naming the model file and the
+ * first field that differs ("llama.conf: MLP=swiglu: ..."). */
+int whale_model_desc_gpt2_check(const struct whale_model_desc *m, char *why, size_t why_len);
+
+/* Names of the enum values as the file spells them. */
+const char *whale_mlp_name(enum whale_mlp_kind k);
+const char *whale_norm_name(enum whale_norm_kind k);
+const char *whale_pos_name(enum whale_pos_kind k);
+const char *whale_attn_name(enum whale_attn_kind k);
+
+/* Parameters of one transformer block (attention + MLP + norms + biases). */
+int64_t whale_model_desc_block_params(const struct whale_model_desc *m);
+/* Parameter count of the model described (embeddings included; the
  * output projection counted once when tied). */
 int64_t whale_model_desc_params(const struct whale_model_desc *m);
 

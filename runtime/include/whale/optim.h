@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/comm.h" /* enum whale_dtype */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +31,16 @@ struct whale_adamw {
  * Shapes: w, g, m, v all (n). */
 void whale_adamw_update(const struct whale_adamw *o, int64_t t, float *w, const float *g,
                         float *m, float *v, size_t n, float grad_mul, bool decay);
+
+/* Mixed precision: AdamW on the fp32 master weights, then the 16-bit
+ * params the model computes with = round(master) (param_dtype
+ * WHALE_BFLOAT16 or WHALE_FLOAT16; param may be NULL, or param_dtype
+ * WHALE_FLOAT32, for no cast). One function over explicit buffers so the
+ * update can run wherever the master and moments live (host offload).
+ * Shapes: master, g, m, v, param all (n). */
+void whale_adamw_update_mixed(const struct whale_adamw *o, int64_t t, float *master,
+                              const float *g, float *m, float *v, uint16_t *param,
+                              enum whale_dtype param_dtype, size_t n, float grad_mul, bool decay);
 
 /* Sum of squares of g (n), accumulated in double. */
 double whale_sumsq(const float *g, size_t n);

@@ -48,6 +48,12 @@ struct whale_plan_device {
     double pcie_bw;        /* host <-> device bandwidth (offload), bytes/s */
     int domain;            /* GPUs per NVLink domain when it spans nodes (72 for GB200
                               NVL72); 0 = the node */
+    /* Measured kernel efficiencies of this generation (sources in gpu.c). */
+    double gemm_eff;       /* sustained fraction of peak of large 16-bit GEMMs */
+    double gemm_half;      /* matrix dimension at which one GEMM dimension halves efficiency */
+    double flash_eff;      /* fraction of peak a fused (flash) attention kernel sustains,
+                              forward + backward, on the FLOPs it executes; 0 = as GEMMs */
+    double fp32_ratio;     /* fp32 (TF32 tensor core) peak / peak_flops */
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
@@ -82,13 +88,22 @@ struct whale_node_group {
 /* Efficiency constants of the time model (see plan/README in the report
  * and whale-plan --explain-model). Calibrated values override them. */
 struct whale_eff_model {
-    double gemm_eff;       /* best achievable fraction of peak for large GEMMs */
-    double gemm_half_dim;  /* matrix dimension at which one dimension halves efficiency */
+    double gemm_eff;       /* fraction of peak for large GEMMs; 0 = the device type's
+                              measured value (whale_plan_device.gemm_eff) */
+    double gemm_half_dim;  /* matrix dimension at which one dimension halves efficiency;
+                              0 = the device type's */
     double mem_eff;        /* achieved fraction of hbm_bw for memory-bound kernels */
     double coll_eff;       /* achieved fraction of link bw by large collectives */
     double dp_overlap;     /* fraction of the DP/ZeRO reduction hidden behind backward */
     double overlap_cost;   /* compute slowdown per second of hidden communication */
-    double zero3_overlap;  /* fraction of ZeRO-3 weight gathers hidden behind compute */
+    double zero3_overlap;  /* fraction of the compute time that can hide ZeRO-3 gathers
+                              (bandwidth part; each collective's latency stays exposed) */
+    double offload_overlap;/* fraction of the compute time that can hide host -> device parameter
+                              fetches (offload=params); was zero3_overlap's 0.3 before v2 */
+    double zero3_msgs;     /* collectives per layer per ZeRO-3 pass; 0 (default) = one per
+                              parameter tensor of the block (whale_plan_block_tensors(), what
+                              the published DeepSpeed/FSDP runs behave like); 1 = one flat
+                              buffer per layer */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
 };
@@ -215,6 +230,7 @@ struct whale_plan_config {
     int recompute;         /* enum whale_recompute (NONE..AUTO) */
     int offload;           /* enum whale_offload */
     bool seqpar;           /* Megatron sequence parallelism (with tp > 1) */
+    int precision;         /* enum whale_precision the prediction assumed (filled by eval) */
     /* Result of recompute=auto on the worst stage: layers per policy. */
     int rc_full, rc_selective;
     /* Layers per pipeline stage (filled by eval; an input when uneven). */
@@ -252,11 +268,15 @@ struct whale_plan_prediction {
     double t_dp;           /* exposed DP / ZeRO collectives */
     double t_optim;        /* optimizer step */
     double t_offload;      /* exposed host<->device transfers */
-    /* rates */
-    double flops_step;     /* hardware FLOPs per step incl. recompute (Megatron's count) */
-    double model_flops_step; /* without recompute (for MFU) */
-    double tflops_per_gpu; /* flops_step / (t_step * gpus) / 1e12 */
+    /* rates: "hardware" counts recomputation (Megatron-LM's TFLOP/s per GPU,
+     * HFU), "model" does not (6N + attention per token: MFU, the MosaicML,
+     * NeMo and Llama 3 figures). Attention scores count the full s x s. */
+    double flops_step;     /* hardware FLOPs per step incl. recompute */
+    double model_flops_step; /* model FLOPs per step (no recompute) */
+    double tflops_per_gpu; /* hardware: flops_step / (t_step * gpus) / 1e12 */
+    double model_tflops_per_gpu; /* model: model_flops_step / (t_step * gpus) / 1e12 */
     double mfu;            /* model_flops_step / (t_step * sum of peaks) */
+    double hfu;            /* flops_step / (t_step * sum of peaks) */
     double tokens_per_s;
     int link_tp, link_pp, link_dp; /* link classes the mapping uses */
 };
@@ -303,6 +323,8 @@ struct whale_plan_request {
     unsigned allowed_recompute, allowed_offload;
     double max_idle;                  /* share of GPUs a plan may leave idle (0: use all);
                                          lets awkward GPU counts (100,000) factor well */
+    int precision;                    /* enum whale_precision; -1: the model's Precision=,
+                                         else fp32 on CPU ranks, bf16 on GPUs */
 };
 void whale_plan_request_init(struct whale_plan_request *r);
 
@@ -324,7 +346,9 @@ struct whale_plan_result {
 
 /* Runs the search. Returns 0 with result->found, WHALE_ENOFIT (and
  * result->why_none, also logged) when nothing fits, WHALE_EINVAL on bad
- * input. */
+ * input (e.g. seqpar = 1 with tp = 1). When nothing fits, rejected[0]
+ * (nrejected = 1) is the evaluated candidate closest to fitting, if any
+ * was evaluated (exhaustive searches always evaluate). */
 int whale_plan_search(const struct whale_plan_request *req, struct whale_plan_result *res);
 
 /* Human-readable report: table of the best + alternatives, why the winner
@@ -338,6 +362,11 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
 void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf, size_t len);
 /* "tp=8 pp=64 dp=6 mb=1 m=512 v=2 zero=1 rc=full" */
 void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, size_t len);
+
+/* Parameter tensors of one block (weights, biases, norm scales and
+ * shifts): the collectives per layer of a per-tensor ZeRO-3 (DeepSpeed
+ * stage 3) for whale_eff_model.zero3_msgs. */
+int whale_plan_block_tensors(const struct whale_model_desc *m);
 
 /* ---- optimal per-layer recompute (dynamic program) -----------------------
  *

@@ -15,6 +15,7 @@
  */
 #include "ckpt_internal.h"
 
+#include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -85,58 +86,12 @@ int ckpt_enc_from_name(const char *s, enum ckpt_enc *e)
 
 /* ---- scalar conversions -------------------------------------------------- */
 
-static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-uint16_t ckpt_f32_to_bf16(float f)
-{
-    uint32_t u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-float ckpt_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
-
-uint16_t ckpt_f32_to_f16(float f)
-{
-    uint32_t u = f2u(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u);
-    if (a >= 0x477ff000u) /* rounds to >= 65520: inf */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) { /* below 2^-14: subnormal half (or zero) */
-        if (a < 0x33000000u) /* < 2^-25: rounds to zero */
-            return (uint16_t)sign;
-        uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-        int shift = 113 - (int)(a >> 23) + 13; /* to a 10-bit subnormal mantissa */
-        uint32_t q = mant >> shift;
-        uint32_t rem = mant & ((1u << shift) - 1);
-        uint32_t half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (q & 1)))
-            q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = a + 0xfffu + ((a >> 13) & 1); /* round to nearest even at bit 13 */
-    r -= 0x38000000u;                          /* rebias 127 -> 15 */
-    return (uint16_t)(sign | (r >> 13));
-}
-
-float ckpt_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * (1.0f / 16777216.0f); /* m * 2^-24 */
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return u2f(sign | 0x7f800000u | (m << 13));
-    return u2f(sign | ((e + 112) << 23) | (m << 13));
-}
+/* util's conversions (whale/dtype.h): one rounding rule for the runtime */
+uint16_t ckpt_f32_to_bf16(float f) { return whale_float_to_bf16(f); }
+float ckpt_bf16_to_f32(uint16_t h) { return whale_bf16_to_float(h); }
+uint16_t ckpt_f32_to_f16(float f) { return whale_float_to_fp16(f); }
+float ckpt_f16_to_f32(uint16_t h) { return whale_fp16_to_float(h); }
 
 static float load_f(enum whale_dtype t, const void *p, int64_t i)
 {
@@ -156,6 +111,23 @@ int ckpt_convert(enum whale_dtype from, const void *src, enum whale_dtype to, vo
     }
     if (!ckpt_dtype_is_float(from) || !ckpt_dtype_is_float(to))
         return WHALE_ENOTSUP;
+    /* the common cases through the vectorised array forms */
+    if (from == WHALE_FLOAT32 && to == WHALE_BFLOAT16) {
+        whale_f32_to_bf16(dst, src, (size_t)n);
+        return 0;
+    }
+    if (from == WHALE_FLOAT32 && to == WHALE_FLOAT16) {
+        whale_f32_to_fp16(dst, src, (size_t)n);
+        return 0;
+    }
+    if (to == WHALE_FLOAT32 && from == WHALE_BFLOAT16) {
+        whale_bf16_to_f32(dst, src, (size_t)n);
+        return 0;
+    }
+    if (to == WHALE_FLOAT32 && from == WHALE_FLOAT16) {
+        whale_fp16_to_f32(dst, src, (size_t)n);
+        return 0;
+    }
     for (int64_t i = 0; i < n; i++) {
         float v = load_f(from, src, i);
         if (to == WHALE_FLOAT32)

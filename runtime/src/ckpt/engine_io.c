@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MASTER_PREFIX "opt.master."
+
 struct collect {
     whale_ckpt_piece *p;
     char (*names)[128];
@@ -38,7 +40,7 @@ static int collect_fn(const struct whale_tensor_piece *t, void *user)
         c->names = nn;
         c->cap = nc;
     }
-    static const char *prefix[] = {"", "opt.m.", "opt.v.", "opt.master."};
+    static const char *prefix[] = {"", "opt.m.", "opt.v.", MASTER_PREFIX};
     static const enum whale_ckpt_kind kinds[] = {WHALE_CKPT_PARAM, WHALE_CKPT_MOMENT1,
                                                  WHALE_CKPT_MOMENT2, WHALE_CKPT_PARAM};
     int k = (unsigned)t->kind < 4 ? (int)t->kind : 0;
@@ -67,13 +69,13 @@ int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_jso
     int rc = collect_all(e, true, &c);
     struct whale_train_state ts;
     whale_engine_get_state(e, &ts);
-    char extra[512];
+    char extra[576];
     snprintf(extra, sizeof extra,
-             "{\"train_state\":{\"step\":%lld,\"adam_t\":%lld,\"samples\":%lld,\"seed\":\"%llu\","
+             "{\"train_state\":{\"precision\":\"%s\",\"step\":%lld,\"adam_t\":%lld,\"samples\":%lld,\"seed\":\"%llu\","
              "\"rng_counter\":\"%llu\",\"loss_scale\":%.9g,\"scaler_good_steps\":%d,"
              "\"scaler_skipped\":%lld}}",
-             (long long)ts.step, (long long)ts.adam_t, (long long)ts.samples,
-             (unsigned long long)ts.seed, (unsigned long long)ts.rng_counter,
+             whale_precision_name(whale_engine_precision(e)), (long long)ts.step,
+             (long long)ts.adam_t, (long long)ts.samples, (unsigned long long)ts.seed, (unsigned long long)ts.rng_counter,
              (double)ts.loss_scale, (int)ts.scaler_good_steps, (long long)ts.scaler_skipped);
     if (!rc) {
         whale_ckpt_meta m = {.step = ts.step, .samples = ts.samples,
@@ -100,9 +102,13 @@ int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
         struct collect c;
         int rc = collect_all(e, false, &c);
         size_t k = 0;
-        for (size_t i = 0; i < c.n; i++)
-            if (strncmp(c.p[i].name, "opt.", 4))
-                c.p[k++] = c.p[i];
+        for (size_t i = 0; i < c.n; i++) {
+            if (!strncmp(c.p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX)))
+                c.p[i].name += strlen(MASTER_PREFIX); /* 16-bit run: master = the weights */
+            else if (!strncmp(c.p[i].name, "opt.", 4))
+                continue;
+            c.p[k++] = c.p[i];
+        }
         if (!rc)
             rc = whale_ckpt_read(r, c.p, k);
         free(c.p);
@@ -122,10 +128,39 @@ int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
     ts.loss_scale = (float)json_number_value(json_object_get(st, "loss_scale"));
     ts.scaler_good_steps = (int32_t)json_integer_value(json_object_get(st, "scaler_good_steps"));
     ts.scaler_skipped = json_integer_value(json_object_get(st, "scaler_skipped"));
+    /* precision of the run that saved it (absent before mixed precision: fp32) */
+    enum whale_precision ckp = WHALE_PREC_FP32;
+    const char *pn = json_string_value(json_object_get(st, "precision"));
+    if (pn && whale_precision_parse(pn, &ckp)) {
+        whale_error("checkpoint %s: train_state.precision \"%.32s\" is not fp32, bf16 or fp16",
+                    in->dir, pn);
+        json_decref(x);
+        return WHALE_EDATA;
+    }
     json_decref(x);
 
     struct collect c;
     int rc = collect_all(e, false, &c);
+    enum whale_precision ep = whale_engine_precision(e);
+    if (!rc && (ckp == WHALE_PREC_FP32) != (ep == WHALE_PREC_FP32)) {
+        /* switching between fp32 and 16-bit training: the fp32 weights of
+         * one are the master weights of the other */
+        whale_info("checkpoint %s was trained in %s, resuming in %s: %s", in->dir,
+                   whale_precision_name(ckp), whale_precision_name(ep),
+                   ep == WHALE_PREC_FP32 ? "weights from its fp32 master weights"
+                                         : "master weights from its fp32 weights");
+        for (size_t i = 0; i < c.n; i++) {
+            bool master = !strncmp(c.p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX));
+            if (ep != WHALE_PREC_FP32 && master)
+                c.p[i].name += strlen(MASTER_PREFIX);
+            else if (ep == WHALE_PREC_FP32 && strncmp(c.p[i].name, "opt.", 4)) {
+                char tmp[128];
+                snprintf(tmp, sizeof tmp, "%s%s", MASTER_PREFIX, c.p[i].name);
+                memcpy(c.names[i], tmp, sizeof tmp);
+                c.p[i].name = c.names[i];
+            }
+        }
+    }
     if (!rc)
         rc = whale_ckpt_read(r, c.p, c.n);
     free(c.p);

@@ -7,6 +7,7 @@
  * of the 16-bit type. */
 #pragma GCC optimize("O3")
 #include "comm/sched.h"
+#include "whale/dtype.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,56 +18,15 @@
 #define KERNEL
 #endif
 
-float comm_bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+/* The conversions are util's (whale/dtype.h): one rounding rule for the
+ * whole runtime. These names stay for the comm tests. */
+float comm_bf16_to_f32(uint16_t h) { return whale_bf16_to_float(h); }
+uint16_t comm_f32_to_bf16(float f) { return whale_float_to_bf16(f); }
+float comm_f16_to_f32(uint16_t h) { return whale_fp16_to_float(h); }
+uint16_t comm_f32_to_f16(float f) { return whale_float_to_fp16(f); }
 
-uint16_t comm_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float comm_f16_to_f32(uint16_t h)
-{
-    _Float16 x;
-    memcpy(&x, &h, 2);
-    return (float)x;
-}
-
-uint16_t comm_f32_to_f16(float f)
-{
-    _Float16 x = (_Float16)f;
-    uint16_t h;
-    memcpy(&h, &x, 2);
-    return h;
-}
-
-static inline float bf2f(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    /* NaN keeps a mantissa bit; finite values round to nearest even. */
-    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)(nan ? ((u >> 16) | 0x40u) : r);
-}
+#define bf2f whale_bf16_to_float
+#define f2bf whale_float_to_bf16
 
 #define OP_SUM(x, y) ((x) + (y))
 #define OP_MAX(x, y) ((x) > (y) ? (x) : (y))
@@ -110,6 +70,8 @@ DEF_TYPE(u8, uint8_t)
             d[i] = FROMF(OP(TOF(d[i]), TOF(b[i])));                                     \
     }
 
+/* inline _Float16 casts here (not util's out-of-line scalars): this is the
+ * loop for CPUs without F16C; same IEEE rounding as whale_float_to_fp16 */
 static inline float h2f(uint16_t h)
 {
     _Float16 x;

@@ -20,6 +20,18 @@ static int wc_ireduce_scatter(struct eng_comm *c, const float *send, float *recv
                                  (whale_req **)req);
 }
 
+static int wc_iallreduce16(struct eng_comm *c, uint16_t *buf, size_t n, enum whale_dtype dt,
+                           void **req)
+{
+    return whale_iallreduce(c->impl, buf, buf, n, dt, WHALE_SUM, (whale_req **)req);
+}
+
+static int wc_ireduce_scatter16(struct eng_comm *c, const uint16_t *send, uint16_t *recv,
+                                size_t n, enum whale_dtype dt, void **req)
+{
+    return whale_ireduce_scatter(c->impl, send, recv, n, dt, WHALE_SUM, (whale_req **)req);
+}
+
 static int wc_iallgather(struct eng_comm *c, const float *send, float *recv, size_t n, void **req)
 {
     return whale_iallgather(c->impl, send, recv, n, WHALE_FLOAT32, (whale_req **)req);
@@ -45,6 +57,8 @@ static void eng_comm_from_group(struct eng_comm *c, whale_group *g)
     c->iallreduce = wc_iallreduce;
     c->ireduce_scatter = wc_ireduce_scatter;
     c->iallgather = wc_iallgather;
+    c->iallreduce16 = wc_iallreduce16;
+    c->ireduce_scatter16 = wc_ireduce_scatter16;
     c->test = wc_test;
     c->wait = wc_wait;
 }

@@ -77,10 +77,10 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
                     m->name);
         return WHALE_ENOTSUP;
     }
-    if (c->precision == WHALE_PREC_FP16 || c->precision == WHALE_PREC_BF16) {
-        whale_error("16-bit storage is not implemented in the CPU kernels; train in fp32 "
-                    "(loss scaling can still be enabled)");
-        return WHALE_ENOTSUP;
+    if (c->precision != WHALE_PREC_FP32 && c->precision != WHALE_PREC_BF16 &&
+        c->precision != WHALE_PREC_FP16) {
+        whale_error("precision %d out of range (fp32, bf16, fp16)", (int)c->precision);
+        return WHALE_ERANGE;
     }
     (void)dp;
     return 0;
@@ -286,18 +286,66 @@ static void bind_layers(whale_engine *e)
 {
     for (int i = 0; i < e->nl; i++) {
         struct eng_layer *l = &e->layers[i];
-        l->w = e->W ? e->W + l->flat_begin : NULL;
+        /* 16-bit params: w is bound per bucket to its widened copy (w_acquire) */
+        l->w = e->W && !eng_lp(e) ? e->W + l->flat_begin : NULL;
         l->g = e->G ? e->G + l->flat_begin : NULL;
     }
+}
+
+static uint16_t *zalloc16(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(uint16_t) + 64))
+        return NULL;
+    memset(p, 0, n * sizeof(uint16_t));
+    return p;
+}
+
+/* The bucket holding flat index f. */
+static const struct eng_bucket *bucket_at(const whale_engine *e, size_t f)
+{
+    for (int k = 0; k < e->nb; k++)
+        if (f >= e->buckets[k].flat && f < e->buckets[k].flat + e->buckets[k].n)
+            return &e->buckets[k];
+    return &e->buckets[0];
+}
+
+/* Copies the part of parameter p (values v, p->numel) that falls in this
+ * rank's shard into sh (S, bucket-shard layout) and, when sh16, its 16-bit
+ * rounding into sh16. */
+static void put_shard(whale_engine *e, const struct eng_param *p, const float *v, float *sh,
+                      uint16_t *sh16)
+{
+    const int r = e->dp.size > 1 ? e->dp.rank : 0;
+    const struct eng_bucket *b = bucket_at(e, p->flat);
+    size_t sb = b->n / e->dp.size, lo = b->flat + r * sb, hi = lo + sb;
+    size_t a = p->flat > lo ? p->flat : lo, z2 = p->flat + p->numel < hi ? p->flat + p->numel : hi;
+    if (a >= z2)
+        return;
+    if (sh)
+        memcpy(sh + b->shard_off + (a - lo), v + (a - p->flat), (z2 - a) * sizeof(float));
+    if (sh16)
+        eng_lp_store(e, sh16 + b->shard_off + (a - lo), v + (a - p->flat), z2 - a);
 }
 
 static int alloc_state(whale_engine *e)
 {
     const int z = e->cfg.zero_stage;
+    const bool lp = eng_lp(e);
     size_t P = e->P, S = e->S;
-    if (z < 3 && !(e->W = zalloc(P)))
+    /* fp32: W (P) or Wsh (S) are the weights. 16-bit: W16 (P) or W16sh (S)
+     * are, and the fp32 master is W (ZeRO 0: P) or Wsh (ZeRO 1-3: the shard) */
+    if (!lp && z < 3 && !(e->W = zalloc(P)))
         return WHALE_ENOMEM;
-    if (z == 3 && !(e->Wsh = zalloc(S)))
+    if (!lp && z == 3 && !(e->Wsh = zalloc(S)))
+        return WHALE_ENOMEM;
+    if (lp && z == 0 && !(e->W = zalloc(P)))
+        return WHALE_ENOMEM;
+    if (lp && z >= 1 && !(e->Wsh = zalloc(S)))
+        return WHALE_ENOMEM;
+    if (lp && z < 3 && !(e->W16 = zalloc16(P)))
+        return WHALE_ENOMEM;
+    if (lp && z == 3 && !(e->W16sh = zalloc16(S)))
         return WHALE_ENOMEM;
     if (z < 2 && !(e->G = zalloc(P)))
         return WHALE_ENOMEM;
@@ -306,29 +354,23 @@ static int alloc_state(whale_engine *e)
     size_t mv = z == 0 ? P : S;
     if (!(e->M = zalloc(mv)) || !(e->V = zalloc(mv)))
         return WHALE_ENOMEM;
-    if ((z == 1 || z == 2) && e->dp.size > 1 && !(e->agtmp = zalloc(S)))
+    /* the allgather's own-shard copy: 16-bit params need half of it */
+    if ((z == 1 || z == 2) && e->dp.size > 1 && !(e->agtmp = zalloc(lp ? S / 2 + 1 : S)))
         return WHALE_ENOMEM;
 
     /* initial weights: every rank computes exactly its own elements */
-    const int r = e->dp.size > 1 ? e->dp.rank : 0;
     for (int i = 0; i < e->np; i++) {
         struct eng_param *p = &e->params[i];
         float *tmp = malloc(p->numel * sizeof(float));
         if (!tmp)
             return WHALE_ENOMEM;
         eng_param_init(p, e->cfg.seed, tmp);
-        if (z < 3) {
+        if (e->W)
             memcpy(e->W + p->flat, tmp, p->numel * sizeof(float));
-        } else {
-            const struct eng_bucket *b = &e->buckets[e->layers[0].bucket];
-            for (int k = 0; k < e->nb; k++)
-                if (p->flat >= e->buckets[k].flat && p->flat < e->buckets[k].flat + e->buckets[k].n)
-                    b = &e->buckets[k];
-            size_t sb = b->n / e->dp.size, lo = b->flat + r * sb, hi = lo + sb;
-            size_t a = p->flat > lo ? p->flat : lo, z2 = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-            if (a < z2)
-                memcpy(e->Wsh + b->shard_off + (a - lo), tmp + (a - p->flat), (z2 - a) * sizeof(float));
-        }
+        if (e->W16)
+            eng_lp_store(e, e->W16 + p->flat, tmp, p->numel);
+        if (e->Wsh || e->W16sh)
+            put_shard(e, p, tmp, e->Wsh, e->W16sh);
         free(tmp);
     }
     bind_layers(e);
@@ -408,6 +450,9 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         e->dp.size = 1;
     e->nchunks = c->interleave > 0 ? c->interleave : 1;
     e->shadow = -1;
+    e->lp = c->precision == WHALE_PREC_BF16 ? WHALE_BFLOAT16
+          : c->precision == WHALE_PREC_FP16 ? WHALE_FLOAT16 : WHALE_FLOAT32;
+    e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16 : WHALE_FLOAT32;
     const struct whale_model_desc *m = &c->model;
     const int tp = g->tp.size;
     /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last
@@ -494,6 +539,7 @@ void whale_engine_destroy(whale_engine *e)
     for (int b = 0; b < e->nb; b++) {
         free(e->buckets[b].gbuf);
         free(e->buckets[b].wbuf);
+        free(e->buckets[b].wbuf16);
         free(e->buckets[b].rs_tmp);
     }
     free(e->buckets);
@@ -509,6 +555,8 @@ void whale_engine_destroy(whale_engine *e)
     free(e->M);
     free(e->V);
     free(e->agtmp);
+    free(e->W16);
+    free(e->W16sh);
     free(e->scratch);
     free(e);
 }
@@ -534,7 +582,7 @@ int whale_engine_layer_cost(const whale_engine *e, int i, struct whale_layer_cos
         o->params += n;
     }
     l->ops->flops(l, &o->fwd_flops, &o->bwd_flops);
-    o->act_bytes = (int64_t)l->ops->act_floats(l) * 4;
+    o->act_bytes = (int64_t)l->ops->act_floats(l) * (eng_lp(e) ? 2 : 4);
     o->boundary_bytes = l->ops == &eng_head_ops ? 0 : (int64_t)e->d.B * e->d.T * e->d.C * 4;
     return 0;
 }
@@ -543,11 +591,16 @@ void whale_engine_memory(const whale_engine *e, struct whale_engine_memory *m)
 {
     const int z = e->cfg.zero_stage;
     memset(m, 0, sizeof *m);
-    m->param_bytes = (int64_t)(z < 3 ? e->P : e->S) * 4;
+    const bool lp = eng_lp(e);
+    /* 16-bit params: the weights take 2 bytes, the fp32 master joins the
+     * optimizer state (sharded like the moments from ZeRO 1 on); gradients
+     * accumulate in fp32 */
+    m->param_bytes = (int64_t)(z < 3 ? e->P : e->S) * (lp ? 2 : 4);
     m->grad_bytes = (int64_t)(z < 2 ? e->P : e->S) * 4;
-    m->optim_bytes = 2 * (int64_t)(z == 0 ? e->P : e->S) * 4;
-    m->scratch_bytes = e->scratch_peak + (e->agtmp ? (int64_t)e->S * 4 : 0);
-    m->act_bytes = (int64_t)e->act_floats * 4;
+    m->optim_bytes = (lp ? 3 : 2) * (int64_t)(z == 0 ? e->P : e->S) * 4;
+    m->scratch_bytes = e->scratch_peak + (e->agtmp ? (int64_t)e->S * (lp ? 2 : 4) : 0) +
+                       (int64_t)e->sv32_floats * 4;
+    m->act_bytes = e->act_bytes;
     m->num_params = whale_model_desc_params(&e->cfg.model);
 }
 
@@ -606,18 +659,55 @@ static const struct eng_bucket *bucket_of(const whale_engine *e, const struct en
     return NULL;
 }
 
-int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
+/* Where the pieces of one kind live: fp32 base or 16-bit base, full (P)
+ * or sharded (S) layout. 16-bit params: PARAM is W16 / W16sh (16-bit),
+ * MASTER is W (ZeRO 0) or the shard Wsh (fp32). */
+static void kind_base(const whale_engine *e, int kind, float **f32, uint16_t **b16,
+                      bool *sharded)
 {
     const int z = e->cfg.zero_stage;
+    const bool lp = eng_lp(e);
+    *f32 = NULL;
+    *b16 = NULL;
+    switch (kind) {
+    case WHALE_TENSOR_PARAM:
+        *sharded = z == 3;
+        if (lp)
+            *b16 = z == 3 ? e->W16sh : e->W16;
+        else
+            *f32 = z == 3 ? e->Wsh : e->W;
+        break;
+    case WHALE_TENSOR_MASTER:
+        *sharded = z >= 1;
+        *f32 = z == 0 ? e->W : e->Wsh;
+        break;
+    default:
+        *sharded = z >= 1;
+        *f32 = kind == WHALE_TENSOR_ADAM_M ? e->M : e->V;
+        break;
+    }
+}
+
+int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
+{
     const int r = e->dp.size > 1 ? e->dp.rank : 0;
-    for (int kind = 0; kind <= WHALE_TENSOR_ADAM_V; kind++) {
+    /* fixed order: param, adam_m, adam_v, then (16-bit params only) master */
+    const int nkinds = eng_lp(e) ? 4 : 3;
+    static const int order[4] = { WHALE_TENSOR_PARAM, WHALE_TENSOR_ADAM_M, WHALE_TENSOR_ADAM_V,
+                                  WHALE_TENSOR_MASTER };
+    for (int ki = 0; ki < nkinds; ki++) {
+        const int kind = order[ki];
+        float *f32;
+        uint16_t *b16;
+        bool sharded;
+        kind_base(e, kind, &f32, &b16, &sharded);
         for (int i = 0; i < e->np; i++) {
             const struct eng_param *p = &e->params[i];
             struct whale_tensor_piece t;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "%s", p->name);
             t.kind = kind;
-            t.dtype = WHALE_FLOAT32;
+            t.dtype = b16 ? e->lp : WHALE_FLOAT32;
             t.ndim = p->ndim;
             for (int k = 0; k < p->ndim; k++) {
                 t.global_shape[k] = p->gshape[k];
@@ -629,18 +719,15 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
             if (e->shadow >= 0 && p >= e->layers[e->shadow].params &&
                 p < e->layers[e->shadow].params + e->layers[e->shadow].nparams)
                 tp_writer = false;
-            bool sharded = kind == WHALE_TENSOR_PARAM ? z == 3 : z >= 1;
+            size_t off;
             if (!sharded || e->dp.size == 1) {
-                float *base = kind == WHALE_TENSOR_PARAM ? (z == 3 ? e->Wsh : e->W)
-                            : kind == WHALE_TENSOR_ADAM_M ? e->M : e->V;
-                size_t off = p->flat;
+                off = p->flat;
                 if (sharded) { /* dp == 1: shard == everything, but laid out by bucket */
                     const struct eng_bucket *b = bucket_of(e, p);
                     off = b->shard_off + (p->flat - b->flat);
                 }
                 t.flat_begin = 0;
                 t.flat_end = (int64_t)p->numel;
-                t.data = base + off;
                 t.writer = tp_writer && r == 0;
             } else {
                 const struct eng_bucket *b = bucket_of(e, p);
@@ -649,19 +736,23 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
                 size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
                 if (a >= zz)
                     continue;
-                float *base = kind == WHALE_TENSOR_PARAM ? e->Wsh
-                            : kind == WHALE_TENSOR_ADAM_M ? e->M : e->V;
                 t.flat_begin = (int64_t)(a - p->flat);
                 t.flat_end = (int64_t)(zz - p->flat);
-                t.data = base + b->shard_off + (a - lo);
+                off = b->shard_off + (a - lo);
                 t.writer = tp_writer;
             }
+            t.data = b16 ? (void *)(b16 + off) : (void *)(f32 + off);
             int rc = fn(&t, user);
             if (rc)
                 return rc;
         }
     }
     return 0;
+}
+
+enum whale_precision whale_engine_precision(const whale_engine *e)
+{
+    return e->cfg.precision;
 }
 
 double whale_sgemm_peak_gflops(const whale_engine *e)

@@ -19,7 +19,9 @@ struct eng_bucket {
     float *gbuf;        /* ZeRO 2/3: full-size gradient scratch while in backward */
     void *greq;         /* gradient reduction in flight */
     float *rs_tmp;      /* ZeRO 2/3 accumulation target for micro-batches > 0 */
-    float *wbuf;        /* ZeRO 3: gathered weights */
+    uint16_t *g16;      /* 16-bit gradient reduction: the bucket's send/receive buffer (n) */
+    float *wbuf;        /* ZeRO 3 or 16-bit params: the bucket's fp32 compute weights */
+    uint16_t *wbuf16;   /* ZeRO 3 with 16-bit params: the gathered 16-bit weights */
     void *wreq;
     int wref;
     int chunk;          /* model chunk whose backward fills it (-1: the tied wte copy) */
@@ -43,7 +45,8 @@ struct eng_slot {
     bool done;          /* backward finished */
     int sends;          /* transfers of its buffers still in flight */
     float *bnd;         /* (l1-l0+1) x (N,C): [0] chunk input, [k] output of local layer k-1 */
-    float *saved;       /* saved activations (policy-dependent), saved_floats */
+    float *saved;       /* saved activations (policy-dependent), saved_floats (fp32 mode) */
+    uint16_t *saved16;  /* the same in 16 bits (mixed precision; saved == NULL then) */
     float *dgrad;       /* (N,C): received output gradient, becomes the input gradient */
 };
 
@@ -73,8 +76,21 @@ struct whale_engine {
     size_t P;                /* padded flat size */
     size_t S;                /* shard size = P / DP */
 
-    float *W;                /* ZeRO 0-2: full weights (P); ZeRO 3: NULL */
-    float *Wsh;              /* ZeRO 3: weight shard (S) */
+    float *W;                /* ZeRO 0-2: full weights (P); ZeRO 3: NULL.
+                                16-bit params: ZeRO 0's fp32 master (P), else NULL */
+    float *Wsh;              /* ZeRO 3: weight shard (S). 16-bit params: ZeRO 1-3's fp32
+                                master shard (S) */
+    /* mixed precision (precision.c): lp is the 16-bit dtype of the params,
+     * activations kept for backward and the gradient stream between layers;
+     * WHALE_FLOAT32 when training in fp32 */
+    enum whale_dtype lp;
+    enum whale_dtype mm;     /* GEMM arithmetic: WHALE_BFLOAT16 with bf16 params on a CPU
+                                with AVX512_BF16 (kernels_lp.c), else WHALE_FLOAT32 */
+    uint16_t *W16;           /* ZeRO 0-2: 16-bit params (P) */
+    uint16_t *W16sh;         /* ZeRO 3: 16-bit param shard (S) */
+    float *sv32;             /* one layer's saved area in fp32 while it runs */
+    size_t sv32_floats;
+    int64_t act_bytes;       /* activations of one micro-batch per chunk (bytes) */
     float *G;                /* ZeRO 0-1: full gradients (P) */
     float *Gsh;              /* ZeRO 2-3: gradient shard (S) */
     float *M, *V;            /* ZeRO 0: (P); ZeRO 1-3: (S) */
@@ -164,5 +180,22 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
 int eng_grads_finish(whale_engine *e);
 
 double eng_now(void);
+
+/* precision.c: 16-bit storage at the boundaries of fp32 arithmetic. Each
+ * does nothing in fp32 mode (e->lp == WHALE_FLOAT32). */
+static inline bool eng_lp(const whale_engine *e)
+{
+    return e->lp != WHALE_FLOAT32;
+}
+/* dst (n) 16-bit = round(src (n)) / dst (n) fp32 = widen(src (n)) */
+void eng_lp_store(const whale_engine *e, uint16_t *dst, const float *src, size_t n);
+void eng_lp_load(const whale_engine *e, float *dst, const uint16_t *src, size_t n);
+/* buf (n) = widen(round(buf)): an fp32 buffer holding 16-bit values */
+void eng_lp_round(const whale_engine *e, float *buf, size_t n);
+/* The optimizer of one contiguous range: AdamW on the fp32 master, then
+ * the 16-bit param cast of the result (param may be NULL in fp32 mode,
+ * where master is the param). Shapes: master, g, m, v, param all (n). */
+void eng_lp_adamw(const whale_engine *e, float *master, const float *g, float *m, float *v,
+                  uint16_t *param, size_t n, float grad_mul, bool decay);
 
 #endif

@@ -101,15 +101,15 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
     }
 }
 
-void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
-                  int OC)
+void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+                  const float *b, int N, int IC, int OC)
 {
     if (b) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, b, sizeof(float) * OC);
     }
-    k_gemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+    k_gemm_mm(mm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
 }
 
 /* db (OC) += column sums of dout (N,OC), split by column blocks. */
@@ -131,13 +131,13 @@ static void k_colsum_acc(float *db, const float *dout, int N, int OC)
     }
 }
 
-void k_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                  const float *w, int N, int IC, int OC, int acc)
+void k_linear_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
+                  const float *inp, const float *w, int N, int IC, int OC, int acc)
 {
     if (dinp)
-        k_gemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp, IC);
+        k_gemm_mm(mm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp, IC);
     if (dw)
-        k_gemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+        k_gemm_mm(mm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db)
         k_colsum_acc(db, dout, N, OC);
 }

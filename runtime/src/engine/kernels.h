@@ -8,7 +8,10 @@
 #ifndef ENGINE_KERNELS_H
 #define ENGINE_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "whale/comm.h" /* enum whale_dtype */
 
 /* Set the pool size (and OpenBLAS to 1 thread). */
 void k_set_threads(int n);
@@ -18,13 +21,22 @@ int  k_threads(void);
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
             const float *B, int ldb, float beta, float *C, int ldc);
 
+/* kernels_lp.c: the same GEMM with operands of type mm: WHALE_FLOAT32 is
+ * k_gemm; WHALE_BFLOAT16 rounds A and B to bf16 and multiplies in bf16 with
+ * fp32 accumulation where k_bf16_gemm_available() (AVX512_BF16 + oneDNN),
+ * else k_gemm on the same values. */
+void k_gemm_mm(enum whale_dtype mm, int transA, int transB, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+bool k_bf16_gemm_available(void);
+
+/* The linear layers take the GEMM operand type mm (see k_gemm_mm). */
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) ; b may be NULL */
-void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N, int IC,
-                  int OC);
+void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+                  const float *b, int N, int IC, int OC);
 /* dinp (N,IC) = dout (N,OC) @ w (OC,IC)      (dinp may be NULL; += when acc)
  * dw (OC,IC) += dout^T @ inp ; db (OC) += sum_rows dout  (db may be NULL) */
-void k_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                  const float *w, int N, int IC, int OC, int acc);
+void k_linear_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
+                  const float *inp, const float *w, int N, int IC, int OC, int acc);
 
 /* out (N,C) = (inp - mean) * rstd * w + b ; mean, rstd (N) saved */
 void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,

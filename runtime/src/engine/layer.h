@@ -60,6 +60,7 @@ struct eng_io {
     bool need_dinput;        /* false for the first layer of the model */
     struct whale_par_comm *tp_group; /* the TP group, NULL when tp == 1 */
     float *att_tmp;          /* selective recompute: (B,NH,T,T) attention probabilities */
+    enum whale_dtype mm;     /* operand type of the linear layers' GEMMs (k_gemm_mm) */
 };
 
 struct eng_layer_ops {

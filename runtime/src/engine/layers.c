@@ -268,14 +268,14 @@ static size_t blk_scratch(const struct eng_layer *l)
 }
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
-static int row_linear_fwd(float *out, const float *inp, const float *w, const float *b, int N,
-                          int IC, int OC, struct whale_par_comm *tp)
+static int row_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+                          const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
 {
     if (!tp) {
-        k_linear_fwd(out, inp, w, b, N, IC, OC);
+        k_linear_fwd(mm, out, inp, w, b, N, IC, OC);
         return 0;
     }
-    k_linear_fwd(out, inp, w, NULL, N, IC, OC);
+    k_linear_fwd(mm, out, inp, w, NULL, N, IC, OC);
     int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
     if (rc)
         return rc;
@@ -295,15 +295,15 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     float *tmp = io->scratch; /* (N,C) */
     int rc;
     k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
-    k_linear_fwd(s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct);
+    k_linear_fwd(io->mm, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct);
     k_attention_fwd(s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd);
-    if ((rc = row_linear_fwd(tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group)))
+    if ((rc = row_linear_fwd(io->mm, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group)))
         return rc;
     k_add(s.r1, io->in, tmp, (int64_t)N * C);
     k_layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6), eng_pw(l, 7), N, C);
-    k_linear_fwd(s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F);
+    k_linear_fwd(io->mm, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F);
     k_gelu_fwd(s.gl, s.fc, (int64_t)N * F);
-    if ((rc = row_linear_fwd(tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group)))
+    if ((rc = row_linear_fwd(io->mm, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group)))
         return rc;
     k_add(io->out, s.r1, tmp, (int64_t)N * C);
     return 0;
@@ -324,20 +324,20 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     float *ds = io->dstream;                    /* (N,C), in place: dout -> dinput */
     int rc;
     /* MLP: dgl (N,F) = ds @ Wmp ; gradients of mlp.proj */
-    k_linear_bwd(sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl, eng_pw(l, 10), N, F, C, 0);
+    k_linear_bwd(io->mm, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl, eng_pw(l, 10), N, F, C, 0);
     k_gelu_bwd(sb, s.fc, sb, (int64_t)N * F);
     /* dln2 (N,C) = dfc @ Wfc, summed over TP (column-parallel input grad) */
-    k_linear_bwd(sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8), N, C, F, 0);
+    k_linear_bwd(io->mm, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8), N, C, F, 0);
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
     /* ds += LN2 backward: ds now is d(r1) */
     k_layernorm_bwd(ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1, eng_pw(l, 6), s.mean2, s.rstd2, N, C);
     /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
-    k_linear_bwd(sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty, eng_pw(l, 4), N, Ct, C, 0);
+    k_linear_bwd(io->mm, sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty, eng_pw(l, 4), N, Ct, C, 0);
     /* dqkv (N,3Ct) */
     k_attention_bwd(sb, sc, s.qkv, s.att, d->B, d->T, d->NH, d->hd);
     /* dln1 (N,C) = dqkv @ Wqkv, summed over TP */
-    k_linear_bwd(sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1, eng_pw(l, 2), N, C, 3 * Ct, 0);
+    k_linear_bwd(io->mm, sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1, eng_pw(l, 2), N, C, 3 * Ct, 0);
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
     k_layernorm_bwd(ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in, eng_pw(l, 0), s.mean1, s.rstd1, N, C);
@@ -384,7 +384,7 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     const float *wte = eng_pw(l->tied, 0);
     k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
-    k_linear_fwd(probs, lnf, wte, NULL, N, C, V);
+    k_linear_fwd(io->mm, probs, lnf, wte, NULL, N, C, V);
     if (!io->tp_group) {
         k_softmax_xent_fwd(probs, losses, io->targets, N, V);
     } else {
@@ -417,7 +417,7 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     /* probs (N,V) -> dlogits in place */
     k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    k_linear_bwd(dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    k_linear_bwd(io->mm, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;

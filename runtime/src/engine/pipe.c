@@ -168,8 +168,9 @@ static int assign_recompute(whale_engine *e)
         double fwd, bwd;
         l->ops->flops(l, &fwd, &bwd);
         double att_flops = 2.0 * 2.0 * d->B * d->NH * (double)d->T * d->T * d->hd / 2.0;
-        mem[k * 3 + 0] = st * 4.0 * (double)layer_floats(l, ENG_RC_NONE);
-        mem[k * 3 + 1] = st * 4.0 * (double)layer_floats(l, ENG_RC_SELECTIVE);
+        const double eb = eng_lp(e) ? 2.0 : 4.0; /* bytes per kept activation element */
+        mem[k * 3 + 0] = st * eb * (double)layer_floats(l, ENG_RC_NONE);
+        mem[k * 3 + 1] = st * eb * (double)layer_floats(l, ENG_RC_SELECTIVE);
         mem[k * 3 + 2] = 0; /* only the layer input, which the chunk keeps anyway */
         tim[k * 3 + 0] = 0;
         tim[k * 3 + 1] = att_flops / 2.0; /* the probabilities: QK^T and softmax */
@@ -220,15 +221,18 @@ static int slot_alloc(whale_engine *e, int c, struct eng_slot *s)
     memset(s, 0, sizeof *s);
     s->chunk = c;
     s->mb = -1;
+    /* mixed precision keeps the saved activations in 16 bits */
+    const size_t saved_bytes = ch->saved_floats * (eng_lp(e) ? 2 : 4);
+    void **sv = eng_lp(e) ? (void **)&s->saved16 : (void **)&s->saved;
     if (posix_memalign((void **)&s->bnd, 64, nb * sizeof(float) + 64) ||
-        posix_memalign((void **)&s->saved, 64, ch->saved_floats * sizeof(float) + 64) ||
+        posix_memalign(sv, 64, saved_bytes + 64) ||
         posix_memalign((void **)&s->dgrad, 64, NC(e) * sizeof(float) + 64))
         return WHALE_ENOMEM;
     /* touch now so RSS reflects what is held */
     memset(s->bnd, 0, nb * sizeof(float));
-    memset(s->saved, 0, ch->saved_floats * sizeof(float));
+    memset(*sv, 0, saved_bytes);
     memset(s->dgrad, 0, NC(e) * sizeof(float));
-    e->act_now += (int64_t)(nb + ch->saved_floats + NC(e)) * 4;
+    e->act_now += (int64_t)(nb + NC(e)) * 4 + (int64_t)saved_bytes;
     if (e->act_now > e->act_peak)
         e->act_peak = e->act_now;
     return 0;
@@ -278,6 +282,7 @@ static void slot_free(struct eng_slot *s)
 {
     free(s->bnd);
     free(s->saved);
+    free(s->saved16);
     free(s->dgrad);
 }
 
@@ -292,7 +297,7 @@ int eng_pipe_init(whale_engine *e)
         return rc;
     if ((rc = assign_recompute(e)))
         return rc;
-    size_t rc_floats = 0;
+    size_t rc_floats = 0, kept_max = 0;
     bool any_sel = false;
     for (int c = 0; c < e->nchunks; c++) {
         struct eng_chunk *ch = &e->chunks[c];
@@ -309,6 +314,8 @@ int eng_pipe_init(whale_engine *e)
                 rc_floats = f > rc_floats ? f : rc_floats;
             else
                 so += (f + 15) / 16 * 16;
+            if (l->rc != ENG_RC_FULL)
+                kept_max = f > kept_max ? f : kept_max;
             any_sel |= l->rc == ENG_RC_SELECTIVE;
         }
         ch->saved_off[n] = so;
@@ -319,6 +326,10 @@ int eng_pipe_init(whale_engine *e)
                       !(e->rc_out = calloc(NC(e), sizeof(float)))))
         return WHALE_ENOMEM;
     if (any_sel && !(e->att_tmp = calloc(att, sizeof(float))))
+        return WHALE_ENOMEM;
+    /* 16-bit saved areas: the running layer's in fp32 */
+    e->sv32_floats = eng_lp(e) ? kept_max : 0;
+    if (e->sv32_floats && !(e->sv32 = calloc(e->sv32_floats, sizeof(float))))
         return WHALE_ENOMEM;
     e->slot_of = malloc(sizeof(int) * (size_t)(e->nchunks * m));
     if (!e->slot_of)
@@ -339,9 +350,13 @@ int eng_pipe_init(whale_engine *e)
     e->saved_off = e->chunks[0].saved_off;
     e->dstream = e->slots[0].dgrad;
     e->act_floats = 0;
-    for (int c = 0; c < e->nchunks; c++)
+    e->act_bytes = 0;
+    for (int c = 0; c < e->nchunks; c++) {
         e->act_floats += (size_t)(e->chunks[c].l1 - e->chunks[c].l0 + 2) * NC(e) +
                          e->chunks[c].saved_floats;
+        e->act_bytes += (int64_t)(e->chunks[c].l1 - e->chunks[c].l0 + 2) * NC(e) * 4 +
+                        (int64_t)e->chunks[c].saved_floats * (eng_lp(e) ? 2 : 4);
+    }
     return 0;
 }
 
@@ -362,6 +377,8 @@ void eng_pipe_free(whale_engine *e)
     free(e->rc_saved);
     free(e->rc_out);
     free(e->att_tmp);
+    free(e->sv32);
+    e->sv32 = NULL;
     whale_pp_schedule_free(&e->psched);
     /* aliases of slot 0 */
     e->xb = e->saved = e->dstream = NULL;

@@ -96,10 +96,14 @@ static void rebind_g(whale_engine *e, int b, float *base)
         e->layers[li].g = base ? base + (e->layers[li].flat_begin - bk->flat) : NULL;
 }
 
-/* Start gathering bucket b's weights (ZeRO 3) and take a reference. */
+/* Start gathering bucket b's weights (ZeRO 3) and take a reference. With
+ * 16-bit params (any ZeRO stage) the bucket's fp32 compute weights are
+ * widened from them here (ZeRO 0-2) or once the 16-bit gather lands
+ * (ZeRO 3, w_ready): one bucket at a time, never the whole model. */
 static int w_acquire(whale_engine *e, int b)
 {
-    if (e->cfg.zero_stage != 3)
+    const bool lp = eng_lp(e);
+    if (e->cfg.zero_stage != 3 && !lp)
         return 0;
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->wref++ > 0)
@@ -107,7 +111,23 @@ static int w_acquire(whale_engine *e, int b)
     if (!(bk->wbuf = scratch_alloc(e, bk->n, false)))
         return WHALE_ENOMEM;
     size_t sb = bk->n / e->dp.size;
-    if (e->dp.size == 1) {
+    if (lp && e->cfg.zero_stage < 3) {
+        eng_lp_load(e, bk->wbuf, e->W16 + bk->flat, bk->n);
+    } else if (lp) {
+        /* 16-bit gather: the shard is a multiple of 16 elements, moved as
+         * sb/2 fp32 words (an allgather only copies) */
+        if (!(bk->wbuf16 = (uint16_t *)scratch_alloc(e, bk->n / 2, false)))
+            return WHALE_ENOMEM;
+        if (e->dp.size == 1) {
+            memcpy(bk->wbuf16, e->W16sh + bk->shard_off, sb * sizeof(uint16_t));
+        } else {
+            int rc = e->dp.iallgather(&e->dp, (const float *)(e->W16sh + bk->shard_off),
+                                      (float *)bk->wbuf16, sb / 2, &bk->wreq);
+            if (rc)
+                return rc;
+            comm_started(e);
+        }
+    } else if (e->dp.size == 1) {
         memcpy(bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else {
         int rc = e->dp.iallgather(&e->dp, e->Wsh + bk->shard_off, bk->wbuf, sb, &bk->wreq);
@@ -123,16 +143,29 @@ static int w_ready(whale_engine *e, int b)
 {
     if (e->cfg.zero_stage != 3)
         return 0;
-    return req_wait(e, &e->buckets[b].wreq);
+    struct eng_bucket *bk = &e->buckets[b];
+    int rc = req_wait(e, &bk->wreq);
+    if (!rc && bk->wbuf16) {
+        eng_lp_load(e, bk->wbuf, bk->wbuf16, bk->n);
+        float *w16 = (float *)bk->wbuf16;
+        scratch_free(e, &w16, bk->n / 2);
+        bk->wbuf16 = NULL;
+    }
+    return rc;
 }
 
 static void w_release(whale_engine *e, int b)
 {
-    if (e->cfg.zero_stage != 3)
+    if (e->cfg.zero_stage != 3 && !eng_lp(e))
         return;
     struct eng_bucket *bk = &e->buckets[b];
     if (--bk->wref > 0)
         return;
+    if (bk->wbuf16) { /* released before use (a failed step) */
+        float *w16 = (float *)bk->wbuf16;
+        scratch_free(e, &w16, bk->n / 2);
+        bk->wbuf16 = NULL;
+    }
     scratch_free(e, &bk->wbuf, bk->n);
     rebind_w(e, b, NULL);
 }
@@ -153,6 +186,13 @@ static int g_acquire(whale_engine *e, int b)
     return 0;
 }
 
+/* 16-bit gradient reduction for this engine? (DP backends that offer it) */
+static bool g_reduce_16(const whale_engine *e)
+{
+    return eng_lp(e) && e->cfg.grad_reduce_16 && e->dp.size > 1 && e->dp.iallreduce16 &&
+           e->dp.ireduce_scatter16;
+}
+
 /* Bucket b has all gradients of this micro-batch: reduce it. */
 static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 {
@@ -164,7 +204,15 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         /* full gradients stay local until the last micro-batch (no_sync) */
         if (!last_micro || e->dp.size == 1)
             return 0;
-        rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+        if (g_reduce_16(e)) {
+            /* round the fp32 sum to 16 bits, reduce, widen back in g_finish */
+            if (!(bk->g16 = (uint16_t *)scratch_alloc(e, bk->n / 2, false)))
+                return WHALE_ENOMEM;
+            eng_lp_store(e, bk->g16, e->G + bk->flat, bk->n);
+            rc = e->dp.iallreduce16(&e->dp, bk->g16, bk->n, e->lp, &bk->greq);
+        } else {
+            rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+        }
         if (!rc) {
             comm_started(e);
             eng_phase(e, WHALE_ENGINE_COLLECTIVE);
@@ -180,6 +228,18 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         scratch_free(e, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
+    }
+    if (g_reduce_16(e)) {
+        /* send: the whole bucket in 16 bits; receive: my block, after it */
+        if (!(bk->g16 = (uint16_t *)scratch_alloc(e, (bk->n + sb) / 2, false)))
+            return WHALE_ENOMEM;
+        eng_lp_store(e, bk->g16, bk->gbuf, bk->n);
+        if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
+            return WHALE_ENOMEM;
+        rc = e->dp.ireduce_scatter16(&e->dp, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
+        if (!rc)
+            comm_started(e);
+        return rc;
     }
     if (!first_micro && !(bk->rs_tmp = scratch_alloc(e, sb, false)))
         return WHALE_ENOMEM;
@@ -197,6 +257,18 @@ static int g_finish(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     int rc = req_wait(e, &bk->greq);
     const size_t sb = bk->n / e->dp.size;
+    if (bk->g16) {
+        if (e->cfg.zero_stage < 2) {
+            eng_lp_load(e, e->G + bk->flat, bk->g16, bk->n);
+            float *f = (float *)bk->g16;
+            scratch_free(e, &f, bk->n / 2);
+        } else {
+            eng_lp_load(e, bk->rs_tmp ? bk->rs_tmp : e->Gsh + bk->shard_off, bk->g16 + bk->n, sb);
+            float *f = (float *)bk->g16;
+            scratch_free(e, &f, (bk->n + sb) / 2);
+        }
+        bk->g16 = NULL;
+    }
     if (bk->rs_tmp) {
         k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
         scratch_free(e, &bk->rs_tmp, sb);
@@ -244,11 +316,13 @@ static void io_init(whale_engine *e, struct eng_io *io, int c, struct eng_slot *
     io->targets = tg;
     io->in = l->index > 0 ? s->bnd + (size_t)k * ncols(e) : NULL;
     io->out = l->ops == &eng_head_ops ? NULL : s->bnd + (size_t)(k + 1) * ncols(e);
-    io->saved = l->rc == ENG_RC_FULL ? e->rc_saved : s->saved + ch->saved_off[k];
+    io->saved = l->rc == ENG_RC_FULL ? e->rc_saved
+              : eng_lp(e) ? e->sv32 : s->saved + ch->saved_off[k];
     io->scratch = e->scratch;
     io->need_dinput = l->index > 0;
     io->tp_group = e->d.tp > 1 ? &e->grp.tp : NULL;
     io->att_tmp = e->att_tmp;
+    io->mm = e->mm;
 }
 
 static bool is_head(const struct eng_layer *l)
@@ -281,6 +355,14 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
         io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
         rc = l->ops->forward(l, &io);
+        if (!rc && eng_lp(e)) {
+            /* what a 16-bit model keeps: its output and saved activations */
+            if (io.out)
+                eng_lp_round(e, io.out, ncols(e));
+            if (l->rc != ENG_RC_FULL)
+                eng_lp_store(e, s->saved16 + ch->saved_off[i - ch->l0], io.saved,
+                             l->ops->act_floats(l));
+        }
         *tc += eng_now() - t0;
         if (is_head(l))
             *loss_sum += io.loss_sum;
@@ -328,15 +410,24 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
             uint64_t r0 = whale_trace_now();
             io.out = e->rc_out;
             rc = l->ops->forward(l, &io);
+            /* the same 16-bit values the kept layers see */
+            if (!rc && eng_lp(e))
+                eng_lp_round(e, io.saved, l->ops->act_floats(l));
             e->t_recompute += eng_now() - t0;
             if (whale_trace_on())
                 whale_trace_span("recompute", "recompute", r0, c, -1);
             if (rc)
                 break;
         }
+        if (eng_lp(e) && l->rc != ENG_RC_FULL)
+            eng_lp_load(e, io.saved, s->saved16 + ch->saved_off[i - ch->l0],
+                        l->ops->act_floats(l));
         io.dstream = s->dgrad;
         io.dloss = dloss;
         rc = l->ops->backward(l, &io);
+        /* the gradient a 16-bit model passes down (fp16 overflows here) */
+        if (!rc && eng_lp(e) && io.need_dinput)
+            eng_lp_round(e, s->dgrad, ncols(e));
         *tc += eng_now() - t0;
         if (rc)
             break;
@@ -440,9 +531,19 @@ static float *gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size
 {
     return e->cfg.zero_stage < 2 ? e->G + a : e->Gsh + bk->shard_off + (a - lo);
 }
+/* fp32: the weights; 16-bit params: the fp32 master */
 static float *wptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
 {
+    if (eng_lp(e))
+        return e->cfg.zero_stage == 0 ? e->W + a : e->Wsh + bk->shard_off + (a - lo);
     return e->cfg.zero_stage < 3 ? e->W + a : e->Wsh + bk->shard_off + (a - lo);
+}
+/* 16-bit params (NULL in fp32) */
+static uint16_t *w16ptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
+{
+    if (!eng_lp(e))
+        return NULL;
+    return e->cfg.zero_stage < 3 ? e->W16 + a : e->W16sh + bk->shard_off + (a - lo);
 }
 static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
 {
@@ -509,8 +610,8 @@ static void apply_adamw(whale_engine *e, float grad_mul)
                 if (a >= z)
                     continue;
                 size_t o = mvoff(e, bk, lo, a);
-                whale_adamw_update(&e->adam, e->adam_t, wptr(e, bk, lo, a), gptr(e, bk, lo, a),
-                                   e->M + o, e->V + o, z - a, grad_mul, p->decay);
+                eng_lp_adamw(e, wptr(e, bk, lo, a), gptr(e, bk, lo, a), e->M + o, e->V + o,
+                             w16ptr(e, bk, lo, a), z - a, grad_mul, p->decay);
             }
         }
     }
@@ -529,9 +630,18 @@ static int allgather_weights(whale_engine *e)
     for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         size_t sb = bk->n / e->dp.size;
-        memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
-               sb * sizeof(float));
-        rc = e->dp.iallgather(&e->dp, e->agtmp + bk->shard_off, e->W + bk->flat, sb, &reqs[k]);
+        if (eng_lp(e)) {
+            /* the 16-bit params travel (as sb/2 fp32 words: a gather only copies) */
+            uint16_t *own = (uint16_t *)e->agtmp + bk->shard_off;
+            memcpy(own, e->W16 + bk->flat + (size_t)e->dp.rank * sb, sb * sizeof(uint16_t));
+            rc = e->dp.iallgather(&e->dp, (const float *)own, (float *)(e->W16 + bk->flat),
+                                  sb / 2, &reqs[k]);
+        } else {
+            memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
+                   sb * sizeof(float));
+            rc = e->dp.iallgather(&e->dp, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
+                                  &reqs[k]);
+        }
         if (!rc)
             comm_started(e);
     }

@@ -1,5 +1,7 @@
+/* Model description files: parsing, validation, parameter counts. */
 #include "whale/modeldesc.h"
 #include "whale/error.h"
+#include "whale/planfile.h"
 #include "whale/kv.h"
 #include "whale/log.h"
 #include "whale_config.h"
@@ -15,6 +17,96 @@ struct md_parse {
     struct whale_model_desc *m;
     bool seen_ffn, seen_kv;
 };
+
+/* Architecture keys (MLP, Norm, Position, Bias, Attention, Precision):
+ * one table of names per key, so each value is checked against the list
+ * the error message prints. */
+struct md_enum {
+    const char *key;
+    const char *const *names;
+    int n;
+};
+static const char *const mlp_names[] = { "gelu", "swiglu", "geglu" };
+static const char *const norm_names[] = { "layernorm", "rmsnorm" };
+static const char *const pos_names[] = { "learned", "rotary", "alibi" };
+static const char *const attn_names[] = { "plain", "flash" };
+/* same order as enum whale_precision, then auto */
+static const char *const prec_names[] = { "fp32", "bf16", "fp16", "auto" };
+_Static_assert(WHALE_PREC_FP32 == 0 && WHALE_PREC_BF16 == 1 && WHALE_PREC_FP16 == 2,
+               "Precision= names follow enum whale_precision");
+static const struct md_enum md_enums[] = {
+    { "MLP", mlp_names, 3 },
+    { "Norm", norm_names, 2 },
+    { "Position", pos_names, 3 },
+    { "Attention", attn_names, 2 },
+    { "Precision", prec_names, 4 },
+};
+
+static bool md_is_arch_key(const char *key)
+{
+    if (!strcasecmp(key, "Bias"))
+        return true;
+    for (size_t i = 0; i < sizeof md_enums / sizeof md_enums[0]; i++)
+        if (!strcasecmp(key, md_enums[i].key))
+            return true;
+    return false;
+}
+
+static int md_arch_key(const struct whale_kv_line *l, const struct whale_kv *kv,
+                       struct whale_model_desc *m)
+{
+    if (!strcasecmp(kv->key, "Bias"))
+    {
+        bool bias = true;
+        int rc = whale_kv_to_bool(l, kv, &bias);
+        if (rc == 0)
+            m->no_bias = !bias;
+        return rc;
+    }
+    for (size_t i = 0; i < sizeof md_enums / sizeof md_enums[0]; i++) {
+        const struct md_enum *e = &md_enums[i];
+        if (strcasecmp(kv->key, e->key))
+            continue;
+        for (int k = 0; k < e->n; k++) {
+            if (strcasecmp(kv->value, e->names[k]))
+                continue;
+            if (e->names == mlp_names) m->mlp = (enum whale_mlp_kind)k;
+            else if (e->names == norm_names) m->norm = (enum whale_norm_kind)k;
+            else if (e->names == pos_names) m->position = (enum whale_pos_kind)k;
+            else if (e->names == attn_names) m->attention = (enum whale_attn_kind)k;
+            else {   /* enum whale_precision order; auto = not set */
+                m->precision_set = k != 3;
+                m->precision = k == 3 ? 0 : k;
+            }
+            return 0;
+        }
+        char list[96] = "";
+        for (int k = 0; k < e->n; k++) {
+            size_t o = strlen(list);
+            snprintf(list + o, sizeof list - o, "%s%s", k ? ", " : "", e->names[k]);
+        }
+        whale_error("%s:%d: %s=%s: expected one of %s", l->file, l->line, kv->key, kv->value, list);
+        return WHALE_ECONF;
+    }
+    return WHALE_ECONF;
+}
+
+const char *whale_mlp_name(enum whale_mlp_kind k)
+{
+    return (unsigned)k < 3 ? mlp_names[k] : "?";
+}
+const char *whale_norm_name(enum whale_norm_kind k)
+{
+    return (unsigned)k < 2 ? norm_names[k] : "?";
+}
+const char *whale_pos_name(enum whale_pos_kind k)
+{
+    return (unsigned)k < 3 ? pos_names[k] : "?";
+}
+const char *whale_attn_name(enum whale_attn_kind k)
+{
+    return (unsigned)k < 2 ? attn_names[k] : "?";
+}
 
 static int md_line(const struct whale_kv_line *l, void *user)
 {
@@ -34,6 +126,11 @@ static int md_line(const struct whale_kv_line *l, void *user)
             if (rc)
                 return rc;
             continue;
+        } else if (md_is_arch_key(kv->key)) {
+            rc = md_arch_key(l, kv, m);
+            if (rc)
+                return rc;
+            continue;
         } else if (!strcasecmp(kv->key, "Layers")) dst = &m->layers;
         else if (!strcasecmp(kv->key, "Hidden")) dst = &m->hidden;
         else if (!strcasecmp(kv->key, "Heads")) dst = &m->heads;
@@ -43,7 +140,7 @@ static int md_line(const struct whale_kv_line *l, void *user)
         else if (!strcasecmp(kv->key, "Vocab")) dst = &m->vocab;
         else {
             whale_error("%s:%d: unknown key '%s' (known: Name Layers Hidden Heads KVHeads FFN "
-                        "Seq Vocab TiedEmbeddings)", l->file, l->line, kv->key);
+                        "Seq Vocab TiedEmbeddings MLP Norm Position Bias Attention Precision)", l->file, l->line, kv->key);
             return WHALE_ECONF;
         }
         rc = whale_kv_to_long(l, kv, lo, hi, true, &v);
@@ -83,10 +180,41 @@ int whale_model_desc_validate(const struct whale_model_desc *m, const char *orig
     return 0;
 }
 
+/* Defaults of the wave-1 files: a GPT-2 block with tied embeddings. */
+static void md_defaults(struct whale_model_desc *m, const char *origin)
+{
+    memset(m, 0, sizeof *m);
+    m->tied_embeddings = true;
+    m->mlp = WHALE_MLP_GELU;
+    m->norm = WHALE_NORM_LAYERNORM;
+    m->position = WHALE_POS_LEARNED;
+    m->attention = WHALE_ATTN_PLAIN;
+    snprintf(m->source, sizeof m->source, "%s", origin ? origin : "model");
+}
+
+int whale_model_desc_gpt2_check(const struct whale_model_desc *m, char *why, size_t why_len)
+{
+    const char *key = NULL, *val = NULL, *want = NULL;
+    if (m->mlp != WHALE_MLP_GELU)
+        key = "MLP", val = whale_mlp_name(m->mlp), want = "gelu";
+    else if (m->norm != WHALE_NORM_LAYERNORM)
+        key = "Norm", val = whale_norm_name(m->norm), want = "layernorm";
+    else if (m->position != WHALE_POS_LEARNED)
+        key = "Position", val = whale_pos_name(m->position), want = "learned";
+    else if (m->no_bias)
+        key = "Bias", val = "no", want = "yes";
+    if (!key)
+        return 0;
+    if (why && why_len)
+        snprintf(why, why_len, "%s: %s=%s: the engine runs GPT-2 blocks only (%s=%s); "
+                 "the planner (whale-plan) accepts this model", m->source[0] ? m->source : m->name,
+                 key, val, key, want);
+    return WHALE_ENOTSUP;
+}
+
 int whale_model_desc_parse_string(const char *text, const char *origin, struct whale_model_desc *out)
 {
-    memset(out, 0, sizeof *out);
-    out->tied_embeddings = true;
+    md_defaults(out, origin);
     struct md_parse st = { .m = out };
     int rc = whale_kv_parse_string(text, origin, md_line, &st);
     return rc ? rc : md_finish(&st, origin);
@@ -94,8 +222,7 @@ int whale_model_desc_parse_string(const char *text, const char *origin, struct w
 
 static int md_load_file(const char *path, struct whale_model_desc *out)
 {
-    memset(out, 0, sizeof *out);
-    out->tied_embeddings = true;
+    md_defaults(out, path);
     struct md_parse st = { .m = out };
     int rc = whale_kv_parse_file(path, md_line, &st);
     if (rc)
@@ -143,15 +270,25 @@ int whale_model_desc_load(const char *name, struct whale_model_desc *out)
     return WHALE_ENOENT;
 }
 
+int64_t whale_model_desc_block_params(const struct whale_model_desc *m)
+{
+    int64_t h = m->hidden, f = m->ffn;
+    int64_t kv = (int64_t)m->kv_heads * (h / m->heads);
+    int64_t bias = m->no_bias ? 0 : 1;
+    int64_t norm = m->norm == WHALE_NORM_RMSNORM ? h : 2 * h;
+    /* attention: qkv h x (h + 2 kv), proj h x h (+ biases) */
+    int64_t attn = h * (h + 2 * kv) + h * h + bias * (h + 2 * kv + h);
+    /* MLP: fc1 h x f + fc2 f x h, or gate + up (h x f each) + down f x h */
+    int64_t mlp = m->mlp == WHALE_MLP_GELU ? 2 * h * f + bias * (f + h)
+                                           : 3 * h * f + bias * (2 * f + h);
+    return attn + mlp + 2 * norm;
+}
+
 int64_t whale_model_desc_params(const struct whale_model_desc *m)
 {
-    int64_t h = m->hidden, f = m->ffn, V = m->vocab, s = m->seq;
-    int64_t hd = h / m->heads;
-    int64_t kv = (int64_t)m->kv_heads * hd;
-    /* per block: ln1(2h) + qkv (h*(h+2kv) + h+2kv) + proj (h*h + h) + ln2 (2h)
-     *            + fc (h*f + f) + fc2 (f*h + h) */
-    int64_t block = 2 * h + h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h + h * f + f + f * h + h;
-    int64_t emb = V * h + s * h;
+    int64_t h = m->hidden, V = m->vocab, s = m->seq;
+    int64_t emb = V * h + (m->position == WHALE_POS_LEARNED ? s * h : 0);
     int64_t out = m->tied_embeddings ? 0 : V * h;
-    return (int64_t)m->layers * block + emb + 2 * h /* final ln */ + out;
+    int64_t final_norm = m->norm == WHALE_NORM_RMSNORM ? h : 2 * h;
+    return (int64_t)m->layers * whale_model_desc_block_params(m) + emb + final_norm + out;
 }

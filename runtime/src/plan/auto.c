@@ -26,8 +26,14 @@ static json_t *prediction_json(const struct whale_cluster *c, const struct whale
     json_object_set_new(o, "planner", json_string("whale-plan " "1"));
     json_object_set_new(o, "cluster", json_string(cl));
     json_object_set_new(o, "step_seconds", json_real(p->t_step));
+    /* labelled rates: hardware FLOPs count recomputation (HFU), model
+     * FLOPs do not (MFU); "tflops_per_gpu" is the hardware figure, kept
+     * under its wave-1 name for readers of older plans */
     json_object_set_new(o, "tflops_per_gpu", json_real(p->tflops_per_gpu));
+    json_object_set_new(o, "hardware_tflops_per_gpu", json_real(p->tflops_per_gpu));
+    json_object_set_new(o, "model_tflops_per_gpu", json_real(p->model_tflops_per_gpu));
     json_object_set_new(o, "mfu", json_real(p->mfu));
+    json_object_set_new(o, "hfu", json_real(p->hfu));
     json_object_set_new(o, "tokens_per_second", json_real(p->tokens_per_s));
     json_object_set_new(o, "fits", json_boolean(p->fits));
     if (cd->cfg.recompute == WHALE_RECOMPUTE_AUTO) {
@@ -75,10 +81,20 @@ int whale_plan_to_planfile(const struct whale_model_desc *model, long global_bat
     out->zero = g->zero;
     out->recompute = (enum whale_recompute)g->recompute;
     out->offload = (enum whale_offload)g->offload;
-    bool cpu = true;
-    for (int i = 0; i < c->ngroups; i++)
-        cpu = cpu && !strcmp(c->group[i].gpu.name, "cpu");
-    out->precision = cpu ? WHALE_PREC_FP32 : WHALE_PREC_BF16;
+    /* the precision the prediction assumed (the model's Precision=, else
+     * fp32 on CPU ranks and bf16 on GPUs) */
+    (void)c;
+    out->precision = (enum whale_precision)g->precision;
+    if (!g->uneven && g->interleave > 1 && model->layers % (g->pp * g->interleave)) {
+        /* uneven interleaving: spell out the chunk sizes the prediction
+         * assumed (entry k * pp + s is chunk k of rank s) */
+        int n = g->pp * g->interleave;
+        out->stage_layers = calloc((size_t)n, sizeof(int));
+        if (!out->stage_layers)
+            goto nomem;
+        out->n_stage_layers = n;
+        plan_split_even(model->layers, n, out->stage_layers);
+    }
     if (g->uneven) {
         /* stage_layers has one entry per virtual stage (pp * v), in chunk
          * order chunk-major: chunk k of rank s is entry k * pp + s */
@@ -143,9 +159,11 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
             if (res->found) {
                 whale_plan_format_config(&res->best.cfg, cfg, sizeof cfg);
                 snprintf(explain, explain_len,
-                         "plan %s: predicted %.4g s/step, %.3g TFLOP/s per device, %.3g GiB of "
-                         "%.3g GiB per device (searched %lld configurations in %.3f s)",
+                         "plan %s: predicted %.4g s/step, %.3g hardware / %.3g model TFLOP/s per "
+                         "device (MFU %.0f%%), %.3g GiB of %.3g GiB per device (searched %lld "
+                         "configurations in %.3f s)",
                          cfg, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
+                         res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
                          res->best.pred.mem_total / 1073741824.0,
                          res->best.pred.mem_capacity / 1073741824.0,
                          (long long)res->evaluated, res->search_seconds);
@@ -201,6 +219,7 @@ int whale_plan_predict(const struct whale_model_desc *model, const struct whale_
         return WHALE_EINVAL;
     struct plan_ctx x;
     plan_ctx_init(&x, model, batch, c);
+    plan_ctx_set_precision(&x, (int)plan->precision);
     if (g->tp < 1 || g->microbatch < 1) {
         snprintf(why, why_len, "tp and micro_batch must be >= 1");
         return WHALE_EINVAL;
@@ -251,7 +270,8 @@ int whale_calib_fit_step(const struct whale_model_desc *model, long global_batch
     }
     struct whale_cluster cc = *c;
     whale_calib_apply(cal, &cc);
-    double g0 = cc.eff.gemm_eff, m0 = cc.eff.mem_eff;
+    /* 0 = the device type's measured GEMM efficiency: scale that one */
+    double g0 = cc.eff.gemm_eff > 0 ? cc.eff.gemm_eff : cc.group[0].gpu.gemm_eff, m0 = cc.eff.mem_eff;
     double kmax = 1.0 / fmax(g0, m0), lo = 1e-4, hi = kmax, t;
     int rc = step_with(model, global_batch, c, cfg, cal, g0 * hi, m0 * hi, &t);
     if (rc)

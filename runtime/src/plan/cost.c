@@ -8,6 +8,27 @@
 #include <math.h>
 #include <string.h>
 
+void plan_ctx_set_precision(struct plan_ctx *x, int prec)
+{
+    const struct whale_cluster *c = x->c;
+    bool cpu = true;
+    for (int i = 0; i < c->ngroups; i++)
+        cpu = cpu && !strcmp(c->group[i].gpu.name, "cpu");
+    if (prec < 0 && x->m->precision_set)
+        prec = x->m->precision;
+    if (prec < 0)
+        prec = cpu ? WHALE_PREC_FP32 : WHALE_PREC_BF16;
+    x->prec = prec;
+    /* fp32: 4-byte activations, weights and gradients, Adam m and v (the
+     * weights are the master copy): 16 bytes per parameter. 16-bit: 2 + 2
+     * + fp32 master, m, v (12), as in the ZeRO paper. */
+    x->fp32 = prec == WHALE_PREC_FP32;
+    x->es = x->fp32 ? 2.0 : 1.0;
+    x->wbytes = x->fp32 ? 4 : 2;
+    x->gbytes = x->fp32 ? 4 : 2;
+    x->obytes = x->fp32 ? 8 : 12;
+}
+
 void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long batch,
                    const struct whale_cluster *c)
 {
@@ -16,21 +37,11 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
     x->batch = batch;
     x->c = c;
     x->ngpus = whale_cluster_gpus(c);
-    double h = m->hidden, f = m->ffn, kv = (double)m->kv_heads * (m->hidden / m->heads);
-    /* ln1 + qkv (+bias) + proj + ln2 + fc1 + fc2 (same count as modeldesc) */
-    x->p_layer = 2 * h + h * (h + 2 * kv) + (h + 2 * kv) + h * h + h + 2 * h + h * f + f + f * h + h;
-    x->p_emb = (double)m->vocab * h;
-    x->p_pos = (double)m->seq * h;
-    /* CPU-only clusters train in fp32: 4-byte activations, 4-byte weights
-     * and gradients, Adam m and v (the weights are the master copy): still
-     * 16 bytes per parameter. GPUs: bf16 + fp32 master, 2 + 2 + 12. */
-    x->fp32 = true;
-    for (int i = 0; i < c->ngroups; i++)
-        x->fp32 = x->fp32 && !strcmp(c->group[i].gpu.name, "cpu");
-    x->es = x->fp32 ? 2.0 : 1.0;
-    x->wbytes = x->fp32 ? 4 : 2;
-    x->gbytes = x->fp32 ? 4 : 2;
-    x->obytes = x->fp32 ? 8 : 12;
+    /* same count as modeldesc: attention, MLP (2 or 3 matrices), norms, biases */
+    x->p_layer = (double)whale_model_desc_block_params(m);
+    x->p_emb = (double)m->vocab * m->hidden;
+    x->p_pos = m->position == WHALE_POS_LEARNED ? (double)m->seq * m->hidden : 0;
+    plan_ctx_set_precision(x, -1);
     x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
     x->gpn_min = 1 << 30;
     for (int i = 0; i < c->ngroups; i++) {
@@ -50,16 +61,43 @@ static inline double dim_eff(double d, double half)
     return d / (d + half);
 }
 
-/* Seconds for `count` GEMMs of shape (M x K) * (K x N). */
-static double gemm_time(const struct whale_plan_device *g, const struct whale_eff_model *e,
-                        double count, double M, double N, double K)
+/* Peak of the plan's precision on device g: fp32 runs on the TF32 tensor
+ * cores (half the 16-bit rate on A100/H100/B200). */
+static double plan_peak(const struct plan_ctx *x, const struct whale_plan_device *g)
 {
-    double eff = e->gemm_eff * dim_eff(M, e->gemm_half_dim) * dim_eff(N, e->gemm_half_dim)
-                 * dim_eff(K, e->gemm_half_dim);
-    return count * 2 * M * N * K / (g->peak_flops * eff);
+    return x->fp32 && g->fp32_ratio > 0 ? g->peak_flops * g->fp32_ratio : g->peak_flops;
 }
 
-static double mem_time(const struct whale_plan_device *g, const struct whale_eff_model *e, double bytes)
+/* Seconds for `count` GEMMs of shape (M x K) * (K x N): the device's
+ * sustained GEMM efficiency times a fill factor per dimension (cluster
+ * values, e.g. from a calibration profile, override the catalogue's). */
+static double gemm_time(const struct plan_ctx *x, const struct whale_plan_device *g,
+                        double count, double M, double N, double K)
+{
+    const struct whale_eff_model *e = &x->c->eff;
+    double ge = e->gemm_eff > 0 ? e->gemm_eff : g->gemm_eff;
+    double half = e->gemm_half_dim > 0 ? e->gemm_half_dim : g->gemm_half;
+    double eff = ge * dim_eff(M, half) * dim_eff(N, half) * dim_eff(K, half);
+    return count * 2 * M * N * K / (plan_peak(x, g) * eff);
+}
+
+/* Fused (flash) attention of `heads` heads of one sequence of s tokens,
+ * head dim hd, forward + backward: the kernel skips the masked half of the
+ * score blocks (causal) and its backward recomputes the scores (5 matmuls
+ * against the forward's 2). Returns forward seconds in *fwd, backward in
+ * *bwd. Devices without a measured flash efficiency run it as GEMMs. */
+static void flash_time(const struct plan_ctx *x, const struct whale_plan_device *g, double heads,
+                       double s, double hd, double *fwd, double *bwd)
+{
+    double f = 0.5 * 4 * heads * s * s * hd;   /* executed forward FLOPs, causal */
+    double ge = x->c->eff.gemm_eff > 0 ? x->c->eff.gemm_eff : g->gemm_eff;
+    double eff = g->flash_eff > 0 ? g->flash_eff : ge;
+    *fwd = f / (plan_peak(x, g) * eff);
+    *bwd = 2.5 * *fwd;
+}
+
+static double mem_time(const struct whale_plan_device *g, const struct whale_eff_model *e,
+                       double bytes)
 {
     return bytes / (g->hbm_bw * e->mem_eff);
 }
@@ -123,34 +161,53 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     double hd = h / a, kv = m->kv_heads * hd;
     double M = (double)b * s;
     double shard = sp ? t : 1;     /* what sequence parallelism splits */
+    bool gated = m->mlp != WHALE_MLP_GELU, flash = m->attention == WHALE_ATTN_FLASH;
+    double nmat = gated ? 3 : 2;   /* MLP matrices: fc1 + fc2, or gate + up + down */
     memset(lc, 0, sizeof *lc);
 
     /* GEMMs of one layer, forward, per TP rank. Shapes (rows x cols):
      *   qkv  [b s, h] x [h, (h + 2 kv)/t]     proj [b s, h/t] x [h/t, h]
-     *   fc1  [b s, h] x [h, f/t]              fc2  [b s, f/t] x [f/t, h]
+     *   fc1  [b s, h] x [h, f/t] (gated: x2)  fc2  [b s, f/t] x [f/t, h]
      *   attention per head (b a / t heads): [s, hd] x [hd, s] and [s, s] x [s, hd] */
-    double t_lin = gemm_time(g, e, 1, M, (h + 2 * kv) / t, h) + gemm_time(g, e, 1, M, h, h / t)
-                 + gemm_time(g, e, 1, M, f / t, h) + gemm_time(g, e, 1, M, h, f / t);
+    double t_lin = gemm_time(x, g, 1, M, (h + 2 * kv) / t, h) + gemm_time(x, g, 1, M, h, h / t)
+                 + gemm_time(x, g, nmat - 1, M, f / t, h) + gemm_time(x, g, 1, M, h, f / t);
     double heads = b * a / t;
-    double t_att = gemm_time(g, e, heads, s, s, hd) + gemm_time(g, e, heads, s, hd, s);
-    /* Memory-bound kernels, bytes moved forward: scale+mask+softmax+dropout
-     * over the b a s^2 / t scores (read/write 2-byte values + 1-byte mask,
-     * ~9 bytes each); layernorms, bias+dropout+residual adds (~22 bytes per
-     * b s h element, split by t only with sequence parallelism); GeLU over
-     * b s f / t (4 bytes each). */
     double es = x->es;
-    double ew_att = 9.0 * es * heads * s * s;
-    double ew_other = es * (22.0 * M * h / shard + 4.0 * M * f / t);
-    double t_ew_att = mem_time(g, e, ew_att), t_ew = mem_time(g, e, ew_other);
+    /* Attention core. Plain: two batched GEMMs over the full s x s scores
+     * plus scale+mask+softmax+dropout over the b a s^2 / t scores in memory
+     * (read/write 2-byte values + 1-byte mask, ~9 bytes each); backward
+     * twice the forward. Flash: one fused kernel, nothing of size s^2 in
+     * memory (flash_time). */
+    double t_att_f, t_att_b, t_ew_att = 0;
+    if (flash) {
+        flash_time(x, g, heads, s, hd, &t_att_f, &t_att_b);
+    } else {
+        t_att_f = gemm_time(x, g, heads, s, s, hd) + gemm_time(x, g, heads, s, hd, s);
+        t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s);
+        t_att_f += t_ew_att;
+        t_att_b = 2 * t_att_f;
+    }
+    /* Other memory-bound kernels, bytes moved forward: norms,
+     * bias+dropout+residual adds (~22 bytes per b s h element, split by t
+     * only with sequence parallelism); the activation over b s f / t (GeLU
+     * reads and writes 2 bytes: 4; SwiGLU/GeGLU read two inputs: 6); rotary
+     * on q and k (read + write: 4 bytes per b s (h + kv) / t element). */
+    double ew_other = es * (22.0 * M * h / shard + (gated ? 6.0 : 4.0) * M * f / t);
+    if (m->position == WHALE_POS_ROTARY)
+        ew_other += es * 4.0 * M * (h + kv) / t;
+    double t_ew = mem_time(g, e, ew_other);
     double ovh = e->kernel_overhead;
 
-    lc->fwd = t_lin + t_att + t_ew_att + t_ew + ovh;
-    lc->bwd = 2 * (t_lin + t_att + t_ew_att + t_ew) + ovh;
+    lc->fwd = t_lin + t_att_f + t_ew + ovh;
+    lc->bwd = 2 * (t_lin + t_ew) + t_att_b + ovh;
     lc->rc_cost[WHALE_RECOMPUTE_NONE] = 0;
-    lc->rc_cost[WHALE_RECOMPUTE_SELECTIVE] = t_att + t_ew_att;
+    /* selective recompute re-runs the attention core; with flash attention
+     * there is nothing of it kept to drop (its backward already recomputes
+     * the scores), so selective costs nothing and saves nothing */
+    lc->rc_cost[WHALE_RECOMPUTE_SELECTIVE] = flash ? 0 : t_att_f;
     lc->rc_cost[WHALE_RECOMPUTE_FULL] = lc->fwd;
-    lc->flops_fwd = 2 * M * ((h + 2 * kv) * h + h * h + 2 * h * f) / t + 4 * heads * s * s * hd;
-    lc->flops_attn_core = 4 * heads * s * s * hd;
+    lc->flops_fwd = 2 * M * ((h + 2 * kv) * h + h * h + nmat * h * f) / t + 4 * heads * s * s * hd;
+    lc->flops_attn_core = flash ? 0 : 4 * heads * s * s * hd;
 
     /* TP: two all-reduces (or all-gather + reduce-scatter with sequence
      * parallelism: the same bytes) of the b s h activations per direction. */
@@ -166,15 +223,18 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     }
 
     /* Activations kept per layer (bytes), Korthikanti et al. with kv width
-     * and FFN width: replicated R = 10 s b h (layernorm inputs, QKV and FC1
+     * and FFN width: replicated R = 10 s b h (norm inputs, QKV and FC1
      * inputs, dropout masks), TP-sharded S = 4 s b h + 4 s b kv + 4 s b f
-     * (Q, K, V, projection input, FC2 input, GeLU input), attention core
-     * A = 5 a s^2 b. With h = kv, f = 4h: s b h (10 + 24/t + 5 a s/(h t)). */
-    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + 4 * M * f);
-    double A = es * 5 * a * s * s * b;
+     * (Q, K, V, projection input, FC2 input, GeLU input; a gated MLP keeps
+     * gate and up outputs and their product: 6 s b f), attention core
+     * A = 5 a s^2 b (plain) or the fp32 softmax statistics 4 a s b / 2
+     * element units (flash). With h = kv, f = 4h, plain: s b h (10 + 24/t +
+     * 5 a s/(h t)). */
+    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + (gated ? 6 : 4) * M * f);
+    double A = flash ? 4.0 * a * M : es * 5 * a * s * s * b;
     lc->act_input = es * 2 * M * h / shard;
     lc->act[WHALE_RECOMPUTE_NONE] = R / shard + S / t + A / t;
-    lc->act[WHALE_RECOMPUTE_SELECTIVE] = R / shard + S / t;
+    lc->act[WHALE_RECOMPUTE_SELECTIVE] = R / shard + S / t + (flash ? A / t : 0);
     lc->act[WHALE_RECOMPUTE_FULL] = lc->act_input;
 
     /* Embedding (first stage): gather + dropout, memory-bound. */
@@ -183,11 +243,18 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     lc->first_act = M * h / shard;          /* embedding dropout mask */
     /* Output layer (last stage): logits [b s, h] x [h, V/t], fp32 softmax
      * cross-entropy over b s V / t (read 2 + write 4 forward, ~10 backward). */
-    double t_logit = gemm_time(g, e, 1, M, V / t, h);
+    double t_logit = gemm_time(x, g, 1, M, V / t, h);
     lc->last_fwd += t_logit + mem_time(g, e, es * 6 * M * V / t) + mem_time(g, e, es * 4 * M * h / shard) + ovh;
     lc->last_bwd += 2 * t_logit + mem_time(g, e, es * 10 * M * V / t) + ovh;
     lc->last_act = es * (6 * M * V / t + 2 * M * h / shard);
     /* Pipeline message: b s h 16-bit, split over the TP ranks (Megatron's
      * scatter/gather, or the sequence-parallel shard). */
     lc->p2p_msg = es * 2 * M * h / t;
+}
+
+int whale_plan_block_tensors(const struct whale_model_desc *m)
+{
+    int weights = 4 + (m->mlp == WHALE_MLP_GELU ? 0 : 1);    /* qkv, proj, fc1 (+gate), fc2 */
+    int norms = 2 * (m->norm == WHALE_NORM_RMSNORM ? 1 : 2);  /* scale (+ shift) each */
+    return weights * (m->no_bias ? 1 : 2) + norms;
 }

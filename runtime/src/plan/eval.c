@@ -66,8 +66,10 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
     if (cfg->interleave > 1) {
         if (cfg->pp < 2)
             return why_set(why, why_len, "interleave=%d needs pp >= 2", cfg->interleave);
-        if (m->layers % (cfg->pp * cfg->interleave))
-            return why_set(why, why_len, "interleave: %d layers not divisible by pp*v = %d",
+        /* uneven is fine (Llama 3 405B: 126 layers on 16 stages): every
+         * virtual stage needs one layer */
+        if (m->layers < cfg->pp * cfg->interleave)
+            return why_set(why, why_len, "interleave: %d layers are fewer than pp*v = %d virtual stages",
                            m->layers, cfg->pp * cfg->interleave);
         if (nm % cfg->pp)
             return why_set(why, why_len, "interleave: %d micro-batches not a multiple of pp=%d", nm,
@@ -100,7 +102,7 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
 
 /* Even layer split; the remainder goes to the middle stages first (the
  * first and last stage also carry the embedding and the output layer). */
-static void split_even(int L, int pp, int *out)
+void plan_split_even(int L, int pp, int *out)
 {
     int base = L / pp, r = L % pp;
     for (int s = 0; s < pp; s++)
@@ -109,6 +111,30 @@ static void split_even(int L, int pp, int *out)
         out[s]++;
     if (r > 0) { out[0]++; r--; }
     if (r > 0) { out[pp - 1]++; r--; }
+}
+
+/* Layers per pipeline rank with v virtual stages each: the L layers are
+ * split evenly over the pp*v chunks (the remainder to the middle chunks,
+ * as plan_split_even does), and rank s runs chunks s, s + pp, ... Uneven when L
+ * is not a multiple of pp*v. */
+static void split_interleaved(int L, int pp, int v, int *out)
+{
+    if (v <= 1) {
+        plan_split_even(L, pp, out);
+        return;
+    }
+    int n = pp * v;
+    int *chunk = malloc(sizeof *chunk * (size_t)n);
+    if (!chunk) {            /* keep a valid split without the per-chunk detail */
+        plan_split_even(L, pp, out);
+        return;
+    }
+    plan_split_even(L, n, chunk);
+    for (int s = 0; s < pp; s++)
+        out[s] = 0;
+    for (int k = 0; k < n; k++)
+        out[k % pp] += chunk[k];
+    free(chunk);
 }
 
 /* Parameters held by one TP rank of stage s. */
@@ -278,14 +304,27 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         exposed = fmax(0, m * rs - ov * m * so->t_bwd - slack) + ag * (1 - ov);
         break;
     default: {
-        /* ZeRO-3: every micro-batch gathers the weights layer by layer for
-         * forward, for the recomputed forward of fully recomputed layers,
-         * and for backward, and reduce-scatters the gradients; one
-         * collective per layer, each paying the ring's latency */
-        double nl = Ls > 0 ? Ls : 1, full = Ls > 0 ? (double)so->n_full / Ls : 0;
-        double lat = nl * (cfg->dp - 1) * al;
-        *total = m * ((2 + full) * (ag + lat) + rs + lat);
-        exposed = fmax(0, *total - x->c->eff.zero3_overlap * m * (so->t_comp + so->t_rc) - slack);
+        /* ZeRO-3 (Rajbhandari et al., SC'20; PyTorch FSDP): every
+         * micro-batch all-gathers each layer's weights for forward and again
+         * for backward (a fully recomputed layer re-runs its forward inside
+         * its backward, on the same gathered copy) and reduce-scatters its
+         * gradients: 2 all-gathers + 1 reduce-scatter of the stage's weights.
+         * Prefetching may hide the bandwidth part behind at most
+         * zero3_overlap of the compute (default 0: the published runs do not
+         * show it, cluster.c). The ring latency of each collective, (dp-1)
+         * alpha, is on the critical path: the next layer cannot start before
+         * its weights are complete. It grows with DP and with the number of
+         * collectives per layer (zero3_msgs, default one per parameter
+         * tensor), which is why ZeRO-3 without model parallelism falls 3x
+         * from 384 to 1536 GPUs at one global batch (Narayanan et al.,
+         * SC'21, table 2). */
+        double nl = Ls > 0 ? Ls : 1;
+        double msgs = x->c->eff.zero3_msgs >= 1 ? x->c->eff.zero3_msgs
+                                                 : whale_plan_block_tensors(x->m);
+        double lat = 3.0 * nl * msgs * (cfg->dp - 1) * al;
+        double bwt = 3.0 * (cfg->dp - 1) / cfg->dp * w / bw;
+        *total = m * (bwt + lat);
+        exposed = m * lat + fmax(0, m * bwt - x->c->eff.zero3_overlap * m * (so->t_comp + so->t_rc) - slack);
         break;
     }
     }
@@ -310,7 +349,7 @@ static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan
     if (cfg->offload == WHALE_OFFLOAD_PARAMS) {
         /* the weight shard streams in for forward and backward of every micro-batch */
         double fetch = m * 2.0 * WBYTES * P / cfg->dp / x->pcie_bw;
-        *offload += fmax(0, fetch - e->zero3_overlap * m * (so->t_comp + so->t_rc));
+        *offload += fmax(0, fetch - e->offload_overlap * m * (so->t_comp + so->t_rc));
     }
     return t;
 }
@@ -355,6 +394,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     memset(pr, 0, sizeof *pr);
     int pp = cfg->pp, dp = cfg->dp, m = (int)(x->batch / ((long)dp * cfg->microbatch));
     cfg->nmicro = m;
+    cfg->precision = x->prec;
     if (!cfg->seqpar || cfg->tp < 2)
         cfg->seqpar = false;
     bool mixed = whale_cluster_is_mixed(c);
@@ -362,7 +402,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     if (cfg->uneven)   /* filled below for mixed clusters with dp <= WHALE_PLAN_MAX_STAGES */
         memset(cfg->replica_micro, 0, sizeof cfg->replica_micro);
     if (!cfg->layers_given)
-        split_even(md->layers, pp, layers);
+        split_interleaved(md->layers, pp, cfg->interleave, layers);
 
     /* device group of every (stage, replica) */
     unsigned char *grp = NULL;
@@ -435,7 +475,7 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
                 }
             }
             if (split_uneven(md->layers, pp, cfg->interleave, per_layer, fixed, cap, layers) < 0)
-                split_even(md->layers, pp, layers);
+                plan_split_even(md->layers, pp, layers);
         }
         double *Mr = malloc(sizeof(double) * 2 * (size_t)dp);
         if (!Mr) {
@@ -578,28 +618,41 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     cfg->rc_full = so[0].n_full;
     cfg->rc_selective = so[0].n_sel;
 
-    /* FLOPs (Megatron's count: forward + 2x backward + recomputed forward) */
+    /* FLOPs. Model FLOPs (MFU; Korthikanti et al. 2022, the MosaicML and
+     * NeMo tables): forward + 2x backward of the GEMMs (6 N per token for
+     * the block and output weights) plus the attention scores counted over
+     * the full s x s (4 s^2 h per layer forward), whatever the kernel
+     * skips. Hardware FLOPs (HFU; Megatron-LM's "TFLOP/s per GPU"): model
+     * FLOPs + the recomputed forward of fully recomputed layers + the
+     * attention core of selectively recomputed ones (nothing with flash
+     * attention, whose own score recomputation is not counted, as in the
+     * published HFU figures). */
     double s_ = md->seq, h = md->hidden, f = md->ffn, V = md->vocab;
     double kv = (double)md->kv_heads * (md->hidden / md->heads);
-    double F1 = 2 * s_ * ((h + 2 * kv) * h + h * h + 2 * h * f) + 4 * s_ * s_ * h;
+    double nmat = md->mlp == WHALE_MLP_GELU ? 2 : 3;
+    double F1 = 2 * s_ * ((h + 2 * kv) * h + h * h + nmat * h * f) + 4 * s_ * s_ * h;
     double Flog = 2 * s_ * h * V;
+    double Fsel = md->attention == WHALE_ATTN_FLASH ? 0 : 4 * s_ * s_ * h;
     double nfull = 0, nsel = 0;
     for (int s = 0; s < pp; s++) {
         nfull += so[s].n_full;
         nsel += so[s].n_sel;
     }
     pr->model_flops_step = (double)x->batch * (3 * md->layers * F1 + 3 * Flog);
-    pr->flops_step = pr->model_flops_step + (double)x->batch * (nfull * F1 + nsel * 4 * s_ * s_ * h);
+    pr->flops_step = pr->model_flops_step + (double)x->batch * (nfull * F1 + nsel * Fsel);
     /* peak of the GPUs in use (block order); idle ones do not count */
     double used = (double)cfg->tp * cfg->pp * cfg->dp;
     double peak = 0, left = used;
     for (int i = 0; i < c->ngroups && left > 0; i++) {
         double n = fmin(left, (double)c->group[i].nodes * c->group[i].gpus_per_node);
-        peak += n * c->group[i].gpu.peak_flops;
+        const struct whale_plan_device *gd = &c->group[i].gpu;
+        peak += n * (x->fp32 && gd->fp32_ratio > 0 ? gd->peak_flops * gd->fp32_ratio : gd->peak_flops);
         left -= n;
     }
     pr->tflops_per_gpu = pr->flops_step / (pr->t_step * used) / 1e12;
+    pr->model_tflops_per_gpu = pr->model_flops_step / (pr->t_step * used) / 1e12;
     pr->mfu = pr->model_flops_step / (pr->t_step * peak);
+    pr->hfu = pr->flops_step / (pr->t_step * peak);
     pr->tokens_per_s = (double)x->batch * s_ / pr->t_step;
     double al, bw;
     pr->link_tp = plan_group_link(x, 1, cfg->tp, &al, &bw);

@@ -42,9 +42,11 @@ void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, si
 
 void whale_plan_format_header(char *buf, size_t len)
 {
-    snprintf(buf, len, "%4s %4s %5s %3s %5s %2s %2s %4s %-9s %-5s %8s %9s %8s %5s %6s %6s %6s",
+    /* two labelled rates: hardware TFLOP/s (recompute counted) and model
+     * TFLOP/s (6N + attention, the MFU numerator) per device */
+    snprintf(buf, len, "%4s %4s %5s %3s %5s %2s %2s %4s %-9s %-5s %8s %9s %8s %8s %5s %6s %6s %6s",
              "TP", "PP", "DP", "MB", "M", "V", "SP", "ZeRO", "recompute", "offl", "mem GiB",
-             "step s", "TFLOP/s", "MFU", "bubble", "comm", "recomp");
+             "step s", "hw TF/s", "modelTF/s", "MFU", "bubble", "comm", "recomp");
 }
 
 void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size_t len)
@@ -57,10 +59,10 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
     else
         snprintf(rc, sizeof rc, "%s", whale_recompute_name(g->recompute));
     double T = p->t_step > 0 ? p->t_step : 1;
-    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
+    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %9.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
              g->tp, g->pp, g->dp, g->microbatch, g->nmicro, g->interleave, g->seqpar ? "y" : "-",
              g->zero, rc, whale_offload_name(g->offload), p->mem_total / GiB, p->t_step,
-             p->tflops_per_gpu, 100 * p->mfu, 100 * p->t_bubble / T,
+             p->tflops_per_gpu, p->model_tflops_per_gpu, 100 * p->mfu, 100 * p->t_bubble / T,
              100 * (p->t_tp + p->t_pp + p->t_dp + p->t_offload) / T, 100 * p->t_recompute / T);
 }
 
@@ -72,6 +74,9 @@ void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf
     double T = p->t_step > 0 ? p->t_step : 1;
     cat(buf, len, &o, "memory per device (stage %d, worst): %.2f GiB of %.2f GiB usable%s\n",
         p->worst_stage, p->mem_total / GiB, p->mem_capacity / GiB, p->fits ? "" : "  DOES NOT FIT");
+    if (!p->fits && p->mem_total > p->mem_capacity)
+        cat(buf, len, &o, "  over by %.2f GiB (%.1f%% more than fits)\n",
+            (p->mem_total - p->mem_capacity) / GiB, 100 * (p->mem_total / p->mem_capacity - 1));
     cat(buf, len, &o, "  weights %.2f  gradients %.2f  optimizer %.2f  activations %.2f  "
         "buffers %.2f  runtime %.2f GiB\n", p->mem_weights / GiB, p->mem_grads / GiB,
         p->mem_optim / GiB, p->mem_act / GiB, p->mem_buffers / GiB, p->mem_overhead / GiB);
@@ -82,8 +87,10 @@ void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf
         "optimizer %.4g + offload %.4g\n", p->t_tp, whale_plan_link_name(p->link_tp), p->t_pp,
         whale_plan_link_name(p->link_pp), p->t_dp, whale_plan_link_name(p->link_dp), p->t_optim,
         p->t_offload);
-    cat(buf, len, &o, "rates: %.1f TFLOP/s per device (recompute counted), MFU %.1f%%, %.4g tokens/s\n",
-        p->tflops_per_gpu, 100 * p->mfu, p->tokens_per_s);
+    cat(buf, len, &o, "rates: hardware %.1f TFLOP/s per device (recompute counted, HFU %.1f%%), "
+        "model %.1f TFLOP/s per device (6N + attention, MFU %.1f%%), %.4g tokens/s (%s)\n",
+        p->tflops_per_gpu, 100 * p->hfu, p->model_tflops_per_gpu, 100 * p->mfu, p->tokens_per_s,
+        whale_precision_name((enum whale_precision)c->cfg.precision));
 }
 
 static const char *whale_link_class_name_or(int cls)
@@ -122,9 +129,14 @@ void whale_plan_explain(const struct whale_plan_request *req, const struct whale
     char line[256], cl[320];
     buf[0] = 0;
     whale_cluster_describe(req->cluster, cl, sizeof cl);
-    cat(buf, len, &o, "model %s (%.3g B parameters), global batch %ld x %d tokens, on %s\n",
-        req->model->name, whale_model_desc_params(req->model) / 1e9, req->global_batch,
-        req->model->seq, cl);
+    const struct whale_model_desc *md = req->model;
+    char kvs[32] = "";
+    if (md->kv_heads != md->heads)
+        snprintf(kvs, sizeof kvs, "%s %d kv heads, ", md->kv_heads == 1 ? "MQA" : "GQA", md->kv_heads);
+    cat(buf, len, &o, "model %s (%.3g B parameters; %s MLP, %s%s, %s positions, %s attention), global "
+        "batch %ld x %d tokens, on %s\n", md->name, whale_model_desc_params(md) / 1e9,
+        whale_mlp_name(md->mlp), kvs, whale_norm_name(md->norm), whale_pos_name(md->position),
+        whale_attn_name(md->attention), req->global_batch, md->seq, cl);
     cat(buf, len, &o, "searched %lld configurations (%lld branches pruned) in %.3f s\n",
         (long long)res->evaluated, (long long)res->pruned, res->search_seconds);
     if (!res->found) {

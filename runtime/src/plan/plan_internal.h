@@ -28,7 +28,8 @@ struct plan_ctx {
     const struct whale_cluster *c;
     int64_t ngpus;
     double max_idle;               /* fraction of GPUs a plan may leave idle */
-    bool fp32;                     /* CPU ranks train in fp32 (the plan's precision) */
+    bool fp32;                     /* the plan trains in fp32 (CPU ranks by default) */
+    int prec;                      /* enum whale_precision the time and memory model use */
     double es;                     /* activation element size / 2 bytes: 1 (bf16) or 2 (fp32) */
     double wbytes, gbytes, obytes; /* per parameter: weights, gradients, optimizer states */
     double p_layer;                /* parameters of one block */
@@ -40,6 +41,10 @@ struct plan_ctx {
 };
 
 void plan_eff_defaults(struct whale_eff_model *e);
+/* Training precision: the model's Precision= unless `prec` >= 0 (a plan's
+ * or request's); auto = fp32 on CPU-only clusters, bf16 on GPUs. Called by
+ * plan_ctx_init with -1. Sets fp32, es and the bytes per parameter. */
+void plan_ctx_set_precision(struct plan_ctx *x, int prec);
 void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long batch,
                    const struct whale_cluster *c);
 
@@ -61,6 +66,11 @@ int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alph
 int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
                  const struct plan_layer_cost *lc, struct whale_plan_prediction *pr,
                  char *why, size_t why_len);
+
+/* Even split of L layers over n stages (or virtual-stage chunks); the
+ * remainder goes to the middle stages first (the first and last carry
+ * the embedding and the output layer). */
+void plan_split_even(int L, int n, int *out);
 
 /* Structural validity of a configuration (divisibility, domain, ranges). */
 int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *cfg,

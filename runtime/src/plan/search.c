@@ -24,6 +24,7 @@ void whale_plan_request_init(struct whale_plan_request *r)
     r->offload = -1;
     r->seqpar = -1;
     r->max_zero = -1;
+    r->precision = -1;
     r->topk = 8;
 }
 
@@ -176,6 +177,14 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     if (!st)
         return WHALE_ENOMEM;
     plan_ctx_init(&st->x, rq->model, rq->global_batch, rq->cluster);
+    if (rq->precision >= 0)
+        plan_ctx_set_precision(&st->x, rq->precision);
+    if (rq->seqpar == 1 && rq->tp == 1) {
+        whale_error("plan search: sequence parallelism (seqpar yes) needs tp >= 2: it splits the "
+                    "activations tensor parallelism replicates, and tp=1 replicates nothing");
+        free(st);
+        return WHALE_EINVAL;
+    }
     if (rq->max_idle < 0 || rq->max_idle >= 1) {
         whale_error("plan search: max idle share %g must be in [0, 1)", rq->max_idle);
         free(st);
@@ -202,6 +211,8 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     for (int tp = 1; tp <= c->nvlink_domain && tp <= m->heads; tp++) {
         if ((rq->tp > 0 && tp != rq->tp) || (rq->max_tp > 0 && tp > rq->max_tp))
             continue;
+        if (rq->seqpar == 1 && tp < 2)
+            continue;   /* sequence parallelism exists only with tp >= 2 */
         if (c->nvlink_domain % tp || N % tp || m->heads % tp || m->ffn % tp ||
             (m->kv_heads % tp && tp % m->kv_heads)) {
             if (rq->tp > 0)
@@ -275,7 +286,9 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     if (plan_eval_lc(&st->x, &f, lc, &pr, NULL, 0) == 0 && pr.mem_total > pr.mem_capacity) {
                         res->pruned++;
                         double over = pr.mem_total / pr.mem_capacity;
-                        if (b == 1 && over < closest) {
+                        /* the first micro-batch this layout tries (1, or
+                         * the one the request fixes) gives the reason */
+                        if (b == (rq->microbatch > 0 ? rq->microbatch : 1) && over < closest) {
                             closest = over;
                             snprintf(first_reason, sizeof first_reason,
                                      "nothing fits: tp=%d pp=%d dp=%d needs %.1f GiB per device even with "
@@ -311,12 +324,13 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                     for (int v = 1; v <= vmax; v++) {
                         if (rq->interleave > 0 && v != rq->interleave)
                             continue;
-                        if (v > 1 && (pp < 2 || L % (pp * v) || nm % pp)) {
+                        /* uneven stages are allowed: L >= pp*v is enough */
+                        if (v > 1 && (pp < 2 || L < pp * v || nm % pp)) {
                             if (rq->interleave > 0 && !first_reason[0])
                                 snprintf(first_reason, sizeof first_reason,
-                                         "no valid layout: interleave=%d needs pp >= 2, the %d layers divisible by "
-                                         "pp*v = %d and the micro-batches (%d) by pp=%d",
-                                         v, L, pp * v, nm, pp);
+                                         "no valid layout: interleave=%d needs pp >= 2, at least pp*v = %d "
+                                         "layers (the model has %d) and the micro-batches (%d) a multiple "
+                                         "of pp=%d", v, pp * v, L, nm, pp);
                             continue;
                         }
                         cfg.interleave = v;
@@ -365,6 +379,8 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         rc = WHALE_ENOFIT;
         if (st->nrej > 0) {
             const struct whale_plan_candidate *r0 = &st->rej[0];
+            res->rejected[0] = *r0;      /* closest to fitting: --evaluate prints it */
+            res->nrejected = 1;
             char cfgs[160];
             whale_plan_format_config(&r0->cfg, cfgs, sizeof cfgs);
             snprintf(res->why_none, sizeof res->why_none,

@@ -36,7 +36,10 @@ static void usage(FILE *f)
 "fits, the best alternatives, and why faster plans were rejected.\n"
 "\n"
 "model and batch:\n"
-"  -m, --model NAME|FILE      preset (config/models/NAME.conf) or model file\n"
+"  -m, --model NAME|FILE      preset (config/models/NAME.conf) or model file; files may\n"
+"                             describe Llama-style blocks: MLP=swiglu KVHeads=8\n"
+"                             Norm=rmsnorm Position=rotary Bias=no Attention=flash\n"
+"                             Precision=bf16 (see whale-plan(1))\n"
 "  -b, --batch N              global batch in sequences per step\n"
 "      --tokens N             global batch in tokens (rounded down to sequences)\n"
 "cluster (hypothetical, or what an allocation holds):\n"
@@ -60,7 +63,12 @@ static void usage(FILE *f)
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
 "      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
 "                             engine does not run it yet; auto lets the search\n"
-"                             choose, for Megatron-style runtimes)\n"
+"                             choose, for Megatron-style runtimes); yes needs tp >= 2\n"
+"      --precision auto|fp32|bf16|fp16\n"
+"                             training precision of the time and memory model\n"
+"                             (default auto: the model file's Precision=, else fp32\n"
+"                             on CPU ranks and bf16 on GPUs; fp32 on GPUs runs at\n"
+"                             the TF32 tensor-core rate)\n"
 "      --max-microbatch N     largest micro-batch tried (default 16)\n"
 "      --max-idle FRAC        allow plans that leave up to FRAC of the GPUs idle\n"
 "                             (e.g. 0.05 on 100,000 GPUs; default 0: use all)\n"
@@ -68,14 +76,22 @@ static void usage(FILE *f)
 "  -p, --plan FILE            predict the plan in FILE (WHALE_PLAN JSON, e.g. from\n"
 "                             --json or a hand-written one) instead of searching\n"
 "  -e, --evaluate             print the full prediction of the constrained best and\n"
-"                             compare it with the planner's unconstrained pick\n"
+"                             compare it with the planner's unconstrained pick; when\n"
+"                             nothing fits, the whole prediction of the closest\n"
+"                             candidate and by how much it is over\n"
 "  -t, --top N                alternatives shown (default 8, max %d)\n"
 "  -j, --json FILE            write the plan (WHALE_PLAN format) to FILE ('-' = stdout)\n"
 "      --exhaustive           no pruning (baseline for benchmarks)\n"
 "      --list-gpus            list the known device types\n"
-"      --explain-model        print the efficiency constants in force\n"
+"      --explain-model        print the efficiency constants in force (of --gpu when\n"
+"                             no cluster is given)\n"
 "  -q, --quiet                only the winner's line\n"
 "  -h, --help, -V, --version\n"
+"\n"
+"\n"
+"Rates are labelled: \"hw TF/s\" counts recomputed FLOPs (Megatron-LM's TFLOP/s per\n"
+"GPU, HFU), \"model TF/s\" does not (6N + attention per token: the MFU numerator of\n"
+"the MosaicML, NeMo and Llama 3 tables).\n"
 "\n"
 "Exit status: 0 plan found, 1 nothing fits or an error, 2 usage error.\n",
         WHALE_PLAN_TOPK);
@@ -109,7 +125,8 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
-    O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL
+    O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
+    O_PREC
 };
 
 static const struct option longopts[] = {
@@ -137,6 +154,7 @@ static const struct option longopts[] = {
     { "recompute", required_argument, 0, O_RC },
     { "offload", required_argument, 0, O_OFF },
     { "seqpar", required_argument, 0, O_SP },
+    { "precision", required_argument, 0, O_PREC },
     { "max-microbatch", required_argument, 0, O_MAXMB },
     { "max-idle", required_argument, 0, O_IDLE },
     { "evaluate", no_argument, 0, 'e' },
@@ -186,23 +204,39 @@ static int write_json(const char *path, const struct whale_model_desc *m, long b
 static void print_model_constants(const struct whale_cluster *c)
 {
     const struct whale_eff_model *e = &c->eff;
-    printf("efficiency model in force:\n"
-           "  GEMM: time = 2MNK / (peak x %.3g x f(M) f(N) f(K)), f(d) = d / (d + %.4g)\n"
+    printf("efficiency model in force:\n");
+    if (e->gemm_eff > 0 || e->gemm_half_dim > 0)
+        printf("  GEMM (calibrated): time = 2MNK / (peak x E x f(M) f(N) f(K)), f(d) = d / (d + half),"
+               " E %s, half %s\n", e->gemm_eff > 0 ? "set" : "the device's",
+               e->gemm_half_dim > 0 ? "set" : "the device's");
+    else
+        printf("  GEMM: time = 2MNK / (peak x E x f(M) f(N) f(K)), f(d) = d / (d + half), E and half\n"
+               "  per device type (measured sustained GEMM efficiency, below)\n");
+    if (e->gemm_eff > 0)
+        printf("    E = %.4g\n", e->gemm_eff);
+    if (e->gemm_half_dim > 0)
+        printf("    half = %.4g\n", e->gemm_half_dim);
+    printf("  flash attention at the device's fused-kernel efficiency on the FLOPs it executes\n"
+           "  (causal half, backward 2.5x forward); plain attention as GEMMs + softmax traffic\n"
            "  memory-bound kernels at %.3g x HBM bandwidth; %.3g us overhead per layer pass\n"
-           "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g, ZeRO-3 gathers %.3g (hidden\n"
-           "  traffic costs %.3g)\n"
+           "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g, ZeRO-3 gathers hidden behind\n"
+           "  up to %.3g of compute, %s per layer and pass (hidden traffic costs %.3g)\n"
            "  host Adam %.3g params/s; runtime overhead %.2f GiB; fragmentation %.0f%%\n",
-           e->gemm_eff, e->gemm_half_dim, e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff,
-           e->dp_overlap, e->zero3_overlap, e->overlap_cost, e->host_adam_rate, c->overhead_bytes / 1073741824.0,
-           100 * c->frag);
+           e->mem_eff, e->kernel_overhead * 1e6, e->coll_eff, e->dp_overlap, e->zero3_overlap,
+           e->zero3_msgs >= 1 ? (e->zero3_msgs < 2 ? "one collective" : "several collectives")
+                              : "one collective per parameter tensor",
+           e->overlap_cost, e->host_adam_rate,
+           c->overhead_bytes / 1073741824.0, 100 * c->frag);
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
         printf("  link %-6s alpha %.3g us, bandwidth %s\n", whale_plan_link_name(k),
                c->link[k].alpha * 1e6, c->link[k].bw > 0 ? "calibrated" : "from the device type");
     for (int i = 0; i < c->ngroups; i++) {
         const struct whale_plan_device *g = &c->group[i].gpu;
-        printf("  %-10s peak %.4g TFLOP/s, %.4g GiB, HBM %.4g GB/s, NVLink %.4g GB/s, NIC %.4g GB/s\n",
+        printf("  %-10s peak %.4g TFLOP/s, %.4g GiB, HBM %.4g GB/s, NVLink %.4g GB/s, NIC %.4g GB/s\n"
+               "  %-10s GEMM efficiency %.3g (half %.4g), flash attention %.3g, fp32 %.3g x peak\n",
                g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
-               g->nvlink_bw / 1e9, g->nic_bw / 1e9);
+               g->nvlink_bw / 1e9, g->nic_bw / 1e9, "", g->gemm_eff, g->gemm_half, g->flash_eff,
+               g->fp32_ratio);
     }
 }
 
@@ -270,6 +304,26 @@ static int predict_file(const char *path, const struct whale_model_desc *md,
     free(cd);
     free(buf);
     return rc ? 1 : 0;
+}
+
+/* --evaluate of a configuration that does not fit: the whole prediction
+ * of the candidate closest to fitting and how far over it is (an
+ * exhaustive search evaluates what pruning skipped). */
+static void evaluate_nofit(const struct whale_plan_request *rq, struct whale_plan_result *res,
+                           char *buf, size_t len, FILE *out)
+{
+    if (res->nrejected < 1) {
+        struct whale_plan_request ex = *rq;
+        ex.exhaustive = true;
+        int rc = whale_plan_search(&ex, res);
+        if (rc != WHALE_ENOFIT || res->nrejected < 1)
+            return;
+    }
+    const struct whale_plan_candidate *cd = &res->rejected[0];
+    whale_plan_format_config(&cd->cfg, buf, len);
+    fprintf(out, "\nevaluated (does not fit): %s\n", buf);
+    whale_plan_format_breakdown(cd, buf, len);
+    fputs(buf, out);
 }
 
 int main(int argc, char **argv)
@@ -353,6 +407,18 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
+        case O_PREC: {
+            enum whale_precision pr;
+            if (!strcasecmp(optarg, "auto")) {
+                rq.precision = -1;
+            } else if (whale_precision_parse(optarg, &pr)) {
+                fprintf(stderr, "whale-plan: --precision=%s: expected auto, fp32, bf16 or fp16\n", optarg);
+                return 2;
+            } else {
+                rq.precision = (int)pr;
+            }
+            break;
+        }
         case 'e': evaluate = true; break;
         case 'p': plan_file = optarg; break;
         case 't': if (parse_int("top", optarg, 1, WHALE_PLAN_TOPK, &top)) return 2; break;
@@ -370,15 +436,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "whale-plan: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
+    if (rq.seqpar == 1 && rq.tp == 1) {
+        fprintf(stderr, "whale-plan: --seqpar yes needs --tp >= 2 (sequence parallelism splits the "
+                "activations that tensor parallelism replicates; with --tp 1 there are none)\n");
+        return 2;
+    }
     if (list) {
         int n;
         const struct whale_plan_device *t = whale_plan_devices(&n);
-        printf("%-10s %10s %9s %10s %11s %8s %7s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
-               "NVLink GB/s", "NIC GB/s", "domain");
+        printf("%-10s %10s %9s %10s %11s %8s %7s %5s %6s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
+               "NVLink GB/s", "NIC GB/s", "domain", "GEMM", "flash");
         for (int i = 0; i < n; i++)
-            printf("%-10s %10.4g %9.4g %10.4g %11.4g %8.4g %7d\n", t[i].name, t[i].peak_flops / 1e12,
-                   t[i].mem_bytes / 1073741824.0, t[i].hbm_bw / 1e9, t[i].nvlink_bw / 1e9,
-                   t[i].nic_bw / 1e9, t[i].domain);
+            printf("%-10s %10.4g %9.4g %10.4g %11.4g %8.4g %7d %5.2f %6.2f\n", t[i].name,
+                   t[i].peak_flops / 1e12, t[i].mem_bytes / 1073741824.0, t[i].hbm_bw / 1e9,
+                   t[i].nvlink_bw / 1e9, t[i].nic_bw / 1e9, t[i].domain, t[i].gemm_eff, t[i].flash_eff);
         return 0;
     }
     struct whale_cluster cl;
@@ -391,11 +462,12 @@ int main(int argc, char **argv)
         if (rc)
             return rc;
     } else {
-        if (!nodes) {
+        if (!nodes && !(explain_model && !model)) {
             fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
             return 2;
         }
-        if (whale_cluster_init(&cl, (int)nodes, (int)gpn, gpu))
+        /* --explain-model alone: the constants of one node of --gpu */
+        if (whale_cluster_init(&cl, nodes ? (int)nodes : 1, (int)gpn, gpu))
             return 2;
     }
     for (int i = 0; i < ngroups; i++)
@@ -483,12 +555,16 @@ int main(int argc, char **argv)
     }
     if (quiet && res->found) {
         whale_plan_format_config(&res->best.cfg, buf, 1 << 16);
-        fprintf(human, "%s  step %.4g s  %.1f TFLOP/s/device  %.1f GiB\n", buf, res->best.pred.t_step,
-               res->best.pred.tflops_per_gpu, res->best.pred.mem_total / 1073741824.0);
+        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%)  %.1f GiB\n",
+                buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
+                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
+                res->best.pred.mem_total / 1073741824.0);
     } else if (!quiet) {
         whale_plan_explain(&rq, res, buf, 1 << 16);
         fputs(buf, human);
     }
+    if (evaluate && !res->found && rc == WHALE_ENOFIT)
+        evaluate_nofit(&rq, res, buf, 1 << 16, human);
     if (evaluate && res->found) {
         struct whale_plan_request free_rq;
         whale_plan_request_init(&free_rq);
@@ -502,11 +578,11 @@ int main(int argc, char **argv)
             char a[200], b[200];
             whale_plan_format_config(&res->best.cfg, a, sizeof a);
             whale_plan_format_config(&pick->best.cfg, b, sizeof b);
-            fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f TFLOP/s per device\n", a,
-                   res->best.pred.t_step, res->best.pred.tflops_per_gpu);
-            fprintf(human, "planner:   %s  %.4g s/step, %.1f TFLOP/s per device (%.2fx as fast)\n", b,
-                   pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
-                   res->best.pred.t_step / pick->best.pred.t_step);
+            fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device\n", a,
+                   res->best.pred.t_step, res->best.pred.tflops_per_gpu, res->best.pred.model_tflops_per_gpu);
+            fprintf(human, "planner:   %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device "
+                   "(%.2fx as fast)\n", b, pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
+                   pick->best.pred.model_tflops_per_gpu, res->best.pred.t_step / pick->best.pred.t_step);
         }
         free(pick);
     }

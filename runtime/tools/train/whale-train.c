@@ -36,8 +36,10 @@ struct opts {
     int loss_scale;
     int format;
     int progress; /* -1 auto */
-    const char *schedule, *recompute;
+    const char *schedule, *recompute, *precision;
     long interleave;
+    long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
+    int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;
 };
 
@@ -45,8 +47,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "Usage: whale-train --model NAME|FILE --data FILE[,FILE...] [options]\n"
-"Train a GPT model on CPU (fp32) with data parallelism and ZeRO over the ranks\n"
-"started by srun --whale-* or whale-run (a plain start is one rank).\n"
+"Train a GPT model on CPU (fp32, or bf16/fp16 mixed precision) with tensor, pipeline\n"
+"and data parallelism and ZeRO over the ranks started by srun --whale-* or whale-run\n"
+"(a plain start is one rank).\n"
 "\n"
 "  --model NAME|FILE    preset (config/models/NAME.conf) or .conf file\n"
 "  --data FILES         llm.c token shards (.bin) or raw byte files, comma-separated\n"
@@ -71,7 +74,15 @@ static void usage(FILE *f)
 "  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
 "  --bucket-mb X        gradient bucket size in MiB (4)\n"
 "  --no-overlap         reduce gradients after backward instead of during it\n"
-"  --loss-scale         dynamic loss scaling (for 16-bit; off in fp32)\n"
+"  --precision P        fp32, bf16 or fp16 (plan or fp32): 16-bit weights in compute,\n"
+"                       activations and gradient stream; fp32 master weights, AdamW\n"
+"                       moments, accumulation, LayerNorm/softmax/loss/norm\n"
+"  --loss-scale         dynamic loss scaling (default on with fp16, off otherwise)\n"
+"  --no-loss-scale      no loss scaling, even with fp16\n"
+"  --grad-reduce fp32|16  bf16/fp16: reduce gradients over DP in fp32 (default) or in\n"
+"                       the 16-bit dtype (half the bytes; the sum accumulates in fp32)\n"
+"  --inject-overflow N  testing: put an inf into one gradient of step N (the step is\n"
+"                       skipped and, with loss scaling, the scale backs off)\n"
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
@@ -202,10 +213,11 @@ int main(int argc, char **argv)
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
-                      .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
+                      .loss_scale = -1, .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
-           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP };
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
+           O_PREC, O_NOLS, O_INJECT, O_GRED };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -228,6 +240,9 @@ int main(int argc, char **argv)
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
+        { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
+        { "inject-overflow", required_argument, 0, O_INJECT },
+        { "grad-reduce", required_argument, 0, O_GRED },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -251,6 +266,26 @@ int main(int argc, char **argv)
         case O_BUCKET: bad |= parse_double("--bucket-mb", optarg, 0.001, 65536, &o.bucket_mb); break;
         case O_NOOVL: o.overlap = 0; break;
         case O_LS: o.loss_scale = 1; break;
+        case O_NOLS: o.loss_scale = 0; break;
+        case O_PREC: {
+            enum whale_precision pr;
+            if (whale_precision_parse(optarg, &pr)) {
+                fprintf(stderr, "whale-train: --precision=%s: expected fp32, bf16 or fp16\n",
+                        optarg);
+                bad = 1;
+            }
+            o.precision = optarg;
+            break;
+        }
+        case O_GRED:
+            if (!strcmp(optarg, "16") || !strcmp(optarg, "fp32")) {
+                o.grad_reduce_16 = !strcmp(optarg, "16");
+            } else {
+                fprintf(stderr, "whale-train: --grad-reduce=%s: expected fp32 or 16\n", optarg);
+                bad = 1;
+            }
+            break;
+        case O_INJECT: bad |= parse_long("--inject-overflow", optarg, 1, 1L << 40, &o.inject_overflow); break;
         case O_THREADS: bad |= parse_long("--threads", optarg, 1, 4096, &o.threads); break;
         case O_METRICS: o.metrics = optarg; break;
         case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &o.log_every); break;
@@ -337,8 +372,7 @@ int main(int argc, char **argv)
     if (have_plan && plan.ckpt_every > 0)
         snprintf(plan_ckpt_every, sizeof plan_ckpt_every, "%d", plan.ckpt_every);
     if (have_plan) {
-        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading"
-                        : plan.precision != WHALE_PREC_FP32 ? "16-bit precision on CPU" : NULL;
+        const char *why = plan.offload != WHALE_OFFLOAD_NONE ? "offloading" : NULL;
         if (why) {
             fprintf(stderr, "whale-train: the plan asks for %s, which this engine does not run "
                     "yet; refusing before any step\n", why);
@@ -360,6 +394,13 @@ int main(int argc, char **argv)
     struct whale_model_desc md;
     if (whale_model_desc_load(o.model, &md))
         return 1;
+    {   /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
+        char why[512];
+        if (whale_model_desc_gpt2_check(&md, why, sizeof why)) {
+            fprintf(stderr, "whale-train: %s\n", why);
+            return 1;
+        }
+    }
 
     whale_ctx *ctx = NULL;
     int rank = 0, dp = 1, dp_rank = 0, tp = 1, pp = 1, world = 1;
@@ -443,7 +484,12 @@ int main(int argc, char **argv)
     ec.zero_stage = o.zero >= 0 ? (int)o.zero : 0;
     ec.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
     ec.overlap = o.overlap != 0;
-    ec.loss_scaling = o.loss_scale;
+    /* precision: flag > plan > fp32; fp16 needs the loss scaler unless told not to */
+    ec.precision = have_plan ? plan.precision : WHALE_PREC_FP32;
+    if (o.precision)
+        whale_precision_parse(o.precision, &ec.precision);
+    ec.loss_scaling = o.loss_scale >= 0 ? o.loss_scale : ec.precision == WHALE_PREC_FP16;
+    ec.grad_reduce_16 = o.grad_reduce_16;
     ec.threads = (int)o.threads;
     /* tensor / pipeline parallelism and recomputation: flags > plan */
     ec.tp = tp;
@@ -596,6 +642,8 @@ int main(int argc, char **argv)
         struct timespec cpu0, cpu1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
         te_step_begin(te, step + 1);
+        if (o.inject_overflow == step + 1)
+            whale_engine_inject_overflow(e);
         int src = whale_engine_step(e, in, tg, &st);
         if (src) {
             int64_t redo;
@@ -659,12 +707,16 @@ int main(int argc, char **argv)
         if (mf) {
             json_t *j = json_pack("{sIsfsfsfsfsfsfsfsfsfsfsfsbsf}",
                                   "step", (json_int_t)(step + 1), "loss", st.loss,
-                                  "grad_norm", st.grad_norm, "lr", (double)st.lr,
+                                  /* JSON has no inf/NaN: a skipped step's is null */
+                                  "grad_norm", isfinite(st.grad_norm) ? st.grad_norm : 0.0,
+                                  "lr", (double)st.lr,
                                   "tokens_per_s", tps, "step_s", st.t_total,
                                   "compute_s", st.t_compute, "comm_s", st.t_comm,
                                   "wait_s", st.t_wait, "overlap", st.overlap, "mfu", mfu,
                                   "loss_scale", (double)st.loss_scale, "skipped", st.skipped,
                                   "peak_rss_mb", peak_rss_mb());
+            if (!isfinite(st.grad_norm))
+                json_object_set_new(j, "grad_norm", json_null());
             if (t_ck > 0)
                 json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
             json_object_set_new(j, "pipe_wait_s", json_real(st.t_pipe_wait));
@@ -676,6 +728,12 @@ int main(int argc, char **argv)
             if (red_s > 0) { /* the in-memory copy of this step (elastic steps) */
                 json_object_set_new(j, "redundancy_s", json_real(red_s));
                 json_object_set_new(j, "redundancy_bytes", json_real(red_b));
+            }
+            json_object_set_new(j, "precision", json_string(whale_precision_name(ec.precision)));
+            {
+                struct whale_train_state ts2;
+                whale_engine_get_state(e, &ts2);
+                json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
             }
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
@@ -724,6 +782,17 @@ int main(int argc, char **argv)
         json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
         json_object_set_new(sm, "interleave", json_integer(ec.interleave));
         json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
+        json_object_set_new(sm, "precision", json_string(whale_precision_name(ec.precision)));
+        {
+            struct whale_engine_memory emem;
+            struct whale_train_state ts2;
+            whale_engine_memory(e, &emem);
+            whale_engine_get_state(e, &ts2);
+            json_object_set_new(sm, "skipped_steps", json_integer(ts2.scaler_skipped));
+            json_object_set_new(sm, "loss_scale", json_real(ts2.loss_scale));
+            json_object_set_new(sm, "act_mb", json_real(emem.act_bytes / 1048576.0));
+            json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
+        }
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));

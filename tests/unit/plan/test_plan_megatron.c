@@ -3,7 +3,8 @@
  * recompute, the published TP/PP/GPUs/batch). For every row:
  *   - the predicted TFLOP/s per GPU of the published configuration (the
  *     best micro-batch size and interleaving for it, which the table does
- *     not give; recompute FLOPs counted as Megatron does) is within 15 %
+ *     not give; recompute FLOPs counted as Megatron does: the planner's
+ *     *hardware* TFLOP/s, tflops_per_gpu, not the model TFLOP/s of MFU) is within 15 %
  *     of the published figure;
  *   - the published configuration fits in 80 GB;
  *   - the planner's own pick is predicted at least 0.98x as fast (step

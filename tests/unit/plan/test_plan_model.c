@@ -559,8 +559,11 @@ static void test_bad_configs(void **state)
     cfg = cfg_of(1, 1, 32, 3, 0, 0);                              /* batch not divisible */
     assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), WHALE_EINVAL);
     cfg = cfg_of(1, 2, 16, 1, 0, 0);
-    cfg.interleave = 5;                                           /* 24 % (2*5) != 0 */
+    cfg.interleave = 13;                                          /* 2*13 chunks > 24 layers */
     assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), WHALE_EINVAL);
+    assert_non_null(strstr(why, "fewer than pp*v"));
+    cfg.interleave = 5;               /* 24 % (2*5) != 0: uneven chunks are allowed since v2 */
+    assert_int_equal(whale_plan_check(&m, 512, &c, &cfg, why, sizeof why), 0);
     struct whale_cluster bad;
     assert_int_equal(whale_cluster_init(&bad, 1, 8, "Z100"), WHALE_ENOENT);
 }
