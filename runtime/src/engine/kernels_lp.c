@@ -38,12 +38,45 @@ static dnnl_engine_t eng;
 static pthread_once_t eng_once = PTHREAD_ONCE_INIT;
 static bool eng_ok;
 
+/* Per thread: bf16 operand copies, the oneDNN scratchpad and a stream,
+ * freed when the thread ends (in-process ranks are threads). */
+struct tstate {
+    uint16_t *buf;
+    size_t cap;
+    void *scratch;
+    size_t scratch_cap;
+    dnnl_stream_t stream;
+};
+static pthread_key_t tkey;
+
+static void tstate_free(void *p)
+{
+    struct tstate *t = p;
+    free(t->buf);
+    free(t->scratch);
+    if (t->stream)
+        dnnl_stream_destroy(t->stream);
+    free(t);
+}
+
+static struct tstate *tstate_get(void)
+{
+    struct tstate *t = pthread_getspecific(tkey);
+    if (!t && (t = calloc(1, sizeof *t)) && pthread_setspecific(tkey, t)) {
+        free(t);
+        t = NULL;
+    }
+    return t;
+}
+
+
 static void eng_init(void)
 {
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512bf16") || getenv("WHALE_NO_BF16_GEMM"))
         return;
-    eng_ok = dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success;
+    eng_ok = pthread_key_create(&tkey, tstate_free) == 0 &&
+             dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success;
 }
 
 bool k_bf16_gemm_available(void)
@@ -120,12 +153,6 @@ static size_t span(int rows, int cols, int ld, int trans)
     return trans ? (size_t)(cols - 1) * ld + rows : (size_t)(rows - 1) * ld + cols;
 }
 
-static _Thread_local uint16_t *tbuf;
-static _Thread_local size_t tcap;
-static _Thread_local dnnl_stream_t tstream;
-static _Thread_local void *tscratch;
-static _Thread_local size_t tscratch_cap;
-
 static int bf16_gemm(int ta, int tb, int M, int N, int K, const float *A, int lda,
                      const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -133,26 +160,32 @@ static int bf16_gemm(int ta, int tb, int M, int N, int K, const float *A, int ld
     struct mm_entry *e = get_prim(&key);
     if (!e)
         return -1;
+    struct tstate *t = tstate_get();
+    if (!t)
+        return -1;
     size_t na = span(M, K, lda, ta), nb = span(K, N, ldb, tb);
-    if (na + nb > tcap) {
-        free(tbuf);
-        tcap = na + nb;
-        if (!(tbuf = malloc(tcap * sizeof *tbuf))) {
-            tcap = 0;
+    if (na + nb > t->cap) {
+        free(t->buf);
+        t->cap = na + nb;
+        if (!(t->buf = malloc(t->cap * sizeof *t->buf))) {
+            t->cap = 0;
             return -1;
         }
     }
-    if (!tstream && dnnl_stream_create(&tstream, eng, dnnl_stream_default_flags) != dnnl_success) {
-        tstream = NULL;
+    if (!t->stream &&
+        dnnl_stream_create(&t->stream, eng, dnnl_stream_default_flags) != dnnl_success) {
+        t->stream = NULL;
         return -1;
     }
-    if (e->scratch_bytes > tscratch_cap) {
-        free(tscratch);
-        tscratch_cap = 0;
-        if (posix_memalign(&tscratch, 64, e->scratch_bytes))
+    if (e->scratch_bytes > t->scratch_cap) {
+        free(t->scratch);
+        t->scratch = NULL;
+        t->scratch_cap = 0;
+        if (posix_memalign(&t->scratch, 64, e->scratch_bytes))
             return -1;
-        tscratch_cap = e->scratch_bytes;
+        t->scratch_cap = e->scratch_bytes;
     }
+    uint16_t *tbuf = t->buf;
     whale_f32_to_bf16(tbuf, A, na);
     whale_f32_to_bf16(tbuf + na, B, nb);
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL, ms = NULL;
@@ -161,11 +194,11 @@ static int bf16_gemm(int ta, int tb, int M, int N, int K, const float *A, int ld
         dnnl_memory_create(&mb, &e->b, eng, tbuf + na) == dnnl_success &&
         dnnl_memory_create(&mc, &e->c, eng, C) == dnnl_success &&
         (!e->scratch_bytes ||
-         dnnl_memory_create(&ms, &e->scratch, eng, tscratch) == dnnl_success)) {
+         dnnl_memory_create(&ms, &e->scratch, eng, t->scratch) == dnnl_success)) {
         dnnl_exec_arg_t args[4] = { { DNNL_ARG_SRC, ma }, { DNNL_ARG_WEIGHTS, mb },
                                     { DNNL_ARG_DST, mc }, { DNNL_ARG_SCRATCHPAD, ms } };
-        if (dnnl_primitive_execute(e->prim, tstream, ms ? 4 : 3, args) == dnnl_success &&
-            dnnl_stream_wait(tstream) == dnnl_success)
+        if (dnnl_primitive_execute(e->prim, t->stream, ms ? 4 : 3, args) == dnnl_success &&
+            dnnl_stream_wait(t->stream) == dnnl_success)
             rc = 0;
     }
     if (ms)

@@ -771,12 +771,18 @@ int main(int argc, char **argv)
         double mfu = t_run > 0 ? (sum_flops / done) * n_tps / t_run / (peak * 1e9) : 0;
         double ovl = sum_comm > 0 ? 1 - sum_wait / sum_comm : 0;
         json_t *j = json_pack("{s{sIsfsfsfsfsfsfsfsisisi}}", "summary",
-                              "steps", (json_int_t)done, "first_loss", first_loss,
-                              "final_loss", last_loss, "tokens_per_s", tps, "mfu", mfu,
+                              "steps", (json_int_t)done,
+                              /* no step (--steps 0): no loss; JSON has no NaN */
+                              "first_loss", isfinite(first_loss) ? first_loss : 0.0,
+                              "final_loss", isfinite(last_loss) ? last_loss : 0.0, "tokens_per_s", tps, "mfu", mfu,
                               "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb", peak_rss_mb(),
                               "peak_gflops", peak, "dp", dp, "zero", ec.zero_stage,
                               "global_batch", (int)gbatch);
         json_t *sm = json_object_get(j, "summary");
+        if (!isfinite(first_loss) || !isfinite(last_loss)) {
+            json_object_set_new(sm, "first_loss", json_null());
+            json_object_set_new(sm, "final_loss", json_null());
+        }
         json_object_set_new(sm, "tp", json_integer(tp));
         json_object_set_new(sm, "pp", json_integer(pp));
         json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
