@@ -3,6 +3,7 @@
  * overrides them). What can be checked without the step is checked now,
  * so a bad option or config fails the submission, not the job hours later. */
 #include "plugin.h"
+#include "elastic.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,9 @@ int whale_allocator_init_post_opt(spank_t sp, int ac, char **av)
     (void)sp;
     (void)ac;
     (void)av;
+    /* every job: an srun with spares inside it must know about --no-kill */
+    if (whale_elastic_allocator(whale_opts.enabled, whale_opts.spares))
+        return -1;
     if (!whale_opts.enabled)
         return 0;
     if (whale_site_load())

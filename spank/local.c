@@ -4,6 +4,7 @@
  * against the real task layout and the topology. The plan goes to the
  * tasks in WHALE_PLAN (inline JSON) through srun's environment. */
 #include "plugin.h"
+#include "elastic.h"
 #include "step.h"
 #include "trust.h"
 #include "whale/env.h"
@@ -41,6 +42,8 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_site_load())
         return -1;
     if (whale_options_check_site(whale_site.conf))
+        return -1;
+    if (whale_elastic_check_srun(whale_opts.spares))
         return -1;
     g_work_ms += now_ms() - t0;
     return 0;
@@ -129,6 +132,9 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         goto fail;
     if (whale_plan_from_options(whale_site.conf, &step, pw ? pw->pw_name : NULL, jobs, &g_plan))
         goto fail;
+    /* spares from a plan file: only known now */
+    if (!whale_opts.given[OPT_SPARES] && whale_elastic_check_srun(g_plan.spares))
+        goto fail;
     if (whale_step_layout(&step, &g_plan))
         goto fail;
     g_plan.dp = step.layout.dp;
@@ -142,6 +148,11 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     /* slurmstepd checks the same limits again (it cannot trust srun) */
     if (whale_plan_check_site(whale_site.conf, &g_plan, "the step's plan"))
         goto fail;
+    /* an elastic step (spares, or WHALE_ELASTIC=1: DP may shrink): srun's
+     * status will be the training's (result.c) */
+    const char *el = getenv("WHALE_ELASTIC");
+    if (g_plan.spares > 0 || (el && !strcmp(el, "1")))
+        whale_result_listen(step.layout.ntasks);
     if (!(json = whale_plan_to_json(&g_plan, 0))) {
         slurm_error(PLUGIN_NAME ": out of memory");
         goto fail;

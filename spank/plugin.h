@@ -114,6 +114,8 @@ int whale_local_user_init(spank_t sp, int ac, char **av);
 int whale_allocator_init_post_opt(spank_t sp, int ac, char **av);
 int whale_remote_user_init(spank_t sp, int ac, char **av);
 int whale_remote_task_init(spank_t sp, int ac, char **av);
+int whale_remote_task_post_fork(spank_t sp, int ac, char **av);
+int whale_remote_task_exit(spank_t sp, int ac, char **av);
 int whale_remote_exit(spank_t sp, int ac, char **av);
 
 #endif

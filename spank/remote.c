@@ -4,6 +4,7 @@
  * talking to the others. task_init applies it: the contract env of one
  * task. */
 #include "plugin.h"
+#include "elastic.h"
 #include "step.h"
 #include "trust.h"
 #include "whale/env.h"
@@ -66,6 +67,24 @@ static int write_rankmap_file(spank_t sp, const char *text)
     return rc;
 }
 
+/* The failure report FIFO (report.c) next to the rank-map file: the job's
+ * TMPDIR on this node when it exists, else /tmp. A step without it still
+ * runs; its failed nodes are then not drained. */
+static void open_report(spank_t sp)
+{
+    uint32_t job = 0, stepid = 0;
+    uid_t uid = 0;
+    gid_t gid = 0;
+    spank_get_item(sp, S_JOB_ID, &job);
+    spank_get_item(sp, S_JOB_STEPID, &stepid);
+    spank_get_item(sp, S_JOB_UID, &uid);
+    spank_get_item(sp, S_JOB_GID, &gid);
+    char *tmp = step_getenv(sp, "TMPDIR", 4096);
+    const char *dir = tmp && *tmp && !access(tmp, W_OK | X_OK) ? tmp : "/tmp";
+    whale_report_open(dir, job, stepid, uid, gid, &g.step);
+    free(tmp);
+}
+
 int whale_remote_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;
@@ -118,6 +137,12 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     if (!(g.plan_json = whale_plan_to_json(&g.plan, 0)))
         goto out;
     g.ready = true;
+    open_report(sp);
+    char *comm = step_getenv(sp, "SLURM_SRUN_COMM_HOST", 4096);
+    char *res = step_getenv(sp, "WHALE_SRUN_RESULT", 4096);
+    whale_result_target(comm, res);
+    free(comm);
+    free(res);
     rv = 0;
 out:
     free(nodelist);
@@ -188,7 +213,48 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     };
     /* the transport variable is not part of the contract: WHALE_PLAN is */
     spank_unsetenv(sp, WHALE_SPANK_PLAN_ENV);
-    return whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp) ? -1 : 0;
+    if (whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp))
+        return -1;
+    const char *report = whale_report_path();
+    if (report && set_task_env(WHALE_ENV_REPORT, report, sp))
+        return -1;
+    return 0;
+}
+
+/* slurmstepd's side of a task: the report thread may have to stop it. */
+static void note_task(spank_t sp, bool alive)
+{
+    uint32_t gid = 0;
+    pid_t pid = 0;
+    if (!g.ready || spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) != ESPANK_SUCCESS)
+        return;
+    if (alive && spank_get_item(sp, S_TASK_PID, &pid) != ESPANK_SUCCESS)
+        return;
+    whale_report_task_pid((int)gid, alive ? pid : 0);
+}
+
+int whale_remote_task_post_fork(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (whale_opts.enabled)
+        note_task(sp, true);
+    return 0;
+}
+
+int whale_remote_task_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (!whale_opts.enabled)
+        return 0;
+    note_task(sp, false);
+    uint32_t gid = 0;
+    int status = 0;
+    if (g.ready && spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) == ESPANK_SUCCESS &&
+        spank_get_item(sp, S_TASK_EXIT_STATUS, &status) == ESPANK_SUCCESS)
+        whale_result_task_exit((int)gid, status);
+    return 0;
 }
 
 int whale_remote_exit(spank_t sp, int ac, char **av)
@@ -196,6 +262,7 @@ int whale_remote_exit(spank_t sp, int ac, char **av)
     (void)sp;
     (void)ac;
     (void)av;
+    whale_report_close();
     if (g.rankmap_file.dir[0])
         whale_private_file_remove(&g.rankmap_file);
     if (g.ready || g.step.nodes)

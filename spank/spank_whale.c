@@ -3,6 +3,7 @@
  * exported (spank_whale.map). Without any --whale* option every callback
  * returns at once: the plugin does nothing for other jobs. */
 #include "plugin.h"
+#include "elastic.h"
 
 #include <slurm/slurm.h>
 
@@ -30,6 +31,9 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         return -1;
     if (ctx == S_CTX_LOCAL)
         whale_mpi_preset();
+    /* before srun/sbatch/salloc read their options (elastic.c) */
+    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR)
+        whale_elastic_preset();
     /* options in every context: a static table is not seen by sbatch */
     return whale_options_register(sp);
 }
@@ -67,10 +71,26 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     return whale_remote_task_init(sp, ac, av);
 }
 
+int slurm_spank_task_post_fork(spank_t sp, int ac, char **av)
+{
+    if (spank_context() != S_CTX_REMOTE || special_step(sp))
+        return 0;
+    return whale_remote_task_post_fork(sp, ac, av);
+}
+
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
+{
+    if (spank_context() != S_CTX_REMOTE || special_step(sp))
+        return 0;
+    return whale_remote_task_exit(sp, ac, av);
+}
+
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
     if (spank_context() == S_CTX_REMOTE)
         return whale_remote_exit(sp, ac, av);
+    if (spank_context() == S_CTX_LOCAL)
+        whale_result_exit();
     if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR)
         whale_site_free();
     return 0;

@@ -34,7 +34,7 @@ wait_for() {
 
 @test "elastic: a killed rank is replaced by the spare node over TCP" {
   out=$(mktemp -d)
-  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self run timeout 120 srun -K0 -W 60 -N 4 -n 4 --whale-spares=1 \
+  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self run timeout 120 srun -K0 -N 4 -n 4 --whale-spares=1 \
     -o "$out/task-%t" "$CHECK" kill --victims 1
   cat "$out"/task-* | grep -v '^\['
   [ "$(cat "$out"/task-* | grep -c 'el_check: OK')" -eq 3 ]
@@ -44,7 +44,7 @@ wait_for() {
 
 @test "elastic: every task of one node killed at once is a NODE failure; both ranks move to the spare node" {
   out=$(mktemp -d)
-  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self timeout 150 srun -K0 -W 60 -N 4 -n 8 --whale-spares=1 \
+  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self timeout 150 srun -K0 -N 4 -n 8 --whale-spares=1 \
     -o "$out/task-%t" "$CHECK" external --steps 60 >"$out/srun" 2>&1 &
   srun_pid=$!
   wait_for "$out/task-*" "start task 7" 60
@@ -70,7 +70,7 @@ wait_for() {
 
 @test "elastic: one node's link cut: the majority replaces it (LINK), the cut-off tasks stop (minority)" {
   out=$(mktemp -d)
-  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 timeout 150 srun -K0 -W 90 -N 4 -n 4 \
+  WHALE_PEER_TIMEOUT=2 UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 timeout 150 srun -K0 -N 4 -n 4 \
     --whale-spares=1 -o "$out/task-%t" "$CHECK" external --steps 60 >"$out/srun" 2>&1 &
   srun_pid=$!
   wait_for "$out/task-*" "start task 3" 60

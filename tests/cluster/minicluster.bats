@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
 # The minicluster command itself: usage errors, idempotence, clean teardown.
-# Uses its own instance (8) so it never disturbs the cluster the other tests use.
+# Uses its own instance (8, or WHALE_MC_TEST_INSTANCE) so it never disturbs
+# the cluster the other tests use.
 
 MC="$WHALE_SRC_DIR/contrib/minicluster/whale-minicluster"
+I=${WHALE_MC_TEST_INSTANCE:-8}
 
-teardown() { "$MC" -i 8 down >/dev/null 2>&1 || true; }
+teardown() { "$MC" -i $I down >/dev/null 2>&1 || true; }
 
 @test "unknown sub-command: usage, exit 2" {
   run "$MC" frobnicate
@@ -13,51 +15,118 @@ teardown() { "$MC" -i 8 down >/dev/null 2>&1 || true; }
 }
 
 @test "bad node count: usage, exit 2" {
-  run "$MC" -i 8 up 0
+  run "$MC" -i $I up 0
   [ "$status" -eq 2 ]
-  run "$MC" -i 8 up abc
+  run "$MC" -i $I up abc
   [ "$status" -eq 2 ]
   [[ "$output" == *"1..16"* ]]
 }
 
 @test "up twice and down twice are harmless; down leaves nothing behind" {
-  run "$MC" -i 8 -b "$WHALE_BUILD_DIR" up 2
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
   [ "$status" -eq 0 ]
-  run "$MC" -i 8 -b "$WHALE_BUILD_DIR" up 2
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
   [ "$status" -eq 0 ]
   [[ "$output" == *"already up"* ]]
-  run "$MC" -i 8 status
+  run "$MC" -i $I status
   [ "$status" -eq 0 ]
-  pids=$(cat /tmp/whale-minicluster-8/run/*.pid)
-  run "$MC" -i 8 down
+  pids=$(cat /tmp/whale-minicluster-$I/run/*.pid)
+  run "$MC" -i $I down
   [ "$status" -eq 0 ]
-  run "$MC" -i 8 down
+  run "$MC" -i $I down
   [ "$status" -eq 0 ]
   for p in $pids; do [ ! -d "/proc/$p" ]; done
-  [ -z "$(ip netns list | grep '^wmc8-')" ]
-  ! ip link show wmc8br >/dev/null 2>&1
-  [ -z "$(ip -o link show | grep 'wmc8v')" ]
+  [ -z "$(ip netns list | grep "^wmc$I-")" ]
+  ! ip link show wmc${I}br >/dev/null 2>&1
+  [ -z "$(ip -o link show | grep "wmc${I}v")" ]
 }
 
 @test "a node that does not come up: named, log tail shown, nothing left running" {
-  WHALE_MC_FAIL_NODE=2 run timeout 90 "$MC" -i 8 -b "$WHALE_BUILD_DIR" up 2
+  WHALE_MC_FAIL_NODE=2 run timeout 90 "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
   [ "$status" -ne 0 ]
   [[ "$output" == *"slurmd for node2 did not start"* ]]
   [[ "$output" == *"not-in-config"* ]]   # the tail of its log
-  [ -z "$(ip netns list | grep '^wmc8-')" ]
-  ! ip link show wmc8br >/dev/null 2>&1
-  ! pgrep -f "whale-minicluster-8/slurm.conf" >/dev/null
-  run "$MC" -i 8 status
+  [ -z "$(ip netns list | grep "^wmc$I-")" ]
+  ! ip link show wmc${I}br >/dev/null 2>&1
+  ! pgrep -f "whale-minicluster-$I/slurm.conf" >/dev/null
+  run "$MC" -i $I status
   [ "$status" -ne 0 ]
 }
 
 @test "down after a crash cleans up what is left" {
-  run "$MC" -i 8 -b "$WHALE_BUILD_DIR" up 2
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
   [ "$status" -eq 0 ]
-  kill -9 "$(cat /tmp/whale-minicluster-8/run/slurmctld.pid)"
-  kill -9 "$(cat /tmp/whale-minicluster-8/run/slurmd-node1.pid)"
-  run "$MC" -i 8 down
+  kill -9 "$(cat /tmp/whale-minicluster-$I/run/slurmctld.pid)"
+  kill -9 "$(cat /tmp/whale-minicluster-$I/run/slurmd-node1.pid)"
+  run "$MC" -i $I down
   [ "$status" -eq 0 ]
-  [ -z "$(ip netns list | grep '^wmc8-')" ]
-  ! pgrep -f "whale-minicluster-8/slurm.conf" >/dev/null
+  [ -z "$(ip netns list | grep "^wmc$I-")" ]
+  ! pgrep -f "whale-minicluster-$I/slurm.conf" >/dev/null
+}
+
+# ---- fault injection -------------------------------------------------------
+
+mc_env() { eval "$("$MC" -i $I env)"; }
+# alive PID: running (a zombie whose parent has not reaped it yet is dead)
+alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; }
+
+@test "kill-node / link-down: usage errors name the problem" {
+  run "$MC" -i $I kill-node
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"kill-node takes one node"* ]]
+  run "$MC" -i $I link-down nodeX
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"must be nodeI or I"* ]]
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
+  [ "$status" -eq 0 ]
+  run "$MC" -i $I kill-node node3
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"no node3 in instance $I (it has node1..node2)"* ]]
+}
+
+@test "kill-node: every process of the node dies (slurmd, stepd, tasks), idempotent; start-node brings it back" {
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
+  [ "$status" -eq 0 ]
+  mc_env
+  timeout 120 srun -N2 -n2 -k sleep 300 >/dev/null 2>&1 3>&- &
+  srun_pid=$!
+  for _ in $(seq 100); do
+    [ "$(ip netns pids wmc$I-node2 | xargs -r ps -o comm= -p | grep -c '^sleep')" -ge 1 ] && break
+    sleep 0.2
+  done
+  [ -n "$(ip netns pids wmc$I-node2)" ]
+  slurmd2=$(cat /tmp/whale-minicluster-$I/run/slurmd-node2.pid)
+  run "$MC" -i $I kill-node node2
+  [ "$status" -eq 0 ]
+  [ -z "$(ip netns pids wmc$I-node2)" ]
+  ! alive "$slurmd2"
+  # node1 is untouched: its slurmd and its task still run
+  [ -n "$(ip netns pids wmc$I-node1 | xargs -r ps -o comm= -p | grep '^sleep')" ]
+  run "$MC" -i $I kill-node 2
+  [ "$status" -eq 0 ]
+  run "$MC" -i $I start-node node2
+  [ "$status" -eq 0 ]
+  [ -n "$(ip netns pids wmc$I-node2 | xargs -r ps -o comm= -p | grep '^slurmd')" ]
+  run "$MC" -i $I start-node node2
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"already runs"* ]]
+  scancel "$(squeue -h -o %i | head -1)" 2>/dev/null || true
+  wait "$srun_pid" || true
+}
+
+@test "link-down cuts a node off while its processes keep running; link-up reconnects it" {
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
+  [ "$status" -eq 0 ]
+  addr=10.213.$I.12
+  port=$(sed -n 's/^SlurmdPort=//p' /tmp/whale-minicluster-$I/slurm.conf)
+  timeout 5 bash -c "echo > /dev/tcp/$addr/$port"
+  run "$MC" -i $I link-down node2
+  [ "$status" -eq 0 ]
+  ! timeout 3 bash -c "echo > /dev/tcp/$addr/$port" 2>/dev/null
+  [ -n "$(ip netns pids wmc$I-node2 | xargs -r ps -o comm= -p | grep '^slurmd')" ]
+  run "$MC" -i $I link-down node2
+  [ "$status" -eq 0 ]
+  run "$MC" -i $I link-up node2
+  [ "$status" -eq 0 ]
+  timeout 10 bash -c "until echo > /dev/tcp/$addr/$port; do sleep 0.2; done" 2>/dev/null
 }

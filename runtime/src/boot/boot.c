@@ -202,6 +202,21 @@ int boot_set_nodes(struct boot *b, char **names_of_task)
     return 0;
 }
 
+int boot_detach(struct boot *b)
+{
+    if (!b->have_pmix)
+        return 0;
+    pmix_status_t st = PMIx_Finalize(NULL, 0);
+    b->have_pmix = false;
+    b->detached = true;
+    if (st != PMIX_SUCCESS) {
+        whale_error("PMIx_Finalize failed: %s", PMIx_Error_string(st));
+        return WHALE_EPMIX;
+    }
+    whale_debug("left PMIx after the wire-up (elastic step)");
+    return 0;
+}
+
 int boot_finalize(struct boot *b)
 {
     int rc = 0;

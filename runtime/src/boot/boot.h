@@ -23,6 +23,7 @@ struct boot {
     char **node_names;     /* [nnodes] */
     int nnodes;
     bool have_pmix;
+    bool detached;         /* left PMIx after the wire-up (boot_detach) */
     void *pmix;            /* pmix_proc_t of this process when have_pmix */
 };
 
@@ -47,6 +48,13 @@ int boot_node_name(char *buf, size_t len);
 int boot_set_nodes(struct boot *b, char **names_of_task);
 
 int boot_finalize(struct boot *b);
+/* Leave PMIx now and keep the rest (an elastic step, after the wire-up):
+ * Slurm 22.05's PMIx server in slurmstepd kills the whole step
+ * (slurm_kill_job_step, SIGKILL) when a client it still serves dies
+ * without PMIx_Finalize (mpi/pmix _errhandler: "Error handler invoked"),
+ * which would turn one failed rank into a failed step. boot_fence is a
+ * no-op afterwards. */
+int boot_detach(struct boot *b);
 
 /* Parse the contract from an environment lookup function (unit-testable). */
 typedef const char *(*boot_getenv_fn)(const char *name, void *user);

@@ -223,6 +223,11 @@ int whale_init(whale_ctx **out)
     whale_log_set_rank(ctx->boot.rank);
     if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) || (rc = el_init(ctx)))
         goto fail;
+    /* An elastic step must survive a dead rank: under Slurm 22.05 a task that
+     * dies while still a PMIx client makes slurmstepd kill the whole step
+     * (spank/ELASTIC.md). Nothing needs PMIx after the wire-up. */
+    if (ctx->el && ctx->el->armed && (rc = boot_detach(&ctx->boot)))
+        goto fail;
     {
         cpu_set_t set;
         int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -302,7 +307,7 @@ int whale_finalize(whale_ctx *ctx)
             if (ctx->el)
                 ctx->el->armed = false;
             pthread_mutex_unlock(&ctx->lock);
-            if (lost) {
+            if (lost || ctx->boot.detached) {
                 /* PMIx fences hang while a task of the step is dead: a
                  * second UCX barrier narrows the window instead (its
                  * failure only means a peer already left). */

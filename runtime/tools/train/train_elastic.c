@@ -24,6 +24,7 @@
  *      written when the interrupted step has been computed again. */
 #define _GNU_SOURCE
 #include "train_elastic.h"
+#include "train_report.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -759,6 +760,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         return -1;
     }
     te->ev = ev;
+    train_report_failures(&ev); /* Slurm: drain, stop, exit status */
     const double t_agreed = now_s();
     memset(&te->rep, 0, sizeof te->rep);
     te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";

@@ -682,9 +682,9 @@ int main(int argc, char **argv)
         }
         struct timespec cpu0, cpu1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+        te_step_begin(te, step + 1);
         if (o.inject_overflow == step + 1)
             whale_engine_inject_overflow(e);
-        te_step_begin(te, step + 1);
         int src = whale_engine_step(e, in, tg, &st);
         if (src) {
             int64_t redo;

@@ -1,0 +1,272 @@
+/* The failure report channel of a running Whale step (slurmstepd, one per
+ * node). When the survivors agree that a rank failed, each reports it to
+ * the slurmstepd of its own node by writing one line to the FIFO named by
+ * WHALE_REPORT (whale_report_failure in libwhale):
+ *     NODE KIND RANK TASK        e.g. "node2 node 3 6"
+ * slurmstepd runs as root, the only context of the step with the right to
+ * change a node in slurmctld, so the reader thread here
+ *   - drains NODE with a reason naming the job, step, rank, task and kind,
+ *     at once: Slurm itself only marks a dead node DOWN after
+ *     SlurmdTimeout, and with ReturnToService it would hand the node out
+ *     again as soon as its slurmd comes back;
+ *   - SIGKILLs TASK when it runs on this node and is still there (a
+ *     stopped or hung rank that the step has replaced would otherwise keep
+ *     srun waiting forever).
+ * The lines come from user processes: every field is checked against the
+ * step (the node must be one of the step's nodes and the task must run
+ * there); a bad line is logged and ignored. Only the step's own nodes can
+ * be drained this way, which is what a site enables by loading the
+ * plugin (spank_whale(8), "Failures and hot spares"). */
+#include "plugin.h"
+#include "elastic.h"
+#include "step.h"
+
+#include <slurm/slurm.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_DRAINED 64
+
+static struct {
+    char path[1024];
+    bool running;
+    atomic_bool stopping;  /* close() asks the reader to return */
+    pthread_t thread;
+    const struct whale_step *step;
+    unsigned job, stepid;
+    pid_t *pid_of_task;   /* [ntasks], 0 where not a live task of this node */
+    int ntasks;
+    pthread_mutex_t lock; /* pid_of_task */
+    char drained[MAX_DRAINED][64];
+    int ndrained;
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static const char *const kinds[] = { "crash", "node", "link", "hang" };
+
+int whale_report_parse(const char *line, const struct whale_step *s, struct whale_report *r,
+                       char *why, size_t n)
+{
+    char node[sizeof r->node], kind[sizeof r->kind], extra[2];
+    int rank, task;
+    /* widths: sizeof - 1; a longer word fails the %d that follows */
+    if (sscanf(line, "%63s %7s %d %d %1s", node, kind, &rank, &task, extra) != 4) {
+        snprintf(why, n, "expected 'NODE KIND RANK TASK'");
+        return -1;
+    }
+    bool known = false;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        known = known || !strcmp(kind, kinds[i]);
+    if (!known) {
+        snprintf(why, n, "kind '%s' is not crash, node, link or hang", kind);
+        return -1;
+    }
+    const struct whale_layout *l = &s->layout;
+    if (rank < 0 || rank >= l->world) {
+        snprintf(why, n, "rank %d outside 0..%d", rank, l->world - 1);
+        return -1;
+    }
+    if (task < 0 || task >= l->ntasks) {
+        snprintf(why, n, "task %d outside 0..%d", task, l->ntasks - 1);
+        return -1;
+    }
+    int ni = l->node_of_task[task];
+    if (ni < 0 || ni >= s->nnodes || strcmp(s->nodes[ni], node)) {
+        snprintf(why, n, "task %d does not run on '%s'", task, node);
+        return -1;
+    }
+    memcpy(r->node, node, sizeof r->node);
+    memcpy(r->kind, kind, sizeof r->kind);
+    r->rank = rank;
+    r->task = task;
+    return 0;
+}
+
+static void drain(const struct whale_report *r)
+{
+    for (int i = 0; i < g.ndrained; i++)
+        if (!strcmp(g.drained[i], r->node))
+            return; /* one report per node is enough (every survivor reports) */
+    char reason[256];
+    snprintf(reason, sizeof reason, "whale: job %u step %u: rank %d (task %d) failed (%s)",
+             g.job, g.stepid, r->rank, r->task, r->kind);
+    update_node_msg_t m;
+    slurm_init_update_node_msg(&m);
+    m.node_names = (char *)r->node;
+    m.node_state = NODE_STATE_DRAIN;
+    m.reason = reason;
+    m.reason_uid = (uint32_t)getuid();
+    if (slurm_update_node(&m) != SLURM_SUCCESS) {
+        slurm_error(PLUGIN_NAME ": cannot drain %s (%s): %s", r->node, reason,
+                    slurm_strerror(slurm_get_errno()));
+        return;
+    }
+    slurm_info(PLUGIN_NAME ": drained %s: %s", r->node, reason);
+    if (g.ndrained < MAX_DRAINED)
+        snprintf(g.drained[g.ndrained++], sizeof g.drained[0], "%s", r->node);
+}
+
+static void stop_task(const struct whale_report *r)
+{
+    pthread_mutex_lock(&g.lock);
+    pid_t pid = r->task < g.ntasks ? g.pid_of_task[r->task] : 0;
+    pthread_mutex_unlock(&g.lock);
+    if (pid <= 0)
+        return; /* not here, or already gone */
+    if (kill(pid, SIGKILL) == 0)
+        slurm_info(PLUGIN_NAME ": killed task %d (pid %d, rank %d, %s): the step replaced it",
+                   r->task, (int)pid, r->rank, r->kind);
+}
+
+static void handle(const char *line)
+{
+    struct whale_report r;
+    char why[160];
+    if (whale_report_parse(line, g.step, &r, why, sizeof why)) {
+        slurm_error(PLUGIN_NAME ": ignored failure report '%.80s' in %s: %s", line, g.path, why);
+        return;
+    }
+    stop_task(&r);
+    whale_result_task_failed(r.task);
+    drain(&r);
+}
+
+static void *reader(void *arg)
+{
+    (void)arg;
+    /* O_RDWR: open never blocks and read never sees end-of-file when the
+     * last writer closes; O_NOFOLLOW + fstat: the path is in a user's
+     * directory */
+    int fd = open(g.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISFIFO(st.st_mode)) {
+        slurm_error(PLUGIN_NAME ": failure reports off: cannot open the FIFO %s", g.path);
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    char buf[1024];
+    size_t have = 0;
+    bool skipping = false; /* inside an over-long line */
+    while (!atomic_load(&g.stopping)) {
+        ssize_t k = read(fd, buf + have, sizeof buf - 1 - have);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0 || atomic_load(&g.stopping))
+            break;
+        have += (size_t)k;
+        buf[have] = '\0';
+        char *start = buf, *nl;
+        while ((nl = memchr(start, '\n', have - (size_t)(start - buf)))) {
+            *nl = '\0';
+            if (!skipping && *start)
+                handle(start);
+            skipping = false;
+            start = nl + 1;
+        }
+        have -= (size_t)(start - buf);
+        memmove(buf, start, have);
+        if (have == sizeof buf - 1) {
+            have = 0;
+            skipping = true;
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid, gid_t gid,
+                      const struct whale_step *s)
+{
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1))
+        snprintf(host, sizeof host, "node");
+    snprintf(g.path, sizeof g.path, "%s/whale-report.%u.%u.%s", dir && *dir ? dir : "/tmp", job,
+             stepid, host);
+    /* mkfifo never follows a link; a stale FIFO of an earlier step with the
+     * same ids (a crashed slurmstepd) is replaced */
+    if (mkfifo(g.path, 0600)) {
+        struct stat st;
+        if (errno != EEXIST)
+            goto fail;
+        if (lstat(g.path, &st) || !S_ISFIFO(st.st_mode) ||
+            (st.st_uid != geteuid() && st.st_uid != uid)) {
+            errno = EEXIST;
+            goto fail;
+        }
+        unlink(g.path);
+        if (mkfifo(g.path, 0600))
+            goto fail;
+    }
+    /* the step's tasks write it: theirs when we run as root here */
+    if (geteuid() == 0 && lchown(g.path, uid, gid)) {
+        unlink(g.path);
+        goto fail;
+    }
+    g.step = s;
+    g.job = job;
+    g.stepid = stepid;
+    g.ntasks = s->layout.ntasks;
+    g.pid_of_task = calloc((size_t)(g.ntasks > 0 ? g.ntasks : 1), sizeof(pid_t));
+    atomic_store(&g.stopping, false);
+    if (!g.pid_of_task || pthread_create(&g.thread, NULL, reader, NULL)) {
+        free(g.pid_of_task);
+        g.pid_of_task = NULL;
+        unlink(g.path);
+        goto fail;
+    }
+    g.running = true;
+    return 0;
+fail:
+    slurm_error(PLUGIN_NAME ": cannot create the failure report FIFO %s: %s (failed nodes "
+                "will not be drained)", g.path, strerror(errno));
+    g.path[0] = '\0';
+    return -1;
+}
+
+const char *whale_report_path(void)
+{
+    return g.running ? g.path : NULL;
+}
+
+void whale_report_task_pid(int gid, pid_t pid)
+{
+    if (!g.running)
+        return;
+    pthread_mutex_lock(&g.lock);
+    if (gid >= 0 && gid < g.ntasks)
+        g.pid_of_task[gid] = pid;
+    pthread_mutex_unlock(&g.lock);
+}
+
+void whale_report_close(void)
+{
+    if (!g.running)
+        return;
+    /* wake the reader with an empty line (no pthread_cancel: a cancelled
+     * thread in slurmstepd could hold one of its locks) */
+    atomic_store(&g.stopping, true);
+    int fd = open(g.path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        if (write(fd, "\n", 1) < 0)
+            slurm_verbose(PLUGIN_NAME ": cannot wake the report reader: %s", strerror(errno));
+        close(fd);
+        pthread_join(g.thread, NULL);
+    } else {
+        pthread_detach(g.thread); /* its FIFO is gone: it exits with the process */
+    }
+    unlink(g.path);
+    free(g.pid_of_task);
+    g.pid_of_task = NULL;
+    g.running = false;
+    g.path[0] = '\0';
+    g.ndrained = 0;
+}
