@@ -57,7 +57,8 @@ check_table() { python3 -c "$CHECK_PY" "$@"; }
 }
 
 @test "TP=2 PP=2: DP groups under one leaf switch, PP across the spine" {
-  run bash -c "timeout 60 srun -N4 -n8 --whale-tp=2 --whale-pp=2 bash -c '$whale_env_cmd' | sort -n"
+  # two nodes under each leaf: with 5 nodes leaf1 holds node[1-3], leaf2 node[4-5]
+  run bash -c "timeout 60 srun -N4 -n8 -w node[2-5] --whale-tp=2 --whale-pp=2 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   table=$output
   run check_table 2 2 2 0 <<< "$table"
