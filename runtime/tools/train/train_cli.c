@@ -180,6 +180,13 @@ int train_parse_args(struct train *t, int argc, char **argv)
                         "MAX_AREA_OPTS in train_cli.c)\n", MAX_AREA_OPTS);
                 return 2;
             }
+            /* getopt would silently take the first of two equal names */
+            for (int k = 0; k < N_CORE + n_area; k++)
+                if (!strcmp(lo[k].name, ao->name)) {
+                    fprintf(stderr, "whale-train: option --%s of area %s is defined twice\n",
+                            ao->name, train_areas[a]->name);
+                    return 2;
+                }
             lo[N_CORE + n_area] = (struct option){ ao->name, ao->has_arg, 0, O_AREA + n_area };
             area_opt[n_area++] = ao;
         }
