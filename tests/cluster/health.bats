@@ -1,0 +1,71 @@
+#!/usr/bin/env bats
+# Rough edges a new user hit (issue 19), each reproduced on the real
+# minicluster: the same command trains the same global batch under srun and
+# whale-run; a node that computes another layout than srun fails its tasks.
+
+load spank_helpers
+
+TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
+RUN="$WHALE_BUILD_DIR/runtime/tools/run/whale-run"
+
+setup_file() {
+  spank_setup_file
+  # plays srun having computed another layout than the nodes (as with
+  # another whale.conf or topology.conf on the submit host)
+  cc -shared -fPIC -o "$BATS_FILE_TMPDIR/forge.so" "$BATS_TEST_DIRNAME/forge_setenv.c" -ldl
+  export FORGE_SO=$BATS_FILE_TMPDIR/forge.so
+  export TMPD=$(mktemp -d)
+  for i in $(seq 1500); do echo "def f$i(x): return x * $((i % 17)) + $((i % 5))"; done \
+    > "$TMPD/corpus.txt"
+}
+teardown_file() { rm -rf "$TMPD"; spank_teardown_file; }
+
+# global_batch of the summary line of $output
+summary_gb() {
+  echo "$output" | python3 -c '
+import json, sys
+for l in sys.stdin:
+    l = l[l.find("{"):] if "{\"summary\"" in l else ""
+    if l:
+        print(json.loads(l)["summary"]["global_batch"])'
+}
+
+@test "no --batch: the documented default (8) under whale-run and under srun" {
+  run timeout 300 "$RUN" -n 2 "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 \
+    --seq 32 --threads 1 --no-progress --metrics ""
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  [ "$(summary_gb)" = 8 ]
+  run timeout 300 srun -N2 -n2 --whale-dp=2 "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" \
+    --steps 1 --seq 32 --threads 1 --no-progress --metrics ""
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  [ "$(summary_gb)" = 8 ]
+}
+
+@test "what the user did set still counts: --whale-microbatch=3 on DP 2 is global batch 6" {
+  run timeout 300 srun -N2 -n2 --whale-dp=2 --whale-microbatch=3 "$TRAIN" --model gpt-tiny \
+    --data "$TMPD/corpus.txt" --steps 1 --seq 32 --threads 1 --no-progress --metrics ""
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  [ "$(summary_gb)" = 6 ]
+}
+
+@test "srun's layout is checked on every node: agreeing steps run, the digest stays out of the task" {
+  run timeout 60 srun -N2 -n4 --whale-tp=2 --whale-verbose sh -c \
+    'echo "task $SLURM_PROCID rank $WHALE_RANK digest ${SLURM_WHALE_LAYOUT:-none}"'
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(echo "$output" | grep -c '^task .* digest none$')" -eq 4 ]
+}
+
+@test "a node that computes another layout than srun fails its tasks with the reason" {
+  FORGE_LAYOUT=0123456789abcdef LD_PRELOAD=$FORGE_SO run timeout 60 srun -N2 -n2 --whale-dp=2 \
+    sh -c 'echo ran-as-rank-$WHALE_RANK'
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [ "$status" -ne 124 ]
+  [[ "$output" == *"computes another rank layout than srun did"* ]]
+  [[ "$output" == *"0123456789abcdef from srun"* ]]
+  [[ "$output" != *ran-as-rank* ]]
+}
