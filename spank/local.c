@@ -5,6 +5,7 @@
  * tasks in WHALE_PLAN (inline JSON) through srun's environment. */
 #include "plugin.h"
 #include "elastic.h"
+#include "layout_digest.h"
 #include "step.h"
 #include "trust.h"
 #include "whale/env.h"
@@ -170,8 +171,12 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
                     strlen(json), WHALE_PLAN_MAX_ENV);
         goto fail;
     }
+    /* each slurmstepd checks that it computes the layout printed here */
+    char digest[WHALE_LAYOUT_DIGEST_LEN];
+    whale_layout_digest(&step.layout, digest);
     /* SLURM_*: srun forwards it even with --export=NONE (trust.h) */
-    if (setenv(WHALE_SPANK_PLAN_ENV, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1)) {
+    if (setenv(WHALE_SPANK_PLAN_ENV, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1) ||
+        setenv(WHALE_SPANK_LAYOUT_ENV, digest, 1)) {
         slurm_error(PLUGIN_NAME ": cannot export %s", WHALE_SPANK_PLAN_ENV);
         goto fail;
     }
