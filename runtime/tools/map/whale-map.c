@@ -290,9 +290,14 @@ int main(int argc, char **argv)
         .nnodes = nnodes, .nodes = (const char *const *)nodes, .ntasks = ntasks,
         .task_ids = ids, .topo = topo,
     };
+    /* what the plugin would refuse on this site is not drawn either */
+    if (whale_conf_check_degrees(conf, tp, pp, dp, spares))
+        goto out;
     if (whale_map_compute(&in, &l))
         goto out;
     have_l = true;
+    if (!dp && whale_conf_check_degrees(conf, 0, 0, l.dp, 0)) /* dp follows from the tasks */
+        goto out;
     if (bench > 0 && run_bench(&in, bench))
         goto out;
     char *desc = whale_layout_describe(&in, &l, summary ? -1 : 0);
