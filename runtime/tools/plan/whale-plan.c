@@ -13,10 +13,8 @@
 #include "whale/plan.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
-#ifdef WHALE_HAVE_TOPO
 #include "whale/conf.h"
 #include "whale/topo.h"
-#endif
 
 #include <errno.h>
 #include <getopt.h>
@@ -246,7 +244,6 @@ static void print_model_constants(const struct whale_cluster *c)
 static int cluster_from_conf(const char *conf_path, const char *nodelist, int ranks_per_node,
                              struct whale_cluster *cl)
 {
-#ifdef WHALE_HAVE_TOPO
     struct whale_conf *conf = NULL;
     struct whale_topo *topo = NULL;
     char **names = NULL;
@@ -274,11 +271,6 @@ out:
     whale_topo_free(topo);
     whale_conf_free(conf);
     return rc;
-#else
-    (void)conf_path; (void)nodelist; (void)ranks_per_node; (void)cl;
-    fprintf(stderr, "whale-plan: this build has no site-config support (--conf); use --nodes/--gpu\n");
-    return 2;
-#endif
 }
 
 /* --plan FILE: the prediction of a given plan. */
