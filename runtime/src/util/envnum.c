@@ -2,6 +2,7 @@
  * whale/outfile.h). */
 #include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
 
@@ -15,7 +16,7 @@
 
 int whale_env_long(const char *name, long lo, long hi, long dflt, long *out)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name); /* declared in the knob table */
     if (!s || !*s) {
         *out = dflt;
         return 0;
@@ -33,7 +34,7 @@ int whale_env_long(const char *name, long lo, long hi, long dflt, long *out)
 
 int whale_env_bool(const char *name, bool dflt, bool *out)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name); /* declared in the knob table */
     if (!s || !*s) {
         *out = dflt;
         return 0;

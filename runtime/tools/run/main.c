@@ -28,6 +28,7 @@
 #include "run_limits.h"
 #include "task_env.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale_config.h"
 
@@ -76,6 +77,7 @@ static void usage(FILE *f)
             "      --bind core|none  give each task its share of this process's CPUs when there\n"
             "                      are at least as many CPUs as tasks (default core)\n"
             "  -h, --help          show this help\n"
+            "      --help-env      every WHALE_* variable: type, default, meaning\n"
             "  -V, --version       show the version\n"
             "\n"
             "Limits: each task needs about 3 open files here; the soft limit is raised to the\n"
@@ -230,14 +232,15 @@ int main(int argc, char **argv)
     bool label = true, keep_going = false;
     int timeout = 0;
     bool bind = true;
-    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND };
+    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND,
+           O_HELPENV };
     static const struct option opts[] = {
         { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
         { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
         { "nodes", required_argument, NULL, O_NODES }, { "spares", required_argument, NULL, O_SPARES },
         { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
         { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
-        { "bind", required_argument, NULL, O_BIND },
+        { "bind", required_argument, NULL, O_BIND }, { "help-env", no_argument, NULL, O_HELPENV },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "+n:hV", opts, NULL)) != -1) {
@@ -264,6 +267,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'h': usage(stdout); return 0;
+        case O_HELPENV: whale_knobs_print(stdout, NULL, 0); return 0;
         case 'V': printf("whale-run %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
         }

@@ -12,6 +12,7 @@
 
 #include "whale/data.h"
 #include "whale/engine.h"
+#include "whale/knobs.h"
 #include "whale/parallel.h"
 #include "whale_config.h"
 
@@ -73,6 +74,7 @@ void train_usage(FILE *f)
 "  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
 "                       or `latest` under the checkpoint root (none yet: start fresh)\n"
 "  -h, --help           this help;  -V, --version  version\n"
+"  --help-env[=markdown]  every WHALE_* variable: type, default, meaning\n"
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
 "(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
@@ -140,6 +142,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
            O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_HELPENV,
            O_AREA /* .. the areas' options, in registry order */ };
     static const struct option core[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
@@ -166,6 +169,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "help-env", optional_argument, 0, O_HELPENV },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
     };
     enum { N_CORE = sizeof core / sizeof core[0] };
@@ -273,6 +277,16 @@ int train_parse_args(struct train *t, int argc, char **argv)
             }
             break;
         case 'h': train_usage(stdout); rc = 0; goto done;
+        case O_HELPENV:
+            if (optarg && strcmp(optarg, "markdown")) {
+                fprintf(stderr, "whale-train: --help-env=%s: expected no value or markdown\n",
+                        optarg);
+                rc = 2;
+                goto done;
+            }
+            whale_knobs_print(stdout, NULL, optarg != NULL);
+            rc = 0;
+            goto done;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); rc = 0; goto done;
         default:
             if (c >= O_AREA && c < O_AREA + n_area) {
