@@ -11,6 +11,7 @@
 
 #include "svg.h"
 #include "whale/conf.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/map.h"
@@ -52,12 +53,11 @@ static void usage(FILE *f)
         WHALE_CONF_DEFAULT_PATH);
 }
 
+/* whale/envnum.h's checked parser, with the option named */
 static int parse_int(const char *opt, const char *s, int min, int max, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < min || v > max) {
+    long v;
+    if (whale_parse_long(s, min, max, &v)) {
         fprintf(stderr, "whale-map: --%s=%s: expected an integer %d..%d\n", opt, s, min, max);
         return -1;
     }

@@ -27,6 +27,7 @@
 #include "pmix_host.h"
 #include "run_limits.h"
 #include "task_env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -88,12 +89,11 @@ static void usage(FILE *f)
             "itself got signal N; 2 for usage errors.\n");
 }
 
+/* whale/envnum.h's checked parser, with the option named */
 static int parse_pos(const char *opt, const char *s, int lo, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX) {
+    long v;
+    if (whale_parse_long(s, lo, INT_MAX, &v)) {
         fprintf(stderr, "whale-run: %s='%s' must be an integer >= %d\n", opt, s, lo);
         return -1;
     }

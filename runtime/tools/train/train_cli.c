@@ -12,6 +12,7 @@
 
 #include "whale/data.h"
 #include "whale/engine.h"
+#include "whale/envnum.h"
 #include "whale/knobs.h"
 #include "whale/parallel.h"
 #include "whale_config.h"
@@ -94,29 +95,22 @@ void train_usage(FILE *f)
 "makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
+/* whale/envnum.h's checked parsers, with the option named */
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
