@@ -69,3 +69,21 @@ for l in sys.stdin:
   [[ "$output" == *"0123456789abcdef from srun"* ]]
   [[ "$output" != *ran-as-rank* ]]
 }
+
+@test "sbatch refuses degrees that cannot fit the job's tasks, at submission" {
+  run timeout 60 sbatch -N4 -n8 --whale-tp=2 --whale-dp=3 --wrap true
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"--whale-dp=3 make 6 ranks, but the job's sruns start 8 working task(s)"* ]]
+  # the same in #SBATCH lines of the script
+  printf '#!/bin/sh\n#SBATCH -N4\n#SBATCH --ntasks=8\nsrun true\n' > "$TMPD/job.sh"
+  run timeout 60 sbatch --whale-tp=3 "$TMPD/job.sh"
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"needs a multiple of 3 working tasks, but the job's sruns start 8"* ]]
+  # what fits is accepted (and cancelled again)
+  run timeout 60 sbatch --parsable -N4 -n8 --whale-tp=2 --wrap true
+  echo "$output"
+  [ "$status" -eq 0 ]
+  scancel "${lines[-1]%%;*}" || true
+}
