@@ -26,7 +26,7 @@ int whale_allocator_init_post_opt(spank_t sp, int ac, char **av)
         return -1;
     /* the job's task count, as far as it is known now (-n, -N, #SBATCH) */
     struct whale_submit sub;
-    if (!whale_submit_from_self(&sub) && whale_submit_check(&sub))
+    if (!whale_submit_from_self(&sub) && whale_submit_check(&sub, false))
         return -1;
     struct whale_plan p;
     int rc = whale_plan_from_options(whale_site.conf, NULL, NULL, "%j", &p);

@@ -7,6 +7,7 @@
 #include "elastic.h"
 #include "layout_digest.h"
 #include "step.h"
+#include "submit_check.h"
 #include "trust.h"
 #include "whale/env.h"
 #include "whale/log.h"
@@ -45,6 +46,11 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_options_check_site(whale_site.conf))
         return -1;
     if (whale_elastic_check_srun(whale_opts.spares))
+        return -1;
+    /* degrees that cannot fit srun's own -n/-N: refused before the
+     * allocation is even requested (the exact check is local_user_init's) */
+    struct whale_submit sub;
+    if (!whale_submit_from_self(&sub) && whale_submit_check(&sub, true))
         return -1;
     g_work_ms += now_ms() - t0;
     return 0;

@@ -126,8 +126,9 @@ int whale_submit_from_self(struct whale_submit *out)
     return 0;
 }
 
-int whale_submit_check(const struct whale_submit *s)
+int whale_submit_check(const struct whale_submit *s, bool is_srun)
 {
+    const char *who = is_srun ? "the step has" : "the job's sruns have";
     const struct whale_opts *o = &whale_opts;
     long tasks = s->ntasks;
     if (!tasks && s->nodes && s->per_node)
@@ -146,20 +147,19 @@ int whale_submit_check(const struct whale_submit *s)
     bool bad = o->given[OPT_DP] ? world != working : working % world != 0;
     if (!bad || working <= 0)
         return 0;
-    char deg[96];
-    snprintf(deg, sizeof deg, "--whale-tp=%ld --whale-pp=%ld", tp, pp);
-    char spare[96] = "";
-    if (spare_tasks)
-        snprintf(spare, sizeof spare, " after %ld on the %d spare node(s)", spare_tasks,
-                 o->spares);
+    /* the wording of the step's own check (map.c), so that srun says the
+     * same whether it refuses now or once it has the step */
+    const char *hint = is_srun ? "" : ", or put the --whale-* degrees on the srun lines inside "
+                                      "the job";
     if (o->given[OPT_DP])
-        slurm_error(PLUGIN_NAME ": %s --whale-dp=%d make %ld ranks, but the job's sruns start "
-                    "%ld working task(s)%s (-n%ld): give -n%ld, or put the --whale-* degrees on "
-                    "the srun lines inside the job", deg, o->dp, world, working, spare, tasks,
-                    world + spare_tasks);
+        slurm_error(PLUGIN_NAME ": TP*PP*DP = %ld*%ld*%d = %ld working ranks, but %s %ld working "
+                    "tasks (%ld tasks - %ld on %d spare node(s)); give -n%ld%s", tp, pp, o->dp,
+                    world, who, working, tasks, spare_tasks, o->spares > 0 ? o->spares : 0,
+                    world + spare_tasks, hint);
     else
-        slurm_error(PLUGIN_NAME ": %s needs a multiple of %ld working tasks, but the job's sruns "
-                    "start %ld%s (-n%ld): change -n, or put the --whale-* degrees on the srun "
-                    "lines inside the job", deg, world, working, spare, tasks);
+        slurm_error(PLUGIN_NAME ": %ld working tasks (%ld tasks - %ld on %d spare node(s)) are "
+                    "not a multiple of TP*PP = %ld*%ld = %ld; give --whale-dp or change -n%s",
+                    working, tasks, spare_tasks, o->spares > 0 ? o->spares : 0, tp, pp, world,
+                    hint);
     return -1;
 }

@@ -74,16 +74,34 @@ for l in sys.stdin:
   run timeout 60 sbatch -N4 -n8 --whale-tp=2 --whale-dp=3 --wrap true
   echo "$output"
   [ "$status" -ne 0 ]
-  [[ "$output" == *"--whale-dp=3 make 6 ranks, but the job's sruns start 8 working task(s)"* ]]
+  [[ "$output" == *"TP*PP*DP = 2*1*3 = 6 working ranks, but the job's sruns have 8 working tasks"* ]]
   # the same in #SBATCH lines of the script
   printf '#!/bin/sh\n#SBATCH -N4\n#SBATCH --ntasks=8\nsrun true\n' > "$TMPD/job.sh"
   run timeout 60 sbatch --whale-tp=3 "$TMPD/job.sh"
   echo "$output"
   [ "$status" -ne 0 ]
-  [[ "$output" == *"needs a multiple of 3 working tasks, but the job's sruns start 8"* ]]
+  [[ "$output" == *"8 working tasks (8 tasks - 0 on 0 spare node(s)) are not a multiple of TP*PP = 3*1 = 3"* ]]
   # what fits is accepted (and cancelled again)
   run timeout 60 sbatch --parsable -N4 -n8 --whale-tp=2 --wrap true
   echo "$output"
   [ "$status" -eq 0 ]
   scancel "${lines[-1]%%;*}" || true
+}
+
+@test "refusals before any allocation are one line: no generic Slurm lines after ours" {
+  run timeout 60 srun -N1 --whale-tp=abc true
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ "${lines[0]}" == *"whale: --whale-tp=abc: not an integer (allowed 1..65536)"* ]]
+  run timeout 60 sbatch --whale-zero=9 --wrap true
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [ "${#lines[@]}" -eq 1 ]
+  # srun's own -n/-N against the degrees: before the allocation is requested
+  run timeout 60 srun -N4 -n8 --whale-tp=2 --whale-dp=3 true
+  echo "$output"
+  [ "$status" -ne 0 ]
+  [ "${#lines[@]}" -eq 1 ]
+  [[ "$output" == *"6 working ranks, but the step has 8 working tasks (8 tasks - 0 on 0 spare node(s)); give -n6"* ]]
 }

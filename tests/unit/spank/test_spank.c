@@ -319,16 +319,17 @@ static void test_submit_check(void **st)
 
     struct whale_submit job = { .ntasks = 8, .nodes = 4 };
     assert_int_equal(opt("whale-tp", "2"), 0);
-    assert_int_equal(whale_submit_check(&job), 0); /* DP follows: 4 */
+    assert_int_equal(whale_submit_check(&job, false), 0); /* DP follows: 4 */
     assert_int_equal(opt("whale-dp", "3"), 0);
-    assert_int_equal(whale_submit_check(&job), -1);
-    assert_non_null(strstr(last_err, "--whale-dp=3 make 6 ranks"));
-    assert_non_null(strstr(last_err, "give -n6"));
+    assert_int_equal(whale_submit_check(&job, false), -1);
+    assert_non_null(strstr(last_err, "TP*PP*DP = 2*1*3 = 6 working ranks, but the job's sruns "
+                                     "have 8 working tasks"));
+    assert_non_null(strstr(last_err, "give -n6, or put"));
     struct whale_submit unknown = { 0 };
-    assert_int_equal(whale_submit_check(&unknown), 0); /* nothing known: nothing refused */
+    assert_int_equal(whale_submit_check(&unknown, false), 0); /* nothing known: nothing refused */
     /* one spare node of 2 tasks leaves 6 working tasks: TP2 x DP3 fits */
     assert_int_equal(opt("whale-spares", "1"), 0);
-    assert_int_equal(whale_submit_check(&job), 0);
+    assert_int_equal(whale_submit_check(&job, false), 0);
 }
 
 /* The plugin's plan leaves batch fields the user did not set out of the
