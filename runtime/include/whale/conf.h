@@ -106,6 +106,12 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
 int whale_conf_topo_ensure_node(const struct whale_conf *c, struct whale_topo *t,
                                 const char *name);
 
+/* The site's limits on a step's degrees (MaxTP, MaxPP, MaxDP, MaxSpares):
+ * 0, or WHALE_EINVAL after logging "tp=16 exceeds the site limit MaxTP=8
+ * (PATH)". A degree <= 0 is not checked (not known yet). Tools that lay out
+ * steps (whale-map) use it so that they never show what the plugin refuses. */
+int whale_conf_check_degrees(const struct whale_conf *c, int tp, int pp, int dp, int spares);
+
 /* Expand a Slurm hostlist expression ("node[1-4,7]") into names in order.
  * *names is malloc'd (free each and the array); WHALE_EINVAL when
  * malformed. */

@@ -196,7 +196,7 @@ void comm_watchdog(whale_ctx *ctx);
  * ctx->lock held; returns events seen. */
 int comm_rma_progress(whale_ctx *ctx);
 
-/* engine.c */
+/* progress.c: the progress engine */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);
 comm_op_t *comm_op_new(whale_ctx *ctx, whale_group *g, int coll);
 void comm_op_unref(comm_op_t *op);        /* ctx->lock held */

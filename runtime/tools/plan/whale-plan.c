@@ -11,17 +11,17 @@
 #include "whale/log.h"
 #include "whale/modeldesc.h"
 #include "whale/plan.h"
+#include "whale/envnum.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
-#ifdef WHALE_HAVE_TOPO
 #include "whale/conf.h"
 #include "whale/topo.h"
-#endif
 
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,29 +98,22 @@ static void usage(FILE *f)
         WHALE_PLAN_TOPK);
 }
 
+/* whale/envnum.h's checked parsers, with the option named */
 static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         fprintf(stderr, "whale-plan: --%s=%s: expected an integer in [%ld, %ld]\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_dbl(const char *opt, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "whale-plan: --%s=%s: expected a number in [%g, %g]\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -176,6 +169,37 @@ struct group_arg {
     char type[32];
 };
 
+/* whale-train splits the global batch evenly over DP (it refuses a plan
+ * with uneven dp_batch): the file gets the even split of the same global
+ * batch, and a note says what the uneven one was worth. A batch that does
+ * not split evenly is not written at all (never a plan whale-train refuses). */
+static int even_batch_for_train(struct whale_plan *p)
+{
+    bool uneven = false;
+    for (int i = 1; i < p->n_dp_batch; i++)
+        uneven |= p->dp_batch[i] != p->dp_batch[0];
+    if (!uneven)
+        return 0;
+    long gb = 0;
+    for (int i = 0; i < p->n_dp_batch; i++)
+        gb += p->dp_batch[i];
+    if (gb % p->dp || (gb / p->dp) % p->micro_batch) {
+        fprintf(stderr, "whale-plan: the chosen plan splits the batch unevenly over DP "
+                "(dp_batch) and %ld sequences do not split evenly into %d replicas of "
+                "micro-batch %d; whale-train runs only even splits: not writing the plan file\n",
+                gb, p->dp, p->micro_batch);
+        return WHALE_EINVAL;
+    }
+    fprintf(stderr, "whale-plan: note: the plan file gets the even batch split (%ld per replica): "
+            "whale-train does not run the uneven dp_batch the prediction assumed\n", gb / p->dp);
+    free(p->dp_batch);
+    p->dp_batch = NULL;
+    p->n_dp_batch = 0;
+    p->num_micro_batches = (int)(gb / p->dp / p->micro_batch);
+    p->global_batch = (int)gb;
+    return 0;
+}
+
 static int write_json(const char *path, const struct whale_model_desc *m, long batch,
                       const struct whale_cluster *c, const struct whale_plan_candidate *cd)
 {
@@ -183,6 +207,10 @@ static int write_json(const char *path, const struct whale_model_desc *m, long b
     int rc = whale_plan_to_planfile(m, batch, c, cd, &p);
     if (rc)
         return rc;
+    if ((rc = even_batch_for_train(&p))) {
+        whale_plan_free(&p);
+        return rc;
+    }
     char *js = whale_plan_to_json(&p, 2);
     whale_plan_free(&p);
     if (!js)
@@ -246,7 +274,6 @@ static void print_model_constants(const struct whale_cluster *c)
 static int cluster_from_conf(const char *conf_path, const char *nodelist, int ranks_per_node,
                              struct whale_cluster *cl)
 {
-#ifdef WHALE_HAVE_TOPO
     struct whale_conf *conf = NULL;
     struct whale_topo *topo = NULL;
     char **names = NULL;
@@ -274,11 +301,6 @@ out:
     whale_topo_free(topo);
     whale_conf_free(conf);
     return rc;
-#else
-    (void)conf_path; (void)nodelist; (void)ranks_per_node; (void)cl;
-    fprintf(stderr, "whale-plan: this build has no site-config support (--conf); use --nodes/--gpu\n");
-    return 2;
-#endif
 }
 
 /* --plan FILE: the prediction of a given plan. */
