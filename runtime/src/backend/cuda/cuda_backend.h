@@ -74,6 +74,11 @@ int bkg_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *d
 int bkg_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
               float grad_mul, const struct whale_adamw_piece *p, int np, enum whale_dtype w16t);
 
+/* kernels.cu, appended in wave 3 */
+int bkg_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
+                 int N, int OC);
+int bkg_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif
