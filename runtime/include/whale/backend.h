@@ -112,13 +112,15 @@ bool whale_backend_host_addressable(const whale_backend *b);
 /* ---- memory ------------------------------------------------------------------ */
 
 /* What a block holds: the backend counts bytes per kind (now and peak) so
- * metrics and the offload arena can say where memory goes. */
+ * metrics and the offload arena can say where memory goes. The names are
+ * plural so this header and whale/arena.h (WHALE_MEM_OPTIM, WHALE_MEM_COMM:
+ * the arena's categories, in the same order) can be included together. */
 enum whale_mem_kind {
     WHALE_MEM_PARAMS = 0,  /* weights (and 16-bit copies) */
     WHALE_MEM_GRADS,       /* parameter gradients, reduction buckets */
-    WHALE_MEM_OPTIM,       /* AdamW moments, fp32 master weights */
+    WHALE_MEM_OPTIMS,      /* AdamW moments, fp32 master weights */
     WHALE_MEM_ACTS,        /* activations kept for backward, pipeline slots */
-    WHALE_MEM_COMM,        /* ZeRO gather / scatter buffers, p2p staging */
+    WHALE_MEM_COMMS,       /* ZeRO gather / scatter buffers, p2p staging */
     WHALE_MEM_WORKSPACE,   /* scratch of kernels and GEMMs */
     WHALE_MEM_KIND_COUNT_
 };
@@ -349,6 +351,16 @@ int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void
 /* x (n) fp32, in place: each value rounded to dtype t (bf16 / fp16, nearest
  * even) and widened back: an fp32 buffer holding what a 16-bit tensor would. */
 int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype t, int64_t n);
+
+/* Resolves what a run asks for (--device, WHALE_DEVICE) against this build
+ * and what the process sees: *out is cpu or cuda and why (len bytes) says
+ * in words why that one. auto: cuda when a GPU was bound to the task
+ * (CUDA_VISIBLE_DEVICES, set by the plugin), the build has the cuda backend
+ * and a device answers; else cpu. cuda asked for but unusable: WHALE_ENOTSUP
+ * and why names the reason (not built with CUDA, no device, driver error).
+ * Logs nothing: the caller says what it chose. */
+int whale_device_resolve(enum whale_device asked, enum whale_device *out, char *why,
+                         size_t len);
 
 #ifdef __cplusplus
 }

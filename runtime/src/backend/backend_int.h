@@ -141,6 +141,9 @@ int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b);
 #ifdef WHALE_HAVE_CUDA_BACKEND
 int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b);
 int bk_cuda_device_count(void);
+/* Devices the CUDA runtime reports; on failure 0 and err gets its message
+ * (err[0] == 0 when it answered). */
+int bk_cuda_probe(char *err, size_t len);
 #endif
 
 #ifdef __cplusplus

@@ -5,6 +5,7 @@
 #include "ecomm.h"
 #include "offload.h"
 #include "layer.h"
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 #include "whale/parallel.h"
@@ -147,6 +148,10 @@ struct whale_engine {
      * peaks); optimizer / parameter offload keeps state in the host tier */
     whale_arena *arena;
     struct eng_offload off;
+    /* compute backend (device.c): every kernel, cast, the optimizer and the
+     * arena's memory go through it */
+    whale_backend *bk;
+    int32_t *tok_dev;        /* cuda: the step's tokens and targets in backend memory */
 
     /* accounting */
     int64_t scratch_now, scratch_peak;

@@ -19,6 +19,21 @@ extern "C" int bk_cuda_device_count(void)
     return n;
 }
 
+extern "C" int bk_cuda_probe(char *err, size_t len)
+{
+    int n = 0;
+    err[0] = '\0';
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice)
+        return cudaGetLastError(), 0; // a driver, no GPU: not an error, just none
+    if (e != cudaSuccess) {
+        snprintf(err, len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 static void g_close(whale_backend *b)
 {
     bkg_impl *g = IMPL(b);
