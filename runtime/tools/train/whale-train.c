@@ -29,6 +29,7 @@
 #include "train_elastic.h"
 
 #include "offload_opts.h"
+#include "train_device.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
@@ -89,6 +90,7 @@ static void usage(FILE *f)
 "                       skipped and, with loss scaling, the scale backs off)\n"
 );
     train_offload_usage(f);
+    train_device_usage(f);
     fprintf(f,
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
@@ -228,9 +230,10 @@ int main(int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_PREC, O_NOLS, O_INJECT, O_GRED, O_DEVICE,
            O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
     struct train_offload off = { 0 };
+    struct train_device dev = { 0 };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -260,6 +263,7 @@ int main(int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "device", required_argument, 0, O_DEVICE },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -294,6 +298,7 @@ int main(int argc, char **argv)
             o.precision = optarg;
             break;
         }
+        case O_DEVICE: dev.arg = optarg; break;
         case O_GRED:
             if (!strcmp(optarg, "16") || !strcmp(optarg, "fp32")) {
                 o.grad_reduce_16 = !strcmp(optarg, "16");
@@ -546,7 +551,8 @@ int main(int argc, char **argv)
     ec.act_budget_bytes = (int64_t)(o.act_budget_mb * 1048576.0);
     if (!ec.act_budget_bytes && have_plan && ec.recompute == WHALE_RECOMPUTE_AUTO)
         ec.act_budget_bytes = plan_act_budget(&plan);
-    if (train_offload_apply(&off, have_plan ? &plan : NULL, &ec)) {
+    if (train_offload_apply(&off, have_plan ? &plan : NULL, &ec) ||
+        train_device_apply(&dev, &ec, rank)) {
         rc = 2;
         goto out;
     }
