@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "backend/choose.h"
+#include "engine/kernels.h"
+#include "whale/dtype.h"
 #include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/error.h"
@@ -154,6 +156,49 @@ static void engine_refusals(void **st)
     whale_log_set_sink(NULL, NULL);
 }
 
+/* The ops appended for the engine, on cpu: the same bits as the code they
+ * replaced in the engine. */
+static void cpu_appended_ops(void **st)
+{
+    (void)st;
+    whale_backend *b = NULL;
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    o.device = WHALE_DEVICE_CPU;
+    assert_int_equal(whale_backend_open(&o, &b), 0);
+    enum { N = 7, IC = 24, OC = 10 };
+    float x[N * IC], w[OC * IC], bias[OC], y1[N * OC], y2[N * OC];
+    for (int i = 0; i < N * IC; i++)
+        x[i] = (float)((i * 37) % 101) / 17.0f - 3.0f;
+    for (int i = 0; i < OC * IC; i++)
+        w[i] = (float)((i * 53) % 89) / 29.0f - 1.5f;
+    for (int i = 0; i < OC; i++)
+        bias[i] = 0.1f * (float)i - 0.3f;
+    /* bias_add: the loop of the engine's row-parallel linear */
+    for (int i = 0; i < N * OC; i++)
+        y1[i] = y2[i] = (float)i / 3.0f;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < OC; c++)
+            y1[n * OC + c] += bias[c];
+    assert_int_equal(whale_k_bias_add(b, NULL, WHALE_FLOAT32, y2, bias, N, OC), 0);
+    assert_memory_equal(y1, y2, sizeof y1);
+    /* round: what eng_lp_round did */
+    memcpy(y1, x, sizeof y1);
+    memcpy(y2, x, sizeof y2);
+    whale_round_f32_bf16(y1, N * OC);
+    assert_int_equal(whale_k_round(b, NULL, y2, WHALE_BFLOAT16, N * OC), 0);
+    assert_memory_equal(y1, y2, sizeof y1);
+    /* fp32 GEMM arithmetic: the engine's k_linear_fwd(mm) */
+    assert_int_equal(whale_backend_fp32_gemm_math(b), WHALE_FLOAT32);
+    assert_int_equal(whale_backend_set_fp32_gemm_math(b, WHALE_INT32), WHALE_EINVAL);
+    assert_int_equal(whale_backend_set_fp32_gemm_math(b, WHALE_BFLOAT16), 0);
+    k_linear_fwd(WHALE_BFLOAT16, y1, x, w, bias, N, IC, OC);
+    assert_int_equal(whale_k_linear_fwd(b, NULL, WHALE_FLOAT32, y2, x, w, bias, N, IC, OC), 0);
+    assert_memory_equal(y1, y2, sizeof y1);
+    assert_true(whale_backend_reads_host(b));
+    whale_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest t[] = {
@@ -163,6 +208,7 @@ int main(void)
         cmocka_unit_test(cuda_unavailable_is_an_error_naming_why),
         cmocka_unit_test(this_machine),
         cmocka_unit_test(engine_refusals),
+        cmocka_unit_test(cpu_appended_ops),
     };
     return cmocka_run_group_tests(t, NULL, NULL);
 }
