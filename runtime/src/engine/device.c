@@ -10,12 +10,15 @@
  * checkpoints, the host collectives of DP/TP/PP, ZeRO bucket bookkeeping)
  * run unchanged while every kernel, cast and the optimizer run on the GPU.
  * Token ids come from the data loader's host memory, which a kernel may not
- * read: they are staged into backend memory each step (eng_dev_tokens). */
+ * read: they are staged into backend memory each step (eng_dev_tokens).
+ * Data-parallel collectives go over NCCL on their own stream (ecomm_dev.c);
+ * TP and PP still use the host groups on managed memory. */
 #include "device.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "ecomm_dev.h"
 #include "engine_int.h"
 #include "kernels.h"
 #include "whale/error.h"
@@ -85,6 +88,13 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
     if ((rc = whale_backend_set_fp32_gemm_math(e->bk, e->mm)))
         return rc;
     e->d.bk = e->bk;
+    /* cuda: data-parallel collectives over NCCL on a stream of their own
+     * (ecomm_dev.c); the engine owns that table and frees it in eng_dev_close */
+    if (dev == WHALE_DEVICE_CUDA && e->grp.dp_group && e->dp.size > 1) {
+        if ((rc = eng_dev_comm_dp(&e->dp)))
+            return rc;
+        eng_dev_comm_bind(&e->dp, e->bk);
+    }
     if (dev != WHALE_DEVICE_CPU)
         whale_info("engine: computing on %s", whale_backend_describe(e->bk));
     return 0;
@@ -96,6 +106,8 @@ void eng_dev_close(whale_engine *e)
         return;
     whale_mem_free(e->bk, e->tok_dev);
     e->tok_dev = NULL;
+    eng_dev_comm_free(&e->dp); /* back to the group table (e->grp.dp never changed) */
+
     whale_backend_close(e->bk);
     e->bk = NULL;
 }

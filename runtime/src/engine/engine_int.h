@@ -64,6 +64,7 @@ struct eng_groups {
     struct whale_par_comm pp;    /* pipeline */
     struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
     void *emb_group;             /* whale_group owned (freed with the engine) */
+    bool dp_group;               /* dp is the table over a whale_group (not a test's) */
 };
 
 struct whale_engine {
