@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/parallel.h"
 
@@ -41,6 +42,7 @@ struct eng_dims {
     int Ctp;         /* local attention width NH*hd */
     int L;           /* transformer blocks in the whole model */
     int tp, tp_rank;
+    whale_backend *bk; /* the engine's compute backend: every kernel runs through it */
 };
 
 struct eng_layer;
