@@ -353,7 +353,9 @@ int te_spare(struct train_elastic *te, whale_ctx *ctx)
 
 static void write_event(struct train_elastic *te, FILE *mf)
 {
-    whale_recovery_log(&te->rep);
+    /* one line for the step (rank 0, who also writes the metrics), not one per rank */
+    if (whale_rank(te->ctx) == 0)
+        whale_recovery_log(&te->rep);
     if (!mf)
         return;
     char *s = whale_recovery_json(&te->rep);
@@ -593,8 +595,10 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
                      : !strcmp(src, "disk")              ? "restored" : "replaced";
         te->rep.how = detect_name(te->ev.how);
         te->rep.nfailed = te->ev.nfailed < 8 ? te->ev.nfailed : 8;
+        te->rep.tasks_known = true;
         for (int i = 0; i < te->rep.nfailed; i++) {
             te->rep.failed_rank[i] = te->ev.failed_rank[i];
+            te->rep.failed_task[i] = te->ev.failed_task[i];
             snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s",
                      te->ev.failed_node[i]);
         }
@@ -706,8 +710,10 @@ static void stop_message(struct train_elastic *te, struct train_job *job, int64_
     if (ev && ev->nfailed > 0) { /* what the survivors agreed on before giving up */
         r.how = detect_name(ev->how);
         r.nfailed = ev->nfailed < 8 ? ev->nfailed : 8;
+        r.tasks_known = true;
         for (int i = 0; i < r.nfailed; i++) {
             r.failed_rank[i] = ev->failed_rank[i];
+            r.failed_task[i] = ev->failed_task[i];
             snprintf(r.failed_node[i], sizeof r.failed_node[i], "%s", ev->failed_node[i]);
         }
         r.detect_s = ev->detect_s;
@@ -766,8 +772,10 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";
     te->rep.how = detect_name(ev.how);
     te->rep.nfailed = ev.nfailed < 8 ? ev.nfailed : 8;
+    te->rep.tasks_known = true;
     for (int i = 0; i < te->rep.nfailed; i++) {
         te->rep.failed_rank[i] = ev.failed_rank[i];
+        te->rep.failed_task[i] = ev.failed_task[i];
         snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s", ev.failed_node[i]);
     }
     te->rep.failed_step = failed_step1;
