@@ -646,11 +646,16 @@ int main(int argc, char **argv)
                              .pp = &pp, .dp = &dp, .dp_rank = &dp_rank, .metrics = &mf,
                              .metrics_path = o.metrics, .ckpt_root = ckc.root, .ck = &ck,
                              .ckc = &ckc };
+    /* MFU is reported by rank 0 only: the other ranks skip the measurement
+     * (seconds on a loaded machine); a promoted spare takes rank 0's figure
+     * from the elastic setup instead of stalling the redo with it */
+    double peak = o.peak_gflops > 0 ? o.peak_gflops
+                : rank == 0 && !te_promoted(te) ? whale_sgemm_peak_gflops(e) : 1;
+    te_set_peak(te, peak);
     if (te_start(te, ctx, &job))
         goto out;
-    /* MFU is reported by rank 0 only: the other ranks skip the measurement
-     * (seconds on a loaded machine; a promoted spare would stall the redo) */
-    double peak = o.peak_gflops > 0 ? o.peak_gflops : rank == 0 ? whale_sgemm_peak_gflops(e) : 1;
+    if (te_promoted(te) && o.peak_gflops <= 0 && te_peak(te) > 0)
+        peak = te_peak(te);
     struct whale_engine_memory mem;
     whale_engine_memory(e, &mem);
     bool tty = o.progress != 0 && rank == 0 && isatty(STDERR_FILENO);
