@@ -83,6 +83,11 @@ static void open_report(spank_t sp)
     char *tmp = step_getenv(sp, "TMPDIR", 4096);
     const char *dir = tmp && *tmp && !access(tmp, W_OK | X_OK) ? tmp : "/tmp";
     whale_report_open(dir, job, stepid, uid, gid, &g.step);
+    /* this node's name as the step knows it (the reports name nodes so) */
+    uint32_t nodeid = 0;
+    if (spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS &&
+        (int)nodeid < g.step.nnodes && g.step.nodes)
+        whale_report_this_node(g.step.nodes[nodeid]);
     free(tmp);
 }
 

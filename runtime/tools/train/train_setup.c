@@ -226,13 +226,17 @@ int train_setup(struct train *t)
                                  .pp = &t->pp, .dp = &t->dp, .dp_rank = &t->dp_rank,
                                  .metrics = &t->mf, .metrics_path = t->o.metrics,
                                  .ckpt_root = t->ckc.root, .ck = &t->ck, .ckc = &t->ckc };
+    /* MFU is reported by rank 0 only: the other ranks skip the measurement
+     * (seconds on a loaded machine); a promoted spare takes rank 0's figure
+     * from the elastic setup instead of stalling the redo with it */
+    t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
+              : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
+                                                     : 1;
+    te_set_peak(t->te, t->peak);
     if (te_start(t->te, t->ctx, &t->job))
         return 1;
-    /* MFU is reported by rank 0 only: the other ranks skip the measurement
-     * (seconds on a loaded machine; a promoted spare would stall the redo) */
-    t->peak = t->o.peak_gflops > 0 ? t->o.peak_gflops
-              : t->rank == 0       ? whale_sgemm_peak_gflops(t->e)
-                                   : 1;
+    if (te_promoted(t->te) && t->o.peak_gflops <= 0 && te_peak(t->te) > 0)
+        t->peak = te_peak(t->te);
     struct whale_engine_memory mem;
     whale_engine_memory(t->e, &mem);
     t->tty = t->o.progress != 0 && t->rank == 0 && isatty(STDERR_FILENO);
