@@ -315,8 +315,14 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
-    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
+    if (l->rc == ENG_RC_SELECTIVE) { /* att (B,NH,T,T) rebuilt from the saved q,k */
+        uint64_t r0 = whale_trace_now();
         k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
+        uint64_t r1 = whale_trace_now();
+        io->recompute_s += (double)(r1 - r0) * 1e-9;
+        if (whale_trace_on()) /* the same span name as full recompute's */
+            whale_trace_span_at("recompute", "recompute", r0, r1, -1, -1);
+    }
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */

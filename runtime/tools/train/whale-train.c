@@ -29,6 +29,8 @@
 #include "train_elastic.h"
 
 #include "offload_opts.h"
+#include "train_observe.h"
+#include "train_planrec.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
@@ -89,6 +91,7 @@ static void usage(FILE *f)
 "                       skipped and, with loss scaling, the scale backs off)\n"
 );
     train_offload_usage(f);
+    train_observe_usage(f);
     fprintf(f,
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
@@ -214,6 +217,15 @@ static void ensure_passive_omp(char **argv)
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("WHALE_TRAIN_REEXEC", "1", 1);
+    /* through the real path, not /proc/self/exe: the kernel names the
+     * process after the file it executes, and ps/top/pgrep would show
+     * "exe" instead of whale-train */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with the default policy */
 }
@@ -229,8 +241,11 @@ int main(int argc, char **argv)
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
            O_PREC, O_NOLS, O_INJECT, O_GRED,
-           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
+           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */,
+           O_OBS = O_OFFLOAD + TRAIN_OFF_N_ /* .. O_OBS + TRAIN_OBS_N_ - 1 */ };
     struct train_offload off = { 0 };
+    struct train_observe obs;
+    train_observe_defaults(&obs);
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
         { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
@@ -260,6 +275,13 @@ int main(int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "prom-file", required_argument, 0, O_OBS + TRAIN_OBS_PROM_FILE },
+        { "prom-every", required_argument, 0, O_OBS + TRAIN_OBS_PROM_EVERY },
+        { "prom-port", required_argument, 0, O_OBS + TRAIN_OBS_PROM_PORT },
+        { "prom-bind", required_argument, 0, O_OBS + TRAIN_OBS_PROM_BIND },
+        { "price-per-node-hour", required_argument, 0, O_OBS + TRAIN_OBS_PRICE_NODE },
+        { "price-per-gpu-hour", required_argument, 0, O_OBS + TRAIN_OBS_PRICE_GPU },
+        { "rank-metrics", no_argument, 0, O_OBS + TRAIN_OBS_RANK_METRICS },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -346,6 +368,12 @@ int main(int argc, char **argv)
         case O_OFFLOAD + TRAIN_OFF_MODE: case O_OFFLOAD + TRAIN_OFF_TARGET:
         case O_OFFLOAD + TRAIN_OFF_DEVMEM: case O_OFFLOAD + TRAIN_OFF_PREFETCH:
             train_offload_opt(&off, c - O_OFFLOAD, optarg);
+            break;
+        case O_OBS + TRAIN_OBS_PROM_FILE: case O_OBS + TRAIN_OBS_PROM_EVERY:
+        case O_OBS + TRAIN_OBS_PROM_PORT: case O_OBS + TRAIN_OBS_PROM_BIND:
+        case O_OBS + TRAIN_OBS_PRICE_NODE: case O_OBS + TRAIN_OBS_PRICE_GPU:
+        case O_OBS + TRAIN_OBS_RANK_METRICS:
+            bad |= train_observe_opt(&obs, (enum train_obs_opt)(c - O_OBS), optarg);
             break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
@@ -615,13 +643,9 @@ int main(int argc, char **argv)
     }
     if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
         goto out;
-    if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
-        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", tp, "pp", pp,
-                               "dp", dp, "zero", ec.zero_stage, "micro_batch", (int)micro,
-                               "num_micro_batches", (int)accum, "global_batch", (json_int_t)gbatch,
-                               "seed", (json_int_t)o.seed);
-        plan_json = json_dumps(pj, JSON_COMPACT);
-        json_decref(pj);
+    if (ck) { /* the layout this run used, over what the plan (if any) said */
+        free(plan_json);
+        plan_json = train_plan_record(have_plan ? &plan : NULL, &ec, dp, gbatch, o.seed);
     }
 
     size_t bt = (size_t)micro * accum * seq; /* each <= 2^20: no overflow */
@@ -648,6 +672,8 @@ int main(int argc, char **argv)
                              .ckc = &ckc };
     if (te_start(te, ctx, &job))
         goto out;
+    if (train_observe_start(&obs, rank, world, ctx ? whale_nnodes(ctx) : 1, o.metrics))
+        goto out;
     /* MFU is reported by rank 0 only: the other ranks skip the measurement
      * (seconds on a loaded machine; a promoted spare would stall the redo) */
     double peak = o.peak_gflops > 0 ? o.peak_gflops : rank == 0 ? whale_sgemm_peak_gflops(e) : 1;
@@ -670,10 +696,12 @@ int main(int argc, char **argv)
     long done = 0, n_tps = 0;
     for (long step = first_step; step < o.steps && !stop_requested; step++) {
         whale_engine_get_state(e, &ts);
+        int64_t t_data = clock_gettime_ns();
         if ((rc = whale_data_next(data, ts.samples, in, tg))) {
             rc = 1;
             goto out;
         }
+        double data_wait = (double)(clock_gettime_ns() - t_data) * 1e-9;
         struct whale_step_stats st;
         if (ck && (whale_ckpt_fence(ck) || whale_ckpt_poll(ck))) {
             whale_error("stopping: a checkpoint failed (the previous ones are intact)");
@@ -746,6 +774,14 @@ int main(int argc, char **argv)
         if (isnan(first_loss))
             first_loss = st.loss;
         last_loss = st.loss;
+        struct train_obs_step os = { .step = step + 1, .loss = st.loss, .grad_norm = st.grad_norm,
+                                     .lr = st.lr, .tokens = tokens, .tokens_per_s = tps, .mfu = mfu,
+                                     .step_s = st.t_total, .compute_s = st.t_compute,
+                                     .comm_s = st.t_comm, .wait_s = st.t_wait,
+                                     .pipe_wait_s = st.t_pipe_wait, .recompute_s = st.t_recompute,
+                                     .data_wait_s = data_wait, .ckpt_s = t_ck };
+        if (!mf)
+            train_observe_step(&obs, NULL, &os);
         if (mf) {
             json_t *j = json_pack("{sIsososfsfsfsfsfsfsfsfsfsbsf}",
                                   "step", (json_int_t)(step + 1), "loss", train_json_num(st.loss),
@@ -777,6 +813,7 @@ int main(int argc, char **argv)
                 json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
             }
             train_offload_step(j, &st);
+            train_observe_step(&obs, j, &os); /* system metrics, Prometheus */
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -842,6 +879,7 @@ int main(int argc, char **argv)
             json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
         }
         train_offload_summary(&off, sm, e, &ec);
+        train_observe_summary(&obs, sm, o.metrics, mfu, ovl, nsaves, ckpt_stall);
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
@@ -867,6 +905,7 @@ out:
     if (ck && whale_ckpt_close(ck))
         rc = 1;
     free(plan_json);
+    train_observe_close(&obs);
     whale_trace_close();
     whale_plan_free(&plan);
     if (mf)
