@@ -72,7 +72,7 @@ class Plot:
 
     def __init__(self, name, title, xlabel, ylabel, xr, yr, w=720, h=300, ylog=False):
         self.name, self.title, self.w, self.h = name, title, w, h
-        self.ml, self.mr, self.mt, self.mb = 64, 150, 34, 44
+        self.ml, self.mr, self.mt, self.mb = 72, 170, 34, 44
         self.xt = nice_ticks(*xr)
         self.yt = nice_ticks(*yr)
         self.x0, self.x1 = self.xt[0], self.xt[-1]
@@ -287,7 +287,7 @@ def fig_split(steps):
     p.bars(xs, [(lab, PALETTE[key], [q[i] for q in parts]) for i, (lab, key) in enumerate(names)])
     hid = [max((num(steps[s], "comm_s") or 0) - (num(steps[s], "wait_s") or 0), 0) for s in xs]
     if any(hid):
-        p.line("comm hidden behind compute", xs, hid, "#555", width=1.2, dash="3 2")
+        p.line("comm overlapped", xs, hid, "#555", width=1.2, dash="3 2")
     return p
 
 
@@ -329,8 +329,8 @@ def fig_rss(steps):
     pk = [num(steps[s], "peak_rss_mb") for s in xs]
     vals = [v for v in rss + pk if v is not None]
     p = Plot("rss", "Host memory over the run (rank 0)", "step", "MiB", (min(xs), max(xs)), (0, max(vals)))
-    p.line("RSS", xs, rss, PALETTE["rss"])
-    p.line("peak RSS", xs, pk, "#333", dash="4 2")
+    p.line("RSS", xs, rss, "#8c564b")
+    p.line("peak RSS", xs, pk, "#e377c2", dash="4 2")
     gm = [num(steps[s], "gpu_mem_mb") for s in xs]
     if any(v is not None for v in gm):
         p.line("GPU memory", xs, gm, PALETTE["gpu"])
@@ -360,7 +360,7 @@ def fig_network(steps):
     b = [num(steps[s], "net_lo_mb") or 0 for s in xs]
     p = Plot("network", "Network bytes per step (rank 0's node)", "step", "MiB", (min(xs), max(xs)), (0, max(a + b + [0.001])))
     p.line("between nodes (tcp)", xs, a, "#1f77b4")
-    p.line("same node over tcp (lo)", xs, b, "#ff7f0e")
+    p.line("same node (lo)", xs, b, "#ff7f0e")
     return p
 
 
@@ -371,6 +371,8 @@ def stragglers(ranks):
     if len(ranks) < 2:
         return None
     common = set.intersection(*(set(v) for v in ranks.values()))
+    if len(common) > 1:  # the first step carries start-up waits (peak measurement, warm caches)
+        common.discard(min(common))
     if not common:
         return None
     rows = []
@@ -395,7 +397,11 @@ def fig_ranks(ranks):
     p.bars(xs, [("compute", PALETTE["compute"], [r[1] for r in rows]),
                 ("exposed comm", PALETTE["wait"], [r[2] for r in rows]),
                 ("bubble", PALETTE["bubble"], [r[3] for r in rows])])
-    p.line("step time", xs, [r[4] for r in rows], "#333", dots=True, width=1)
+    p.xt = xs if len(xs) <= 16 else [x for x in xs if x % max(1, len(xs) // 8) == 0]
+    for x, r in zip(xs, rows):  # the mean step time of each rank: a tick above its bar
+        p.parts.append('<line class="series" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#333" stroke-width="2"/>'
+                       % (p.X(x) - 12, p.X(x) + 12, p.Y(r[4]), p.Y(r[4])))
+    p.legend.append(("step time", "#333"))
     for rk in slow:
         p.text(rk - 0.3, tops[xs.index(rk)], "slow", PALETTE["straggler"])
     if slow:
@@ -482,7 +488,7 @@ def fig_events(steps, events):
         return None
     p = Plot("events", "Events on the run's time line", "seconds of training", "", (0, max(acc, 1e-3)), (0, 3), h=170)
     p.yt = []
-    lab = ["recovery", "skipped step", "checkpoint"]
+    lab = ["recovery", "skipped", "checkpoint"]
     g = []
     for i in range(3):
         g.append('<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s</text>' % (p.ml - 4, p.Y(i + 0.5) + 4, lab[i]))
