@@ -219,7 +219,7 @@ after = readme.split("The\n  spans, by name")[1]
 table = "\n".join(l for l in after.split("\n\n")[1].splitlines() if l.startswith("  |"))
 documented = set(re.findall(r"`([a-z][a-z ]*)`", table))
 seen = set()
-for p in glob.glob(sys.argv[2] + "/trace-rank*.json") + glob.glob(sys.argv[2] + "/sel-rank*.json"):
+for p in glob.glob(sys.argv[2] + "/trace-rank*.json") + [sys.argv[2] + "/sel.json"]:
     t = json.load(open(p))
     evs = t["traceEvents"] if isinstance(t, dict) else t
     seen |= {e["name"] for e in evs if e.get("ph") == "X"}
@@ -303,4 +303,37 @@ PY
   run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 --prom-port 1 --prom-bind 10.1.2.3.4
   [ "$status" -eq 1 ]
   [[ "$output" == *"--prom-port=1 --prom-bind=10.1.2.3.4: cannot listen"* ]]
+}
+
+@test "whale-plan --train-tokens: cost of the chosen plan, by hand (flag price and whale.conf's)" {
+  PLAN="$WHALE_BUILD_DIR/runtime/tools/plan/whale-plan"
+  run "$PLAN" -m gpt-1.7b -N 2 -g 8 -b 64 --train-tokens 1e9 --price-per-gpu-hour 2 -q
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run python3 - "$output" <<'PY'
+import re, sys
+out = sys.argv[1]
+t = float(re.search(r"step ([0-9.e+-]+) s", out).group(1))
+m = re.search(r"cost: 1e\+09 tokens = (\d+) steps x [0-9.e+-]+ s = [0-9.e+-]+ hours at \$32 per hour \(\$2 per GPU-hour x 16 GPUs\): \$([0-9.]+), \$([0-9.e+-]+) per million tokens", out)
+assert m, out
+steps = -(-10**9 // (64 * 2048))               # ceil(tokens / (batch x seq))
+assert int(m.group(1)) == steps, (m.group(1), steps)
+usd = steps * t / 3600 * 2 * 16                # $2 per GPU-hour x 16 GPUs
+assert abs(float(m.group(2)) - usd) <= 0.006, (m.group(2), usd)   # printed to the cent; t to 4 digits
+print("ok", steps, usd)
+PY
+  echo "$output"
+  [ "$status" -eq 0 ]
+  # the price of the nodes from the minicluster's whale.conf (PricePerNodeHour=2.40)
+  run "$PLAN" -m gpt-tiny --conf "$WHALE_MC_DIR/whale.conf" --nodelist "node[1-2]" \
+    -g 1 -b 8 --train-tokens 1e6 -q
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"whale.conf: \$4.8 per hour for 2 nodes"* ]]
+  run "$PLAN" -m gpt-tiny -N 1 -g 1 -b 8 --train-tokens 1e6 -q
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"--train-tokens needs a price"* ]]
+  run "$PLAN" -m gpt-tiny -N 1 -b 8 --price-per-node-hour abc
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--price-per-node-hour=abc: expected a number in [0, 1e+06]"* ]]
 }
