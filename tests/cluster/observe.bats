@@ -337,3 +337,25 @@ PY
   [ "$status" -eq 2 ]
   [[ "$output" == *"--price-per-node-hour=abc: expected a number in [0, 1e+06]"* ]]
 }
+
+@test "scaling tool under srun: measured beside predicted, strong and weak efficiency drawn" {
+  run timeout 600 python3 "$WHALE_SRC_DIR/contrib/bench/scale.py" --build "$WHALE_BUILD_DIR" \
+    --launcher srun --ranks 1,2 --max-nodes 2 --steps 4 --batch 8 -o "$TMPD/scale"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run python3 - "$TMPD/scale/scale.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+key = {(r["mode"], r["ranks"]) for r in rows}
+assert key == {("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)}, key
+for r in rows:
+    assert r["step_s"] > 0 and r["pred_step_s"] and r["pred_step_s"] > 0, r
+    assert r["nodes"] == r["ranks"], r   # one rank per node under srun
+assert [r for r in rows if r["mode"] == "weak" and r["ranks"] == 2][0]["batch"] == 16
+print("ok")
+PY
+  [ "$status" -eq 0 ]
+  run python3 "$CHECK" "$TMPD/scale/scale.html" "$TMPD/scale.png" strong-efficiency strong-time weak-efficiency weak-time
+  echo "$output"
+  [ "$status" -eq 0 ]
+}

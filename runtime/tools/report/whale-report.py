@@ -44,10 +44,12 @@ def nice_ticks(lo, hi, n=5):
     raw = (hi - lo) / max(n, 1)
     mag = 10 ** math.floor(math.log10(raw))
     step = min((m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw), default=10 * mag)
-    t0 = math.floor(lo / step) * step
+    t0 = math.floor(lo / step + 1e-9) * step
     ticks, t = [], t0
-    while t <= hi + step * 0.5 and len(ticks) < 50:
+    while len(ticks) < 50:  # up to the first tick at or above hi: no mark leaves the frame
         ticks.append(round(t, 12))
+        if t >= hi - step * 1e-9:
+            break
         t += step
     return ticks
 
@@ -70,10 +72,12 @@ def fmt(v):
 class Plot:
     """One SVG figure with a frame, axes and ticks; data drawn in data units."""
 
-    def __init__(self, name, title, xlabel, ylabel, xr, yr, w=720, h=300, ylog=False):
+    def __init__(self, name, title, xlabel, ylabel, xr, yr, w=720, h=300, xint=False):
         self.name, self.title, self.w, self.h = name, title, w, h
         self.ml, self.mr, self.mt, self.mb = 72, 170, 34, 44
         self.xt = nice_ticks(*xr)
+        if xint:  # counts (ranks, steps): whole-number ticks only
+            self.xt = [t for t in self.xt if t == int(t)] or self.xt
         self.yt = nice_ticks(*yr)
         self.x0, self.x1 = self.xt[0], self.xt[-1]
         self.y0, self.y1 = self.yt[0], self.yt[-1]
@@ -654,14 +658,14 @@ def scaling(args):
         pe = [eff(r, "pred_step_s") for r in rs]
         hi = max([v for v in me + pe if v is not None] + [1.0])
         p = Plot("%s-efficiency" % mode, "%s scaling efficiency" % mode.capitalize(), "ranks",
-                 "efficiency (1 = ideal)", (min(xs), max(xs)), (0, hi))
+                 "efficiency (1 = ideal)", (min(xs), max(xs)), (0, hi * 1.05), xint=True)
         p.line("ideal", xs, [1.0] * len(xs), PALETTE["ideal"], dash="5 3")
         p.line("measured", xs, me, PALETTE["meas"], dots=True)
         if any(v is not None for v in pe):
             p.line("whale-plan prediction", xs, pe, PALETTE["pred"], dots=True, dash="2 2")
         figs.append((p.name, p, "%s scaling: %s" % (mode, "; ".join("%d ranks (%s): %.3f s measured, %s predicted" % (r["ranks"], r.get("layout", ""), r["step_s"], ("%.3f s" % r["pred_step_s"]) if finite(r.get("pred_step_s")) else "no") for r in rs))))
         q = Plot("%s-time" % mode, "%s scaling: step time" % mode.capitalize(), "ranks", "seconds per step",
-                 (min(xs), max(xs)), (0, max([r["step_s"] for r in rs] + [r.get("pred_step_s") or 0 for r in rs])))
+                 (min(xs), max(xs)), (0, max([r["step_s"] for r in rs] + [r.get("pred_step_s") or 0 for r in rs])), xint=True)
         q.line("measured", xs, [r["step_s"] for r in rs], PALETTE["meas"], dots=True)
         q.line("whale-plan prediction", xs, [num(r, "pred_step_s") for r in rs], PALETTE["pred"], dots=True, dash="2 2")
         figs.append((q.name, q, "Measured step time beside whale-plan's prediction for the same layout."))
