@@ -300,7 +300,8 @@ PY
   run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --price-per-node-hour -3
   [ "$status" -eq 2 ]
   [[ "$output" == *"--price-per-node-hour=-3: expected a number in 0..1e+06"* ]]
-  run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 --prom-port 1 --prom-bind 10.1.2.3.4
+  run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 --prom-port 1 --prom-bind 10.1.2.3.4 \
+    --metrics "$TMPD/bad.jsonl"
   [ "$status" -eq 1 ]
   [[ "$output" == *"--prom-port=1 --prom-bind=10.1.2.3.4: cannot listen"* ]]
 }
