@@ -156,9 +156,10 @@ PY
 
 @test "whale-report: self-contained page, every figure rendered in headless Chromium" {
   run python3 "$REPORT" "$TMPD/run.jsonl" "$TMPD"/run-rank*.jsonl --trace "$TMPD"/trace-rank*.json \
-    -o "$TMPD/report.html" --svg-dir "$TMPD/svg"
+    -o "$TMPD/report.html" --svg-dir "$TMPD/svg" --png "$TMPD/page.png"
   echo "$output"
   [ "$status" -eq 0 ]
+  [ "$(head -c 8 "$TMPD/page.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
   # nothing to fetch: no http(s) URL in any src/href
   ! grep -Eq '(src|href)="https?:' "$TMPD/report.html"
   for f in loss throughput mfu split memory system ranks events trace; do

@@ -14,7 +14,9 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
+import subprocess
 import sys
 
 VERSION = "@VERSION@"
@@ -622,6 +624,22 @@ def write_out(args, title, figs, srows, notes):
                 f.write(p.svg())
     print("whale-report: wrote %s (%d figures%s)" % (args.output, len(figs),
           ", SVGs in %s" % args.svg_dir if args.svg_dir else ""), file=sys.stderr)
+    if args.png:
+        png(args.output, args.png, sum(p.h + 42 for _, p, _ in figs) + 40 + 20 * len(srows) + 80)
+
+
+def png(page, out, height):
+    """A PNG of the page through a headless Chromium (Debian's chromium)."""
+    exe = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
+    if not exe:
+        sys.exit("whale-report: --png needs chromium on PATH (apt-get install chromium); the HTML is written")
+    r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        "--force-device-scale-factor=1", "--window-size=800,%d" % height,
+                        "--screenshot=" + os.path.abspath(out), "file://" + os.path.abspath(page)],
+                       capture_output=True, text=True, timeout=120)
+    if not os.path.exists(out):
+        sys.exit("whale-report: chromium wrote no %s (rc %d): %s" % (out, r.returncode, r.stderr[-500:]))
+    print("whale-report: wrote %s" % out, file=sys.stderr)
 
 
 def scaling(args):
@@ -685,6 +703,7 @@ def main(argv=None):
     ap.add_argument("--svg-dir", help="also write every figure as DIR/<name>.svg")
     ap.add_argument("--trace", nargs="+", metavar="FILE", help="Chrome traces (WHALE_TRACE's trace-rank<R>.json)")
     ap.add_argument("--title", help="page title")
+    ap.add_argument("--png", metavar="FILE", help="also a PNG of the whole page (needs chromium)")
     ap.add_argument("--scaling", action="store_true", help="the inputs are scaling results (contrib/bench/scale.sh): draw strong/weak scaling efficiency")
     ap.add_argument("-V", "--version", action="version", version="whale-report " + VERSION)
     args = ap.parse_args(argv)
