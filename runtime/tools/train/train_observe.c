@@ -350,8 +350,18 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
     json_object_set_new(sm, "ranks", json_integer(o->world));
     json_object_set_new(sm, "data_wait_s", json_real(o->data_wait_s));
     json_object_set_new(sm, "recoveries", json_integer(sc.recoveries));
+    /* the data side may have put its own best_val_loss / best_val_step there:
+     * the same figures, kept as they are */
+    json_t *bv = json_object_get(sm, "best_val_loss");
+    if (json_is_number(bv)) {
+        sc.best_val = json_number_value(bv);
+        json_t *bs = json_object_get(sm, "best_val_step");
+        if (json_is_integer(bs))
+            sc.best_val_step = (long)json_integer_value(bs);
+    }
     if (!isnan(sc.best_val)) {
-        json_object_set_new(sm, "best_val_loss", json_real(sc.best_val));
+        if (!json_is_number(bv))
+            json_object_set_new(sm, "best_val_loss", json_real(sc.best_val));
         json_object_set_new(sm, "final_val_loss", json_real(sc.last_val));
     }
     struct train_cost c;
