@@ -5,13 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef WHALE_HAVE_TOPO
 #include "whale/conf.h"
-#endif
 
 static int conf_price(const struct plan_price *pr, double *usd, char *src, size_t n)
 {
-#ifdef WHALE_HAVE_TOPO
     struct whale_conf *c = NULL;
     char **names = NULL;
     int nn = 0, priced = 0, rc = 1;
@@ -34,11 +31,6 @@ static int conf_price(const struct plan_price *pr, double *usd, char *src, size_
     free(names);
     whale_conf_free(c);
     return rc;
-#else
-    (void)pr; (void)usd; (void)src; (void)n;
-    fprintf(stderr, "whale-plan: this build has no site-config support; give --price-per-node-hour\n");
-    return 1;
-#endif
 }
 
 int plan_cost_compute(const struct whale_cluster *cl, const struct plan_price *pr,
