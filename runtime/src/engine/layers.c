@@ -324,8 +324,14 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     struct blk_saved s;
     blk_bind(l, io, &s);
     whale_backend *bk = d->bk;
-    if (l->rc == ENG_RC_SELECTIVE) /* the attention's saved area rebuilt from the saved q,k */
+    if (l->rc == ENG_RC_SELECTIVE) { /* att (B,NH,T,T) rebuilt from the saved q,k */
+        uint64_t r0 = whale_trace_now();
         BK(whale_k_attention_fwd(bk, NULL, F32, NULL, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
+        uint64_t r1 = whale_trace_now();
+        io->recompute_s += (double)(r1 - r0) * 1e-9;
+        if (whale_trace_on()) /* the same span name as full recompute's */
+            whale_trace_span_at("recompute", "recompute", r0, r1, -1, -1);
+    }
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */

@@ -472,6 +472,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         io.dstream = s->dgrad;
         io.dloss = dloss;
         rc = l->ops->backward(l, &io);
+        e->t_recompute += io.recompute_s; /* selective: the attention probabilities */
         /* the gradient a 16-bit model passes down (fp16 overflows here) */
         if (!rc && eng_lp(e) && io.need_dinput)
             eng_lp_round(e, s->dgrad, ncols(e));

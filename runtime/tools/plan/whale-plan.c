@@ -14,6 +14,7 @@
 #include "whale/envnum.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
+#include "plan_cost.h"
 #include "whale/conf.h"
 #include "whale/topo.h"
 
@@ -87,6 +88,12 @@ static void usage(FILE *f)
 "      --explain-model        print the efficiency constants in force (of --gpu when\n"
 "                             no cluster is given)\n"
 "  -q, --quiet                only the winner's line\n"
+"cost (of the chosen plan):\n"
+"      --train-tokens N       print what training on N tokens costs with the plan\n"
+"                             (steps x predicted step time x price per hour)\n"
+"      --price-per-node-hour X  dollars per node-hour (every node of the cluster)\n"
+"      --price-per-gpu-hour X   dollars per GPU-hour; default: PricePerNodeHour= /\n"
+"                             PricePerGPUHour= of --conf for --nodelist (whale.conf(5))\n"
 "  -h, --help, -V, --version\n"
 "\n"
 "\n"
@@ -120,7 +127,7 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
-    O_PREC
+    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU
 };
 
 static const struct option longopts[] = {
@@ -159,6 +166,9 @@ static const struct option longopts[] = {
     { "list-gpus", no_argument, 0, O_LIST },
     { "explain-model", no_argument, 0, O_EXPLAIN_MODEL },
     { "quiet", no_argument, 0, 'q' },
+    { "train-tokens", required_argument, 0, O_TRAIN_TOKENS },
+    { "price-per-node-hour", required_argument, 0, O_PRICE_NODE },
+    { "price-per-gpu-hour", required_argument, 0, O_PRICE_GPU },
     { "help", no_argument, 0, 'h' },
     { "version", no_argument, 0, 'V' },
     { 0, 0, 0, 0 },
@@ -360,6 +370,8 @@ int main(int argc, char **argv)
     bool gpn_given = false;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
     double oversub = 1;
+    double train_tokens = 0; /* --train-tokens: the cost of the whole run */
+    struct plan_price price = { .node_hour = -1, .gpu_hour = -1 };
     bool evaluate = false, quiet = false, list = false, explain_model = false;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
     int ngroups = 0;
@@ -450,6 +462,9 @@ int main(int argc, char **argv)
         case O_LIST: list = true; break;
         case O_EXPLAIN_MODEL: explain_model = true; break;
         case 'q': quiet = true; break;
+        case O_TRAIN_TOKENS: if (parse_dbl("train-tokens", optarg, 1, 1e18, &train_tokens)) return 2; break;
+        case O_PRICE_NODE: if (parse_dbl("price-per-node-hour", optarg, 0, 1e6, &price.node_hour)) return 2; break;
+        case O_PRICE_GPU: if (parse_dbl("price-per-gpu-hour", optarg, 0, 1e6, &price.gpu_hour)) return 2; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-plan %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -615,6 +630,15 @@ int main(int argc, char **argv)
                    pick->best.pred.model_tflops_per_gpu, res->best.pred.t_step / pick->best.pred.t_step);
         }
         free(pick);
+    }
+    if (train_tokens > 0 && res->found) {
+        struct plan_cost pc;
+        price.conf = conf_path;
+        price.nodelist = nodelist;
+        if (plan_cost_compute(&cl, &price, res->best.pred.t_step, batch, md.seq, train_tokens, &pc))
+            status = 1;
+        else
+            plan_cost_print(human, train_tokens, &pc);
     }
     if (json && res->found && write_json(json, &md, batch, &cl, &res->best))
         status = 1;

@@ -93,6 +93,7 @@ struct train {
     double peak;              /* GFLOP/s for MFU */
     bool tty;                 /* live progress line on stderr */
     struct train_totals tot;
+    double data_wait_s;       /* this step's wait for the data loader (observe area) */
 };
 
 /* train_cli.c */

@@ -18,6 +18,7 @@
 
 #include "train.h"
 #include "train_areas.h"
+#include "train_planrec.h"
 
 /* whale_init, then the elastic module; a spare waits here until it is
  * promoted (then it carries on as the rank it took) or the step ends. */
@@ -151,14 +152,10 @@ static int setup_checkpoints(struct train *t)
     if (ckc->root && (ckc->every_steps > 0 || ckc->every_seconds > 0) &&
         whale_ckpt_open(ckc, &t->ck))
         return 1;
-    if (t->ck && !t->plan_json) { /* no plan from the plugin: record the layout this run used */
-        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", t->md.name, "tp", t->tp, "pp",
-                               t->pp, "dp", t->dp, "zero", t->ec.zero_stage, "micro_batch",
-                               (int)t->micro, "num_micro_batches", (int)t->accum,
-                               "global_batch", (json_int_t)t->gbatch, "seed",
-                               (json_int_t)t->o.seed);
-        t->plan_json = json_dumps(pj, JSON_COMPACT);
-        json_decref(pj);
+    if (t->ck) { /* the layout this run used, over what the plan (if any) said */
+        free(t->plan_json);
+        t->plan_json = train_plan_record(t->have_plan ? &t->plan : NULL, &t->ec, t->dp, t->gbatch,
+                                         t->o.seed);
     }
     return TRAIN_GO;
 }
