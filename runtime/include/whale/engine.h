@@ -157,6 +157,11 @@ void whale_engine_config_defaults(struct whale_engine_config *c);
  * whale_dp_group(ctx). Errors (bad sizes, shapes that do not divide) are
  * logged with the reason. */
 int  whale_engine_create(const struct whale_engine_config *c, whale_ctx *ctx, whale_engine **out);
+/* Whether the engine runs the architecture a model description selects
+ * (GPT-2 and Llama-style blocks: every MLP, Norm, KVHeads, Bias,
+ * TiedEmbeddings and Attention value, Position=learned|rotary). Returns 0,
+ * or WHALE_ENOTSUP / WHALE_EINVAL with the reason logged ("FILE: KEY=VALUE: ..."). */
+int  whale_engine_model_check(const struct whale_model_desc *m);
 void whale_engine_destroy(whale_engine *e);
 
 struct whale_step_stats {

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels_llama.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/modeldesc.h"
 
 int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
 {
@@ -65,18 +67,30 @@ static void decl(struct eng_param *p, const struct eng_dims *d, const char *name
     }
 }
 
+void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
+                    const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
+                    float std, float cst)
+{
+    decl(p, d, name, ndim, gshape, split, split_dim, decay, std, cst);
+}
+
+/* wte, and wpe with learned positions (rotary adds no parameters) */
 int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
+    const bool wpe = d->pos == WHALE_POS_LEARNED;
     if (p) {
         decl(&p[0], d, "wte", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
-        decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
+        if (wpe)
+            decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
     }
-    return 2;
+    return wpe ? 2 : 1;
 }
 
 int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
+    if (d->xblock)
+        return eng_xblock_params(d, index, p);
     if (!p)
         return 12;
     int64_t C = d->C, F = (int64_t)d->F * d->tp;
@@ -100,14 +114,27 @@ int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
     return i;
 }
 
+/* lnf.w, lnf.b (LayerNorm only), lm_head.w (untied: vocabulary-parallel
+ * like wte; always the last) */
 int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
-    if (p) {
-        decl(&p[0], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
-        decl(&p[1], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    int n = 0;
+    if (p)
+        decl(&p[n], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+    n++;
+    if (d->norm == WHALE_NORM_LAYERNORM) {
+        if (p)
+            decl(&p[n], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+        n++;
     }
-    return 2;
+    if (d->untied) {
+        if (p)
+            decl(&p[n], d, "lm_head.w", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true,
+                 0.02f, 0);
+        n++;
+    }
+    return n;
 }
 
 /* ---- deterministic initialisation ----------------------------------------- */
@@ -175,6 +202,11 @@ static size_t no_scratch(const struct eng_layer *l)
 static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        /* out (B,T,C) = wte rows this rank holds, summed over TP */
+        k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V, NULL, d->B, d->T, d->C);
+        return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
+    }
     if (!io->tp_group) {
         /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
         k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
@@ -189,6 +221,10 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 static int embed_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        k_embed_bwd_rows(eng_pg(l, 0), io->dstream, io->tokens, d->v0, d->V, d->B * d->T, d->C);
+        return 0;
+    }
     /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
     k_embed_bwd_tp(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->v0, d->V, d->B, d->T,
                    d->C);
@@ -248,6 +284,8 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
+    if (l->d->xblock)
+        return eng_xblock_ops.act_floats(l);
     return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
 }
 
@@ -261,6 +299,8 @@ static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_sa
 static size_t blk_scratch(const struct eng_layer *l)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.scratch_floats(l);
     size_t N = (size_t)d->B * d->T;
     size_t big = (size_t)d->F > 3 * (size_t)d->Ctp ? (size_t)d->F : 3 * (size_t)d->Ctp;
     size_t mid = (size_t)d->C > (size_t)d->Ctp ? (size_t)d->C : (size_t)d->Ctp;
@@ -289,6 +329,8 @@ static int row_linear_fwd(enum whale_dtype mm, float *out, const float *inp, con
 static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.forward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
@@ -312,6 +354,8 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 static int blk_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.backward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
@@ -347,6 +391,10 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
 static void blk_flops(const struct eng_layer *l, double *f, double *b)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock) {
+        eng_xblock_ops.flops(l, f, b);
+        return;
+    }
     double N = (double)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     double mm = 2.0 * N * (C * 3 * Ct + Ct * C + 2 * C * F);
     /* causal attention: QK^T and PV over the lower triangle */
@@ -361,6 +409,22 @@ const struct eng_layer_ops eng_block_ops = {
 };
 
 /* ---- head ------------------------------------------------------------------- */
+
+/* The output projection (V,C): the embedding's wte when tied, else the
+ * head's own lm_head.w (its last parameter); the final norm's bias
+ * (LayerNorm) or NULL (RMSNorm). */
+static float *head_w(const struct eng_layer *l)
+{
+    return l->tied ? eng_pw(l->tied, 0) : eng_pw(l, l->nparams - 1);
+}
+static float *head_g(const struct eng_layer *l)
+{
+    return l->tied ? eng_pg(l->tied, 0) : eng_pg(l, l->nparams - 1);
+}
+static float *head_nb(const struct eng_layer *l)
+{
+    return l->d->norm == WHALE_NORM_LAYERNORM ? eng_pw(l, 1) : NULL;
+}
 
 /* saved: lnf (N,C), mean (N), rstd (N), probs (N,V); scratch: losses (N), dlnf (N,C) */
 static size_t head_act(const struct eng_layer *l)
@@ -381,8 +445,8 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
-    const float *wte = eng_pw(l->tied, 0);
-    k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
+    const float *wte = head_w(l);
+    eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     k_linear_fwd(io->mm, probs, lnf, wte, NULL, N, C, V);
     if (!io->tp_group) {
@@ -417,13 +481,13 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     /* probs (N,V) -> dlogits in place */
     k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    k_linear_bwd(io->mm, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    k_linear_bwd(io->mm, dlnf, head_g(l), NULL, probs, lnf, head_w(l), N, C, V, 0);
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;
     memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
-    k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
-                    rstd, N, C);
+    eng_norm_bwd(d, io->dstream, eng_pg(l, 0), head_nb(l) ? eng_pg(l, 1) : NULL, dlnf, io->in,
+                 eng_pw(l, 0), mean, rstd, N, C);
     return 0;
 }
 

@@ -419,13 +419,8 @@ int main(int argc, char **argv)
     struct whale_model_desc md;
     if (whale_model_desc_load(o.model, &md))
         return 1;
-    {   /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
-        char why[512];
-        if (whale_model_desc_gpt2_check(&md, why, sizeof why)) {
-            fprintf(stderr, "whale-train: %s\n", why);
-            return 1;
-        }
-    }
+    if (whale_engine_model_check(&md)) /* what the engine does not run, named by key */
+        return 1;
 
     whale_ctx *ctx = NULL;
     int rank = 0, dp = 1, dp_rank = 0, tp = 1, pp = 1, world = 1;
