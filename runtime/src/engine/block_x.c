@@ -173,37 +173,38 @@ static bool xb_expand(const struct eng_dims *d)
 
 /* ---- saved activations ------------------------------------------------------- */
 
+/* N = B*T rows; Ns = the rows of this rank's sequence shard (SP), else N */
 struct xb_saved {
-    float *ln1, *mean1, *rstd1; /* (N,C) (N) (N) */
+    float *ln1, *mean1, *rstd1; /* (Ns,C) (Ns) (Ns) */
     float *qkv;                 /* (N,W), q and k after rotary */
     float *att;                 /* plain: (B,NH,T,T) probabilities */
     float *lse;                 /* flash: (B,NH,T) */
     float *atty;                /* (N,Ct) */
-    float *r1;                  /* (N,C) */
-    float *ln2, *mean2, *rstd2; /* (N,C) (N) (N) */
+    float *r1;                  /* (Ns,C) */
+    float *ln2, *mean2, *rstd2; /* (Ns,C) (Ns) (Ns) */
     float *fc, *up, *h;         /* gelu: fc, h = GELU(fc) (N,F); glu: gate fc, up, h (N,F) */
 };
 
 static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s, bool keep_att)
 {
-    size_t N = (size_t)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    size_t N = (size_t)d->B * d->T, Ns = (size_t)d->Ns, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
     if (s)
         memset(s, 0, sizeof *s);
 #define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
-    TAKE(ln1, N * C);
-    TAKE(mean1, N);
-    TAKE(rstd1, N);
+    TAKE(ln1, Ns * C);
+    TAKE(mean1, Ns);
+    TAKE(rstd1, Ns);
     TAKE(qkv, N * (size_t)xb_w(d));
     if (d->attn == WHALE_ATTN_FLASH)
         TAKE(lse, (size_t)d->B * d->NH * d->T);
     else if (keep_att)
         TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
     TAKE(atty, N * Ct);
-    TAKE(r1, N * C);
-    TAKE(ln2, N * C);
-    TAKE(mean2, N);
-    TAKE(rstd2, N);
+    TAKE(r1, Ns * C);
+    TAKE(ln2, Ns * C);
+    TAKE(mean2, Ns);
+    TAKE(rstd2, Ns);
     TAKE(fc, N * F);
     if (xb_glu(d))
         TAKE(up, N * F);
@@ -226,9 +227,10 @@ static void xb_bind(const struct eng_layer *l, struct eng_io *io, struct xb_save
 
 /* Scratch: sa (N,C) | sb (N,max(2F,W)) | sc (N,max(C,Ct)) | expanded q|k|v
  * and its gradient (2 x (N,3Ct), GQA with plain attention) | the summed
- * kv weight and bias gradient (2 KV hd (C+1), kv_rep). */
+ * kv weight and bias gradient (2 KV hd (C+1), kv_rep) | SP: the gathered
+ * norm output and output gradient (2 x (N,C)), norm weight gradients (2C). */
 struct xb_scratch {
-    float *sa, *sb, *sc, *ex, *dex, *kvg;
+    float *sa, *sb, *sc, *ex, *dex, *kvg, *full, *dfull, *nw;
 };
 
 static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_scratch *s)
@@ -244,6 +246,9 @@ static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_
     TAKE(ex, xb_expand(d) ? N * 3 * d->Ctp : 0);
     TAKE(dex, xb_expand(d) ? N * 3 * d->Ctp : 0);
     TAKE(kvg, d->kv_rep ? 2 * (size_t)d->KV * d->hd * (d->C + 1) : 0);
+    TAKE(full, d->sp ? N * d->C : 0);
+    TAKE(dfull, d->sp ? N * d->C : 0);
+    TAKE(nw, d->sp ? 2 * (size_t)d->C : 0);
 #undef TAKE
     return o;
 }
@@ -345,32 +350,50 @@ static int xb_attn_fwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
     return 0;
 }
 
+/* The norm output the column-parallel GEMMs read: the rows of all TP
+ * ranks under SP (gathered into x->full), else the saved one itself. */
+static int xb_norm_rows(const struct eng_layer *l, struct eng_io *io, struct xb_scratch *x,
+                        float *ln, const float **full)
+{
+    *full = ln;
+    if (!l->d->sp)
+        return 0;
+    *full = x->full;
+    return eng_sp_gather(l->d, io->tp_group, x->full, ln);
+}
+
 static int xb_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
+    const int N = d->B * d->T, Ns = d->Ns, C = d->C, Ct = d->Ctp, F = d->F;
     struct xb_ix ix;
     xb_decl(d, l->index, NULL, &ix);
     struct xb_saved s;
     struct xb_scratch x;
     xb_bind(l, io, &s);
     xb_scratch_carve(d, io->scratch, &x);
-    float *tmp = x.sa; /* (N,C) */
+    /* row-parallel outputs (N,C), summed over TP; SP keeps rows [r0, r0+Ns) */
+    float *tmp = x.sa, *mine = x.sa + (size_t)d->r0 * C;
+    const float *ln;
     int rc;
     eng_norm_fwd(d, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, ix.ln1w), pw_or_null(l, ix.ln1b),
-                 N, C);
-    xb_qkv_fwd(l, &ix, io->mm, s.qkv, s.ln1);
+                 Ns, C);
+    if ((rc = xb_norm_rows(l, io, &x, s.ln1, &ln)))
+        return rc;
+    xb_qkv_fwd(l, &ix, io->mm, s.qkv, ln);
     if ((rc = xb_attn_fwd(l, &s, &x)))
         return rc;
     if ((rc = xrow_fwd(io->mm, tmp, s.atty, eng_pw(l, ix.ow), pw_or_null(l, ix.ob), N, Ct, C,
                        io->tp_group)))
         return rc;
-    k_add(s.r1, io->in, tmp, (int64_t)N * C);
+    k_add(s.r1, io->in, mine, (int64_t)Ns * C);
     eng_norm_fwd(d, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, ix.ln2w), pw_or_null(l, ix.ln2b),
-                 N, C);
-    k_linear_fwd(io->mm, s.fc, s.ln2, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N, C, F);
+                 Ns, C);
+    if ((rc = xb_norm_rows(l, io, &x, s.ln2, &ln)))
+        return rc;
+    k_linear_fwd(io->mm, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N, C, F);
     if (xb_glu(d)) {
-        k_linear_fwd(io->mm, s.up, s.ln2, eng_pw(l, ix.upw), pw_or_null(l, ix.upb), N, C, F);
+        k_linear_fwd(io->mm, s.up, ln, eng_pw(l, ix.upw), pw_or_null(l, ix.upb), N, C, F);
         k_glu_fwd(d->mlp == WHALE_MLP_SWIGLU ? K_GLU_SILU : K_GLU_GELU, s.h, s.fc, s.up,
                   (int64_t)N * F);
     } else {
@@ -379,7 +402,7 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     if ((rc = xrow_fwd(io->mm, tmp, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), N, F, C,
                        io->tp_group)))
         return rc;
-    k_add(io->out, s.r1, tmp, (int64_t)N * C);
+    k_add(io->out, s.r1, mine, (int64_t)Ns * C);
     return 0;
 }
 
@@ -459,6 +482,31 @@ static int xb_qkv_bwd(const struct eng_layer *l, const struct xb_ix *ix, struct 
     return 0;
 }
 
+/* Norm backward on this rank's rows: ds (Ns,C) += from dln (Ns,C); under SP
+ * the norm's weight gradients are partial sums over rows, added up over TP. */
+static int xb_norm_bwd(const struct eng_layer *l, struct eng_io *io, struct xb_scratch *x,
+                       float *ds, int wi, int bi, const float *dln, const float *inp,
+                       const float *mean, const float *rstd)
+{
+    const struct eng_dims *d = l->d;
+    if (!d->sp) {
+        eng_norm_bwd(d, ds, eng_pg(l, wi), pg_or_null(l, bi), dln, inp, eng_pw(l, wi), mean,
+                     rstd, d->Ns, d->C);
+        return 0;
+    }
+    const size_t n = (bi >= 0 ? 2 : 1) * (size_t)d->C; /* weight, then bias (LayerNorm) */
+    memset(x->nw, 0, sizeof(float) * n);
+    eng_norm_bwd(d, ds, x->nw, bi >= 0 ? x->nw + d->C : NULL, dln, inp, eng_pw(l, wi), mean,
+                 rstd, d->Ns, d->C);
+    int rc = eng_tp_allreduce(io->tp_group, x->nw, n);
+    if (rc)
+        return rc;
+    k_acc(eng_pg(l, wi), x->nw, d->C);
+    if (bi >= 0)
+        k_acc(eng_pg(l, bi), x->nw + d->C, d->C);
+    return 0;
+}
+
 static int xb_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
@@ -469,40 +517,52 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
     struct xb_scratch x;
     xb_bind(l, io, &s);
     xb_scratch_carve(d, io->scratch, &x);
-    float *ds = io->dstream; /* (N,C), in place: dout -> dinput */
+    float *ds = io->dstream; /* (Ns,C), in place: dout -> dinput */
+    const float *dsf = ds;   /* (N,C): gathered under SP */
+    const float *ln;
+    float *dmine = x.sa + (size_t)d->r0 * C; /* this rank's rows of dln (N,C) */
     int rc;
+    if (d->sp && (rc = eng_sp_gather(d, io->tp_group, x.dfull, ds)))
+        return rc;
+    if (d->sp)
+        dsf = x.dfull;
     /* MLP: dh (N,F) = ds @ Wproj ; then the activation's and fc/gate/up's backward */
-    k_linear_bwd(io->mm, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), ds, s.h, eng_pw(l, ix.pw),
-                 N, F, C, 0);
+    k_linear_bwd(io->mm, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf, s.h,
+                 eng_pw(l, ix.pw), N, F, C, 0);
+    if ((rc = xb_norm_rows(l, io, &x, s.ln2, &ln)))
+        return rc;
     if (xb_glu(d)) {
         float *dgate = x.sb, *dup = x.sb + (size_t)N * F;
         k_glu_bwd(d->mlp == WHALE_MLP_SWIGLU ? K_GLU_SILU : K_GLU_GELU, dgate, dup, x.sb, s.fc,
                   s.up, (int64_t)N * F);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), dgate, s.ln2,
+        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), dgate, ln,
                      eng_pw(l, ix.fcw), N, C, F, 0);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.upw), pg_or_null(l, ix.upb), dup, s.ln2,
+        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.upw), pg_or_null(l, ix.upb), dup, ln,
                      eng_pw(l, ix.upw), N, C, F, 1);
     } else {
         k_gelu_bwd(x.sb, s.fc, x.sb, (int64_t)N * F);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), x.sb, s.ln2,
+        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), x.sb, ln,
                      eng_pw(l, ix.fcw), N, C, F, 0);
     }
+    /* column-parallel input gradient: summed over TP (SP: then this rank's rows) */
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, x.sa, (size_t)N * C)))
         return rc;
-    eng_norm_bwd(d, ds, eng_pg(l, ix.ln2w), pg_or_null(l, ix.ln2b), x.sa, s.r1,
-                 eng_pw(l, ix.ln2w), s.mean2, s.rstd2, N, C);
+    if ((rc = xb_norm_bwd(l, io, &x, ds, ix.ln2w, ix.ln2b, dmine, s.r1, s.mean2, s.rstd2)))
+        return rc;
     /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
-    k_linear_bwd(io->mm, x.sc, eng_pg(l, ix.ow), pg_or_null(l, ix.ob), ds, s.atty,
+    if (d->sp && (rc = eng_sp_gather(d, io->tp_group, x.dfull, ds)))
+        return rc;
+    k_linear_bwd(io->mm, x.sc, eng_pg(l, ix.ow), pg_or_null(l, ix.ob), dsf, s.atty,
                  eng_pw(l, ix.ow), N, Ct, C, 0);
     if ((rc = xb_attn_bwd(l, &s, &x, x.sb, x.sc)))
         return rc;
-    if ((rc = xb_qkv_bwd(l, &ix, io, &x, x.sa, x.sb, s.ln1)))
+    if ((rc = xb_norm_rows(l, io, &x, s.ln1, &ln)))
+        return rc;
+    if ((rc = xb_qkv_bwd(l, &ix, io, &x, x.sa, x.sb, ln)))
         return rc;
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, x.sa, (size_t)N * C)))
         return rc;
-    eng_norm_bwd(d, ds, eng_pg(l, ix.ln1w), pg_or_null(l, ix.ln1b), x.sa, io->in,
-                 eng_pw(l, ix.ln1w), s.mean1, s.rstd1, N, C);
-    return 0;
+    return xb_norm_bwd(l, io, &x, ds, ix.ln1w, ix.ln1b, dmine, io->in, s.mean1, s.rstd1);
 }
 
 static void xb_flops(const struct eng_layer *l, double *f, double *b)

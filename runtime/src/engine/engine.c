@@ -467,6 +467,12 @@ static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
                     "degree TP=%d", m->name, m->heads, m->ffn, tp);
         return WHALE_EINVAL;
     }
+    if (c->seqpar && tp > 1 && (c->micro_batch * c->seq) % tp) {
+        whale_error("sequence parallelism splits micro-batch x sequence = %d x %d rows over "
+                    "TP=%d ranks: not a multiple; change --micro-batch or --seq, or drop --seqpar",
+                    c->micro_batch, c->seq, tp);
+        return WHALE_EINVAL;
+    }
     if (m->vocab < tp) {
         whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
         return WHALE_EINVAL;
@@ -527,6 +533,10 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
     eng_arch_dims(m, &e->d);
+    e->d.sp = c->seqpar && tp > 1;
+    e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
+    e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
+    e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
     if (!blocks)
@@ -674,7 +684,7 @@ int whale_engine_layer_cost(const whale_engine *e, int i, struct whale_layer_cos
     }
     l->ops->flops(l, &o->fwd_flops, &o->bwd_flops);
     o->act_bytes = (int64_t)l->ops->act_floats(l) * (eng_lp(e) ? 2 : 4);
-    o->boundary_bytes = l->ops == &eng_head_ops ? 0 : (int64_t)e->d.B * e->d.T * e->d.C * 4;
+    o->boundary_bytes = l->ops == &eng_head_ops ? 0 : (int64_t)e->d.Ns * e->d.C * 4;
     return 0;
 }
 

@@ -56,6 +56,10 @@ struct eng_dims {
     int hq0;         /* global index of this rank's first query head */
     bool kv_rep;     /* TP does not divide KVHeads: every TP rank keeps all key/value
                         weights (their gradients are summed over TP) */
+    /* sequence parallelism (Megatron): the residual stream between and inside
+     * layers keeps rows [r0, r0 + Ns) of the B*T rows on this TP rank */
+    bool sp;
+    int Ns, r0;      /* without SP: Ns = B*T, r0 = 0 */
 };
 
 struct eng_layer;
@@ -142,6 +146,14 @@ void eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd
 void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
                   int C);
+
+/* Sequence parallelism: full (N,C) = the TP group's shards (Ns,C) of rows
+ * concatenated (all-gather); shard (Ns,C) = this rank's rows of the sum of
+ * full (N,C) over TP, full summed in place (reduce-scatter). Both through
+ * the group's allreduce (zero-padded for the gather), so the values are
+ * exactly those of TP without SP; what SP saves is memory. */
+int eng_sp_gather(const struct eng_dims *d, struct whale_par_comm *tp, float *full,
+                  const float *shard);
 
 /* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
 int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);

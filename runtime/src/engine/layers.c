@@ -193,13 +193,14 @@ static size_t embed_act(const struct eng_layer *l)
     (void)l;
     return 0;
 }
-static size_t no_scratch(const struct eng_layer *l)
+
+/* scratch: the whole (N,C) output / output gradient under SP */
+static size_t embed_scratch(const struct eng_layer *l)
 {
-    (void)l;
-    return 0;
+    return l->d->sp ? (size_t)l->d->B * l->d->T * l->d->C : 0;
 }
 
-static int embed_fwd(struct eng_layer *l, struct eng_io *io)
+static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     if (d->pos != WHALE_POS_LEARNED) {
@@ -218,7 +219,22 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
     return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
-static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+/* SP: the output (N,C) summed over TP as without SP, then this rank's rows */
+static int embed_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return embed_fwd_full(l, io);
+    float *out = io->out;
+    io->out = io->scratch;
+    int rc = embed_fwd_full(l, io);
+    io->out = out;
+    if (!rc)
+        memcpy(out, io->scratch + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int embed_bwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     if (d->pos != WHALE_POS_LEARNED) {
@@ -231,6 +247,20 @@ static int embed_bwd(struct eng_layer *l, struct eng_io *io)
     return 0;
 }
 
+/* SP: every rank's vocabulary rows see every token: gather the gradient */
+static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return embed_bwd_full(l, io);
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(l->d, io->tp_group, io->scratch, ds);
+    io->dstream = io->scratch;
+    if (!rc)
+        rc = embed_bwd_full(l, io);
+    io->dstream = ds;
+    return rc;
+}
+
 static void embed_flops(const struct eng_layer *l, double *f, double *b)
 {
     (void)l;
@@ -239,7 +269,7 @@ static void embed_flops(const struct eng_layer *l, double *f, double *b)
 }
 
 const struct eng_layer_ops eng_embed_ops = {
-    .kind = "embed", .act_floats = embed_act, .scratch_floats = no_scratch,
+    .kind = "embed", .act_floats = embed_act, .scratch_floats = embed_scratch,
     .forward = embed_fwd, .backward = embed_bwd, .flops = embed_flops,
 };
 
@@ -432,14 +462,60 @@ static size_t head_act(const struct eng_layer *l)
     size_t N = (size_t)l->d->B * l->d->T;
     return N * l->d->C + 2 * N + N * (size_t)l->d->V;
 }
-/* scratch: losses (N), dlnf (N,C), TP reductions (3N) */
+/* scratch: losses (N), dlnf (N,C), TP reductions (3N); SP: the gathered
+ * input (N,C) and the whole input gradient (N,C) */
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C + 3 * N;
+    return N + N * l->d->C + 3 * N + (l->d->sp ? 2 * N * l->d->C : 0);
 }
 
+static float *head_sp_in(const struct eng_layer *l, struct eng_io *io)
+{
+    size_t N = (size_t)l->d->B * l->d->T;
+    return io->scratch + N + N * l->d->C + 3 * N;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io);
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io);
+
+/* SP: the head runs on the gathered rows (its norm replicated over TP, as
+ * without SP), and keeps this rank's rows of the input gradient */
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return head_fwd_full(l, io);
+    float *full = head_sp_in(l, io);
+    const float *in = io->in;
+    int rc = eng_sp_gather(l->d, io->tp_group, full, in);
+    io->in = full;
+    if (!rc)
+        rc = head_fwd_full(l, io);
+    io->in = in;
+    return rc;
+}
+
+static int head_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return head_bwd_full(l, io);
+    float *full = head_sp_in(l, io), *dfull = full + (size_t)d->B * d->T * d->C;
+    const float *in = io->in;
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(d, io->tp_group, full, in);
+    io->in = full;
+    io->dstream = dfull;
+    if (!rc)
+        rc = head_bwd_full(l, io);
+    io->in = in;
+    io->dstream = ds;
+    if (!rc)
+        memcpy(ds, dfull + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
@@ -472,7 +548,7 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     return 0;
 }
 
-static int head_bwd(struct eng_layer *l, struct eng_io *io)
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;

@@ -329,7 +329,7 @@ static int g_poll(whale_engine *e)
 
 static size_t ncols(const whale_engine *e)
 {
-    return (size_t)e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.Ns * e->d.C; /* B*T rows, or this rank's sequence shard (SP) */
 }
 
 /* Arguments of local layer i of chunk c working on slot s. */

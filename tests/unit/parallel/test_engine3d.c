@@ -45,6 +45,7 @@ struct layout {
     int stage[8], nstage;
     int rclayers[4], nrc;
 };
+static bool seqpar; /* sequence parallelism for every layout run (test_seqpar) */
 
 struct world3 {
     const struct layout *L;
@@ -80,6 +81,7 @@ static struct whale_engine_config cfg_for(const struct layout *L)
     c.schedule = L->sched;
     c.interleave = L->v;
     c.recompute = L->rc;
+    c.seqpar = seqpar;
     c.precision = T3D_PRECISION;
     if (L->nstage) {
         c.stage_layers = L->stage;
@@ -318,6 +320,24 @@ static void test_recompute(void **state)
     assert_true(peak[3] < peak[0] && peak[3] >= peak[2]);
 }
 
+/* Megatron sequence parallelism: the same losses as TP without it (the
+ * norm weight gradients are summed over the TP group in another order) */
+static void test_seqpar(void **state)
+{
+    (void)state;
+    static const struct layout set[] = {
+        LAY("tp2 sp", 2, 1, 1, 0, 2, 1F1B, 1, NONE),
+        LAY("tp4 sp", 4, 1, 1, 0, 2, 1F1B, 1, NONE),
+        LAY("tp2 pp2 dp2 zero1 sp", 2, 2, 2, 1, 1, 1F1B, 1, NONE),
+        LAY("tp4 dp2 zero3 sp", 4, 1, 2, 3, 1, 1F1B, 1, NONE),
+        LAY("tp2 pp2 interleaved full sp", 2, 2, 1, 0, 1, INTERLEAVED, 2, FULL),
+        LAY("tp2 pp2 selective sp", 2, 2, 1, 0, 2, 1F1B, 1, SELECTIVE),
+    };
+    seqpar = true;
+    run_set(set, sizeof set / sizeof *set);
+    seqpar = false;
+}
+
 static int refuse_rank(int rank, void *arg)
 {
     (void)rank;
@@ -407,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_3d_zero),
         cmocka_unit_test(test_recompute),
         cmocka_unit_test(test_uneven_vocabulary),
+        cmocka_unit_test(test_seqpar),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
