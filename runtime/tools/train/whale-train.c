@@ -27,6 +27,7 @@
 #include "whale/planfile.h"
 #include "whale_config.h"
 #include "train_elastic.h"
+#include "train_models.h"
 
 #include "offload_opts.h"
 
@@ -45,6 +46,7 @@ struct opts {
     long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
     int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;
+    int seqpar;           /* --seqpar: -1 plan's choice, 0 off, 1 on */
 };
 
 static void usage(FILE *f)
@@ -72,6 +74,8 @@ static void usage(FILE *f)
 "  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
 "  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
 "  --recompute P        none, selective, full or auto (plan or none)\n"
+"  --seqpar[=yes|no]    Megatron sequence parallelism in the TP group (plan's\n"
+"                       sequence_parallel, else no; needs TP > 1)\n"
 "  --act-budget-mb X    activation budget per rank for --recompute=auto (default: what\n"
 "                       a planner's plan leaves for activations, else half of what no\n"
 "                       recomputation keeps)\n"
@@ -224,11 +228,11 @@ int main(int argc, char **argv)
     struct opts o = { .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0, .seed = 1337,
                       .warmup = -1, .zero = -1, .threads = 0, .log_every = 10, .lr = 6e-4,
                       .min_lr = -1, .wd = 0.1, .clip = 1.0, .bucket_mb = 4, .overlap = -1,
-                      .loss_scale = -1, .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1 };
+                      .loss_scale = -1, .progress = -1, .metrics = "whale-train-metrics.jsonl", .ckpt_keep = -1, .seqpar = -1 };
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_PREC, O_NOLS, O_INJECT, O_GRED, O_SEQPAR,
            O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
     struct train_offload off = { 0 };
     static const struct option lo[] = {
@@ -252,6 +256,7 @@ int main(int argc, char **argv)
         { "schedule", required_argument, 0, O_SCHED },
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
+        { "seqpar", optional_argument, 0, O_SEQPAR },
         { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
         { "offload", required_argument, 0, O_OFFLOAD + TRAIN_OFF_MODE },
         { "whale-offload-target", required_argument, 0, O_OFFLOAD + TRAIN_OFF_TARGET },
@@ -284,6 +289,7 @@ int main(int argc, char **argv)
         case O_NOOVL: o.overlap = 0; break;
         case O_LS: o.loss_scale = 1; break;
         case O_NOLS: o.loss_scale = 0; break;
+        case O_SEQPAR: bad |= train_seqpar_parse(optarg, &o.seqpar); break;
         case O_PREC: {
             enum whale_precision pr;
             if (whale_precision_parse(optarg, &pr)) {
@@ -531,6 +537,7 @@ int main(int argc, char **argv)
         ec.stage_layers = plan.stage_layers;
         ec.n_stage_layers = plan.n_stage_layers;
     }
+    ec.seqpar = train_seqpar_pick(o.seqpar, have_plan ? &plan : NULL, tp, rank);
     ec.recompute = have_plan ? plan.recompute : WHALE_RECOMPUTE_NONE;
     if (o.recompute)
         whale_recompute_parse(o.recompute, &ec.recompute);
@@ -825,6 +832,7 @@ int main(int argc, char **argv)
         json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec.schedule)));
         json_object_set_new(sm, "interleave", json_integer(ec.interleave));
         json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec.recompute)));
+        json_object_set_new(sm, "seqpar", json_boolean(ec.seqpar));
         json_object_set_new(sm, "precision", json_string(whale_precision_name(ec.precision)));
         {
             struct whale_engine_memory emem;
