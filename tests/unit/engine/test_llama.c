@@ -347,7 +347,7 @@ static whale_engine *engine_for(const char *desc)
     assert_int_equal(whale_model_desc_parse_string(desc, "test", &c.model), 0);
     c.seq = c.model.seq;
     c.micro_batch = 2;
-    c.threads = 2;
+    c.threads = 1;
     whale_engine *e = NULL;
     assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
     return e;
@@ -455,7 +455,7 @@ static void train(const char *desc, enum whale_recompute rc, double *loss, int s
     assert_int_equal(whale_model_desc_parse_string(desc, "test", &c.model), 0);
     c.seq = c.model.seq;
     c.micro_batch = 2;
-    c.threads = 2;
+    c.threads = 1;
     c.lr = 3e-3f;
     c.recompute = rc;
     whale_engine *e = NULL;
