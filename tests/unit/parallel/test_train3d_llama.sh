@@ -63,4 +63,20 @@ grep -q '"seqpar":true' "$T/tp2_pp2_dp2_z3_sp.jsonl" || fail "summary does not r
 train tp4_sp_kvrep 4 --tp 4 -- --seqpar --recompute selective
 compare tp4_sp_kvrep
 grep -q "replicated on every TP rank" "$T/tp4_sp_kvrep.out" || fail "KV replication not logged"
+
+# checkpoint under TP=2 x PP=2 with SP at step 5, resumed as TP=4 x DP=1 (KV
+# weights now replicated): the last 5 steps equal the uninterrupted run, so
+# the state walk holds every Llama tensor (untied head, kv, RMSNorm)
+train ck_tp2pp2 4 --tp 2 --pp 2 -- --seqpar --whale-ckpt-dir "$T/ck" --whale-ckpt-every 5
+train ck_resume_tp4 4 --tp 4 -- --whale-ckpt-dir "$T/ck" --resume "$T/ck/step-00000005"
+python3 - "$T/ref.jsonl" "$T/ck_resume_tp4.jsonl" <<'PY' || fail "resumed Llama run differs"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"step"' in l]
+ref = {r["step"]: r["loss"] for r in a}
+assert [r["step"] for r in b] == list(range(6, 11)), [r["step"] for r in b]
+worst = max(abs(r["loss"] - ref[r["step"]]) / ref[r["step"]] for r in b)
+print("  %-36s steps 6-10, worst rel diff %.1e" % ("resume tp2 pp2 sp -> tp4", worst))
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
 echo "all Llama whale-run layouts match the single-rank run"
