@@ -201,6 +201,13 @@ int eng_grads_finish(whale_engine *e);
 
 double eng_now(void);
 
+/* arch.c: what the description selects. eng_arch_check refuses what the
+ * engine does not run (logged, WHALE_ENOTSUP / WHALE_EINVAL); eng_arch_dims
+ * fills the architecture fields of d (d->tp, tp_rank, NH set) and logs, once,
+ * why KV heads are replicated over TP when TP does not divide them. */
+int  eng_arch_check(const struct whale_model_desc *m);
+void eng_arch_dims(const struct whale_model_desc *m, struct eng_dims *d);
+
 /* precision.c: 16-bit storage at the boundaries of fp32 arithmetic. Each
  * does nothing in fp32 mode (e->lp == WHALE_FLOAT32). */
 static inline bool eng_lp(const whale_engine *e)

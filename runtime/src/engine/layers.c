@@ -11,8 +11,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels_llama.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/modeldesc.h"
 
 #define F32 WHALE_FLOAT32
 /* A backend call inside a layer: its error (already logged, with the kernel
@@ -78,18 +80,30 @@ static void decl(struct eng_param *p, const struct eng_dims *d, const char *name
     }
 }
 
+void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
+                    const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
+                    float std, float cst)
+{
+    decl(p, d, name, ndim, gshape, split, split_dim, decay, std, cst);
+}
+
+/* wte, and wpe with learned positions (rotary adds no parameters) */
 int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
+    const bool wpe = d->pos == WHALE_POS_LEARNED;
     if (p) {
         decl(&p[0], d, "wte", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
-        decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
+        if (wpe)
+            decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
     }
-    return 2;
+    return wpe ? 2 : 1;
 }
 
 int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
+    if (d->xblock)
+        return eng_xblock_params(d, index, p);
     if (!p)
         return 12;
     int64_t C = d->C, F = (int64_t)d->F * d->tp;
@@ -113,14 +127,27 @@ int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
     return i;
 }
 
+/* lnf.w, lnf.b (LayerNorm only), lm_head.w (untied: vocabulary-parallel
+ * like wte; always the last) */
 int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
-    if (p) {
-        decl(&p[0], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
-        decl(&p[1], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    int n = 0;
+    if (p)
+        decl(&p[n], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+    n++;
+    if (d->norm == WHALE_NORM_LAYERNORM) {
+        if (p)
+            decl(&p[n], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+        n++;
     }
-    return 2;
+    if (d->untied) {
+        if (p)
+            decl(&p[n], d, "lm_head.w", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true,
+                 0.02f, 0);
+        n++;
+    }
+    return n;
 }
 
 /* ---- deterministic initialisation ----------------------------------------- */
@@ -179,15 +206,21 @@ static size_t embed_act(const struct eng_layer *l)
     (void)l;
     return 0;
 }
-static size_t no_scratch(const struct eng_layer *l)
+
+/* scratch: the whole (N,C) output / output gradient under SP */
+static size_t embed_scratch(const struct eng_layer *l)
 {
-    (void)l;
-    return 0;
+    return l->d->sp ? (size_t)l->d->B * l->d->T * l->d->C : 0;
 }
 
-static int embed_fwd(struct eng_layer *l, struct eng_io *io)
+static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        /* out (B,T,C) = wte rows this rank holds, summed over TP */
+        k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V, NULL, d->B, d->T, d->C);
+        return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
+    }
     if (!io->tp_group) {
         /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
         return whale_k_embed_fwd(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0),
@@ -199,12 +232,45 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
     return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
-static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+/* SP: the output (N,C) summed over TP as without SP, then this rank's rows */
+static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return embed_fwd_full(l, io);
+    float *out = io->out;
+    io->out = io->scratch;
+    int rc = embed_fwd_full(l, io);
+    io->out = out;
+    if (!rc)
+        memcpy(out, io->scratch + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int embed_bwd_full(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        k_embed_bwd_rows(eng_pg(l, 0), io->dstream, io->tokens, d->v0, d->V, d->B * d->T, d->C);
+        return 0;
+    }
     /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
     return whale_k_embed_bwd_tp(d->bk, NULL, F32, eng_pg(l, 0), eng_pg(l, 1), io->dstream,
                                 io->tokens, d->v0, d->V, d->B, d->T, d->C);
+}
+
+/* SP: every rank's vocabulary rows see every token: gather the gradient */
+static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return embed_bwd_full(l, io);
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(l->d, io->tp_group, io->scratch, ds);
+    io->dstream = io->scratch;
+    if (!rc)
+        rc = embed_bwd_full(l, io);
+    io->dstream = ds;
+    return rc;
 }
 
 static void embed_flops(const struct eng_layer *l, double *f, double *b)
@@ -215,7 +281,7 @@ static void embed_flops(const struct eng_layer *l, double *f, double *b)
 }
 
 const struct eng_layer_ops eng_embed_ops = {
-    .kind = "embed", .act_floats = embed_act, .scratch_floats = no_scratch,
+    .kind = "embed", .act_floats = embed_act, .scratch_floats = embed_scratch,
     .forward = embed_fwd, .backward = embed_bwd, .flops = embed_flops,
 };
 
@@ -260,6 +326,8 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
+    if (l->d->xblock)
+        return eng_xblock_ops.act_floats(l);
     return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
 }
 
@@ -273,6 +341,8 @@ static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_sa
 static size_t blk_scratch(const struct eng_layer *l)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.scratch_floats(l);
     size_t N = (size_t)d->B * d->T;
     size_t big = (size_t)d->F > 3 * (size_t)d->Ctp ? (size_t)d->F : 3 * (size_t)d->Ctp;
     size_t mid = (size_t)d->C > (size_t)d->Ctp ? (size_t)d->C : (size_t)d->Ctp;
@@ -295,6 +365,8 @@ static int row_linear_fwd(whale_backend *bk, float *out, const float *inp, const
 static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.forward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
@@ -320,6 +392,8 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 static int blk_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.backward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
@@ -368,6 +442,10 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
 static void blk_flops(const struct eng_layer *l, double *f, double *b)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock) {
+        eng_xblock_ops.flops(l, f, b);
+        return;
+    }
     double N = (double)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     double mm = 2.0 * N * (C * 3 * Ct + Ct * C + 2 * C * F);
     /* causal attention: QK^T and PV over the lower triangle */
@@ -383,29 +461,94 @@ const struct eng_layer_ops eng_block_ops = {
 
 /* ---- head ------------------------------------------------------------------- */
 
+/* The output projection (V,C): the embedding's wte when tied, else the
+ * head's own lm_head.w (its last parameter); the final norm's bias
+ * (LayerNorm) or NULL (RMSNorm). */
+static float *head_w(const struct eng_layer *l)
+{
+    return l->tied ? eng_pw(l->tied, 0) : eng_pw(l, l->nparams - 1);
+}
+static float *head_g(const struct eng_layer *l)
+{
+    return l->tied ? eng_pg(l->tied, 0) : eng_pg(l, l->nparams - 1);
+}
+static float *head_nb(const struct eng_layer *l)
+{
+    return l->d->norm == WHALE_NORM_LAYERNORM ? eng_pw(l, 1) : NULL;
+}
+
 /* saved: lnf (N,C), mean (N), rstd (N), probs (N,V); scratch: losses (N), dlnf (N,C) */
 static size_t head_act(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
     return N * l->d->C + 2 * N + N * (size_t)l->d->V;
 }
-/* scratch: losses (N), dlnf (N,C), TP reductions (3N) */
+/* scratch: losses (N), dlnf (N,C), TP reductions (3N); SP: the gathered
+ * input (N,C) and the whole input gradient (N,C) */
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C + 3 * N;
+    return N + N * l->d->C + 3 * N + (l->d->sp ? 2 * N * l->d->C : 0);
 }
 
+static float *head_sp_in(const struct eng_layer *l, struct eng_io *io)
+{
+    size_t N = (size_t)l->d->B * l->d->T;
+    return io->scratch + N + N * l->d->C + 3 * N;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io);
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io);
+
+/* SP: the head runs on the gathered rows (its norm replicated over TP, as
+ * without SP), and keeps this rank's rows of the input gradient */
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return head_fwd_full(l, io);
+    float *full = head_sp_in(l, io);
+    const float *in = io->in;
+    int rc = eng_sp_gather(l->d, io->tp_group, full, in);
+    io->in = full;
+    if (!rc)
+        rc = head_fwd_full(l, io);
+    io->in = in;
+    return rc;
+}
+
+static int head_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return head_bwd_full(l, io);
+    float *full = head_sp_in(l, io), *dfull = full + (size_t)d->B * d->T * d->C;
+    const float *in = io->in;
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(d, io->tp_group, full, in);
+    io->in = full;
+    io->dstream = dfull;
+    if (!rc)
+        rc = head_bwd_full(l, io);
+    io->in = in;
+    io->dstream = ds;
+    if (!rc)
+        memcpy(ds, dfull + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
-    const float *wte = eng_pw(l->tied, 0);
+    const float *wte = head_w(l);
     whale_backend *bk = d->bk;
-    BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1),
-                             N, C));
+    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l)) /* GPT-2's LayerNorm: the backend's kernel */
+        BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0),
+                                 head_nb(l), N, C));
+    else /* RMSNorm / bias-free norms: CPU kernels (the CUDA backend refuses these models) */
+        eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     BK(whale_k_linear_fwd(bk, NULL, F32, probs, lnf, wte, NULL, N, C, V));
     if (!io->tp_group) {
@@ -433,7 +576,7 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     return 0;
 }
 
-static int head_bwd(struct eng_layer *l, struct eng_io *io)
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
@@ -443,14 +586,18 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     /* probs (N,V) -> dlogits in place */
     BK(whale_k_softmax_xent_bwd_tp(bk, NULL, F32, probs, io->targets, d->v0, io->dloss, N, V));
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    BK(whale_k_linear_bwd(bk, NULL, F32, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf,
-                          eng_pw(l->tied, 0), N, C, V, false));
+    BK(whale_k_linear_bwd(bk, NULL, F32, dlnf, head_g(l), NULL, probs, lnf, head_w(l), N, C, V,
+                          false));
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;
     BK(whale_memset(bk, io->dstream, 0, sizeof(float) * (size_t)N * C, NULL));
-    return whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf,
-                                 io->in, eng_pw(l, 0), mean, rstd, N, C);
+    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l))
+        return whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf,
+                                     io->in, eng_pw(l, 0), mean, rstd, N, C);
+    eng_norm_bwd(d, io->dstream, eng_pg(l, 0), head_nb(l) ? eng_pg(l, 1) : NULL, dlnf, io->in,
+                 eng_pw(l, 0), mean, rstd, N, C);
+    return 0;
 }
 
 static void head_flops(const struct eng_layer *l, double *f, double *b)

@@ -15,7 +15,7 @@
 
 static size_t NC(const whale_engine *e)
 {
-    return (size_t)e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.Ns * e->d.C; /* B*T rows, or this rank's sequence shard (SP) */
 }
 
 /* ---- stage partition ---------------------------------------------------------- */

@@ -333,7 +333,7 @@ static int g_poll(whale_engine *e)
 
 static size_t ncols(const whale_engine *e)
 {
-    return (size_t)e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.Ns * e->d.C; /* B*T rows, or this rank's sequence shard (SP) */
 }
 
 /* Arguments of local layer i of chunk c working on slot s. */
@@ -362,6 +362,12 @@ static bool is_head(const struct eng_layer *l)
     return l->ops == &eng_head_ops;
 }
 
+/* The head reads the embedding's wte (tied embeddings): its bucket too */
+static bool tied_head(const struct eng_layer *l)
+{
+    return is_head(l) && l->tied;
+}
+
 int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                       const int32_t *tg, double *loss_sum, double *tc)
 {
@@ -371,7 +377,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
     const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
     int pf = ch->l0; /* highest layer whose weights are acquired */
     int rc = w_acquire(e, e->layers[ch->l0].bucket);
-    if (!rc && is_head(&e->layers[ch->l0]))
+    if (!rc && tied_head(&e->layers[ch->l0]))
         rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
     for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
@@ -381,16 +387,16 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             pf++;
             if (e->layers[pf].bucket != e->layers[pf - 1].bucket)
                 rc = w_acquire(e, e->layers[pf].bucket);
-            if (!rc && is_head(&e->layers[pf]))
+            if (!rc && tied_head(&e->layers[pf]))
                 rc = w_acquire(e, e->layers[pf].tied->bucket);
         }
         /* optimizer offload: this bucket's updated weights are back */
         eng_move_wait(e, &e->buckets[b].wup);
-        if (is_head(l))
+        if (tied_head(l))
             eng_move_wait(e, &e->buckets[l->tied->bucket].wup);
         if (rc || (rc = w_ready(e, b)))
             break;
-        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
+        if (tied_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
@@ -409,7 +415,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             *loss_sum += io.loss_sum;
         if (i + 1 >= ch->l1 || e->layers[i + 1].bucket != b)
             w_release(e, b);
-        if (is_head(l))
+        if (tied_head(l))
             w_release(e, l->tied->bucket);
     }
     (void)tr0;
@@ -432,7 +438,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
     /* the embedding's backward needs no weights; the head needs wte too */
     if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
         return rc;
-    if (is_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
+    if (tied_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
         return rc;
     for (int i = top; i >= ch->l0 && !rc; i--) {
         struct eng_layer *l = &e->layers[i];
@@ -445,9 +451,9 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         }
         if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
-        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
+        if (tied_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
-        if ((rc = g_acquire(e, b)) || (is_head(l) && (rc = g_acquire(e, l->tied->bucket))))
+        if ((rc = g_acquire(e, b)) || (tied_head(l) && (rc = g_acquire(e, l->tied->bucket))))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
@@ -479,7 +485,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         *tc += eng_now() - t0;
         if (rc)
             break;
-        if (is_head(l))
+        if (tied_head(l))
             w_release(e, l->tied->bucket);
         if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
                         e->layers[i - 1].bucket != b))

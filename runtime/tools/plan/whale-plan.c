@@ -63,9 +63,9 @@ static void usage(FILE *f)
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
-"      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
-"                             engine does not run it yet; auto lets the search\n"
-"                             choose, for Megatron-style runtimes); yes needs tp >= 2\n"
+"      --seqpar yes|no|auto   Megatron sequence parallelism (default auto: the search\n"
+"                             chooses, as the Whale engine runs it with tp >= 2;\n"
+"                             whale-train honours the plan's choice); yes needs tp >= 2\n"
 "      --precision auto|fp32|bf16|fp16\n"
 "                             training precision of the time and memory model\n"
 "                             (default auto: the model file's Precision=, else fp32\n"
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
     int ngroups = 0;
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
-    rq.seqpar = 0;
+    rq.seqpar = -1; /* auto: the engine runs sequence parallelism (--seqpar) */
     int c;
     while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
         switch (c) {

@@ -108,12 +108,8 @@ int train_resolve_config(struct train *t)
 
     if (whale_model_desc_load(o->model, &t->md))
         return 1;
-    /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
-    char why[512];
-    if (whale_model_desc_gpt2_check(&t->md, why, sizeof why)) {
-        fprintf(stderr, "whale-train: %s\n", why);
+    if (whale_engine_model_check(&t->md)) /* what the engine does not run, named by key */
         return 1;
-    }
     return TRAIN_GO;
 }
 

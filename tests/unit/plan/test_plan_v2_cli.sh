@@ -74,8 +74,10 @@ expect 0 "uneven interleave" -- "$P" -m llama3-405b -b 2048 -N 1024 -G H100-80GB
 has "$TMP/l.json" '"stage_layers"' "uneven chunks written to the plan"
 
 # whale-train refuses a description the engine cannot run, naming the field
-expect 1 "whale-train, llama model" -- "$TRAIN" --model llama3-8b --data "$TMP/none.bin" --steps 1
-has "$TMP/err" "llama3-8b.conf: MLP=swiglu" "refusal names the model file field"
+# (Llama-style blocks run; ALiBi positions do not)
+printf 'Name=ab Layers=2 Hidden=64 Heads=4 Seq=32 Vocab=256 Position=alibi\n' > "$TMP/alibi.conf"
+expect 1 "whale-train, alibi model" -- "$TRAIN" --model "$TMP/alibi.conf" --data "$TMP/none.bin" --steps 1
+has "$TMP/err" "alibi.conf: Position=alibi" "refusal names the model file field"
 
 # a mixed cluster's uneven batch split is predicted, but the plan file gets
 # the even split whale-train runs (issue 19: never a plan whale-train refuses)
