@@ -48,6 +48,11 @@ static int cuda_refusals(const struct whale_engine_config *c)
         why = "untied output embeddings (the cuda head uses the tied wte)";
     else if (m->no_bias)
         why = "Bias=no (the cuda linear kernels are called with biases)";
+    else if (m->attention == WHALE_ATTN_FLASH)
+        why = "Attention=flash (that selects the CPU's blocked attention; the cuda backend's "
+              "attention is flash-style already: use Attention=plain)";
+    else if (c->seqpar && c->tp > 1)
+        why = "--seqpar (sequence parallelism runs on the CPU backend only)";
     else if (c->offload != WHALE_OFFLOAD_NONE)
         snprintf(buf, sizeof buf, "--offload %s (the offload mover copies with host threads; "
                  "its pinned-buffer path through whale_memcpy is not written yet)",

@@ -218,7 +218,8 @@ static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     if (d->pos != WHALE_POS_LEARNED) {
         /* out (B,T,C) = wte rows this rank holds, summed over TP */
-        k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V, NULL, d->B, d->T, d->C);
+        BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                                NULL, d->B, d->T, d->C));
         return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
     }
     if (!io->tp_group) {
