@@ -93,12 +93,8 @@ summary_field() {
 }
 
 @test "srun across 3 nodes (tcp): optimizer state in a spare node's memory, same losses" {
-  # Known integration bug (wave 2): since elastic steps (--whale-spares) run the
-  # heartbeat detector and whale-train's recovery set-up, a spare that lends its
-  # memory to offload is declared dead by the working ranks ("rank -4 is dead" in
-  # the first allgather). A spare that both lends memory and can be promoted is
-  # not designed yet; see the README's offload section.
-  skip "offload to spare nodes conflicts with elastic hot spares (known bug)"
+  # The step is elastic (it has a spare): the spare lends its memory in the
+  # offload setup, then waits in whale_spare_wait, which answers the RMA.
   for z in 1 2; do
     run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
       --whale-zero=$z --whale-offload=optimizer --whale-offload-target=spares \

@@ -84,6 +84,9 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
 
 int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e)
 {
+    if (o->joined) /* a promoted spare: it lent memory at the start and keeps its own
+                    * optimizer state in its host memory (no collective to join now) */
+        return 0;
     o->joined = true; /* the collective ran, whatever its outcome */
     return whale_offload_target_open(ctx, o->where, e, &o->tgt);
 }
@@ -97,11 +100,26 @@ void train_offload_fail(struct train_offload *o, whale_ctx *ctx)
     whale_offload_target_abort(ctx, tg);
 }
 
-int train_offload_close(struct train_offload *o)
+int train_offload_close(struct train_offload *o, bool elastic)
 {
-    int rc = whale_offload_target_close(o->tgt);
+    int rc = 0;
+    if (elastic) /* spares are in whale_spare_wait, not in a barrier */
+        whale_offload_target_release(o->tgt);
+    else
+        rc = whale_offload_target_close(o->tgt);
     o->tgt = NULL;
     return rc;
+}
+
+int train_offload_lend(struct train_offload *o, whale_ctx *ctx)
+{
+    const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
+    o->where = tg && strcmp(tg, "local") ? tg : NULL;
+    if (!o->where)
+        return 0;
+    /* registers the memory lent to the workers assigned to this spare; the
+     * elastic wait that follows answers their RMA */
+    return train_offload_open(o, ctx, NULL);
 }
 
 int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
@@ -113,7 +131,7 @@ int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
     int rc = train_offload_open(o, ctx, NULL);
     if (rc)
         return rc; /* every task saw the same failure: nothing to serve */
-    return train_offload_close(o); /* serves until the workers are done */
+    return train_offload_close(o, false); /* serves until the workers are done */
 }
 
 void train_offload_usage(FILE *f)

@@ -445,6 +445,8 @@ int main(int argc, char **argv)
         goto out;
     rc = 1;
     if (whale_is_spare(ctx) && te_elastic(te)) {
+        if (train_offload_lend(&off, ctx)) /* lends memory while it waits */
+            goto out;
         int src = te_spare(te, ctx); /* 0: promoted into a failed rank's place */
         if (src) {
             rc = src > 0 ? 0 : 1;
@@ -860,7 +862,8 @@ int main(int argc, char **argv)
     }
     rc = stop_requested ? 1 : 0;
 out:
-    if (off.tgt && train_offload_close(&off)) /* spares lending memory wait for this */
+    /* non-elastic spares lending memory wait in close for the workers */
+    if (off.tgt && train_offload_close(&off, te && te_elastic(te)))
         rc = 1;
     if (rc && ctx && !whale_is_spare(ctx))
         train_offload_fail(&off, ctx); /* spares waiting for the setup stop too */
