@@ -130,6 +130,28 @@ summary_field() {
   [[ "$output" == *"does not fit the device memory budget"* ]]
 }
 
+@test "whale-run: the spare lending the state is promoted; the state comes home, same losses" {
+  # Rank 1 dies at step 5; the only spare (which holds both ranks' optimizer
+  # state) takes its place. Recovery rebuilds every engine with a local host
+  # tier (the promoted spare computes now), restores from the in-memory
+  # copies and redoes: every step's loss equals the uninterrupted run's.
+  # --keep-going: whale-run's status is the killed task's; completion is
+  # read from the summary line.
+  run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
+    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
+    --whale-offload-target spares --metrics "$TMPD/promo.jsonl"
+  echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  echo "$output" | grep -q "spare: lending"
+  echo "$output" | grep -q "lives on spare task 2"
+  echo "$output" | grep -q "hot spare: promoted to rank 1"
+  echo "$output" | grep -q "recovery: rank 1"
+  echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":20"
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/promo.jsonl"
+  echo "promoted lender: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/promo.jsonl" offload_target)" = local ]
+}
+
 @test "srun: --whale-offload-target is checked in srun" {
   run timeout 30 srun -N2 -n2 --whale-offload-target=spares true
   [ "$status" -ne 0 ]

@@ -224,6 +224,11 @@ size_t whale_engine_offload_bytes(const whale_engine *e)
     return e->off.mode ? 3 * e->off.U * sizeof(float) : 0;
 }
 
+int whale_engine_offload_remote_task(const whale_engine *e)
+{
+    return e && e->off.rem ? whale_remote_task(e->off.rem) : -1;
+}
+
 /* Blocking transfer of len bytes (get: remote -> local). */
 static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
 {

@@ -179,8 +179,10 @@ void train_offload_summary(const struct train_offload *o, json_t *sm, whale_engi
     json_object_set_new(sm, "arena_peak_mb", json_real(o->arena_peak / 1048576.0));
     if (m.arena_budget > 0)
         json_object_set_new(sm, "device_mem_mb", json_real(m.arena_budget / 1048576.0));
-    if (o->tgt)
-        json_object_set_new(sm, "offload_target", json_string(o->where));
+    if (o->tgt) /* where the state lives at the end: local after a recovery */
+        json_object_set_new(sm, "offload_target",
+                            json_string(whale_engine_offload_remote_task(e) >= 0 ? o->where
+                                                                                  : "local"));
     if (ec->offload) {
         double hid = o->t_move > 0 ? 1 - o->t_wait / o->t_move : 0;
         json_object_set_new(sm, "host_mb", json_real(m.host_bytes / 1048576.0));
