@@ -190,6 +190,8 @@ int eng_off_init(whale_engine *e)
     if (!(o->hW = eng_off_host_alloc(e, o->U)) || !(o->hG = eng_off_host_alloc(e, o->U)) ||
         !(o->hM = eng_off_host_alloc(e, o->U)) || !(o->hV = eng_off_host_alloc(e, o->U)))
         return WHALE_ENOMEM;
+    if (eng_lp(e) && !(o->h16 = (uint16_t *)eng_off_host_alloc(e, o->U / 2 + 1)))
+        return WHALE_ENOMEM;
     return mover_create((size_t)e->nb * 3 + 8, &o->mv);
 }
 
@@ -207,6 +209,7 @@ void eng_off_free(whale_engine *e)
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->h16, (o->U / 2 + 1) * sizeof(float));
         whale_arena_destroy(o->host);
     }
     o->host = NULL;
@@ -244,6 +247,12 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
         whale_error("offload to another task's memory is implemented for offload=optimizer; "
                     "this run has offload=%s (use --whale-offload-target=local)",
                     whale_offload_name(o->mode));
+        return WHALE_ENOTSUP;
+    }
+    if (eng_lp(e)) {
+        whale_error("offload to another task's memory runs in fp32 for now; this run has "
+                    "16-bit params (use --whale-offload-target=local with --precision bf16|fp16, "
+                    "or --precision fp32)");
         return WHALE_ENOTSUP;
     }
     if (o->rem || e->step > 0) {

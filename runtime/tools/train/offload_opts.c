@@ -73,6 +73,13 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
                 whale_offload_name(ec->offload));
         return -1;
     }
+    if (o->where && ec->precision != WHALE_PREC_FP32) {
+        fprintf(stderr, "whale-train: --whale-offload-target=%s moves fp32 optimizer state only: "
+                "it needs --precision fp32 (precision is %s); 16-bit runs offload to local "
+                "host memory (--whale-offload-target=local)\n", tg,
+                whale_precision_name(ec->precision));
+        return -1;
+    }
     if (ec->offload == WHALE_OFFLOAD_PARAMS && ec->zero_stage != 3) {
         fprintf(stderr, "whale-train: --offload=params keeps the ZeRO-3 weight shard in host "
                 "memory and needs --zero 3 (ZeRO is %d); use --offload=optimizer with ZeRO "
