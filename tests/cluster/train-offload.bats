@@ -76,7 +76,7 @@ summary_field() {
         run timeout 300 "$RUN" -n $n --timeout 280 "$TRAIN" $(train_args) --precision $p \
           --inject-overflow 5 --zero $z --offload optimizer --metrics "$TMPD/lpo.jsonl"
         [ "$status" -eq 0 ]
-        run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpo.jsonl" --grad-norm
+        run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpo.jsonl"
         echo "$p DP $n ZeRO $z offload optimizer: $output"
         [ "$status" -eq 0 ]
         [ "$(summary_field "$TMPD/lpo.jsonl" skipped_steps)" = "$(summary_field "$TMPD/lp-$p-$n.jsonl" skipped_steps)" ]
@@ -84,7 +84,7 @@ summary_field() {
       run timeout 300 "$RUN" -n $n --timeout 280 "$TRAIN" $(train_args) --precision $p \
         --inject-overflow 5 --zero 3 --offload params --metrics "$TMPD/lpp.jsonl"
       [ "$status" -eq 0 ]
-      run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpp.jsonl" --grad-norm
+      run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpp.jsonl"
       echo "$p DP $n ZeRO 3 offload params: $output"
       [ "$status" -eq 0 ]
     done
