@@ -146,13 +146,15 @@ void train_offload_usage(FILE *f)
     fprintf(f,
 "  --offload M          none, optimizer (fp32 master + AdamW moments in host memory,\n"
 "                       AdamW on host threads) or params (also the ZeRO-3 weight\n"
-"                       shard; needs --zero 3) (plan, WHALE_OFFLOAD or none)\n"
+"                       shard; needs --zero 3) (plan, WHALE_OFFLOAD or none); with\n"
+"                       --precision bf16|fp16 the fp32 master lives there too\n"
 "  --offload-prefetch N ZeRO 3: layers whose weights are fetched ahead (1)\n"
 "  --device-mem SIZE    device memory budget per rank (512M, 12G; default unlimited):\n"
 "                       a model that does not fit is refused with the numbers\n"
 "  --whale-offload-target T  where offloaded optimizer state lives: local (host\n"
 "                       memory of this task), spares (the step's hot-spare tasks, over\n"
-"                       UCX RMA) or a host list (spares on those nodes, node[3-4])\n");
+"                       UCX RMA) or a host list (spares on those nodes, node[3-4]);\n"
+"                       other than local: --offload optimizer, --precision fp32\n");
 }
 
 void train_offload_step(json_t *j, const struct whale_step_stats *st)
