@@ -148,6 +148,10 @@ struct whale_engine_config {
     int64_t device_mem;    /* arena budget in bytes for this rank (0: unlimited) */
     int offload;           /* enum whale_offload: none | optimizer | params (params: ZeRO 3) */
     int offload_prefetch;  /* ZeRO 3: layers whose weights are fetched ahead (0: 1) */
+
+    /* compute backend (whale/backend.h): enum whale_device, cpu (0, the
+     * default) or cuda; auto is resolved before (whale_device_resolve) */
+    int device;
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include "engine_int.h"
+#include "device.h"
 #include "kernels.h"
 
 #include <stdio.h>
@@ -518,7 +519,6 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->shadow = -1;
     e->lp = c->precision == WHALE_PREC_BF16 ? WHALE_BFLOAT16
           : c->precision == WHALE_PREC_FP16 ? WHALE_FLOAT16 : WHALE_FLOAT32;
-    e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16 : WHALE_FLOAT32;
     const struct whale_model_desc *m = &c->model;
     const int tp = g->tp.size;
     /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last
@@ -537,7 +537,12 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->off.mode = c->offload;
     e->off.prefetch = c->offload_prefetch > 0 ? c->offload_prefetch : 1;
     if (!rc)
-        rc = whale_arena_create(c->device_mem, NULL, &e->arena);
+        rc = eng_dev_open(e, c);
+    if (!rc) {
+        struct whale_arena_backend ab;
+        eng_dev_arena_backend(e, &ab);
+        rc = whale_arena_create(c->device_mem, &ab, &e->arena);
+    }
     if (rc || (rc = eng_layout(e, blocks)) || (rc = build_layers(e, blocks)) ||
         (rc = build_buckets(e)) || (rc = eng_off_init(e)) || (rc = alloc_state(e)) ||
         (rc = eng_pipe_init(e))) {
@@ -652,6 +657,7 @@ void whale_engine_destroy(whale_engine *e)
     free(e->layers);
     free(e->params);
     whale_arena_destroy(e->arena);
+    eng_dev_close(e);
     free(e);
 }
 

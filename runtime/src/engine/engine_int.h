@@ -5,6 +5,7 @@
 #include "ecomm.h"
 #include "offload.h"
 #include "layer.h"
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 #include "whale/parallel.h"
@@ -63,6 +64,7 @@ struct eng_groups {
     struct whale_par_comm pp;    /* pipeline */
     struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
     void *emb_group;             /* whale_group owned (freed with the engine) */
+    bool dp_group;               /* dp is the table over a whale_group (not a test's) */
 };
 
 struct whale_engine {
@@ -147,6 +149,10 @@ struct whale_engine {
      * peaks); optimizer / parameter offload keeps state in the host tier */
     whale_arena *arena;
     struct eng_offload off;
+    /* compute backend (device.c): every kernel, cast, the optimizer and the
+     * arena's memory go through it */
+    whale_backend *bk;
+    int32_t *tok_dev;        /* cuda: the step's tokens and targets in backend memory */
 
     /* accounting */
     int64_t scratch_now, scratch_peak;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/parallel.h"
 
@@ -41,6 +42,7 @@ struct eng_dims {
     int Ctp;         /* local attention width NH*hd */
     int L;           /* transformer blocks in the whole model */
     int tp, tp_rank;
+    whale_backend *bk; /* the engine's compute backend: every kernel runs through it */
 };
 
 struct eng_layer;
@@ -61,6 +63,8 @@ struct eng_io {
     struct whale_par_comm *tp_group; /* the TP group, NULL when tp == 1 */
     float *att_tmp;          /* selective recompute: (B,NH,T,T) attention probabilities */
     enum whale_dtype mm;     /* operand type of the linear layers' GEMMs (k_gemm_mm) */
+    double recompute_s;      /* backward: seconds spent re-building what selective
+                                recompute dropped (the step adds it to t_recompute) */
 };
 
 struct eng_layer_ops {

@@ -1,7 +1,10 @@
 /* The three GPT layer kinds: token/position embedding, pre-LayerNorm
  * transformer block, and the head (final LayerNorm, output projection tied
- * to wte, cross-entropy). N = B*T rows throughout. */
-#include "kernels.h"
+ * to wte, cross-entropy). N = B*T rows throughout. Every kernel runs
+ * through the engine's backend (whale/backend.h, d->bk) on its compute
+ * stream; activations are fp32 (mixed precision rounds them at the layer
+ * boundaries, step.c) and the linear layers multiply in the backend's fp32
+ * GEMM arithmetic (the engine's mm). */
 #include "layer.h"
 
 #include <math.h>
@@ -10,6 +13,16 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+
+#define F32 WHALE_FLOAT32
+/* A backend call inside a layer: its error (already logged, with the kernel
+ * named) ends the layer. */
+#define BK(call)                                                                             \
+    do {                                                                                     \
+        int bk_rc_ = (call);                                                                 \
+        if (bk_rc_)                                                                          \
+            return bk_rc_;                                                                   \
+    } while (0)
 
 int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
 {
@@ -177,12 +190,12 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
     const struct eng_dims *d = l->d;
     if (!io->tp_group) {
         /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
-        k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
-        return 0;
+        return whale_k_embed_fwd(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0),
+                                 eng_pw(l, 1), d->B, d->T, d->C);
     }
     /* vocabulary-parallel: rows this rank holds (+ positions once), summed over TP */
-    k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
-                   d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C);
+    BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                            d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C));
     return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
@@ -190,9 +203,8 @@ static int embed_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
-    k_embed_bwd_tp(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->v0, d->V, d->B, d->T,
-                   d->C);
-    return 0;
+    return whale_k_embed_bwd_tp(d->bk, NULL, F32, eng_pg(l, 0), eng_pg(l, 1), io->dstream,
+                                io->tokens, d->v0, d->V, d->B, d->T, d->C);
 }
 
 static void embed_flops(const struct eng_layer *l, double *f, double *b)
@@ -231,8 +243,8 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    if (keep_att)
-        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    if (keep_att) /* cpu: probabilities (B,NH,T,T); cuda: log-sum-exp (B,NH,T) */
+        TAKE(att, whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd));
     else if (s)
         s->att = NULL;
     TAKE(atty, N * Ct);
@@ -268,22 +280,16 @@ static size_t blk_scratch(const struct eng_layer *l)
 }
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
-static int row_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+static int row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
                           const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
 {
-    if (!tp) {
-        k_linear_fwd(mm, out, inp, w, b, N, IC, OC);
-        return 0;
-    }
-    k_linear_fwd(mm, out, inp, w, NULL, N, IC, OC);
+    if (!tp)
+        return whale_k_linear_fwd(bk, NULL, F32, out, inp, w, b, N, IC, OC);
+    BK(whale_k_linear_fwd(bk, NULL, F32, out, inp, w, NULL, N, IC, OC));
     int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
     if (rc)
         return rc;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < OC; c++)
-            out[(size_t)n * OC + c] += b[c];
-    return 0;
+    return whale_k_bias_add(bk, NULL, F32, out, b, N, OC);
 }
 
 static int blk_fwd(struct eng_layer *l, struct eng_io *io)
@@ -292,21 +298,23 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
+    whale_backend *bk = d->bk;
     float *tmp = io->scratch; /* (N,C) */
-    int rc;
-    k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
-    k_linear_fwd(io->mm, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct);
-    k_attention_fwd(s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd);
-    if ((rc = row_linear_fwd(io->mm, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group)))
-        return rc;
-    k_add(s.r1, io->in, tmp, (int64_t)N * C);
-    k_layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6), eng_pw(l, 7), N, C);
-    k_linear_fwd(io->mm, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F);
-    k_gelu_fwd(s.gl, s.fc, (int64_t)N * F);
-    if ((rc = row_linear_fwd(io->mm, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group)))
-        return rc;
-    k_add(io->out, s.r1, tmp, (int64_t)N * C);
-    return 0;
+    BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0),
+                             eng_pw(l, 1), N, C));
+    /* qkv (N,3Ct) = ln1 (N,C) @ Wqkv (3Ct,C)^T + b */
+    BK(whale_k_linear_fwd(bk, NULL, F32, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct));
+    /* atty (B,T,NH,hd) from qkv (B,T,3,NH,hd) */
+    BK(whale_k_attention_fwd(bk, NULL, F32, s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
+    BK(row_linear_fwd(bk, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group));
+    BK(whale_k_add(bk, NULL, F32, s.r1, io->in, tmp, (int64_t)N * C));
+    BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6),
+                             eng_pw(l, 7), N, C));
+    /* fc (N,F) = ln2 (N,C) @ Wfc (F,C)^T + b */
+    BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F));
+    BK(whale_k_gelu_fwd(bk, NULL, F32, s.gl, s.fc, (int64_t)N * F));
+    BK(row_linear_fwd(bk, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group));
+    return whale_k_add(bk, NULL, F32, io->out, s.r1, tmp, (int64_t)N * C);
 }
 
 static int blk_bwd(struct eng_layer *l, struct eng_io *io)
@@ -315,8 +323,15 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
-    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
-        k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
+    whale_backend *bk = d->bk;
+    if (l->rc == ENG_RC_SELECTIVE) { /* att (B,NH,T,T) rebuilt from the saved q,k */
+        uint64_t r0 = whale_trace_now();
+        BK(whale_k_attention_fwd(bk, NULL, F32, NULL, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
+        uint64_t r1 = whale_trace_now();
+        io->recompute_s += (double)(r1 - r0) * 1e-9;
+        if (whale_trace_on()) /* the same span name as full recompute's */
+            whale_trace_span_at("recompute", "recompute", r0, r1, -1, -1);
+    }
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */
@@ -324,24 +339,30 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     float *ds = io->dstream;                    /* (N,C), in place: dout -> dinput */
     int rc;
     /* MLP: dgl (N,F) = ds @ Wmp ; gradients of mlp.proj */
-    k_linear_bwd(io->mm, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl, eng_pw(l, 10), N, F, C, 0);
-    k_gelu_bwd(sb, s.fc, sb, (int64_t)N * F);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl,
+                          eng_pw(l, 10), N, F, C, false));
+    BK(whale_k_gelu_bwd(bk, NULL, F32, sb, s.fc, sb, (int64_t)N * F));
     /* dln2 (N,C) = dfc @ Wfc, summed over TP (column-parallel input grad) */
-    k_linear_bwd(io->mm, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8), N, C, F, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8),
+                          N, C, F, false));
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
     /* ds += LN2 backward: ds now is d(r1) */
-    k_layernorm_bwd(ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1, eng_pw(l, 6), s.mean2, s.rstd2, N, C);
+    BK(whale_k_layernorm_bwd(bk, NULL, F32, ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1,
+                             eng_pw(l, 6), s.mean2, s.rstd2, N, C));
     /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
-    k_linear_bwd(io->mm, sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty, eng_pw(l, 4), N, Ct, C, 0);
-    /* dqkv (N,3Ct) */
-    k_attention_bwd(sb, sc, s.qkv, s.att, d->B, d->T, d->NH, d->hd);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty,
+                          eng_pw(l, 4), N, Ct, C, false));
+    /* dqkv (N,3Ct) from datty (N,Ct); the flash backward also reads out = atty */
+    BK(whale_k_attention_bwd(bk, NULL, F32, sb, sc, s.qkv, s.atty, s.att, d->B, d->T, d->NH,
+                             d->hd));
     /* dln1 (N,C) = dqkv @ Wqkv, summed over TP */
-    k_linear_bwd(io->mm, sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1, eng_pw(l, 2), N, C, 3 * Ct, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1,
+                          eng_pw(l, 2), N, C, 3 * Ct, false));
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
-    k_layernorm_bwd(ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in, eng_pw(l, 0), s.mean1, s.rstd1, N, C);
-    return 0;
+    return whale_k_layernorm_bwd(bk, NULL, F32, ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in,
+                                 eng_pw(l, 0), s.mean1, s.rstd1, N, C);
 }
 
 static void blk_flops(const struct eng_layer *l, double *f, double *b)
@@ -382,25 +403,29 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
     const float *wte = eng_pw(l->tied, 0);
-    k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
+    whale_backend *bk = d->bk;
+    BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1),
+                             N, C));
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
-    k_linear_fwd(io->mm, probs, lnf, wte, NULL, N, C, V);
+    BK(whale_k_linear_fwd(bk, NULL, F32, probs, lnf, wte, NULL, N, C, V));
     if (!io->tp_group) {
-        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+        BK(whale_k_softmax_xent_fwd(bk, NULL, F32, probs, losses, io->targets, N, V));
     } else {
         /* vocabulary-parallel softmax: global row max, then global sum of exp
          * and the target's logit (held by one rank), each reduced over TP */
         float *red = io->scratch + N + (size_t)N * C; /* (3N) */
         float *mx = red, *sum = red + N, *tl = red + 2 * N;
-        k_rows_max(mx, probs, N, V);
+        BK(whale_k_rows_max(bk, NULL, F32, mx, probs, N, V));
         int rc = eng_tp_allreduce_max(io->tp_group, mx, N);
         if (rc)
             return rc;
-        k_rows_exp_sum(probs, sum, tl, mx, io->targets, d->v0, N, V);
+        BK(whale_k_rows_exp_sum(bk, NULL, F32, probs, sum, tl, mx, io->targets, d->v0, N, V));
         if ((rc = eng_tp_allreduce(io->tp_group, sum, 2 * (size_t)N)))
             return rc;
-        k_rows_normalize(probs, losses, sum, tl, N, V);
+        BK(whale_k_rows_normalize(bk, NULL, F32, probs, losses, sum, tl, N, V));
     }
+    /* losses (N) read on the host: backend memory is host-addressable on cpu
+     * and on host_coherent cuda (device.c), whose calls have completed */
     double s = 0;
     for (int n = 0; n < N; n++)
         s += losses[n];
@@ -414,17 +439,18 @@ static int head_bwd(struct eng_layer *l, struct eng_io *io)
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlnf = io->scratch + N;
+    whale_backend *bk = d->bk;
     /* probs (N,V) -> dlogits in place */
-    k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
+    BK(whale_k_softmax_xent_bwd_tp(bk, NULL, F32, probs, io->targets, d->v0, io->dloss, N, V));
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    k_linear_bwd(io->mm, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf,
+                          eng_pw(l->tied, 0), N, C, V, false));
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;
-    memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
-    k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
-                    rstd, N, C);
-    return 0;
+    BK(whale_memset(bk, io->dstream, 0, sizeof(float) * (size_t)N * C, NULL));
+    return whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf,
+                                 io->in, eng_pw(l, 0), mean, rstd, N, C);
 }
 
 static void head_flops(const struct eng_layer *l, double *f, double *b)

@@ -1,6 +1,7 @@
 /* One training step: forward and backward over the micro-batches, gradient
  * buckets reduced while backward continues, ZeRO gathers and partitions,
  * loss scaling, clipping and AdamW on this rank's shard. */
+#include "device.h"
 #include "engine_int.h"
 #include "kernels.h"
 
@@ -228,8 +229,8 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     if (e->dp.size == 1) {
         if (first_micro)
             memcpy(dst, bk->gbuf, sb * sizeof(float));
-        else
-            k_acc(dst, bk->gbuf, (int64_t)sb);
+        else if ((rc = whale_k_acc(e->bk, NULL, WHALE_FLOAT32, dst, bk->gbuf, (int64_t)sb)))
+            return rc;
         scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
@@ -296,7 +297,10 @@ static int g_finish(whale_engine *e, int b)
         bk->g16 = NULL;
     }
     if (bk->rs_tmp) {
-        k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
+        int arc = whale_k_acc(e->bk, NULL, WHALE_FLOAT32, e->Gsh + bk->shard_off, bk->rs_tmp,
+                              (int64_t)sb);
+        if (arc)
+            return arc;
         scratch_free(e, WHALE_MEM_GRAD, &bk->rs_tmp, sb);
     }
     if (e->cfg.zero_stage >= 2 && bk->gbuf) {
@@ -468,6 +472,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         io.dstream = s->dgrad;
         io.dloss = dloss;
         rc = l->ops->backward(l, &io);
+        e->t_recompute += io.recompute_s; /* selective: the attention probabilities */
         /* the gradient a 16-bit model passes down (fp16 overflows here) */
         if (!rc && eng_lp(e) && io.need_dinput)
             eng_lp_round(e, s->dgrad, ncols(e));
@@ -633,9 +638,16 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
                 if (a >= z)
                     continue;
                 const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
-                if (counts_in_norm(e, l, p))
-                    s += whale_sumsq(g, z - a);
-                b = b || whale_has_inf_nan(g, z - a);
+                /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
+                double ss = 0;
+                bool bad1 = false;
+                if (counts_in_norm(e, l, p) &&
+                    whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
+                    ss = NAN; /* a failed reduction must not look like a clean gradient */
+                s += ss;
+                if (!b && whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
+                    bad1 = true;
+                b = b || bad1;
             }
         }
     }
@@ -955,7 +967,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
     whale_arena_reset_peak(e->arena);
-    if ((rc = off_step_begin(e)))
+    if ((rc = off_step_begin(e)) || (rc = eng_dev_tokens(e, &inputs, &targets)))
         return rc;
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
@@ -1053,7 +1065,9 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
 {
     const size_t bt = (size_t)e->d.B * e->d.T;
     double loss_sum = 0;
-    int rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
+    int rc = eng_dev_tokens(e, &inputs, &targets);
+    if (!rc)
+        rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
     if (rc)
         return rc;
     bool loss_here = e->last_stage && e->d.tp_rank == 0;
