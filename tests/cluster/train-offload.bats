@@ -63,6 +63,38 @@ summary_field() {
   [ "$status" -eq 0 ]
 }
 
+@test "16-bit (bf16, fp16 with an overflow): offload gives the non-offloaded losses, DP 1 and 2" {
+  # the fp32 master and moments in the host tier, the mixed AdamW on host
+  # threads, the 16-bit params moved back: the same bits as without offload
+  # at the same precision (fp16: the injected overflow is skipped alike)
+  for p in bf16 fp16; do
+    for n in 1 2; do
+      run timeout 300 "$RUN" -n $n --timeout 280 "$TRAIN" $(train_args) --precision $p \
+        --inject-overflow 5 --metrics "$TMPD/lp-$p-$n.jsonl"
+      [ "$status" -eq 0 ]
+      for z in 0 1 2 3; do
+        run timeout 300 "$RUN" -n $n --timeout 280 "$TRAIN" $(train_args) --precision $p \
+          --inject-overflow 5 --zero $z --offload optimizer --metrics "$TMPD/lpo.jsonl"
+        [ "$status" -eq 0 ]
+        run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpo.jsonl"
+        echo "$p DP $n ZeRO $z offload optimizer: $output"
+        [ "$status" -eq 0 ]
+        [ "$(summary_field "$TMPD/lpo.jsonl" skipped_steps)" = "$(summary_field "$TMPD/lp-$p-$n.jsonl" skipped_steps)" ]
+      done
+      run timeout 300 "$RUN" -n $n --timeout 280 "$TRAIN" $(train_args) --precision $p \
+        --inject-overflow 5 --zero 3 --offload params --metrics "$TMPD/lpp.jsonl"
+      [ "$status" -eq 0 ]
+      run same_losses "$TMPD/lp-$p-$n.jsonl" "$TMPD/lpp.jsonl"
+      echo "$p DP $n ZeRO 3 offload params: $output"
+      [ "$status" -eq 0 ]
+    done
+  done
+  # the remote tier moves fp32 state only: refused before any step, naming both
+  run "$TRAIN" $(train_args) --precision bf16 --offload optimizer --whale-offload-target spares
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--whale-offload-target=spares moves fp32 optimizer state only"*"bf16"* ]]
+}
+
 @test "whale-run TP and PP with offload: same losses" {
   "$TRAIN" $(train_args) --grad-accum 2 --metrics "$TMPD/ref-acc.jsonl" > /dev/null 2>&1
   for spec in "2|--pp 2|--zero 1 --offload optimizer" "2|--tp 2|--zero 3 --offload params" \
@@ -90,15 +122,28 @@ summary_field() {
     [ "$status" -eq 0 ]
     [ "$(summary_field "$TMPD/s-$2-$1.jsonl" offload)" = "$2" ]
   done
+  # bf16 through the plugin's options: the same bits as bf16 without offload
+  run timeout 300 env UCX_TLS=tcp,self srun -N2 -n2 --whale-dp=2 --whale-zero=2 \
+    --whale-precision=bf16 "$TRAIN" $(train_args) --metrics "$TMPD/s-bf16.jsonl"
+  [ "$status" -eq 0 ]
+  run timeout 300 env UCX_TLS=tcp,self srun -N2 -n2 --whale-dp=2 --whale-zero=2 \
+    --whale-precision=bf16 --whale-offload=optimizer "$TRAIN" $(train_args) \
+    --metrics "$TMPD/s-bf16-o.jsonl"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/s-bf16.jsonl" "$TMPD/s-bf16-o.jsonl" --grad-norm
+  echo "srun bf16 ZeRO 2 offload optimizer: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/s-bf16-o.jsonl" precision)" = bf16 ]
+  # the plugin refuses what whale-train refuses: 16-bit with a remote tier
+  run timeout 30 srun -N3 -n3 --whale-spares=1 --whale-precision=bf16 --whale-offload=optimizer \
+    --whale-offload-target=spares true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"--whale-offload-target=spares runs with --whale-precision=fp32 only (not bf16)"* ]]
 }
 
 @test "srun across 3 nodes (tcp): optimizer state in a spare node's memory, same losses" {
-  # Known integration bug (wave 2): since elastic steps (--whale-spares) run the
-  # heartbeat detector and whale-train's recovery set-up, a spare that lends its
-  # memory to offload is declared dead by the working ranks ("rank -4 is dead" in
-  # the first allgather). A spare that both lends memory and can be promoted is
-  # not designed yet; see the README's offload section.
-  skip "offload to spare nodes conflicts with elastic hot spares (known bug)"
+  # The step is elastic (it has a spare): the spare lends its memory in the
+  # offload setup, then waits in whale_spare_wait, which answers the RMA.
   for z in 1 2; do
     run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
       --whale-zero=$z --whale-offload=optimizer --whale-offload-target=spares \
@@ -132,6 +177,28 @@ summary_field() {
     --whale-offload-target=spares "$TRAIN" $(train_args) --device-mem 100K --metrics ""
   [ "$status" -ne 0 ] && [ "$status" -ne 124 ]
   [[ "$output" == *"does not fit the device memory budget"* ]]
+}
+
+@test "whale-run: the spare lending the state is promoted; the state comes home, same losses" {
+  # Rank 1 dies at step 5; the only spare (which holds both ranks' optimizer
+  # state) takes its place. Recovery rebuilds every engine with a local host
+  # tier (the promoted spare computes now), restores from the in-memory
+  # copies and redoes: every step's loss equals the uninterrupted run's.
+  # --keep-going: whale-run's status is the killed task's; completion is
+  # read from the summary line.
+  run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
+    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
+    --whale-offload-target spares --metrics "$TMPD/promo.jsonl"
+  echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  echo "$output" | grep -q "spare: lending"
+  echo "$output" | grep -q "lives on spare task 2"
+  echo "$output" | grep -q "hot spare: promoted to rank 1"
+  echo "$output" | grep -q "recovery: rank 1"
+  echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":20"
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/promo.jsonl"
+  echo "promoted lender: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/promo.jsonl" offload_target)" = local ]
 }
 
 @test "srun: --whale-offload-target is checked in srun" {

@@ -243,6 +243,9 @@ double whale_sgemm_peak_gflops(const whale_engine *e);
  * then keeps only the gradients and two staging sets of one bucket. */
 size_t whale_engine_offload_bytes(const whale_engine *e);
 int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t offset);
+/* The task whose memory holds the state now, -1: this task's host tier (also
+ * after an elastic recovery, which rebuilds the engine with a local tier). */
+int whale_engine_offload_remote_task(const whale_engine *e);
 
 /* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
 struct whale_engine_memory {

@@ -34,6 +34,13 @@ int whale_offload_target_abort(whale_ctx *ctx, const char *target);
  * wait progresses RMA over tcp), then release it. Workers: close after the
  * last step. Collective over whale_all_tasks(ctx). NULL is a no-op. */
 int whale_offload_target_close(whale_offload_target *t);
+/* Not collective: releases the handles and (spares) the lent memory. For
+ * elastic steps, where spares wait in whale_spare_wait rather than in a
+ * barrier: workers call it after their last step (every put to the spare
+ * was flushed by the step that issued it), spares after whale_spare_wait
+ * returned WHALE_EDONE (every rank finalized: no access can follow) or at
+ * the end of the run when they were promoted. NULL is a no-op. */
+void whale_offload_target_release(whale_offload_target *t);
 /* Bytes this task serves for others (spares) or keeps remotely (workers). */
 size_t whale_offload_target_bytes(const whale_offload_target *t);
 

@@ -54,6 +54,13 @@ const char *whale_simd_name(enum whale_simd s); /* "scalar", "avx2", "avx512" */
 void whale_adamw_update_mixed(const struct whale_adamw *o, int64_t t, float *master,
                               const float *g, float *m, float *v, uint16_t *param,
                               enum whale_dtype param_dtype, size_t n, float grad_mul, bool decay);
+/* The same with the host AdamW (whale_adamw_update_host: vectorised, host
+ * threads): optimizer offload at 16-bit precision. Bit-identical to
+ * whale_adamw_update_mixed. Shapes as above. */
+void whale_adamw_update_mixed_host(const struct whale_adamw *o, int64_t t, float *master,
+                                   const float *g, float *m, float *v, uint16_t *param,
+                                   enum whale_dtype param_dtype, size_t n, float grad_mul,
+                                   bool decay);
 
 /* Sum of squares of g (n), accumulated in double. */
 double whale_sumsq(const float *g, size_t n);

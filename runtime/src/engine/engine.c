@@ -80,12 +80,6 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
         whale_error("offload %d out of range (none, optimizer, params)", c->offload);
         return WHALE_ERANGE;
     }
-    if (c->offload != WHALE_OFFLOAD_NONE && c->precision != WHALE_PREC_FP32) {
-        whale_error("offload=%s with %s precision is not implemented yet: offload runs in fp32 "
-                    "(--precision fp32) for now", whale_offload_name(c->offload),
-                    whale_precision_name(c->precision));
-        return WHALE_ENOTSUP;
-    }
     if (c->offload == WHALE_OFFLOAD_PARAMS && c->zero_stage != 3) {
         whale_error("offload=params keeps the ZeRO-3 weight shard in host memory: it needs "
                     "ZeRO stage 3 (zero is %d); use offload=optimizer with ZeRO %d",
@@ -371,13 +365,14 @@ static int alloc_state(whale_engine *e)
         e->Wsh = off_par ? e->off.hW : aalloc(e, WHALE_MEM_PARAM, S);
     if (!lp && z == 3 && !e->Wsh)
         return WHALE_ENOMEM;
-    if (lp && z == 0 && !(e->W = aalloc(e, WHALE_MEM_OPTIM, P)))
+    /* 16-bit with offload: the master lives in the host tier (same layout) */
+    if (lp && z == 0 && !(e->W = off_opt ? e->off.hW : aalloc(e, WHALE_MEM_OPTIM, P)))
         return WHALE_ENOMEM;
-    if (lp && z >= 1 && !(e->Wsh = aalloc(e, WHALE_MEM_OPTIM, S)))
+    if (lp && z >= 1 && !(e->Wsh = off_opt ? e->off.hW : aalloc(e, WHALE_MEM_OPTIM, S)))
         return WHALE_ENOMEM;
     if (lp && z < 3 && !(e->W16 = aalloc16(e, P)))
         return WHALE_ENOMEM;
-    if (lp && z == 3 && !(e->W16sh = aalloc16(e, S)))
+    if (lp && z == 3 && !(e->W16sh = off_par ? e->off.h16 : aalloc16(e, S)))
         return WHALE_ENOMEM;
     if (z < 2 && !(e->G = aalloc(e, WHALE_MEM_GRAD, P)))
         return WHALE_ENOMEM;
@@ -432,11 +427,13 @@ static void free_state(whale_engine *e)
     const int z = e->cfg.zero_stage;
     const enum whale_mem_cat wcat = eng_lp(e) ? WHALE_MEM_OPTIM : WHALE_MEM_PARAM;
     size_t P = e->P, S = e->S, mv = z == 0 ? P : S;
-    afree(e, wcat, e->W, P);
+    if (e->W != e->off.hW)
+        afree(e, wcat, e->W, P);
     if (e->Wsh != e->off.hW)
         afree(e, wcat, e->Wsh, S);
     whale_arena_free(e->arena, WHALE_MEM_PARAM, e->W16, P * sizeof(uint16_t));
-    whale_arena_free(e->arena, WHALE_MEM_PARAM, e->W16sh, S * sizeof(uint16_t));
+    if (e->W16sh != e->off.h16)
+        whale_arena_free(e->arena, WHALE_MEM_PARAM, e->W16sh, S * sizeof(uint16_t));
     afree(e, WHALE_MEM_GRAD, e->G, P);
     afree(e, WHALE_MEM_GRAD, e->Gsh, S);
     if (e->M != e->off.hM) {

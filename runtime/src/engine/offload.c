@@ -190,6 +190,8 @@ int eng_off_init(whale_engine *e)
     if (!(o->hW = eng_off_host_alloc(e, o->U)) || !(o->hG = eng_off_host_alloc(e, o->U)) ||
         !(o->hM = eng_off_host_alloc(e, o->U)) || !(o->hV = eng_off_host_alloc(e, o->U)))
         return WHALE_ENOMEM;
+    if (eng_lp(e) && !(o->h16 = (uint16_t *)eng_off_host_alloc(e, o->U / 2 + 1)))
+        return WHALE_ENOMEM;
     return mover_create((size_t)e->nb * 3 + 8, &o->mv);
 }
 
@@ -207,6 +209,7 @@ void eng_off_free(whale_engine *e)
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->h16, (o->U / 2 + 1) * sizeof(float));
         whale_arena_destroy(o->host);
     }
     o->host = NULL;
@@ -224,6 +227,11 @@ size_t whale_engine_offload_bytes(const whale_engine *e)
     return e->off.mode ? 3 * e->off.U * sizeof(float) : 0;
 }
 
+int whale_engine_offload_remote_task(const whale_engine *e)
+{
+    return e && e->off.rem ? whale_remote_task(e->off.rem) : -1;
+}
+
 /* Blocking transfer of len bytes (get: remote -> local). */
 static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
 {
@@ -239,6 +247,12 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
         whale_error("offload to another task's memory is implemented for offload=optimizer; "
                     "this run has offload=%s (use --whale-offload-target=local)",
                     whale_offload_name(o->mode));
+        return WHALE_ENOTSUP;
+    }
+    if (eng_lp(e)) {
+        whale_error("offload to another task's memory runs in fp32 for now; this run has "
+                    "16-bit params (use --whale-offload-target=local with --precision bf16|fp16, "
+                    "or --precision fp32)");
         return WHALE_ENOTSUP;
     }
     if (o->rem || e->step > 0) {

@@ -37,6 +37,11 @@ struct eng_offload {
     float *hW;            /* master weights of the update range (params mode: the ZeRO-3 shard) */
     float *hG;            /* gradients of the update range */
     float *hM, *hV;       /* AdamW moments (the engine's M, V point here) */
+    /* 16-bit precision: hW is the fp32 master (the engine's W or Wsh point
+     * here: no master in the arena) and h16 the updated 16-bit params of
+     * the update range, moved back to W16 / W16sh per bucket (params mode:
+     * W16sh points here, the shard lives in the host tier) */
+    uint16_t *h16;
     struct eng_mover *mv;
     bool resync;          /* the tensors were walked (maybe restored): refresh hW from W */
     bool last_micro;      /* the backward running now ends the step's accumulation */

@@ -795,12 +795,23 @@ static int off_apply(whale_engine *e, float grad_mul)
                 if (a >= zz)
                     continue;
                 size_t off = mvoff(e, bk, lo, a);
-                whale_adamw_update_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
-                                        o->hM + off, o->hV + off, zz - a, grad_mul, p->decay);
+                if (o->h16) /* 16-bit: fp32 master update, then the cast into h16 */
+                    whale_adamw_update_mixed_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
+                                                  o->hM + off, o->hV + off, o->h16 + off, e->lp,
+                                                  zz - a, grad_mul, p->decay);
+                else
+                    whale_adamw_update_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
+                                            o->hM + off, o->hV + off, zz - a, grad_mul,
+                                            p->decay);
             }
         }
         if (o->mode == WHALE_OFFLOAD_PARAMS)
             continue; /* the shard lives in the host tier: nothing to bring back */
+        if (o->h16) { /* the 16-bit params go back; the master stays in the host tier */
+            eng_move_post(e, &bk->wup, w16ptr(e, bk, lo, lo), o->h16 + mvoff(e, bk, lo, lo),
+                          (hi - lo) * sizeof(uint16_t));
+            continue;
+        }
         /* ZeRO 1/2 with DP: straight into the allgather's send buffer */
         float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
                                                            : wptr(e, bk, lo, lo);
@@ -836,7 +847,8 @@ static int off_step_begin(whale_engine *e)
         shard_range(e, bk, &lo, &hi);
         size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
         if (!o->rem) {
-            memcpy(o->hW + a, wptr(e, bk, lo, lo), len);
+            if (o->hW + a != wptr(e, bk, lo, lo)) /* 16-bit: the master is there already */
+                memcpy(o->hW + a, wptr(e, bk, lo, lo), len);
             continue;
         }
         whale_req *q = NULL;
@@ -868,6 +880,8 @@ static int allgather_weights(whale_engine *e)
         if (eng_lp(e)) {
             /* the 16-bit params travel (as sb/2 fp32 words: a gather only copies) */
             uint16_t *own = (uint16_t *)e->agtmp + bk->shard_off;
+            if (e->off.mode) /* offload: the mover brings the updated shard back */
+                eng_move_wait(e, &bk->wup);
             memcpy(own, e->W16 + bk->flat + (size_t)e->dp.rank * sb, sb * sizeof(uint16_t));
             rc = e->dp.iallgather(&e->dp, (const float *)own, (float *)(e->W16 + bk->flat),
                                   sb / 2, &reqs[k]);

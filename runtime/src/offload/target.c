@@ -189,6 +189,14 @@ int whale_offload_target_close(whale_offload_target *t)
         return 0;
     /* spares wait here (progressing RMA) until every worker has finished */
     int rc = whale_barrier(whale_all_tasks(t->ctx));
+    whale_offload_target_release(t);
+    return rc;
+}
+
+void whale_offload_target_release(whale_offload_target *t)
+{
+    if (!t)
+        return;
     for (int i = 0; i < t->ntasks && t->rem; i++)
         whale_remote_free(t->rem[i]);
     free(t->rem);
@@ -196,7 +204,6 @@ int whale_offload_target_close(whale_offload_target *t)
         whale_region_free(t->reg);
     free(t->mem);
     free(t);
-    return rc;
 }
 
 size_t whale_offload_target_bytes(const whale_offload_target *t)

@@ -214,25 +214,28 @@ static int bench_bw(int argc, char **argv)
         return 1;
     }
     if (me == 0)
-        printf("# %d task(s); GB/s = bytes / best of %d\n%12s %10s %12s %12s %12s %12s\n", nt,
-               reps, "bytes", "memcpy", "local_put", "local_get", nt > 1 ? "remote_put" : "-",
+        printf("# %d task(s); GB/s = bytes / time, best/median of %d\n"
+               "%12s %12s %12s %12s %12s %12s\n", nt, reps, "bytes", "memcpy", "local_put", "local_get", nt > 1 ? "remote_put" : "-",
                nt > 1 ? "remote_get" : "-");
     for (int64_t n = lo; n <= hi && !rc; n *= 2) {
-        double best[5] = { 1e30, 1e30, 1e30, 1e30, 1e30 };
+        double *tm = calloc((size_t)reps * 5, sizeof *tm); /* [path][rep] */
+        if (!tm) {
+            rc = WHALE_ENOMEM;
+            break;
+        }
         for (int r = 0; r < reps && !rc; r++) {
             if (me == 0) {
                 double t0 = now();
                 memcpy(dst, src, (size_t)n);
                 double t1 = now();
-                best[0] = t1 - t0 < best[0] ? t1 - t0 : best[0];
+                tm[r] = t1 - t0;
                 for (int k = 0; k < 4 && !rc; k++) {
                     if (k >= 2 && nt < 2)
                         break;
                     whale_remote *t = rem[k < 2 ? 0 : 1];
                     t0 = now();
                     rc = xfer(t, k & 1, k & 1 ? src : src, (size_t)n);
-                    double dt = now() - t0;
-                    best[1 + k] = dt < best[1 + k] ? dt : best[1 + k];
+                    tm[(size_t)(1 + k) * reps + r] = now() - t0;
                 }
             }
             /* the target progresses RMA (tcp) while it waits here */
@@ -242,13 +245,20 @@ static int bench_bw(int argc, char **argv)
         if (me == 0 && !rc) {
             printf("%12lld", (long long)n);
             for (int k = 0; k < 5; k++) {
-                if (k >= 3 && nt < 2)
+                if (k >= 3 && nt < 2) {
                     printf(" %12s", "-");
-                else
-                    printf(k ? " %12.2f" : " %10.2f", (double)n / best[k] / 1e9);
+                    continue;
+                }
+                double *v = tm + (size_t)k * reps;
+                qsort(v, (size_t)reps, sizeof *v, cmpd);
+                char cell[40];
+                snprintf(cell, sizeof cell, "%.2f/%.2f", (double)n / v[0] / 1e9,
+                         (double)n / v[reps / 2] / 1e9);
+                printf(" %12s", cell);
             }
             printf("\n");
         }
+        free(tm);
     }
     if (rc)
         fprintf(stderr, "whale-bench offload bw: %s\n", whale_strerror(rc));

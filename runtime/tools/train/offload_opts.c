@@ -73,6 +73,13 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
                 whale_offload_name(ec->offload));
         return -1;
     }
+    if (o->where && ec->precision != WHALE_PREC_FP32) {
+        fprintf(stderr, "whale-train: --whale-offload-target=%s moves fp32 optimizer state only: "
+                "it needs --precision fp32 (precision is %s); 16-bit runs offload to local "
+                "host memory (--whale-offload-target=local)\n", tg,
+                whale_precision_name(ec->precision));
+        return -1;
+    }
     if (ec->offload == WHALE_OFFLOAD_PARAMS && ec->zero_stage != 3) {
         fprintf(stderr, "whale-train: --offload=params keeps the ZeRO-3 weight shard in host "
                 "memory and needs --zero 3 (ZeRO is %d); use --offload=optimizer with ZeRO "
@@ -84,6 +91,9 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
 
 int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e)
 {
+    if (o->joined) /* a promoted spare: it lent memory at the start and keeps its own
+                    * optimizer state in its host memory (no collective to join now) */
+        return 0;
     o->joined = true; /* the collective ran, whatever its outcome */
     return whale_offload_target_open(ctx, o->where, e, &o->tgt);
 }
@@ -97,11 +107,26 @@ void train_offload_fail(struct train_offload *o, whale_ctx *ctx)
     whale_offload_target_abort(ctx, tg);
 }
 
-int train_offload_close(struct train_offload *o)
+int train_offload_close(struct train_offload *o, bool elastic)
 {
-    int rc = whale_offload_target_close(o->tgt);
+    int rc = 0;
+    if (elastic) /* spares are in whale_spare_wait, not in a barrier */
+        whale_offload_target_release(o->tgt);
+    else
+        rc = whale_offload_target_close(o->tgt);
     o->tgt = NULL;
     return rc;
+}
+
+int train_offload_lend(struct train_offload *o, whale_ctx *ctx)
+{
+    const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
+    o->where = tg && strcmp(tg, "local") ? tg : NULL;
+    if (!o->where)
+        return 0;
+    /* registers the memory lent to the workers assigned to this spare; the
+     * elastic wait that follows answers their RMA */
+    return train_offload_open(o, ctx, NULL);
 }
 
 int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
@@ -113,7 +138,7 @@ int train_offload_spare(struct train_offload *o, whale_ctx *ctx)
     int rc = train_offload_open(o, ctx, NULL);
     if (rc)
         return rc; /* every task saw the same failure: nothing to serve */
-    return train_offload_close(o); /* serves until the workers are done */
+    return train_offload_close(o, false); /* serves until the workers are done */
 }
 
 void train_offload_usage(FILE *f)
@@ -121,13 +146,15 @@ void train_offload_usage(FILE *f)
     fprintf(f,
 "  --offload M          none, optimizer (fp32 master + AdamW moments in host memory,\n"
 "                       AdamW on host threads) or params (also the ZeRO-3 weight\n"
-"                       shard; needs --zero 3) (plan, WHALE_OFFLOAD or none)\n"
+"                       shard; needs --zero 3) (plan, WHALE_OFFLOAD or none); with\n"
+"                       --precision bf16|fp16 the fp32 master lives there too\n"
 "  --offload-prefetch N ZeRO 3: layers whose weights are fetched ahead (1)\n"
 "  --device-mem SIZE    device memory budget per rank (512M, 12G; default unlimited):\n"
 "                       a model that does not fit is refused with the numbers\n"
 "  --whale-offload-target T  where offloaded optimizer state lives: local (host\n"
 "                       memory of this task), spares (the step's hot-spare tasks, over\n"
-"                       UCX RMA) or a host list (spares on those nodes, node[3-4])\n");
+"                       UCX RMA) or a host list (spares on those nodes, node[3-4]);\n"
+"                       other than local: --offload optimizer, --precision fp32\n");
 }
 
 void train_offload_step(json_t *j, const struct whale_step_stats *st)
@@ -161,8 +188,10 @@ void train_offload_summary(const struct train_offload *o, json_t *sm, whale_engi
     json_object_set_new(sm, "arena_peak_mb", json_real(o->arena_peak / 1048576.0));
     if (m.arena_budget > 0)
         json_object_set_new(sm, "device_mem_mb", json_real(m.arena_budget / 1048576.0));
-    if (o->tgt)
-        json_object_set_new(sm, "offload_target", json_string(o->where));
+    if (o->tgt) /* where the state lives at the end: local after a recovery */
+        json_object_set_new(sm, "offload_target",
+                            json_string(whale_engine_offload_remote_task(e) >= 0 ? o->where
+                                                                                  : "local"));
     if (ec->offload) {
         double hid = o->t_move > 0 ? 1 - o->t_wait / o->t_move : 0;
         json_object_set_new(sm, "host_mb", json_real(m.host_bytes / 1048576.0));

@@ -41,8 +41,17 @@ void train_offload_usage(FILE *f);
 /* Workers, after the engine exists (before a resume): the remote target's
  * collective. Spares: take part and serve until the workers close. */
 int train_offload_open(struct train_offload *o, whale_ctx *ctx, whale_engine *e);
-int train_offload_close(struct train_offload *o);
+/* elastic: no barrier (spares wait in whale_spare_wait); see
+ * whale_offload_target_release for when that is safe. */
+int train_offload_close(struct train_offload *o, bool elastic);
+/* A spare of a non-elastic step: lends memory and serves until the end. */
 int train_offload_spare(struct train_offload *o, whale_ctx *ctx);
+/* A spare of an elastic step, before whale_spare_wait: takes part in the
+ * target's setup and registers the memory it lends; the elastic wait serves
+ * the workers' RMA. Released by train_offload_close(o, true) when the wait
+ * ended (or, promoted, at the end of the run). Nonzero: every task saw the
+ * setup fail (stop). */
+int train_offload_lend(struct train_offload *o, whale_ctx *ctx);
 /* A worker failing before the setup (or with a remote target it refused):
  * tells the waiting spares, so that they stop too. */
 void train_offload_fail(struct train_offload *o, whale_ctx *ctx);

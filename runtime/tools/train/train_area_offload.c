@@ -1,7 +1,8 @@
 /* The offload area (issue 12) plugged into whale-train's hooks: its options,
  * help text, configuration, setup collective, per-step figures, summary and
- * end. The logic lives in offload_opts.c; a non-elastic step's spare lends
- * memory through train_offload_spare (called from train_setup.c). */
+ * end. The logic lives in offload_opts.c; a spare lends memory through
+ * train_offload_lend before the elastic wait, or train_offload_spare in a
+ * non-elastic step (both called from train_setup.c). */
 #include "train_areas.h"
 
 static int set_mode(struct train *t, const char *a)
@@ -57,7 +58,9 @@ static void report(struct train *t, json_t *summary)
 
 static int teardown(struct train *t, int rc)
 {
-    if (t->off.tgt && train_offload_close(&t->off)) /* spares lending memory wait for this */
+    /* non-elastic spares lending memory wait in close for the workers;
+     * elastic ones in whale_spare_wait (no barrier then) */
+    if (t->off.tgt && train_offload_close(&t->off, t->te && te_elastic(t->te)))
         rc = 1;
     if (rc && t->ctx && !whale_is_spare(t->ctx))
         train_offload_fail(&t->off, t->ctx); /* spares waiting for the setup stop too */

@@ -30,6 +30,8 @@ static int setup_ranks(struct train *t)
     if ((rc = te_init(&t->te, t->ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
         return rc;
     if (whale_is_spare(t->ctx) && te_elastic(t->te)) {
+        if (train_offload_lend(&t->off, t->ctx)) /* lends memory while it waits */
+            return 1;
         int src = te_spare(t->te, t->ctx); /* 0: promoted into a failed rank's place */
         if (src)
             return src > 0 ? 0 : 1;

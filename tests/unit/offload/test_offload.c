@@ -9,7 +9,12 @@
  *  - a model whose state exceeds a device budget (half of what ZeRO alone
  *    needs) is refused without offload and trains with it;
  *  - the tensor walk (checkpoints, elastic redundancy) sees and restores the
- *    offloaded state: a run restored mid-way continues exactly. */
+ *    offloaded state: a run restored mid-way continues exactly;
+ *  - bf16 / fp16 (fp32 master and moments in the host tier, the mixed host
+ *    AdamW, 16-bit params moved back): the same bits as without offload at
+ *    the same precision, DP 1 and 2, ZeRO 0..3, restore included; the arena
+ *    peak drops by master + moments (12 B x U) and, params, the 16-bit
+ *    shard (2 B x S). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,6 +133,8 @@ static void make_data(void)
     fclose(f);
 }
 
+static enum whale_precision run_precision; /* fp32 unless a 16-bit test sets it */
+
 static struct whale_engine_config base_cfg(int dp, int zero, int offload)
 {
     struct whale_engine_config c;
@@ -144,6 +151,8 @@ static struct whale_engine_config base_cfg(int dp, int zero, int offload)
     c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
     c.threads = 1;
     c.offload = offload;
+    c.precision = run_precision;
+    c.loss_scaling = run_precision == WHALE_PREC_FP16;
     return c;
 }
 
@@ -377,7 +386,7 @@ struct snap {
 static int snap_piece(const struct whale_tensor_piece *p, void *user)
 {
     struct snap *s = user;
-    size_t b = (size_t)(p->flat_end - p->flat_begin) * 4;
+    size_t b = (size_t)(p->flat_end - p->flat_begin) * (p->dtype == WHALE_FLOAT32 ? 4 : 2);
     if (!s->restore) {
         assert_true(s->n < 64 * 4);
         s->buf[s->n] = malloc(b);
@@ -522,6 +531,158 @@ static void test_remote_tier(void **st)
     whale_finalize(ctx);
 }
 
+/* ---- 16-bit precision ------------------------------------------------------------ */
+
+static void test_mixed_host_bitexact(void **st)
+{
+    (void)st;
+    const size_t n = 300001; /* > one block of the mixed update */
+    struct whale_adamw o = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                             .weight_decay = 0.1f };
+    float *buf = malloc(n * 4 * 7);
+    uint16_t *p0 = malloc(n * 2), *p1 = malloc(n * 2);
+    assert_non_null(buf);
+    assert_non_null(p0);
+    assert_non_null(p1);
+    float *w0 = buf, *g = buf + n, *m0 = buf + 2 * n, *v0 = buf + 3 * n;
+    float *w1 = buf + 4 * n, *m1 = buf + 5 * n, *v1 = buf + 6 * n;
+    const enum whale_dtype dts[2] = { WHALE_BFLOAT16, WHALE_FLOAT16 };
+    for (int d = 0; d < 2; d++) {
+        uint64_t r = 5;
+        for (size_t i = 0; i < 4 * n; i++) {
+            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+            buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
+        }
+        for (size_t i = 0; i < n; i++)
+            v0[i] = fabsf(v0[i]) * 1e-3f;
+        memcpy(w1, w0, n * 4);
+        memcpy(m1, m0, n * 4);
+        memcpy(v1, v0, n * 4);
+        for (int t = 1; t <= 3; t++) {
+            whale_adamw_update_mixed(&o, t, w0, g, m0, v0, p0, dts[d], n, 0.5f, t != 2);
+            whale_adamw_update_mixed_host(&o, t, w1, g, m1, v1, p1, dts[d], n, 0.5f, t != 2);
+        }
+        assert_memory_equal(w0, w1, n * 4);
+        assert_memory_equal(m0, m1, n * 4);
+        assert_memory_equal(v0, v1, n * 4);
+        assert_memory_equal(p0, p1, n * 2);
+    }
+    printf("mixed host AdamW (%s): bit-identical master, moments, bf16 and fp16 params\n",
+           whale_simd_name(whale_adamw_simd()));
+    free(buf);
+    free(p0);
+    free(p1);
+}
+
+static void test_equiv_lp(void **st)
+{
+    (void)st;
+    const enum whale_precision ps[2] = { WHALE_PREC_BF16, WHALE_PREC_FP16 };
+    for (int pi = 0; pi < 2; pi++) {
+        run_precision = ps[pi];
+        for (int dp = 1; dp <= 2; dp++) {
+            struct run base[2];
+            run_dp(dp, 0, WHALE_OFFLOAD_NONE, 0, base);
+            for (int z = 0; z <= 3; z++) {
+                for (int off = 0; off <= 2; off++) {
+                    if (off == WHALE_OFFLOAD_PARAMS && z != 3)
+                        continue;
+                    struct run runs[2];
+                    run_dp(dp, z, off, off == WHALE_OFFLOAD_PARAMS ? 2 : 0, runs);
+                    for (int s = 0; s < STEPS; s++)
+                        assert_true(runs[0].loss[s] == base[0].loss[s]);
+                    printf("%s DP %d ZeRO %d offload=%-9s: loss %.6f -> %.6f, every step "
+                           "equal to ZeRO 0 without offload\n",
+                           ps[pi] == WHALE_PREC_BF16 ? "bf16" : "fp16", dp, z,
+                           whale_offload_name(off), runs[0].loss[0], runs[0].loss[STEPS - 1]);
+                    assert_true(runs[0].loss[STEPS - 1] < runs[0].loss[0] - 0.5);
+                }
+            }
+        }
+    }
+    run_precision = WHALE_PREC_FP32;
+}
+
+static void test_memory_drop_lp(void **st)
+{
+    (void)st;
+    run_steps = 2;
+    run_precision = WHALE_PREC_BF16;
+    for (int z = 0; z <= 3; z++) {
+        for (int off = 1; off <= 2; off++) {
+            if (off == WHALE_OFFLOAD_PARAMS && z != 3)
+                continue;
+            struct run a[1], b[1];
+            run_dp(1, z, WHALE_OFFLOAD_NONE, 1, a);
+            run_dp(1, z, off, 1, b);
+            struct whale_engine_config c = base_cfg(1, z, 0);
+            whale_engine *e;
+            assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+            double U = (double)(z == 0 ? e->P : e->S), S = (double)e->S;
+            whale_engine_destroy(e);
+            double want = 12 * U + (off == WHALE_OFFLOAD_PARAMS ? 2 * S : 0);
+            double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
+            printf("bf16 ZeRO %d offload=%s: arena peak %lld -> %lld B, drop %.0f B, formula "
+                   "%.0f B (%.2f %%)\n", z, whale_offload_name(off),
+                   (long long)a[0].mem.arena_peak, (long long)b[0].mem.arena_peak, got, want,
+                   100 * fabs(got - want) / want);
+            assert_true(fabs(got - want) / want < 0.05);
+        }
+    }
+    run_precision = WHALE_PREC_FP32;
+    run_steps = 0;
+}
+
+/* bf16 with offload: the walk sees master (host tier), moments and the 16-bit
+ * params; a run restored mid-way continues with the uninterrupted losses. */
+static void test_resume_lp(void **st)
+{
+    (void)st;
+    run_precision = WHALE_PREC_BF16;
+    for (int k = 0; k < 3; k++) {
+        const int zero = k == 0 ? 1 : 3, offload = k == 2 ? WHALE_OFFLOAD_PARAMS
+                                                          : WHALE_OFFLOAD_OPTIMIZER;
+        struct run full[1];
+        run_dp(1, zero, offload, 1, full);
+        struct whale_engine_config c = base_cfg(1, zero, offload);
+        struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
+                                        .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
+        whale_data *d = NULL;
+        assert_int_equal(whale_data_open(&dc, &d), 0);
+        int32_t in[GB * SEQ], tg[GB * SEQ];
+        whale_engine *e, *f;
+        struct whale_train_state ts;
+        struct whale_step_stats sst;
+        assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+        for (int s = 0; s < STEPS / 2; s++) {
+            whale_engine_get_state(e, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
+        }
+        struct snap sn = { .n = 0 };
+        assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
+        whale_engine_get_state(e, &ts);
+        whale_engine_destroy(e);
+        assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
+        sn.restore = true;
+        assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
+        assert_int_equal(whale_engine_set_state(f, &ts), 0);
+        for (int s = STEPS / 2; s < STEPS; s++) {
+            whale_engine_get_state(f, &ts);
+            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
+            assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
+            assert_true(sst.loss == full[0].loss[s]);
+        }
+        printf("bf16 restore at step %d, offload=%s ZeRO %d: continues exactly\n", STEPS / 2,
+               whale_offload_name(offload), zero);
+        for (int i = 0; i < sn.n; i++)
+            free(sn.buf[i]);
+        whale_engine_destroy(f);
+        whale_data_close(d);
+    }
+    run_precision = WHALE_PREC_FP32;
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -541,7 +702,9 @@ int main(void)
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_equiv_dp1),
         cmocka_unit_test(test_equiv_dp2),      cmocka_unit_test(test_memory_drop),
         cmocka_unit_test(test_budget),         cmocka_unit_test(test_tensors_resume),
-        cmocka_unit_test(test_remote_tier),
+        cmocka_unit_test(test_remote_tier),    cmocka_unit_test(test_mixed_host_bitexact),
+        cmocka_unit_test(test_equiv_lp),       cmocka_unit_test(test_memory_drop_lp),
+        cmocka_unit_test(test_resume_lp),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
