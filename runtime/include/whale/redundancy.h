@@ -157,7 +157,8 @@ int whale_red_owned_by(const struct whale_red_layout *l, int me, int *owners, in
 /* ---- fault injection: WHALE_FAULT ------------------------------------------
  *   WHALE_FAULT="ACTION:KEY=VAL[:KEY=VAL...][;ACTION:...]"
  *   ACTION  kill (SIGKILL itself) | hang (SIGSTOP itself)
- *   rank=N  logical rank that fails (required)
+ *   rank=N[,N...]  logical rank(s) that fail (required; several ranks in one
+ *           item fail at the same step and phase, like items joined by ;)
  *   step=N  the 1-based step during which it fails (required)
  *   phase=  start (default: before the step's first forward) | forward
  *           (inside the first forward) | backward (inside the first backward)

@@ -635,16 +635,12 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
 
 void te_step_begin(struct train_elastic *te, int64_t step1)
 {
-    /* The refresh of the previous step lands before this step computes: it
-     * overlaps the metrics, logging and batch hand-over only. Over UCX's tcp
-     * transport a put cut short by its origin's death kills the target
-     * (ucp_put_handler: "Fatal: unexpected error: Endpoint timeout"), so no
-     * put may be in flight while a rank can fail in compute. */
-    if (te->elastic && te->red && whale_red_flush(te->red) && !te->warned_target) {
-        whale_warn("elastic: the holder of this rank's copy is unreachable");
-        te->warned_target = true;
-        whale_red_set_target(te->red, NULL);
-    }
+    /* The refresh of the previous step is NOT waited for here: its puts run
+     * while this step computes (the progress thread drives them) and the
+     * next snapshot completes them (whale_red_snapshot). A put cut short by
+     * a failure leaves a torn slot (xxh3) next to the intact previous one;
+     * the comm module keeps the holder alive when the origin dies mid-put
+     * (comm/rma_tag.c). */
     whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_START);
 }
 
