@@ -209,6 +209,15 @@ const struct whale_fault *whale_fault_due(struct whale_fault_plan *p, int rank, 
     return NULL;
 }
 
+bool whale_fault_group_due(const struct whale_fault_plan *p, int64_t step,
+                           enum whale_fault_phase phase)
+{
+    int n = 0;
+    for (int i = 0; p && i < p->n; i++)
+        n += p->f[i].step == step && p->f[i].phase == phase;
+    return n >= 2;
+}
+
 void whale_fault_point(struct whale_fault_plan *p, int rank, int64_t step,
                        enum whale_fault_phase phase)
 {

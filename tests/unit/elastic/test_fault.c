@@ -55,6 +55,12 @@ static void test_fault_parse_ok(void **st)
     assert_non_null(whale_fault_due(&p, 3, 5, WHALE_FAULT_FORWARD));
     assert_non_null(whale_fault_due(&p, 1, 5, WHALE_FAULT_FORWARD));
     assert_non_null(whale_fault_due(&p, 3, 6, WHALE_FAULT_START));
+    assert_true(whale_fault_group_due(&p, 5, WHALE_FAULT_FORWARD));
+    assert_false(whale_fault_group_due(&p, 6, WHALE_FAULT_START));  /* one rank only */
+    assert_false(whale_fault_group_due(&p, 5, WHALE_FAULT_START));
+    assert_int_equal(whale_fault_parse("kill:rank=0:step=3;hang:rank=2:step=3", &p), 0);
+    assert_true(whale_fault_group_due(&p, 3, WHALE_FAULT_START));
+    assert_false(whale_fault_group_due(NULL, 3, WHALE_FAULT_START));
     assert_int_equal(whale_fault_parse("", &p), 0);
     assert_int_equal(p.n, 0);
     assert_int_equal(whale_fault_parse(NULL, &p), 0);
