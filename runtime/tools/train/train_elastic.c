@@ -687,9 +687,14 @@ static void te_adapt(struct train_elastic *te, int64_t step, bool refreshed)
     te->t_last = t;
     if (refreshed)
         te->avg_cost = te->avg_cost > 0 ? 0.7 * te->avg_cost + 0.3 * te->snap_s : te->snap_s;
-    if (!te->adaptive || te->every < 1 || step % TE_EVAL || te->avg_step <= 0)
+    /* Who takes part must not depend on what this rank has measured (a
+     * promoted spare has no history yet): only on the step and settings,
+     * which are the same on every rank. */
+    if (!te->adaptive || te->every < 1 || step % TE_EVAL)
         return;
-    int32_t want = whale_red_adapt_every(te->avg_cost, te->avg_step, TE_TARGET, te->every, TE_KMAX);
+    int32_t want = te->avg_step > 0 ? whale_red_adapt_every(te->avg_cost, te->avg_step, TE_TARGET,
+                                                            te->every, TE_KMAX)
+                                    : te->every;
     if (whale_allreduce(whale_world(te->ctx), &want, &want, 1, WHALE_INT32, WHALE_MAX))
         return; /* a failure: it shows in the next step */
     if (want == te->every)
