@@ -42,14 +42,16 @@ shape() {
     *) echo --model "$1" --seq 64 --batch 2 ;;
     esac
 }
-layout() {
+# layout L: whale-run's layout options | whale-train's
+layout_run() {
     case $1 in
-    dp2z1) echo --zero 1 ;;
+    dp2z1) echo "" ;;
     tp2) echo --tp 2 ;;
     pp2) echo --pp 2 ;;
     *) echo "elastic-overhead: unknown layout $1 (dp2z1, tp2, pp2)" >&2; exit 2 ;;
     esac
 }
+layout_train() { [ "$1" = dp2z1 ] && echo --zero 1 || true; }
 # iters FILE WITH: "median best bytes copy_median" of the per-step time
 iters() {
     python3 - "$1" "$2" <<'PY'
@@ -67,7 +69,8 @@ PY
 run1() { # run1 MODEL LAYOUT WITH OUT
     local envs=()
     [ "$3" = 1 ] && envs=(WHALE_REDUNDANCY_EVERY="$every")
-    env "${envs[@]}" "$wrun" -n 2 --nodes 2 --timeout 3000 "$train" $(shape "$1") $(layout "$2") \
+    env "${envs[@]}" "$wrun" -n 2 --nodes 2 $(layout_run "$2") --timeout 3000 "$train" \
+        $(shape "$1") $(layout_train "$2") \
         --steps "$steps" --threads 1 --no-progress --data "$tmp/corpus.txt" \
         --metrics "$4.jsonl" > "$4.log" 2>&1 || { echo "elastic-overhead: run failed, see below" >&2; tail -5 "$4.log" >&2; exit 1; }
 }
