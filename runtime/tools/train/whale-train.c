@@ -114,7 +114,7 @@ static void usage(FILE *f)
 "WHALE_ELASTIC=1): a failed rank's place goes to a spare inside the step, state\n"
 "from an in-memory copy, every survivor rolls back to the last step completed\n"
 "everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K|auto copies\n"
-"every K steps (auto: K kept so a refresh blocks <= 5 % of a step; 0: local rollback\n"
+"every K steps (auto: K kept so a refresh blocks <= 5 %% of a step; 0: local rollback\n"
 "images only). Fault injection:\n"
 "WHALE_FAULT=\"kill|hang:rank=R[,R...]:step=S[:phase=start|forward|backward|collective|\n"
 "optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n"
