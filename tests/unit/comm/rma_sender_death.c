@@ -179,7 +179,7 @@ int main(int argc, char **argv)
     } else if (me == target) {
         /* wait for the live peer's flag, then check its bytes */
         uint32_t flag = 0;
-        while (now_s() - t0 < 2 * bound) {
+        while (now_s() - t0 < 90.0) { /* generous: ASan on a loaded 2-core machine */
             memcpy(&flag, mem + 2 * size - sizeof flag, sizeof flag);
             if (flag == 0x444f4e45u)
                 break;

@@ -11,7 +11,7 @@ shift 3
 i=1
 while [ "$i" -le "$rounds" ]; do
     case $((i % 4)) in 1) d=0 ;; 2) d=0.003 ;; 3) d=0.01 ;; *) d=0.03 ;; esac
-    out=$("$run" -n 3 --nodes 3 --keep-going --timeout 60 "$prog" --delay "$d" "$@" 2>&1)
+    out=$("$run" -n 3 --nodes 3 --keep-going --timeout 150 "$prog" --delay "$d" "$@" 2>&1)
     rc=$?
     echo "$out"
     ok=$(printf '%s\n' "$out" | grep -c 'rma_sender_death: task .* OK$')
