@@ -66,6 +66,7 @@ struct whale_group {
     uint32_t seq;          /* next operation number (tag field) */
     uint16_t next_gid;     /* used by whale_group_create (per process) */
     int failed_rank;       /* world rank (or -2 - task for spares) of a dead member, -1 none */
+    int failed_task;       /* task of that member (or of the failure that failed all groups), -1 unknown */
     bool failed;
     /* FIFO of operations in issue order */
     struct whale_req *head, *tail;
@@ -194,6 +195,8 @@ void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
 /* how: enum whale_detect; lat: seconds since its last sign of life. */
 void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, double lat);
 void comm_watchdog(whale_ctx *ctx);
+/* Who a failed group lost, for messages: "rank R (task T on NODE)" (thread-local buffer). */
+const char *comm_blame(const whale_group *g);
 
 /* rma.c: completes finished RMA requests, fails those to dead targets;
  * ctx->lock held; returns events seen. */
@@ -212,7 +215,7 @@ int  comm_rmat_pending(const whale_ctx *ctx, int task);
 int  comm_rmat_progress(whale_ctx *ctx);   /* serves peers' requests */
 int  comm_rmat_flush(whale_ctx *ctx, int task);
 
-/* engine.c */
+/* progress.c: the progress engine */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);
 comm_op_t *comm_op_new(whale_ctx *ctx, whale_group *g, int coll);
 void comm_op_unref(comm_op_t *op);        /* ctx->lock held */

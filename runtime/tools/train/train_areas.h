@@ -54,5 +54,8 @@ void train_areas_usage(FILE *f);
 
 /* The areas. */
 extern const struct train_area train_area_offload;
+extern const struct train_area train_area_device;
+extern const struct train_area train_area_observe;
+extern const struct train_area train_area_models;
 
 #endif
