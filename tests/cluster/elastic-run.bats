@@ -172,12 +172,8 @@ recover_case() {
 }
 
 @test "a rank and the holder of its copy killed together: restored from disk inside the step" {
-  # Two WHALE_FAULT items of one step fire when each rank gets there; when
-  # the first death is detected before the second rank reaches the step,
-  # only one rank fails (DP 4 -> 3: batch 8 does not split, clear stop).
-  # Passed when both land together (seen); needs a fault that kills two
-  # ranks at once to be deterministic.
-  skip "not deterministic yet: the two faults are not simultaneous (see comment)"
+  # kill:rank=1,2 = both die at the start of step 7 (whale-train meets all
+  # ranks in a barrier first, so neither death is noticed before the other)
   # DP = 4, ZeRO 1, no spare: rank 1's moments are held by rank 2 (next DP
   # replica, another node). Both die in step 7: that state is gone from
   # memory; the two remaining replicas load the step-6 checkpoint
@@ -185,7 +181,7 @@ recover_case() {
   timeout 300 "$RUN" -n 4 --nodes 4 --timeout 280 "$TRAIN" $(targs) --zero 1 \
     --metrics "$TMPD/ref-dp4.jsonl" > /dev/null 2>&1
   REF="$TMPD/ref-dp4.jsonl" TOL=1e-5 WHALE_ELASTIC=1 recover_case disk 1 \
-    "kill:rank=1:step=7;kill:rank=2:step=7" -n 4 --nodes 4
+    "kill:rank=1,2:step=7" -n 4 --nodes 4
   grep '"event":"recovery"' "$TMPD/disk.jsonl" | grep -q '"source":"disk"'
   grep '"event":"recovery"' "$TMPD/disk.jsonl" | grep -q '"kind":"restored"'
 }

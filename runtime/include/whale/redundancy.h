@@ -61,8 +61,19 @@ struct whale_red_config {
 };
 
 /* Reads WHALE_REDUNDANCY_EVERY (1..1000000; 0 disables the remote copy,
- * the rollback snapshot stays). Bad value: message naming it, WHALE_EINVAL. */
+ * the rollback snapshot stays; "auto" gives dflt: the caller adapts K with
+ * whale_red_adapt_every). Bad value: message naming it, WHALE_EINVAL. */
 int whale_red_every_from_env(int dflt, int *every);
+
+/* WHALE_REDUNDANCY_EVERY=auto (and unset, in whale-train): the refresh
+ * interval follows the measured cost. Given one refresh's cost (serialising
+ * + waiting, seconds), the step time, the target share (0.05) and the
+ * current K: the K to use, 1..kmax. Up at once; down by one only when K - 1
+ * would stay within half the target (hysteresis). Non-positive or NaN
+ * times: K unchanged. */
+int whale_red_adapt_every(double refresh_s, double step_s, double target, int cur, int kmax);
+/* Change K of a live store (every rank must use the same K). */
+void whale_red_set_every(whale_red *r, int every);
 
 /* Sizes the image from the engine's current layout and allocates the two
  * local slots. The engine is only walked, never kept. */
@@ -157,7 +168,8 @@ int whale_red_owned_by(const struct whale_red_layout *l, int me, int *owners, in
 /* ---- fault injection: WHALE_FAULT ------------------------------------------
  *   WHALE_FAULT="ACTION:KEY=VAL[:KEY=VAL...][;ACTION:...]"
  *   ACTION  kill (SIGKILL itself) | hang (SIGSTOP itself)
- *   rank=N  logical rank that fails (required)
+ *   rank=N[,N...]  logical rank(s) that fail (required; several ranks in one
+ *           item fail at the same step and phase, like items joined by ;)
  *   step=N  the 1-based step during which it fails (required)
  *   phase=  start (default: before the step's first forward) | forward
  *           (inside the first forward) | backward (inside the first backward)
@@ -192,6 +204,13 @@ const char *whale_fault_phase_name(enum whale_fault_phase p);
  * it fired. */
 const struct whale_fault *whale_fault_due(struct whale_fault_plan *p, int rank, int64_t step,
                                           enum whale_fault_phase phase);
+/* Do two or more faults fire at this step and phase (whatever the rank)?
+ * Every process of the step computes the same answer from the same
+ * WHALE_FAULT, so whale-train can meet all ranks in a barrier there first:
+ * then no rank can notice one victim's death before the others have died
+ * too (simultaneous faults, e.g. a rank and the holder of its copy). */
+bool whale_fault_group_due(const struct whale_fault_plan *p, int64_t step,
+                           enum whale_fault_phase phase);
 /* whale_fault_due + carry it out (logs a line first, then SIGKILL/SIGSTOP). */
 void whale_fault_point(struct whale_fault_plan *p, int rank, int64_t step,
                        enum whale_fault_phase phase);

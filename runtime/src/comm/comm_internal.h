@@ -119,6 +119,8 @@ struct whale_req {
     /* RMA (rma.c): target task; UCX request still owned by UCX */
     int rma_task;
     bool rma_inflight;
+    int rma_parts;            /* rma_tag.c: UCX requests of an emulated transfer */
+    void *rma_ucx;            /* rma_tag.c: a get's reply receive, to cancel */
 };
 typedef struct whale_req comm_op_t;
 
@@ -168,6 +170,7 @@ struct whale_ctx {
     int wakefd;               /* eventfd: wakes the progress thread from poll(), -1 none */
     int efd;                  /* UCX worker event fd, -1 none */
     int nregions;             /* registered RMA regions (rma.c) */
+    struct comm_rmat *rmat;   /* RMA emulated over tags (rma_tag.c), or NULL */
 };
 
 /* Wake the progress thread (new work, a waiter left, stop). lock held. */
@@ -198,6 +201,19 @@ const char *comm_blame(const whale_group *g);
 /* rma.c: completes finished RMA requests, fails those to dead targets;
  * ctx->lock held; returns events seen. */
 int comm_rma_progress(whale_ctx *ctx);
+
+/* rma_tag.c: one-sided transfers over tagged messages for PEER-mode peers
+ * (UCX 1.13's emulated RMA kills the target when the origin dies). All
+ * with ctx->lock held. init after connect (reads WHALE_RMA_PROTO). */
+int  comm_rmat_init(whale_ctx *ctx);
+void comm_rmat_fini(whale_ctx *ctx);
+bool comm_rmat_emulated(const whale_ctx *ctx, int task);
+void comm_rmat_region(whale_ctx *ctx, const void *buf, size_t len, bool add);
+int  comm_rmat_post(whale_ctx *ctx, comm_op_t *op, uint64_t addr, void *local, size_t len, bool put);
+void comm_rmat_abandon(whale_ctx *ctx, comm_op_t *op);
+int  comm_rmat_pending(const whale_ctx *ctx, int task);
+int  comm_rmat_progress(whale_ctx *ctx);   /* serves peers' requests */
+int  comm_rmat_flush(whale_ctx *ctx, int task);
 
 /* progress.c: the progress engine */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);

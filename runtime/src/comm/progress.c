@@ -207,6 +207,8 @@ int comm_progress(whale_ctx *ctx)
         comm_watchdog(ctx);
     if (ctx->rma)
         events += comm_rma_progress(ctx);
+    if (ctx->rmat)
+        events += comm_rmat_progress(ctx);
     if (ctx->el)
         events += el_poll(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {

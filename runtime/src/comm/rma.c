@@ -90,6 +90,7 @@ int whale_region_register(whale_ctx *ctx, void *buf, size_t len, whale_region **
     }
     pthread_mutex_lock(&ctx->lock);
     ctx->nregions++;
+    comm_rmat_region(ctx, buf, len, true);
     comm_wake(ctx); /* serve puts of peers while idle from now on */
     pthread_mutex_unlock(&ctx->lock);
     *out = r;
@@ -103,6 +104,7 @@ void whale_region_free(whale_region *r)
     whale_ctx *ctx = r->ctx;
     pthread_mutex_lock(&ctx->lock);
     ctx->nregions--;
+    comm_rmat_region(ctx, r->buf, r->len, false);
     if (r->memh) {
         ucp_rkey_buffer_release(r->rkey_buf);
         if (ctx->ucp)
@@ -268,6 +270,8 @@ int comm_rma_progress(whale_ctx *ctx)
         }
         if (op->rma_inflight && op->status == 0)
             op->status = WHALE_EPEER; /* UCX keeps its reference until it lets go */
+        if (op->rma_inflight)
+            comm_rmat_abandon(ctx, op);
         *po = op->next;
         ctx->nactive--;
         events++;
@@ -326,8 +330,14 @@ static int rma_post(whale_remote *rem, size_t off, void *local, size_t len, bool
         .cb.send = rma_cb,
         .user_data = op,
     };
-    void *r = put ? ucp_put_nbx(ctx->eps[rem->task], local, len, rem->addr + off, rem->rkey, &prm)
-                  : ucp_get_nbx(ctx->eps[rem->task], local, len, rem->addr + off, rem->rkey, &prm);
+    void *r;
+    if (comm_rmat_emulated(ctx, rem->task)) {
+        int erc = comm_rmat_post(ctx, op, rem->addr + off, local, len, put);
+        r = erc ? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET) : op->rma_parts ? (void *)op : NULL;
+    } else {
+        r = put ? ucp_put_nbx(ctx->eps[rem->task], local, len, rem->addr + off, rem->rkey, &prm)
+                : ucp_get_nbx(ctx->eps[rem->task], local, len, rem->addr + off, rem->rkey, &prm);
+    }
     if (UCS_PTR_IS_ERR(r)) {
         pthread_mutex_unlock(&ctx->lock);
         op->refs = 1;
@@ -341,8 +351,10 @@ static int rma_post(whale_remote *rem, size_t off, void *local, size_t len, bool
         op->refs = 1;
         atomic_store(&op->done, 1);
     } else {
-        op->refs++;
-        op->rma_inflight = true;
+        if (r != (void *)op) {
+            op->refs++;      /* UCX's request (emulated parts hold their own) */
+            op->rma_inflight = true;
+        }
         op->next = ctx->rma;
         ctx->rma = op;
         ctx->nactive++;
@@ -407,9 +419,14 @@ int whale_remote_flush(whale_remote *rem)
     atomic_fetch_add(&ctx->nwaiters, 1);
     pthread_mutex_lock(&ctx->lock);
     int rc = 0;
+    bool emul = comm_rmat_emulated(ctx, rem->task);
     void *r = ctx->dead[rem->task] ? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
+            : emul                 ? NULL
                                    : ucp_ep_flush_nbx(ctx->eps[rem->task], &prm);
-    if (r == NULL) {
+    if (emul && !ctx->dead[rem->task]) {
+        rc = comm_rmat_flush(ctx, rem->task);
+        st = rc ? UCS_ERR_CONNECTION_RESET : UCS_OK;
+    } else if (r == NULL) {
         st = UCS_OK;
     } else if (UCS_PTR_IS_ERR(r)) {
         st = UCS_PTR_STATUS(r);

@@ -334,6 +334,8 @@ int comm_ucx_connect(whale_ctx *ctx, void **addrs)
             rc = WHALE_EPEER;
         }
     }
+    if (!rc)
+        rc = comm_rmat_init(ctx);
 out:
     free(sst);
     free(reqs);
@@ -352,6 +354,7 @@ static void close_cb(void *req, ucs_status_t st, void *user)
 void comm_ucx_fini(whale_ctx *ctx, bool clean)
 {
     bool stuck = false;
+    comm_rmat_fini(ctx);
     if (ctx->eps) {
         int left = 0;
         void **reqs = calloc((size_t)ctx->boot.ntasks, sizeof *reqs);

@@ -37,8 +37,40 @@ static int parse_num(const char *item, const char *key, const char *v, long long
     return 0;
 }
 
-/* One item "ACTION:KEY=VAL:..." (modified in place). */
-static int parse_item(char *item, const char *orig, struct whale_fault *f)
+/* rank=R[,R...]: distinct ranks, at most `max`. */
+static int parse_ranks(const char *item, const char *v, int *ranks, int max, int *n)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", v);
+    *n = 0;
+    char *save = NULL;
+    if (!*v || *v == ',' || v[strlen(v) - 1] == ',' || strstr(v, ",,")) {
+        whale_error("WHALE_FAULT item '%s': rank=%s: expected ranks separated by commas "
+                    "(e.g. rank=1,3)", item, v);
+        return WHALE_EINVAL;
+    }
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        long long x;
+        if (parse_num(item, "rank", t, 0, 1 << 24, &x))
+            return WHALE_EINVAL;
+        for (int i = 0; i < *n; i++)
+            if (ranks[i] == (int)x) {
+                whale_error("WHALE_FAULT item '%s': rank %lld listed twice", item, x);
+                return WHALE_EINVAL;
+            }
+        if (*n == max) {
+            whale_error("WHALE_FAULT item '%s': more than %d ranks in all", item, WHALE_FAULT_MAX);
+            return WHALE_EINVAL;
+        }
+        ranks[(*n)++] = (int)x;
+    }
+    return 0;
+}
+
+/* One item "ACTION:KEY=VAL:..." (modified in place); rank=R,R,... gives
+ * one fault per rank (ranks[], *nranks; f->rank is the first). */
+static int parse_item(char *item, const char *orig, struct whale_fault *f, int *ranks, int maxr,
+                      int *nranks)
 {
     char *save = NULL;
     char *act = strtok_r(item, ":", &save);
@@ -76,9 +108,9 @@ static int parse_item(char *item, const char *orig, struct whale_fault *f)
             return WHALE_EINVAL;
         }
         if (!strcmp(kv, "rank")) {
-            if (parse_num(orig, kv, v, 0, 1 << 24, &x))
+            if (parse_ranks(orig, v, ranks, maxr, nranks))
                 return WHALE_EINVAL;
-            f->rank = (int)x;
+            f->rank = ranks[0];
         } else if (!strcmp(kv, "step")) {
             if (parse_num(orig, kv, v, 1, 1LL << 40, &x))
                 return WHALE_EINVAL;
@@ -102,7 +134,8 @@ static int parse_item(char *item, const char *orig, struct whale_fault *f)
         }
     }
     if (f->rank < 0 || f->step < 0) {
-        whale_error("WHALE_FAULT item '%s': needs rank=N and step=N (e.g. kill:rank=3:step=12)",
+        whale_error("WHALE_FAULT item '%s': needs rank=N[,N...] and step=N (e.g. kill:rank=3:step=12 "
+                    "or kill:rank=1,3:step=5)",
                     orig);
         return WHALE_EINVAL;
     }
@@ -131,9 +164,24 @@ int whale_fault_parse(const char *spec, struct whale_fault_plan *out)
         }
         char orig[128];
         snprintf(orig, sizeof orig, "%s", it);
-        rc = parse_item(it, orig, &out->f[out->n]);
-        if (!rc)
-            out->n++;
+        int ranks[WHALE_FAULT_MAX], nr = 0;
+        struct whale_fault f;
+        rc = parse_item(it, orig, &f, ranks, WHALE_FAULT_MAX - out->n, &nr);
+        for (int i = 0; !rc && i < nr; i++) {
+            /* the same rank twice in one step and phase would fire only once */
+            for (int j = 0; j < out->n; j++)
+                if (out->f[j].rank == ranks[i] && out->f[j].step == f.step &&
+                    out->f[j].phase == f.phase) {
+                    whale_error("WHALE_FAULT item '%s': rank %d already fails at step %lld, "
+                                "phase %s", orig, ranks[i], (long long)f.step,
+                                whale_fault_phase_name(f.phase));
+                    rc = WHALE_EINVAL;
+                }
+            out->f[out->n] = f;
+            out->f[out->n].rank = ranks[i];
+            if (!rc)
+                out->n++;
+        }
     }
     free(buf);
     if (rc)
@@ -159,6 +207,15 @@ const struct whale_fault *whale_fault_due(struct whale_fault_plan *p, int rank, 
         }
     }
     return NULL;
+}
+
+bool whale_fault_group_due(const struct whale_fault_plan *p, int64_t step,
+                           enum whale_fault_phase phase)
+{
+    int n = 0;
+    for (int i = 0; p && i < p->n; i++)
+        n += p->f[i].step == step && p->f[i].phase == phase;
+    return n >= 2;
 }
 
 void whale_fault_point(struct whale_fault_plan *p, int rank, int64_t step,

@@ -2,7 +2,7 @@
  * snapshots, so a survivor can go back to whichever step everybody
  * completed) and the refresh of the holder's copy.
  *
- * Refresh protocol for snapshot N (slot s = N/K mod 2):
+ * Refresh protocol for snapshot N (slot s = the older of the two):
  *   1. wait for the puts of the previous refresh (they overlapped a whole
  *      step of compute): the holder now has a complete copy in slot 1-s;
  *   2. serialise N into local slot s;
@@ -123,13 +123,13 @@ int whale_red_every_from_env(int dflt, int *every)
 {
     const char *s = getenv("WHALE_REDUNDANCY_EVERY");
     *every = dflt;
-    if (!s || !*s)
+    if (!s || !*s || !strcmp(s, "auto"))
         return 0;
     char *end;
     long v = strtol(s, &end, 10);
     if (end == s || *end || v < 0 || v > 1000000) {
         whale_error("WHALE_REDUNDANCY_EVERY=%s: expected an integer in 0..1000000 (steps between "
-                    "refreshes of the in-memory copy; 0 disables it)", s);
+                    "refreshes of the in-memory copy; 0 disables it) or auto", s);
         return WHALE_EINVAL;
     }
     *every = (int)v;
@@ -248,7 +248,8 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
                    "rollback image is kept)", (long long)r->slot_step[r->newest < 0 ? 0 : r->newest],
                    whale_strerror(prc));
     double t0 = now_s();
-    int s = (int)((ts.step / r->cfg.every) & 1);
+    /* the older slot (K may change between snapshots: never by step) */
+    int s = r->newest < 0 ? 0 : 1 - r->newest;
     unsigned char *img = r->slot[s];
     struct red_hdr *h = (struct red_hdr *)img;
     unsigned char *payload = img + sizeof *h;
@@ -285,6 +286,12 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
         r->stats.remote_bytes = whale_red_remote_slot_bytes(r);
     }
     return rc;
+}
+
+void whale_red_set_every(whale_red *r, int every)
+{
+    if (r && every >= 1)
+        r->cfg.every = every;
 }
 
 bool whale_red_fits(const whale_red *r, whale_engine *e)

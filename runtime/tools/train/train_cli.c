@@ -87,9 +87,10 @@ void train_usage(FILE *f)
 "Elastic steps (hot spares: srun --whale-spares=N, whale-run --spares N; or\n"
 "WHALE_ELASTIC=1): a failed rank's place goes to a spare inside the step, state\n"
 "from an in-memory copy, every survivor rolls back to the last step completed\n"
-"everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K copies\n"
-"every K steps (1; 0: local rollback images only). Fault injection:\n"
-"WHALE_FAULT=\"kill|hang:rank=R:step=S[:phase=start|forward|backward|collective|\n"
+"everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K|auto copies\n"
+"every K steps (auto: K kept so a refresh blocks <= 5 %% of a step; 0: local rollback\n"
+"images only). Fault injection:\n"
+"WHALE_FAULT=\"kill|hang:rank=R[,R...]:step=S[:phase=start|forward|backward|collective|\n"
 "optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n"
 "Files it writes (metrics, traces) are never group/world-writable; WHALE_CKPT_PRIVATE=1\n"
 "makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");

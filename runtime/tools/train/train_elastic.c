@@ -48,6 +48,9 @@ struct train_elastic {
     int fault_rank;          /* the logical rank this task was started with */
     bool elastic;
     int every;
+    bool adaptive;           /* WHALE_REDUNDANCY_EVERY unset or auto: K follows the cost */
+    double t_last;           /* end of the previous step (adaptive K) */
+    double avg_step, avg_cost; /* moving averages: iteration, one refresh */
     bool promoted;
     struct whale_membership_event ev;
 
@@ -120,6 +123,7 @@ int te_init(struct train_elastic **out, whale_ctx *ctx)
         return 2;
     }
     const char *el = getenv("WHALE_ELASTIC"), *ev = getenv("WHALE_REDUNDANCY_EVERY");
+    te->adaptive = !ev || !*ev || !strcmp(ev, "auto");
     te->elastic = whale_ntasks(ctx) > whale_world_size(ctx) || (el && !strcmp(el, "1")) ||
                   (ev && *ev && te->every > 0);
     *out = te;
@@ -474,6 +478,13 @@ static unsigned char *fetch_copy(struct train_elastic *te, int r, int me)
     return buf;
 }
 
+/* Adaptive K: at most TE_KMAX steps between refreshes, re-evaluated every
+ * TE_EVAL steps (the same steps on every rank), target share of a step. */
+#define TE_KMAX 16
+#define TE_WIN (2 * TE_KMAX + 1)
+#define TE_EVAL 4
+#define TE_TARGET 0.05
+
 static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bool joiner,
                    int64_t agreed, int64_t *R, const char **source)
 {
@@ -487,21 +498,29 @@ static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bo
     int64_t loc[2] = { -1, -1 };
     if (!joiner && te->red && whale_red_fits(te->red, e))
         whale_red_local_steps(te->red, loc);
-    /* flags[i]: I can provide step agreed - i */
-    int32_t flags[3];
-    for (int i = 0; i < 3; i++) {
+    /* flags[i]: I can provide step agreed - i (snapshots are K steps apart:
+     * look back two of the largest K); the last entry agrees on K (min of
+     * -K = the largest K: a promoted spare starts at 1) */
+    int32_t flags[TE_WIN + 1];
+    for (int i = 0; i < TE_WIN; i++) {
         int64_t s = agreed - i;
         bool ok = s >= 0 && (joiner ? (replica_only || held[0] == s || held[1] == s)
                                     : (loc[0] == s || loc[1] == s));
         flags[i] = ok;
     }
-    int rc = whale_allreduce(whale_world(ctx), flags, flags, 3, WHALE_INT32, WHALE_MIN);
+    flags[TE_WIN] = -(te->every > 0 ? te->every : 1);
+    int rc = whale_allreduce(whale_world(ctx), flags, flags, TE_WIN + 1, WHALE_INT32, WHALE_MIN);
     if (rc) {
         free(copy);
         return rc;
     }
+    if (te->every > 0 && -flags[TE_WIN] != te->every) {
+        te->every = -flags[TE_WIN];
+        if (te->red)
+            whale_red_set_every(te->red, te->every);
+    }
     int pick = -1;
-    for (int i = 0; i < 3 && pick < 0; i++)
+    for (int i = 0; i < TE_WIN && pick < 0; i++)
         if (flags[i])
             pick = i;
     if (pick < 0) {
@@ -657,22 +676,58 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
 
 void te_step_begin(struct train_elastic *te, int64_t step1)
 {
-    /* The refresh of the previous step lands before this step computes: it
-     * overlaps the metrics, logging and batch hand-over only. Over UCX's tcp
-     * transport a put cut short by its origin's death kills the target
-     * (ucp_put_handler: "Fatal: unexpected error: Endpoint timeout"), so no
-     * put may be in flight while a rank can fail in compute. */
-    if (te->elastic && te->red && whale_red_flush(te->red) && !te->warned_target) {
-        whale_warn("elastic: the holder of this rank's copy is unreachable");
-        te->warned_target = true;
-        whale_red_set_target(te->red, NULL);
-    }
+    /* The refresh of the previous step is NOT waited for here: its puts run
+     * while this step computes (the progress thread drives them) and the
+     * next snapshot completes them (whale_red_snapshot). A put cut short by
+     * a failure leaves a torn slot (xxh3) next to the intact previous one;
+     * the comm module keeps the holder alive when the origin dies mid-put
+     * (comm/rma_tag.c). */
+    /* Several ranks failing at the start of this step (WHALE_FAULT
+     * rank=1,2 or items joined by ;): meet first, so they all die before
+     * anybody can notice one death and start a recovery without the
+     * others (a barrier every rank reaches: the plan is the same on all). */
+    if (te->elastic && whale_fault_group_due(&te->faults, step1, WHALE_FAULT_START))
+        (void)whale_barrier(whale_world(te->ctx)); /* a failure shows in the step */
     whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_START);
 }
 
 void te_ckpt_started(struct train_elastic *te, int64_t step1)
 {
     whale_fault_point(&te->faults, te->fault_rank, step1, WHALE_FAULT_CKPT);
+}
+
+/* Adaptive K (whale_red_adapt_every): moving averages of the iteration
+ * and of one refresh's blocking cost; every TE_EVAL steps the ranks agree
+ * on the largest K any of them wants (all must snapshot the same steps). */
+static void te_adapt(struct train_elastic *te, int64_t step, bool refreshed)
+{
+    double t = now_s();
+    if (te->t_last > 0) {
+        double it = t - te->t_last;
+        te->avg_step = te->avg_step > 0 ? 0.7 * te->avg_step + 0.3 * it : it;
+    }
+    te->t_last = t;
+    if (refreshed)
+        te->avg_cost = te->avg_cost > 0 ? 0.7 * te->avg_cost + 0.3 * te->snap_s : te->snap_s;
+    /* Who takes part must not depend on what this rank has measured (a
+     * promoted spare has no history yet): only on the step and settings,
+     * which are the same on every rank. */
+    if (!te->adaptive || te->every < 1 || step % TE_EVAL)
+        return;
+    int32_t want = te->avg_step > 0 ? whale_red_adapt_every(te->avg_cost, te->avg_step, TE_TARGET,
+                                                            te->every, TE_KMAX)
+                                    : te->every;
+    if (whale_allreduce(whale_world(te->ctx), &want, &want, 1, WHALE_INT32, WHALE_MAX))
+        return; /* a failure: it shows in the next step */
+    if (want == te->every)
+        return;
+    if (whale_rank(te->ctx) == 0)
+        whale_info("elastic: in-memory copy refreshed every %d step%s from now on (a refresh "
+                   "blocks %.3f s, %.1f %% of a %.3f s step; target %.0f %%)", (int)want,
+                   want == 1 ? "" : "s", te->avg_cost, 100 * te->avg_cost / te->avg_step,
+                   te->avg_step, 100 * TE_TARGET);
+    te->every = want;
+    whale_red_set_every(te->red, want);
 }
 
 int te_step_done(struct train_elastic *te, whale_engine *e)
@@ -690,6 +745,7 @@ int te_step_done(struct train_elastic *te, whale_engine *e)
      * at the start of the step */
     te->snap_s = (b.t_serialize - a.t_serialize) + (b.t_wait - a.t_wait);
     te->snap_bytes = b.refreshes > a.refreshes ? (double)b.remote_bytes : 0;
+    te_adapt(te, ts.step, b.snapshots > a.snapshots);
     if (rc == WHALE_EPEER || rc == WHALE_ETIMEDOUT) {
         /* the holder is gone: the failure shows up in the next step too */
         if (!te->warned_target)

@@ -40,6 +40,27 @@ static void test_fault_parse_ok(void **st)
     assert_int_equal(p.f[1].rank, 2);
     assert_int_equal(p.f[1].step, 7);
     assert_int_equal(p.f[2].phase, WHALE_FAULT_CKPT);
+    /* several ranks in one item: one fault each, same step and phase */
+    assert_int_equal(whale_fault_parse("kill:rank=1,3:step=5:phase=forward;kill:rank=3:step=6", &p), 0);
+    assert_int_equal(p.n, 3);
+    assert_int_equal(p.f[0].rank, 1);
+    assert_int_equal(p.f[1].rank, 3);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(p.f[i].step, 5);
+        assert_int_equal(p.f[i].phase, WHALE_FAULT_FORWARD);
+        assert_int_equal(p.f[i].action, WHALE_FAULT_KILL);
+    }
+    assert_int_equal(p.f[2].rank, 3);
+    assert_int_equal(p.f[2].step, 6);
+    assert_non_null(whale_fault_due(&p, 3, 5, WHALE_FAULT_FORWARD));
+    assert_non_null(whale_fault_due(&p, 1, 5, WHALE_FAULT_FORWARD));
+    assert_non_null(whale_fault_due(&p, 3, 6, WHALE_FAULT_START));
+    assert_true(whale_fault_group_due(&p, 5, WHALE_FAULT_FORWARD));
+    assert_false(whale_fault_group_due(&p, 6, WHALE_FAULT_START));  /* one rank only */
+    assert_false(whale_fault_group_due(&p, 5, WHALE_FAULT_START));
+    assert_int_equal(whale_fault_parse("kill:rank=0:step=3;hang:rank=2:step=3", &p), 0);
+    assert_true(whale_fault_group_due(&p, 3, WHALE_FAULT_START));
+    assert_false(whale_fault_group_due(NULL, 3, WHALE_FAULT_START));
     assert_int_equal(whale_fault_parse("", &p), 0);
     assert_int_equal(p.n, 0);
     assert_int_equal(whale_fault_parse(NULL, &p), 0);
@@ -69,8 +90,15 @@ static void test_fault_parse_bad(void **st)
     (void)st;
     whale_log_set_sink(sink, NULL);
     bad("explode:rank=1:step=2", "unknown action 'explode'");
-    bad("kill:rank=1", "needs rank=N and step=N");
-    bad("kill:step=4", "needs rank=N and step=N");
+    bad("kill:rank=1", "needs rank=N[,N...] and step=N");
+    bad("kill:step=4", "needs rank=N[,N...] and step=N");
+    bad("kill:rank=1,1:step=4", "rank 1 listed twice");
+    bad("kill:rank=1,:step=4", "rank=1,: expected ranks separated by commas");
+    bad("kill:rank=,2:step=4", "rank=,2: expected ranks separated by commas");
+    bad("kill:rank=1,,2:step=4", "expected ranks separated by commas");
+    bad("kill:rank=1,x:step=4", "rank=x: expected an integer");
+    bad("kill:rank=2:step=4;hang:rank=0,2:step=4", "rank 2 already fails at step 4, phase start");
+    bad("kill:rank=0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16:step=2", "more than 16 ranks");
     bad("kill:rank=x:step=4", "rank=x: expected an integer");
     bad("kill:rank=1:step=0", "step=0: expected an integer in 1..");
     bad("kill:rank=1:step=3:phase=lunch", "phase=lunch: expected start, forward");

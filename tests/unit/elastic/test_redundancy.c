@@ -348,7 +348,9 @@ static void test_layout_mismatch(void **st)
     assert_int_equal(whale_red_snapshot(r, e), 0);
     assert_int_equal(whale_red_flush(r), 0);
     whale_red_scan(h, sb, steps, torn);
-    assert_int_equal(steps[0], 0);
+    /* the older slot is written (here the second: the first holds step 0
+     * locally already) */
+    assert_true((steps[0] == 0) != (steps[1] == 0));
     assert_int_equal(whale_red_restore_slot(e2, h, sb, 0, NULL), WHALE_EDATA);
     assert_int_equal(whale_red_restore_slot(e, h, sb, 3, NULL), WHALE_ENOENT);
     assert_int_equal(whale_red_restore_slot(e, h, sb, 0, NULL), 0);
@@ -372,7 +374,30 @@ static void test_every_env(void **st)
     assert_int_equal(whale_red_every_from_env(1, &k), WHALE_EINVAL);
     setenv("WHALE_REDUNDANCY_EVERY", "-2", 1);
     assert_int_equal(whale_red_every_from_env(1, &k), WHALE_EINVAL);
+    setenv("WHALE_REDUNDANCY_EVERY", "auto", 1);
+    assert_int_equal(whale_red_every_from_env(1, &k), 0);
+    assert_int_equal(k, 1);
     unsetenv("WHALE_REDUNDANCY_EVERY");
+}
+
+/* adaptive K: the smallest K with refresh / K <= 5 % of a step, up at
+ * once, down one at a time with hysteresis, capped, unchanged without data */
+static void test_adapt_every(void **st)
+{
+    (void)st;
+    assert_int_equal(whale_red_adapt_every(0.01, 1.0, 0.05, 1, 16), 1);   /* 1 % */
+    assert_int_equal(whale_red_adapt_every(0.05, 1.0, 0.05, 1, 16), 1);   /* exactly 5 % */
+    assert_int_equal(whale_red_adapt_every(0.06, 1.0, 0.05, 1, 16), 2);
+    assert_int_equal(whale_red_adapt_every(0.26, 1.0, 0.05, 1, 16), 6);
+    assert_int_equal(whale_red_adapt_every(5.0, 1.0, 0.05, 1, 16), 16);   /* capped */
+    /* down: from 3, K = 2 would cost 0.03 / 2 = 1.5 % <= 2.5 %: one step down */
+    assert_int_equal(whale_red_adapt_every(0.03, 1.0, 0.05, 3, 16), 2);
+    /* from 2, K = 1 would cost 4 % > 2.5 %: stays (no flip-flop) */
+    assert_int_equal(whale_red_adapt_every(0.04, 1.0, 0.05, 2, 16), 2);
+    /* nothing measured: unchanged (capped) */
+    assert_int_equal(whale_red_adapt_every(0.1, 0.0, 0.05, 3, 16), 3);
+    assert_int_equal(whale_red_adapt_every(0.0 / 0.0, 1.0, 0.05, 3, 2), 2);
+    assert_int_equal(whale_red_adapt_every(0.01, 1.0, 0.05, 0, 16), 1);
 }
 
 static int setup(void **st)
@@ -395,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_rollback_dp1),      cmocka_unit_test(test_replace_dp2_zero0),
         cmocka_unit_test(test_replace_dp2_zero1), cmocka_unit_test(test_replace_dp2_zero3),
         cmocka_unit_test(test_layout_mismatch),   cmocka_unit_test(test_every_env),
+        cmocka_unit_test(test_adapt_every),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
