@@ -29,6 +29,7 @@
 #include "train_elastic.h"
 
 #include "offload_opts.h"
+#include "train_data.h"
 
 struct opts {
     const char *model, *data, *metrics, *plan;
@@ -89,6 +90,7 @@ static void usage(FILE *f)
 "                       skipped and, with loss scaling, the scale backs off)\n"
 );
     train_offload_usage(f);
+    train_data_usage(f);
     fprintf(f,
 "  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
@@ -229,7 +231,8 @@ int main(int argc, char **argv)
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
            O_PREC, O_NOLS, O_INJECT, O_GRED,
-           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */ };
+           O_OFFLOAD /* .. O_OFFLOAD + TRAIN_OFF_N_ - 1 */, O_TD = 512 /* .. + TRAIN_DATA_N_ */ };
+    struct train_data td = { 0 };
     struct train_offload off = { 0 };
     static const struct option lo[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
@@ -260,6 +263,11 @@ int main(int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "val-data", required_argument, 0, O_TD + TRAIN_DATA_VAL },
+        { "eval-every", required_argument, 0, O_TD + TRAIN_DATA_EVERY },
+        { "eval-batches", required_argument, 0, O_TD + TRAIN_DATA_BATCHES },
+        { "vocab", required_argument, 0, O_TD + TRAIN_DATA_VOCAB },
+        { "tokenizer", required_argument, 0, O_TD + TRAIN_DATA_TOKENIZER },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, batch_set = 0;
@@ -347,12 +355,13 @@ int main(int argc, char **argv)
         case O_OFFLOAD + TRAIN_OFF_DEVMEM: case O_OFFLOAD + TRAIN_OFF_PREFETCH:
             train_offload_opt(&off, c - O_OFFLOAD, optarg);
             break;
+        case O_TD ... O_TD + TRAIN_DATA_N_ - 1: train_data_opt(&td, c - O_TD, optarg); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (bad)
+    if (bad || td.bad)
         return 2;
     if (optind < argc) {
         fprintf(stderr, "whale-train: unexpected argument '%s' (see --help)\n", argv[optind]);
@@ -417,7 +426,7 @@ int main(int argc, char **argv)
     whale_log_init_from_env();
 
     struct whale_model_desc md;
-    if (whale_model_desc_load(o.model, &md))
+    if (whale_model_desc_load(o.model, &md) || train_data_model(&td, o.model, o.data, &md))
         return 1;
     {   /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
         char why[512];
@@ -561,7 +570,7 @@ int main(int argc, char **argv)
     struct whale_data_config dc = { .paths = o.data, .format = o.format, .vocab = md.vocab,
                                     .seq = (int)seq, .local_batch = (int)(micro * accum),
                                     .dp_rank = dp_rank, .dp_size = dp, .prefetch = true };
-    if (whale_data_open(&dc, &data))
+    if (whale_data_open(&dc, &data) || train_data_val_open(&td, &dc, gbatch))
         goto out;
 
     /* ---- checkpoints: settings, resume, the saver ---- */
@@ -613,7 +622,8 @@ int main(int argc, char **argv)
                 goto out;
         }
     }
-    if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) && whale_ckpt_open(&ckc, &ck))
+    if (ckc.root && (ckc.every_steps > 0 || ckc.every_seconds > 0) &&
+        (whale_ckpt_open(&ckc, &ck) || train_data_ckpt(&td, ck)))
         goto out;
     if (ck && !plan_json) { /* no plan from the plugin: record the layout this run used */
         json_t *pj = json_pack("{sssisisisisisisIsI}", "model", md.name, "tp", tp, "pp", pp,
@@ -746,6 +756,10 @@ int main(int argc, char **argv)
         if (isnan(first_loss))
             first_loss = st.loss;
         last_loss = st.loss;
+        if (train_data_eval(&td, e, step + 1, o.steps)) { /* --val-data, all ranks */
+            rc = 1;
+            goto out;
+        }
         if (mf) {
             json_t *j = json_pack("{sIsososfsfsfsfsfsfsfsfsfsbsf}",
                                   "step", (json_int_t)(step + 1), "loss", train_json_num(st.loss),
@@ -777,6 +791,7 @@ int main(int argc, char **argv)
                 json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
             }
             train_offload_step(j, &st);
+            train_data_metrics(&td, j);
             json_dumpf(j, mf, JSON_COMPACT);
             fputc('\n', mf);
             fflush(mf);
@@ -784,14 +799,17 @@ int main(int argc, char **argv)
         }
         if (rank == 0) {
             double avg = n_tps ? t_run / n_tps : st.t_total;
-            char eta[32];
+            char eta[32], vbuf[48];
             fmt_eta(eta, sizeof eta, avg * (o.steps - step - 1));
             if (tty)
-                fprintf(stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  MFU %.0f%%  ETA %s   ",
-                        step + 1, o.steps, st.loss, tps, 100 * mfu, eta);
-            else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == first_step)
-                fprintf(stderr, "step %ld/%ld loss %.4f grad_norm %.3f lr %.2e %.0f tok/s MFU "
-                        "%.0f%% ETA %s\n", step + 1, o.steps, st.loss, st.grad_norm,
+                fprintf(stderr, "\rstep %ld/%ld  loss %.4f%s  %.0f tok/s  MFU %.0f%%  ETA %s   ",
+                        step + 1, o.steps, st.loss, train_data_progress(&td, vbuf, sizeof vbuf),
+                        tps, 100 * mfu, eta);
+            else if ((step + 1) % o.log_every == 0 || step + 1 == o.steps || step == first_step ||
+                     td.fresh)
+                fprintf(stderr, "step %ld/%ld loss %.4f%s grad_norm %.3f lr %.2e %.0f tok/s MFU "
+                        "%.0f%% ETA %s\n", step + 1, o.steps, st.loss,
+                        train_data_progress(&td, vbuf, sizeof vbuf), st.grad_norm,
                         (double)st.lr, tps, 100 * mfu, eta);
         }
     }
@@ -842,6 +860,7 @@ int main(int argc, char **argv)
             json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
         }
         train_offload_summary(&off, sm, e, &ec);
+        train_data_summary(&td, sm);
         if (nsaves)
             json_object_set_new(sm, "checkpoints",
                                 json_pack("{sisf}", "saves", nsaves, "stall_s", ckpt_stall));
@@ -874,6 +893,7 @@ out:
     free(in);
     free(tg);
     whale_data_close(data);
+    train_data_close(&td);
     te_free(te, rc == 0);
     whale_engine_destroy(e);
     if (ctx)
