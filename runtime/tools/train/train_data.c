@@ -177,6 +177,15 @@ int train_data_ckpt(struct train_data *t, whale_ckpt *ck)
 int train_data_val_open(struct train_data *t, const struct whale_data_config *train_dc,
                         int64_t global_batch)
 {
+    if (t->ckpt_json) { /* the window generation should use: the trained one */
+        json_t *j = json_loads(t->ckpt_json, 0, NULL);
+        json_object_set_new(j, "seq", json_integer(train_dc->seq));
+        free(t->ckpt_json);
+        t->ckpt_json = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        if (!t->ckpt_json)
+            return -1;
+    }
     if (!t->val)
         return 0;
     struct whale_data_config dc = *train_dc;

@@ -52,7 +52,8 @@ int train_data_model(struct train_data *t, const char *model_arg, const char *da
                      struct whale_model_desc *md);
 /* Record the tokenizer in the checkpoints this run writes. */
 int train_data_ckpt(struct train_data *t, whale_ckpt *ck);
-/* Open the validation data with the training layout (every rank). */
+/* Open the validation data with the training layout (every rank); also
+ * records the trained window (seq) for the checkpoints. */
 int train_data_val_open(struct train_data *t, const struct whale_data_config *train_dc,
                         int64_t global_batch);
 /* After step `step` (1-based) of `steps`: evaluate when due (all ranks). */
