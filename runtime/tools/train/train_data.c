@@ -131,32 +131,23 @@ int train_data_model(struct train_data *t, const char *model_arg, const char *da
                     md->vocab, t->tok_vocab);
         return -1;
     }
-    json_t *j = json_object();
     /* a model file is recorded by its absolute path, a preset by name */
     char *rp = strchr(model_arg, '/') || strstr(model_arg, ".conf") ? realpath(model_arg, NULL)
                                                                      : NULL;
-    json_object_set_new(j, "model", json_string(rp ? rp : model_arg));
+    snprintf(t->model_rec, sizeof t->model_rec, "%s", rp ? rp : model_arg);
     free(rp);
-    json_object_set_new(j, "vocab", json_integer(md->vocab));
+    t->vocab_rec = md->vocab;
+    t->data_rec = data;
     if (t->tok_path[0]) {
-        long bytes = 0;
         char *tp = realpath(t->tok_path, NULL);
-        if (!tp || hash_file(tp, t->tok_hash, &bytes)) {
+        if (!tp || hash_file(tp, t->tok_hash, &t->tok_bytes)) {
             whale_error("tokenizer %s: %s", t->tok_path, strerror(errno));
             free(tp);
-            json_decref(j);
             return -1;
         }
-        json_object_set_new(j, "tokenizer", json_pack("{sssssI}", "path", tp, "xxh64", t->tok_hash,
-                                                      "bytes", (json_int_t)bytes));
+        snprintf(t->tok_path, sizeof t->tok_path, "%s", tp);
         free(tp);
     }
-    if (data)
-        json_object_set_new(j, "train", json_string(data));
-    if (t->val)
-        json_object_set_new(j, "val", json_string(t->val));
-    t->ckpt_json = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
     if (!t->val && (t->every || t->batches)) {
         whale_error("--eval-every / --eval-batches need --val-data FILES");
         return -1;
@@ -166,7 +157,7 @@ int train_data_model(struct train_data *t, const char *model_arg, const char *da
     if (!t->batches)
         t->batches = 4;
     t->best = t->last = NAN;
-    return t->ckpt_json ? 0 : -1;
+    return 0;
 }
 
 int train_data_ckpt(struct train_data *t, whale_ckpt *ck)
@@ -177,15 +168,23 @@ int train_data_ckpt(struct train_data *t, whale_ckpt *ck)
 int train_data_val_open(struct train_data *t, const struct whale_data_config *train_dc,
                         int64_t global_batch)
 {
-    if (t->ckpt_json) { /* the window generation should use: the trained one */
-        json_t *j = json_loads(t->ckpt_json, 0, NULL);
-        json_object_set_new(j, "seq", json_integer(train_dc->seq));
-        free(t->ckpt_json);
-        t->ckpt_json = json_dumps(j, JSON_COMPACT);
-        json_decref(j);
-        if (!t->ckpt_json)
-            return -1;
-    }
+    /* the manifest record (built here, where main's cleanup frees it) */
+    json_t *j = json_object();
+    json_object_set_new(j, "model", json_string(t->model_rec));
+    json_object_set_new(j, "vocab", json_integer(t->vocab_rec));
+    json_object_set_new(j, "seq", json_integer(train_dc->seq)); /* the trained window */
+    if (t->tok_path[0])
+        json_object_set_new(j, "tokenizer", json_pack("{sssssI}", "path", t->tok_path, "xxh64",
+                                                      t->tok_hash, "bytes",
+                                                      (json_int_t)t->tok_bytes));
+    if (t->data_rec)
+        json_object_set_new(j, "train", json_string(t->data_rec));
+    if (t->val)
+        json_object_set_new(j, "val", json_string(t->val));
+    t->ckpt_json = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!t->ckpt_json)
+        return -1;
     if (!t->val)
         return 0;
     struct whale_data_config dc = *train_dc;

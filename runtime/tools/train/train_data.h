@@ -31,8 +31,9 @@ struct train_data {
     long every, batches, vocab;
     bool bad;
     /* the tokenizer record */
-    char tok_path[4096], tok_hash[17];
-    long tok_vocab;
+    char tok_path[4096], tok_hash[17], model_rec[4096];
+    long tok_vocab, tok_bytes, vocab_rec;
+    const char *data_rec;
     char *ckpt_json;
     /* validation */
     whale_data *vd;
