@@ -20,7 +20,8 @@ void train_data_usage(FILE *f)
 "  --val-data FILES     held-out token shards (whale-data's val_*.bin): validation loss\n"
 "  --eval-every N       validation every N steps and after the last (default 100 with\n"
 "                       --val-data)\n"
-"  --eval-batches K     global batches of fixed held-out samples per evaluation (4)\n"
+"  --eval-batches K     global batches of fixed held-out samples per evaluation, spread\n"
+"                       evenly over the validation data (8)\n"
 "  --vocab N            the model's vocabulary (overrides the preset's Vocab), e.g. the\n"
 "                       size of whale-data's tokenizer\n"
 "  --tokenizer FILE     the SentencePiece model the data was made with (default:\n"
@@ -155,7 +156,7 @@ int train_data_model(struct train_data *t, const char *model_arg, const char *da
     if (t->val && !t->every)
         t->every = 100;
     if (!t->batches)
-        t->batches = 4;
+        t->batches = 8;
     t->best = t->last = NAN;
     return 0;
 }
@@ -216,7 +217,10 @@ int train_data_eval(struct train_data *t, whale_engine *e, int64_t step, int64_t
     double sum = 0;
     for (long k = 0; k < t->batches; k++) {
         double l;
-        int rc = whale_data_next(t->vd, k * t->gbatch, t->in, t->tg);
+        /* batch k starts k/K of the way through the validation stream: the
+         * fixed set covers all of it, not just its first files */
+        int64_t gs = k * (whale_data_epoch_samples(t->vd) / t->batches);
+        int rc = whale_data_next(t->vd, gs, t->in, t->tg);
         if (!rc)
             rc = whale_engine_eval(e, t->in, t->tg, &l);
         if (rc) {

@@ -5,9 +5,9 @@
  *    recorded in every checkpoint's manifest ("data"), so whale-generate
  *    finds the model, vocabulary and tokenizer;
  *  - validation: --val-data FILES, --eval-every N, --eval-batches K: the
- *    mean loss over K fixed global batches of held-out samples (samples
- *    0 .. K*global_batch-1 of the validation stream, the same at every
- *    evaluation and under every layout), computed with whale_engine_eval
+ *    mean loss over K fixed global batches of held-out samples (batch k
+ *    starts at sample k * (samples / K) of the validation stream: spread
+ *    over all of it, the same at every evaluation and under every layout), computed with whale_engine_eval
  *    on every rank, reported in the progress line, the metrics ("val_loss")
  *    and the summary ("best_val_loss", "best_val_step"). */
 #ifndef WHALE_TRAIN_DATA_H
