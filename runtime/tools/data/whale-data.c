@@ -7,6 +7,7 @@
 #include <glob.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ struct opts {
     long vocab, val_docs, threads, shard_tokens, train_sentences;
     double val_fraction, coverage;
     int progress, verbose, force;
+    long shuffle; /* seed of the document order in the shards; -1: input order */
 };
 
 static void usage(FILE *f)
@@ -55,6 +57,9 @@ static void usage(FILE *f)
 "                         0..0.5; spread evenly over the corpus, the same every run)\n"
 "  --val-docs N           hold out exactly N documents instead\n"
 "  --shard-tokens N       tokens per shard at most (default 100000000)\n"
+"  --shuffle SEED         document order in the shards: a permutation from SEED\n"
+"                         (default 1), so consecutive training steps see different\n"
+"                         documents; --no-shuffle keeps the sorted input order\n"
 "  --threads N            encoding (and tokenizer training) threads (default: CPUs)\n"
 "  --force                replace an existing whale-data output in DIR\n"
 "  --no-progress          no live progress line\n"
@@ -147,9 +152,32 @@ static char *slurp(const char *path, size_t *len)
     return b;
 }
 
-/* Write one split's shards; names appended to arr. */
+/* The order documents are written in: a Fisher-Yates permutation from
+ * seed (splitmix64; the same seed, the same order), or the input order. */
+static size_t *doc_order(size_t n, long seed)
+{
+    size_t *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        p[i] = i;
+    uint64_t x = (uint64_t)seed;
+    for (size_t i = n; seed >= 0 && i > 1; i--) {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        size_t j = (size_t)(z % i), t = p[i - 1];
+        p[i - 1] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+/* Write one split's shards (documents in `order`); names appended to arr. */
 static int write_split(struct wd_out *o, const char *split, const struct wd_corpus *c,
-                       const struct wd_ids *enc, bool val, long shard_tokens, json_t *arr,
+                       const struct wd_ids *enc, const size_t *order, bool val,
+                       long shard_tokens, json_t *arr,
                        size_t *ntok, size_t *ndocs, size_t *nbytes)
 {
     size_t cap = 64, np = 0, cur = 0;
@@ -161,9 +189,10 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
     *ntok = *ndocs = *nbytes = 0;
     for (size_t i = 0; i <= c->ndocs && !rc; i++) {
         bool last = i == c->ndocs;
+        const size_t di = last ? 0 : order[i];
         size_t off = 0;
-        while (!last && !rc && off < enc[i].n && c->docs[i].val == val) {
-            size_t take = enc[i].n - off;
+        while (!last && !rc && off < enc[di].n && c->docs[di].val == val) {
+            size_t take = enc[di].n - off;
             if (take > (size_t)shard_tokens - cur)
                 take = (size_t)shard_tokens - cur;
             if (np == cap) {
@@ -179,7 +208,7 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
                     break;
                 }
             }
-            parts[np] = enc[i].ids + off;
+            parts[np] = enc[di].ids + off;
             lens[np++] = take;
             cur += take;
             off += take;
@@ -192,9 +221,9 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
                 np = cur = 0;
             }
         }
-        if (!last && c->docs[i].val == val) {
+        if (!last && c->docs[di].val == val) {
             (*ndocs)++;
-            *nbytes += c->docs[i].len;
+            *nbytes += c->docs[di].len;
         }
         if (last && cur && !rc) {
             char nm[64];
@@ -239,9 +268,10 @@ int main(int argc, char **argv)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     struct opts o = { .model_type = "bpe", .vocab = 4096, .val_fraction = 0.05,
                       .threads = ncpu > 0 ? ncpu : 1, .shard_tokens = 100000000,
-                      .train_sentences = 2000000, .coverage = 0.9995, .progress = -1 };
+                      .train_sentences = 2000000, .coverage = 0.9995, .progress = -1,
+                      .shuffle = 1 };
     enum { O_JSONL = 256, O_TOK, O_VOCAB, O_TYPE, O_COV, O_TRS, O_VF, O_VD, O_ST, O_TH, O_FORCE,
-           O_NOPROG, O_VERB };
+           O_NOPROG, O_VERB, O_SHUF, O_NOSHUF };
     static const struct option lo[] = {
         { "out", required_argument, 0, 'o' }, { "jsonl", required_argument, 0, O_JSONL },
         { "tokenizer", required_argument, 0, O_TOK },
@@ -252,7 +282,8 @@ int main(int argc, char **argv)
         { "val-fraction", required_argument, 0, O_VF }, { "val-docs", required_argument, 0, O_VD },
         { "shard-tokens", required_argument, 0, O_ST }, { "threads", required_argument, 0, O_TH },
         { "force", no_argument, 0, O_FORCE }, { "no-progress", no_argument, 0, O_NOPROG },
-        { "verbose", no_argument, 0, O_VERB }, { "help", no_argument, 0, 'h' },
+        { "verbose", no_argument, 0, O_VERB }, { "shuffle", required_argument, 0, O_SHUF },
+        { "no-shuffle", no_argument, 0, O_NOSHUF }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c, bad = 0, vocab_set = 0;
@@ -284,6 +315,8 @@ int main(int argc, char **argv)
         case O_FORCE: o.force = 1; break;
         case O_NOPROG: o.progress = 0; break;
         case O_VERB: o.verbose = 1; break;
+        case O_SHUF: bad |= parse_long("--shuffle", optarg, 0, LONG_MAX, &o.shuffle); break;
+        case O_NOSHUF: o.shuffle = -1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-data %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;
         default: usage(stderr); return 2;
@@ -317,6 +350,7 @@ int main(int argc, char **argv)
     struct wd_corpus corp = { 0 };
     struct wd_out out = { 0 };
     struct wd_ids *enc = NULL;
+    size_t *order = NULL;
     wd_spm *sp = NULL;
     char *model = NULL;
     size_t model_len = 0;
@@ -375,13 +409,13 @@ int main(int argc, char **argv)
     if (wd_encode_all(sp, &corp, (int)o.threads, progress, &enc, &t_enc))
         goto done;
 
-    if (wd_out_init(&out, o.out))
+    if (!(order = doc_order(corp.ndocs, o.shuffle)) || wd_out_init(&out, o.out))
         goto done;
     json_t *tr = json_array(), *va = json_array();
     size_t tt, td, tb, vt, vd, vb;
     if (wd_out_write(&out, TOK_NAME, model, model_len) ||
-        write_split(&out, "train", &corp, enc, false, o.shard_tokens, tr, &tt, &td, &tb) ||
-        write_split(&out, "val", &corp, enc, true, o.shard_tokens, va, &vt, &vd, &vb)) {
+        write_split(&out, "train", &corp, enc, order, false, o.shard_tokens, tr, &tt, &td, &tb) ||
+        write_split(&out, "val", &corp, enc, order, true, o.shard_tokens, va, &vt, &vd, &vb)) {
         json_decref(tr);
         json_decref(va);
         goto done;
@@ -414,6 +448,7 @@ int main(int argc, char **argv)
         goto done;
     }
     json_object_set_new(meta, "library_version", json_string(wd_spm_version()));
+    json_object_set_new(meta, "shuffle", o.shuffle >= 0 ? json_integer(o.shuffle) : json_null());
     if (o.jsonl)
         json_object_set_new(meta, "jsonl_field", json_string(o.jsonl));
     if (o.tokenizer) {
@@ -441,6 +476,7 @@ done:
         wd_out_free(&out);
     json_decref(meta);
     wd_encoded_free(enc, corp.ndocs);
+    free(order);
     wd_spm_free(sp);
     free(model);
     wd_corpus_free(&corp);
