@@ -83,8 +83,10 @@ extern "C" int wd_spm_train(const struct wd_spm_train_opts *o, char **model, siz
         // the newline piece (see spm.h); unknown bytes are kept as byte pieces
         {"user_defined_symbols", "<n>"},
         {"byte_fallback", "true"},
-        // indentation and runs of spaces matter in code and verse
+        // indentation and runs of spaces matter in code and verse; pieces of
+        // spaces alone let an indent be one token rather than one per space
         {"remove_extra_whitespaces", "false"},
+        {"allow_whitespace_only_pieces", "true"},
         {"split_digits", "true"},
         {"shuffle_input_sentence", "true"},
         {"hard_vocab_limit", "true"},

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "encode.h"
@@ -82,8 +83,20 @@ static int check_hash(const char *path, const char *want)
     return strcmp(got, want) ? 1 : 0;
 }
 
+/* libgomp reads OMP_WAIT_POLICY when it is loaded: its spinning workers
+ * starve each other on a busy machine (whale-train does the same). */
+static void ensure_passive_omp(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("WHALE_GENERATE_REEXEC"))
+        return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("WHALE_GENERATE_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+}
+
 int main(int argc, char **argv)
 {
+    ensure_passive_omp(argv);
     const char *ckpt = NULL, *prompt = "", *tok_arg = NULL, *model_arg = NULL;
     long ntok = 100, topk = 40, seed = 1, vocab = 0, seq = 0, threads = 0;
     double temp = 0.8;
