@@ -18,6 +18,8 @@ DEB_PACKAGES=(
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # tests
   libcmocka-dev bats iproute2 procps util-linux python3
+  # tests/unit/tools/man_pages.sh renders every man page (groff -ww)
+  groff-base
   # tests/fuzz: libFuzzer harnesses (clang + its compiler-rt runtime)
   clang libclang-rt-dev
   # contrib/bench: PyTorch comparison for whale-train

@@ -46,7 +46,8 @@ void bench_comm_usage(void *stream)
             "  -c, --check 0|1      verify results, count wrong elements (default 1)\n"
             "  -o, --op OP          sum, avg, max, min (default sum)\n"
             "  -d, --datatype T     float, bfloat16, half, int32, int64, uint8 (default float)\n"
-            "  -a, --algo A         auto (default), ring, rd, raben, hier, tree\n"
+            "  -a, --algo A         auto, ring, rd, raben, hier, tree (default: WHALE_COLL_ALGO,\n"
+            "                       else auto, as in training)\n"
             "  -g, --group G        world (default), tp, pp, dp\n"
             "  -r, --root R         root of broadcast/reduce (default 0)\n"
             "  -N, --nonblocking    issue with the non-blocking call and wait\n"
@@ -188,7 +189,7 @@ static int run_op(whale_group *g, const struct cfg *c, void *send, void *recv, s
 int bench_comm_main(int argc, char **argv)
 {
     struct cfg c = { .coll = 0, .minb = 8, .maxb = 64 << 20, .factor = 2, .iters = 20, .warmup = 5,
-                     .check = 1, .op = WHALE_SUM, .root = 0, .t = WHALE_FLOAT32, .algo = "auto",
+                     .check = 1, .op = WHALE_SUM, .root = 0, .t = WHALE_FLOAT32, .algo = NULL,
                      .group = "world" };
     static const struct option lo[] = {
         { "minbytes", required_argument, NULL, 'b' }, { "maxbytes", required_argument, NULL, 'e' },
@@ -287,10 +288,12 @@ int bench_comm_main(int argc, char **argv)
     if (!g) {
         fprintf(stderr, "whale-bench comm: group '%s' is not one of world, tp, pp, dp (or this is a spare)\n",
                 c.group);
+        bool spare = whale_is_spare(ctx); /* not after whale_finalize frees ctx */
         whale_finalize(ctx);
-        return whale_is_spare(ctx) ? 0 : 2;
+        return spare ? 0 : 2;
     }
-    if ((rc = whale_coll_set_algorithm(ctx, (enum whale_coll)c.coll, c.algo))) {
+    /* no -a: whatever WHALE_COLL_ALGO (read by whale_init) chose stands */
+    if (c.algo && (rc = whale_coll_set_algorithm(ctx, (enum whale_coll)c.coll, c.algo))) {
         whale_finalize(ctx);
         return 2;
     }

@@ -339,8 +339,23 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
+        /* Signals stay blocked from fork until the child has dropped our
+         * handlers: a SIGTERM from signal_all() that reached the child in
+         * between ran our handler there, which wrote into the inherited
+         * self-pipe, and we took the task's signal for our own (exit 143
+         * instead of the failing task's status). */
+        sigset_t all, old;
+        sigfillset(&all);
+        sigprocmask(SIG_BLOCK, &all, &old);
         pid_t pid = fork();
         if (pid == 0) {
+            struct sigaction dfl = { .sa_handler = SIG_DFL };
+            for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+                sigaction(sigs[i], &dfl, NULL);
+            signal(SIGPIPE, SIG_DFL);
+            close(g_sigpipe[0]);
+            close(g_sigpipe[1]);
+            sigprocmask(SIG_SETMASK, &old, NULL); /* a pending SIGTERM ends it here */
             setpgid(0, 0);
             if (per > 0) {
                 cpu_set_t mine;
@@ -351,15 +366,12 @@ int main(int argc, char **argv)
             }
             dup2(po[1], STDOUT_FILENO);
             dup2(pe[1], STDERR_FILENO);
-            struct sigaction dfl = { .sa_handler = SIG_DFL };
-            for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-                sigaction(sigs[i], &dfl, NULL);
-            signal(SIGPIPE, SIG_DFL);
             environ = env;
             execvp(argv[optind], &argv[optind]);
             fprintf(stderr, "whale-run: cannot execute %s: %s\n", argv[optind], strerror(errno));
             _exit(127);
         }
+        sigprocmask(SIG_SETMASK, &old, NULL);
         for (size_t i = 0; env[i]; i++)
             free(env[i]);
         free(env);

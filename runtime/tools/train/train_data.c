@@ -196,6 +196,8 @@ int train_data_val_open(struct train_data *t, const struct whale_data_config *tr
         return -1;
     }
     size_t bt = (size_t)dc.local_batch * dc.seq;
+    t->vd_local = dc.local_batch;
+    t->vd_seq = dc.seq;
     t->in = malloc(bt * sizeof(int32_t));
     t->tg = malloc(bt * sizeof(int32_t));
     t->gbatch = global_batch;
@@ -215,20 +217,31 @@ int train_data_eval(struct train_data *t, whale_engine *e, int64_t step, int64_t
     if (!t->vd || (step % t->every && step != steps))
         return 0;
     double sum = 0;
+    int bad = 0;
+    const size_t bt = (size_t)t->vd_local * t->vd_seq;
     for (long k = 0; k < t->batches; k++) {
-        double l;
+        double l = 0;
         /* batch k starts k/K of the way through the validation stream: the
          * fixed set covers all of it, not just its first files */
         int64_t gs = k * (whale_data_epoch_samples(t->vd) / t->batches);
         int rc = whale_data_next(t->vd, gs, t->in, t->tg);
-        if (!rc)
-            rc = whale_engine_eval(e, t->in, t->tg, &l);
+        if (rc) { /* still take part in the collective: the others wait in it */
+            memset(t->in, 0, bt * sizeof(int32_t));
+            memset(t->tg, 0, bt * sizeof(int32_t));
+            bad = rc;
+        }
+        rc = whale_engine_eval(e, t->in, t->tg, &l);
         if (rc) {
             whale_error("validation at step %lld failed: %s", (long long)step,
                         whale_strerror(rc));
             return rc;
         }
         sum += l;
+    }
+    if (bad) {
+        whale_error("validation at step %lld: reading --val-data failed (above)",
+                    (long long)step);
+        return bad;
     }
     t->last = sum / t->batches;
     t->fresh = true;

@@ -37,11 +37,13 @@ struct train_data {
     char *ckpt_json;
     /* validation */
     whale_data *vd;
+    int vd_local, vd_seq;
     int32_t *in, *tg;
     int64_t gbatch;
     double last, best;
     int64_t best_step, evals;
     bool fresh; /* an evaluation ran at the step being reported */
+    bool failed; /* an evaluation failed (reported): the run ends with 1 */
 };
 
 void train_data_usage(FILE *f);

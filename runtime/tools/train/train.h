@@ -1,0 +1,118 @@
+/* whale-train's run, split by phase (whale-train.c calls them in order):
+ *   train_cli.c      options and --help            (flags)
+ *   train_config.c   resolve knobs: flags > WHALE_* > plan; the layout and
+ *                    the engine configuration
+ *   train_setup.c    ranks, spares, engine, data, checkpoints, metrics file
+ *   train_loop.c     the step loop and each step's metrics line
+ *   train_summary.c  the summary at the end, and teardown
+ *   train_areas.c    the registry of feature areas (offload, ...): each area
+ *                    brings its own options, help text and hooks
+ * Every phase returns TRAIN_GO to go on, or the exit status to stop with.
+ *
+ * Adding a feature area (see train_areas.c): write train_<area>.c with a
+ * `const struct train_area train_area_<area>` (an option table, a usage
+ * function, and whichever hooks it needs), declare it in train_areas.h and
+ * add one line to train_areas[]. Keep its state in its own file, or add
+ * one field to struct train below. */
+#ifndef WHALE_TRAIN_H
+#define WHALE_TRAIN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "whale/ckpt.h"
+#include "whale/comm.h"
+#include "whale/data.h"
+#include "whale/engine.h"
+#include "whale/modeldesc.h"
+#include "whale/planfile.h"
+
+#include "offload_opts.h"
+#include "train_elastic.h"
+
+/* A phase's result: go on to the next phase. Anything else is the status
+ * main exits with. */
+#define TRAIN_GO (-1)
+
+/* Command-line values as given (0 / -1 / NULL: not set; the resolve phase
+ * fills in environment, plan and defaults). */
+struct train_opts {
+    const char *model, *data, *metrics, *plan;
+    const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
+    long ckpt_keep;
+    long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
+    double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
+    int overlap; /* -1: unset */
+    int loss_scale;
+    int format;
+    int progress; /* -1 auto */
+    const char *schedule, *recompute, *precision;
+    long interleave;
+    long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
+    int grad_reduce_16;   /* --grad-reduce 16 */
+    double act_budget_mb;
+    bool batch_set;       /* --batch given */
+};
+
+/* Run totals the summary reports. */
+struct train_totals {
+    double t_run, tok_run, first_loss, last_loss, sum_tps;
+    double sum_comm, sum_wait, sum_flops;
+    long done, n_tps;
+    int nsaves;
+    double ckpt_stall;
+};
+
+struct train {
+    struct train_opts o;
+    /* resolved configuration */
+    struct whale_plan plan;
+    bool have_plan;
+    char *plan_json;          /* recorded in checkpoints */
+    char plan_ckpt_dir[1024], plan_ckpt_every[32];
+    struct whale_model_desc md;
+    long micro, accum, gbatch, seq;
+    struct whale_engine_config ec;
+    /* the ranks */
+    whale_ctx *ctx;
+    int rank, world, tp, pp, dp, dp_rank;
+    /* what the run holds */
+    whale_engine *e;
+    whale_data *data;
+    struct whale_data_config dc;
+    whale_ckpt *ck;
+    whale_ckpt_config ckc;
+    int32_t *in, *tg;
+    FILE *mf;                 /* rank 0's metrics file */
+    struct train_elastic *te;
+    struct train_job job;     /* what elastic recovery may rebuild */
+    struct train_offload off; /* the offload area's state */
+    double peak;              /* GFLOP/s for MFU */
+    bool tty;                 /* live progress line on stderr */
+    struct train_totals tot;
+};
+
+/* train_cli.c */
+void train_defaults(struct train *t);
+int train_parse_args(struct train *t, int argc, char **argv);
+void train_usage(FILE *f);
+/* train_config.c */
+int train_resolve_config(struct train *t);      /* flags > env > plan; the model */
+int train_resolve_layout(struct train *t);      /* after whale_init: batch split, seq */
+int train_engine_config(struct train *t);       /* fills t->ec (areas' configure hooks) */
+/* train_setup.c */
+int train_setup(struct train *t);
+/* train_loop.c */
+int train_loop(struct train *t);
+bool train_stop_requested(void); /* a SIGINT/SIGTERM came */
+/* train_summary.c */
+int train_summary(struct train *t);
+int train_teardown(struct train *t, int rc);
+
+/* Shared helpers (train_loop.c). */
+json_t *train_json_num(double v); /* null where not finite: JSON has no NaN */
+double train_peak_rss_mb(void);
+
+#endif

@@ -1,0 +1,296 @@
+/* whale-train's command line: the core options (engine, data, checkpoints,
+ * output) and the feature areas' options (train_areas.c), and --help. Values
+ * are only recorded and range-checked here; train_config.c resolves them
+ * against the environment and the plan. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/data.h"
+#include "whale/engine.h"
+#include "whale/parallel.h"
+#include "whale_config.h"
+
+#include "train.h"
+#include "train_areas.h"
+
+void train_usage(FILE *f)
+{
+    fprintf(f,
+"Usage: whale-train --model NAME|FILE --data FILE[,FILE...] [options]\n"
+"Train a GPT model on CPU (fp32, or bf16/fp16 mixed precision) with tensor, pipeline\n"
+"and data parallelism and ZeRO over the ranks started by srun --whale-* or whale-run\n"
+"(a plain start is one rank).\n"
+"\n"
+"  --model NAME|FILE    preset (config/models/NAME.conf) or .conf file\n"
+"  --data FILES         llm.c token shards (.bin) or raw byte files, comma-separated\n"
+"  --format auto|llmc|bytes   data format (auto: .bin or magic = llmc)\n"
+"  --steps N            optimizer steps (default 100)\n"
+"  --batch N            global batch in samples per step (default 8)\n"
+"  --micro-batch N      samples per micro-batch per rank (default batch/(DP*accum))\n"
+"  --grad-accum N       micro-batches per step (default 1)\n"
+"  --seq N              sequence length (default: the model's Seq, at most 1024)\n"
+"  --lr X --min-lr X    peak and final learning rate (6e-4, lr/10)\n"
+"  --warmup N           warmup steps (default steps/20)\n"
+"  --weight-decay X     AdamW decoupled weight decay (0.1)\n"
+"  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
+"  --seed N             model and data seed (1337)\n"
+"  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
+"  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
+"  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
+"  --recompute P        none, selective, full or auto (plan or none)\n"
+"  --act-budget-mb X    activation budget per rank for --recompute=auto (default: what\n"
+"                       a planner's plan leaves for activations, else half of what no\n"
+"                       recomputation keeps)\n"
+"  --zero 0..3          ZeRO stage (default WHALE_ZERO or 0)\n"
+"  --bucket-mb X        gradient bucket size in MiB (4)\n"
+"  --no-overlap         reduce gradients after backward instead of during it\n"
+"  --precision P        fp32, bf16 or fp16 (plan or fp32): 16-bit weights in compute,\n"
+"                       activations and gradient stream; fp32 master weights, AdamW\n"
+"                       moments, accumulation, LayerNorm/softmax/loss/norm\n"
+"  --loss-scale         dynamic loss scaling (default on with fp16, off otherwise)\n"
+"  --no-loss-scale      no loss scaling, even with fp16\n"
+"  --grad-reduce fp32|16  bf16/fp16: reduce gradients over DP in fp32 (default) or in\n"
+"                       the 16-bit dtype (half the bytes; the sum accumulates in fp32)\n"
+"  --inject-overflow N  testing: put an inf into one gradient of step N (the step is\n"
+"                       skipped and, with loss scaling, the scale backs off)\n"
+);
+    train_areas_usage(f); /* each area's options */
+    fprintf(f,
+"  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
+"  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
+"  --log-every N        print a line every N steps when not on a terminal (10)\n"
+"  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm)\n"
+"  --no-progress        no live progress line\n"
+"  --whale-ckpt-dir DIR checkpoint root (default: WHALE_CKPT_DIR, the plan's ckpt_dir)\n"
+"  --whale-ckpt-every N|Ts  checkpoint every N steps or every T (30s, 10m, 2h)\n"
+"                       (default: WHALE_CKPT_EVERY, the plan's ckpt_every)\n"
+"  --ckpt-keep K        keep the last K checkpoints (3; 0 keeps all)\n"
+"  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
+"                       or `latest` under the checkpoint root (none yet: start fresh)\n"
+"  -h, --help           this help;  -V, --version  version\n"
+"\n"
+"Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
+"(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
+"interleave, stage_layers, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
+"a Chrome/Perfetto trace per rank (FILE-rank<R>.json); WHALE_ZERO,\n"
+"WHALE_MICRO_BATCH, WHALE_GRAD_ACCUM override the plan; flags override both.\n"
+"Checkpoint knobs: WHALE_CKPT_ASYNC, _WEIGHTS (exact|bf16|fp16), _MOMENTS (exact|int8),\n"
+"_ZSTD, _INCREMENTAL, _BUSY (wait|skip), _PRIVATE (see whale-ckpt(1) and the README).\n"
+"Elastic steps (hot spares: srun --whale-spares=N, whale-run --spares N; or\n"
+"WHALE_ELASTIC=1): a failed rank's place goes to a spare inside the step, state\n"
+"from an in-memory copy, every survivor rolls back to the last step completed\n"
+"everywhere and redoes it (see whale-train(1)). WHALE_REDUNDANCY_EVERY=K copies\n"
+"every K steps (1; 0: local rollback images only). Fault injection:\n"
+"WHALE_FAULT=\"kill|hang:rank=R:step=S[:phase=start|forward|backward|collective|\n"
+"optimizer|ckpt][;...]\" (hang = SIGSTOP itself).\n"
+"Files it writes (metrics, traces) are never group/world-writable; WHALE_CKPT_PRIVATE=1\n"
+"makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+
+void train_defaults(struct train *t)
+{
+    memset(t, 0, sizeof *t);
+    t->o = (struct train_opts){ .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0,
+                                .seed = 1337, .warmup = -1, .zero = -1, .threads = 0,
+                                .log_every = 10, .lr = 6e-4, .min_lr = -1, .wd = 0.1,
+                                .clip = 1.0, .bucket_mb = 4, .overlap = -1, .loss_scale = -1,
+                                .progress = -1, .metrics = "whale-train-metrics.jsonl",
+                                .ckpt_keep = -1 };
+    whale_plan_init(&t->plan);
+}
+
+#define MAX_AREA_OPTS 64
+
+/* Returns TRAIN_GO, 0 (--help, --version) or 2 (usage error). */
+int train_parse_args(struct train *t, int argc, char **argv)
+{
+    enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
+           O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
+           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_AREA /* .. the areas' options, in registry order */ };
+    static const struct option core[] = {
+        { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
+        { "steps", required_argument, 0, 's' }, { "batch", required_argument, 0, 'b' },
+        { "seq", required_argument, 0, 't' }, { "lr", required_argument, 0, 'l' },
+        { "seed", required_argument, 0, 'S' }, { "micro-batch", required_argument, 0, O_MICRO },
+        { "grad-accum", required_argument, 0, O_ACCUM }, { "min-lr", required_argument, 0, O_MINLR },
+        { "warmup", required_argument, 0, O_WARM }, { "weight-decay", required_argument, 0, O_WD },
+        { "grad-clip", required_argument, 0, O_CLIP }, { "zero", required_argument, 0, O_ZERO },
+        { "bucket-mb", required_argument, 0, O_BUCKET }, { "no-overlap", no_argument, 0, O_NOOVL },
+        { "loss-scale", no_argument, 0, O_LS }, { "threads", required_argument, 0, O_THREADS },
+        { "metrics", required_argument, 0, O_METRICS },
+        { "log-every", required_argument, 0, O_LOGEVERY },
+        { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
+        { "format", required_argument, 0, O_FORMAT },
+        { "resume", required_argument, 0, O_RESUME },
+        { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
+        { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
+        { "ckpt-keep", required_argument, 0, O_CKKEEP },
+        { "schedule", required_argument, 0, O_SCHED },
+        { "interleave", required_argument, 0, O_INTERLEAVE },
+        { "recompute", required_argument, 0, O_RECOMPUTE },
+        { "act-budget-mb", required_argument, 0, O_ACTBUDGET },
+        { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
+        { "inject-overflow", required_argument, 0, O_INJECT },
+        { "grad-reduce", required_argument, 0, O_GRED },
+        { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
+    };
+    enum { N_CORE = sizeof core / sizeof core[0] };
+    struct option lo[N_CORE + MAX_AREA_OPTS + 1];
+    const struct train_opt *area_opt[MAX_AREA_OPTS];
+    int n_area = 0, rc = TRAIN_GO;
+    memcpy(lo, core, sizeof core);
+    for (int a = 0; train_areas[a]; a++)
+        for (const struct train_opt *ao = train_areas[a]->opts; ao && ao->name; ao++) {
+            if (n_area == MAX_AREA_OPTS) {
+                fprintf(stderr, "whale-train: more than %d area options (raise "
+                        "MAX_AREA_OPTS in train_cli.c)\n", MAX_AREA_OPTS);
+                return 2;
+            }
+            /* getopt would silently take the first of two equal names */
+            for (int k = 0; k < N_CORE + n_area; k++)
+                if (!strcmp(lo[k].name, ao->name)) {
+                    fprintf(stderr, "whale-train: option --%s of area %s is defined twice\n",
+                            ao->name, train_areas[a]->name);
+                    return 2;
+                }
+            lo[N_CORE + n_area] = (struct option){ ao->name, ao->has_arg, 0, O_AREA + n_area };
+            area_opt[n_area++] = ao;
+        }
+    lo[N_CORE + n_area] = (struct option){ 0, 0, 0, 0 };
+    int c, bad = 0;
+    while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': t->o.model = optarg; break;
+        case 'd': t->o.data = optarg; break;
+        case 's': bad |= parse_long("--steps", optarg, 0, 1L << 40, &t->o.steps); break;
+        case 'b': bad |= parse_long("--batch", optarg, 1, 1 << 20, &t->o.batch); t->o.batch_set = true; break;
+        case 'p': t->o.plan = optarg; break;
+        case 't': bad |= parse_long("--seq", optarg, 1, 1 << 20, &t->o.seq); break;
+        case 'l': bad |= parse_double("--lr", optarg, 0, 10, &t->o.lr); break;
+        case 'S': bad |= parse_long("--seed", optarg, 0, LONG_MAX, &t->o.seed); break;
+        case O_MICRO: bad |= parse_long("--micro-batch", optarg, 1, 1 << 20, &t->o.micro); break;
+        case O_ACCUM: bad |= parse_long("--grad-accum", optarg, 1, 1 << 20, &t->o.accum); break;
+        case O_MINLR: bad |= parse_double("--min-lr", optarg, 0, 10, &t->o.min_lr); break;
+        case O_WARM: bad |= parse_long("--warmup", optarg, 0, 1L << 40, &t->o.warmup); break;
+        case O_WD: bad |= parse_double("--weight-decay", optarg, 0, 10, &t->o.wd); break;
+        case O_CLIP: bad |= parse_double("--grad-clip", optarg, 0, 1e9, &t->o.clip); break;
+        case O_ZERO: bad |= parse_long("--zero", optarg, 0, 3, &t->o.zero); break;
+        case O_BUCKET: bad |= parse_double("--bucket-mb", optarg, 0.001, 65536, &t->o.bucket_mb); break;
+        case O_NOOVL: t->o.overlap = 0; break;
+        case O_LS: t->o.loss_scale = 1; break;
+        case O_NOLS: t->o.loss_scale = 0; break;
+        case O_PREC: {
+            enum whale_precision pr;
+            if (whale_precision_parse(optarg, &pr)) {
+                fprintf(stderr, "whale-train: --precision=%s: expected fp32, bf16 or fp16\n",
+                        optarg);
+                bad = 1;
+            }
+            t->o.precision = optarg;
+            break;
+        }
+        case O_GRED:
+            if (!strcmp(optarg, "16") || !strcmp(optarg, "fp32")) {
+                t->o.grad_reduce_16 = !strcmp(optarg, "16");
+            } else {
+                fprintf(stderr, "whale-train: --grad-reduce=%s: expected fp32 or 16\n", optarg);
+                bad = 1;
+            }
+            break;
+        case O_INJECT: bad |= parse_long("--inject-overflow", optarg, 1, 1L << 40, &t->o.inject_overflow); break;
+        case O_THREADS: bad |= parse_long("--threads", optarg, 1, 4096, &t->o.threads); break;
+        case O_METRICS: t->o.metrics = optarg; break;
+        case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &t->o.log_every); break;
+        case O_PEAK: bad |= parse_double("--peak-gflops", optarg, 0.001, 1e9, &t->o.peak_gflops); break;
+        case O_NOPROG: t->o.progress = 0; break;
+        case O_RESUME: t->o.resume = optarg; break;
+        case O_CKDIR: t->o.ckpt_dir = optarg; break;
+        case O_CKEVERY: t->o.ckpt_every = optarg; break;
+        case O_CKKEEP: bad |= parse_long("--ckpt-keep", optarg, 0, 1000000, &t->o.ckpt_keep); break;
+        case O_SCHED: {
+            enum whale_schedule k;
+            if (whale_schedule_parse(optarg, &k)) {
+                fprintf(stderr, "whale-train: --schedule=%s: expected 1f1b, interleaved or gpipe\n",
+                        optarg);
+                bad = 1;
+            }
+            t->o.schedule = optarg;
+            break;
+        }
+        case O_INTERLEAVE: bad |= parse_long("--interleave", optarg, 1, 64, &t->o.interleave); break;
+        case O_RECOMPUTE: {
+            enum whale_recompute k;
+            if (whale_recompute_parse(optarg, &k) || k == WHALE_RECOMPUTE_LAYERS) {
+                fprintf(stderr, "whale-train: --recompute=%s: expected none, selective, full or "
+                        "auto (a per-layer set comes from the plan)\n", optarg);
+                bad = 1;
+            }
+            t->o.recompute = optarg;
+            break;
+        }
+        case O_ACTBUDGET: bad |= parse_double("--act-budget-mb", optarg, 0.001, 1e9, &t->o.act_budget_mb); break;
+        case O_FORMAT:
+            if (!strcmp(optarg, "auto")) t->o.format = WHALE_DATA_AUTO;
+            else if (!strcmp(optarg, "llmc")) t->o.format = WHALE_DATA_LLMC;
+            else if (!strcmp(optarg, "bytes")) t->o.format = WHALE_DATA_BYTES;
+            else {
+                fprintf(stderr, "whale-train: --format=%s: expected auto, llmc or bytes\n", optarg);
+                bad = 1;
+            }
+            break;
+        case 'h': train_usage(stdout); rc = 0; goto done;
+        case 'V': printf("whale-train %s\n", WHALE_VERSION); rc = 0; goto done;
+        default:
+            if (c >= O_AREA && c < O_AREA + n_area) {
+                const struct train_opt *ao = area_opt[c - O_AREA];
+                bad |= ao->set(t, optarg) ? 1 : 0;
+                break;
+            }
+            train_usage(stderr);
+            rc = 2;
+            goto done;
+        }
+    }
+    if (bad)
+        return 2;
+    if (optind < argc) {
+        fprintf(stderr, "whale-train: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+done:
+    return rc;
+}

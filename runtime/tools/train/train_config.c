@@ -1,0 +1,200 @@
+/* Resolving whale-train's knobs: flags > WHALE_* variables > the plan >
+ * documented defaults. Three steps: before the ranks exist (plan, the
+ * environment, the model), once they do (the layout the step really runs:
+ * degrees checked against the plan, the batch split) and the engine's
+ * configuration (with each area's configure hook). */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/envnum.h"
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/parallel.h"
+
+#include "train.h"
+#include "train_areas.h"
+
+/* recompute=auto's budget from a planner's plan: the device memory the
+ * prediction leaves for activations (usable capacity minus everything
+ * else it counted). 0 when the plan carries no such prediction. */
+static int64_t plan_act_budget(const struct whale_plan *p)
+{
+    if (!p->prediction_json)
+        return 0;
+    json_t *j = json_loads(p->prediction_json, 0, NULL);
+    json_t *mb = j ? json_object_get(j, "memory_bytes") : NULL;
+    double cap = json_number_value(json_object_get(mb, "capacity"));
+    double tot = json_number_value(json_object_get(mb, "total"));
+    double act = json_number_value(json_object_get(mb, "activations"));
+    json_decref(j);
+    double left = cap - (tot - act);
+    return mb && cap > 0 && left > 0 ? (int64_t)left : 0;
+}
+
+/* --plan FILE, else WHALE_PLAN (inline JSON or a path). */
+static int load_plan(struct train *t)
+{
+    const char *pv = getenv("WHALE_PLAN");
+    int prc = 0;
+    if (t->o.plan) {
+        prc = whale_plan_load_file(t->o.plan, &t->plan);
+        t->have_plan = true;
+    } else if (pv && *pv) {
+        prc = whale_plan_from_env_value(pv, &t->plan);
+        t->have_plan = true;
+    }
+    return prc ? 1 : TRAIN_GO;
+}
+
+/* Before whale_init: the plan, the WHALE_* knobs, the model. */
+int train_resolve_config(struct train *t)
+{
+    struct train_opts *o = &t->o;
+    const struct whale_plan *plan = &t->plan;
+    int rc = load_plan(t);
+    if (rc != TRAIN_GO)
+        return rc;
+    bool have_plan = t->have_plan;
+    /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
+    if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
+        return 2;
+    if (!o->micro && whale_env_long("WHALE_MICRO_BATCH", 1, 1L << 20,
+                                    have_plan && o->accum == 0 && !o->batch_set
+                                        ? plan->micro_batch : 0,
+                                    &o->micro))
+        return 2;
+    if (!o->accum && whale_env_long("WHALE_GRAD_ACCUM", 1, 1L << 20,
+                                    have_plan ? plan->num_micro_batches : 0, &o->accum))
+        return 2;
+    if (!o->batch_set && have_plan && plan->global_batch > 0)
+        o->batch = plan->global_batch;
+    if (!o->model && have_plan && plan->model[0])
+        o->model = plan->model;
+    /* checkpoints: flags > WHALE_CKPT_* > the plan (the plugin puts them there) */
+    t->plan_json = have_plan ? whale_plan_to_json(&t->plan, 0) : NULL;
+    if (have_plan && plan->ckpt_dir[0])
+        snprintf(t->plan_ckpt_dir, sizeof t->plan_ckpt_dir, "%s", plan->ckpt_dir);
+    if (have_plan && plan->ckpt_every > 0)
+        snprintf(t->plan_ckpt_every, sizeof t->plan_ckpt_every, "%d", plan->ckpt_every);
+    if (!o->model || !o->data) {
+        fprintf(stderr, "whale-train: --model and --data are required (see --help)\n");
+        return 2;
+    }
+    if (o->zero > 3 || o->zero < -1) {
+        fprintf(stderr, "whale-train: WHALE_ZERO=%ld: expected 0..3\n", o->zero);
+        return 2;
+    }
+    whale_log_set_level(WHALE_LOG_INFO);
+    whale_log_init_from_env();
+
+    if (whale_model_desc_load(o->model, &t->md))
+        return 1;
+    /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
+    char why[512];
+    if (whale_model_desc_gpt2_check(&t->md, why, sizeof why)) {
+        fprintf(stderr, "whale-train: %s\n", why);
+        return 1;
+    }
+    return TRAIN_GO;
+}
+
+/* The plan must describe the step that runs; then the batch split and the
+ * sequence length. */
+int train_resolve_layout(struct train *t)
+{
+    const struct train_opts *o = &t->o;
+    struct whale_plan *plan = &t->plan;
+    if (t->have_plan) {
+        if (whale_plan_validate(plan, 0, t->md.layers, o->plan ? o->plan : "WHALE_PLAN"))
+            return 1;
+        for (int i = 1; i < plan->n_dp_batch; i++)
+            if (plan->dp_batch[i] != plan->dp_batch[0]) {
+                whale_error("the plan gives the DP replicas different batches (dp_batch); this "
+                            "engine splits the global batch evenly; refusing before any step");
+                return 1;
+            }
+        if (plan->dp != t->dp || plan->tp != t->tp || plan->pp != t->pp) {
+            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
+                        "refusing before any step", plan->tp, plan->pp, plan->dp, t->tp, t->pp,
+                        t->dp);
+            return 1;
+        }
+    }
+    t->accum = o->accum > 0 ? o->accum : 1;
+    t->micro = o->micro;
+    if (!t->micro) {
+        if (o->batch % (t->dp * t->accum)) {
+            whale_error("--batch=%ld is not divisible by DP (%d) x grad-accum (%ld)", o->batch,
+                        t->dp, t->accum);
+            return 1;
+        }
+        t->micro = o->batch / (t->dp * t->accum);
+    }
+    t->gbatch = t->micro * t->accum * t->dp;
+    t->seq = o->seq ? o->seq : (t->md.seq < 1024 ? t->md.seq : 1024);
+    if (t->seq > t->md.seq) {
+        whale_error("--seq=%ld exceeds the model's Seq=%d (%s)", t->seq, t->md.seq, t->md.name);
+        return 1;
+    }
+    return TRAIN_GO;
+}
+
+/* t->ec from the resolved knobs, then each area's configure hook. */
+int train_engine_config(struct train *t)
+{
+    const struct train_opts *o = &t->o;
+    const struct whale_plan *plan = &t->plan;
+    bool have_plan = t->have_plan;
+    struct whale_engine_config *ec = &t->ec;
+    whale_engine_config_defaults(ec);
+    ec->model = t->md;
+    ec->seq = (int)t->seq;
+    ec->micro_batch = (int)t->micro;
+    ec->grad_accum = (int)t->accum;
+    ec->seed = (uint64_t)o->seed;
+    ec->lr = (float)o->lr;
+    ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : o->lr / 10);
+    ec->warmup_steps = o->warmup >= 0 ? o->warmup : o->steps / 20;
+    ec->total_steps = o->steps;
+    ec->weight_decay = (float)o->wd;
+    ec->grad_clip = (float)o->clip;
+    ec->zero_stage = o->zero >= 0 ? (int)o->zero : 0;
+    ec->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+    ec->overlap = o->overlap != 0;
+    /* precision: flag > plan > fp32; fp16 needs the loss scaler unless told not to */
+    ec->precision = have_plan ? plan->precision : WHALE_PREC_FP32;
+    if (o->precision)
+        whale_precision_parse(o->precision, &ec->precision);
+    ec->loss_scaling = o->loss_scale >= 0 ? o->loss_scale : ec->precision == WHALE_PREC_FP16;
+    ec->grad_reduce_16 = o->grad_reduce_16;
+    ec->threads = (int)o->threads;
+    /* tensor / pipeline parallelism and recomputation: flags > plan */
+    ec->tp = t->tp;
+    ec->pp = t->pp;
+    ec->schedule = have_plan ? plan->schedule : WHALE_SCHED_1F1B;
+    ec->interleave = have_plan ? plan->interleave : 1;
+    if (o->schedule)
+        whale_schedule_parse(o->schedule, &ec->schedule);
+    if (o->interleave > 0)
+        ec->interleave = (int)o->interleave;
+    if (o->schedule && ec->schedule != WHALE_SCHED_INTERLEAVED && !o->interleave)
+        ec->interleave = 1;
+    if (have_plan && plan->n_stage_layers > 0 && ec->interleave == plan->interleave) {
+        ec->stage_layers = plan->stage_layers;
+        ec->n_stage_layers = plan->n_stage_layers;
+    }
+    ec->recompute = have_plan ? plan->recompute : WHALE_RECOMPUTE_NONE;
+    if (o->recompute)
+        whale_recompute_parse(o->recompute, &ec->recompute);
+    if (ec->recompute == WHALE_RECOMPUTE_LAYERS) {
+        ec->recompute_layers = plan->recompute_layers;
+        ec->n_recompute_layers = plan->n_recompute_layers;
+    }
+    ec->act_budget_bytes = (int64_t)(o->act_budget_mb * 1048576.0);
+    if (!ec->act_budget_bytes && have_plan && ec->recompute == WHALE_RECOMPUTE_AUTO)
+        ec->act_budget_bytes = plan_act_budget(plan);
+    return train_areas_configure(t);
+}

@@ -1,0 +1,226 @@
+/* whale-train's step loop: one optimizer step, elastic recovery when it
+ * fails, the checkpoint when one is due, the metrics line (with each
+ * area's fields) and the progress line. A SIGINT/SIGTERM ends the loop
+ * after the step in flight. */
+#define _GNU_SOURCE
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+#include "train.h"
+#include "train_areas.h"
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+bool train_stop_requested(void)
+{
+    return stop_requested != 0;
+}
+
+/* A number for JSON: null where it is not finite (a diverged or absent
+ * loss), since json_real() refuses NaN and infinities. */
+json_t *train_json_num(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+double train_peak_rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss / 1024.0;
+}
+
+static void fmt_eta(char *buf, size_t n, double s)
+{
+    if (s < 0 || !isfinite(s))
+        snprintf(buf, n, "--");
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* After step `step1` (1-based): save when due. Returns 0 and the seconds
+ * the save stalled the step in *t_ck, or 1 (stop). */
+static int step_checkpoint(struct train *t, long step1, double *t_ck)
+{
+    *t_ck = 0;
+    int due = whale_ckpt_due(t->ck, step1);
+    /* a time-based interval is decided on rank 0 (clocks differ) */
+    if (t->ckc.every_seconds > 0 && t->ctx && whale_world_size(t->ctx) > 1 &&
+        whale_broadcast(whale_world(t->ctx), &due, 1, WHALE_INT32, 0))
+        return 1;
+    if (!due)
+        return 0;
+    double t0 = now_s();
+    bool skipped = false;
+    int sv = whale_ckpt_save_engine(t->ck, t->e, t->plan_json, &skipped);
+    te_ckpt_started(t->te, step1); /* WHALE_FAULT phase=ckpt: save in flight */
+    if (sv) {
+        whale_error("stopping: checkpoint of step %ld failed (the previous ones are intact)",
+                    step1);
+        return 1;
+    }
+    *t_ck = now_s() - t0;
+    if (!skipped) {
+        t->tot.nsaves++;
+        t->tot.ckpt_stall += *t_ck;
+    }
+    return 0;
+}
+
+/* Rank 0's metrics line of a step (NULL without a metrics file). */
+static json_t *step_line(struct train *t, long step1, const struct whale_step_stats *st,
+                         double tps, double mfu, double t_ck, double cpu_s)
+{
+    if (!t->mf)
+        return NULL;
+    json_t *j = json_pack("{sIsososfsfsfsfsfsfsfsfsfsbsf}",
+                          "step", (json_int_t)step1, "loss", train_json_num(st->loss),
+                          /* JSON has no inf/NaN: null for a skipped step's */
+                          "grad_norm", train_json_num(st->grad_norm), "lr", (double)st->lr,
+                          "tokens_per_s", tps, "step_s", st->t_total,
+                          "compute_s", st->t_compute, "comm_s", st->t_comm,
+                          "wait_s", st->t_wait, "overlap", st->overlap, "mfu", mfu,
+                          "loss_scale", (double)st->loss_scale, "skipped", st->skipped,
+                          "peak_rss_mb", train_peak_rss_mb());
+    if (!isfinite(st->grad_norm))
+        json_object_set_new(j, "grad_norm", json_null());
+    if (t_ck > 0)
+        json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
+    json_object_set_new(j, "pipe_wait_s", json_real(st->t_pipe_wait));
+    json_object_set_new(j, "cpu_s", json_real(cpu_s)); /* CPU time of this process */
+    json_object_set_new(j, "recompute_s", json_real(st->t_recompute));
+    json_object_set_new(j, "act_peak_mb", json_real(st->act_peak_bytes / 1048576.0));
+    double red_s, red_b;
+    te_step_metrics(t->te, &red_s, &red_b);
+    if (red_s > 0) { /* the in-memory copy of this step (elastic steps) */
+        json_object_set_new(j, "redundancy_s", json_real(red_s));
+        json_object_set_new(j, "redundancy_bytes", json_real(red_b));
+    }
+    json_object_set_new(j, "precision", json_string(whale_precision_name(t->ec.precision)));
+    struct whale_train_state ts2;
+    whale_engine_get_state(t->e, &ts2);
+    json_object_set_new(j, "skipped_steps", json_integer(ts2.scaler_skipped));
+    return j;
+}
+
+static void write_line(struct train *t, json_t *j)
+{
+    if (!j)
+        return;
+    json_dumpf(j, t->mf, JSON_COMPACT);
+    fputc('\n', t->mf);
+    fflush(t->mf);
+    json_decref(j);
+}
+
+/* Rank 0: the live line on a terminal, else a line every --log-every steps. */
+static void step_progress(struct train *t, long step, long first_step,
+                          const struct whale_step_stats *st, double tps, double mfu)
+{
+    const struct train_totals *r = &t->tot;
+    double avg = r->n_tps ? r->t_run / r->n_tps : st->t_total;
+    char eta[32], val[48]; /* val: the last validation loss (data area) */
+    fmt_eta(eta, sizeof eta, avg * (t->o.steps - step - 1));
+    train_area_data_progress(val, sizeof val);
+    if (t->tty)
+        fprintf(stderr, "\rstep %ld/%ld  loss %.4f%s  %.0f tok/s  MFU %.0f%%  ETA %s   ",
+                step + 1, t->o.steps, st->loss, val, tps, 100 * mfu, eta);
+    else if ((step + 1) % t->o.log_every == 0 || step + 1 == t->o.steps || step == first_step)
+        fprintf(stderr, "step %ld/%ld loss %.4f%s grad_norm %.3f lr %.2e %.0f tok/s MFU "
+                "%.0f%% ETA %s\n", step + 1, t->o.steps, st->loss, val, st->grad_norm,
+                (double)st->lr, tps, 100 * mfu, eta);
+}
+
+/* Counts a completed step into the run totals. */
+static void step_account(struct train *t, long step, long first_step,
+                         const struct whale_step_stats *st, double tokens, double tps)
+{
+    struct train_totals *r = &t->tot;
+    if (step > first_step || t->o.steps - first_step == 1) { /* the first step warms caches */
+        r->t_run += st->t_total;
+        r->tok_run += tokens;
+        r->sum_tps += tps;
+        r->n_tps++;
+    }
+    r->sum_comm += st->t_comm;
+    r->sum_wait += st->t_wait;
+    r->sum_flops += st->flops;
+    if (isnan(r->first_loss))
+        r->first_loss = st->loss;
+    r->last_loss = st->loss;
+}
+
+int train_loop(struct train *t)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    struct whale_train_state ts;
+    whale_engine_get_state(t->e, &ts);
+    const long first_step = (long)ts.step;
+    t->tot.first_loss = t->tot.last_loss = NAN;
+    for (long step = first_step; step < t->o.steps && !stop_requested; step++) {
+        whale_engine_get_state(t->e, &ts);
+        if (whale_data_next(t->data, ts.samples, t->in, t->tg))
+            return 1;
+        struct whale_step_stats st;
+        if (t->ck && (whale_ckpt_fence(t->ck) || whale_ckpt_poll(t->ck))) {
+            whale_error("stopping: a checkpoint failed (the previous ones are intact)");
+            return 1;
+        }
+        struct timespec cpu0, cpu1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
+        te_step_begin(t->te, step + 1);
+        if (t->o.inject_overflow == step + 1)
+            whale_engine_inject_overflow(t->e);
+        int src = whale_engine_step(t->e, t->in, t->tg, &st);
+        if (src) {
+            int64_t redo;
+            int trc = te_recover(t->te, t->ctx, &t->job, src, step + 1, &redo);
+            if (trc)
+                return trc > 0 ? 0 : 1;
+            step = (long)redo - 1; /* the loop's step++ makes it redo */
+            continue;
+        }
+        if (te_step_done(t->te, t->e))
+            return 1;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
+        double cpu_s = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
+        t->tot.done++;
+        double t_ck = 0;
+        if (t->ck && step_checkpoint(t, step + 1, &t_ck))
+            return 1;
+        double tokens = (double)t->gbatch * t->seq;
+        double tps = tokens / st.t_total;
+        double mfu = st.flops / st.t_total / (t->peak * 1e9);
+        step_account(t, step, first_step, &st, tokens, tps);
+        json_t *line = step_line(t, step + 1, &st, tps, mfu, t_ck, cpu_s);
+        train_areas_step(t, &st, line);
+        write_line(t, line);
+        if (t->rank == 0)
+            step_progress(t, step, first_step, &st, tps, mfu);
+    }
+    if (t->tty)
+        fputc('\n', stderr);
+    return TRAIN_GO;
+}

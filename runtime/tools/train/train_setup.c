@@ -1,0 +1,200 @@
+/* Setting up a whale-train run: the ranks (a spare waits here), the layout,
+ * the engine, each area's setup, the data, checkpoints (resume, saver), the
+ * batch buffers and rank 0's metrics file. Everything it opens is released
+ * by train_teardown (train_summary.c), whatever phase failed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "whale/error.h"
+#include "whale/log.h"
+#include "whale/outfile.h"
+#include "whale/parallel.h"
+
+#include "train.h"
+#include "train_areas.h"
+
+/* whale_init, then the elastic module; a spare waits here until it is
+ * promoted (then it carries on as the rank it took) or the step ends. */
+static int setup_ranks(struct train *t)
+{
+    int rc;
+    if (whale_init(&t->ctx))
+        return 1;
+    if ((rc = te_init(&t->te, t->ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
+        return rc;
+    if (whale_is_spare(t->ctx) && te_elastic(t->te)) {
+        int src = te_spare(t->te, t->ctx); /* 0: promoted into a failed rank's place */
+        if (src)
+            return src > 0 ? 0 : 1;
+    }
+    int tpr, ppr;
+    whale_degrees(t->ctx, &t->tp, &t->pp, &t->dp);
+    whale_coords(t->ctx, &tpr, &ppr, &t->dp_rank);
+    t->world = whale_world_size(t->ctx);
+    t->rank = whale_rank(t->ctx);
+    if (whale_is_spare(t->ctx)) {
+        whale_info("hot spare: idle (promotion needs the elastic module)");
+        return train_offload_spare(&t->off, t->ctx) ? 1 : 0; /* lends memory when asked */
+    }
+    return TRAIN_GO;
+}
+
+/* --resume: load a checkpoint into the engine (a promoted spare got its
+ * state from the failed rank's copy instead). */
+static int resume(struct train *t)
+{
+    const char *res = t->o.resume;
+    bool latest = !strcmp(res, "latest");
+    if (latest && !t->ckc.root) {
+        whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
+                    "WHALE_CKPT_DIR)");
+        return 1;
+    }
+    char *dir = NULL;
+    int lrc = latest ? whale_ckpt_resolve(t->ckc.root, "latest", &dir)
+                     : whale_ckpt_resolve(res, "latest", &dir);
+    if (lrc == WHALE_ENOENT && latest) {
+        if (t->rank == 0)
+            whale_info("--resume latest: no checkpoint under %s yet, starting at step 0",
+                       t->ckc.root);
+        return TRAIN_GO;
+    }
+    if (lrc)
+        return 1;
+    whale_ckpt_reader *rd = NULL;
+    lrc = whale_ckpt_reader_open(dir, &rd);
+    if (!lrc)
+        lrc = whale_ckpt_load_engine(rd, t->e);
+    whale_ckpt_reader_close(rd);
+    free(dir);
+    return lrc ? 1 : TRAIN_GO;
+}
+
+/* Checkpoint settings (flags > WHALE_CKPT_* > the plan), resume, the saver. */
+static int setup_checkpoints(struct train *t)
+{
+    const struct train_opts *o = &t->o;
+    whale_ckpt_config *ckc = &t->ckc;
+    whale_ckpt_config_default(ckc);
+    if (!o->ckpt_dir && !getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
+        ckc->root = t->plan_ckpt_dir;
+    if (!o->ckpt_every && !getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
+        setenv("WHALE_CKPT_EVERY", t->plan_ckpt_every, 1);
+    if (o->ckpt_every)
+        setenv("WHALE_CKPT_EVERY", o->ckpt_every, 1);
+    if (whale_ckpt_config_from_env(ckc))
+        return 1;
+    if (o->ckpt_dir)
+        ckc->root = o->ckpt_dir;
+    if (o->ckpt_keep >= 0)
+        ckc->keep = (int)o->ckpt_keep;
+    ckc->rank = t->rank;
+    ckc->world = t->ctx ? whale_world_size(t->ctx) : 1;
+    if ((ckc->every_steps > 0 || ckc->every_seconds > 0) && !ckc->root) {
+        whale_error("--whale-ckpt-every needs a checkpoint directory (--whale-ckpt-dir or "
+                    "WHALE_CKPT_DIR)");
+        return 1;
+    }
+    if (o->resume && !te_promoted(t->te)) {
+        int rc = resume(t);
+        if (rc != TRAIN_GO)
+            return rc;
+    }
+    if (ckc->root && (ckc->every_steps > 0 || ckc->every_seconds > 0) &&
+        whale_ckpt_open(ckc, &t->ck))
+        return 1;
+    if (t->ck && !t->plan_json) { /* no plan from the plugin: record the layout this run used */
+        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", t->md.name, "tp", t->tp, "pp",
+                               t->pp, "dp", t->dp, "zero", t->ec.zero_stage, "micro_batch",
+                               (int)t->micro, "num_micro_batches", (int)t->accum,
+                               "global_batch", (json_int_t)t->gbatch, "seed",
+                               (json_int_t)o->seed);
+        t->plan_json = json_dumps(pj, JSON_COMPACT);
+        json_decref(pj);
+    }
+    return TRAIN_GO;
+}
+
+/* The batch buffers and rank 0's metrics file. */
+static int setup_buffers(struct train *t)
+{
+    size_t bt = (size_t)t->micro * t->accum * t->seq; /* each <= 2^20: no overflow */
+    t->in = malloc(bt * sizeof(int32_t));
+    t->tg = malloc(bt * sizeof(int32_t));
+    if (!t->in || !t->tg) {
+        whale_error("out of memory for the batch: micro-batch %ld x %ld micro-batches x seq %ld "
+                    "tokens", t->micro, t->accum, t->seq);
+        return 1;
+    }
+    /* never world-writable; owner-only with WHALE_CKPT_PRIVATE=1; a spare that
+     * took rank 0's place appends to the file rank 0 began */
+    const char *mpath = t->o.metrics;
+    if (t->rank == 0 && mpath && *mpath &&
+        !(t->mf = te_promoted(t->te) ? fopen(mpath, "a")
+                                     : whale_fopen_output(mpath, whale_output_private()))) {
+        whale_error("cannot write metrics file %s: %s", mpath, strerror(errno));
+        return 1;
+    }
+    return TRAIN_GO;
+}
+
+int train_setup(struct train *t)
+{
+    int rc;
+    if ((rc = setup_ranks(t)) != TRAIN_GO)
+        return rc;
+    if ((rc = train_resolve_layout(t)) != TRAIN_GO)
+        return rc;
+    if ((rc = train_engine_config(t)) != TRAIN_GO)
+        return rc;
+    /* the engine refuses layouts that cannot run (divisibility, stage split,
+     * schedule vs micro-batches, a device-memory budget too small) with the
+     * reason, before any step */
+    if (whale_engine_create(&t->ec, t->ctx, &t->e))
+        return 1;
+    if (whale_trace_init(t->rank, t->world))
+        return 1;
+    if ((rc = train_areas_setup(t)) != TRAIN_GO)
+        return rc;
+    t->dc = (struct whale_data_config){ .paths = t->o.data, .format = t->o.format,
+                                        .vocab = t->md.vocab, .seq = (int)t->seq,
+                                        .local_batch = (int)(t->micro * t->accum),
+                                        .dp_rank = t->dp_rank, .dp_size = t->dp,
+                                        .prefetch = true };
+    if (whale_data_open(&t->dc, &t->data))
+        return 1;
+    if ((rc = setup_checkpoints(t)) != TRAIN_GO)
+        return rc;
+    if (t->ck && train_area_data_ckpt(t)) /* the tokenizer, in every manifest */
+        return 1;
+    if ((rc = setup_buffers(t)) != TRAIN_GO)
+        return rc;
+    t->job = (struct train_job){ .e = &t->e, .ec = &t->ec, .data = &t->data, .dc = &t->dc,
+                                 .in = &t->in, .tg = &t->tg, .accum = &t->accum,
+                                 .rank = &t->rank, .world = &t->world, .tp = &t->tp,
+                                 .pp = &t->pp, .dp = &t->dp, .dp_rank = &t->dp_rank,
+                                 .metrics = &t->mf, .metrics_path = t->o.metrics,
+                                 .ckpt_root = t->ckc.root, .ck = &t->ck, .ckc = &t->ckc };
+    if (te_start(t->te, t->ctx, &t->job))
+        return 1;
+    /* MFU is reported by rank 0 only: the other ranks skip the measurement
+     * (seconds on a loaded machine; a promoted spare would stall the redo) */
+    t->peak = t->o.peak_gflops > 0 ? t->o.peak_gflops
+              : t->rank == 0       ? whale_sgemm_peak_gflops(t->e)
+                                   : 1;
+    struct whale_engine_memory mem;
+    whale_engine_memory(t->e, &mem);
+    t->tty = t->o.progress != 0 && t->rank == 0 && isatty(STDERR_FILENO);
+    if (t->rank == 0)
+        whale_info("model %s: %lld parameters, %d layers, seq %ld, global batch %ld (%ld x %ld "
+                   "micro x DP %d), ZeRO %d, data %lld tokens, MFU peak %.0f GFLOP/s per rank",
+                   t->md.name, (long long)mem.num_params, t->md.layers, t->seq, t->gbatch,
+                   t->micro, t->accum, t->dp, t->ec.zero_stage,
+                   (long long)whale_data_tokens(t->data), t->peak);
+    return TRAIN_GO;
+}
