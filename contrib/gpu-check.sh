@@ -4,7 +4,9 @@
 # against the cpu backend, CUDA-vs-CPU training steps, NCCL against the host
 # collectives; multi-GPU layouts when there are >= 2 GPUs) and a throughput
 # run (GPT-2 124M and a 1.3B shape, bf16, one GPU), in under 8 minutes, and
-# writes a summary file.
+# writes a summary file. The engine itself runs on the GPU through
+# whale-train --device cuda: equivalence with --device cpu (gpu_engine_device)
+# and a GPT-2 124M bf16 whale-train throughput run.
 #
 #   bash contrib/gpu-check.sh [SUMMARY_FILE]     (default: gpu-check-summary.txt)
 #
@@ -58,7 +60,7 @@ say "build ok in $(elapsed) s, $nwarn compiler warnings"
 say "## tests"
 # backend unit tests (cpu), then the GPU suite; NCCL needs one GPU per rank: the 2-rank tests
 # from 2 GPUs on, the TP x DP layout (4 ranks) from 4
-tests=(backend backend_minigpt gpu_kernels gpu_model)
+tests=(backend backend_device backend_minigpt gpu_kernels gpu_model gpu_engine_device)
 [ "$NGPU" -ge 2 ] && tests+=(gpu_nccl_n2 nccl_check_n2)
 [ "$NGPU" -ge 4 ] && tests+=(gpu_nccl_tp2_n4)
 [ "$NGPU" -lt 2 ] && say "    one GPU: the NCCL tests (2 and 4 ranks) are not run"
@@ -76,6 +78,7 @@ fi
 LOG=$BUILD/meson-logs/testlog.txt
 say "    checks inside the tests: $(grep -c '^ok ' "$LOG") ok, $(grep -c '^FAIL' "$LOG") failed"
 grep -E '^(ok|FAIL) +(float32|bfloat16) (step|gradients)' "$LOG" | sed 's/^/    /' | tee -a "$SUMMARY"
+grep -E '^(ok|FAIL) (fp32|bf16) step' "$LOG" | sed 's/^/    whale-train --device cpu vs cuda: /' | tee -a "$SUMMARY"
 grep -E '^FAIL ' "$LOG" | head -20 | sed 's/^/    /' | tee -a "$SUMMARY"
 
 say "## throughput (one GPU, bf16, forward + backward + AdamW per step, minigpt on the cuda backend)"
@@ -92,6 +95,28 @@ bench() {  # model batch
 }
 bench gpt2-124m 16
 bench gpt-1.3b 4
+
+say "## whale-train --device cuda (the engine on the GPU, host-coherent backend, bf16)"
+train_bench() {
+  local left=$(( 475 - $(elapsed) ))
+  if [ "$left" -lt 30 ]; then say "    whale-train: skipped, the 8-minute budget is spent"; return; fi
+  local d; d=$(mktemp -d)
+  head -c 20000000 /dev/urandom > "$d/data.bin.raw"
+  if timeout "$left" env WHALE_MODEL_PATH="$ROOT/config/models" \
+       "$BUILD/runtime/tools/train/whale-train" --device cuda --model gpt2-124m --precision bf16 \
+       --data "$d/data.bin.raw" --format bytes --batch 8 --seq 1024 --steps 10 --no-progress \
+       --metrics "$d/m.jsonl" >"$d/log" 2>&1; then
+    # the mean over steps 3..10 (the first ones pay for cuBLASLt heuristics and page migration)
+    awk -F'"tokens_per_s":' 'NR > 2 { split($2, a, ","); s += a[1]; n++ }
+      END { if (n) printf "    gpt2-124m bf16 B8 T1024: %.0f tokens/s (mean of %d steps)\n", s / n, n }' \
+      "$d/m.jsonl" | tee -a "$SUMMARY"
+    grep -m1 'device:' "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  else
+    status=1; say "    whale-train --device cuda FAILED:"; tail -n 5 "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  fi
+  rm -rf "$d"
+}
+train_bench
 
 say "## done in $(elapsed) s: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 say "summary: $SUMMARY"

@@ -26,10 +26,14 @@ DEB_PACKAGES=(
   python3-torch
   # contrib/bench: Open MPI comparison for whale-bench comm
   openmpi-bin libopenmpi-dev
+  # tests/cluster/observe.bats: whale-report's page rendered in a real headless browser
+  chromium fonts-dejavu-core
 )
 PIP_PACKAGES=(
   # checkpoint interop test (tests/unit/ckpt/safetensors_python_reads_consolidated.py)
   numpy safetensors
+  # tests/cluster/observe.bats: whale-train's Prometheus output read by the reference parser
+  prometheus_client
 )
 
 if [ "$(id -u)" -ne 0 ]; then

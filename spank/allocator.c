@@ -4,6 +4,7 @@
  * so a bad option or config fails the submission, not the job hours later. */
 #include "plugin.h"
 #include "elastic.h"
+#include "submit_check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,10 @@ int whale_allocator_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_site_load())
         return -1;
     if (whale_options_check_site(whale_site.conf))
+        return -1;
+    /* the job's task count, as far as it is known now (-n, -N, #SBATCH) */
+    struct whale_submit sub;
+    if (!whale_submit_from_self(&sub) && whale_submit_check(&sub, false))
         return -1;
     struct whale_plan p;
     int rc = whale_plan_from_options(whale_site.conf, NULL, NULL, "%j", &p);

@@ -83,7 +83,7 @@ static void request_limits(const struct whale_conf *c, struct whale_plan_request
 {
     const struct whale_opts *o = &whale_opts;
     whale_plan_request_init(rq);
-    rq->seqpar = 0;  /* the engine runs no sequence parallelism */
+    rq->seqpar = -1; /* the search may use sequence parallelism: whale-train runs it */
     /* what the user fixed stays fixed; the search fills in the rest */
     if (o->given[OPT_TP]) rq->tp = o->tp;
     if (o->given[OPT_PP]) rq->pp = o->pp;

@@ -40,6 +40,8 @@ void whale_elastic_argv_conflict(char *const *argv, int argc, char *out, size_t 
 int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid, gid_t gid,
                       const struct whale_step *s);
 const char *whale_report_path(void);
+/* the step's name of this node (default: the host name) */
+void whale_report_this_node(const char *name);
 /* a task of this node started (pid) or ended (0) */
 void whale_report_task_pid(int gid, pid_t pid);
 void whale_report_close(void);
@@ -53,6 +55,23 @@ struct whale_report {
 };
 int whale_report_parse(const char *line, const struct whale_step *s, struct whale_report *r,
                        char *why, size_t n);
+
+/* Whether a (parsed) report is believable and what slurmstepd may do for
+ * it (report_judge.c; the threat model is in spank/ELASTIC.md). this_node:
+ * the report names the node of this slurmstepd; seen: what slurmstepd
+ * knows of that task; node_answers: another node's slurmd accepted a TCP
+ * connection (1), refused or never answered (0), unknown (-1). Returns
+ * WHALE_REPORT_* flags, 0 with the reason in why when nothing is done. */
+enum whale_task_seen {
+    WHALE_TASK_UNKNOWN,  /* never started here */
+    WHALE_TASK_RUNNING,
+    WHALE_TASK_STOPPED,  /* state T: stopped or traced */
+    WHALE_TASK_GONE,     /* slurmstepd saw it exit */
+};
+#define WHALE_REPORT_DRAIN 1u
+#define WHALE_REPORT_KILL 2u
+unsigned whale_report_judge(const struct whale_report *r, bool this_node,
+                            enum whale_task_seen seen, int node_answers, char *why, size_t n);
 
 /* srun's exit status for a step with spares (result.c): srun collects the
  * task statuses and the reported failures from the slurmstepds, and at its

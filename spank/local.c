@@ -5,7 +5,9 @@
  * tasks in WHALE_PLAN (inline JSON) through srun's environment. */
 #include "plugin.h"
 #include "elastic.h"
+#include "layout_digest.h"
 #include "step.h"
+#include "submit_check.h"
 #include "trust.h"
 #include "whale/env.h"
 #include "whale/log.h"
@@ -44,6 +46,11 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     if (whale_options_check_site(whale_site.conf))
         return -1;
     if (whale_elastic_check_srun(whale_opts.spares))
+        return -1;
+    /* degrees that cannot fit srun's own -n/-N: refused before the
+     * allocation is even requested (the exact check is local_user_init's) */
+    struct whale_submit sub;
+    if (!whale_submit_from_self(&sub) && whale_submit_check(&sub, true))
         return -1;
     g_work_ms += now_ms() - t0;
     return 0;
@@ -170,8 +177,12 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
                     strlen(json), WHALE_PLAN_MAX_ENV);
         goto fail;
     }
+    /* each slurmstepd checks that it computes the layout printed here */
+    char digest[WHALE_LAYOUT_DIGEST_LEN];
+    whale_layout_digest(&step.layout, digest);
     /* SLURM_*: srun forwards it even with --export=NONE (trust.h) */
-    if (setenv(WHALE_SPANK_PLAN_ENV, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1)) {
+    if (setenv(WHALE_SPANK_PLAN_ENV, json, 1) || setenv(WHALE_ENV_CONF, whale_site.used_path, 1) ||
+        setenv(WHALE_SPANK_LAYOUT_ENV, digest, 1)) {
         slurm_error(PLUGIN_NAME ": cannot export %s", WHALE_SPANK_PLAN_ENV);
         goto fail;
     }

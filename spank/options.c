@@ -129,13 +129,23 @@ const char *whale_option_name(int id)
     return d ? d->name : "whale-?";
 }
 
+void (*whale_refuse_early)(void);
+
+/* A bad value: the message is out; no "Invalid --whale-x argument" after it
+ * where the plugin may stop srun/sbatch/salloc itself (plugin.h). */
+static int refuse(int remote)
+{
+    if (!remote && whale_refuse_early)
+        whale_refuse_early();
+    return -1;
+}
+
 static int opt_cb(int val, const char *optarg, int remote)
 {
-    (void)remote;
     const struct optdef *d = optdef_of(val);
     if (!d) {
         slurm_error(PLUGIN_NAME ": unknown option id %d", val);
-        return -1;
+        return refuse(remote);
     }
     switch (d->kind) {
     case K_FLAG:
@@ -145,7 +155,7 @@ static int opt_cb(int val, const char *optarg, int remote)
     case K_INT: {
         if (!optarg || !*optarg) {
             slurm_error(PLUGIN_NAME ": --%s needs a value (%ld..%ld)", d->name, d->min, d->max);
-            return -1;
+            return refuse(remote);
         }
         char *end;
         errno = 0;
@@ -153,12 +163,12 @@ static int opt_cb(int val, const char *optarg, int remote)
         if (*end || errno == ERANGE) {
             slurm_error(PLUGIN_NAME ": --%s=%s: not an integer (allowed %ld..%ld)", d->name,
                         optarg, d->min, d->max);
-            return -1;
+            return refuse(remote);
         }
         if (v < d->min || v > d->max) {
             slurm_error(PLUGIN_NAME ": --%s=%s: out of range (allowed %ld..%ld)", d->name, optarg,
                         d->min, d->max);
-            return -1;
+            return refuse(remote);
         }
         *(int *)d->field = (int)v;
         break;
@@ -168,7 +178,7 @@ static int opt_cb(int val, const char *optarg, int remote)
         if (!optarg || d->parse(optarg, &v)) {
             slurm_error(PLUGIN_NAME ": --%s=%s: must be one of %s", d->name,
                         optarg ? optarg : "", d->choices);
-            return -1;
+            return refuse(remote);
         }
         *(int *)d->field = v;
         break;
@@ -176,16 +186,16 @@ static int opt_cb(int val, const char *optarg, int remote)
     case K_STR:
         if (!optarg || !*optarg) {
             slurm_error(PLUGIN_NAME ": --%s needs a value", d->name);
-            return -1;
+            return refuse(remote);
         }
         if (val == OPT_CONF && optarg[0] != '/') {
             /* slurmstepd reads it on every node, from its own working dir */
             slurm_error(PLUGIN_NAME ": --whale-conf=%s: give an absolute path", optarg);
-            return -1;
+            return refuse(remote);
         }
         if (strlen(optarg) >= 1024) {
             slurm_error(PLUGIN_NAME ": --%s: value longer than 1023 characters", d->name);
-            return -1;
+            return refuse(remote);
         }
         snprintf((char *)d->field, 1024, "%s", optarg);
         break;

@@ -100,8 +100,13 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
     p->map = o->given[OPT_MAP] ? o->map : c->default_map;
     if (o->given[OPT_ZERO])
         p->zero = o->zero;
-    if (o->given[OPT_MICROBATCH])
+    /* batch sizes the user did not give stay unset: whale-train's own
+     * defaults apply, as under whale-run (issue 19) */
+    p->unset = WHALE_PLAN_UNSET_BATCH;
+    if (o->given[OPT_MICROBATCH]) {
         p->micro_batch = o->microbatch;
+        p->unset &= ~WHALE_PLAN_UNSET_MICRO_BATCH;
+    }
     if (o->given[OPT_RECOMPUTE])
         p->recompute = o->recompute;
     if (o->given[OPT_OFFLOAD])

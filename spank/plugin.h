@@ -63,6 +63,16 @@ struct whale_opts {
 
 extern struct whale_opts whale_opts;
 
+/* A refusal before anything exists (an option value, srun/sbatch/salloc's
+ * init_post_opt). Slurm follows a failing callback with generic lines of
+ * its own ("Invalid --whale-tp argument: abc", "init_post_opt() failed",
+ * "Plugin stack post-option processing failed"); in srun, sbatch and
+ * salloc, before any allocation or step exists, the plugin exits instead
+ * (status 1) after its own message, so that message stands alone. Set only
+ * there (spank_whale.c); NULL elsewhere (slurmstepd, unit tests): the
+ * caller returns -1 as usual. */
+extern void (*whale_refuse_early)(void);
+
 int whale_options_register(spank_t sp);
 /* Long name of an option id ("whale-tp"). */
 const char *whale_option_name(int id);

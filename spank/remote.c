@@ -3,6 +3,7 @@
  * every other node (deterministic mapper), so each node agrees without
  * talking to the others. task_init applies it: the contract env of one
  * task. */
+#include "layout_digest.h"
 #include "plugin.h"
 #include "elastic.h"
 #include "step.h"
@@ -82,7 +83,36 @@ static void open_report(spank_t sp)
     char *tmp = step_getenv(sp, "TMPDIR", 4096);
     const char *dir = tmp && *tmp && !access(tmp, W_OK | X_OK) ? tmp : "/tmp";
     whale_report_open(dir, job, stepid, uid, gid, &g.step);
+    /* this node's name as the step knows it (the reports name nodes so) */
+    uint32_t nodeid = 0;
+    if (spank_get_item(sp, S_JOB_NODEID, &nodeid) == ESPANK_SUCCESS &&
+        (int)nodeid < g.step.nnodes && g.step.nodes)
+        whale_report_this_node(g.step.nodes[nodeid]);
     free(tmp);
+}
+
+/* The layout computed here must be the one srun computed (and printed with
+ * --whale-verbose): a node with another whale.conf or topology.conf than
+ * the submit host would otherwise hand out other ranks, silently. */
+static int check_layout_digest(spank_t sp)
+{
+    char *sent = step_getenv(sp, WHALE_SPANK_LAYOUT_ENV, 64);
+    if (!sent) /* srun without the plugin's digest (e.g. an older build): nothing to compare */
+        return 0;
+    char mine[WHALE_LAYOUT_DIGEST_LEN];
+    whale_layout_digest(&g.step.layout, mine);
+    int rc = 0;
+    if (strcmp(sent, mine)) {
+        char *node = step_getenv(sp, "SLURMD_NODENAME", 256);
+        slurm_error(PLUGIN_NAME ": node %s computes another rank layout than srun did (layout "
+                    "digest %s here, %.16s from srun): whale.conf (%s) or the topology differ "
+                    "between this node and the submit host; the tasks are not started",
+                    node ? node : "?", mine, sent, whale_site.used_path);
+        free(node);
+        rc = -1;
+    }
+    free(sent);
+    return rc;
 }
 
 int whale_remote_user_init(spank_t sp, int ac, char **av)
@@ -117,6 +147,8 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
                     g.step.layout.dp, g.plan.dp);
         goto out;
     }
+    if (check_layout_digest(sp))
+        goto out;
     char *enc = whale_rankmap_encode(g.step.layout.task_of_rank, g.step.layout.world);
     if (!enc)
         goto out;
@@ -213,6 +245,7 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     };
     /* the transport variable is not part of the contract: WHALE_PLAN is */
     spank_unsetenv(sp, WHALE_SPANK_PLAN_ENV);
+    spank_unsetenv(sp, WHALE_SPANK_LAYOUT_ENV);
     if (whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp))
         return -1;
     const char *report = whale_report_path();

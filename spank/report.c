@@ -14,16 +14,23 @@
  *     srun waiting forever).
  * The lines come from user processes: every field is checked against the
  * step (the node must be one of the step's nodes and the task must run
- * there); a bad line is logged and ignored. Only the step's own nodes can
- * be drained this way, which is what a site enables by loading the
- * plugin (spank_whale(8), "Failures and hot spares"). */
+ * there); a bad line is logged and ignored. A well-formed line is still
+ * only a claim: before it drains anything slurmstepd checks the claim
+ * itself (report_judge.c): the task really exited or is stopped on this
+ * node, or the other node's slurmd really does not answer. A forged
+ * report about a healthy node drains nothing (spank/ELASTIC.md, "Threat
+ * model"; spank_whale(8), SECURITY). */
 #include "plugin.h"
 #include "elastic.h"
 #include "step.h"
 
 #include <slurm/slurm.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -43,7 +50,9 @@ static struct {
     pthread_t thread;
     const struct whale_step *step;
     unsigned job, stepid;
-    pid_t *pid_of_task;   /* [ntasks], 0 where not a live task of this node */
+    pid_t *pid_of_task;   /* [ntasks]: pid of a live task of this node, 0 never here, -1 ended */
+    uid_t uid;            /* the job's user (named as the drain reason's author) */
+    char host[256];       /* this node's name */
     int ntasks;
     pthread_mutex_t lock; /* pid_of_task */
     char drained[MAX_DRAINED][64];
@@ -103,7 +112,7 @@ static void drain(const struct whale_report *r)
     m.node_names = (char *)r->node;
     m.node_state = NODE_STATE_DRAIN;
     m.reason = reason;
-    m.reason_uid = (uint32_t)getuid();
+    m.reason_uid = (uint32_t)g.uid; /* the user whose step reported it */
     if (slurm_update_node(&m) != SLURM_SUCCESS) {
         slurm_error(PLUGIN_NAME ": cannot drain %s (%s): %s", r->node, reason,
                     slurm_strerror(slurm_get_errno()));
@@ -126,6 +135,71 @@ static void stop_task(const struct whale_report *r)
                    r->task, (int)pid, r->rank, r->kind);
 }
 
+/* What slurmstepd itself sees of a task of this node. */
+static enum whale_task_seen task_seen(int task)
+{
+    pthread_mutex_lock(&g.lock);
+    pid_t pid = task < g.ntasks ? g.pid_of_task[task] : 0;
+    pthread_mutex_unlock(&g.lock);
+    if (pid == 0)
+        return WHALE_TASK_UNKNOWN;
+    if (pid < 0)
+        return WHALE_TASK_GONE;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return WHALE_TASK_GONE;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = '\0';
+    char *rp = strrchr(buf, ')');
+    char st = rp && rp[1] == ' ' ? rp[2] : '?';
+    return st == 'T' || st == 't' ? WHALE_TASK_STOPPED
+         : st == 'Z' || st == 'X' ? WHALE_TASK_GONE : WHALE_TASK_RUNNING;
+}
+
+/* Does NODE's slurmd accept a TCP connection from here within 2 s?
+ * 1 yes, 0 refused / unreachable / no answer, -1 cannot tell. */
+static int node_answers(const char *node)
+{
+    node_info_msg_t *ni = NULL;
+    if (slurm_load_node_single(&ni, (char *)node, SHOW_ALL) != SLURM_SUCCESS || !ni ||
+        ni->record_count < 1) {
+        if (ni)
+            slurm_free_node_info_msg(ni);
+        return -1;
+    }
+    char addr[256], port[16];
+    const node_info_t *n = &ni->node_array[0];
+    snprintf(addr, sizeof addr, "%s", n->node_addr ? n->node_addr : node);
+    snprintf(port, sizeof port, "%u", (unsigned)n->port);
+    slurm_free_node_info_msg(ni);
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+    if (getaddrinfo(addr, port, &hints, &ai) || !ai)
+        return -1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int ans = -1;
+    if (fd >= 0) {
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            ans = 1;
+        } else if (errno == EINPROGRESS) {
+            struct pollfd p = { .fd = fd, .events = POLLOUT };
+            int err = 0;
+            socklen_t len = sizeof err;
+            if (poll(&p, 1, 2000) == 1 && !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len))
+                ans = err == 0 ? 1 : 0;
+            else
+                ans = 0; /* no answer: the link is down */
+        } else {
+            ans = errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH ? 0 : -1;
+        }
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    return ans;
+}
+
 static void handle(const char *line)
 {
     struct whale_report r;
@@ -134,9 +208,23 @@ static void handle(const char *line)
         slurm_error(PLUGIN_NAME ": ignored failure report '%.80s' in %s: %s", line, g.path, why);
         return;
     }
-    stop_task(&r);
+    /* srun's exit status is the user's own business: any well-formed
+     * report leaves that task out of it (result.c) */
     whale_result_task_failed(r.task);
-    drain(&r);
+    bool here = !strcmp(r.node, g.host);
+    bool node_kind = !strcmp(r.kind, "node") || !strcmp(r.kind, "link");
+    enum whale_task_seen seen = here ? task_seen(r.task) : WHALE_TASK_UNKNOWN;
+    int answers = !here && node_kind ? node_answers(r.node) : -1;
+    unsigned act = whale_report_judge(&r, here, seen, answers, why, sizeof why);
+    if (act & WHALE_REPORT_KILL)
+        stop_task(&r);
+    if (act & WHALE_REPORT_DRAIN)
+        drain(&r);
+    else if (here || node_kind)
+        slurm_error(PLUGIN_NAME ": failure report '%.80s' not believed, nothing drained: %s", line,
+                    why);
+    else
+        slurm_verbose(PLUGIN_NAME ": failure report '%.80s': %s", line, why);
 }
 
 static void *reader(void *arg)
@@ -189,6 +277,8 @@ int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid,
     char host[256] = "";
     if (gethostname(host, sizeof host - 1))
         snprintf(host, sizeof host, "node");
+    snprintf(g.host, sizeof g.host, "%s", host);
+    g.uid = uid;
     snprintf(g.path, sizeof g.path, "%s/whale-report.%u.%u.%s", dir && *dir ? dir : "/tmp", job,
              stepid, host);
     /* mkfifo never follows a link; a stale FIFO of an earlier step with the
@@ -232,6 +322,12 @@ fail:
     return -1;
 }
 
+void whale_report_this_node(const char *name)
+{
+    if (name && *name)
+        snprintf(g.host, sizeof g.host, "%s", name);
+}
+
 const char *whale_report_path(void)
 {
     return g.running ? g.path : NULL;
@@ -243,7 +339,7 @@ void whale_report_task_pid(int gid, pid_t pid)
         return;
     pthread_mutex_lock(&g.lock);
     if (gid >= 0 && gid < g.ntasks)
-        g.pid_of_task[gid] = pid;
+        g.pid_of_task[gid] = pid > 0 ? pid : g.pid_of_task[gid] != 0 ? -1 : 0;
     pthread_mutex_unlock(&g.lock);
 }
 

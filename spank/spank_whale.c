@@ -7,6 +7,9 @@
 
 #include <slurm/slurm.h>
 
+#include <stdio.h>
+#include <stdlib.h>
+
 SPANK_PLUGIN(whale, 1);
 
 /* The batch script, extern and interactive steps run no Whale tasks even
@@ -18,6 +21,15 @@ static bool special_step(spank_t sp)
         return false;
     return stepid == SLURM_BATCH_SCRIPT || stepid == SLURM_EXTERN_CONT ||
            stepid == SLURM_INTERACTIVE_STEP || stepid == SLURM_PENDING_STEP;
+}
+
+/* srun/sbatch/salloc before any allocation: our message is the whole
+ * refusal (plugin.h). Nothing of Slurm's needs releasing yet. */
+static void exit_after_refusal(void)
+{
+    fflush(stdout);
+    fflush(stderr);
+    exit(1);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -32,22 +44,30 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     if (ctx == S_CTX_LOCAL)
         whale_mpi_preset();
     /* before srun/sbatch/salloc read their options (elastic.c) */
-    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR)
+    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) {
         whale_elastic_preset();
+        whale_refuse_early = exit_after_refusal;
+    }
     /* options in every context: a static table is not seen by sbatch */
     return whale_options_register(sp);
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
+    int rc = 0;
     switch (spank_context()) {
     case S_CTX_LOCAL:
-        return whale_local_init_post_opt(sp, ac, av);
+        rc = whale_local_init_post_opt(sp, ac, av);
+        break;
     case S_CTX_ALLOCATOR:
-        return whale_allocator_init_post_opt(sp, ac, av);
+        rc = whale_allocator_init_post_opt(sp, ac, av);
+        break;
     default:
         return 0;
     }
+    if (rc && whale_refuse_early)
+        whale_refuse_early();
+    return rc;
 }
 
 int slurm_spank_local_user_init(spank_t sp, int ac, char **av)

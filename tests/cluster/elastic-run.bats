@@ -5,10 +5,6 @@
 # every requested step completes, every step's loss equals the
 # uninterrupted run's (same seed, 1e-6 relative), nothing is left running
 # and the event is in the log and the metrics.
-#
-# The recovery tests need the membership half (whale/elastic.h, branch
-# elastic-comm); while its entry points answer "not supported" they are
-# skipped with that reason.
 
 load train_helpers
 
@@ -58,22 +54,6 @@ PY
 nothing_left() {
   sleep 1
   ! pgrep -f "$TMPD/corpus" > /dev/null
-}
-
-# The membership half answers; otherwise skip with the reason.
-needs_membership() {
-  if [ -f "$TMPD/no-membership" ]; then
-    skip "membership API (whale/elastic.h) not implemented in this build yet"
-  fi
-  [ -f "$TMPD/membership-ok" ] && return 0
-  run timeout 120 env WHALE_FAULT=kill:rank=1:step=2 "$RUN" -n 3 --nodes 3 --spares 1 \
-    --keep-going --timeout 100 "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 3 --batch 8 \
-    --threads 1 --no-progress --zero 1 --metrics "$TMPD/probe.jsonl"
-  if echo "$output" | grep -q "not available in this build"; then
-    touch "$TMPD/no-membership"
-    skip "membership API (whale/elastic.h) not implemented in this build yet"
-  fi
-  touch "$TMPD/membership-ok"
 }
 
 @test "WHALE_FAULT: a bad spec is refused before any step, naming the item" {
@@ -157,19 +137,16 @@ recover_case() {
 }
 
 @test "kill -9 during forward: the spare takes over, same losses" {
-  needs_membership
   recover_case fwd 1 kill:rank=1:step=5:phase=forward -n 3 --nodes 3 --spares 1
   grep '"event":"recovery"' "$TMPD/fwd.jsonl" | grep -q '"kind":"replaced"'
   grep '"event":"recovery"' "$TMPD/fwd.jsonl" | grep -q '"failed_rank":1'
 }
 
 @test "kill -9 during a backward collective (ZeRO 3): the spare takes over, same losses" {
-  needs_membership
   recover_case coll 3 kill:rank=1:step=6:phase=collective -n 3 --nodes 3 --spares 1
 }
 
 @test "kill -9 during a checkpoint save: the spare takes over, same losses" {
-  needs_membership
   # rank 1: the save of step 6 is in flight on every rank and rank 0 (the
   # committer) waits for rank 1's part; the dropped save must not stall the
   # run. (Rank 0 dying there loses step 6's metrics line: see the report.)
@@ -177,19 +154,16 @@ recover_case() {
 }
 
 @test "SIGSTOP: the hung rank is replaced, same losses" {
-  needs_membership
   WHALE_HANG_TIMEOUT=3 recover_case hang 1 hang:rank=1:step=5:phase=backward -n 3 --nodes 3 --spares 1
   grep '"event":"recovery"' "$TMPD/hang.jsonl" | grep -q '"how":"hang"'
 }
 
 @test "a second failure after the first recovery" {
-  needs_membership
   recover_case twice 1 "kill:rank=1:step=4;kill:rank=0:step=8:phase=backward" -n 4 --nodes 4 --spares 2
   [ "$(grep -c '"event":"recovery"' "$TMPD/twice.jsonl")" -ge 2 ]
 }
 
 @test "no spare left at DP = 2: goes on at DP = 1 with the same losses" {
-  needs_membership
   # DP = 1 sums the two halves of the batch in another order: the DP
   # equivalence tolerance of train-dp.bats
   TOL=1e-5 WHALE_ELASTIC=1 recover_case shrink 0 kill:rank=1:step=5 -n 2 --nodes 2
@@ -198,7 +172,6 @@ recover_case() {
 }
 
 @test "a rank and the holder of its copy killed together: restored from disk inside the step" {
-  needs_membership
   # Two WHALE_FAULT items of one step fire when each rank gets there; when
   # the first death is detected before the second rank reaches the step,
   # only one rank fails (DP 4 -> 3: batch 8 does not split, clear stop).

@@ -215,3 +215,22 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   ! sinfo -h -N -o %t | grep -q '^dr'
   nothing_left
 }
+
+@test "a forged report (a healthy task, a live node) drains nothing and kills nothing" {
+  start_step
+  victim=$(task_of node2 | awk '{print $2}')
+  sibling=$(task_of node2 | awk '{print $1}')
+  other=$(task_of node3 | awk '{print $1}')
+  reporter=$(task_of node1 | awk '{print $1}')
+  # a running task of its own node "crashed"; a node whose slurmd answers "lost"
+  echo "node2 crash $victim $victim" > "$D/report.$sibling"
+  echo "node3 node $other $other" > "$D/report.$reporter"
+  wait_for bash -c "[ ! -e '$D/report.$sibling' ] && [ ! -e '$D/report.$reporter' ]"
+  wait_for grep -q "slurmd of node3 answers" "$D/out"
+  wait_for grep -q "task $victim still runs here" "$D/out"
+  ! sinfo -h -N -o %t | grep -q '^dr'
+  kill -0 "$(cat "$D/pid.$victim")"
+  finish_step 0
+  grep -q "^done $victim\$" "$D/out"
+  nothing_left
+}

@@ -15,5 +15,10 @@ int setenv(const char *name, const char *value, int overwrite)
     const char *forged = getenv("FORGE_PLAN");
     if (forged && !strcmp(name, "SLURM_WHALE_PLAN"))
         value = forged;
+    /* FORGE_LAYOUT: srun "computed" another layout than the nodes will
+     * (health.bats: a node whose whale.conf differs from the submit host's) */
+    const char *layout = getenv("FORGE_LAYOUT");
+    if (layout && !strcmp(name, "SLURM_WHALE_LAYOUT"))
+        value = layout;
     return real(name, value, overwrite);
 }

@@ -152,6 +152,17 @@ static void attention(enum whale_dtype t)
         char name[80];
         snprintf(name, sizeof name, "attention_fwd B%d T%d NH%d hd%d", B, T, NH, hd);
         CMP(name, out, go, t, no, tol_of(t));
+        if (t == WHALE_FLOAT32) {
+            /* mixed precision with fp32 activations: the forward on tensor
+             * cores with bf16 operands (attention_tc.cu) against exact fp32 */
+            RUN(whale_backend_set_fp32_gemm_math(G_, WHALE_BFLOAT16));
+            RUN(whale_k_attention_fwd(G_, NULL, t, go, gl, gq, B, T, NH, hd));
+            snprintf(name, sizeof name, "attention_fwd tensor cores (bf16 math) B%d T%d NH%d hd%d",
+                     B, T, NH, hd);
+            CMP(name, out, go, t, no, 2e-2);
+            RUN(whale_backend_set_fp32_gemm_math(G_, WHALE_FLOAT32));
+            RUN(whale_k_attention_fwd(G_, NULL, t, go, gl, gq, B, T, NH, hd));
+        }
         RUN(whale_k_attention_bwd(C_, NULL, t, dq, dout, qkv, out, att, B, T, NH, hd));
         RUN(whale_k_attention_bwd(G_, NULL, t, gdq, gdo, gq, go, gl, B, T, NH, hd));
         snprintf(name, sizeof name, "attention_bwd B%d T%d NH%d hd%d", B, T, NH, hd);

@@ -71,7 +71,7 @@ static void one_group(whale_group *g, const char *gname)
         void *in = malloc(n * p * es), *out = malloc(n * p * es);
         fill(in, t, n * p, whale_group_world_rank(g, r), exact);
         void *din = gu_up(G, in, n * p * es), *dout = NULL;
-        gu_check(whale_mem_alloc(G, WHALE_MEM_COMM, n * p * es, &dout), "alloc");
+        gu_check(whale_mem_alloc(G, WHALE_MEM_COMMS, n * p * es, &dout), "alloc");
         char what[96];
 
         /* the collective waits for the compute stream's upload through an event */

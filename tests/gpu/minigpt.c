@@ -139,8 +139,8 @@ int mg_create(whale_backend *b, const struct mg_config *c, struct mg_model **out
 
     TRY(whale_mem_alloc(b, WHALE_MEM_PARAMS, m->P * 4, (void **)&m->W));
     TRY(whale_mem_alloc(b, WHALE_MEM_GRADS, m->P * 4, (void **)&m->G));
-    TRY(whale_mem_alloc(b, WHALE_MEM_OPTIM, m->P * 4, (void **)&m->M));
-    TRY(whale_mem_alloc(b, WHALE_MEM_OPTIM, m->P * 4, (void **)&m->V));
+    TRY(whale_mem_alloc(b, WHALE_MEM_OPTIMS, m->P * 4, (void **)&m->M));
+    TRY(whale_mem_alloc(b, WHALE_MEM_OPTIMS, m->P * 4, (void **)&m->V));
     TRY(whale_memset(b, m->M, 0, m->P * 4, NULL));
     TRY(whale_memset(b, m->V, 0, m->P * 4, NULL));
     if (c->t != WHALE_FLOAT32)

@@ -87,6 +87,12 @@ struct whale_backend_opts {
     int ordinal;
     int threads;       /* cpu: size of the kernel thread pool (<= 0: leave as is) */
     bool allow_tf32;   /* cuda: fp32 GEMMs may use TF32 tensor cores (default off) */
+    /* cuda: device memory is CUDA managed memory and every call waits for
+     * its stream before it returns, so host code may read and write it as
+     * on cpu (whale_backend_host_addressable() is then true). This is how
+     * the engine runs on a GPU while its host paths (data, checkpoints,
+     * host collectives) still touch engine memory directly. cpu: unused. */
+    bool host_coherent;
 };
 /* Fills the defaults: device AUTO, ordinal -1, threads 0, no TF32. */
 void whale_backend_opts_init(struct whale_backend_opts *o);
@@ -106,13 +112,15 @@ bool whale_backend_host_addressable(const whale_backend *b);
 /* ---- memory ------------------------------------------------------------------ */
 
 /* What a block holds: the backend counts bytes per kind (now and peak) so
- * metrics and the offload arena can say where memory goes. */
+ * metrics and the offload arena can say where memory goes. The names are
+ * plural so this header and whale/arena.h (WHALE_MEM_OPTIM, WHALE_MEM_COMM:
+ * the arena's categories, in the same order) can be included together. */
 enum whale_mem_kind {
     WHALE_MEM_PARAMS = 0,  /* weights (and 16-bit copies) */
     WHALE_MEM_GRADS,       /* parameter gradients, reduction buckets */
-    WHALE_MEM_OPTIM,       /* AdamW moments, fp32 master weights */
+    WHALE_MEM_OPTIMS,      /* AdamW moments, fp32 master weights */
     WHALE_MEM_ACTS,        /* activations kept for backward, pipeline slots */
-    WHALE_MEM_COMM,        /* ZeRO gather / scatter buffers, p2p staging */
+    WHALE_MEM_COMMS,       /* ZeRO gather / scatter buffers, p2p staging */
     WHALE_MEM_WORKSPACE,   /* scratch of kernels and GEMMs */
     WHALE_MEM_KIND_COUNT_
 };
@@ -318,6 +326,41 @@ struct whale_adamw_piece {
 int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o, int64_t t,
                   float grad_mul, const struct whale_adamw_piece *pieces, int np,
                   enum whale_dtype w16_type);
+
+/* ---- appended in wave 3 (engine routed through the backend) ---------------- */
+
+/* Arithmetic of GEMMs whose operands are STORED in fp32 (whale_gemm with
+ * ab_type float32, linear kernels with t = float32). WHALE_FLOAT32: exact
+ * fp32 (TF32 only with allow_tf32); WHALE_BFLOAT16 / WHALE_FLOAT16: the
+ * operands are rounded to that type and the products summed in fp32 (the
+ * engine's mixed precision keeps fp32 activations and multiplies in 16
+ * bits). cpu: k_gemm_mm of engine/kernels_lp.c (bf16 where the CPU has
+ * AVX512_BF16, else exact fp32: the engine asks only for what it can get);
+ * cuda: CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F. Default WHALE_FLOAT32. */
+int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
+enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b);
+/* True when kernels may read host memory that did not come from the backend
+ * (cpu). False on cuda even with host_coherent: inputs such as token ids
+ * must be copied into backend memory first. */
+bool whale_backend_reads_host(const whale_backend *b);
+
+/* out (N,OC) += bias (OC) on every row (the bias of a row-parallel linear,
+ * added once after the tensor-parallel sum). */
+int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                     const void *bias, int N, int OC);
+/* x (n) fp32, in place: each value rounded to dtype t (bf16 / fp16, nearest
+ * even) and widened back: an fp32 buffer holding what a 16-bit tensor would. */
+int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype t, int64_t n);
+
+/* Resolves what a run asks for (--device, WHALE_DEVICE) against this build
+ * and what the process sees: *out is cpu or cuda and why (len bytes) says
+ * in words why that one. auto: cuda when a GPU was bound to the task
+ * (CUDA_VISIBLE_DEVICES, set by the plugin), the build has the cuda backend
+ * and a device answers; else cpu. cuda asked for but unusable: WHALE_ENOTSUP
+ * and why names the reason (not built with CUDA, no device, driver error).
+ * Logs nothing: the caller says what it chose. */
+int whale_device_resolve(enum whale_device asked, enum whale_device *out, char *why,
+                         size_t len);
 
 #ifdef __cplusplus
 }

@@ -29,6 +29,8 @@ struct whale_conf_nodeset {
     int nnics;          /* -1: not given */
     double nic_gbs;     /* GB/s per NIC, < 0: not given */
     int line;
+    double price_node_hour; /* $ per node-hour (PricePerNodeHour=), < 0: not given */
+    double price_gpu_hour;  /* $ per GPU-hour (PricePerGPUHour=), < 0: not given */
 };
 
 struct whale_conf_domain {
@@ -105,6 +107,21 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
  * Returns its index or a negative WHALE_E* code. */
 int whale_conf_topo_ensure_node(const struct whale_conf *c, struct whale_topo *t,
                                 const char *name);
+
+/* Price of running on the named nodes, in dollars per hour (price.c):
+ * per node the NodeName line that lists it (the last one, as slurm.conf),
+ * else NodeName=DEFAULT; PricePerNodeHour, or PricePerGPUHour times the
+ * line's GPUs (a GPU price on GPUs=0 nodes costs nothing). *priced: how
+ * many of the nodes had a price (the others count 0). WHALE_EINVAL on a
+ * bad argument. */
+int whale_conf_price_per_hour(const struct whale_conf *c, const char *const *nodes, int n,
+                              double *usd_per_hour, int *priced);
+
+/* The site's limits on a step's degrees (MaxTP, MaxPP, MaxDP, MaxSpares):
+ * 0, or WHALE_EINVAL after logging "tp=16 exceeds the site limit MaxTP=8
+ * (PATH)". A degree <= 0 is not checked (not known yet). Tools that lay out
+ * steps (whale-map) use it so that they never show what the plugin refuses. */
+int whale_conf_check_degrees(const struct whale_conf *c, int tp, int pp, int dp, int spares);
 
 /* Expand a Slurm hostlist expression ("node[1-4,7]") into names in order.
  * *names is malloc'd (free each and the array); WHALE_EINVAL when

@@ -148,6 +148,14 @@ struct whale_engine_config {
     int64_t device_mem;    /* arena budget in bytes for this rank (0: unlimited) */
     int offload;           /* enum whale_offload: none | optimizer | params (params: ZeRO 3) */
     int offload_prefetch;  /* ZeRO 3: layers whose weights are fetched ahead (0: 1) */
+
+    /* compute backend (whale/backend.h): enum whale_device, cpu (0, the
+     * default) or cuda; auto is resolved before (whale_device_resolve) */
+    int device;
+    bool seqpar;           /* Megatron sequence parallelism with TP > 1: norm and residual
+                              regions (and the activations between layers) split along the
+                              sequence over the TP group; micro_batch * seq must be a
+                              multiple of TP. Ignored when TP is 1 */
 };
 /* Fill defaults (GPT-2 recipe: lr 6e-4, wd 0.1, betas 0.9/0.95, eps 1e-8,
  * clip 1.0, ZeRO 0, 4 MiB buckets, overlap on, fp32). */
@@ -157,6 +165,11 @@ void whale_engine_config_defaults(struct whale_engine_config *c);
  * whale_dp_group(ctx). Errors (bad sizes, shapes that do not divide) are
  * logged with the reason. */
 int  whale_engine_create(const struct whale_engine_config *c, whale_ctx *ctx, whale_engine **out);
+/* Whether the engine runs the architecture a model description selects
+ * (GPT-2 and Llama-style blocks: every MLP, Norm, KVHeads, Bias,
+ * TiedEmbeddings and Attention value, Position=learned|rotary). Returns 0,
+ * or WHALE_ENOTSUP / WHALE_EINVAL with the reason logged ("FILE: KEY=VALUE: ..."). */
+int  whale_engine_model_check(const struct whale_model_desc *m);
 void whale_engine_destroy(whale_engine *e);
 
 struct whale_step_stats {

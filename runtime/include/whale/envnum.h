@@ -10,9 +10,17 @@
 extern "C" {
 #endif
 
+/* The one checked number parser (tools wrap it with their own message):
+ * s entirely a decimal integer / a number in [lo, hi] -> 0 and *out, else
+ * WHALE_EINVAL and nothing logged (no atol-style silent 0 or wrap-around). */
+int whale_parse_long(const char *s, long lo, long hi, long *out);
+int whale_parse_double(const char *s, double lo, double hi, double *out);
+
 /* Unset or empty: *out = dflt. Else an integer in [lo, hi] (decimal), or
  * WHALE_EINVAL with the message logged. */
 int whale_env_long(const char *name, long lo, long hi, long dflt, long *out);
+/* The same for a number (strtod syntax). */
+int whale_env_double(const char *name, double lo, double hi, double dflt, double *out);
 /* Unset or empty: dflt. 1/yes/true/on or 0/no/false/off, else WHALE_EINVAL. */
 int whale_env_bool(const char *name, bool dflt, bool *out);
 

@@ -25,6 +25,7 @@
  *   Attention=plain|flash        plain: scores materialised (a s^2 per
  *                                sequence kept for backward); flash: fused
  *                                kernel, no s^2 activations
+ *   RopeTheta=X                  rotary base (default 10000; Llama 3: 500000)
  *   Precision=auto|fp32|bf16|fp16  training precision the model is meant
  *                                for (auto: what the plan runs: fp32 on CPU
  *                                ranks, bf16 on GPUs)
@@ -64,6 +65,7 @@ struct whale_model_desc {
     bool precision_set;/* Precision= given (else auto: the plan's default) */
     int precision;     /* enum whale_precision (whale/planfile.h) when precision_set */
     char source[256];  /* file it was loaded from (messages) */
+    float rope_theta;  /* RopeTheta= (rotary base); 0 in a struct built in code: 10000 */
 };
 
 /* Load a preset by name (searched in $WHALE_MODEL_PATH (':'-separated),

@@ -411,8 +411,8 @@ int whale_plan_recompute_auto(const struct whale_model_desc *model, int tp, bool
  * when non-NULL. `limits` (may be NULL) carries the constraint and site
  * limit fields of a request (tp/pp/dp/zero/..., max_*, allowed_*); its
  * model/cluster/batch are ignored. Without limits, sequence parallelism is
- * off (set limits->seqpar = -1 to let the search use it once the engine
- * runs it). Fills `out` (the plan the runtime executes, prediction
+ * the search's choice (the engine runs it; limits->seqpar = 0 turns it
+ * off). Fills `out` (the plan the runtime executes, prediction
  * included) and writes a short explanation into `explain`. Returns 0,
  * WHALE_ENOFIT (nothing fits; reason in explain and logged) or another
  * WHALE_E* code. */

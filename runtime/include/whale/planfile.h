@@ -80,7 +80,16 @@ struct whale_plan {
     char ckpt_dir[1024];
     int ckpt_every;
     char *prediction_json;    /* serialized "prediction" object or NULL */
+    /* Batch fields nobody chose (WHALE_PLAN_UNSET_*): the JSON form leaves
+     * them out, so a tool's own documented default applies (whale-train's
+     * --batch 8) instead of whale_plan_init's 1. Set by the parser for
+     * absent keys and by the plugin for options not given. */
+    unsigned unset;
 };
+#define WHALE_PLAN_UNSET_MICRO_BATCH 1u
+#define WHALE_PLAN_UNSET_NUM_MICRO 2u
+#define WHALE_PLAN_UNSET_GLOBAL_BATCH 4u
+#define WHALE_PLAN_UNSET_BATCH 7u /* all three */
 
 /* Defaults: tp=pp=dp=1, micro_batch=1, num_micro_batches=1, 1f1b,
  * interleave=1, zero=0, recompute none, offload none, fp32, map topo. */

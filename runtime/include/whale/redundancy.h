@@ -209,6 +209,9 @@ struct whale_recovery_report {
     int tp, pp, dp;            /* layout after recovery */
     double detect_s, agree_s, transfer_s, rebuild_s, redo_s;
     const char *source;        /* "memory" | "replica" | "disk" */
+    /* appended: the failed tasks (Slurm task ids), when tasks_known */
+    int failed_task[8];
+    bool tasks_known;
 };
 /* {"event":"recovery", ...} as one compact JSON line (caller frees). */
 char *whale_recovery_json(const struct whale_recovery_report *r);

@@ -85,6 +85,7 @@ int whale_backend_open(const struct whale_backend_opts *o, whale_backend **out)
     pthread_mutex_init(&b->lock, NULL);
     b->device = d;
     b->compute.b = b;
+    b->gemm_math = WHALE_FLOAT32;
     int rc;
     if (d == WHALE_DEVICE_CPU) {
         rc = bk_cpu_open(o, b);
@@ -256,6 +257,14 @@ static bk_stream native_of(whale_backend *b, whale_stream *s)
     return s ? s->native : b->compute.native;
 }
 
+/* host_coherent cuda: every call completes before it returns (backend.h). */
+static int fin(whale_backend *b, whale_stream *s, int rc)
+{
+    if (rc || !b->sync_calls)
+        return rc;
+    return b->ops->stream_sync(b, native_of(b, s));
+}
+
 int whale_memcpy(whale_backend *b, void *dst, const void *src, size_t bytes,
                  enum whale_copy_dir dir, whale_stream *s)
 {
@@ -266,7 +275,7 @@ int whale_memcpy(whale_backend *b, void *dst, const void *src, size_t bytes,
                     !dst || !src ? "NULL buffer" : "bad direction", dst, src, (int)dir);
         return WHALE_EINVAL;
     }
-    return b->ops->memcpy_(b, dst, src, bytes, dir, native_of(b, s));
+    return fin(b, s, b->ops->memcpy_(b, dst, src, bytes, dir, native_of(b, s)));
 }
 
 int whale_memset(whale_backend *b, void *dst, int value, size_t bytes, whale_stream *s)
@@ -277,7 +286,7 @@ int whale_memset(whale_backend *b, void *dst, int value, size_t bytes, whale_str
         whale_error("whale_memset: NULL buffer");
         return WHALE_EINVAL;
     }
-    return b->ops->memset_(b, dst, value, bytes, native_of(b, s));
+    return fin(b, s, b->ops->memset_(b, dst, value, bytes, native_of(b, s)));
 }
 
 /* ---- streams and events --------------------------------------------------------- */
@@ -412,15 +421,15 @@ int whale_gemm(whale_backend *b, whale_stream *s, bool transA, bool transB, int 
     }
     if (!M || !N)
         return 0;
-    return b->ops->gemm(b, native_of(b, s), transA, transB, M, N, K, alpha, A, lda, B, ldb,
-                        ab_type, beta, C, ldc, c_type);
+    return fin(b, s, b->ops->gemm(b, native_of(b, s), transA, transB, M, N, K, alpha, A, lda, B, ldb,
+                        ab_type, beta, C, ldc, c_type));
 }
 
 int whale_k_linear_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
                        const void *inp, const void *w, const void *bias, int N, int IC, int OC)
 {
     CHECK("whale_k_linear_fwd", t, N, IC, OC);
-    return b->ops->linear_fwd(b, native_of(b, s), t, out, inp, w, bias, N, IC, OC);
+    return fin(b, s, b->ops->linear_fwd(b, native_of(b, s), t, out, inp, w, bias, N, IC, OC));
 }
 
 int whale_k_linear_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
@@ -428,7 +437,7 @@ int whale_k_linear_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, vo
                        int N, int IC, int OC, bool acc)
 {
     CHECK("whale_k_linear_bwd", t, N, IC, OC);
-    return b->ops->linear_bwd(b, native_of(b, s), t, dinp, dw, db, dout, inp, w, N, IC, OC, acc);
+    return fin(b, s, b->ops->linear_bwd(b, native_of(b, s), t, dinp, dw, db, dout, inp, w, N, IC, OC, acc));
 }
 
 int whale_k_layernorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
@@ -436,7 +445,7 @@ int whale_k_layernorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
                           const void *bias, int N, int C)
 {
     CHECK("whale_k_layernorm_fwd", t, N, C, 0);
-    return b->ops->layernorm_fwd(b, native_of(b, s), t, out, mean, rstd, inp, w, bias, N, C);
+    return fin(b, s, b->ops->layernorm_fwd(b, native_of(b, s), t, out, mean, rstd, inp, w, bias, N, C));
 }
 
 int whale_k_layernorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
@@ -444,8 +453,8 @@ int whale_k_layernorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
                           const float *mean, const float *rstd, int N, int C)
 {
     CHECK("whale_k_layernorm_bwd", t, N, C, 0);
-    return b->ops->layernorm_bwd(b, native_of(b, s), t, dinp, dw, db, dout, inp, w, mean, rstd,
-                                 N, C);
+    return fin(b, s, b->ops->layernorm_bwd(b, native_of(b, s), t, dinp, dw, db, dout, inp, w, mean, rstd,
+                                 N, C));
 }
 
 size_t whale_attention_saved_floats(const whale_backend *b, int B, int T, int NH, int hd)
@@ -461,7 +470,7 @@ int whale_k_attention_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
         whale_error("whale_k_attention_fwd: %d heads of size %d", NH, hd);
         return WHALE_EINVAL;
     }
-    return b->ops->attention_fwd(b, native_of(b, s), t, out, saved, qkv, B, T, NH, hd);
+    return fin(b, s, b->ops->attention_fwd(b, native_of(b, s), t, out, saved, qkv, B, T, NH, hd));
 }
 
 int whale_k_attention_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dqkv,
@@ -473,50 +482,50 @@ int whale_k_attention_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
         whale_error("whale_k_attention_bwd: %d heads of size %d", NH, hd);
         return WHALE_EINVAL;
     }
-    return b->ops->attention_bwd(b, native_of(b, s), t, dqkv, dout, qkv, out, saved, B, T, NH,
-                                 hd);
+    return fin(b, s, b->ops->attention_bwd(b, native_of(b, s), t, dqkv, dout, qkv, out, saved, B, T, NH,
+                                 hd));
 }
 
 int whale_k_gelu_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
                      const void *inp, int64_t n)
 {
     CHECK("whale_k_gelu_fwd", t, n, 0, 0);
-    return b->ops->gelu_fwd(b, native_of(b, s), t, out, inp, n);
+    return fin(b, s, b->ops->gelu_fwd(b, native_of(b, s), t, out, inp, n));
 }
 
 int whale_k_gelu_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
                      const void *inp, const void *dout, int64_t n)
 {
     CHECK("whale_k_gelu_bwd", t, n, 0, 0);
-    return b->ops->gelu_bwd(b, native_of(b, s), t, dinp, inp, dout, n);
+    return fin(b, s, b->ops->gelu_bwd(b, native_of(b, s), t, dinp, inp, dout, n));
 }
 
 int whale_k_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, const void *x,
                 const void *y, int64_t n)
 {
     CHECK("whale_k_add", t, n, 0, 0);
-    return b->ops->add(b, native_of(b, s), t, out, x, y, n);
+    return fin(b, s, b->ops->add(b, native_of(b, s), t, out, x, y, n));
 }
 
 int whale_k_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, void *y, const void *x,
                 int64_t n)
 {
     CHECK("whale_k_acc", t, n, 0, 0);
-    return b->ops->acc(b, native_of(b, s), t, y, x, n);
+    return fin(b, s, b->ops->acc(b, native_of(b, s), t, y, x, n));
 }
 
 int whale_k_embed_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
                       const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C)
 {
     CHECK("whale_k_embed_fwd", t, B, T, C);
-    return b->ops->embed_fwd(b, native_of(b, s), t, out, tok, wte, 0, 0, wpe, B, T, C, false);
+    return fin(b, s, b->ops->embed_fwd(b, native_of(b, s), t, out, tok, wte, 0, 0, wpe, B, T, C, false));
 }
 
 int whale_k_embed_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
                       float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C)
 {
     CHECK("whale_k_embed_bwd", t, B, T, C);
-    return b->ops->embed_bwd(b, native_of(b, s), t, dwte, dwpe, dout, tok, 0, 0, B, T, C, false);
+    return fin(b, s, b->ops->embed_bwd(b, native_of(b, s), t, dwte, dwpe, dout, tok, 0, 0, B, T, C, false));
 }
 
 int whale_k_embed_fwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
@@ -524,7 +533,7 @@ int whale_k_embed_fwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, 
                          int B, int T, int C)
 {
     CHECK("whale_k_embed_fwd_tp", t, B, T, C);
-    return b->ops->embed_fwd(b, native_of(b, s), t, out, tok, wte, v0, V, wpe, B, T, C, true);
+    return fin(b, s, b->ops->embed_fwd(b, native_of(b, s), t, out, tok, wte, v0, V, wpe, B, T, C, true));
 }
 
 int whale_k_embed_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
@@ -532,28 +541,28 @@ int whale_k_embed_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t, 
                          int T, int C)
 {
     CHECK("whale_k_embed_bwd_tp", t, B, T, C);
-    return b->ops->embed_bwd(b, native_of(b, s), t, dwte, dwpe, dout, tok, v0, V, B, T, C, true);
+    return fin(b, s, b->ops->embed_bwd(b, native_of(b, s), t, dwte, dwpe, dout, tok, v0, V, B, T, C, true));
 }
 
 int whale_k_softmax_xent_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
                              float *losses, const int32_t *targets, int N, int V)
 {
     CHECK("whale_k_softmax_xent_fwd", t, N, V, 0);
-    return b->ops->xent_fwd(b, native_of(b, s), t, x, losses, targets, N, V);
+    return fin(b, s, b->ops->xent_fwd(b, native_of(b, s), t, x, losses, targets, N, V));
 }
 
 int whale_k_softmax_xent_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *probs,
                              const int32_t *targets, float dloss, int N, int V)
 {
     CHECK("whale_k_softmax_xent_bwd", t, N, V, 0);
-    return b->ops->xent_bwd(b, native_of(b, s), t, probs, targets, 0, dloss, N, V, false);
+    return fin(b, s, b->ops->xent_bwd(b, native_of(b, s), t, probs, targets, 0, dloss, N, V, false));
 }
 
 int whale_k_rows_max(whale_backend *b, whale_stream *s, enum whale_dtype t, float *mx,
                      const void *x, int N, int V)
 {
     CHECK("whale_k_rows_max", t, N, V, 0);
-    return b->ops->rows_max(b, native_of(b, s), t, mx, x, N, V);
+    return fin(b, s, b->ops->rows_max(b, native_of(b, s), t, mx, x, N, V));
 }
 
 int whale_k_rows_exp_sum(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
@@ -561,14 +570,14 @@ int whale_k_rows_exp_sum(whale_backend *b, whale_stream *s, enum whale_dtype t, 
                          int N, int V)
 {
     CHECK("whale_k_rows_exp_sum", t, N, V, 0);
-    return b->ops->rows_exp_sum(b, native_of(b, s), t, x, sum, tl, mx, targets, v0, N, V);
+    return fin(b, s, b->ops->rows_exp_sum(b, native_of(b, s), t, x, sum, tl, mx, targets, v0, N, V));
 }
 
 int whale_k_rows_normalize(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
                            float *losses, const float *sum, const float *tl, int N, int V)
 {
     CHECK("whale_k_rows_normalize", t, N, V, 0);
-    return b->ops->rows_normalize(b, native_of(b, s), t, x, losses, sum, tl, N, V);
+    return fin(b, s, b->ops->rows_normalize(b, native_of(b, s), t, x, losses, sum, tl, N, V));
 }
 
 int whale_k_softmax_xent_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dtype t,
@@ -576,7 +585,7 @@ int whale_k_softmax_xent_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dt
                                 int V)
 {
     CHECK("whale_k_softmax_xent_bwd_tp", t, N, V, 0);
-    return b->ops->xent_bwd(b, native_of(b, s), t, probs, targets, v0, dloss, N, V, true);
+    return fin(b, s, b->ops->xent_bwd(b, native_of(b, s), t, probs, targets, v0, dloss, N, V, true));
 }
 
 int whale_k_cast(whale_backend *b, whale_stream *s, void *dst, enum whale_dtype dt,
@@ -591,20 +600,20 @@ int whale_k_cast(whale_backend *b, whale_stream *s, void *dst, enum whale_dtype 
     }
     if (!n)
         return 0;
-    return b->ops->cast(b, native_of(b, s), dst, dt, src, st, n);
+    return fin(b, s, b->ops->cast(b, native_of(b, s), dst, dt, src, st, n));
 }
 
 int whale_k_scale(whale_backend *b, whale_stream *s, float *x, float a, int64_t n)
 {
     CHECK("whale_k_scale", WHALE_FLOAT32, n, 0, 0);
-    return n ? b->ops->scale(b, native_of(b, s), x, a, n) : 0;
+    return n ? fin(b, s, b->ops->scale(b, native_of(b, s), x, a, n)) : 0;
 }
 
 int whale_k_sumsq(whale_backend *b, whale_stream *s, const float *g, int64_t n, double *sumsq)
 {
     CHECK("whale_k_sumsq", WHALE_FLOAT32, n, 0, 0);
     *sumsq = 0;
-    return n ? b->ops->sumsq(b, native_of(b, s), g, n, sumsq) : 0;
+    return n ? fin(b, s, b->ops->sumsq(b, native_of(b, s), g, n, sumsq)) : 0;
 }
 
 int whale_k_has_inf_nan(whale_backend *b, whale_stream *s, const float *g, int64_t n,
@@ -612,7 +621,7 @@ int whale_k_has_inf_nan(whale_backend *b, whale_stream *s, const float *g, int64
 {
     CHECK("whale_k_has_inf_nan", WHALE_FLOAT32, n, 0, 0);
     *found = false;
-    return n ? b->ops->has_inf_nan(b, native_of(b, s), g, n, found) : 0;
+    return n ? fin(b, s, b->ops->has_inf_nan(b, native_of(b, s), g, n, found)) : 0;
 }
 
 int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o, int64_t t,
@@ -630,5 +639,43 @@ int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o
                         "(bfloat16 or float16)", i, whale_dtype_name(w16_type));
             return WHALE_EINVAL;
         }
-    return np ? b->ops->adamw(b, native_of(b, s), o, t, grad_mul, pieces, np, w16_type) : 0;
+    return np ? fin(b, s, b->ops->adamw(b, native_of(b, s), o, t, grad_mul, pieces, np, w16_type)) : 0;
+}
+
+/* ---- appended in wave 3 ------------------------------------------------------------- */
+
+int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm)
+{
+    if (mm != WHALE_FLOAT32 && mm != WHALE_BFLOAT16 && mm != WHALE_FLOAT16) {
+        whale_error("whale_backend_set_fp32_gemm_math: %s is not a GEMM arithmetic "
+                    "(float32, bfloat16, float16)", whale_dtype_name(mm));
+        return WHALE_EINVAL;
+    }
+    b->gemm_math = mm;
+    return 0;
+}
+
+enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b) { return b->gemm_math; }
+
+bool whale_backend_reads_host(const whale_backend *b) { return b->device == WHALE_DEVICE_CPU; }
+
+int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                     const void *bias, int N, int OC)
+{
+    CHECK("whale_k_bias_add", t, N, OC, 0);
+    if (!N || !OC)
+        return 0;
+    if (!out || !bias) {
+        whale_error("whale_k_bias_add: NULL %s", out ? "bias" : "output");
+        return WHALE_EINVAL;
+    }
+    return fin(b, s, b->ops->bias_add(b, native_of(b, s), t, out, bias, N, OC));
+}
+
+int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype t, int64_t n)
+{
+    CHECK("whale_k_round", t, n, 0, 0);
+    if (t == WHALE_FLOAT32 || !n)
+        return 0;
+    return fin(b, s, b->ops->round16(b, native_of(b, s), x, t, n));
 }

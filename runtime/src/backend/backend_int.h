@@ -97,6 +97,10 @@ struct bk_ops {
     int (*adamw)(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
                  float grad_mul, const struct whale_adamw_piece *p, int np,
                  enum whale_dtype w16t);
+    /* appended in wave 3 (never reorder: implementations fill by position) */
+    int (*bias_add)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                    const void *bias, int N, int OC);
+    int (*round16)(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
 };
 
 struct bk_block {
@@ -122,6 +126,8 @@ struct whale_backend {
     bool host_addressable;
     void *impl;                 /* implementation state */
     struct whale_stream compute;
+    enum whale_dtype gemm_math; /* arithmetic of fp32-stored GEMMs (whale_backend_set_fp32_gemm_math) */
+    bool sync_calls;            /* every call waits for its stream (cuda host_coherent) */
 
     pthread_mutex_t lock;       /* accounting below (offload and ckpt threads allocate too) */
     struct bk_block *blocks;
@@ -135,6 +141,9 @@ int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b);
 #ifdef WHALE_HAVE_CUDA_BACKEND
 int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b);
 int bk_cuda_device_count(void);
+/* Devices the CUDA runtime reports; on failure 0 and err gets its message
+ * (err[0] == 0 when it answered). */
+int bk_cuda_probe(char *err, size_t len);
 #endif
 
 #ifdef __cplusplus

@@ -214,6 +214,8 @@ static const struct bk_ops cpu_ops = {
     .sumsq = bkc_sumsq,
     .has_inf_nan = bkc_has_inf_nan,
     .adamw = bkc_adamw,
+    .bias_add = bkc_bias_add,
+    .round16 = bkc_round16,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

@@ -103,7 +103,6 @@ int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int 
              const void *A, int lda, const void *B, int ldb, enum whale_dtype abt, float beta,
              void *C, int ldc, enum whale_dtype ct)
 {
-    (void)b;
     (void)s;
     struct stage st = { 0 };
     const float *a = in32(&st, abt, A, span(ta ? K : M, ta ? M : K, lda));
@@ -111,7 +110,9 @@ int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int 
     size_t nc = span(M, N, ldc);
     float *c = beta != 0.0f ? in32(&st, ct, C, nc) : out32(&st, ct, C, nc);
     if (!st.err) {
-        k_gemm(ta, tb, M, N, K, alpha, a, lda, bb, ldb, beta, c, ldc);
+        /* fp32 operands multiply in the backend's fp32 GEMM arithmetic */
+        k_gemm_mm(abt == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, ta, tb, M, N, K, alpha,
+                  a, lda, bb, ldb, beta, c, ldc);
         store(ct, C, c, nc);
     }
     return done(&st);
@@ -120,7 +121,6 @@ int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int 
 int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *inp,
                    const void *w, const void *bias, int N, int IC, int OC)
 {
-    (void)b;
     (void)s;
     struct stage st = { 0 };
     const float *x = in32(&st, t, inp, (size_t)N * IC);
@@ -128,7 +128,7 @@ int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
     const float *bi = in32(&st, t, bias, (size_t)OC);
     float *o = out32(&st, t, out, (size_t)N * OC);
     if (!st.err) {
-        k_linear_fwd(WHALE_FLOAT32, o, x, ww, bi, N, IC, OC);
+        k_linear_fwd(t == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, o, x, ww, bi, N, IC, OC);
         store(t, out, o, (size_t)N * OC);
     }
     return done(&st);
@@ -138,7 +138,6 @@ int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp
                    float *db, const void *dout, const void *inp, const void *w, int N, int IC,
                    int OC, bool acc)
 {
-    (void)b;
     (void)s;
     struct stage st = { 0 };
     const float *dy = in32(&st, t, dout, (size_t)N * OC);
@@ -147,7 +146,8 @@ int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp
     size_t nd = (size_t)N * IC;
     float *dx = acc ? in32(&st, t, dinp, nd) : out32(&st, t, dinp, nd);
     if (!st.err) {
-        k_linear_bwd(WHALE_FLOAT32, dx, dw, db, dy, x, ww, N, IC, OC, acc);
+        k_linear_bwd(t == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, dx, dw, db, dy, x, ww, N, IC,
+                     OC, acc);
         store(t, dinp, dx, nd);
     }
     return done(&st);
@@ -508,5 +508,47 @@ int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_
         if (p[i].w16)
             narrow(p[i].w16, p[i].w, w16t, p[i].n);
     }
+    return 0;
+}
+
+/* ---- appended in wave 3 ------------------------------------------------------------ */
+
+int bkc_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
+                 int N, int OC)
+{
+    (void)b;
+    (void)s;
+    if (t == WHALE_FLOAT32) {
+        /* the loop the engine's row-parallel linear had: same order, same bits */
+        float *o = out;
+        const float *bb = bias;
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < OC; c++)
+                o[(size_t)n * OC + c] += bb[c];
+        return 0;
+    }
+    struct stage st = { 0 };
+    size_t n = (size_t)N * OC;
+    float *o = in32(&st, t, out, n);
+    const float *bb = in32(&st, t, bias, (size_t)OC);
+    if (!st.err) {
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < N; r++)
+            for (int c = 0; c < OC; c++)
+                o[(size_t)r * OC + c] += bb[c];
+        store(t, out, o, n);
+    }
+    return done(&st);
+}
+
+int bkc_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n)
+{
+    (void)b;
+    (void)s;
+    if (t == WHALE_BFLOAT16)
+        whale_round_f32_bf16(x, (size_t)n);
+    else if (t == WHALE_FLOAT16)
+        whale_round_f32_fp16(x, (size_t)n);
     return 0;
 }

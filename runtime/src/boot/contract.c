@@ -10,16 +10,15 @@
 #include <string.h>
 
 #include "whale/env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/map.h"
 
 static int parse_int(const char *name, const char *s, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    long v;
+    if (whale_parse_long(s, lo, hi, &v)) { /* whale/envnum.h's checked parser */
         whale_error("%s='%s' is not an integer in [%d, %d]", name, s, lo, hi);
         return WHALE_EINVAL;
     }

@@ -66,6 +66,7 @@ struct whale_group {
     uint32_t seq;          /* next operation number (tag field) */
     uint16_t next_gid;     /* used by whale_group_create (per process) */
     int failed_rank;       /* world rank (or -2 - task for spares) of a dead member, -1 none */
+    int failed_task;       /* task of that member (or of the failure that failed all groups), -1 unknown */
     bool failed;
     /* FIFO of operations in issue order */
     struct whale_req *head, *tail;
@@ -191,12 +192,14 @@ void comm_mark_dead(whale_ctx *ctx, int task, const char *why);
 /* how: enum whale_detect; lat: seconds since its last sign of life. */
 void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, double lat);
 void comm_watchdog(whale_ctx *ctx);
+/* Who a failed group lost, for messages: "rank R (task T on NODE)" (thread-local buffer). */
+const char *comm_blame(const whale_group *g);
 
 /* rma.c: completes finished RMA requests, fails those to dead targets;
  * ctx->lock held; returns events seen. */
 int comm_rma_progress(whale_ctx *ctx);
 
-/* engine.c */
+/* progress.c: the progress engine */
 int comm_submit(whale_ctx *ctx, comm_op_t *op);
 comm_op_t *comm_op_new(whale_ctx *ctx, whale_group *g, int coll);
 void comm_op_unref(comm_op_t *op);        /* ctx->lock held */

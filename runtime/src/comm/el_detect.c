@@ -333,6 +333,10 @@ void el_broadcast_done(whale_ctx *ctx)
 
 void el_fail_all_groups(whale_ctx *ctx, int task)
 {
+    /* blame a member known dead rather than nobody */
+    for (int t = 0; task < 0 && ctx->el && t < ctx->boot.ntasks; t++)
+        if (ctx->dead[t] && ctx->el->st.member[t])
+            task = t;
     int label = task < 0 ? -1 : ctx->boot.rank_of_task[task] >= 0 ? ctx->boot.rank_of_task[task]
                                                                   : -2 - task;
     for (int i = 0; i < ctx->ngroups; i++) {
@@ -340,6 +344,7 @@ void el_fail_all_groups(whale_ctx *ctx, int task)
         if (!g->failed) {
             g->failed = true;
             g->failed_rank = label;
+            g->failed_task = task;
         }
     }
 }

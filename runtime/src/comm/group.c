@@ -76,6 +76,7 @@ int comm_group_new(whale_ctx *ctx, uint16_t gid, const int *tasks, const int *wo
     g->rank = -1;
     g->internal = internal;
     g->failed_rank = -1;
+    g->failed_task = -1;
     g->tasks = malloc(sizeof(int) * (size_t)n);
     g->world_ranks = malloc(sizeof(int) * (size_t)n);
     g->node = malloc(sizeof(int) * (size_t)n);
@@ -96,6 +97,7 @@ int comm_group_new(whale_ctx *ctx, uint16_t gid, const int *tasks, const int *wo
         if (ctx->dead && ctx->dead[tasks[i]]) {
             g->failed = true;
             g->failed_rank = world_ranks[i];
+            g->failed_task = tasks[i];
         }
     }
     g->ppn = 0;

@@ -247,7 +247,8 @@ int whale_init(whale_ctx **out)
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
-    if (ctx->world && ctx->world->size > 1 &&
+    /* spares take part: they receive the ranks' cost model */
+    if (((ctx->world && ctx->world->size > 1) || (ctx->boot.spare && ctx->boot.world > 1)) &&
         (rc = comm_probe(ctx, !getenv("WHALE_COLL_MODEL"))))
         goto fail;
     whale_debug("initialised: task %d of %d, rank %d of %d (tp %d pp %d dp %d), %d node(s)",

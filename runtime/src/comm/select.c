@@ -356,13 +356,43 @@ static void site_bandwidths(double p[5])
  * now (ping-pong from world rank 0 to a peer of each link class, reduction
  * speed out of cache); site-config bandwidths override. Rank 0 decides and
  * broadcasts, so every rank chooses alike. About 20 ms when probing. */
+/* World rank 0 hands its cost model to every task, the spares included:
+ * the algorithm of a collective is chosen from this model on each member
+ * separately, so a promoted spare with the built-in defaults picked another
+ * schedule than the survivors for the same call and both sides waited for
+ * messages the other never sent (a hang after the first recovery under
+ * srun, where the probed net link differs from the defaults). */
+static int share_model(whale_ctx *ctx, double params[5], bool cached)
+{
+    whale_group *g = ctx->boot.ntasks > ctx->boot.world && ctx->all ? ctx->all : ctx->world;
+    int root = 0;
+    if (g == ctx->all) {
+        root = -1;
+        for (int k = 0; k < g->size; k++)
+            if (g->world_ranks[k] == 0)
+                root = k;
+        if (root < 0)
+            return WHALE_ESTATE;
+    }
+    int rc = whale_broadcast(g, params, 5 * sizeof(double), WHALE_UINT8, root);
+    if (rc)
+        return rc;
+    ctx->link[0] = (struct comm_link){ params[0], params[1] };
+    ctx->link[1] = (struct comm_link){ params[2], params[3] };
+    g_gamma = params[4];
+    whale_debug("cost model%s: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s",
+                cached ? " (cached)" : "", params[0] * 1e6, 1e-9 / params[1], params[2] * 1e6,
+                1e-9 / params[3], 1e-9 / params[4]);
+    return 0;
+}
+
 int comm_probe(whale_ctx *ctx, bool measure)
 {
     whale_group *w = ctx->world;
-    if (!w || w->rank < 0)
-        return 0;
     double params[5] = { ctx->link[0].alpha, ctx->link[0].beta, ctx->link[1].alpha,
                          ctx->link[1].beta, g_gamma };
+    if (!w || w->rank < 0)
+        return share_model(ctx, params, false); /* a spare: take the ranks' model */
     const char *pe = getenv("WHALE_COLL_PROBE");
     bool force = pe && !strcmp(pe, "force");
     if (pe && !strcmp(pe, "0"))
@@ -422,14 +452,5 @@ int comm_probe(whale_ctx *ctx, bool measure)
     }
     if (w->rank == 0)
         site_bandwidths(params);
-    rc = whale_broadcast(w, params, 5 * sizeof(double), WHALE_UINT8, 0);
-    if (rc)
-        return rc;
-    ctx->link[0] = (struct comm_link){ params[0], params[1] };
-    ctx->link[1] = (struct comm_link){ params[2], params[3] };
-    g_gamma = params[4];
-    whale_debug("cost model%s: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s",
-                cached ? " (cached)" : "", params[0] * 1e6, 1e-9 / params[1], params[2] * 1e6,
-                1e-9 / params[3], 1e-9 / params[4]);
-    return 0;
+    return share_model(ctx, params, cached);
 }

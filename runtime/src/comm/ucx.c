@@ -79,9 +79,32 @@ void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, doub
             if (g->tasks[k] == task && !g->failed) {
                 g->failed = true;
                 g->failed_rank = rank >= 0 ? rank : -2 - task;
+                g->failed_task = task;
             }
     }
     el_on_dead(ctx, task, how, lat);
+}
+
+const char *comm_blame(const whale_group *g)
+{
+    static __thread char buf[160];
+    const whale_ctx *ctx = g->ctx;
+    int t = g->failed_task;
+    if (t < 0 || t >= ctx->boot.ntasks) {
+        snprintf(buf, sizeof buf, "a member");
+        return buf;
+    }
+    const char *node = ctx->boot.node_names && ctx->boot.node_of_task
+                           ? ctx->boot.node_names[ctx->boot.node_of_task[t]] : "?";
+    bool in = false;
+    for (int k = 0; k < g->size; k++)
+        in |= g->tasks[k] == t;
+    if (g->failed_rank >= 0)
+        snprintf(buf, sizeof buf, "%srank %d (task %d on %s)", in ? "" : "a peer elsewhere, ",
+                 g->failed_rank, t, node);
+    else
+        snprintf(buf, sizeof buf, "%sspare task %d on %s", in ? "" : "a peer elsewhere, ", t, node);
+    return buf;
 }
 
 struct comm_proc_id comm_proc_self(void)

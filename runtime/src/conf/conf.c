@@ -21,7 +21,8 @@ static const char *const global_keys[] = {
     "LinkBandwidth", NULL
 };
 static const char *const node_keys[] = { "NodeName", "GPUs", "Cores", "GPUType", "NICs",
-                                         "NICBandwidth", NULL };
+                                         "NICBandwidth", "PricePerNodeHour",
+                                         "PricePerGPUHour", NULL };
 static const char *const gpu_keys[] = { "GPUType", "PeakTFLOPS", "Memory", "NVLinkBandwidth",
                                         NULL };
 static const char *const domain_keys[] = { "NVLinkDomain", "Nodes", NULL };
@@ -257,6 +258,7 @@ static void nodeset_clear(struct whale_conf_nodeset *n)
     memset(n, 0, sizeof *n);
     n->gpus = n->cores = n->nnics = -1;
     n->nic_gbs = -1;
+    n->price_node_hour = n->price_gpu_hour = -1;
 }
 
 static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
@@ -277,6 +279,8 @@ static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
         ns.gpus = d->gpus;
         ns.cores = d->cores;
         ns.nic_gbs = d->nic_gbs;
+        ns.price_node_hour = d->price_node_hour;
+        ns.price_gpu_hour = d->price_gpu_hour;
         if (d->gpu_type && !(ns.gpu_type = strdup(d->gpu_type)))
             return WHALE_ENOMEM;
         if (d->nnics > 0) {
@@ -297,6 +301,8 @@ static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
         goto fail;
     const struct whale_kv *kv;
     if ((kv = whale_kv_find(l, "GPUType")) && (rc = set_str(&ns.gpu_type, kv->value)))
+        goto fail;
+    if ((rc = conf_parse_price(l, &ns.price_node_hour, &ns.price_gpu_hour)))
         goto fail;
     if ((kv = whale_kv_find(l, "NICBandwidth")) && (rc = conf_parse_bandwidth(l, kv, true, &ns.nic_gbs)))
         goto fail;

@@ -15,6 +15,11 @@ int conf_check_keys(const struct whale_kv_line *l, const char *const *allowed, c
 int conf_parse_bandwidth(const struct whale_kv_line *l, const struct whale_kv *kv,
                          bool bits_default, double *gbs);
 
+/* PricePerNodeHour= / PricePerGPUHour= of a NodeName line (price.c): a
+ * dollar amount >= 0; both on one line is an error (which one counts?).
+ * Giving one clears the other one inherited from NodeName=DEFAULT. */
+int conf_parse_price(const struct whale_kv_line *l, double *node_hour, double *gpu_hour);
+
 /* Slurm hostlist expressions through libslurm (resolved from the host
  * process inside srun/slurmstepd). Count: number of hosts, or -1 when the
  * expression is malformed. */

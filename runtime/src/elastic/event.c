@@ -22,6 +22,14 @@ char *whale_recovery_json(const struct whale_recovery_report *r)
     json_object_set_new(j, "node", n == 1 ? json_string(r->failed_node[0]) : json_copy(nodes));
     json_decref(ranks);
     json_decref(nodes);
+    if (r->tasks_known) {
+        json_t *tasks = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(tasks, json_integer(r->failed_task[i]));
+        json_object_set_new(j, "failed_task", n == 1 ? json_integer(r->failed_task[0])
+                                                     : json_copy(tasks));
+        json_decref(tasks);
+    }
     json_object_set_new(j, "failed_step", json_integer(r->failed_step));
     json_object_set_new(j, "rollback_step", json_integer(r->rollback_step));
     json_object_set_new(j, "steps_lost", json_integer(r->steps_lost));
@@ -47,8 +55,11 @@ void whale_recovery_log(const struct whale_recovery_report *r)
     size_t o = 0;
     int n = r->nfailed < 8 ? r->nfailed : 8;
     for (int i = 0; i < n && o < sizeof who - 1; i++) {
-        int k = snprintf(who + o, sizeof who - o, "%srank %d on %s", i ? ", " : "",
-                         r->failed_rank[i], r->failed_node[i][0] ? r->failed_node[i] : "?");
+        char task[32] = "";
+        if (r->tasks_known)
+            snprintf(task, sizeof task, " (task %d)", r->failed_task[i]);
+        int k = snprintf(who + o, sizeof who - o, "%srank %d%s on %s", i ? ", " : "",
+                         r->failed_rank[i], task, r->failed_node[i][0] ? r->failed_node[i] : "?");
         if (k < 0)
             break;
         o += (size_t)k;

@@ -68,9 +68,10 @@ int eng_groups_from_ctx(whale_ctx *ctx, struct eng_groups *g)
 {
     memset(g, 0, sizeof *g);
     whale_group *dpg = whale_dp_group(ctx);
-    if (dpg && whale_group_size(dpg) > 1)
+    if (dpg && whale_group_size(dpg) > 1) {
         eng_comm_from_group(&g->dp, dpg);
-    else
+        g->dp_group = true;
+    } else
         g->dp.size = 1;
     whale_group *tpg = whale_tp_group(ctx), *ppg = whale_pp_group(ctx);
     whale_par_comm_from_group(&g->tp, tpg && whale_group_size(tpg) > 1 ? tpg : NULL);

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include "engine_int.h"
+#include "device.h"
 #include "kernels.h"
 
 #include <stdio.h>
@@ -54,6 +55,7 @@ const char *whale_tensor_kind_name(enum whale_tensor_kind k)
 static int cfg_check(const struct whale_engine_config *c, int dp)
 {
     const struct whale_model_desc *m = &c->model;
+    int rc;
     if (c->seq < 1 || c->seq > m->seq) {
         whale_error("sequence length %d out of range 1..%d (the model's Seq=)", c->seq, m->seq);
         return WHALE_ERANGE;
@@ -67,16 +69,8 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
         whale_error("ZeRO stage %d out of range 0..3", c->zero_stage);
         return WHALE_ERANGE;
     }
-    if (m->kv_heads != m->heads) {
-        whale_error("model %s: grouped-query attention (KVHeads=%d != Heads=%d) is not supported "
-                    "by the CPU engine", m->name, m->kv_heads, m->heads);
-        return WHALE_ENOTSUP;
-    }
-    if (!m->tied_embeddings) {
-        whale_error("model %s: untied output embeddings are not supported (TiedEmbeddings=yes)",
-                    m->name);
-        return WHALE_ENOTSUP;
-    }
+    if ((rc = eng_arch_check(m)))
+        return rc;
     if (c->precision != WHALE_PREC_FP32 && c->precision != WHALE_PREC_BF16 &&
         c->precision != WHALE_PREC_FP16) {
         whale_error("precision %d out of range (fp32, bf16, fp16)", (int)c->precision);
@@ -153,7 +147,7 @@ static int build_layers(whale_engine *e, const int *blocks)
         e->chunks[c].l1 = nl;
         e->chunks[c].l0 = cs; /* chain start, fixed below */
     }
-    bool shadow = p > 1 && e->last_stage;
+    bool shadow = p > 1 && e->last_stage && !d->untied;
     e->nl = nl + (shadow ? 1 : 0);
     np += shadow ? 1 : 0;
     e->layers = calloc((size_t)e->nl, sizeof *e->layers);
@@ -205,7 +199,7 @@ static int build_layers(whale_engine *e, const int *blocks)
         e->shadow = embed = li;
     }
     for (int i = 0; i < e->nl; i++)
-        if (e->layers[i].ops == &eng_head_ops)
+        if (e->layers[i].ops == &eng_head_ops && !d->untied)
             e->layers[i].tied = &e->layers[embed];
     e->np = k;
     return 0;
@@ -213,7 +207,7 @@ static int build_layers(whale_engine *e, const int *blocks)
 
 static bool tied_alone(const whale_engine *e, int li)
 {
-    return e->grp.pp.size > 1 && e->layers[li].index == 0;
+    return e->grp.pp.size > 1 && e->layers[li].index == 0 && !e->d.untied;
 }
 
 /* Group layers into buckets (in forward order) and lay out the flat space. */
@@ -474,6 +468,12 @@ static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
                     "degree TP=%d", m->name, m->heads, m->ffn, tp);
         return WHALE_EINVAL;
     }
+    if (c->seqpar && tp > 1 && (c->micro_batch * c->seq) % tp) {
+        whale_error("sequence parallelism splits micro-batch x sequence = %d x %d rows over "
+                    "TP=%d ranks: not a multiple; change --micro-batch or --seq, or drop --seqpar",
+                    c->micro_batch, c->seq, tp);
+        return WHALE_EINVAL;
+    }
     if (m->vocab < tp) {
         whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
         return WHALE_EINVAL;
@@ -521,7 +521,6 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->shadow = -1;
     e->lp = c->precision == WHALE_PREC_BF16 ? WHALE_BFLOAT16
           : c->precision == WHALE_PREC_FP16 ? WHALE_FLOAT16 : WHALE_FLOAT32;
-    e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16 : WHALE_FLOAT32;
     const struct whale_model_desc *m = &c->model;
     const int tp = g->tp.size;
     /* the vocabulary split rounds up (GPT-2's 50257 over any TP): the last
@@ -533,6 +532,11 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         .hd = m->hidden / m->heads, .F = m->ffn / tp, .V = (int)vl, .Vg = m->vocab,
         .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
+    eng_arch_dims(m, &e->d);
+    e->d.sp = c->seqpar && tp > 1;
+    e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
+    e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
+    e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
     if (!blocks)
@@ -540,7 +544,12 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->off.mode = c->offload;
     e->off.prefetch = c->offload_prefetch > 0 ? c->offload_prefetch : 1;
     if (!rc)
-        rc = whale_arena_create(c->device_mem, NULL, &e->arena);
+        rc = eng_dev_open(e, c);
+    if (!rc) {
+        struct whale_arena_backend ab;
+        eng_dev_arena_backend(e, &ab);
+        rc = whale_arena_create(c->device_mem, &ab, &e->arena);
+    }
     if (rc || (rc = eng_layout(e, blocks)) || (rc = build_layers(e, blocks)) ||
         (rc = build_buckets(e)) || (rc = eng_off_init(e)) || (rc = alloc_state(e)) ||
         (rc = eng_pipe_init(e))) {
@@ -655,6 +664,7 @@ void whale_engine_destroy(whale_engine *e)
     free(e->layers);
     free(e->params);
     whale_arena_destroy(e->arena);
+    eng_dev_close(e);
     free(e);
 }
 
@@ -680,7 +690,7 @@ int whale_engine_layer_cost(const whale_engine *e, int i, struct whale_layer_cos
     }
     l->ops->flops(l, &o->fwd_flops, &o->bwd_flops);
     o->act_bytes = (int64_t)l->ops->act_floats(l) * (eng_lp(e) ? 2 : 4);
-    o->boundary_bytes = l->ops == &eng_head_ops ? 0 : (int64_t)e->d.B * e->d.T * e->d.C * 4;
+    o->boundary_bytes = l->ops == &eng_head_ops ? 0 : (int64_t)e->d.Ns * e->d.C * 4;
     return 0;
 }
 

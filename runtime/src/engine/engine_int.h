@@ -5,6 +5,7 @@
 #include "ecomm.h"
 #include "offload.h"
 #include "layer.h"
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 #include "whale/parallel.h"
@@ -63,6 +64,7 @@ struct eng_groups {
     struct whale_par_comm pp;    /* pipeline */
     struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
     void *emb_group;             /* whale_group owned (freed with the engine) */
+    bool dp_group;               /* dp is the table over a whale_group (not a test's) */
 };
 
 struct whale_engine {
@@ -147,6 +149,10 @@ struct whale_engine {
      * peaks); optimizer / parameter offload keeps state in the host tier */
     whale_arena *arena;
     struct eng_offload off;
+    /* compute backend (device.c): every kernel, cast, the optimizer and the
+     * arena's memory go through it */
+    whale_backend *bk;
+    int32_t *tok_dev;        /* cuda: the step's tokens and targets in backend memory */
 
     /* accounting */
     int64_t scratch_now, scratch_peak;
@@ -194,6 +200,13 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
 int eng_grads_finish(whale_engine *e);
 
 double eng_now(void);
+
+/* arch.c: what the description selects. eng_arch_check refuses what the
+ * engine does not run (logged, WHALE_ENOTSUP / WHALE_EINVAL); eng_arch_dims
+ * fills the architecture fields of d (d->tp, tp_rank, NH set) and logs, once,
+ * why KV heads are replicated over TP when TP does not divide them. */
+int  eng_arch_check(const struct whale_model_desc *m);
+void eng_arch_dims(const struct whale_model_desc *m, struct eng_dims *d);
 
 /* precision.c: 16-bit storage at the boundaries of fp32 arithmetic. Each
  * does nothing in fp32 mode (e->lp == WHALE_FLOAT32). */

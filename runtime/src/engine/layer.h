@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/parallel.h"
 
@@ -41,6 +42,26 @@ struct eng_dims {
     int Ctp;         /* local attention width NH*hd */
     int L;           /* transformer blocks in the whole model */
     int tp, tp_rank;
+    whale_backend *bk; /* the engine's compute backend: every kernel runs through it */
+    /* architecture from the model description (all zero: the GPT-2 block,
+     * run by layers.c; block_x.c runs every other combination) */
+    bool xblock;     /* blocks are block_x.c's */
+    int mlp;         /* enum whale_mlp_kind */
+    int norm;        /* enum whale_norm_kind (also the head's final norm) */
+    int pos;         /* enum whale_pos_kind: learned adds wpe to the embedding */
+    int attn;        /* enum whale_attn_kind */
+    bool no_bias;    /* linear layers without biases */
+    bool untied;     /* the head has its own lm_head.w (vocab-parallel) */
+    float rope_theta;
+    int KV;          /* global key/value heads */
+    int KVl, k0;     /* key/value heads this rank computes, first one's global index */
+    int hq0;         /* global index of this rank's first query head */
+    bool kv_rep;     /* TP does not divide KVHeads: every TP rank keeps all key/value
+                        weights (their gradients are summed over TP) */
+    /* sequence parallelism (Megatron): the residual stream between and inside
+     * layers keeps rows [r0, r0 + Ns) of the B*T rows on this TP rank */
+    bool sp;
+    int Ns, r0;      /* without SP: Ns = B*T, r0 = 0 */
 };
 
 struct eng_layer;
@@ -61,6 +82,8 @@ struct eng_io {
     struct whale_par_comm *tp_group; /* the TP group, NULL when tp == 1 */
     float *att_tmp;          /* selective recompute: (B,NH,T,T) attention probabilities */
     enum whale_dtype mm;     /* operand type of the linear layers' GEMMs (k_gemm_mm) */
+    double recompute_s;      /* backward: seconds spent re-building what selective
+                                recompute dropped (the step adds it to t_recompute) */
 };
 
 struct eng_layer_ops {
@@ -102,12 +125,39 @@ static inline float *eng_pg(const struct eng_layer *l, int i)
     return l->g + (l->params[i].flat - l->flat_begin);
 }
 
+/* Declares parameter p: global shape, TP split (this rank's box from d),
+ * AdamW decay, init (std, or the constant cst when std is 0). */
+void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
+                    const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
+                    float std, float cst);
+
 /* Parameters a layer of this kind declares (count, then fill). */
 int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p);
 int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p);
 int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p);
 
 extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
+
+/* block_x.c: the configurable block (RMSNorm/LayerNorm, SwiGLU/GeGLU/GELU,
+ * rotary/learned positions, GQA, biases or none, plain or blocked
+ * attention); eng_block_ops hands over to it when d->xblock. */
+int eng_xblock_params(const struct eng_dims *d, int index, struct eng_param *p);
+extern const struct eng_layer_ops eng_xblock_ops;
+/* The description's norm: LayerNorm (b may not be NULL) or RMSNorm (b and
+ * mean unused). out, inp (N,C); mean, rstd (N); dinp (N,C) +=; dw, db (C) += */
+void eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
+                  const float *inp, const float *w, const float *b, int N, int C);
+void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
+                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                  int C);
+
+/* Sequence parallelism: full (N,C) = the TP group's shards (Ns,C) of rows
+ * concatenated (all-gather); shard (Ns,C) = this rank's rows of the sum of
+ * full (N,C) over TP, full summed in place (reduce-scatter). Both through
+ * the group's allreduce (zero-padded for the gather), so the values are
+ * exactly those of TP without SP; what SP saves is memory. */
+int eng_sp_gather(const struct eng_dims *d, struct whale_par_comm *tp, float *full,
+                  const float *shard);
 
 /* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
 int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);

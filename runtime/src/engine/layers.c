@@ -1,15 +1,30 @@
 /* The three GPT layer kinds: token/position embedding, pre-LayerNorm
  * transformer block, and the head (final LayerNorm, output projection tied
- * to wte, cross-entropy). N = B*T rows throughout. */
-#include "kernels.h"
+ * to wte, cross-entropy). N = B*T rows throughout. Every kernel runs
+ * through the engine's backend (whale/backend.h, d->bk) on its compute
+ * stream; activations are fp32 (mixed precision rounds them at the layer
+ * boundaries, step.c) and the linear layers multiply in the backend's fp32
+ * GEMM arithmetic (the engine's mm). */
 #include "layer.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels_llama.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/modeldesc.h"
+
+#define F32 WHALE_FLOAT32
+/* A backend call inside a layer: its error (already logged, with the kernel
+ * named) ends the layer. */
+#define BK(call)                                                                             \
+    do {                                                                                     \
+        int bk_rc_ = (call);                                                                 \
+        if (bk_rc_)                                                                          \
+            return bk_rc_;                                                                   \
+    } while (0)
 
 int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
 {
@@ -65,18 +80,30 @@ static void decl(struct eng_param *p, const struct eng_dims *d, const char *name
     }
 }
 
+void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
+                    const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
+                    float std, float cst)
+{
+    decl(p, d, name, ndim, gshape, split, split_dim, decay, std, cst);
+}
+
+/* wte, and wpe with learned positions (rotary adds no parameters) */
 int eng_embed_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
+    const bool wpe = d->pos == WHALE_POS_LEARNED;
     if (p) {
         decl(&p[0], d, "wte", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true, 0.02f, 0);
-        decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
+        if (wpe)
+            decl(&p[1], d, "wpe", 2, (int64_t[]){ d->T, d->C }, WHALE_SPLIT_NONE, 0, true, 0.01f, 0);
     }
-    return 2;
+    return wpe ? 2 : 1;
 }
 
 int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
+    if (d->xblock)
+        return eng_xblock_params(d, index, p);
     if (!p)
         return 12;
     int64_t C = d->C, F = (int64_t)d->F * d->tp;
@@ -100,14 +127,27 @@ int eng_block_params(const struct eng_dims *d, int index, struct eng_param *p)
     return i;
 }
 
+/* lnf.w, lnf.b (LayerNorm only), lm_head.w (untied: vocabulary-parallel
+ * like wte; always the last) */
 int eng_head_params(const struct eng_dims *d, int index, struct eng_param *p)
 {
     (void)index;
-    if (p) {
-        decl(&p[0], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
-        decl(&p[1], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+    int n = 0;
+    if (p)
+        decl(&p[n], d, "lnf.w", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 1);
+    n++;
+    if (d->norm == WHALE_NORM_LAYERNORM) {
+        if (p)
+            decl(&p[n], d, "lnf.b", 1, (int64_t[]){ d->C }, WHALE_SPLIT_NONE, 0, false, 0, 0);
+        n++;
     }
-    return 2;
+    if (d->untied) {
+        if (p)
+            decl(&p[n], d, "lm_head.w", 2, (int64_t[]){ d->Vg, d->C }, WHALE_SPLIT_VOCAB, 0, true,
+                 0.02f, 0);
+        n++;
+    }
+    return n;
 }
 
 /* ---- deterministic initialisation ----------------------------------------- */
@@ -166,33 +206,72 @@ static size_t embed_act(const struct eng_layer *l)
     (void)l;
     return 0;
 }
-static size_t no_scratch(const struct eng_layer *l)
+
+/* scratch: the whole (N,C) output / output gradient under SP */
+static size_t embed_scratch(const struct eng_layer *l)
 {
-    (void)l;
-    return 0;
+    return l->d->sp ? (size_t)l->d->B * l->d->T * l->d->C : 0;
 }
 
-static int embed_fwd(struct eng_layer *l, struct eng_io *io)
+static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        /* out (B,T,C) = wte rows this rank holds, summed over TP */
+        BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                                NULL, d->B, d->T, d->C));
+        return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
+    }
     if (!io->tp_group) {
         /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
-        k_embed_fwd(io->out, io->tokens, eng_pw(l, 0), eng_pw(l, 1), d->B, d->T, d->C);
-        return 0;
+        return whale_k_embed_fwd(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0),
+                                 eng_pw(l, 1), d->B, d->T, d->C);
     }
     /* vocabulary-parallel: rows this rank holds (+ positions once), summed over TP */
-    k_embed_fwd_tp(io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
-                   d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C);
+    BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                            d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C));
     return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
 }
 
-static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+/* SP: the output (N,C) summed over TP as without SP, then this rank's rows */
+static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return embed_fwd_full(l, io);
+    float *out = io->out;
+    io->out = io->scratch;
+    int rc = embed_fwd_full(l, io);
+    io->out = out;
+    if (!rc)
+        memcpy(out, io->scratch + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int embed_bwd_full(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (d->pos != WHALE_POS_LEARNED) {
+        k_embed_bwd_rows(eng_pg(l, 0), io->dstream, io->tokens, d->v0, d->V, d->B * d->T, d->C);
+        return 0;
+    }
     /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
-    k_embed_bwd_tp(eng_pg(l, 0), eng_pg(l, 1), io->dstream, io->tokens, d->v0, d->V, d->B, d->T,
-                   d->C);
-    return 0;
+    return whale_k_embed_bwd_tp(d->bk, NULL, F32, eng_pg(l, 0), eng_pg(l, 1), io->dstream,
+                                io->tokens, d->v0, d->V, d->B, d->T, d->C);
+}
+
+/* SP: every rank's vocabulary rows see every token: gather the gradient */
+static int embed_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return embed_bwd_full(l, io);
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(l->d, io->tp_group, io->scratch, ds);
+    io->dstream = io->scratch;
+    if (!rc)
+        rc = embed_bwd_full(l, io);
+    io->dstream = ds;
+    return rc;
 }
 
 static void embed_flops(const struct eng_layer *l, double *f, double *b)
@@ -203,7 +282,7 @@ static void embed_flops(const struct eng_layer *l, double *f, double *b)
 }
 
 const struct eng_layer_ops eng_embed_ops = {
-    .kind = "embed", .act_floats = embed_act, .scratch_floats = no_scratch,
+    .kind = "embed", .act_floats = embed_act, .scratch_floats = embed_scratch,
     .forward = embed_fwd, .backward = embed_bwd, .flops = embed_flops,
 };
 
@@ -231,8 +310,8 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
     TAKE(mean1, N);
     TAKE(rstd1, N);
     TAKE(qkv, N * 3 * Ct);
-    if (keep_att)
-        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    if (keep_att) /* cpu: probabilities (B,NH,T,T); cuda: log-sum-exp (B,NH,T) */
+        TAKE(att, whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd));
     else if (s)
         s->att = NULL;
     TAKE(atty, N * Ct);
@@ -248,6 +327,8 @@ static size_t blk_carve(const struct eng_dims *d, float *base, struct blk_saved 
 
 static size_t blk_act(const struct eng_layer *l)
 {
+    if (l->d->xblock)
+        return eng_xblock_ops.act_floats(l);
     return blk_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
 }
 
@@ -261,6 +342,8 @@ static void blk_bind(const struct eng_layer *l, struct eng_io *io, struct blk_sa
 static size_t blk_scratch(const struct eng_layer *l)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.scratch_floats(l);
     size_t N = (size_t)d->B * d->T;
     size_t big = (size_t)d->F > 3 * (size_t)d->Ctp ? (size_t)d->F : 3 * (size_t)d->Ctp;
     size_t mid = (size_t)d->C > (size_t)d->Ctp ? (size_t)d->C : (size_t)d->Ctp;
@@ -268,55 +351,62 @@ static size_t blk_scratch(const struct eng_layer *l)
 }
 
 /* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
-static int row_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+static int row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
                           const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
 {
-    if (!tp) {
-        k_linear_fwd(mm, out, inp, w, b, N, IC, OC);
-        return 0;
-    }
-    k_linear_fwd(mm, out, inp, w, NULL, N, IC, OC);
+    if (!tp)
+        return whale_k_linear_fwd(bk, NULL, F32, out, inp, w, b, N, IC, OC);
+    BK(whale_k_linear_fwd(bk, NULL, F32, out, inp, w, NULL, N, IC, OC));
     int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
     if (rc)
         return rc;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < OC; c++)
-            out[(size_t)n * OC + c] += b[c];
-    return 0;
+    return whale_k_bias_add(bk, NULL, F32, out, b, N, OC);
 }
 
 static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.forward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
+    whale_backend *bk = d->bk;
     float *tmp = io->scratch; /* (N,C) */
-    int rc;
-    k_layernorm_fwd(s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
-    k_linear_fwd(io->mm, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct);
-    k_attention_fwd(s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd);
-    if ((rc = row_linear_fwd(io->mm, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group)))
-        return rc;
-    k_add(s.r1, io->in, tmp, (int64_t)N * C);
-    k_layernorm_fwd(s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6), eng_pw(l, 7), N, C);
-    k_linear_fwd(io->mm, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F);
-    k_gelu_fwd(s.gl, s.fc, (int64_t)N * F);
-    if ((rc = row_linear_fwd(io->mm, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group)))
-        return rc;
-    k_add(io->out, s.r1, tmp, (int64_t)N * C);
-    return 0;
+    BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, 0),
+                             eng_pw(l, 1), N, C));
+    /* qkv (N,3Ct) = ln1 (N,C) @ Wqkv (3Ct,C)^T + b */
+    BK(whale_k_linear_fwd(bk, NULL, F32, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct));
+    /* atty (B,T,NH,hd) from qkv (B,T,3,NH,hd) */
+    BK(whale_k_attention_fwd(bk, NULL, F32, s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
+    BK(row_linear_fwd(bk, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group));
+    BK(whale_k_add(bk, NULL, F32, s.r1, io->in, tmp, (int64_t)N * C));
+    BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6),
+                             eng_pw(l, 7), N, C));
+    /* fc (N,F) = ln2 (N,C) @ Wfc (F,C)^T + b */
+    BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F));
+    BK(whale_k_gelu_fwd(bk, NULL, F32, s.gl, s.fc, (int64_t)N * F));
+    BK(row_linear_fwd(bk, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group));
+    return whale_k_add(bk, NULL, F32, io->out, s.r1, tmp, (int64_t)N * C);
 }
 
 static int blk_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock)
+        return eng_xblock_ops.backward(l, io);
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     struct blk_saved s;
     blk_bind(l, io, &s);
-    if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
-        k_attention_probs(s.att, s.qkv, d->B, d->T, d->NH, d->hd);
+    whale_backend *bk = d->bk;
+    if (l->rc == ENG_RC_SELECTIVE) { /* att (B,NH,T,T) rebuilt from the saved q,k */
+        uint64_t r0 = whale_trace_now();
+        BK(whale_k_attention_fwd(bk, NULL, F32, NULL, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
+        uint64_t r1 = whale_trace_now();
+        io->recompute_s += (double)(r1 - r0) * 1e-9;
+        if (whale_trace_on()) /* the same span name as full recompute's */
+            whale_trace_span_at("recompute", "recompute", r0, r1, -1, -1);
+    }
     size_t big = (size_t)F > 3 * (size_t)Ct ? (size_t)F : 3 * (size_t)Ct;
     float *sa = io->scratch;                    /* (N,C) */
     float *sb = sa + (size_t)N * C;             /* (N,max(F,3Ct)) */
@@ -324,29 +414,39 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     float *ds = io->dstream;                    /* (N,C), in place: dout -> dinput */
     int rc;
     /* MLP: dgl (N,F) = ds @ Wmp ; gradients of mlp.proj */
-    k_linear_bwd(io->mm, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl, eng_pw(l, 10), N, F, C, 0);
-    k_gelu_bwd(sb, s.fc, sb, (int64_t)N * F);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl,
+                          eng_pw(l, 10), N, F, C, false));
+    BK(whale_k_gelu_bwd(bk, NULL, F32, sb, s.fc, sb, (int64_t)N * F));
     /* dln2 (N,C) = dfc @ Wfc, summed over TP (column-parallel input grad) */
-    k_linear_bwd(io->mm, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8), N, C, F, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8),
+                          N, C, F, false));
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
     /* ds += LN2 backward: ds now is d(r1) */
-    k_layernorm_bwd(ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1, eng_pw(l, 6), s.mean2, s.rstd2, N, C);
+    BK(whale_k_layernorm_bwd(bk, NULL, F32, ds, eng_pg(l, 6), eng_pg(l, 7), sa, s.r1,
+                             eng_pw(l, 6), s.mean2, s.rstd2, N, C));
     /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
-    k_linear_bwd(io->mm, sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty, eng_pw(l, 4), N, Ct, C, 0);
-    /* dqkv (N,3Ct) */
-    k_attention_bwd(sb, sc, s.qkv, s.att, d->B, d->T, d->NH, d->hd);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sc, eng_pg(l, 4), eng_pg(l, 5), ds, s.atty,
+                          eng_pw(l, 4), N, Ct, C, false));
+    /* dqkv (N,3Ct) from datty (N,Ct); the flash backward also reads out = atty */
+    BK(whale_k_attention_bwd(bk, NULL, F32, sb, sc, s.qkv, s.atty, s.att, d->B, d->T, d->NH,
+                             d->hd));
     /* dln1 (N,C) = dqkv @ Wqkv, summed over TP */
-    k_linear_bwd(io->mm, sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1, eng_pw(l, 2), N, C, 3 * Ct, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, sa, eng_pg(l, 2), eng_pg(l, 3), sb, s.ln1,
+                          eng_pw(l, 2), N, C, 3 * Ct, false));
     if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, sa, (size_t)N * C)))
         return rc;
-    k_layernorm_bwd(ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in, eng_pw(l, 0), s.mean1, s.rstd1, N, C);
-    return 0;
+    return whale_k_layernorm_bwd(bk, NULL, F32, ds, eng_pg(l, 0), eng_pg(l, 1), sa, io->in,
+                                 eng_pw(l, 0), s.mean1, s.rstd1, N, C);
 }
 
 static void blk_flops(const struct eng_layer *l, double *f, double *b)
 {
     const struct eng_dims *d = l->d;
+    if (d->xblock) {
+        eng_xblock_ops.flops(l, f, b);
+        return;
+    }
     double N = (double)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F;
     double mm = 2.0 * N * (C * 3 * Ct + Ct * C + 2 * C * F);
     /* causal attention: QK^T and PV over the lower triangle */
@@ -362,45 +462,114 @@ const struct eng_layer_ops eng_block_ops = {
 
 /* ---- head ------------------------------------------------------------------- */
 
+/* The output projection (V,C): the embedding's wte when tied, else the
+ * head's own lm_head.w (its last parameter); the final norm's bias
+ * (LayerNorm) or NULL (RMSNorm). */
+static float *head_w(const struct eng_layer *l)
+{
+    return l->tied ? eng_pw(l->tied, 0) : eng_pw(l, l->nparams - 1);
+}
+static float *head_g(const struct eng_layer *l)
+{
+    return l->tied ? eng_pg(l->tied, 0) : eng_pg(l, l->nparams - 1);
+}
+static float *head_nb(const struct eng_layer *l)
+{
+    return l->d->norm == WHALE_NORM_LAYERNORM ? eng_pw(l, 1) : NULL;
+}
+
 /* saved: lnf (N,C), mean (N), rstd (N), probs (N,V); scratch: losses (N), dlnf (N,C) */
 static size_t head_act(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
     return N * l->d->C + 2 * N + N * (size_t)l->d->V;
 }
-/* scratch: losses (N), dlnf (N,C), TP reductions (3N) */
+/* scratch: losses (N), dlnf (N,C), TP reductions (3N); SP: the gathered
+ * input (N,C) and the whole input gradient (N,C) */
 static size_t head_scratch(const struct eng_layer *l)
 {
     size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C + 3 * N;
+    return N + N * l->d->C + 3 * N + (l->d->sp ? 2 * N * l->d->C : 0);
 }
 
+static float *head_sp_in(const struct eng_layer *l, struct eng_io *io)
+{
+    size_t N = (size_t)l->d->B * l->d->T;
+    return io->scratch + N + N * l->d->C + 3 * N;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io);
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io);
+
+/* SP: the head runs on the gathered rows (its norm replicated over TP, as
+ * without SP), and keeps this rank's rows of the input gradient */
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
+{
+    if (!l->d->sp)
+        return head_fwd_full(l, io);
+    float *full = head_sp_in(l, io);
+    const float *in = io->in;
+    int rc = eng_sp_gather(l->d, io->tp_group, full, in);
+    io->in = full;
+    if (!rc)
+        rc = head_fwd_full(l, io);
+    io->in = in;
+    return rc;
+}
+
+static int head_bwd(struct eng_layer *l, struct eng_io *io)
+{
+    const struct eng_dims *d = l->d;
+    if (!d->sp)
+        return head_bwd_full(l, io);
+    float *full = head_sp_in(l, io), *dfull = full + (size_t)d->B * d->T * d->C;
+    const float *in = io->in;
+    float *ds = io->dstream;
+    int rc = eng_sp_gather(d, io->tp_group, full, in);
+    io->in = full;
+    io->dstream = dfull;
+    if (!rc)
+        rc = head_bwd_full(l, io);
+    io->in = in;
+    io->dstream = ds;
+    if (!rc)
+        memcpy(ds, dfull + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
+    return rc;
+}
+
+static int head_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *losses = io->scratch;
-    const float *wte = eng_pw(l->tied, 0);
-    k_layernorm_fwd(lnf, mean, rstd, io->in, eng_pw(l, 0), eng_pw(l, 1), N, C);
+    const float *wte = head_w(l);
+    whale_backend *bk = d->bk;
+    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l)) /* GPT-2's LayerNorm: the backend's kernel */
+        BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0),
+                                 head_nb(l), N, C));
+    else /* RMSNorm / bias-free norms: CPU kernels (the CUDA backend refuses these models) */
+        eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
-    k_linear_fwd(io->mm, probs, lnf, wte, NULL, N, C, V);
+    BK(whale_k_linear_fwd(bk, NULL, F32, probs, lnf, wte, NULL, N, C, V));
     if (!io->tp_group) {
-        k_softmax_xent_fwd(probs, losses, io->targets, N, V);
+        BK(whale_k_softmax_xent_fwd(bk, NULL, F32, probs, losses, io->targets, N, V));
     } else {
         /* vocabulary-parallel softmax: global row max, then global sum of exp
          * and the target's logit (held by one rank), each reduced over TP */
         float *red = io->scratch + N + (size_t)N * C; /* (3N) */
         float *mx = red, *sum = red + N, *tl = red + 2 * N;
-        k_rows_max(mx, probs, N, V);
+        BK(whale_k_rows_max(bk, NULL, F32, mx, probs, N, V));
         int rc = eng_tp_allreduce_max(io->tp_group, mx, N);
         if (rc)
             return rc;
-        k_rows_exp_sum(probs, sum, tl, mx, io->targets, d->v0, N, V);
+        BK(whale_k_rows_exp_sum(bk, NULL, F32, probs, sum, tl, mx, io->targets, d->v0, N, V));
         if ((rc = eng_tp_allreduce(io->tp_group, sum, 2 * (size_t)N)))
             return rc;
-        k_rows_normalize(probs, losses, sum, tl, N, V);
+        BK(whale_k_rows_normalize(bk, NULL, F32, probs, losses, sum, tl, N, V));
     }
+    /* losses (N) read on the host: backend memory is host-addressable on cpu
+     * and on host_coherent cuda (device.c), whose calls have completed */
     double s = 0;
     for (int n = 0; n < N; n++)
         s += losses[n];
@@ -408,22 +577,27 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     return 0;
 }
 
-static int head_bwd(struct eng_layer *l, struct eng_io *io)
+static int head_bwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, V = d->V;
     float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
     float *dlnf = io->scratch + N;
+    whale_backend *bk = d->bk;
     /* probs (N,V) -> dlogits in place */
-    k_softmax_xent_bwd_tp(probs, io->targets, d->v0, io->dloss, N, V);
+    BK(whale_k_softmax_xent_bwd_tp(bk, NULL, F32, probs, io->targets, d->v0, io->dloss, N, V));
     /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    k_linear_bwd(io->mm, dlnf, eng_pg(l->tied, 0), NULL, probs, lnf, eng_pw(l->tied, 0), N, C, V, 0);
+    BK(whale_k_linear_bwd(bk, NULL, F32, dlnf, head_g(l), NULL, probs, lnf, head_w(l), N, C, V,
+                          false));
     int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
     if (rc)
         return rc;
-    memset(io->dstream, 0, sizeof(float) * (size_t)N * C);
-    k_layernorm_bwd(io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf, io->in, eng_pw(l, 0), mean,
-                    rstd, N, C);
+    BK(whale_memset(bk, io->dstream, 0, sizeof(float) * (size_t)N * C, NULL));
+    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l))
+        return whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf,
+                                     io->in, eng_pw(l, 0), mean, rstd, N, C);
+    eng_norm_bwd(d, io->dstream, eng_pg(l, 0), head_nb(l) ? eng_pg(l, 1) : NULL, dlnf, io->in,
+                 eng_pw(l, 0), mean, rstd, N, C);
     return 0;
 }
 

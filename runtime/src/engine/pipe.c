@@ -15,7 +15,7 @@
 
 static size_t NC(const whale_engine *e)
 {
-    return (size_t)e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.Ns * e->d.C; /* B*T rows, or this rank's sequence shard (SP) */
 }
 
 /* ---- stage partition ---------------------------------------------------------- */
@@ -320,7 +320,9 @@ int eng_pipe_init(whale_engine *e)
         ch->saved_off[n] = so;
         ch->saved_floats = so;
     }
-    const size_t att = (size_t)e->d.B * e->d.NH * e->d.T * e->d.T;
+    /* what the backend's attention keeps for backward: the probabilities
+     * (B,NH,T,T) on cpu, the row log-sum-exp (B,NH,T) on cuda */
+    const size_t att = whale_attention_saved_floats(e->bk, e->d.B, e->d.T, e->d.NH, e->d.hd);
     e->rc_floats = rc_floats;
     e->att_floats = any_sel ? att : 0;
     if (rc_floats && (!(e->rc_saved = whale_arena_alloc(e->arena, WHALE_MEM_ACT, rc_floats * 4, 1)) ||
@@ -330,7 +332,10 @@ int eng_pipe_init(whale_engine *e)
         return WHALE_ENOMEM;
     /* 16-bit saved areas: the running layer's in fp32 */
     e->sv32_floats = eng_lp(e) ? kept_max : 0;
-    if (e->sv32_floats && !(e->sv32 = calloc(e->sv32_floats, sizeof(float))))
+    /* backend memory (kernels write it), outside the arena's budget as before */
+    if (e->sv32_floats &&
+        (whale_mem_alloc(e->bk, WHALE_MEM_ACTS, e->sv32_floats * sizeof(float), (void **)&e->sv32) ||
+         whale_memset(e->bk, e->sv32, 0, e->sv32_floats * sizeof(float), NULL)))
         return WHALE_ENOMEM;
     e->slot_of = malloc(sizeof(int) * (size_t)(e->nchunks * m));
     if (!e->slot_of)
@@ -381,7 +386,8 @@ void eng_pipe_free(whale_engine *e)
         whale_arena_free(e->arena, WHALE_MEM_ACT, e->att_tmp, e->att_floats * 4);
     }
     e->rc_saved = e->rc_out = e->att_tmp = NULL;
-    free(e->sv32);
+    if (e->bk)
+        whale_mem_free(e->bk, e->sv32);
     e->sv32 = NULL;
     whale_pp_schedule_free(&e->psched);
     /* aliases of slot 0 */

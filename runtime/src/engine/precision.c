@@ -10,38 +10,37 @@
  *    overflows, which the loss scaler then sees);
  *  - gradients of parameters accumulate in fp32 (Megatron's main_grad).
  * This OpenBLAS build exports no cblas_sbgemm, so there is no bf16 GEMM on
- * the CPU path here; see README "Mixed precision". */
+ * the CPU path here; see README "Mixed precision". Every cast runs through
+ * the engine's backend (whale_k_cast / whale_k_round / whale_k_adamw). */
 #include "engine_int.h"
 
-#include "whale/dtype.h"
+#include "whale/backend.h"
 
 void eng_lp_store(const whale_engine *e, uint16_t *dst, const float *src, size_t n)
 {
-    if (e->lp == WHALE_BFLOAT16)
-        whale_f32_to_bf16(dst, src, n);
-    else if (e->lp == WHALE_FLOAT16)
-        whale_f32_to_fp16(dst, src, n);
+    if (e->lp != WHALE_FLOAT32)
+        whale_k_cast(e->bk, NULL, dst, e->lp, src, WHALE_FLOAT32, (int64_t)n);
 }
 
 void eng_lp_load(const whale_engine *e, float *dst, const uint16_t *src, size_t n)
 {
-    if (e->lp == WHALE_BFLOAT16)
-        whale_bf16_to_f32(dst, src, n);
-    else if (e->lp == WHALE_FLOAT16)
-        whale_fp16_to_f32(dst, src, n);
+    if (e->lp != WHALE_FLOAT32)
+        whale_k_cast(e->bk, NULL, dst, WHALE_FLOAT32, src, e->lp, (int64_t)n);
 }
 
 void eng_lp_round(const whale_engine *e, float *buf, size_t n)
 {
-    if (e->lp == WHALE_BFLOAT16)
-        whale_round_f32_bf16(buf, n);
-    else if (e->lp == WHALE_FLOAT16)
-        whale_round_f32_fp16(buf, n);
+    whale_k_round(e->bk, NULL, buf, e->lp, (int64_t)n);
 }
 
+/* The backend's fused AdamW (whale_adamw_update's arithmetic, then the
+ * 16-bit cast of the result in the same call): the same bits on cpu as
+ * whale_adamw_update_mixed, element by element. */
 void eng_lp_adamw(const whale_engine *e, float *master, const float *g, float *m, float *v,
                   uint16_t *param, size_t n, float grad_mul, bool decay)
 {
-    whale_adamw_update_mixed(&e->adam, e->adam_t, master, g, m, v, param, e->lp, n, grad_mul,
-                             decay);
+    struct whale_adamw_piece pc = { .w = master, .g = g, .m = m, .v = v, .w16 = param, .n = n,
+                                    .decay = decay };
+    whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, &pc, 1,
+                  param ? e->lp : WHALE_BFLOAT16);
 }

@@ -1,6 +1,7 @@
 /* One training step: forward and backward over the micro-batches, gradient
  * buckets reduced while backward continues, ZeRO gathers and partitions,
  * loss scaling, clipping and AdamW on this rank's shard. */
+#include "device.h"
 #include "engine_int.h"
 #include "kernels.h"
 
@@ -228,8 +229,8 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     if (e->dp.size == 1) {
         if (first_micro)
             memcpy(dst, bk->gbuf, sb * sizeof(float));
-        else
-            k_acc(dst, bk->gbuf, (int64_t)sb);
+        else if ((rc = whale_k_acc(e->bk, NULL, WHALE_FLOAT32, dst, bk->gbuf, (int64_t)sb)))
+            return rc;
         scratch_free(e, WHALE_MEM_GRAD, &bk->gbuf, bk->n);
         rebind_g(e, b, NULL);
         return 0;
@@ -296,7 +297,10 @@ static int g_finish(whale_engine *e, int b)
         bk->g16 = NULL;
     }
     if (bk->rs_tmp) {
-        k_acc(e->Gsh + bk->shard_off, bk->rs_tmp, (int64_t)sb);
+        int arc = whale_k_acc(e->bk, NULL, WHALE_FLOAT32, e->Gsh + bk->shard_off, bk->rs_tmp,
+                              (int64_t)sb);
+        if (arc)
+            return arc;
         scratch_free(e, WHALE_MEM_GRAD, &bk->rs_tmp, sb);
     }
     if (e->cfg.zero_stage >= 2 && bk->gbuf) {
@@ -329,7 +333,7 @@ static int g_poll(whale_engine *e)
 
 static size_t ncols(const whale_engine *e)
 {
-    return (size_t)e->d.B * e->d.T * e->d.C;
+    return (size_t)e->d.Ns * e->d.C; /* B*T rows, or this rank's sequence shard (SP) */
 }
 
 /* Arguments of local layer i of chunk c working on slot s. */
@@ -358,6 +362,12 @@ static bool is_head(const struct eng_layer *l)
     return l->ops == &eng_head_ops;
 }
 
+/* The head reads the embedding's wte (tied embeddings): its bucket too */
+static bool tied_head(const struct eng_layer *l)
+{
+    return is_head(l) && l->tied;
+}
+
 int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                       const int32_t *tg, double *loss_sum, double *tc)
 {
@@ -367,7 +377,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
     const int ahead = e->off.prefetch > 0 ? e->off.prefetch : 1;
     int pf = ch->l0; /* highest layer whose weights are acquired */
     int rc = w_acquire(e, e->layers[ch->l0].bucket);
-    if (!rc && is_head(&e->layers[ch->l0]))
+    if (!rc && tied_head(&e->layers[ch->l0]))
         rc = w_acquire(e, e->layers[ch->l0].tied->bucket);
     for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
@@ -377,16 +387,16 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             pf++;
             if (e->layers[pf].bucket != e->layers[pf - 1].bucket)
                 rc = w_acquire(e, e->layers[pf].bucket);
-            if (!rc && is_head(&e->layers[pf]))
+            if (!rc && tied_head(&e->layers[pf]))
                 rc = w_acquire(e, e->layers[pf].tied->bucket);
         }
         /* optimizer offload: this bucket's updated weights are back */
         eng_move_wait(e, &e->buckets[b].wup);
-        if (is_head(l))
+        if (tied_head(l))
             eng_move_wait(e, &e->buckets[l->tied->bucket].wup);
         if (rc || (rc = w_ready(e, b)))
             break;
-        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
+        if (tied_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
@@ -405,7 +415,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             *loss_sum += io.loss_sum;
         if (i + 1 >= ch->l1 || e->layers[i + 1].bucket != b)
             w_release(e, b);
-        if (is_head(l))
+        if (tied_head(l))
             w_release(e, l->tied->bucket);
     }
     (void)tr0;
@@ -428,7 +438,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
     /* the embedding's backward needs no weights; the head needs wte too */
     if (e->layers[top].index > 0 && (rc = w_acquire(e, e->layers[top].bucket)))
         return rc;
-    if (is_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
+    if (tied_head(&e->layers[top]) && (rc = w_acquire(e, e->layers[top].tied->bucket)))
         return rc;
     for (int i = top; i >= ch->l0 && !rc; i--) {
         struct eng_layer *l = &e->layers[i];
@@ -441,9 +451,9 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         }
         if (rc || (needs_w && (rc = w_ready(e, b))))
             break;
-        if (is_head(l) && (rc = w_ready(e, l->tied->bucket)))
+        if (tied_head(l) && (rc = w_ready(e, l->tied->bucket)))
             break;
-        if ((rc = g_acquire(e, b)) || (is_head(l) && (rc = g_acquire(e, l->tied->bucket))))
+        if ((rc = g_acquire(e, b)) || (tied_head(l) && (rc = g_acquire(e, l->tied->bucket))))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
@@ -468,13 +478,14 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         io.dstream = s->dgrad;
         io.dloss = dloss;
         rc = l->ops->backward(l, &io);
+        e->t_recompute += io.recompute_s; /* selective: the attention probabilities */
         /* the gradient a 16-bit model passes down (fp16 overflows here) */
         if (!rc && eng_lp(e) && io.need_dinput)
             eng_lp_round(e, s->dgrad, ncols(e));
         *tc += eng_now() - t0;
         if (rc)
             break;
-        if (is_head(l))
+        if (tied_head(l))
             w_release(e, l->tied->bucket);
         if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
                         e->layers[i - 1].bucket != b))
@@ -633,9 +644,16 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
                 if (a >= z)
                     continue;
                 const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
-                if (counts_in_norm(e, l, p))
-                    s += whale_sumsq(g, z - a);
-                b = b || whale_has_inf_nan(g, z - a);
+                /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
+                double ss = 0;
+                bool bad1 = false;
+                if (counts_in_norm(e, l, p) &&
+                    whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
+                    ss = NAN; /* a failed reduction must not look like a clean gradient */
+                s += ss;
+                if (!b && whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
+                    bad1 = true;
+                b = b || bad1;
             }
         }
     }
@@ -941,7 +959,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
     whale_arena_reset_peak(e->arena);
-    if ((rc = off_step_begin(e)))
+    if ((rc = off_step_begin(e)) || (rc = eng_dev_tokens(e, &inputs, &targets)))
         return rc;
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
@@ -1039,7 +1057,9 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
 {
     const size_t bt = (size_t)e->d.B * e->d.T;
     double loss_sum = 0;
-    int rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
+    int rc = eng_dev_tokens(e, &inputs, &targets);
+    if (!rc)
+        rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
     if (rc)
         return rc;
     bool loss_here = e->last_stage && e->d.tp_rank == 0;

@@ -131,6 +131,13 @@ static int md_line(const struct whale_kv_line *l, void *user)
             if (rc)
                 return rc;
             continue;
+        } else if (!strcasecmp(kv->key, "RopeTheta")) {
+            double th;
+            rc = whale_kv_to_double(l, kv, 1.0, 1e12, &th);
+            if (rc)
+                return rc;
+            m->rope_theta = (float)th;
+            continue;
         } else if (md_is_arch_key(kv->key)) {
             rc = md_arch_key(l, kv, m);
             if (rc)
@@ -148,7 +155,7 @@ static int md_line(const struct whale_kv_line *l, void *user)
         else if (!strcasecmp(kv->key, "Vocab")) { dst = &m->vocab; hi = MD_MAX_VOCAB; }
         else {
             whale_error("%s:%d: unknown key '%s' (known: Name Layers Hidden Heads KVHeads FFN "
-                        "Seq Vocab TiedEmbeddings MLP Norm Position Bias Attention Precision)", l->file, l->line, kv->key);
+                        "Seq Vocab TiedEmbeddings MLP Norm Position RopeTheta Bias Attention Precision)", l->file, l->line, kv->key);
             return WHALE_ECONF;
         }
         rc = whale_kv_to_long(l, kv, lo, hi, true, &v);
@@ -197,6 +204,7 @@ static void md_defaults(struct whale_model_desc *m, const char *origin)
     m->norm = WHALE_NORM_LAYERNORM;
     m->position = WHALE_POS_LEARNED;
     m->attention = WHALE_ATTN_PLAIN;
+    m->rope_theta = 10000.0f;
     snprintf(m->source, sizeof m->source, "%s", origin ? origin : "model");
 }
 

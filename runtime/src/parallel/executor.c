@@ -197,7 +197,11 @@ out:
     if (rc && rreq) {
         /* The step is abandoned: transfers still posted reference the
          * caller's buffers, which must outlive the run (the caller aborts). */
-        whale_error("pipeline rank %d: step aborted (%s)", s->rank, whale_strerror(rc));
+        /* without a pipeline (p = 1) there is no pipeline rank to blame:
+         * the caller names the failed step and peer */
+        whale_log(s->p > 1 ? WHALE_LOG_ERROR : WHALE_LOG_DEBUG,
+                  "pipeline stage %d of %d: step aborted (%s)", s->rank, s->p,
+                  whale_strerror(rc));
     }
     free(rreq);
     free(self_src);

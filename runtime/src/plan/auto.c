@@ -142,7 +142,7 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
         rq = *limits;
     } else {
         whale_plan_request_init(&rq);
-        rq.seqpar = 0;       /* the engine runs no sequence parallelism yet */
+        rq.seqpar = -1;      /* free: the engine runs sequence parallelism with TP >= 2 */
     }
     rq.model = model;
     rq.global_batch = global_batch;

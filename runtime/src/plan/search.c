@@ -304,6 +304,9 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                 for (int sp = 0; sp <= 1; sp++) {
                     if (sp && tp < 2)
                         continue;
+                    /* whale-train splits micro-batch x sequence rows over TP */
+                    if (sp && ((long)b * rq->model->seq) % tp)
+                        continue;
                     if (rq->seqpar >= 0 && sp != rq->seqpar && tp > 1)
                         continue;
                     cfg.seqpar = sp;

@@ -260,6 +260,9 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
         if (rc)
             return rc;
     }
+    p->unset = (json_object_get(root, "micro_batch") ? 0 : WHALE_PLAN_UNSET_MICRO_BATCH) |
+               (json_object_get(root, "num_micro_batches") ? 0 : WHALE_PLAN_UNSET_NUM_MICRO) |
+               (json_object_get(root, "global_batch") ? 0 : WHALE_PLAN_UNSET_GLOBAL_BATCH);
     /* each degree is in range alone; their product must be too (it sizes
      * every rank table downstream) */
     int w;
@@ -346,9 +349,13 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
     json_object_set_new(o, "dp", json_integer(p->dp));
     json_object_set_new(o, "spares", json_integer(p->spares));
     json_object_set_new(o, "map", json_string(whale_map_policy_name(p->map)));
-    json_object_set_new(o, "micro_batch", json_integer(p->micro_batch));
-    json_object_set_new(o, "num_micro_batches", json_integer(p->num_micro_batches));
-    json_object_set_new(o, "global_batch", json_integer(p->global_batch));
+    /* batch fields nobody chose stay out: the reader's default applies */
+    if (!(p->unset & WHALE_PLAN_UNSET_MICRO_BATCH))
+        json_object_set_new(o, "micro_batch", json_integer(p->micro_batch));
+    if (!(p->unset & WHALE_PLAN_UNSET_NUM_MICRO))
+        json_object_set_new(o, "num_micro_batches", json_integer(p->num_micro_batches));
+    if (!(p->unset & WHALE_PLAN_UNSET_GLOBAL_BATCH))
+        json_object_set_new(o, "global_batch", json_integer(p->global_batch));
     json_object_set_new(o, "schedule", json_string(whale_schedule_name(p->schedule)));
     json_object_set_new(o, "interleave", json_integer(p->interleave));
     if (p->sequence_parallel)   /* only when set: older readers keep working */

@@ -2,6 +2,7 @@
  * whale/outfile.h). */
 #include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
 
@@ -13,27 +14,59 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int whale_parse_long(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || errno || end == s || *end || v < lo || v > hi)
+        return WHALE_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int whale_parse_double(const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) /* NaN fails too */
+        return WHALE_EINVAL;
+    *out = v;
+    return 0;
+}
+
 int whale_env_long(const char *name, long lo, long hi, long dflt, long *out)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name); /* declared in the knob table */
     if (!s || !*s) {
         *out = dflt;
         return 0;
     }
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         whale_error("%s=%s: expected an integer in %ld..%ld", name, s, lo, hi);
         return WHALE_EINVAL;
     }
-    *out = v;
+    return 0;
+}
+
+int whale_env_double(const char *name, double lo, double hi, double dflt, double *out)
+{
+    const char *s = whale_knob_getenv(name); /* declared in the knob table */
+    if (!s || !*s) {
+        *out = dflt;
+        return 0;
+    }
+    if (whale_parse_double(s, lo, hi, out)) {
+        whale_error("%s=%s: expected a number in %g..%g", name, s, lo, hi);
+        return WHALE_EINVAL;
+    }
     return 0;
 }
 
 int whale_env_bool(const char *name, bool dflt, bool *out)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name); /* declared in the knob table */
     if (!s || !*s) {
         *out = dflt;
         return 0;

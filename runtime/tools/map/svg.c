@@ -4,6 +4,7 @@
 #include "svg.h"
 #include "whale/error.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,69 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
+#define MAX_ROW_W 1800 /* px: wider steps wrap into rows */
+#define MIN_W 720      /* px: the title and legend fit */
+
+static int node_width(int ntasks)
+{
+    int w = ntasks * CELL + 2 * PAD;
+    return w < 70 ? 70 : w;
+}
+
+/* Several rows: the switches above the leaves, listed at the top (a tree
+ * over wrapped rows would cross every row). */
+static void draw_upper_switches(FILE *f, const struct whale_topo *t, int maxlvl)
+{
+    if (!t || maxlvl < 1)
+        return;
+    int x = 20;
+    for (int lvl = maxlvl; lvl >= 1; lvl--)
+        for (int s = 0; s < t->nswitches; s++) {
+            if (t->switches[s].level != lvl)
+                continue;
+            int nch = 0;
+            for (int c = 0; c < t->nswitches; c++)
+                nch += t->switches[c].parent == s;
+            fprintf(f, "<rect x=\"%d\" y=\"66\" width=\"110\" height=\"%d\" rx=\"4\" fill=\"#eee\" "
+                       "stroke=\"#555\"/>\n<text x=\"%d\" y=\"81\" text-anchor=\"middle\">",
+                    x, SW_H, x + 55);
+            xml_text(f, t->switches[s].name);
+            fprintf(f, " (%d below)</text>\n", nch);
+            x += 120;
+        }
+}
+
+/* Several rows: over each row, a box per leaf switch spanning its nodes in
+ * that row, named with its parent. */
+static void draw_row_leaves(FILE *f, const struct whale_topo *t, const struct whale_layout *l,
+                            const int *order, const int *leaf, const int *x0, const int *row,
+                            const int *first, int m, int top, int row_h)
+{
+    (void)l;
+    for (int q = 0; q < m;) {
+        int i = order[q], e = q + 1;
+        while (e < m && leaf[order[e]] == leaf[i] && row[order[e]] == row[i])
+            e++;
+        int last = order[e - 1];
+        if (t && leaf[i] >= 0) {
+            int y = top + row[i] * row_h;
+            int w = x0[last] + node_width(first[last + 1] - first[last]) - x0[i];
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"4\" fill=\"#eee\" "
+                       "stroke=\"#555\"/>\n<text x=\"%d\" y=\"%d\">", x0[i], y, w, SW_H, x0[i] + 6,
+                    y + 15);
+            xml_text(f, t->switches[leaf[i]].name);
+            int p = t->switches[leaf[i]].parent;
+            if (p >= 0) {
+                fputs(" (under ", f);
+                xml_text(f, t->switches[p].name);
+                fputc(')', f);
+            }
+            fputs("</text>\n", f);
+        }
+        q = e;
+    }
+}
+
 static void color_of(const struct whale_layout *l, int rank, char *buf, size_t n)
 {
     int tp, dp, pp;
@@ -46,13 +110,14 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
     int *order = malloc((size_t)n * sizeof *order);
     int *leaf = malloc((size_t)n * sizeof *leaf);
     int *x0 = malloc((size_t)n * sizeof *x0);
+    int *row = malloc((size_t)n * sizeof *row);
     int *first = calloc((size_t)n + 1, sizeof *first);
     int *byslot = malloc((size_t)l->ntasks * sizeof *byslot);
     int nsw = t ? t->nswitches : 0;
     double *swx = calloc((size_t)nsw + 1, sizeof *swx);
     int *swcnt = calloc((size_t)nsw + 1, sizeof *swcnt);
     int rc = 0;
-    if (!order || !leaf || !x0 || !first || !byslot || !swx || !swcnt) {
+    if (!order || !leaf || !x0 || !row || !first || !byslot || !swx || !swcnt) {
         rc = WHALE_ENOMEM;
         goto done;
     }
@@ -75,26 +140,45 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
     for (int s = 0; s < nsw; s++)
         if (t->switches[s].level > maxlvl)
             maxlvl = t->switches[s].level;
-    int top = 70 + (nsw ? (maxlvl + 1) * LEVEL_GAP : 0);
-    int x = 20, prev_leaf = -2;
+    /* Nodes in rows of at most MAX_ROW_W px (a 128-node step was one row of
+     * 25,000 px): one row keeps the whole switch tree above the nodes; with
+     * several rows each row gets its own leaf-switch band and the upper
+     * levels are listed at the top. */
+    int x = 20, prev_leaf = -2, nrows = 1, widest = 0;
     for (int q = 0; q < m; q++) {
         int i = order[q];
+        int w = node_width(first[i + 1] - first[i]);
         if (leaf[i] != prev_leaf && q)
             x += 24; /* gap between switches */
+        if (q && x + w > MAX_ROW_W) {
+            nrows++;
+            x = 20;
+        }
         prev_leaf = leaf[i];
         x0[i] = x;
-        int w = (first[i + 1] - first[i]) * CELL + 2 * PAD;
-        if (w < 70)
-            w = 70;
+        row[i] = nrows - 1;
         x += w + 8;
+        if (x > widest)
+            widest = x;
+    }
+    bool wrap = nrows > 1;
+    int top = 80 + (nsw ? (wrap ? LEVEL_GAP : (maxlvl + 1) * LEVEL_GAP) : 0);
+    int band = wrap && nsw ? SW_H + 24 : 0; /* a row's own leaf switches */
+    int row_h = NODE_H + 40 + band;
+#define NTOP(i) (top + row[i] * row_h + band)
+    for (int q = 0; q < m && !wrap; q++) {
+        int i = order[q];
         if (leaf[i] >= 0) {
-            swx[leaf[i]] += x0[i] + w / 2.0;
+            swx[leaf[i]] += x0[i] + node_width(first[i + 1] - first[i]) / 2.0;
             swcnt[leaf[i]]++;
         }
     }
-    int width = x + 20, height = top + NODE_H + 50;
+    /* wide enough for the title and the legend (a 4-node step clipped them) */
+    int width = widest + 20, height = top + nrows * row_h + 10;
+    if (width < MIN_W)
+        width = MIN_W;
     /* switch positions: leaves over their nodes, parents over children */
-    for (int lvl = 1; lvl <= maxlvl; lvl++)
+    for (int lvl = 1; lvl <= maxlvl && !wrap; lvl++)
         for (int s = 0; s < nsw; s++)
             if (t->switches[s].level == lvl - 1 && swcnt[s] && t->switches[s].parent >= 0) {
                 int p = t->switches[s].parent;
@@ -103,24 +187,31 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
                 /* make the child's position final: mark by storing mean */
             }
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "font-family=\"sans-serif\" font-size=\"10\">\n", width, height);
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"10\">\n",
+            width, height, width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">whale-map: TP=%d "
                "PP=%d DP=%d, %d ranks on %d nodes (%d spare), map=%s</text>\n",
             l->tp, l->pp, l->dp, l->world, l->nnodes, l->nspare_nodes,
             whale_map_policy_name(l->policy));
-    fprintf(f, "<text x=\"20\" y=\"40\">colour: hue = PP stage, shade = DP index; black outline = "
-               "TP group (on a node); dashed = NVLink domain; grey = spare. Link time per step %.4g s</text>\n", l->cost.seconds);
-    /* switches */
-    for (int s = 0; s < nsw; s++) {
+    fprintf(f, "<text x=\"20\" y=\"38\">colour: hue = PP stage, shade = DP index; black outline "
+               "= TP group (on a node)</text>\n");
+    fprintf(f, "<text x=\"20\" y=\"52\">dashed = NVLink domain; grey = spare. Link time per "
+               "step %.4g s</text>\n", l->cost.seconds);
+    if (wrap) {
+        draw_upper_switches(f, t, maxlvl);
+        draw_row_leaves(f, t, l, order, leaf, x0, row, first, m, top, row_h);
+    }
+    /* switches (one row: the whole tree above the nodes) */
+    for (int s = 0; s < nsw && !wrap; s++) {
         if (!swcnt[s])
             continue;
         double cx = swx[s] / swcnt[s];
-        int y = 56 + (maxlvl - t->switches[s].level) * LEVEL_GAP;
+        int y = 66 + (maxlvl - t->switches[s].level) * LEVEL_GAP;
         int p = t->switches[s].parent;
         if (p >= 0 && swcnt[p]) {
             double px = swx[p] / swcnt[p];
-            int py = 56 + (maxlvl - t->switches[p].level) * LEVEL_GAP;
+            int py = 66 + (maxlvl - t->switches[p].level) * LEVEL_GAP;
             fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#888\"/>\n", cx, y,
                     px, py + SW_H);
         }
@@ -138,17 +229,16 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
         int dom = (t && k >= 0) ? t->nodes[k].domain : -1;
         int e = q + 1;
         while (dom >= 0 && e < m && l->topo_node[order[e]] >= 0 &&
-               t->nodes[l->topo_node[order[e]]].domain == dom)
+               t->nodes[l->topo_node[order[e]]].domain == dom && row[order[e]] == row[i])
             e++;
         if (dom >= 0) {
             int last = order[e - 1];
-            int wl = (first[last + 1] - first[last]) * CELL + 2 * PAD;
-            if (wl < 70)
-                wl = 70;
+            int wl = node_width(first[last + 1] - first[last]);
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"6\" fill=\"none\" "
                        "stroke=\"#7a3db8\" stroke-dasharray=\"5,3\"/>\n",
-                    x0[i] - 4, top - 4, x0[last] + wl - x0[i] + 8, NODE_H + 22);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#7a3db8\">NVLink domain ", x0[i], top + NODE_H + 14);
+                    x0[i] - 4, NTOP(i) - 4, x0[last] + wl - x0[i] + 8, NODE_H + 22);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#7a3db8\">NVLink domain ", x0[i],
+                    NTOP(i) + NODE_H + 14);
             xml_text(f, t->domains[dom].name);
             fputs("</text>\n", f);
         }
@@ -158,22 +248,21 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
     for (int q = 0; q < m; q++) {
         int i = order[q];
         int nt = first[i + 1] - first[i];
-        int w = nt * CELL + 2 * PAD;
-        if (w < 70)
-            w = 70;
-        if (leaf[i] >= 0 && swcnt[leaf[i]]) {
+        int w = node_width(nt);
+        int ntop = NTOP(i);
+        if (!wrap && leaf[i] >= 0 && swcnt[leaf[i]]) {
             double lx = swx[leaf[i]] / swcnt[leaf[i]];
-            int ly = 56 + (maxlvl - t->switches[leaf[i]].level) * LEVEL_GAP + SW_H;
+            int ly = 66 + (maxlvl - t->switches[leaf[i]].level) * LEVEL_GAP + SW_H;
             fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#bbb\"/>\n",
-                    x0[i] + w / 2, top, lx, ly);
+                    x0[i] + w / 2, ntop, lx, ly);
         }
         int k = l->topo_node[i];
         int dom = (t && k >= 0) ? t->nodes[k].domain : -1;
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"5\" fill=\"%s\" "
-                   "stroke=\"%s\" stroke-width=\"%s\"/>\n", x0[i], top, w, NODE_H,
+                   "stroke=\"%s\" stroke-width=\"%s\"/>\n", x0[i], ntop, w, NODE_H,
                 l->spare_node[i] ? "#f4f4f4" : "#fafafa", dom >= 0 ? "#7a3db8" : "#444",
                 dom >= 0 ? "2" : "1");
-        fprintf(f, "<text x=\"%d\" y=\"%d\">", x0[i] + 4, top + 12);
+        fprintf(f, "<text x=\"%d\" y=\"%d\">", x0[i] + 4, ntop + 12);
         xml_text(f, in->nodes[i]);
         if (l->spare_node[i])
             fputs(" spare", f);
@@ -181,7 +270,7 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
         for (int s = 0; s < nt; s++) {
             int task = byslot[first[i] + s];
             int r = l->rank_of_task[task];
-            int cx = x0[i] + PAD + s * CELL, cy = top + 16 + PAD;
+            int cx = x0[i] + PAD + s * CELL, cy = ntop + 16 + PAD;
             char col[48] = "#bbbbbb";
             if (r >= 0)
                 color_of(l, r, col, sizeof col);
@@ -208,10 +297,11 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
             if (r >= 0 && l->tp > 1)
                 fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" "
                            "stroke=\"black\" stroke-width=\"1.5\" rx=\"3\"/>\n",
-                        x0[i] + PAD + s * CELL, top + 16 + PAD - 1, (e - s) * CELL, CELL);
+                        x0[i] + PAD + s * CELL, ntop + 16 + PAD - 1, (e - s) * CELL, CELL);
             s = e;
         }
     }
+#undef NTOP
     fputs("</svg>\n", f);
     if (ferror(f))
         rc = WHALE_EIO;
@@ -219,6 +309,7 @@ done:
     free(order);
     free(leaf);
     free(x0);
+    free(row);
     free(first);
     free(byslot);
     free(swx);

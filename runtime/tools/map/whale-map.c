@@ -11,6 +11,7 @@
 
 #include "svg.h"
 #include "whale/conf.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/map.h"
@@ -52,12 +53,11 @@ static void usage(FILE *f)
         WHALE_CONF_DEFAULT_PATH);
 }
 
+/* whale/envnum.h's checked parser, with the option named */
 static int parse_int(const char *opt, const char *s, int min, int max, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno || v < min || v > max) {
+    long v;
+    if (whale_parse_long(s, min, max, &v)) {
         fprintf(stderr, "whale-map: --%s=%s: expected an integer %d..%d\n", opt, s, min, max);
         return -1;
     }
@@ -133,7 +133,15 @@ static int run_bench(const struct whale_map_input *in, int n)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct map_opts {
+    const char *nodes_expr, *tpn, *conf_path, *topo_path, *svg, *dist;
+    int tp, pp, dp, spares, policy, env_task;
+    int groups, summary, compare, rankmap, bench;
+};
+#define MAP_GO (-1) /* go on; anything else is the exit status */
+
+static int parse_args(int argc, char **argv, struct map_opts *o)
 {
     enum { O_TP = 256, O_PP, O_DP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
            O_RANKMAP, O_ENV, O_SVG, O_DIST, O_BENCH };
@@ -159,45 +167,41 @@ int main(int argc, char **argv)
         { "version", no_argument, 0, 'V' },
         { 0, 0, 0, 0 },
     };
-    const char *nodes_expr = NULL, *tpn = NULL, *conf_path = NULL, *topo_path = NULL, *svg = NULL;
-    const char *dist = "block";
-    int tp = 0, pp = 1, dp = 0, spares = 0, policy = -1, env_task = -1;
-    int groups = 0, summary = 0, compare = 0, rankmap = 0, bench = 0;
+    *o = (struct map_opts){ .dist = "block", .tp = 0, .pp = 1, .policy = -1, .env_task = -1 };
     int c;
-    whale_log_init_from_env();
     while ((c = getopt_long(argc, argv, "w:t:c:hV", lo, NULL)) != -1) {
         switch (c) {
-        case 'w': nodes_expr = optarg; break;
-        case 't': tpn = optarg; break;
-        case 'c': conf_path = optarg; break;
-        case O_TOPO: topo_path = optarg; break;
+        case 'w': o->nodes_expr = optarg; break;
+        case 't': o->tpn = optarg; break;
+        case 'c': o->conf_path = optarg; break;
+        case O_TOPO: o->topo_path = optarg; break;
         case O_DIST:
             if (strcmp(optarg, "block") && strcmp(optarg, "cyclic")) {
                 fprintf(stderr, "whale-map: --distribution=%s: expected block or cyclic\n", optarg);
                 return 2;
             }
-            dist = optarg;
+            o->dist = optarg;
             break;
-        case O_TP: if (parse_int("tp", optarg, 1, 1 << 20, &tp)) return 2; break;
-        case O_PP: if (parse_int("pp", optarg, 1, 1 << 20, &pp)) return 2; break;
-        case O_DP: if (parse_int("dp", optarg, 1, 1 << 24, &dp)) return 2; break;
-        case O_SPARES: if (parse_int("spares", optarg, 0, 1 << 20, &spares)) return 2; break;
-        case O_BENCH: if (parse_int("bench", optarg, 1, 100000, &bench)) return 2; break;
-        case O_ENV: if (parse_int("env", optarg, 0, 1 << 30, &env_task)) return 2; break;
+        case O_TP: if (parse_int("tp", optarg, 1, 1 << 20, &o->tp)) return 2; break;
+        case O_PP: if (parse_int("pp", optarg, 1, 1 << 20, &o->pp)) return 2; break;
+        case O_DP: if (parse_int("dp", optarg, 1, 1 << 24, &o->dp)) return 2; break;
+        case O_SPARES: if (parse_int("spares", optarg, 0, 1 << 20, &o->spares)) return 2; break;
+        case O_BENCH: if (parse_int("bench", optarg, 1, 100000, &o->bench)) return 2; break;
+        case O_ENV: if (parse_int("env", optarg, 0, 1 << 30, &o->env_task)) return 2; break;
         case O_MAP: {
             enum whale_map_policy m;
             if (whale_map_policy_parse(optarg, &m)) {
                 fprintf(stderr, "whale-map: --map=%s: expected topo or block\n", optarg);
                 return 2;
             }
-            policy = (int)m;
+            o->policy = (int)m;
             break;
         }
-        case O_GROUPS: groups = 1; break;
-        case O_SUMMARY: summary = 1; break;
-        case O_COMPARE: compare = 1; break;
-        case O_RANKMAP: rankmap = 1; break;
-        case O_SVG: svg = optarg; break;
+        case O_GROUPS: o->groups = 1; break;
+        case O_SUMMARY: o->summary = 1; break;
+        case O_COMPARE: o->compare = 1; break;
+        case O_RANKMAP: o->rankmap = 1; break;
+        case O_SVG: o->svg = optarg; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-map %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -208,15 +212,92 @@ int main(int argc, char **argv)
         return 2;
     }
     /* inside an allocation: the job's nodes and tasks */
-    if (!nodes_expr && getenv("SLURM_JOB_NODELIST") && *getenv("SLURM_JOB_NODELIST")) {
-        nodes_expr = getenv("SLURM_JOB_NODELIST");
-        if (!tpn)
-            tpn = getenv("SLURM_TASKS_PER_NODE");
+    if (!o->nodes_expr && getenv("SLURM_JOB_NODELIST") && *getenv("SLURM_JOB_NODELIST")) {
+        o->nodes_expr = getenv("SLURM_JOB_NODELIST");
+        if (!o->tpn)
+            o->tpn = getenv("SLURM_TASKS_PER_NODE");
     }
-    if (!nodes_expr || !tpn || !tp) {
+    if (!o->nodes_expr || !o->tpn || !o->tp) {
         fprintf(stderr, "whale-map: --nodes, --tasks-per-node and --tp are required (see --help)\n");
         return 2;
     }
+    return MAP_GO;
+}
+
+/* Everything asked for after the layout: table, groups, comparison, rank
+ * map, a task's environment, SVG. 0 or -1. */
+static int print_outputs(const struct map_opts *o, const struct whale_conf *conf,
+                         struct whale_map_input *in, const struct whale_layout *l,
+                         struct whale_layout *blk, bool *have_blk)
+{
+    char *desc = whale_layout_describe(in, l, o->summary ? -1 : 0);
+    if (!desc)
+        return -1;
+    if (o->summary) {
+        /* header and cost lines only */
+        char *nl = strchr(desc, '\n');
+        char *cost = strstr(desc, "cost per step:");
+        if (nl)
+            fwrite(desc, 1, (size_t)(nl - desc + 1), stdout);
+        if (cost)
+            fputs(cost, stdout);
+    } else {
+        fputs(desc, stdout);
+    }
+    free(desc);
+    if (o->groups)
+        list_groups(in, l);
+    if (o->compare && in->policy == WHALE_MAP_TOPO) {
+        in->policy = WHALE_MAP_BLOCK;
+        if (whale_map_compute(in, blk) == 0) {
+            *have_blk = true;
+            printf("compare: block order link time %.4g s, topo %.4g s (%.2fx); bytes over "
+                   "spine+core: block %.4g GB, topo %.4g GB\n",
+                   blk->cost.seconds, l->cost.seconds,
+                   l->cost.seconds > 0 ? blk->cost.seconds / l->cost.seconds : 1.0,
+                   (blk->cost.bytes[WHALE_LINK_SPINE] + blk->cost.bytes[WHALE_LINK_CORE]) / 1e9,
+                   (l->cost.bytes[WHALE_LINK_SPINE] + l->cost.bytes[WHALE_LINK_CORE]) / 1e9);
+        } else {
+            printf("compare: block order is not possible here (see above)\n");
+        }
+        in->policy = WHALE_MAP_TOPO;
+    }
+    if (o->rankmap) {
+        char *m = whale_rankmap_encode(l->task_of_rank, l->world);
+        if (!m)
+            return -1;
+        printf("WHALE_RANKMAP=%s\n", m);
+        free(m);
+    }
+    if (o->env_task >= 0) {
+        struct whale_env_opts eo = { .conf_path = o->conf_path, .set_cuda = conf->set_cuda_visible_devices,
+                                     .set_nics = conf->set_ucx_net_devices,
+                                     .set_nccl = conf->set_nccl_env };
+        if (whale_map_task_env(in, l, o->env_task, &eo, print_env, NULL))
+            return -1;
+    }
+    if (o->svg) {
+        FILE *f = fopen(o->svg, "w");
+        if (!f) {
+            fprintf(stderr, "whale-map: cannot write %s: %s\n", o->svg, strerror(errno));
+            return -1;
+        }
+        int src = map_svg_write(f, in, l);
+        if (fclose(f) || src) {
+            fprintf(stderr, "whale-map: writing %s failed\n", o->svg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct map_opts o;
+    whale_log_init_from_env();
+    int prc = parse_args(argc, argv, &o);
+    if (prc != MAP_GO)
+        return prc;
     int rc = 1;
     struct whale_conf *conf = NULL;
     struct whale_topo *topo = NULL;
@@ -224,45 +305,45 @@ int main(int argc, char **argv)
     int nnodes = 0, *ntasks = NULL, *ids = NULL;
     struct whale_layout l = { 0 }, blk = { 0 };
     bool have_l = false, have_blk = false;
-    if (!conf_path && access(WHALE_CONF_DEFAULT_PATH, R_OK) == 0)
-        conf_path = WHALE_CONF_DEFAULT_PATH;
-    if (conf_path) {
-        if (whale_conf_load(conf_path, &conf))
+    if (!o.conf_path && access(WHALE_CONF_DEFAULT_PATH, R_OK) == 0)
+        o.conf_path = WHALE_CONF_DEFAULT_PATH;
+    if (o.conf_path) {
+        if (whale_conf_load(o.conf_path, &conf))
             goto out;
     } else if (!(conf = whale_conf_defaults())) {
         goto out;
     }
-    if (topo_path) {
+    if (o.topo_path) {
         free(conf->topology_file);
-        conf->topology_file = strdup(topo_path);
+        conf->topology_file = strdup(o.topo_path);
         conf->topology_file_set = true;
     }
     if (whale_conf_build_topo(conf, getenv("SLURM_CONF"), &topo))
         goto out;
-    if (whale_hostlist_expand(nodes_expr, &nodes, &nnodes)) {
-        fprintf(stderr, "whale-map: --nodes=%s: not a valid hostlist\n", nodes_expr);
+    if (whale_hostlist_expand(o.nodes_expr, &nodes, &nnodes)) {
+        fprintf(stderr, "whale-map: --nodes=%s: not a valid hostlist\n", o.nodes_expr);
         rc = 2;
         goto out;
     }
     ntasks = malloc((size_t)nnodes * sizeof *ntasks);
     if (!ntasks)
         goto out;
-    if (strspn(tpn, "0123456789") == strlen(tpn)) {
+    if (strspn(o.tpn, "0123456789") == strlen(o.tpn)) {
         int v;
-        if (parse_int("tasks-per-node", tpn, 1, 1 << 16, &v)) {
+        if (parse_int("tasks-per-node", o.tpn, 1, 1 << 16, &v)) {
             rc = 2;
             goto out;
         }
         for (int i = 0; i < nnodes; i++)
             ntasks[i] = v;
-    } else if (whale_map_parse_tasks_per_node(tpn, nnodes, ntasks)) {
+    } else if (whale_map_parse_tasks_per_node(o.tpn, nnodes, ntasks)) {
         rc = 2;
         goto out;
     }
     for (int i = 0; i < nnodes; i++)
         if (whale_conf_topo_ensure_node(conf, topo, nodes[i]) < 0)
             goto out;
-    if (!strcmp(dist, "cyclic")) {
+    if (!strcmp(o.dist, "cyclic")) {
         /* Slurm's cyclic: task ids round-robin over nodes that still have room */
         int total = 0;
         for (int i = 0; i < nnodes; i++)
@@ -285,74 +366,23 @@ int main(int argc, char **argv)
         free(off);
     }
     struct whale_map_input in = {
-        .tp = tp, .pp = pp, .dp = dp, .spares = spares,
-        .policy = policy >= 0 ? (enum whale_map_policy)policy : conf->default_map,
+        .tp = o.tp, .pp = o.pp, .dp = o.dp, .spares = o.spares,
+        .policy = o.policy >= 0 ? (enum whale_map_policy)o.policy : conf->default_map,
         .nnodes = nnodes, .nodes = (const char *const *)nodes, .ntasks = ntasks,
         .task_ids = ids, .topo = topo,
     };
+    /* what the plugin would refuse on this site is not drawn either */
+    if (whale_conf_check_degrees(conf, o.tp, o.pp, o.dp, o.spares))
+        goto out;
     if (whale_map_compute(&in, &l))
         goto out;
     have_l = true;
-    if (bench > 0 && run_bench(&in, bench))
+    if (!o.dp && whale_conf_check_degrees(conf, 0, 0, l.dp, 0)) /* o.dp follows from the tasks */
         goto out;
-    char *desc = whale_layout_describe(&in, &l, summary ? -1 : 0);
-    if (!desc)
+    if (o.bench > 0 && run_bench(&in, o.bench))
         goto out;
-    if (summary) {
-        /* header and cost lines only */
-        char *nl = strchr(desc, '\n');
-        char *cost = strstr(desc, "cost per step:");
-        if (nl)
-            fwrite(desc, 1, (size_t)(nl - desc + 1), stdout);
-        if (cost)
-            fputs(cost, stdout);
-    } else {
-        fputs(desc, stdout);
-    }
-    free(desc);
-    if (groups)
-        list_groups(&in, &l);
-    if (compare && in.policy == WHALE_MAP_TOPO) {
-        in.policy = WHALE_MAP_BLOCK;
-        if (whale_map_compute(&in, &blk) == 0) {
-            have_blk = true;
-            printf("compare: block order link time %.4g s, topo %.4g s (%.2fx); bytes over "
-                   "spine+core: block %.4g GB, topo %.4g GB\n",
-                   blk.cost.seconds, l.cost.seconds,
-                   l.cost.seconds > 0 ? blk.cost.seconds / l.cost.seconds : 1.0,
-                   (blk.cost.bytes[WHALE_LINK_SPINE] + blk.cost.bytes[WHALE_LINK_CORE]) / 1e9,
-                   (l.cost.bytes[WHALE_LINK_SPINE] + l.cost.bytes[WHALE_LINK_CORE]) / 1e9);
-        } else {
-            printf("compare: block order is not possible here (see above)\n");
-        }
-        in.policy = WHALE_MAP_TOPO;
-    }
-    if (rankmap) {
-        char *m = whale_rankmap_encode(l.task_of_rank, l.world);
-        if (!m)
-            goto out;
-        printf("WHALE_RANKMAP=%s\n", m);
-        free(m);
-    }
-    if (env_task >= 0) {
-        struct whale_env_opts eo = { .conf_path = conf_path, .set_cuda = conf->set_cuda_visible_devices,
-                                     .set_nics = conf->set_ucx_net_devices,
-                                     .set_nccl = conf->set_nccl_env };
-        if (whale_map_task_env(&in, &l, env_task, &eo, print_env, NULL))
-            goto out;
-    }
-    if (svg) {
-        FILE *f = fopen(svg, "w");
-        if (!f) {
-            fprintf(stderr, "whale-map: cannot write %s: %s\n", svg, strerror(errno));
-            goto out;
-        }
-        int src = map_svg_write(f, &in, &l);
-        if (fclose(f) || src) {
-            fprintf(stderr, "whale-map: writing %s failed\n", svg);
-            goto out;
-        }
-    }
+    if (print_outputs(&o, conf, &in, &l, &blk, &have_blk))
+        goto out;
     rc = 0;
 out:
     if (have_l)

@@ -11,17 +11,18 @@
 #include "whale/log.h"
 #include "whale/modeldesc.h"
 #include "whale/plan.h"
+#include "whale/envnum.h"
 #include "whale/planfile.h"
 #include "whale_config.h"
-#ifdef WHALE_HAVE_TOPO
+#include "plan_cost.h"
 #include "whale/conf.h"
 #include "whale/topo.h"
-#endif
 
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +63,9 @@ static void usage(FILE *f)
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
-"      --seqpar yes|no|auto   Megatron sequence parallelism (default no: the Whale\n"
-"                             engine does not run it yet; auto lets the search\n"
-"                             choose, for Megatron-style runtimes); yes needs tp >= 2\n"
+"      --seqpar yes|no|auto   Megatron sequence parallelism (default auto: the search\n"
+"                             chooses, as the Whale engine runs it with tp >= 2;\n"
+"                             whale-train honours the plan's choice); yes needs tp >= 2\n"
 "      --precision auto|fp32|bf16|fp16\n"
 "                             training precision of the time and memory model\n"
 "                             (default auto: the model file's Precision=, else fp32\n"
@@ -87,6 +88,12 @@ static void usage(FILE *f)
 "      --explain-model        print the efficiency constants in force (of --gpu when\n"
 "                             no cluster is given)\n"
 "  -q, --quiet                only the winner's line\n"
+"cost (of the chosen plan):\n"
+"      --train-tokens N       print what training on N tokens costs with the plan\n"
+"                             (steps x predicted step time x price per hour)\n"
+"      --price-per-node-hour X  dollars per node-hour (every node of the cluster)\n"
+"      --price-per-gpu-hour X   dollars per GPU-hour; default: PricePerNodeHour= /\n"
+"                             PricePerGPUHour= of --conf for --nodelist (whale.conf(5))\n"
 "  -h, --help, -V, --version\n"
 "\n"
 "\n"
@@ -98,36 +105,29 @@ static void usage(FILE *f)
         WHALE_PLAN_TOPK);
 }
 
+/* whale/envnum.h's checked parsers, with the option named */
 static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         fprintf(stderr, "whale-plan: --%s=%s: expected an integer in [%ld, %ld]\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_dbl(const char *opt, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || *end || errno || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "whale-plan: --%s=%s: expected a number in [%g, %g]\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
-    O_PREC
+    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU
 };
 
 static const struct option longopts[] = {
@@ -166,6 +166,9 @@ static const struct option longopts[] = {
     { "list-gpus", no_argument, 0, O_LIST },
     { "explain-model", no_argument, 0, O_EXPLAIN_MODEL },
     { "quiet", no_argument, 0, 'q' },
+    { "train-tokens", required_argument, 0, O_TRAIN_TOKENS },
+    { "price-per-node-hour", required_argument, 0, O_PRICE_NODE },
+    { "price-per-gpu-hour", required_argument, 0, O_PRICE_GPU },
     { "help", no_argument, 0, 'h' },
     { "version", no_argument, 0, 'V' },
     { 0, 0, 0, 0 },
@@ -176,6 +179,37 @@ struct group_arg {
     char type[32];
 };
 
+/* whale-train splits the global batch evenly over DP (it refuses a plan
+ * with uneven dp_batch): the file gets the even split of the same global
+ * batch, and a note says what the uneven one was worth. A batch that does
+ * not split evenly is not written at all (never a plan whale-train refuses). */
+static int even_batch_for_train(struct whale_plan *p)
+{
+    bool uneven = false;
+    for (int i = 1; i < p->n_dp_batch; i++)
+        uneven |= p->dp_batch[i] != p->dp_batch[0];
+    if (!uneven)
+        return 0;
+    long gb = 0;
+    for (int i = 0; i < p->n_dp_batch; i++)
+        gb += p->dp_batch[i];
+    if (gb % p->dp || (gb / p->dp) % p->micro_batch) {
+        fprintf(stderr, "whale-plan: the chosen plan splits the batch unevenly over DP "
+                "(dp_batch) and %ld sequences do not split evenly into %d replicas of "
+                "micro-batch %d; whale-train runs only even splits: not writing the plan file\n",
+                gb, p->dp, p->micro_batch);
+        return WHALE_EINVAL;
+    }
+    fprintf(stderr, "whale-plan: note: the plan file gets the even batch split (%ld per replica): "
+            "whale-train does not run the uneven dp_batch the prediction assumed\n", gb / p->dp);
+    free(p->dp_batch);
+    p->dp_batch = NULL;
+    p->n_dp_batch = 0;
+    p->num_micro_batches = (int)(gb / p->dp / p->micro_batch);
+    p->global_batch = (int)gb;
+    return 0;
+}
+
 static int write_json(const char *path, const struct whale_model_desc *m, long batch,
                       const struct whale_cluster *c, const struct whale_plan_candidate *cd)
 {
@@ -183,6 +217,10 @@ static int write_json(const char *path, const struct whale_model_desc *m, long b
     int rc = whale_plan_to_planfile(m, batch, c, cd, &p);
     if (rc)
         return rc;
+    if ((rc = even_batch_for_train(&p))) {
+        whale_plan_free(&p);
+        return rc;
+    }
     char *js = whale_plan_to_json(&p, 2);
     whale_plan_free(&p);
     if (!js)
@@ -246,7 +284,6 @@ static void print_model_constants(const struct whale_cluster *c)
 static int cluster_from_conf(const char *conf_path, const char *nodelist, int ranks_per_node,
                              struct whale_cluster *cl)
 {
-#ifdef WHALE_HAVE_TOPO
     struct whale_conf *conf = NULL;
     struct whale_topo *topo = NULL;
     char **names = NULL;
@@ -274,11 +311,6 @@ out:
     whale_topo_free(topo);
     whale_conf_free(conf);
     return rc;
-#else
-    (void)conf_path; (void)nodelist; (void)ranks_per_node; (void)cl;
-    fprintf(stderr, "whale-plan: this build has no site-config support (--conf); use --nodes/--gpu\n");
-    return 2;
-#endif
 }
 
 /* --plan FILE: the prediction of a given plan. */
@@ -338,12 +370,14 @@ int main(int argc, char **argv)
     bool gpn_given = false;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
     double oversub = 1;
+    double train_tokens = 0; /* --train-tokens: the cost of the whole run */
+    struct plan_price price = { .node_hour = -1, .gpu_hour = -1 };
     bool evaluate = false, quiet = false, list = false, explain_model = false;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
     int ngroups = 0;
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
-    rq.seqpar = 0;
+    rq.seqpar = -1; /* auto: the engine runs sequence parallelism (--seqpar) */
     int c;
     while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
         switch (c) {
@@ -428,6 +462,9 @@ int main(int argc, char **argv)
         case O_LIST: list = true; break;
         case O_EXPLAIN_MODEL: explain_model = true; break;
         case 'q': quiet = true; break;
+        case O_TRAIN_TOKENS: if (parse_dbl("train-tokens", optarg, 1, 1e18, &train_tokens)) return 2; break;
+        case O_PRICE_NODE: if (parse_dbl("price-per-node-hour", optarg, 0, 1e6, &price.node_hour)) return 2; break;
+        case O_PRICE_GPU: if (parse_dbl("price-per-gpu-hour", optarg, 0, 1e6, &price.gpu_hour)) return 2; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-plan %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
@@ -593,6 +630,15 @@ int main(int argc, char **argv)
                    pick->best.pred.model_tflops_per_gpu, res->best.pred.t_step / pick->best.pred.t_step);
         }
         free(pick);
+    }
+    if (train_tokens > 0 && res->found) {
+        struct plan_cost pc;
+        price.conf = conf_path;
+        price.nodelist = nodelist;
+        if (plan_cost_compute(&cl, &price, res->best.pred.t_step, batch, md.seq, train_tokens, &pc))
+            status = 1;
+        else
+            plan_cost_print(human, train_tokens, &pc);
     }
     if (json && res->found && write_json(json, &md, batch, &cl, &res->best))
         status = 1;

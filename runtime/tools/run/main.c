@@ -27,7 +27,9 @@
 #include "pmix_host.h"
 #include "run_limits.h"
 #include "task_env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale_config.h"
 
@@ -76,6 +78,7 @@ static void usage(FILE *f)
             "      --bind core|none  give each task its share of this process's CPUs when there\n"
             "                      are at least as many CPUs as tasks (default core)\n"
             "  -h, --help          show this help\n"
+            "      --help-env      every WHALE_* variable: type, default, meaning\n"
             "  -V, --version       show the version\n"
             "\n"
             "Limits: each task needs about 3 open files here; the soft limit is raised to the\n"
@@ -86,12 +89,11 @@ static void usage(FILE *f)
             "itself got signal N; 2 for usage errors.\n");
 }
 
+/* whale/envnum.h's checked parser, with the option named */
 static int parse_pos(const char *opt, const char *s, int lo, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX) {
+    long v;
+    if (whale_parse_long(s, lo, INT_MAX, &v)) {
         fprintf(stderr, "whale-run: %s='%s' must be an integer >= %d\n", opt, s, lo);
         return -1;
     }
@@ -224,20 +226,32 @@ static char **build_env(struct run_layout *lay, struct pmix_host *ph, int task)
     return env;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct run_opts {
+    struct run_layout_opts lo;
+    bool label, keep_going, bind;
+    int timeout;   /* s, 0: none */
+    char **prog;   /* the program and its arguments */
+};
+
+static const int g_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
+#define RUN_GO (-1) /* a phase's "go on"; anything else is the exit status */
+
+static int parse_args(int argc, char **argv, struct run_opts *o)
 {
     struct run_layout_opts lo = { .ntasks = 0, .tp = 1, .pp = 1, .dp = 0, .spares = 0, .nodes = 1 };
     bool label = true, keep_going = false;
     int timeout = 0;
     bool bind = true;
-    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND };
+    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND,
+           O_HELPENV };
     static const struct option opts[] = {
         { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
         { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
         { "nodes", required_argument, NULL, O_NODES }, { "spares", required_argument, NULL, O_SPARES },
         { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
         { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
-        { "bind", required_argument, NULL, O_BIND },
+        { "bind", required_argument, NULL, O_BIND }, { "help-env", no_argument, NULL, O_HELPENV },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "+n:hV", opts, NULL)) != -1) {
@@ -264,6 +278,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'h': usage(stdout); return 0;
+        case O_HELPENV: whale_knobs_print(stdout, NULL, 0); return 0;
         case 'V': printf("whale-run %s\n", WHALE_VERSION); return 0;
         default: usage(stderr); return 2;
         }
@@ -280,16 +295,13 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    whale_log_init_from_env();
-    char why[512];
-    if (run_check_limits(lo.ntasks, why, sizeof why)) {
-        fprintf(stderr, "whale-run: %s\n", why);
-        return 1;
-    }
-    struct run_layout *lay = NULL;
-    if (run_layout_new(&lo, &lay))
-        return 2;
+    *o = (struct run_opts){ .lo = lo, .label = label, .keep_going = keep_going, .bind = bind,
+                            .timeout = timeout, .prog = &argv[optind] };
+    return RUN_GO;
+}
 
+static int install_signals(void)
+{
     if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK)) {
         perror("whale-run: pipe");
         return 1;
@@ -297,22 +309,17 @@ int main(int argc, char **argv)
     struct sigaction sa = { .sa_handler = on_signal };
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        sigaction(sigs[i], &sa, NULL);
+    for (size_t i = 0; i < sizeof g_sigs / sizeof *g_sigs; i++)
+        sigaction(g_sigs[i], &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return RUN_GO;
+}
 
-    struct pmix_host *ph = NULL;
-    if (pmix_host_start(lo.ntasks, &ph)) {
-        run_layout_free(lay);
-        return 1;
-    }
-    int n = lo.ntasks;
-    struct child *ch = calloc((size_t)n, sizeof *ch);
-    if (!ch) {
-        pmix_host_stop(ph);
-        return 1;
-    }
+/* Fork and exec every task; returns 0, or 1 with *started tasks running
+ * (killed by the caller). */
+static int start_tasks(struct child *ch, int n, struct run_layout *lay, struct pmix_host *ph,
+                       const struct run_opts *o, int *started_out)
+{
     /* Binding: with at least as many CPUs as tasks, task t gets CPUs
      * [t*k, (t+1)*k) of our affinity mask (k = CPUs / tasks), as mpirun and
      * srun --cpu-bind do; two ranks never fight over one core then. */
@@ -322,7 +329,7 @@ int main(int argc, char **argv)
         for (int c2 = 0; c2 < CPU_SETSIZE; c2++)
             if (CPU_ISSET(c2, &avail))
                 cpus[ncpu++] = c2;
-    int per = bind && ncpu >= n ? ncpu / n : 0;
+    int per = o->bind && ncpu >= n ? ncpu / n : 0;
     int rc = 0, started = 0;
     for (int t = 0; t < n; t++) {
         struct child *k = &ch[t];
@@ -350,8 +357,8 @@ int main(int argc, char **argv)
         pid_t pid = fork();
         if (pid == 0) {
             struct sigaction dfl = { .sa_handler = SIG_DFL };
-            for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-                sigaction(sigs[i], &dfl, NULL);
+            for (size_t i = 0; i < sizeof g_sigs / sizeof *g_sigs; i++)
+                sigaction(g_sigs[i], &dfl, NULL);
             signal(SIGPIPE, SIG_DFL);
             close(g_sigpipe[0]);
             close(g_sigpipe[1]);
@@ -367,8 +374,8 @@ int main(int argc, char **argv)
             dup2(po[1], STDOUT_FILENO);
             dup2(pe[1], STDERR_FILENO);
             environ = env;
-            execvp(argv[optind], &argv[optind]);
-            fprintf(stderr, "whale-run: cannot execute %s: %s\n", argv[optind], strerror(errno));
+            execvp(o->prog[0], o->prog);
+            fprintf(stderr, "whale-run: cannot execute %s: %s\n", o->prog[0], strerror(errno));
             _exit(127);
         }
         sigprocmask(SIG_SETMASK, &old, NULL);
@@ -392,10 +399,18 @@ int main(int argc, char **argv)
         fcntl(pe[0], F_SETFL, O_NONBLOCK);
         started++;
     }
-    if (rc && started)
-        signal_all(ch, n, SIGKILL);
+    *started_out = started;
+    return rc;
+}
 
-    /* Event loop: output, child exits, signals, deadlines. */
+/* Output, child exits, signals, deadlines until every task is gone.
+ * Returns rc (an abort status may set it); *user_sig and *timed_out say
+ * why the run stopped. */
+static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_host *ph,
+                      const struct run_opts *o, int *user_sig_out, bool *timed_out_out)
+{
+    const bool label = o->label, keep_going = o->keep_going;
+    const int timeout = o->timeout;
     int live = started, user_sig = 0, nsig = 0;
     bool stopping = rc != 0, timed_out = false;
     double kill_at = 0, all_exited_at = 0, deadline = timeout ? now_s() + timeout : 0;
@@ -518,6 +533,17 @@ int main(int argc, char **argv)
             kill_at = 0;
         }
     }
+    free(pfd);
+    free(who);
+    *user_sig_out = user_sig;
+    *timed_out_out = timed_out;
+    return rc;
+}
+
+/* The worst status of a task that failed on its own; 124 on --timeout;
+ * 128+N when whale-run itself got signal N. */
+static int exit_status(const struct child *ch, int n, int rc, int user_sig, bool timed_out)
+{
     int worst = rc;
     for (int t = 0; t < n; t++)
         if (ch[t].exited && !ch[t].stopped_by_us && ch[t].status > worst)
@@ -528,13 +554,52 @@ int main(int argc, char **argv)
         worst = 128 + user_sig;
     else if (user_sig)
         worst = worst > 128 + user_sig ? worst : 128 + user_sig;
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    struct run_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != RUN_GO)
+        return rc;
+    whale_log_init_from_env();
+    char why[512];
+    if (run_check_limits(o.lo.ntasks, why, sizeof why)) {
+        fprintf(stderr, "whale-run: %s\n", why);
+        return 1;
+    }
+    struct run_layout *lay = NULL;
+    if (run_layout_new(&o.lo, &lay))
+        return 2;
+    if ((rc = install_signals()) != RUN_GO) {
+        run_layout_free(lay);
+        return rc;
+    }
+    struct pmix_host *ph = NULL;
+    if (pmix_host_start(o.lo.ntasks, &ph)) {
+        run_layout_free(lay);
+        return 1;
+    }
+    int n = o.lo.ntasks;
+    struct child *ch = calloc((size_t)n, sizeof *ch);
+    if (!ch) {
+        pmix_host_stop(ph);
+        run_layout_free(lay);
+        return 1;
+    }
+    int started = 0, user_sig = 0;
+    bool timed_out = false;
+    rc = start_tasks(ch, n, lay, ph, &o, &started);
+    if (rc && started)
+        signal_all(ch, n, SIGKILL);
+    rc = event_loop(ch, n, started, rc, ph, &o, &user_sig, &timed_out);
+    int worst = exit_status(ch, n, rc, user_sig, timed_out);
     for (int t = 0; t < n; t++) {
         free(ch[t].buf[0]);
         free(ch[t].buf[1]);
     }
     free(ch);
-    free(pfd);
-    free(who);
     pmix_host_stop(ph);
     run_layout_free(lay);
     return worst;

@@ -74,6 +74,7 @@ struct train {
     char plan_ckpt_dir[1024], plan_ckpt_every[32];
     struct whale_model_desc md;
     long micro, accum, gbatch, seq;
+    bool finetune;            /* --resume of weights without a train state */
     struct whale_engine_config ec;
     /* the ranks */
     whale_ctx *ctx;
@@ -92,6 +93,7 @@ struct train {
     double peak;              /* GFLOP/s for MFU */
     bool tty;                 /* live progress line on stderr */
     struct train_totals tot;
+    double data_wait_s;       /* this step's wait for the data loader (observe area) */
 };
 
 /* train_cli.c */
@@ -102,6 +104,7 @@ void train_usage(FILE *f);
 int train_resolve_config(struct train *t);      /* flags > env > plan; the model */
 int train_resolve_layout(struct train *t);      /* after whale_init: batch split, seq */
 int train_engine_config(struct train *t);       /* fills t->ec (areas' configure hooks) */
+long train_finetune_warmup(long steps);
 /* train_setup.c */
 int train_setup(struct train *t);
 /* train_loop.c */

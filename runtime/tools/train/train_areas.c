@@ -4,6 +4,9 @@
 
 const struct train_area *const train_areas[] = {
     &train_area_offload,
+    &train_area_device,
+    &train_area_observe,
+    &train_area_models,
     &train_area_data,
     NULL,
 };

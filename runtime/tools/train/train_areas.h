@@ -54,6 +54,9 @@ void train_areas_usage(FILE *f);
 
 /* The areas. */
 extern const struct train_area train_area_offload;
+extern const struct train_area train_area_device;
+extern const struct train_area train_area_observe;
+extern const struct train_area train_area_models;
 extern const struct train_area train_area_data;
 /* The data area's two calls from the core (train_area_data.c). */
 int train_area_data_ckpt(struct train *t);

@@ -12,6 +12,8 @@
 
 #include "whale/data.h"
 #include "whale/engine.h"
+#include "whale/envnum.h"
+#include "whale/knobs.h"
 #include "whale/parallel.h"
 #include "whale_config.h"
 
@@ -73,6 +75,7 @@ void train_usage(FILE *f)
 "  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
 "                       or `latest` under the checkpoint root (none yet: start fresh)\n"
 "  -h, --help           this help;  -V, --version  version\n"
+"  --help-env[=markdown]  every WHALE_* variable: type, default, meaning\n"
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
 "(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
@@ -92,29 +95,22 @@ void train_usage(FILE *f)
 "makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
+/* whale/envnum.h's checked parsers, with the option named */
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -140,6 +136,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
            O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_HELPENV,
            O_AREA /* .. the areas' options, in registry order */ };
     static const struct option core[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
@@ -166,6 +163,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "help-env", optional_argument, 0, O_HELPENV },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
     };
     enum { N_CORE = sizeof core / sizeof core[0] };
@@ -273,6 +271,16 @@ int train_parse_args(struct train *t, int argc, char **argv)
             }
             break;
         case 'h': train_usage(stdout); rc = 0; goto done;
+        case O_HELPENV:
+            if (optarg && strcmp(optarg, "markdown")) {
+                fprintf(stderr, "whale-train: --help-env=%s: expected no value or markdown\n",
+                        optarg);
+                rc = 2;
+                goto done;
+            }
+            whale_knobs_print(stdout, NULL, optarg != NULL);
+            rc = 0;
+            goto done;
         case 'V': printf("whale-train %s\n", WHALE_VERSION); rc = 0; goto done;
         default:
             if (c >= O_AREA && c < O_AREA + n_area) {

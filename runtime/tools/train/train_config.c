@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "whale/envnum.h"
+#include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"
@@ -34,10 +35,20 @@ static int64_t plan_act_budget(const struct whale_plan *p)
     return mb && cap > 0 && left > 0 ? (int64_t)left : 0;
 }
 
+/* Default warmup of a fine-tuning run (--resume of weights without a
+ * train state): a tenth of the steps, at least min(steps/2, 100), so that
+ * the fresh AdamW moments settle before the full rate (with steps/20 a
+ * short fine-tune had no warmup at all). */
+long train_finetune_warmup(long steps)
+{
+    long floor_ = steps / 2 < 100 ? steps / 2 : 100;
+    return steps / 10 > floor_ ? steps / 10 : floor_;
+}
+
 /* --plan FILE, else WHALE_PLAN (inline JSON or a path). */
 static int load_plan(struct train *t)
 {
-    const char *pv = getenv("WHALE_PLAN");
+    const char *pv = whale_knob_getenv("WHALE_PLAN");
     int prc = 0;
     if (t->o.plan) {
         prc = whale_plan_load_file(t->o.plan, &t->plan);
@@ -58,18 +69,23 @@ int train_resolve_config(struct train *t)
     if (rc != TRAIN_GO)
         return rc;
     bool have_plan = t->have_plan;
+    /* a batch field the plan leaves unset (the plugin without
+     * --whale-microbatch) does not override this tool's defaults */
+    bool plan_micro = have_plan && !(plan->unset & WHALE_PLAN_UNSET_MICRO_BATCH);
+    bool plan_accum = have_plan && !(plan->unset & WHALE_PLAN_UNSET_NUM_MICRO);
+    bool plan_global = have_plan && !(plan->unset & WHALE_PLAN_UNSET_GLOBAL_BATCH);
     /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
     if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
         return 2;
     if (!o->micro && whale_env_long("WHALE_MICRO_BATCH", 1, 1L << 20,
-                                    have_plan && o->accum == 0 && !o->batch_set
+                                    plan_micro && o->accum == 0 && !o->batch_set
                                         ? plan->micro_batch : 0,
                                     &o->micro))
         return 2;
     if (!o->accum && whale_env_long("WHALE_GRAD_ACCUM", 1, 1L << 20,
-                                    have_plan ? plan->num_micro_batches : 0, &o->accum))
+                                    plan_accum ? plan->num_micro_batches : 0, &o->accum))
         return 2;
-    if (!o->batch_set && have_plan && plan->global_batch > 0)
+    if (!o->batch_set && plan_global && plan->global_batch > 0)
         o->batch = plan->global_batch;
     if (!o->model && have_plan && plan->model[0])
         o->model = plan->model;
@@ -92,12 +108,8 @@ int train_resolve_config(struct train *t)
 
     if (whale_model_desc_load(o->model, &t->md))
         return 1;
-    /* the planner describes Llama-style blocks; the engine runs GPT-2 ones */
-    char why[512];
-    if (whale_model_desc_gpt2_check(&t->md, why, sizeof why)) {
-        fprintf(stderr, "whale-train: %s\n", why);
+    if (whale_engine_model_check(&t->md)) /* what the engine does not run, named by key */
         return 1;
-    }
     return TRAIN_GO;
 }
 
@@ -157,7 +169,9 @@ int train_engine_config(struct train *t)
     ec->seed = (uint64_t)o->seed;
     ec->lr = (float)o->lr;
     ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : o->lr / 10);
-    ec->warmup_steps = o->warmup >= 0 ? o->warmup : o->steps / 20;
+    ec->warmup_steps = o->warmup >= 0 ? o->warmup
+                       : t->finetune  ? train_finetune_warmup(o->steps)
+                                      : o->steps / 20;
     ec->total_steps = o->steps;
     ec->weight_decay = (float)o->wd;
     ec->grad_clip = (float)o->clip;

@@ -66,6 +66,7 @@ struct train_elastic {
     double snap_s, snap_bytes;
     struct whale_red_stats prev; /* the store's counters at the last snapshot */
     bool warned_target;
+    double peak;             /* mine (set before te_start), then rank 0's after the exchange */
 
     /* a recovery whose redo is still running */
     bool pending;
@@ -163,6 +164,16 @@ bool te_promoted(const struct train_elastic *te)
     return te->promoted;
 }
 
+void te_set_peak(struct train_elastic *te, double gflops)
+{
+    te->peak = gflops;
+}
+
+double te_peak(const struct train_elastic *te)
+{
+    return te->peak;
+}
+
 /* ---- setup exchange ------------------------------------------------------- */
 static uint64_t node_hash(void)
 {
@@ -177,6 +188,9 @@ static uint64_t node_hash(void)
     return XXH64(n, strlen(n), 0);
 }
 
+/* per task: node hash, logical rank, copy size, ZeRO stage, peak (double bits) */
+#define NX 5
+
 static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot, int zero)
 {
     whale_group *all = whale_all_tasks(ctx);
@@ -184,8 +198,10 @@ static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot,
     int tp, pp, dp;
     whale_degrees(ctx, &tp, &pp, &dp);
     const int world = tp * pp * dp;
-    int64_t mine[4] = { (int64_t)node_hash(), whale_rank(ctx), (int64_t)my_slot, zero };
-    int64_t *v = calloc((size_t)n * 4, sizeof *v);
+    int64_t peak_bits = 0;
+    memcpy(&peak_bits, &te->peak, sizeof peak_bits);
+    int64_t mine[NX] = { (int64_t)node_hash(), whale_rank(ctx), (int64_t)my_slot, zero, peak_bits };
+    int64_t *v = calloc((size_t)n * NX, sizeof *v);
     int *rank_node = calloc((size_t)world, sizeof(int)), *spare_node = calloc((size_t)n, sizeof(int));
     int *spare_task = calloc((size_t)n, sizeof(int)), *hold = calloc((size_t)world, sizeof(int));
     uint64_t *nodes = calloc((size_t)n, sizeof(uint64_t));
@@ -196,7 +212,7 @@ static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot,
     if (!v || !rank_node || !spare_node || !spare_task || !hold || !nodes || !te->holder_task ||
         !te->slot_bytes || !te->hold_off)
         goto out;
-    if ((rc = whale_allgather(all, mine, v, 4, WHALE_INT64))) {
+    if ((rc = whale_allgather(all, mine, v, NX, WHALE_INT64))) {
         whale_error("elastic setup: exchange over all tasks failed: %s", whale_strerror(rc));
         goto out;
     }
@@ -211,16 +227,18 @@ static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot,
         task_of[r] = -1;
     for (int t = 0; t < n; t++) {
         int k = 0;
-        while (k < nn && nodes[k] != (uint64_t)v[t * 4])
+        while (k < nn && nodes[k] != (uint64_t)v[t * NX])
             k++;
         if (k == nn)
-            nodes[nn++] = (uint64_t)v[t * 4];
-        int r = (int)v[t * 4 + 1];
+            nodes[nn++] = (uint64_t)v[t * NX];
+        int r = (int)v[t * NX + 1];
+        if (r == 0)
+            memcpy(&te->peak, &v[t * NX + 4], sizeof te->peak);
         if (r >= 0 && r < world) {
             task_of[r] = t;
             rank_node[r] = k;
-            te->slot_bytes[r] = (size_t)v[t * 4 + 2];
-            te->zero = (int)v[t * 4 + 3];
+            te->slot_bytes[r] = (size_t)v[t * NX + 2];
+            te->zero = (int)v[t * NX + 3];
         } else {
             spare_task[ns] = t;
             spare_node[ns++] = k;
@@ -353,7 +371,9 @@ int te_spare(struct train_elastic *te, whale_ctx *ctx)
 
 static void write_event(struct train_elastic *te, FILE *mf)
 {
-    whale_recovery_log(&te->rep);
+    /* one line for the step (rank 0, who also writes the metrics), not one per rank */
+    if (whale_rank(te->ctx) == 0)
+        whale_recovery_log(&te->rep);
     if (!mf)
         return;
     char *s = whale_recovery_json(&te->rep);
@@ -593,8 +613,10 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
                      : !strcmp(src, "disk")              ? "restored" : "replaced";
         te->rep.how = detect_name(te->ev.how);
         te->rep.nfailed = te->ev.nfailed < 8 ? te->ev.nfailed : 8;
+        te->rep.tasks_known = true;
         for (int i = 0; i < te->rep.nfailed; i++) {
             te->rep.failed_rank[i] = te->ev.failed_rank[i];
+            te->rep.failed_task[i] = te->ev.failed_task[i];
             snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s",
                      te->ev.failed_node[i]);
         }
@@ -706,8 +728,10 @@ static void stop_message(struct train_elastic *te, struct train_job *job, int64_
     if (ev && ev->nfailed > 0) { /* what the survivors agreed on before giving up */
         r.how = detect_name(ev->how);
         r.nfailed = ev->nfailed < 8 ? ev->nfailed : 8;
+        r.tasks_known = true;
         for (int i = 0; i < r.nfailed; i++) {
             r.failed_rank[i] = ev->failed_rank[i];
+            r.failed_task[i] = ev->failed_task[i];
             snprintf(r.failed_node[i], sizeof r.failed_node[i], "%s", ev->failed_node[i]);
         }
         r.detect_s = ev->detect_s;
@@ -766,8 +790,10 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";
     te->rep.how = detect_name(ev.how);
     te->rep.nfailed = ev.nfailed < 8 ? ev.nfailed : 8;
+    te->rep.tasks_known = true;
     for (int i = 0; i < te->rep.nfailed; i++) {
         te->rep.failed_rank[i] = ev.failed_rank[i];
+        te->rep.failed_task[i] = ev.failed_task[i];
         snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s", ev.failed_node[i]);
     }
     te->rep.failed_step = failed_step1;

@@ -45,6 +45,11 @@ int  te_spare(struct train_elastic *te, whale_ctx *ctx);
 bool te_promoted(const struct train_elastic *te);
 /* Spares of a non-elastic step lend memory to offload instead. */
 bool te_elastic(const struct train_elastic *te);
+/* Rank 0's measured GEMM peak (GFLOP/s) travels with the setup exchange:
+ * set it before te_start; a promoted spare that becomes rank 0 reads it
+ * instead of measuring again (seconds of GEMMs that would stall the redo). */
+void te_set_peak(struct train_elastic *te, double gflops);
+double te_peak(const struct train_elastic *te); /* 0: unknown */
 /* Every working rank once its engine and data exist (a promoted spare:
  * takes the failed rank's state here). 0 or < 0. */
 int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);

@@ -181,8 +181,10 @@ int train_loop(struct train *t)
     t->tot.first_loss = t->tot.last_loss = NAN;
     for (long step = first_step; step < t->o.steps && !stop_requested; step++) {
         whale_engine_get_state(t->e, &ts);
+        double t_data = now_s();
         if (whale_data_next(t->data, ts.samples, t->in, t->tg))
             return 1;
+        t->data_wait_s = now_s() - t_data; /* the data loader's stall of this step */
         struct whale_step_stats st;
         if (t->ck && (whale_ckpt_fence(t->ck) || whale_ckpt_poll(t->ck))) {
             whale_error("stopping: a checkpoint failed (the previous ones are intact)");

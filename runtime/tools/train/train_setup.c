@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
 #include "whale/parallel.h"
 
 #include "train.h"
 #include "train_areas.h"
+#include "train_planrec.h"
 
 /* whale_init, then the elastic module; a spare waits here until it is
  * promoted (then it carries on as the rank it took) or the step ends. */
@@ -44,46 +46,15 @@ static int setup_ranks(struct train *t)
     return TRAIN_GO;
 }
 
-/* --resume: load a checkpoint into the engine (a promoted spare got its
- * state from the failed rank's copy instead). */
-static int resume(struct train *t)
-{
-    const char *res = t->o.resume;
-    bool latest = !strcmp(res, "latest");
-    if (latest && !t->ckc.root) {
-        whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
-                    "WHALE_CKPT_DIR)");
-        return 1;
-    }
-    char *dir = NULL;
-    int lrc = latest ? whale_ckpt_resolve(t->ckc.root, "latest", &dir)
-                     : whale_ckpt_resolve(res, "latest", &dir);
-    if (lrc == WHALE_ENOENT && latest) {
-        if (t->rank == 0)
-            whale_info("--resume latest: no checkpoint under %s yet, starting at step 0",
-                       t->ckc.root);
-        return TRAIN_GO;
-    }
-    if (lrc)
-        return 1;
-    whale_ckpt_reader *rd = NULL;
-    lrc = whale_ckpt_reader_open(dir, &rd);
-    if (!lrc)
-        lrc = whale_ckpt_load_engine(rd, t->e);
-    whale_ckpt_reader_close(rd);
-    free(dir);
-    return lrc ? 1 : TRAIN_GO;
-}
-
-/* Checkpoint settings (flags > WHALE_CKPT_* > the plan), resume, the saver. */
-static int setup_checkpoints(struct train *t)
+/* Checkpoint settings: flags > WHALE_CKPT_* > the plan. */
+static int checkpoint_config(struct train *t)
 {
     const struct train_opts *o = &t->o;
     whale_ckpt_config *ckc = &t->ckc;
     whale_ckpt_config_default(ckc);
-    if (!o->ckpt_dir && !getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
+    if (!o->ckpt_dir && !whale_knob_getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
         ckc->root = t->plan_ckpt_dir;
-    if (!o->ckpt_every && !getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
+    if (!o->ckpt_every && !whale_knob_getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
         setenv("WHALE_CKPT_EVERY", t->plan_ckpt_every, 1);
     if (o->ckpt_every)
         setenv("WHALE_CKPT_EVERY", o->ckpt_every, 1);
@@ -100,7 +71,80 @@ static int setup_checkpoints(struct train *t)
                     "WHALE_CKPT_DIR)");
         return 1;
     }
-    if (o->resume && !te_promoted(t->te)) {
+    if (t->o.resume && !strcmp(t->o.resume, "latest") && !ckc->root) {
+        whale_error("--resume latest needs a checkpoint directory (--whale-ckpt-dir or "
+                    "WHALE_CKPT_DIR)");
+        return 1;
+    }
+    return TRAIN_GO;
+}
+
+/* The checkpoint --resume names: *dir (free it) or NULL where `latest`
+ * finds none yet. */
+static int resume_dir(struct train *t, char **dir)
+{
+    bool latest = !strcmp(t->o.resume, "latest");
+    *dir = NULL;
+    int lrc = whale_ckpt_resolve(latest ? t->ckc.root : t->o.resume, "latest", dir);
+    if (lrc == WHALE_ENOENT && latest)
+        return TRAIN_GO;
+    return lrc ? 1 : TRAIN_GO;
+}
+
+/* Before the engine exists: does --resume start a fine-tuning run, i.e.
+ * weights without a train state (whale-ckpt convert --from-safetensors)?
+ * Then the optimizer starts afresh and train_engine_config gives it a
+ * longer default warmup (a fresh Adam at the full rate throws a trained
+ * model off: measured loss 3.68 -> 6.39 with steps/20 warmup). */
+static int probe_finetune(struct train *t)
+{
+    if (!t->o.resume || te_promoted(t->te))
+        return TRAIN_GO;
+    char *dir = NULL;
+    if (resume_dir(t, &dir) != TRAIN_GO)
+        return 1;
+    if (!dir)
+        return TRAIN_GO;
+    whale_ckpt_reader *rd = NULL;
+    int rc = whale_ckpt_reader_open(dir, &rd);
+    if (!rc) {
+        const whale_ckpt_info *in = whale_ckpt_reader_info(rd);
+        json_t *x = in->extra_json ? json_loads(in->extra_json, 0, NULL) : NULL;
+        t->finetune = !json_is_object(json_object_get(x, "train_state"));
+        json_decref(x);
+    }
+    whale_ckpt_reader_close(rd);
+    free(dir);
+    return rc ? 1 : TRAIN_GO;
+}
+
+/* --resume: load a checkpoint into the engine (a promoted spare got its
+ * state from the failed rank's copy instead). */
+static int resume(struct train *t)
+{
+    char *dir = NULL;
+    if (resume_dir(t, &dir) != TRAIN_GO)
+        return 1;
+    if (!dir) {
+        if (t->rank == 0)
+            whale_info("--resume latest: no checkpoint under %s yet, starting at step 0",
+                       t->ckc.root);
+        return TRAIN_GO;
+    }
+    whale_ckpt_reader *rd = NULL;
+    int lrc = whale_ckpt_reader_open(dir, &rd);
+    if (!lrc)
+        lrc = whale_ckpt_load_engine(rd, t->e);
+    whale_ckpt_reader_close(rd);
+    free(dir);
+    return lrc ? 1 : TRAIN_GO;
+}
+
+/* Once the engine exists: resume, then the saver. */
+static int setup_checkpoints(struct train *t)
+{
+    whale_ckpt_config *ckc = &t->ckc;
+    if (t->o.resume && !te_promoted(t->te)) {
         int rc = resume(t);
         if (rc != TRAIN_GO)
             return rc;
@@ -108,14 +152,10 @@ static int setup_checkpoints(struct train *t)
     if (ckc->root && (ckc->every_steps > 0 || ckc->every_seconds > 0) &&
         whale_ckpt_open(ckc, &t->ck))
         return 1;
-    if (t->ck && !t->plan_json) { /* no plan from the plugin: record the layout this run used */
-        json_t *pj = json_pack("{sssisisisisisisIsI}", "model", t->md.name, "tp", t->tp, "pp",
-                               t->pp, "dp", t->dp, "zero", t->ec.zero_stage, "micro_batch",
-                               (int)t->micro, "num_micro_batches", (int)t->accum,
-                               "global_batch", (json_int_t)t->gbatch, "seed",
-                               (json_int_t)o->seed);
-        t->plan_json = json_dumps(pj, JSON_COMPACT);
-        json_decref(pj);
+    if (t->ck) { /* the layout this run used, over what the plan (if any) said */
+        free(t->plan_json);
+        t->plan_json = train_plan_record(t->have_plan ? &t->plan : NULL, &t->ec, t->dp, t->gbatch,
+                                         t->o.seed);
     }
     return TRAIN_GO;
 }
@@ -150,8 +190,13 @@ int train_setup(struct train *t)
         return rc;
     if ((rc = train_resolve_layout(t)) != TRAIN_GO)
         return rc;
+    if ((rc = checkpoint_config(t)) != TRAIN_GO || (rc = probe_finetune(t)) != TRAIN_GO)
+        return rc;
     if ((rc = train_engine_config(t)) != TRAIN_GO)
         return rc;
+    if (t->finetune && t->o.warmup < 0 && t->rank == 0)
+        whale_info("fine-tuning (weights without a train state): AdamW starts afresh, warmup "
+                   "%lld steps (--warmup N to change)", (long long)t->ec.warmup_steps);
     /* the engine refuses layouts that cannot run (divisibility, stage split,
      * schedule vs micro-batches, a device-memory budget too small) with the
      * reason, before any step */
@@ -180,13 +225,17 @@ int train_setup(struct train *t)
                                  .pp = &t->pp, .dp = &t->dp, .dp_rank = &t->dp_rank,
                                  .metrics = &t->mf, .metrics_path = t->o.metrics,
                                  .ckpt_root = t->ckc.root, .ck = &t->ck, .ckc = &t->ckc };
+    /* MFU is reported by rank 0 only: the other ranks skip the measurement
+     * (seconds on a loaded machine); a promoted spare takes rank 0's figure
+     * from the elastic setup instead of stalling the redo with it */
+    t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
+              : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
+                                                     : 1;
+    te_set_peak(t->te, t->peak);
     if (te_start(t->te, t->ctx, &t->job))
         return 1;
-    /* MFU is reported by rank 0 only: the other ranks skip the measurement
-     * (seconds on a loaded machine; a promoted spare would stall the redo) */
-    t->peak = t->o.peak_gflops > 0 ? t->o.peak_gflops
-              : t->rank == 0       ? whale_sgemm_peak_gflops(t->e)
-                                   : 1;
+    if (te_promoted(t->te) && t->o.peak_gflops <= 0 && te_peak(t->te) > 0)
+        t->peak = te_peak(t->te);
     struct whale_engine_memory mem;
     whale_engine_memory(t->e, &mem);
     t->tty = t->o.progress != 0 && t->rank == 0 && isatty(STDERR_FILENO);

@@ -3,6 +3,7 @@
  * or whale-run started. main runs the phases in order; each lives in its
  * own file (see train.h for the map, train_areas.h to add a feature area). */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,6 +20,15 @@ static void ensure_passive_omp(char **argv)
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("WHALE_TRAIN_REEXEC", "1", 1);
+    /* through the real path, not /proc/self/exe: the kernel names the
+     * process after the file it executes, and ps/top/pgrep would show
+     * "exe" instead of whale-train */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with the default policy */
 }

@@ -32,22 +32,21 @@ t "missing program -> 127" [ $? -eq 127 ]
 # every task fails at once: the status is theirs, never 143. The SIGTERM
 # whale-run sends the others used to reach a task between fork and exec,
 # where whale-run's own handler still ran and reported "got signal 15"
-# (about 1 run in 6 on a busy machine; 30 runs of 4 tasks catch it)
+# (13 of 30 runs of 4 tasks on a busy machine; 12 runs miss it with p < 0.01)
 bad=""
-for i in $(seq 30); do
+for i in $(seq 12); do
   "$RUN" -n 4 sh -c 'exit 3' 2>"$tmp/race"
   rc=$?
   [ "$rc" -eq 3 ] || bad="$bad run $i: $rc ($(grep -m1 'got signal' "$tmp/race"))"
 done
 t "simultaneous failures -> their status, not 143${bad:+:$bad}" [ -z "$bad" ]
 
-# a crashing task stops the others quickly; status 128+SIGSEGV
-start=$(date +%s)
+# a crashing task stops the others (no timing assert, issue 19: they would
+# sleep 60 s; that whale-run stopped them is in its messages); 128+SIGSEGV
 "$RUN" -n 3 sh -c 'if [ "$WHALE_RANK" = 1 ]; then sleep 0.3; kill -SEGV $$; fi; exec sleep 60' 2>"$tmp/e"
 rc=$?
-took=$(( $(date +%s) - start ))
 t "crash -> 139" [ "$rc" -eq 139 ]
-t "crash stops the others within seconds" [ "$took" -lt 15 ]
+t "crash stops the others" grep -q 'stopping the other 2 task(s)' "$tmp/e"
 t "crash reported" grep -q 'task 1 (rank 1) killed by signal 11' "$tmp/e"
 
 # Ctrl-C: SIGINT to whale-run reaches every task, exit 130
@@ -64,11 +63,10 @@ t "SIGINT -> 130" [ "$rc" -eq 130 ]
 t "SIGINT forwarded to every task" sh -c "[ \$(grep -c got-int $tmp/o) -eq 2 ]"
 
 # --timeout
-start=$(date +%s)
-"$RUN" -n 2 --timeout 1 sleep 60 2>/dev/null
+"$RUN" -n 2 --timeout 1 sleep 60 2>"$tmp/e"
 rc=$?
 t "--timeout -> 124" [ "$rc" -eq 124 ]
-t "--timeout is prompt" [ $(( $(date +%s) - start )) -lt 10 ]
+t "--timeout stops the tasks" grep -q -- '--timeout 1 s reached, stopping 2 task(s)' "$tmp/e"
 
 # usage errors
 "$RUN" echo x 2>/dev/null; t "no -n -> 2" [ $? -eq 2 ]

@@ -1,7 +1,8 @@
 /* Failure detection check: the last rank kills itself (SIGKILL) while a
- * large allreduce is in flight; every survivor must get WHALE_EPEER within
- * the bound (WHALE_PEER_TIMEOUT, default 5 s) and later calls on the group
- * must fail at once. Prints one line per survivor; exit 0 when it held.
+ * large allreduce is in flight; every survivor must get WHALE_EPEER (not
+ * hang: the test's --timeout catches that) and later calls on the group
+ * must fail too. Prints one line per survivor with the time against the
+ * bound (WHALE_PEER_TIMEOUT, default 5 s), which is read, not asserted.
  *
  *   comm_fail [MiB per allreduce, default 64] */
 #include <signal.h>
@@ -63,12 +64,15 @@ int main(int argc, char **argv)
         }
     }
     double took = t1 - t0;
-    int ok = rc == WHALE_EPEER && took <= bound + 1.0;
-    /* The group stays failed: the next call returns at once. */
+    /* No timing assert (issue 19: CI is a busy 2-core machine): the call
+     * must fail with WHALE_EPEER instead of hanging (a hang is caught by the
+     * test's timeout); the time against the bound is printed for reading. */
+    int ok = rc == WHALE_EPEER;
+    /* The group stays failed: the next call fails too (instead of hanging). */
     double s2 = now_s();
     int rc2 = whale_barrier(w);
     double took2 = now_s() - s2;
-    ok = ok && rc2 == WHALE_EPEER && took2 < 0.5;
+    ok = ok && rc2 == WHALE_EPEER;
     printf("comm_fail: rank %d got %s after %.2f s (bound %.1f s); next call %s in %.3f s: %s\n", me,
            rc ? whale_strerror(rc) : "no error", took, bound, rc2 ? whale_strerror(rc2) : "ok", took2,
            ok ? "OK" : "FAILED");

@@ -97,6 +97,20 @@ static int step(whale_ctx *ctx)
     if (fy != want)
         FAIL("allreduce over the world of %d gave %g, want %g (epoch %llu)", w, fy, want,
              (unsigned long long)whale_elastic_epoch(ctx));
+    /* Sizes on both sides of every algorithm switch: each member picks the
+     * schedule from its own copy of the cost model, so a promoted spare
+     * that kept other link figures than the survivors waits for messages
+     * nobody sends (the hang after recovery under srun). */
+    static float big[1 << 18];
+    for (size_t n = 16; n <= sizeof big / sizeof big[0]; n *= 8) {
+        for (size_t i = 0; i < n; i++)
+            big[i] = (float)(r + 1);
+        if ((rc = whale_allreduce(whale_world(ctx), big, big, n, WHALE_FLOAT32, WHALE_SUM)))
+            return rc;
+        if (big[0] != want || big[n - 1] != want)
+            FAIL("allreduce of %zu floats over the world of %d gave %g, want %g", n, w, big[n - 1],
+                 want);
+    }
     whale_elastic_progress(ctx);
     return 0;
 }

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Kill one rank in the middle of a large allreduce; every survivor must report
-# WHALE_EPEER within the bound (comm_fail prints "... OK"). whale-run, told to
+# WHALE_EPEER instead of hanging (comm_fail prints "... OK"; no timing assert). whale-run, told to
 # keep going, then exits with the victim's status (137 = SIGKILL).
 # usage: fail_test.sh WHALE_RUN COMM_FAIL NTASKS MIB
 set -u
@@ -11,4 +11,4 @@ echo "$out"
 ok=$(printf '%s\n' "$out" | grep -c 'comm_fail: rank .* OK$')
 if [ "$rc" -ne 137 ]; then echo "fail_test: whale-run exited $rc, want 137"; exit 1; fi
 if [ "$ok" -ne $((n - 1)) ]; then echo "fail_test: $ok of $((n - 1)) survivors OK"; exit 1; fi
-echo "fail_test: $ok survivors got WHALE_EPEER in time"
+echo "fail_test: $ok survivors got WHALE_EPEER"

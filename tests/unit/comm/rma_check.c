@@ -142,7 +142,9 @@ int main(int argc, char **argv)
                 err = whale_remote_flush(rem[victim]);
         }
         double took = now_s() - t0;
-        bool ok = (err == WHALE_EPEER || err == WHALE_ETIMEDOUT) && took <= bound + 1.0;
+        /* no timing assert (issue 19): an error instead of a hang; the
+         * time against the bound is printed for reading */
+        bool ok = err == WHALE_EPEER || err == WHALE_ETIMEDOUT;
         printf("rma_check: task %d: put to the dead task %d gave %s after %.2f s (bound %.1f s): %s\n",
                g_task, victim, err ? whale_strerror(err) : "no error", took, bound,
                ok ? "OK" : "FAILED");

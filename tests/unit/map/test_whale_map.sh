@@ -58,4 +58,55 @@ expect_rc 1 "$MAP" -w 'n[1-4]' -t 2 --tp 2 --distribution cyclic --map block
 grep -q "across nodes" "$TMP/err" || fail "block refusal"
 expect_rc 0 "$MAP" -w 'n[1-4]' -t 2 --tp 2 --distribution cyclic --rankmap
 grep -q "^WHALE_RANKMAP=0,4,1,5,2,6,3,7$" "$TMP/out" || fail "cyclic rankmap $(grep RANKMAP "$TMP/out")"
+
+# site limits (issue 19): what the plugin would refuse is not drawn either
+printf 'MaxTP=2\nMaxSpares=0\n' > "$TMP/lim.conf"
+expect_rc 1 "$MAP" -c "$TMP/lim.conf" -w 'n[1-4]' -t 4 --tp 4
+grep -q "tp=4 exceeds the site limit MaxTP=2" "$TMP/err" || fail "MaxTP not applied: $(cat "$TMP/err")"
+expect_rc 1 "$MAP" -c "$TMP/lim.conf" -w 'n[1-4]' -t 2 --tp 2 --spares 1
+grep -q "spares=1 exceeds the site limit MaxSpares=0" "$TMP/err" || fail "MaxSpares not applied"
+expect_rc 0 "$MAP" -c "$TMP/lim.conf" -w 'n[1-4]' -t 2 --tp 2
+printf 'MaxDP=2\n' > "$TMP/limdp.conf"
+expect_rc 1 "$MAP" -c "$TMP/limdp.conf" -w 'n[1-4]' -t 2 --tp 2
+grep -q "dp=4 exceeds the site limit MaxDP=2" "$TMP/err" || fail "MaxDP (derived dp) not applied"
+
+# readable SVGs (issue 19): 4 nodes leave room for the title and legend; 128
+# nodes of 8 tasks wrap into rows instead of one 25,000 px line
+svg_check() { # file max_width
+  python3 - "$1" "$2" <<'PY2'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+w, h = int(root.get("width")), int(root.get("height"))
+assert root.get("viewBox") == "0 0 %d %d" % (w, h), root.get("viewBox")
+texts = [e for e in root.iter() if e.tag.endswith("text")]
+title = texts[0].text
+# 14 px bold sans: about 8.5 px per character, from x=20
+assert w >= 20 + 8.5 * len(title), ("title clipped", w, len(title))
+assert w <= int(sys.argv[2]), ("too wide", w)
+# every drawn element inside the picture
+for e in root.iter():
+    for k in ("x", "x1", "x2"):
+        if e.get(k) is not None:
+            assert 0 <= float(e.get(k)) <= w, (e.tag, k, e.get(k), w)
+    for k in ("y", "y1", "y2"):
+        if e.get(k) is not None:
+            assert 0 <= float(e.get(k)) <= h, (e.tag, k, e.get(k), h)
+print(w, h, len(texts))
+PY2
+}
+expect_rc 0 "$MAP" -w 'n[1-4]' -t 2 --tp 2 --svg "$TMP/s4.svg"
+svg_check "$TMP/s4.svg" 2000 >/dev/null || fail "4-node SVG"
+{
+  for l in 0 1 2 3 4 5 6 7; do
+    echo "SwitchName=leaf$l Nodes=g[$(printf '%03d' $((l * 16 + 1)))-$(printf '%03d' $((l * 16 + 16)))]"
+  done
+  echo "SwitchName=spine0 Switches=leaf[0-3]"
+  echo "SwitchName=spine1 Switches=leaf[4-7]"
+  echo "SwitchName=core Switches=spine[0-1]"
+} > "$TMP/big.topology.conf"
+printf 'TopologyFile=%s\n' "$TMP/big.topology.conf" > "$TMP/big.conf"
+expect_rc 0 "$MAP" -c "$TMP/big.conf" -w 'g[001-128]' -t 8 --tp 8 --pp 4 --svg "$TMP/s128.svg"
+svg_check "$TMP/s128.svg" 2000 >/dev/null || fail "128-node SVG"
+[ "$(grep -c '<title>task' "$TMP/s128.svg")" -eq 1024 ] || fail "128-node SVG: not every task drawn"
+grep -q '>leaf7 (under spine1)<' "$TMP/s128.svg" || fail "128-node SVG: leaf switch band"
 echo "whale-map CLI: ok"

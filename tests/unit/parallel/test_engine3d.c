@@ -45,6 +45,7 @@ struct layout {
     int stage[8], nstage;
     int rclayers[4], nrc;
 };
+static bool seqpar; /* sequence parallelism for every layout run (test_seqpar) */
 
 struct world3 {
     const struct layout *L;
@@ -63,6 +64,9 @@ static struct whale_engine_config cfg_for(const struct layout *L)
     c.model = (struct whale_model_desc){ .name = "t3d", .layers = 6, .hidden = 32, .heads = 4,
                                          .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = vocab,
                                          .tied_embeddings = true };
+#ifdef T3D_MODEL_SETUP
+    T3D_MODEL_SETUP(&c.model); /* test_engine3d_llama.c: Llama-style blocks */
+#endif
     c.seq = SEQ;
     c.micro_batch = L->micro;
     c.grad_accum = GB / L->dp / L->micro;
@@ -77,6 +81,7 @@ static struct whale_engine_config cfg_for(const struct layout *L)
     c.schedule = L->sched;
     c.interleave = L->v;
     c.recompute = L->rc;
+    c.seqpar = seqpar;
     c.precision = T3D_PRECISION;
     if (L->nstage) {
         c.stage_layers = L->stage;
@@ -305,10 +310,32 @@ static void test_recompute(void **state)
     free(w);
     printf("  activation peak: none %lld, selective %lld, full %lld, auto %lld bytes\n",
            (long long)peak[0], (long long)peak[1], (long long)peak[2], (long long)peak[3]);
-    assert_true(peak[1] < peak[0]);
+#ifndef T3D_SELECTIVE_SAVES
+#define T3D_SELECTIVE_SAVES 1
+#endif
+    /* blocked attention keeps no probabilities: selective saves nothing there */
+    assert_true(T3D_SELECTIVE_SAVES ? peak[1] < peak[0] : peak[1] == peak[0]);
     assert_true(peak[2] < peak[1]);
     /* auto's default budget is half of what no recomputation keeps */
     assert_true(peak[3] < peak[0] && peak[3] >= peak[2]);
+}
+
+/* Megatron sequence parallelism: the same losses as TP without it (the
+ * norm weight gradients are summed over the TP group in another order) */
+static void test_seqpar(void **state)
+{
+    (void)state;
+    static const struct layout set[] = {
+        LAY("tp2 sp", 2, 1, 1, 0, 2, 1F1B, 1, NONE),
+        LAY("tp4 sp", 4, 1, 1, 0, 2, 1F1B, 1, NONE),
+        LAY("tp2 pp2 dp2 zero1 sp", 2, 2, 2, 1, 1, 1F1B, 1, NONE),
+        LAY("tp4 dp2 zero3 sp", 4, 1, 2, 3, 1, 1F1B, 1, NONE),
+        LAY("tp2 pp2 interleaved full sp", 2, 2, 1, 0, 1, INTERLEAVED, 2, FULL),
+        LAY("tp2 pp2 selective sp", 2, 2, 1, 0, 2, 1F1B, 1, SELECTIVE),
+    };
+    seqpar = true;
+    run_set(set, sizeof set / sizeof *set);
+    seqpar = false;
 }
 
 static int refuse_rank(int rank, void *arg)
@@ -400,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_3d_zero),
         cmocka_unit_test(test_recompute),
         cmocka_unit_test(test_uneven_vocabulary),
+        cmocka_unit_test(test_seqpar),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

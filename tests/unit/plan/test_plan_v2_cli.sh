@@ -74,8 +74,22 @@ expect 0 "uneven interleave" -- "$P" -m llama3-405b -b 2048 -N 1024 -G H100-80GB
 has "$TMP/l.json" '"stage_layers"' "uneven chunks written to the plan"
 
 # whale-train refuses a description the engine cannot run, naming the field
-expect 1 "whale-train, llama model" -- "$TRAIN" --model llama3-8b --data "$TMP/none.bin" --steps 1
-has "$TMP/err" "llama3-8b.conf: MLP=swiglu" "refusal names the model file field"
+# (Llama-style blocks run; ALiBi positions do not)
+printf 'Name=ab Layers=2 Hidden=64 Heads=4 Seq=32 Vocab=256 Position=alibi\n' > "$TMP/alibi.conf"
+expect 1 "whale-train, alibi model" -- "$TRAIN" --model "$TMP/alibi.conf" --data "$TMP/none.bin" --steps 1
+has "$TMP/err" "alibi.conf: Position=alibi" "refusal names the model file field"
+
+# a mixed cluster's uneven batch split is predicted, but the plan file gets
+# the even split whale-train runs (issue 19: never a plan whale-train refuses)
+expect 0 "mixed cluster plan file" -- "$P" -m gpt-3.6b -b 512 -N 2 -G H100-80GB --group 2:8:A100-80GB \
+    --json "$TMP/mixed.json"
+python3 - "$TMP/mixed.json" <<'PY2' || { echo "FAIL: mixed plan file has an uneven or inconsistent batch"; fails=$((fails + 1)); }
+import json, sys
+p = json.load(open(sys.argv[1]))
+db = p.get("dp_batch", [])
+assert len(set(db)) <= 1, db
+assert p["micro_batch"] * p["num_micro_batches"] * p["dp"] == p["global_batch"] == 512, p
+PY2
 
 [ $fails -eq 0 ] && echo "all planner v2 command-line checks passed"
 exit $fails

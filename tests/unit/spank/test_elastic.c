@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -62,6 +64,25 @@ int slurm_update_node(update_node_msg_t *m)
     pthread_mutex_unlock(&mu);
     return SLURM_SUCCESS;
 }
+/* slurmctld's answer for a node: its slurmd at 127.0.0.1:node_port (0: unknown node) */
+static uint16_t node_port;
+static node_info_t node_rec;
+static node_info_msg_t node_msg;
+int slurm_load_node_single(node_info_msg_t **resp, char *name, uint16_t flags)
+{
+    (void)flags;
+    if (!node_port)
+        return SLURM_ERROR;
+    memset(&node_rec, 0, sizeof node_rec);
+    node_rec.name = name;
+    node_rec.node_addr = "127.0.0.1";
+    node_rec.port = node_port;
+    node_msg.record_count = 1;
+    node_msg.node_array = &node_rec;
+    *resp = &node_msg;
+    return SLURM_SUCCESS;
+}
+void slurm_free_node_info_msg(node_info_msg_t *m) { (void)m; }
 int slurm_get_errno(void) { return 0; }
 char *slurm_strerror(int e) { (void)e; return "stub"; }
 
@@ -181,6 +202,7 @@ static void test_fifo_end_to_end(void **st)
     assert_non_null(mkdtemp(dir));
     ndrain = nerr = 0;
     assert_int_equal(whale_report_open(dir, 42, 7, getuid(), getgid(), &step), 0);
+    whale_report_this_node("node2");
     const char *path = whale_report_path();
     assert_non_null(path);
     assert_non_null(strstr(path, "whale-report.42.7."));
@@ -219,11 +241,46 @@ static void test_fifo_end_to_end(void **st)
     assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
     whale_report_task_pid(3, 0);
 
-    /* every survivor reports: the node is drained once */
+    /* forged: task 2 of this node still runs (this process) -> nothing;
+     * this node "lost" -> nothing; node1's slurmd answers -> nothing */
+    whale_report_task_pid(2, getpid());
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t sl = sizeof sa;
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+    node_port = ntohs(sa.sin_port);
+    nerr = 0;
+    assert_int_equal(whale_report_failure("node2", "crash", 2, 2), 0);
+    assert_int_equal(wait_for(&nerr, 1), 0);
+    assert_non_null(strstr(last_err, "still runs here"));
     assert_int_equal(whale_report_failure("node2", "node", 2, 2), 0);
-    assert_int_equal(whale_report_failure("node1", "crash", 0, 0), 0);
+    assert_int_equal(wait_for(&nerr, 2), 0);
+    assert_non_null(strstr(last_err, "slurmstepd is running"));
+    assert_int_equal(whale_report_failure("node1", "node", 0, 0), 0);
+    assert_int_equal(wait_for(&nerr, 3), 0);
+    assert_non_null(strstr(last_err, "slurmd of node1 answers"));
+    assert_int_equal(ndrain, 1);
+    /* node1's slurmd gone (connection refused): drained, once although
+     * every survivor reports */
+    close(lfd);
+    assert_int_equal(whale_report_failure("node1", "node", 0, 0), 0);
+    assert_int_equal(whale_report_failure("node1", "node", 1, 1), 0);
     assert_int_equal(wait_for(&ndrain, 2), 0);
     assert_string_equal(drained, "node1");
+    assert_non_null(strstr(reason, "rank 0 (task 0) failed (node)"));
+    /* task 2 really ended here: a crash report drains this node */
+    whale_report_task_pid(2, 0);
+    assert_int_equal(whale_report_failure("node2", "crash", 2, 2), 0);
+    /* node2 was drained already (the hang): once per node */
+    assert_int_equal(whale_report_failure("node1", "crash", 0, 0), 0);
+    node_port = 0;
+    /* the reader takes lines in order: once this one is refused, the ones
+     * before have been judged */
+    int before = nerr;
+    assert_int_equal(whale_report_failure("node2", "node", 3, 3), 0);
+    assert_int_equal(wait_for(&nerr, before + 1), 0);
     assert_int_equal(ndrain, 2);
 
     whale_report_close();
@@ -233,6 +290,35 @@ static void test_fifo_end_to_end(void **st)
     assert_int_equal(whale_report_failure("node2", "node", 2, 2), 0);
     unsetenv(WHALE_ENV_REPORT);
     rmdir(dir);
+}
+
+/* The judge alone: what slurmstepd does for each claim and evidence. */
+static void test_judge(void **st)
+{
+    (void)st;
+    char why[160];
+    struct whale_report r = { .node = "node2", .kind = "crash", .rank = 3, .task = 3 };
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_GONE, -1, why, sizeof why),
+                     WHALE_REPORT_DRAIN);
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_STOPPED, -1, why, sizeof why),
+                     WHALE_REPORT_DRAIN | WHALE_REPORT_KILL);
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_RUNNING, -1, why, sizeof why), 0);
+    assert_non_null(strstr(why, "still runs here"));
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_UNKNOWN, -1, why, sizeof why), 0);
+    assert_non_null(strstr(why, "never started"));
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, 0, why, sizeof why), 0);
+    snprintf(r.kind, sizeof r.kind, "hang");
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_RUNNING, -1, why, sizeof why),
+                     WHALE_REPORT_KILL);
+    snprintf(r.kind, sizeof r.kind, "node");
+    assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_GONE, -1, why, sizeof why), 0);
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, 1, why, sizeof why), 0);
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, -1, why, sizeof why), 0);
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, 0, why, sizeof why),
+                     WHALE_REPORT_DRAIN);
+    snprintf(r.kind, sizeof r.kind, "link");
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, 0, why, sizeof why),
+                     WHALE_REPORT_DRAIN);
 }
 
 static void test_report_args(void **st)
@@ -291,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_spares_arg),
         cmocka_unit_test(test_conflicts),
         cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_judge),
         cmocka_unit_test(test_fifo_end_to_end),
         cmocka_unit_test(test_report_args),
         cmocka_unit_test(test_result_status),

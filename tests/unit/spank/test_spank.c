@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "plugin.h"
+#include "submit_check.h"
 #include "whale/log.h"
 
 /* ---- stubs of the Slurm side ------------------------------------------ */
@@ -287,6 +288,83 @@ static void test_pmix_plugin_lookup(void **st)
     rmdir(d2);
 }
 
+/* sbatch/salloc: degrees that cannot fit the job's task count are refused at
+ * submission (issue 19, rough edge 3). */
+static void test_submit_check(void **st)
+{
+    (void)st;
+    struct whale_submit s;
+    char *a1[] = { "/usr/bin/sbatch", "-N4", "-n8", "--wrap", "true", NULL };
+    whale_submit_parse(a1, &s);
+    assert_int_equal(s.nodes, 4);
+    assert_int_equal(s.ntasks, 8);
+    char *a2[] = { "salloc", "--ntasks", "6", "--nodes=3", "-t", "5", NULL };
+    whale_submit_parse(a2, &s);
+    assert_int_equal(s.ntasks, 6);
+    assert_int_equal(s.nodes, 3);
+    char *a3[] = { "sbatch", "-N", "2-4", "-n8", NULL }; /* a range is not a number */
+    whale_submit_parse(a3, &s);
+    assert_int_equal(s.nodes, 0);
+    assert_int_equal(s.ntasks, 8);
+    /* #SBATCH lines of the script; the command line wins */
+    char path[256];
+    write_file("job.sh", "#!/bin/sh\n#SBATCH -n 8\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=2\n"
+                         "srun true\n#SBATCH -n 99\n", path, sizeof path);
+    char *a4[] = { "sbatch", "-N2", path, NULL };
+    whale_submit_parse(a4, &s);
+    assert_int_equal(s.ntasks, 8);
+    assert_int_equal(s.nodes, 2);
+    assert_int_equal(s.per_node, 2);
+    unlink(path);
+
+    struct whale_submit job = { .ntasks = 8, .nodes = 4 };
+    assert_int_equal(opt("whale-tp", "2"), 0);
+    assert_int_equal(whale_submit_check(&job, false), 0); /* DP follows: 4 */
+    assert_int_equal(opt("whale-dp", "3"), 0);
+    assert_int_equal(whale_submit_check(&job, false), -1);
+    assert_non_null(strstr(last_err, "TP*PP*DP = 2*1*3 = 6 working ranks, but the job's sruns "
+                                     "have 8 working tasks"));
+    assert_non_null(strstr(last_err, "give -n6, or put"));
+    struct whale_submit unknown = { 0 };
+    assert_int_equal(whale_submit_check(&unknown, false), 0); /* nothing known: nothing refused */
+    /* one spare node of 2 tasks leaves 6 working tasks: TP2 x DP3 fits */
+    assert_int_equal(opt("whale-spares", "1"), 0);
+    assert_int_equal(whale_submit_check(&job, false), 0);
+}
+
+/* The plugin's plan leaves batch fields the user did not set out of the
+ * JSON, so whale-train's own defaults hold (issue 19, rough edge 11). */
+static void test_plan_batch_unset(void **st)
+{
+    (void)st;
+    char cpath[256];
+    write_file("site.conf", "MaxTP=8\n", cpath, sizeof cpath);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", cpath);
+    assert_int_equal(whale_site_load(), 0);
+    assert_int_equal(opt("whale-dp", "2"), 0);
+    struct whale_plan p;
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, NULL, "1", &p), 0);
+    char *js = whale_plan_to_json(&p, 0);
+    assert_non_null(js);
+    assert_null(strstr(js, "micro_batch"));
+    assert_null(strstr(js, "global_batch"));
+    free(js);
+    whale_plan_free(&p);
+    assert_int_equal(opt("whale-microbatch", "3"), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, NULL, "1", &p), 0);
+    js = whale_plan_to_json(&p, 0);
+    assert_non_null(strstr(js, "\"micro_batch\":3"));
+    assert_null(strstr(js, "num_micro_batches"));
+    struct whale_plan back;
+    assert_int_equal(whale_plan_from_json(js, "t", &back), 0);
+    assert_int_equal(back.micro_batch, 3);
+    assert_int_equal(back.unset, WHALE_PLAN_UNSET_NUM_MICRO | WHALE_PLAN_UNSET_GLOBAL_BATCH);
+    whale_plan_free(&back);
+    free(js);
+    whale_plan_free(&p);
+    unlink(cpath);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/whale-spank-test-XXXXXX");
@@ -300,6 +378,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_plan_from_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_file, setup, teardown),
         cmocka_unit_test(test_pmix_plugin_lookup),
+        cmocka_unit_test_setup_teardown(test_submit_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan_batch_unset, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);

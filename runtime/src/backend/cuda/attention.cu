@@ -9,8 +9,9 @@
 // a block = ROWS warps sharing KT-row tiles of the other side in shared
 // memory. In a tile, lane j scores key (or query) j of the tile; each lane
 // owns head dimensions d = lane + 32 c (c < NCH) of the accumulators.
-// Arithmetic is fp32 on CUDA cores (no tensor-core MMA yet: correct and
-// memory-lean, not yet fast). No atomics: dQ and dK/dV are separate passes.
+// Arithmetic is fp32 on CUDA cores: the exact fp32 forward and every
+// backward; a 16-bit forward runs on tensor cores (attention_tc.cu). No
+// atomics: dQ and dK/dV are separate passes.
 // hd up to 256 (NCH <= 8).
 #include "backend/cuda/common.cuh"
 
@@ -352,6 +353,9 @@ extern "C" int bkg_attention_fwd(whale_backend *b, bk_stream s, enum whale_dtype
     int rc = check_hd(hd);
     if (rc || !B || !T_)
         return rc;
+    // 16-bit operands (or 16-bit arithmetic for fp32 ones): tensor cores
+    if (bkg_attention_tc_takes(b, t, hd))
+        return bkg_attention_fwd_tc(b, s, t, out, saved, qkv, B, T_, NH, hd);
     int nch = (hd + 31) / 32;
     DISPATCH(t, BY_NCH(nch, (run_fwd<T, N_>(s, (T *)out, saved, (const T *)qkv, B, T_, NH, hd))));
     return 0;

@@ -20,6 +20,7 @@ struct bkg_impl {
     cudaDeviceProp prop;
     cudaStream_t compute;
     bool tf32;
+    bool managed;      // host_coherent: cudaMallocManaged for device memory
     cublasLtHandle_t lt;
     void *ws;          // cuBLASLt workspace (one per backend: GEMMs of one backend are
     size_t ws_bytes;   // serialised on its streams by the caller's events)

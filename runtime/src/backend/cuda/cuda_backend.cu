@@ -19,6 +19,21 @@ extern "C" int bk_cuda_device_count(void)
     return n;
 }
 
+extern "C" int bk_cuda_probe(char *err, size_t len)
+{
+    int n = 0;
+    err[0] = '\0';
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaErrorNoDevice)
+        return cudaGetLastError(), 0; // a driver, no GPU: not an error, just none
+    if (e != cudaSuccess) {
+        snprintf(err, len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
 static void g_close(whale_backend *b)
 {
     bkg_impl *g = IMPL(b);
@@ -37,11 +52,14 @@ static void g_close(whale_backend *b)
 static int g_mem_alloc(whale_backend *b, size_t bytes, void **out)
 {
     ON_DEVICE(b);
-    cudaError_t e = cudaMalloc(out, bytes);
+    // host_coherent: managed memory, so the engine's host paths can touch it
+    cudaError_t e = IMPL(b)->managed ? cudaMallocManaged(out, bytes, cudaMemAttachGlobal)
+                                     : cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         *out = nullptr;
-        whale_error("cuda: cudaMalloc(%zu) failed: %s", bytes, cudaGetErrorString(e));
+        whale_error("cuda: %s(%zu) failed: %s", IMPL(b)->managed ? "cudaMallocManaged" : "cudaMalloc",
+                    bytes, cudaGetErrorString(e));
         return WHALE_ENOMEM;
     }
     return 0;
@@ -241,6 +259,8 @@ static const bk_ops cuda_ops = {
     bkg_sumsq,
     bkg_has_inf_nan,
     bkg_adamw,
+    bkg_bias_add,
+    bkg_round16,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
@@ -280,9 +300,12 @@ extern "C" int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b
         return WHALE_ENOMEM;
     g->dev = dev;
     g->tf32 = o->allow_tf32;
+    g->managed = o->host_coherent;
     b->impl = g;
     b->ops = &cuda_ops;
-    b->host_addressable = false;
+    // host_coherent: managed memory + every call synchronous (backend.h)
+    b->host_addressable = o->host_coherent;
+    b->sync_calls = o->host_coherent;
     int rc = 0;
     do {
         cudaError_t r;
@@ -292,6 +315,12 @@ extern "C" int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b
             (r = cudaHostAlloc((void **)&g->red, 64, cudaHostAllocPortable)) != cudaSuccess) {
             whale_error("device cuda:%d: initialisation failed: %s", dev, cudaGetErrorString(r));
             rc = WHALE_ENCCL;
+            break;
+        }
+        if (g->managed && !g->prop.managedMemory) {
+            whale_error("device cuda:%d: %s does not support managed memory, which the engine "
+                        "needs to run on it (host_coherent)", dev, g->prop.name);
+            rc = WHALE_ENOTSUP;
             break;
         }
         if (g->prop.major < 8) {

@@ -74,6 +74,17 @@ int bkg_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *d
 int bkg_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
               float grad_mul, const struct whale_adamw_piece *p, int np, enum whale_dtype w16t);
 
+/* attention_tc.cu: the forward on tensor cores (16-bit operands or 16-bit
+ * fp32-GEMM arithmetic, hd in {32, 64, 80, 96, 128}) */
+bool bkg_attention_tc_takes(const whale_backend *b, enum whale_dtype t, int hd);
+int bkg_attention_fwd_tc(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                         float *lse, const void *qkv, int B, int Tn, int NH, int hd);
+
+/* kernels.cu, appended in wave 3 */
+int bkg_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
+                 int N, int OC);
+int bkg_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

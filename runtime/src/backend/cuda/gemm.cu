@@ -26,7 +26,7 @@
 namespace {
 
 struct gemm_key {
-    int ta, tb, M, N, K, lda, ldb, ldc, abt, ct, beta0, align;
+    int ta, tb, M, N, K, lda, ldb, ldc, abt, ct, beta0, align, comp;
     bool operator==(const gemm_key &o) const { return !memcmp(this, &o, sizeof o); }
 };
 
@@ -97,8 +97,18 @@ extern "C" int bkg_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, 
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    cublasComputeType_t comp = abt == WHALE_FLOAT32 && g->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                                : CUBLAS_COMPUTE_32F;
+    // fp32 operands: the backend's fp32 GEMM arithmetic (whale_backend_set_fp32_gemm_math):
+    // bf16 / fp16 tensor cores on rounded operands (mixed precision with fp32
+    // activations), TF32 when allowed, else exact fp32
+    cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
+    if (abt == WHALE_FLOAT32) {
+        if (b->gemm_math == WHALE_BFLOAT16)
+            comp = CUBLAS_COMPUTE_32F_FAST_16BF;
+        else if (b->gemm_math == WHALE_FLOAT16)
+            comp = CUBLAS_COMPUTE_32F_FAST_16F;
+        else if (g->tf32)
+            comp = CUBLAS_COMPUTE_32F_FAST_TF32;
+    }
     const struct lt_map mp = lt_map_rowmajor(ta, tb, M, N, K, lda, ldb, ldc);
     cublasOperation_t opA = mp.a_trans ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A is our B
     cublasOperation_t opB = mp.b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -109,7 +119,7 @@ extern "C" int bkg_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, 
         al = align_of(C);
     gemm_key key;
     memset(&key, 0, sizeof key);
-    key = gemm_key{ ta, tb, M, N, K, lda, ldb, ldc, (int)abt, (int)ct, beta == 0.0f, al };
+    key = gemm_key{ ta, tb, M, N, K, lda, ldb, ldc, (int)abt, (int)ct, beta == 0.0f, al, (int)comp };
     const cublasLtMatmulAlgo_t *algo = nullptr;
     bkg_algo_cache *cache = g->algos;
     for (int i = 0; i < bkg_algo_cache::CAP && cache->e[i].used; i++)

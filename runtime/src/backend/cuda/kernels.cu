@@ -669,3 +669,54 @@ extern "C" int bkg_has_inf_nan(whale_backend *b, bk_stream s, const float *g, in
     *found = v != 0;
     return 0;
 }
+
+// ---- appended in wave 3 -------------------------------------------------------------
+
+// out (N,OC) += bias (OC) on every row; fp32 arithmetic, one rounding on store
+template <typename T>
+__global__ void __launch_bounds__(256) k_bias_add(T *out, const T *bias, int N, int OC)
+{
+    int64_t n = (int64_t)N * OC;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        stf(out, i, ldf(out, i) + ldf(bias, i % OC));
+}
+
+extern "C" int bkg_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                            const void *bias, int N, int OC)
+{
+    ON_DEVICE(b);
+    DISPATCH(t, (k_bias_add<T><<<grid_for((int64_t)N * OC, 256), 256, 0, STREAM(s)>>>(
+                    (T *)out, (const T *)bias, N, OC)));
+    LAUNCHED("k_bias_add");
+    return 0;
+}
+
+// x (n) fp32 = widen(round_to_T(x)): what a 16-bit tensor would hold
+template <typename T>
+__global__ void __launch_bounds__(256) k_round16(float *x, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        T v;
+        stf(&v, 0, x[i]);
+        x[i] = ldf(&v, 0);
+    }
+}
+
+extern "C" int bkg_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n)
+{
+    ON_DEVICE(b);
+    switch (t) {
+    case WHALE_BFLOAT16:
+        k_round16<__nv_bfloat16><<<grid_for(n, 256), 256, 0, STREAM(s)>>>(x, n);
+        break;
+    case WHALE_FLOAT16:
+        k_round16<__half><<<grid_for(n, 256), 256, 0, STREAM(s)>>>(x, n);
+        break;
+    default:
+        return 0; // fp32: nothing to round
+    }
+    LAUNCHED("k_round16");
+    return 0;
+}

@@ -138,9 +138,11 @@ static int op_advance(comm_op_t *op, int *events)
         return 1;
     }
     if (g->failed) {
-        whale_error("%s on a group of %d ranks: rank %d is dead (%s)",
-                    op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv", g->size,
-                    g->failed_rank, whale_strerror(WHALE_EPEER));
+        /* during finalize a peer that leaves is no failure (debug only) */
+        whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                  "%s on a group of %d ranks: %s is dead (%s)",
+                  op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv", g->size,
+                  comm_blame(g), whale_strerror(WHALE_EPEER));
         fail_op(op, WHALE_EPEER);
         return 1;
     }
@@ -263,9 +265,10 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
 {
     pthread_mutex_lock(&ctx->lock);
     if (op->g->failed) {
-        whale_error("%s on a group of %d ranks: rank %d is dead",
-                    op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv",
-                    op->g->size, op->g->failed_rank);
+        whale_log(ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                  "%s on a group of %d ranks: %s is dead",
+                  op->kind == COMM_OP_COLL ? comm_coll_name(op->coll) : "send/recv",
+                  op->g->size, comm_blame(op->g));
         op->status = WHALE_EPEER;
         complete(ctx, op);
         pthread_mutex_unlock(&ctx->lock);

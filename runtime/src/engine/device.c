@@ -1,0 +1,155 @@
+/* The engine's compute backend (whale/backend.h): which one, what it
+ * refuses, and the memory the arena takes from it.
+ *
+ * cpu: the backend wraps the engine's own kernels, so every result is the
+ * bits the engine computed before it went through the backend.
+ *
+ * cuda: the backend is opened host_coherent: engine memory is CUDA managed
+ * memory and every backend call waits for its stream. That lets the parts of
+ * the engine that still touch engine memory from the host (parameter init,
+ * checkpoints, the host collectives of DP/TP/PP, ZeRO bucket bookkeeping)
+ * run unchanged while every kernel, cast and the optimizer run on the GPU.
+ * Token ids come from the data loader's host memory, which a kernel may not
+ * read: they are staged into backend memory each step (eng_dev_tokens).
+ * Data-parallel collectives go over NCCL on their own stream (ecomm_dev.c);
+ * TP and PP still use the host groups on managed memory. */
+#include "device.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ecomm_dev.h"
+#include "engine_int.h"
+#include "kernels.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+/* The features of a model or configuration the cuda backend has no kernel
+ * or path for: refused at set-up with the feature named, never a silent cpu
+ * fallback. The cpu engine refuses what it lacks itself (cfg_check). */
+static int cuda_refusals(const struct whale_engine_config *c)
+{
+    const struct whale_model_desc *m = &c->model;
+    const char *why = NULL;
+    char buf[160];
+    if (m->norm != WHALE_NORM_LAYERNORM)
+        snprintf(buf, sizeof buf, "Norm=%s (the cuda backend has LayerNorm kernels only)",
+                 whale_norm_name(m->norm)), why = buf;
+    else if (m->mlp != WHALE_MLP_GELU)
+        snprintf(buf, sizeof buf, "MLP=%s (the cuda backend has the GeLU MLP only)",
+                 whale_mlp_name(m->mlp)), why = buf;
+    else if (m->position != WHALE_POS_LEARNED)
+        snprintf(buf, sizeof buf, "Position=%s (the cuda backend has learned positions only)",
+                 whale_pos_name(m->position)), why = buf;
+    else if (m->kv_heads != m->heads)
+        snprintf(buf, sizeof buf, "grouped-query attention KVHeads=%d (the cuda attention "
+                 "kernels take KVHeads == Heads)", m->kv_heads), why = buf;
+    else if (!m->tied_embeddings)
+        why = "untied output embeddings (the cuda head uses the tied wte)";
+    else if (m->no_bias)
+        why = "Bias=no (the cuda linear kernels are called with biases)";
+    else if (m->attention == WHALE_ATTN_FLASH)
+        why = "Attention=flash (that selects the CPU's blocked attention; the cuda backend's "
+              "attention is flash-style already: use Attention=plain)";
+    else if (c->seqpar && c->tp > 1)
+        why = "--seqpar (sequence parallelism runs on the CPU backend only)";
+    else if (c->offload != WHALE_OFFLOAD_NONE)
+        snprintf(buf, sizeof buf, "--offload %s (the offload mover copies with host threads; "
+                 "its pinned-buffer path through whale_memcpy is not written yet)",
+                 whale_offload_name(c->offload)), why = buf;
+    if (!why)
+        return 0;
+    whale_error("--device cuda: model %s needs %s; run it with --device cpu", m->name, why);
+    return WHALE_ENOTSUP;
+}
+
+int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
+{
+    enum whale_device dev = (enum whale_device)c->device;
+    if (dev != WHALE_DEVICE_CPU && dev != WHALE_DEVICE_CUDA) {
+        /* auto is resolved by the caller (whale_device_resolve), which says
+         * what it chose and why */
+        whale_error("engine: device %s: resolve auto before creating the engine (cpu or cuda)",
+                    whale_device_name(dev));
+        return WHALE_EINVAL;
+    }
+    int rc;
+    if (dev == WHALE_DEVICE_CUDA && (rc = cuda_refusals(c)))
+        return rc;
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    o.device = dev;
+    o.host_coherent = true; /* see the top of this file */
+    if ((rc = whale_backend_open(&o, &e->bk)))
+        return rc;
+    /* GEMM arithmetic of mixed precision with fp32 activations: the cpu
+     * multiplies in bf16 only where the CPU has AVX512_BF16 (kernels_lp.c);
+     * a GPU's tensor cores take the 16-bit dtype of the params */
+    if (dev == WHALE_DEVICE_CPU)
+        e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16
+                                                                    : WHALE_FLOAT32;
+    else
+        e->mm = e->lp;
+    if ((rc = whale_backend_set_fp32_gemm_math(e->bk, e->mm)))
+        return rc;
+    e->d.bk = e->bk;
+    /* cuda: data-parallel collectives over NCCL on a stream of their own
+     * (ecomm_dev.c); the engine owns that table and frees it in eng_dev_close */
+    if (dev == WHALE_DEVICE_CUDA && e->grp.dp_group && e->dp.size > 1) {
+        if ((rc = eng_dev_comm_dp(&e->dp)))
+            return rc;
+        eng_dev_comm_bind(&e->dp, e->bk);
+    }
+    if (dev != WHALE_DEVICE_CPU)
+        whale_info("engine: computing on %s", whale_backend_describe(e->bk));
+    return 0;
+}
+
+void eng_dev_close(whale_engine *e)
+{
+    if (!e->bk)
+        return;
+    whale_mem_free(e->bk, e->tok_dev);
+    e->tok_dev = NULL;
+    eng_dev_comm_free(&e->dp); /* back to the group table (e->grp.dp never changed) */
+
+    whale_backend_close(e->bk);
+    e->bk = NULL;
+}
+
+/* Arena memory from the backend: the arena keeps the per-category budget
+ * and peaks, the backend knows where the bytes live (host on cpu, managed
+ * GPU memory on cuda). */
+static void *arena_alloc(void *user, size_t n)
+{
+    void *p = NULL;
+    return whale_mem_alloc(user, WHALE_MEM_WORKSPACE, n, &p) ? NULL : p;
+}
+
+static void arena_free(void *user, void *p, size_t n)
+{
+    (void)n;
+    whale_mem_free(user, p);
+}
+
+void eng_dev_arena_backend(whale_engine *e, struct whale_arena_backend *out)
+{
+    *out = (struct whale_arena_backend){ arena_alloc, arena_free, e->bk };
+}
+
+int eng_dev_tokens(whale_engine *e, const int32_t **in, const int32_t **tg)
+{
+    if (whale_backend_reads_host(e->bk))
+        return 0;
+    size_t n = (size_t)e->d.B * e->d.T * e->cfg.grad_accum;
+    int rc;
+    if (!e->tok_dev &&
+        (rc = whale_mem_alloc(e->bk, WHALE_MEM_ACTS, 2 * n * sizeof(int32_t), (void **)&e->tok_dev)))
+        return rc;
+    if ((rc = whale_memcpy(e->bk, e->tok_dev, *in, n * sizeof(int32_t), WHALE_H2D, NULL)) ||
+        (rc = whale_memcpy(e->bk, e->tok_dev + n, *tg, n * sizeof(int32_t), WHALE_H2D, NULL)))
+        return rc;
+    *in = e->tok_dev;
+    *tg = e->tok_dev + n;
+    return 0;
+}

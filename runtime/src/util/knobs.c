@@ -1,0 +1,108 @@
+/* The WHALE_* variables (whale/knobs.h). Keep the list sorted by name; one
+ * line of meaning each (the README's table is this table). */
+#include "whale/knobs.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "whale/log.h"
+
+const struct whale_knob whale_knobs[] = {
+    { "WHALE_CKPT_ASYNC", "bool", "1", "checkpoint saves copy to host memory and write in a background thread (0: synchronous)" },
+    { "WHALE_CKPT_BUSY", "enum", "wait", "a save due while the previous one is still writing: wait for it, or skip this one" },
+    { "WHALE_CKPT_CHUNK_MB", "int", "32", "checkpoint chunk size in MiB (1..4096)" },
+    { "WHALE_CKPT_COMMIT_TIMEOUT", "int", "600", "seconds rank 0 waits for every rank's part of a checkpoint (1..86400)" },
+    { "WHALE_CKPT_DIR", "path", "the plan's ckpt_dir", "checkpoint root (--whale-ckpt-dir overrides)" },
+    { "WHALE_CKPT_EVERY", "spec", "the plan's ckpt_every", "save every N steps or every T (30s, 10m, 2h) (--whale-ckpt-every overrides)" },
+    { "WHALE_CKPT_FAULT", "spec", "", "testing: enospc_after=BYTES, slow_ms=MS, kill_rank=R inject checkpoint write faults" },
+    { "WHALE_CKPT_INCREMENTAL", "bool", "1", "hard-link bundles whose content hash matches the previous checkpoint" },
+    { "WHALE_CKPT_KEEP", "int", "3", "keep the last K checkpoints, 0 keeps all (--ckpt-keep overrides)" },
+    { "WHALE_CKPT_MOMENTS", "enum", "exact", "AdamW moments in checkpoints: exact or int8 (per-128 scales)" },
+    { "WHALE_CKPT_PRIVATE", "bool", "0", "checkpoints, metrics and traces owner-only (never group/world-readable)" },
+    { "WHALE_CKPT_RUN_ID", "string", "the job and step id", "identifies one run's saves (a replacement rank joins the same run)" },
+    { "WHALE_CKPT_WEIGHTS", "enum", "exact", "weights in checkpoints: exact, bf16 or fp16" },
+    { "WHALE_CKPT_ZSTD", "int", "0", "zstd level for checkpoint data after a byte shuffle, 0 = off (0..19)" },
+    { "WHALE_COLL_ALGO", "spec", "auto", "force ring, rd, raben, hier or tree for every collective, or per collective: allreduce=ring,broadcast=tree" },
+    { "WHALE_COLL_CHUNK", "size", "2097152", "collective pipelining unit in bytes" },
+    { "WHALE_COLL_MODEL", "spec", "measured", "link model shm=ALPHA_US:GBPS,net=ALPHA_US:GBPS instead of the probe" },
+    { "WHALE_COLL_PROBE", "enum", "cached", "force: measure the links again; 0: no probe (defaults)" },
+    { "WHALE_COLL_WINDOW", "int", "2", "collective chunks in flight (1..64)" },
+    { "WHALE_CONF", "contract", "", "the site config the plugin used (whale.conf path)" },
+    { "WHALE_DEVICE", "enum", "auto", "whale-train compute device: cpu, cuda or auto (--device overrides)" },
+    { "WHALE_DEVICE_MEM", "size", "unlimited", "device memory budget per rank, e.g. 12G (--device-mem overrides)" },
+    { "WHALE_DP", "contract", "", "data-parallel degree" },
+    { "WHALE_DP_RANK", "contract", "", "this rank's data-parallel index" },
+    { "WHALE_ELASTIC", "bool", "0", "1: heartbeats and failure agreement without spares too (a DP > 1 step may shrink)" },
+    { "WHALE_FAULT", "spec", "", "testing: kill|hang:rank=R:step=S[:phase=P][;...] fails a rank (see whale-train(1))" },
+    { "WHALE_GENERATE_REEXEC", "contract", "", "internal: whale-generate re-executed itself with OMP_WAIT_POLICY=passive" },
+    { "WHALE_GRAD_ACCUM", "int", "the plan's num_micro_batches, else 1", "micro-batches per step (--grad-accum overrides)" },
+    { "WHALE_HANG_TIMEOUT", "number", "0 (off)", "seconds a computing rank's progress may stand still before it is failed as hung" },
+    { "WHALE_HEARTBEAT", "number", "0.5 with spares, else off", "heartbeat interval in seconds (0: off)" },
+    { "WHALE_JOB_NO_KILL", "contract", "", "sbatch/salloc: the job was submitted with --no-kill (elastic steps need it)" },
+    { "WHALE_LOCAL_RANK", "contract", "", "index of this task on its node" },
+    { "WHALE_LOG", "enum", "warn (whale-train: info)", "log level: error, warn, info, debug or trace" },
+    { "WHALE_MICRO_BATCH", "int", "the plan's micro_batch, else batch/(DP x accum)", "samples per micro-batch per rank (--micro-batch overrides)" },
+    { "WHALE_MODEL_PATH", "path", "", "':'-separated folders searched for model presets (NAME.conf) before the installed ones" },
+    { "WHALE_NCCL_TIMEOUT", "number", "600", "seconds a NCCL collective may take before the watchdog aborts it" },
+    { "WHALE_NODE", "contract", "", "node name this task was mapped to" },
+    { "WHALE_NO_BF16_GEMM", "bool", "unset", "set: no AVX512-BF16 GEMM path even where the CPU has it" },
+    { "WHALE_NTASKS", "contract", "", "all tasks of the step, spares included" },
+    { "WHALE_OFFLOAD", "enum", "the plan's offload, else none", "none, optimizer or params (--offload overrides)" },
+    { "WHALE_OFFLOAD_PREFETCH", "int", "1", "ZeRO 3 + offload=params: layers fetched ahead (--offload-prefetch overrides)" },
+    { "WHALE_OFFLOAD_TARGET", "spec", "local", "where offloaded optimizer state lives: local, spares or a host list" },
+    { "WHALE_PEER_TIMEOUT", "number", "5", "seconds before a dead or silent peer fails pending operations (WHALE_EPEER)" },
+    { "WHALE_PLAN", "contract", "", "the plan: inline JSON (starts with '{') or a path" },
+    { "WHALE_PP", "contract", "", "pipeline-parallel degree" },
+    { "WHALE_PP_RANK", "contract", "", "this rank's pipeline stage" },
+    { "WHALE_RANK", "contract", "", "logical rank of this task (-1 for a spare)" },
+    { "WHALE_RANKMAP", "contract", "", "logical rank -> task id, compact, or @FILE" },
+    { "WHALE_REDUNDANCY_EVERY", "int", "1", "elastic steps: refresh the in-memory copy every K steps (0: local rollback only)" },
+    { "WHALE_REPORT", "contract", "", "FIFO of this node's slurmstepd for failure reports" },
+    { "WHALE_RMA_PROTO", "enum", "auto", "one-sided transfers to remote peers: auto (tagged messages for PEER-mode peers), tag or ucx" },
+    { "WHALE_SIMD", "enum", "best available", "host AdamW: force scalar, avx2 or avx512" },
+    { "WHALE_SPARE", "contract", "", "1 for a hot-spare task, else 0" },
+    { "WHALE_SPIN", "int", "16 (100000 when bound to a core)", "idle polls before a waiting rank yields its core" },
+    { "WHALE_SRUN_RESULT", "contract", "", "where slurmstepd reports an elastic step's result to srun" },
+    { "WHALE_TASK_ID", "contract", "", "Slurm/whale-run task id of this task" },
+    { "WHALE_TP", "contract", "", "tensor-parallel degree" },
+    { "WHALE_TP_RANK", "contract", "", "this rank's tensor-parallel index" },
+    { "WHALE_TRACE", "path", "", "write a Chrome/Perfetto trace per rank to PATH-rank<R>.json" },
+    { "WHALE_TRAIN_REEXEC", "contract", "", "internal: whale-train re-executed itself with OMP_WAIT_POLICY=passive" },
+    { "WHALE_UCX_PEER_MODE", "bool", "0", "1: UCX peer error handling for every endpoint, also on this node" },
+    { "WHALE_WORLD", "contract", "", "working ranks = TP x PP x DP" },
+    { "WHALE_ZERO", "int", "the plan's zero, else 0", "ZeRO stage 0..3 (--zero overrides)" },
+    { NULL, NULL, NULL, NULL },
+};
+
+const struct whale_knob *whale_knob_find(const char *name)
+{
+    for (const struct whale_knob *k = whale_knobs; k->name; k++)
+        if (!strcmp(k->name, name))
+            return k;
+    return NULL;
+}
+
+const char *whale_knob_getenv(const char *name)
+{
+    static atomic_int warned;
+    if (!whale_knob_find(name) && !atomic_exchange(&warned, 1))
+        whale_warn("%s is read but not declared in the knob table (util/knobs.c): a bug", name);
+    return getenv(name);
+}
+
+void whale_knobs_print(FILE *f, const char *prefix, int markdown)
+{
+    if (markdown)
+        fputs("| variable | type | default | meaning |\n|---|---|---|---|\n", f);
+    for (const struct whale_knob *k = whale_knobs; k->name; k++) {
+        if (prefix && strncmp(k->name, prefix, strlen(prefix)))
+            continue;
+        if (markdown)
+            fprintf(f, "| `%s` | %s | %s | %s |\n", k->name, k->type, *k->dflt ? k->dflt : "-",
+                    k->meaning);
+        else
+            fprintf(f, "%-26s %-8s %s\n%26s default: %s\n", k->name, k->type, k->meaning, "",
+                    *k->dflt ? k->dflt : "-");
+    }
+}

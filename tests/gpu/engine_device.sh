@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Engine equivalence through whale-train --device: the same gpt-tiny run (same
+# seed, data and batches) on --device cpu and --device cuda; every step's
+# loss within 1e-4 relative in fp32 and 2e-2 in bf16 (mixed precision: 16-bit
+# GEMM operands summed in different orders). Exits 77 (meson: SKIP) and says
+# so when whale-train cannot use a GPU here.
+# usage: engine_device.sh WHALE_TRAIN
+set -u
+TRAIN=$1
+T=$(mktemp -d /tmp/whale-gpu-engine-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+for i in $(seq 2000); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done > "$T/data.txt"
+common=(--model gpt-tiny --data "$T/data.txt" --batch 8 --seq 64 --steps 6 --no-progress --seed 7)
+
+probe=$("$TRAIN" "${common[@]}" --steps 0 --device cuda --metrics "$T/p.jsonl" 2>&1)
+if [ $? -ne 0 ]; then
+  echo "SKIP: whale-train cannot use a GPU here: $(echo "$probe" | grep -m1 'cannot run here')"
+  exit 77
+fi
+losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }
+fail=0
+for prec in fp32 bf16; do
+  tol=1e-4; [ $prec = bf16 ] && tol=2e-2
+  for dev in cpu cuda; do
+    if ! "$TRAIN" "${common[@]}" --precision $prec --device $dev --metrics "$T/$dev-$prec.jsonl" \
+         >"$T/$dev-$prec.log" 2>&1; then
+      echo "FAIL $prec $dev: whale-train failed"; tail -n 5 "$T/$dev-$prec.log"; fail=1; continue 2
+    fi
+  done
+  paste <(losses "$T/cpu-$prec.jsonl") <(losses "$T/cuda-$prec.jsonl") | awk -v p=$prec -v tol=$tol '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      printf "%s %s step %d cpu %.7f cuda %.7f rel %.2e\n", r <= tol ? "ok" : "FAIL", p, n, $1, $2, r;
+      if (r > tol) bad = 1 }
+    END { if (n < 6) { print "FAIL " p ": " n " steps compared, expected 6"; bad = 1 }; exit bad }' \
+    || fail=1
+done
+exit $fail

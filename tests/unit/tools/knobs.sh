@@ -1,0 +1,38 @@
+#!/bin/sh
+# One declaration per knob (issue 19): every "WHALE_..." name the code uses
+# is in the knob table (runtime/src/util/knobs.c), whale-train and whale-run
+# print that table with --help-env, and the README's table is exactly it.
+# usage: knobs.sh SOURCE_ROOT WHALE_TRAIN WHALE_RUN
+set -u
+ROOT=$1 TRAIN=$2 RUN=$3
+fails=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$TRAIN" --help-env > "$tmp/train" || { echo "FAILED - whale-train --help-env"; exit 1; }
+"$RUN" --help-env > "$tmp/run" || { echo "FAILED - whale-run --help-env"; exit 1; }
+names() { grep -oE '^WHALE_[A-Z0-9_]+' "$1" | sort -u; }
+names "$tmp/train" > "$tmp/declared"
+[ "$(wc -l < "$tmp/declared")" -gt 30 ] || { echo "FAILED - --help-env lists too few knobs"; exit 1; }
+if cmp -s "$tmp/train" "$tmp/run"; then echo "ok - whale-run --help-env = whale-train --help-env"
+else echo "FAILED - whale-run and whale-train print different tables"; fails=1; fi
+# every literal "WHALE_X" in C sources (not the WHALE_E* error codes: those are not strings)
+find "$ROOT/runtime" "$ROOT/spank" -name '*.[ch]' -print0 | xargs -0 grep -ohE '"WHALE_[A-Z0-9_]+"' |
+  tr -d '"' | sort -u > "$tmp/used"
+missing=$(comm -23 "$tmp/used" "$tmp/declared")
+if [ -z "$missing" ]; then echo "ok - every WHALE_* name in the code is declared ($(wc -l < "$tmp/used") used)"
+else echo "FAILED - used but not in the knob table (runtime/src/util/knobs.c): $(echo $missing)"; fails=1; fi
+# the README's table is the table
+"$TRAIN" --help-env=markdown > "$tmp/md"
+if python3 - "$ROOT/README.md" "$tmp/md" <<'PY'
+import sys
+readme, table = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+sys.exit(0 if table in readme else 1)
+PY
+then echo "ok - the README's knob table is whale-train --help-env=markdown"
+else
+  echo "FAILED - README.md's table (section \"Environment variables\") differs from"
+  echo "         whale-train --help-env=markdown; paste its output there"
+  fails=1
+fi
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
