@@ -12,6 +12,8 @@ DEB_PACKAGES=(
   libpmix-dev libpmix-bin libucx-dev ucx-utils
   # oneDNN: bf16 GEMMs of mixed precision on CPUs with AVX512_BF16 (optional at build time)
   libdnnl-dev
+  # whale-data: SentencePiece tokenizer (C++ library; spm_encode for contrib/bench/tokenizer-bench.sh); g++ for its wrapper
+  libsentencepiece-dev sentencepiece g++
   # Slurm + munge (plugin build and the local cluster)
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # tests

@@ -194,6 +194,11 @@ bool whale_ckpt_due(whale_ckpt *ck, int64_t step);
 void whale_ckpt_last_stats(whale_ckpt *ck, whale_ckpt_stats *out);
 /* Waits for the in-flight save, stops the thread; returns its status. */
 int  whale_ckpt_close(whale_ckpt *ck);
+/* A JSON text (object) saved as the manifest's "data" by every later save
+ * whose meta has no data_json (whale_ckpt_save_engine passes none): what
+ * the run trained on, e.g. whale-train's tokenizer record. NULL clears it.
+ * Older readers ignore the key. */
+int  whale_ckpt_set_data_json(whale_ckpt *ck, const char *json);
 
 /* ---- restore -------------------------------------------------------------- */
 /* Resolve "latest" (or "", NULL), "step-N", N, or a path, against a root or

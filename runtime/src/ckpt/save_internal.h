@@ -58,6 +58,7 @@ struct persist {
 struct whale_ckpt {
     whale_ckpt_config cfg;
     char *root, *run_id;
+    char *data_json;  /* whale_ckpt_set_data_json: default manifest "data" */
     ckpt_fault fault;
     ZSTD_CCtx *zc;
 

@@ -311,7 +311,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
     j.samples = meta->samples;
     j.loss_scale = meta->loss_scale;
     j.plan = dupn(meta->plan_json);
-    j.data = dupn(meta->data_json);
+    j.data = dupn(meta->data_json ? meta->data_json : ck->data_json);
     j.extra = dupn(meta->extra_json);
     if (meta->rng_len) {
         j.rng = malloc(meta->rng_len);
@@ -453,6 +453,17 @@ int whale_ckpt_close(whale_ckpt *ck)
     ckpt_dev_stream_destroy(ck->stream);
     free(ck->root);
     free(ck->run_id);
+    free(ck->data_json);
     free(ck);
     return rc;
+}
+
+int whale_ckpt_set_data_json(whale_ckpt *ck, const char *json)
+{
+    char *d = NULL;
+    if (json && !(d = strdup(json)))
+        return WHALE_ENOMEM;
+    free(ck->data_json);
+    ck->data_json = d;
+    return 0;
 }

@@ -140,14 +140,15 @@ static void step_progress(struct train *t, long step, long first_step,
 {
     const struct train_totals *r = &t->tot;
     double avg = r->n_tps ? r->t_run / r->n_tps : st->t_total;
-    char eta[32];
+    char eta[32], val[48]; /* val: the last validation loss (data area) */
     fmt_eta(eta, sizeof eta, avg * (t->o.steps - step - 1));
+    train_area_data_progress(val, sizeof val);
     if (t->tty)
-        fprintf(stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  MFU %.0f%%  ETA %s   ",
-                step + 1, t->o.steps, st->loss, tps, 100 * mfu, eta);
+        fprintf(stderr, "\rstep %ld/%ld  loss %.4f%s  %.0f tok/s  MFU %.0f%%  ETA %s   ",
+                step + 1, t->o.steps, st->loss, val, tps, 100 * mfu, eta);
     else if ((step + 1) % t->o.log_every == 0 || step + 1 == t->o.steps || step == first_step)
-        fprintf(stderr, "step %ld/%ld loss %.4f grad_norm %.3f lr %.2e %.0f tok/s MFU "
-                "%.0f%% ETA %s\n", step + 1, t->o.steps, st->loss, st->grad_norm,
+        fprintf(stderr, "step %ld/%ld loss %.4f%s grad_norm %.3f lr %.2e %.0f tok/s MFU "
+                "%.0f%% ETA %s\n", step + 1, t->o.steps, st->loss, val, st->grad_norm,
                 (double)st->lr, tps, 100 * mfu, eta);
 }
 

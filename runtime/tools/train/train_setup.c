@@ -217,6 +217,8 @@ int train_setup(struct train *t)
         return 1;
     if ((rc = setup_checkpoints(t)) != TRAIN_GO)
         return rc;
+    if (t->ck && train_area_data_ckpt(t)) /* the tokenizer, in every manifest */
+        return 1;
     if ((rc = setup_buffers(t)) != TRAIN_GO)
         return rc;
     t->job = (struct train_job){ .e = &t->e, .ec = &t->ec, .data = &t->data, .dc = &t->dc,

@@ -1,0 +1,484 @@
+/* whale-data: text files -> a SentencePiece tokenizer and llm.c token
+ * shards (train / validation) that whale-train reads, plus whale-data.json
+ * describing them. See whale-data(1). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <glob.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "corpus.h"
+#include "encode.h"
+#include "outdir.h"
+#include "spm.h"
+#include "whale_config.h"
+
+#define ERR(...) (fprintf(stderr, "whale-data: " __VA_ARGS__), fputc('\n', stderr))
+#define META_NAME "whale-data.json"
+#define TOK_NAME "tokenizer.model"
+
+struct opts {
+    const char *out, *jsonl, *tokenizer, *model_type;
+    long vocab, val_docs, threads, shard_tokens, train_sentences;
+    double val_fraction, coverage;
+    int progress, verbose, force;
+    long shuffle; /* seed of the document order in the shards; -1: input order */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"Usage: whale-data -o DIR [options] INPUT...\n"
+"Turn UTF-8 text into llm.c token shards for whale-train, with a train / validation\n"
+"split and a SentencePiece tokenizer trained on the corpus (or loaded).\n"
+"INPUT: files, directories (read recursively, in name order) or quoted glob patterns.\n"
+"\n"
+"  -o, --out DIR          output directory (created): tokenizer.model, train_NNNNNN.bin,\n"
+"                         val_NNNNNN.bin, whale-data.json\n"
+"  --jsonl FIELD          inputs are JSON lines; each record's string FIELD is one\n"
+"                         document (default: each file is one document)\n"
+"  --tokenizer FILE       use this SentencePiece .model instead of training one\n"
+"  --vocab-size N         tokens of the trained tokenizer (default 4096; 64..65536:\n"
+"                         shards hold uint16 ids)\n"
+"  --model-type T         bpe (default) or unigram\n"
+"  --character-coverage X share of characters the tokenizer must cover (0.9995; 1.0 for\n"
+"                         small alphabets); rarer ones become byte pieces\n"
+"  --train-sentences N    lines sampled to train the tokenizer (default 2000000; 0: all)\n"
+"  --val-fraction X       share of documents held out for validation (default 0.05;\n"
+"                         0..0.5; spread evenly over the corpus, the same every run)\n"
+"  --val-docs N           hold out exactly N documents instead\n"
+"  --shard-tokens N       tokens per shard at most (default 100000000)\n"
+"  --shuffle SEED         document order in the shards: a permutation from SEED\n"
+"                         (default 1), so consecutive training steps see different\n"
+"                         documents; --no-shuffle keeps the sorted input order\n"
+"  --threads N            encoding (and tokenizer training) threads (default: CPUs)\n"
+"  --force                replace an existing whale-data output in DIR\n"
+"  --no-progress          no live progress line\n"
+"  --verbose              show SentencePiece's own training log\n"
+"  -h, --help  -V, --version\n"
+"\n"
+"Every document starts with the tokenizer's BOS id; newlines are kept as the piece\n"
+"<n>. Files are written under temporary names and renamed into place at the end,\n"
+"so a failed run leaves no half-written shard. Then:\n"
+"  whale-train --model M.conf --vocab N --data DIR/train_000000.bin \\\n"
+"      --val-data DIR/val_000000.bin --eval-every 50\n"
+"Tokenizer library: SentencePiece %s (C++ API).\n", wd_spm_version());
+}
+
+static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        ERR("%s=%s: expected an integer in %ld..%ld", opt, s, lo, hi);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        ERR("%s=%s: expected a number in %g..%g", opt, s, lo, hi);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* the training sentences: non-empty lines of the training documents */
+struct sent_it {
+    const struct wd_corpus *c;
+    size_t doc, pos;
+};
+
+static int next_sentence(void *user, const char **s, size_t *len)
+{
+    struct sent_it *it = user;
+    while (it->doc < it->c->ndocs) {
+        const struct wd_doc *d = &it->c->docs[it->doc];
+        if (d->val || it->pos >= d->len) {
+            it->doc++;
+            it->pos = 0;
+            continue;
+        }
+        const char *t = d->text + it->pos;
+        const char *e = memchr(t, '\n', d->len - it->pos);
+        size_t l = e ? (size_t)(e - t) : d->len - it->pos;
+        it->pos += l + 1;
+        if (l && t[l - 1] == '\r')
+            l--;
+        if (!l)
+            continue;
+        *s = t;
+        *len = l;
+        return 0;
+    }
+    return 1;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        ERR("--tokenizer %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    char *b = NULL;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (b = malloc(sb.st_size + 1)) &&
+        fread(b, 1, sb.st_size, f) == (size_t)sb.st_size) {
+        *len = (size_t)sb.st_size;
+    } else {
+        ERR("--tokenizer %s: cannot read it (not a regular file?)", path);
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+/* The order documents are written in: a Fisher-Yates permutation from
+ * seed (splitmix64; the same seed, the same order), or the input order. */
+static size_t *doc_order(size_t n, long seed)
+{
+    size_t *p = malloc((n ? n : 1) * sizeof *p);
+    if (!p)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        p[i] = i;
+    uint64_t x = (uint64_t)seed;
+    for (size_t i = n; seed >= 0 && i > 1; i--) {
+        uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        size_t j = (size_t)(z % i), t = p[i - 1];
+        p[i - 1] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+/* Write one split's shards (documents in `order`); names appended to arr. */
+static int write_split(struct wd_out *o, const char *split, const struct wd_corpus *c,
+                       const struct wd_ids *enc, const size_t *order, bool val,
+                       long shard_tokens, json_t *arr,
+                       size_t *ntok, size_t *ndocs, size_t *nbytes)
+{
+    size_t cap = 64, np = 0, cur = 0;
+    int shard = 0, rc = 0;
+    const int32_t **parts = malloc(cap * sizeof *parts);
+    size_t *lens = malloc(cap * sizeof *lens);
+    if (!parts || !lens)
+        rc = -1;
+    *ntok = *ndocs = *nbytes = 0;
+    for (size_t i = 0; i <= c->ndocs && !rc; i++) {
+        bool last = i == c->ndocs;
+        const size_t di = last ? 0 : order[i];
+        size_t off = 0;
+        while (!last && !rc && off < enc[di].n && c->docs[di].val == val) {
+            size_t take = enc[di].n - off;
+            if (take > (size_t)shard_tokens - cur)
+                take = (size_t)shard_tokens - cur;
+            if (np == cap) {
+                cap *= 2;
+                const int32_t **p2 = realloc(parts, cap * sizeof *parts);
+                size_t *l2 = p2 ? realloc(lens, cap * sizeof *lens) : NULL;
+                if (p2)
+                    parts = p2;
+                if (l2)
+                    lens = l2;
+                if (!p2 || !l2) {
+                    rc = -1;
+                    break;
+                }
+            }
+            parts[np] = enc[di].ids + off;
+            lens[np++] = take;
+            cur += take;
+            off += take;
+            if (cur == (size_t)shard_tokens) { /* a full shard: write it */
+                char nm[64];
+                snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
+                rc = wd_write_shard(o, nm, parts, lens, np);
+                json_array_append_new(arr, json_string(nm));
+                *ntok += cur;
+                np = cur = 0;
+            }
+        }
+        if (!last && c->docs[di].val == val) {
+            (*ndocs)++;
+            *nbytes += c->docs[di].len;
+        }
+        if (last && cur && !rc) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
+            rc = wd_write_shard(o, nm, parts, lens, np);
+            json_array_append_new(arr, json_string(nm));
+            *ntok += cur;
+        }
+    }
+    free(parts);
+    free(lens);
+    return rc;
+}
+
+/* after --force: shards of the previous output that this one did not write */
+static void remove_stale(const char *dir, json_t *tr, json_t *va)
+{
+    const char *pat[2] = { "train_*.bin", "val_*.bin" };
+    for (int k = 0; k < 2; k++) {
+        char *g;
+        if (asprintf(&g, "%s/%s", dir, pat[k]) < 0)
+            return;
+        glob_t gl;
+        if (glob(g, 0, NULL, &gl) == 0) {
+            for (size_t i = 0; i < gl.gl_pathc; i++) {
+                const char *base = strrchr(gl.gl_pathv[i], '/') + 1;
+                bool keep = false;
+                size_t j;
+                json_t *v;
+                json_array_foreach(k ? va : tr, j, v) keep |= !strcmp(json_string_value(v), base);
+                if (!keep)
+                    unlink(gl.gl_pathv[i]);
+            }
+            globfree(&gl);
+        }
+        free(g);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    struct opts o = { .model_type = "bpe", .vocab = 4096, .val_fraction = 0.05,
+                      .threads = ncpu > 0 ? ncpu : 1, .shard_tokens = 100000000,
+                      .train_sentences = 2000000, .coverage = 0.9995, .progress = -1,
+                      .shuffle = 1 };
+    enum { O_JSONL = 256, O_TOK, O_VOCAB, O_TYPE, O_COV, O_TRS, O_VF, O_VD, O_ST, O_TH, O_FORCE,
+           O_NOPROG, O_VERB, O_SHUF, O_NOSHUF };
+    static const struct option lo[] = {
+        { "out", required_argument, 0, 'o' }, { "jsonl", required_argument, 0, O_JSONL },
+        { "tokenizer", required_argument, 0, O_TOK },
+        { "vocab-size", required_argument, 0, O_VOCAB },
+        { "model-type", required_argument, 0, O_TYPE },
+        { "character-coverage", required_argument, 0, O_COV },
+        { "train-sentences", required_argument, 0, O_TRS },
+        { "val-fraction", required_argument, 0, O_VF }, { "val-docs", required_argument, 0, O_VD },
+        { "shard-tokens", required_argument, 0, O_ST }, { "threads", required_argument, 0, O_TH },
+        { "force", no_argument, 0, O_FORCE }, { "no-progress", no_argument, 0, O_NOPROG },
+        { "verbose", no_argument, 0, O_VERB }, { "shuffle", required_argument, 0, O_SHUF },
+        { "no-shuffle", no_argument, 0, O_NOSHUF }, { "help", no_argument, 0, 'h' },
+        { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+    };
+    int c, bad = 0, vocab_set = 0;
+    while ((c = getopt_long(argc, argv, "o:hV", lo, NULL)) != -1) {
+        switch (c) {
+        case 'o': o.out = optarg; break;
+        case O_JSONL:
+            if (!*optarg) {
+                ERR("--jsonl needs a field name");
+                bad = 1;
+            }
+            o.jsonl = optarg;
+            break;
+        case O_TOK: o.tokenizer = optarg; break;
+        case O_VOCAB: bad |= parse_long("--vocab-size", optarg, 64, 65536, &o.vocab); vocab_set = 1; break;
+        case O_TYPE:
+            if (strcmp(optarg, "bpe") && strcmp(optarg, "unigram")) {
+                ERR("--model-type=%s: expected bpe or unigram", optarg);
+                bad = 1;
+            }
+            o.model_type = optarg;
+            break;
+        case O_COV: bad |= parse_double("--character-coverage", optarg, 0.98, 1.0, &o.coverage); break;
+        case O_TRS: bad |= parse_long("--train-sentences", optarg, 0, 1L << 40, &o.train_sentences); break;
+        case O_VF: bad |= parse_double("--val-fraction", optarg, 0, 0.5, &o.val_fraction); break;
+        case O_VD: bad |= parse_long("--val-docs", optarg, 1, 1L << 40, &o.val_docs); break;
+        case O_ST: bad |= parse_long("--shard-tokens", optarg, 1024, INT32_MAX, &o.shard_tokens); break;
+        case O_TH: bad |= parse_long("--threads", optarg, 1, 1024, &o.threads); break;
+        case O_FORCE: o.force = 1; break;
+        case O_NOPROG: o.progress = 0; break;
+        case O_VERB: o.verbose = 1; break;
+        case O_SHUF: bad |= parse_long("--shuffle", optarg, 0, LONG_MAX, &o.shuffle); break;
+        case O_NOSHUF: o.shuffle = -1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("whale-data %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (bad)
+        return 2;
+    if (!o.out) {
+        ERR("--out DIR is required (see --help)");
+        return 2;
+    }
+    if (o.tokenizer && vocab_set) {
+        ERR("--vocab-size trains a tokenizer; --tokenizer loads one: give one of them");
+        return 2;
+    }
+    bool progress = o.progress != 0 && isatty(STDERR_FILENO);
+    {
+        char *meta;
+        struct stat sb;
+        if (asprintf(&meta, "%s/%s", o.out, META_NAME) < 0)
+            return 1;
+        int exists = stat(meta, &sb) == 0;
+        free(meta);
+        if (exists && !o.force) {
+            ERR("%s already holds a whale-data output (%s); --force replaces it", o.out,
+                META_NAME);
+            return 1;
+        }
+    }
+
+    struct wd_corpus corp = { 0 };
+    struct wd_out out = { 0 };
+    struct wd_ids *enc = NULL;
+    size_t *order = NULL;
+    wd_spm *sp = NULL;
+    char *model = NULL;
+    size_t model_len = 0;
+    char err[1024];
+    json_t *meta = NULL;
+    int rc = 1;
+    if (wd_corpus_files(&corp, argv + optind, argc - optind) || wd_corpus_read(&corp, o.jsonl) ||
+        wd_corpus_split(&corp, o.val_docs ? 0 : o.val_fraction, o.val_docs))
+        goto done;
+    fprintf(stderr, "whale-data: %d files, %zu documents, %.1f MB of text\n", corp.nfiles,
+            corp.ndocs, corp.bytes / 1048576.0);
+
+    /* the tokenizer: loaded, or trained on the training documents only (so
+     * validation text never shapes it) */
+    double t_train = 0;
+    if (o.tokenizer) {
+        if (!(model = slurp(o.tokenizer, &model_len)))
+            goto done;
+        if (wd_spm_load_bytes(model, model_len, &sp, err, sizeof err)) {
+            ERR("--tokenizer %s: not a SentencePiece model: %s", o.tokenizer, err);
+            goto done;
+        }
+    } else {
+        struct sent_it it = { &corp, 0, 0 };
+        struct wd_spm_train_opts to = { .vocab_size = (int)o.vocab, .model_type = o.model_type,
+                                        .threads = (int)o.threads,
+                                        .max_sentences = o.train_sentences,
+                                        .character_coverage = o.coverage, .verbose = o.verbose,
+                                        .next = next_sentence, .user = &it };
+        if (progress)
+            fprintf(stderr, "training a %s tokenizer of %ld tokens...", o.model_type, o.vocab);
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int trc = wd_spm_train(&to, &model, &model_len, err, sizeof err);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        t_train = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+        if (progress)
+            fputc('\n', stderr);
+        if (trc) {
+            ERR("training the tokenizer (--vocab-size %ld, --model-type %s) failed: %s", o.vocab,
+                o.model_type, err);
+            goto done;
+        }
+        if (wd_spm_load_bytes(model, model_len, &sp, err, sizeof err)) {
+            ERR("the trained tokenizer does not load: %s", err);
+            goto done;
+        }
+    }
+    int V = wd_spm_vocab(sp);
+    if (V > 65536) {
+        ERR("the tokenizer has %d tokens; llm.c shards hold uint16 ids (at most 65536)", V);
+        goto done;
+    }
+
+    double t_enc = 0;
+    if (wd_encode_all(sp, &corp, (int)o.threads, progress, &enc, &t_enc))
+        goto done;
+
+    if (!(order = doc_order(corp.ndocs, o.shuffle)) || wd_out_init(&out, o.out))
+        goto done;
+    json_t *tr = json_array(), *va = json_array();
+    size_t tt, td, tb, vt, vd, vb;
+    if (wd_out_write(&out, TOK_NAME, model, model_len) ||
+        write_split(&out, "train", &corp, enc, order, false, o.shard_tokens, tr, &tt, &td, &tb) ||
+        write_split(&out, "val", &corp, enc, order, true, o.shard_tokens, va, &vt, &vd, &vb)) {
+        json_decref(tr);
+        json_decref(va);
+        goto done;
+    }
+    json_t *src = json_array();
+    for (int i = 0; i < corp.nfiles; i++) {
+        char *rp = realpath(corp.files[i], NULL);
+        json_array_append_new(src, json_string(rp ? rp : corp.files[i]));
+        free(rp);
+    }
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64(model, model_len, 0));
+    meta = json_pack("{sssisssssIsssisisisi s{s{sosIsIsI} s{sosIsIsI}} sosssf sfsfsisf}",
+        "format", "whale-data", "version", 1,
+        "tokenizer", TOK_NAME, "tokenizer_xxh64", hash, "tokenizer_bytes", (json_int_t)model_len,
+        "tokenizer_type", o.tokenizer ? "loaded" : o.model_type,
+        "vocab_size", V, "bos_id", wd_spm_bos(sp), "eos_id", wd_spm_eos(sp),
+        "newline_id", wd_spm_newline(sp),
+        "splits",
+        "train", "shards", tr, "tokens", (json_int_t)tt, "documents", (json_int_t)td, "bytes",
+        (json_int_t)tb,
+        "val", "shards", va, "tokens", (json_int_t)vt, "documents", (json_int_t)vd, "bytes",
+        (json_int_t)vb,
+        "sources", src, "library", "sentencepiece", "val_fraction",
+        o.val_docs ? (double)vd / corp.ndocs : o.val_fraction,
+        "encode_s", t_enc, "train_tokenizer_s", t_train, "threads", (int)o.threads,
+        "encode_mb_per_s", t_enc > 0 ? corp.bytes / 1048576.0 / t_enc : 0.0);
+    if (!meta) {
+        ERR("cannot build %s (out of memory)", META_NAME);
+        goto done;
+    }
+    json_object_set_new(meta, "library_version", json_string(wd_spm_version()));
+    json_object_set_new(meta, "shuffle", o.shuffle >= 0 ? json_integer(o.shuffle) : json_null());
+    if (o.jsonl)
+        json_object_set_new(meta, "jsonl_field", json_string(o.jsonl));
+    if (o.tokenizer) {
+        char *rp = realpath(o.tokenizer, NULL);
+        json_object_set_new(meta, "tokenizer_source", json_string(rp ? rp : o.tokenizer));
+        free(rp);
+    }
+    char *txt = json_dumps(meta, JSON_INDENT(2));
+    int wrc = !txt || wd_out_write(&out, META_NAME, txt, strlen(txt));
+    free(txt);
+    if (wrc || wd_out_commit(&out))
+        goto done;
+    if (o.force)
+        remove_stale(o.out, json_object_get(json_object_get(json_object_get(meta, "splits"), "train"), "shards"),
+                     json_object_get(json_object_get(json_object_get(meta, "splits"), "val"), "shards"));
+    fprintf(stderr, "whale-data: vocabulary %d; train %zu tokens (%zu documents), val %zu tokens "
+            "(%zu documents); encoded %.1f MB in %.2f s (%.1f MB/s, %ld threads) -> %s\n", V, tt,
+            td, vt, vd, corp.bytes / 1048576.0, t_enc,
+            t_enc > 0 ? corp.bytes / 1048576.0 / t_enc : 0.0, o.threads, o.out);
+    rc = 0;
+done:
+    if (rc)
+        wd_out_abort(&out);
+    else
+        wd_out_free(&out);
+    json_decref(meta);
+    wd_encoded_free(enc, corp.ndocs);
+    free(order);
+    wd_spm_free(sp);
+    free(model);
+    wd_corpus_free(&corp);
+    return rc;
+}
