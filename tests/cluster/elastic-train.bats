@@ -124,16 +124,6 @@ check() {
   nothing_left
 }
 
-# need_two_at_once: WHALE_FAULT kill:rank=R,R kills both ranks in the same
-# step (el-perf's part; two separate items fire when each rank gets there,
-# and the first death is often handled before the second rank arrives)
-need_two_at_once() {
-  local lib
-  lib=$(ldd "$TRAIN" | awk '/libwhale/ {print $3}')
-  grep -q 'kill:rank=1,3:step=5' "$TRAIN" $lib 2>/dev/null || \
-    skip "needs WHALE_FAULT rank=R,R (simultaneous kill of two ranks, branch el-perf), not in this build"
-}
-
 L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
 
 @test "kill -9 one rank during forward: the spare takes over, same losses" {
@@ -226,7 +216,6 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
 @test "a rank and the holder of its copy killed together: restored from disk inside the step" {
   # DP=4 ZeRO 1 without spares: rank 1's copy is held by rank 2 (next DP
   # replica). Batch 8 = 1 x 2 micro x DP 4; after both die DP 2 runs 4.
-  need_two_at_once
   export ACCUM=2
   ref dp4 -N4 -n4 --whale-dp=4 --whale-zero=1
   fault_run kdisk WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=1,2:step=13 -- \
