@@ -2,7 +2,7 @@
  * accounting per kind, the NULL-stream rule, then the implementation's
  * operation (cpu.c or cuda/). Checks live here once so both backends refuse
  * the same bad calls with the same message. */
-#include "backend/backend_int.h"
+#include "backend/backend_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend_int.h"
+#include "backend/backend_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 

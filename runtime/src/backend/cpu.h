@@ -6,7 +6,7 @@
 #ifndef BACKEND_CPU_H
 #define BACKEND_CPU_H
 
-#include "backend/backend_int.h"
+#include "backend/backend_internal.h"
 
 int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int K, float alpha,
              const void *A, int lda, const void *B, int ldb, enum whale_dtype abt, float beta,

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "elastic/elastic_int.h"
+#include "elastic/elastic_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "elastic/elastic_int.h"
+#include "elastic/elastic_internal.h"
 #include "whale/comm.h"
 #include "whale/error.h"
 #include "whale/log.h"

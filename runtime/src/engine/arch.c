@@ -1,7 +1,7 @@
 /* The model description's architecture keys as the engine runs them: which
  * block (layers.c's GPT-2 block or block_x.c's configurable one), and how
  * grouped key/value heads fall on the tensor-parallel ranks. */
-#include "engine_int.h"
+#include "engine_internal.h"
 
 #include "whale/error.h"
 #include "whale/log.h"

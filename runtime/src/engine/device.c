@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "ecomm_dev.h"
-#include "engine_int.h"
+#include "engine_internal.h"
 #include "kernels.h"
 #include "whale/error.h"
 #include "whale/log.h"

@@ -4,7 +4,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
-#include "engine_int.h"
+#include "engine_internal.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include <sched.h>
 
-#include "engine_int.h"
+#include "engine_internal.h"
 #include "device.h"
 #include "kernels.h"
 

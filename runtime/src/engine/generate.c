@@ -5,7 +5,7 @@
  * Shapes: tokens (1,T) int32; the stream between layers (1,T,C) fp32; the
  * head's saved area ends with probs (T,V) (layers.c: lnf (T,C), mean (T),
  * rstd (T), probs (T,V)), row n-1 of which is the answer. */
-#include "engine_int.h"
+#include "engine_internal.h"
 
 #include <math.h>
 #include <stdlib.h>

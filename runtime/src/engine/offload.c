@@ -1,7 +1,7 @@
 /* Host offload: the mover thread and the host tier (see offload.h). The
  * update itself (host AdamW over the tier) is in step.c beside the other
  * optimizer code. */
-#include "engine_int.h"
+#include "engine_internal.h"
 
 #include <pthread.h>
 #include <sched.h>

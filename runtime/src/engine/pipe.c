@@ -2,7 +2,7 @@
  * partition), recomputation policy per layer, activation slots per
  * (chunk, micro-batch) in flight, and the micro-batch loop of a step driven
  * by the pipeline executor (whale/parallel.h) with the plan's schedule. */
-#include "engine_int.h"
+#include "engine_internal.h"
 #include "kernels.h"
 
 #include <stdio.h>

@@ -12,7 +12,7 @@
  * This OpenBLAS build exports no cblas_sbgemm, so there is no bf16 GEMM on
  * the CPU path here; see README "Mixed precision". Every cast runs through
  * the engine's backend (whale_k_cast / whale_k_round / whale_k_adamw). */
-#include "engine_int.h"
+#include "engine_internal.h"
 
 #include "whale/backend.h"
 

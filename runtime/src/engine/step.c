@@ -2,7 +2,7 @@
  * buckets reduced while backward continues, ZeRO gathers and partitions,
  * loss scaling, clipping and AdamW on this rank's shard. */
 #include "device.h"
-#include "engine_int.h"
+#include "engine_internal.h"
 #include "kernels.h"
 
 #include <math.h>

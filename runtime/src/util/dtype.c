@@ -3,7 +3,7 @@
  * 8 values per instruction group and give the same bits as the scalar
  * code, which handles the tails and CPUs without those units. */
 #include "whale/dtype.h"
-#include "util/dtype_int.h"
+#include "util/dtype_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "../engine/fakecomm.h"
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 #include "whale/error.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "whale/engine.h"
 #include "whale/modeldesc.h"
 

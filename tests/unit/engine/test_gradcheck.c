@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "engine/kernels.h"
 #include "whale/engine.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "engine/attn_blocked.h"
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "engine/kernels.h"
 #include "engine/kernels_llama.h"
 #include "whale/engine.h"

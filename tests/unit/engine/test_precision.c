@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "whale/dtype.h"
 #include "whale/engine.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "fakecomm.h"
 #include "whale/data.h"
 #include "whale/engine.h"

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "../engine/fakecomm.h"
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "whale/arena.h"
 #include "whale/comm.h"
 #include "whale/data.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "../engine/fakecomm.h"
-#include "engine/engine_int.h"
+#include "engine/engine_internal.h"
 #include "inproc.h"
 #include "whale/engine.h"
 #include "whale/error.h"

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "whale/dtype.h"
-#include "util/dtype_int.h"
+#include "util/dtype_internal.h"
 
 static float bits_f(uint32_t u)
 {

@@ -6,7 +6,7 @@
 #ifndef BACKEND_CUDA_BACKEND_H
 #define BACKEND_CUDA_BACKEND_H
 
-#include "backend/backend_int.h"
+#include "backend/backend_internal.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* Engine internals shared by its source files and the unit tests. */
-#ifndef ENGINE_INT_H
-#define ENGINE_INT_H
+#ifndef ENGINE_INTERNAL_H
+#define ENGINE_INTERNAL_H
 
 #include "ecomm.h"
 #include "offload.h"

@@ -1,6 +1,6 @@
 /* Internals of the elastic state module (runtime/src/elastic). */
-#ifndef WHALE_ELASTIC_INT_H
-#define WHALE_ELASTIC_INT_H
+#ifndef WHALE_ELASTIC_INTERNAL_H
+#define WHALE_ELASTIC_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>

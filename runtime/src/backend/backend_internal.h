@@ -6,8 +6,8 @@
  * an implementation sees only valid calls and native stream handles
  * (cudaStream_t on cuda, NULL on cpu). The table is plain C so the CUDA
  * implementation (C++ compiled by nvcc) fills it too. */
-#ifndef BACKEND_INT_H
-#define BACKEND_INT_H
+#ifndef BACKEND_INTERNAL_H
+#define BACKEND_INTERNAL_H
 
 #include <pthread.h>
 
