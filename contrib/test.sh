@@ -25,6 +25,7 @@ LOGDIR=$ROOT/build/test-logs
 passed=0
 failed=0
 failures=()
+FAIL_DETAILS=$(mktemp)
 
 stamp() { date +%s; }
 T0=$(stamp)
@@ -45,7 +46,14 @@ count_meson() {  # build dir, label, meson test args...
   fi
   if [ "$fail" -gt 0 ]; then
     echo "$out" | sed -n '/^Summary of Failures:/,$p' | head -n 40
-    failures+=("$label: $fail")
+    # Name the failed tests on the summary line too: CI shows only the tail.
+    local names
+    names=$(echo "$out" | sed -n '/^Summary of Failures:/,$p' |
+      awk '/ (FAIL|TIMEOUT|UNEXPECTEDPASS|ERROR) / {for (i = 1; i <= NF; i++) if ($i == "/") {print $(i + 1); break}}' |
+      sort -u | tr '\n' ' ')
+    failures+=("$label: $fail ${names:+(${names% })}")
+    { echo "--- $label: failed tests"; echo "$out" | sed -n '/^Summary of Failures:/,$p' | head -n 20
+      echo "$out" | grep -B2 -A25 -E '^(=+ [0-9]+/[0-9]+ =+|-+ 8< -+)' | tail -n 60; } >>"$FAIL_DETAILS"
   fi
   passed=$((passed + ok)); failed=$((failed + fail))
 }
@@ -118,7 +126,10 @@ if mc_out=$("$MC" -i "$INSTANCE" -b "$BUILD" up "$NODES" 2>&1); then
     if [ -n "$plan" ] && [ $((ok + nok)) -lt "$plan" ]; then nok=$((plan - ok)); fi
     [ -z "$plan" ] && [ $((ok + nok)) -eq 0 ] && nok=1
     passed=$((passed + ok)); failed=$((failed + nok))
-    [ "$nok" -gt 0 ] && failures+=("cluster: $nok")
+    if [ "$nok" -gt 0 ]; then
+      failures+=("cluster: $nok")
+      { echo "--- cluster: failed cases"; echo "$tap" | awk '/^not ok/ {p = 1} /^ok / {p = 0} p' | head -n 60; } >>"$FAIL_DETAILS"
+    fi
   fi
 else
   echo "$mc_out"
@@ -128,6 +139,8 @@ cleanup
 trap - EXIT
 
 section "done"
+# CI shows only the end of this output: repeat what failed, with its log.
+[ -s "$FAIL_DETAILS" ] && tail -n 80 "$FAIL_DETAILS"
 for f in "${failures[@]}"; do echo "failed: $f"; done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
