@@ -10,6 +10,7 @@
 #include "submit_check.h"
 #include "trust.h"
 #include "whale/env.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #include <slurm/slurm.h>
@@ -157,7 +158,7 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         goto fail;
     /* an elastic step (spares, or WHALE_ELASTIC=1: DP may shrink): srun's
      * status will be the training's (result.c) */
-    const char *el = getenv("WHALE_ELASTIC");
+    const char *el = whale_knob_getenv("WHALE_ELASTIC");
     if (g_plan.spares > 0 || (el && !strcmp(el, "1")))
         whale_result_listen(step.layout.ntasks);
     if (!(json = whale_plan_to_json(&g_plan, 0))) {

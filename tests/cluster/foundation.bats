@@ -46,7 +46,7 @@ teardown() { rm -rf "$TMP"; }
 srun printenv WHALE_TASK_ID
 JOB
   jid=$(timeout 30 sbatch --parsable -o "$TMP/out" "$TMP/job.sh")
-  for _ in $(seq 120); do
+  for _ in $(seq 600); do # until the job left the queue (bound: a hang)
     squeue -h -j "$jid" 2>/dev/null | grep -q . || break
     sleep 0.5
   done

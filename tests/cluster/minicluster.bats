@@ -90,7 +90,7 @@ alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; 
   mc_env
   timeout 120 srun -N2 -n2 -k sleep 300 >/dev/null 2>&1 3>&- &
   srun_pid=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     [ "$(ip netns pids wmc$I-node2 | xargs -r ps -o comm= -p | grep -c '^sleep')" -ge 1 ] && break
     sleep 0.2
   done
@@ -128,5 +128,5 @@ alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; 
   [ "$status" -eq 0 ]
   run "$MC" -i $I link-up node2
   [ "$status" -eq 0 ]
-  timeout 10 bash -c "until echo > /dev/tcp/$addr/$port; do sleep 0.2; done" 2>/dev/null
+  timeout 60 bash -c "until echo > /dev/tcp/$addr/$port; do sleep 0.2; done" 2>/dev/null
 }

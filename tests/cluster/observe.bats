@@ -282,7 +282,7 @@ PY
   "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 100000 --batch 4 --seq 32 \
     --threads 1 --no-progress --metrics "$TMPD/ps.jsonl" > /dev/null 2>&1 &
   pid=$!
-  for i in $(seq 100); do [ -s "$TMPD/ps.jsonl" ] && break; sleep 0.2; done
+  for i in $(seq 600); do [ -s "$TMPD/ps.jsonl" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.2; done
   comm=$(cat /proc/$pid/comm)
   found=$(pgrep -x whale-train | grep -c "^$pid\$" || true)
   kill -TERM $pid; wait $pid || true

@@ -203,7 +203,8 @@ for g in (0, 4):
   [[ "${lines[0]}" == "@$BATS_TEST_TMPDIR/tmp/whale."??????"/rankmap 0,4,1,5,2,6,3,7" ]]
   [ "$(cut -d' ' -f1 <<< "$output" | sort -u | wc -l)" -eq 4 ]
   # every node removes its copy when its slurmstepd ends (which may be just after srun)
-  for _ in $(seq 50); do [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ] && break; sleep 0.1; done
+  # (bound against a hang only: 60 s, a loaded machine)
+  for _ in $(seq 600); do [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ] && break; sleep 0.1; done
   [ -z "$(ls "$BATS_TEST_TMPDIR/tmp")" ]
 }
 

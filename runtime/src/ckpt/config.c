@@ -2,7 +2,9 @@
 #include "ckpt_internal.h"
 
 #include "whale/env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #include <errno.h>
@@ -25,19 +27,16 @@ void whale_ckpt_config_default(whale_ckpt_config *c)
     c->commit_timeout_s = 600;
 }
 
+/* 1: unset; the value through util's checked parser (whale/envnum.h) */
 static int env_long(const char *var, long lo, long hi, long *out)
 {
-    const char *s = getenv(var);
+    const char *s = whale_knob_getenv(var);
     if (!s || !*s)
         return 1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         whale_error("%s=%s: expected an integer in [%ld, %ld]", var, s, lo, hi);
         return WHALE_ERANGE;
     }
-    *out = v;
     return 0;
 }
 
@@ -78,9 +77,9 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
     const char *s;
     long v;
     int rc;
-    if ((s = getenv("WHALE_CKPT_DIR")) && *s)
+    if ((s = whale_knob_getenv("WHALE_CKPT_DIR")) && *s)
         c->root = s;
-    if ((s = getenv("WHALE_CKPT_EVERY")) && *s && parse_every(s, &c->every_steps, &c->every_seconds)) {
+    if ((s = whale_knob_getenv("WHALE_CKPT_EVERY")) && *s && parse_every(s, &c->every_steps, &c->every_seconds)) {
         whale_error("WHALE_CKPT_EVERY=%s: expected a number of steps (e.g. 100) or a time "
                     "(e.g. 30s, 10m, 2h)", s);
         return WHALE_ERANGE;
@@ -103,7 +102,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
         return rc;
     if (rc == 0)
         c->chunk_bytes = (size_t)v << 20;
-    if ((s = getenv("WHALE_CKPT_BUSY")) && *s) {
+    if ((s = whale_knob_getenv("WHALE_CKPT_BUSY")) && *s) {
         if (!strcasecmp(s, "wait"))
             c->busy = WHALE_CKPT_BUSY_WAIT;
         else if (!strcasecmp(s, "skip"))
@@ -113,7 +112,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((s = getenv("WHALE_CKPT_WEIGHTS")) && *s) {
+    if ((s = whale_knob_getenv("WHALE_CKPT_WEIGHTS")) && *s) {
         if (!strcasecmp(s, "exact") || !strcasecmp(s, "fp32"))
             c->weights = WHALE_CKPT_WEIGHTS_EXACT;
         else if (!strcasecmp(s, "bf16"))
@@ -125,7 +124,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((s = getenv("WHALE_CKPT_MOMENTS")) && *s) {
+    if ((s = whale_knob_getenv("WHALE_CKPT_MOMENTS")) && *s) {
         if (!strcasecmp(s, "exact"))
             c->quantize_moments = false;
         else if (!strcasecmp(s, "int8"))
@@ -139,7 +138,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
         return rc;
     if (rc == 0)
         c->commit_timeout_s = (int)v;
-    if ((s = getenv("WHALE_CKPT_RUN_ID")) && *s)
+    if ((s = whale_knob_getenv("WHALE_CKPT_RUN_ID")) && *s)
         c->run_id = s;
     if ((rc = env_long(WHALE_ENV_RANK, -1, 1 << 24, &v)) < 0)
         return rc;

@@ -6,6 +6,7 @@
 #include "ckpt_internal.h"
 
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #include <dirent.h>
@@ -26,7 +27,7 @@ void ckpt_fault_from_env(ckpt_fault *f)
     f->slow_ms = 0;
     f->kill_rank = -1;
     f->written = 0;
-    const char *s = getenv("WHALE_CKPT_FAULT");
+    const char *s = whale_knob_getenv("WHALE_CKPT_FAULT");
     if (!s || !*s)
         return;
     const char *p;

@@ -21,7 +21,9 @@
 #include "comm/el_internal.h"
 #include "whale/conf.h"
 #include "whale/env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/topo.h"
 
@@ -62,20 +64,16 @@ char el_proc_state(int64_t pid)
 
 static int env_num(const char *name, double lo, double hi, double dflt, double *out, bool *set)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name);
     *out = dflt;
     if (set)
         *set = false;
     if (!s || !*s)
         return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi) || (v > 0 && v < lo)) {
+    if (whale_parse_double(s, lo, hi, out)) { /* util's checked parser (whale/envnum.h) */
         whale_error("%s='%s' is not a number of seconds in [%g, %g]", name, s, lo, hi);
         return WHALE_EINVAL;
     }
-    *out = v;
     if (set)
         *set = true;
     return 0;

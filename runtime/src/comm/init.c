@@ -14,27 +14,26 @@
 #include "comm/comm_internal.h"
 #include "comm/el_internal.h"
 #include "whale/env.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 /* Fixed group ids of the standard groups (each reserves 3: the group and its
  * two hierarchical sub-groups); created groups start after them. */
 enum { GID_ALL = 0, GID_WORLD = 3, GID_TP = 6, GID_PP = 9, GID_DP = 12, GID_FIRST_FREE = 15 };
 
+/* util's checked parser (whale/envnum.h) with this module's message */
 static int env_double(const char *name, double lo, double hi, double dflt, double *out)
 {
-    const char *s = getenv(name);
+    const char *s = whale_knob_getenv(name);
     *out = dflt;
     if (!s || !*s)
         return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         whale_error("%s='%s' is not a number in [%g, %g]", name, s, lo, hi);
         return WHALE_EINVAL;
     }
-    *out = v;
     return 0;
 }
 
@@ -54,7 +53,7 @@ static int read_knobs(whale_ctx *ctx)
     /* Defaults until the probe (or WHALE_COLL_MODEL) says better. */
     ctx->link[COMM_LINK_SHM] = (struct comm_link){ 1e-6, 1.0 / 6e9 };
     ctx->link[COMM_LINK_NET] = (struct comm_link){ 20e-6, 1.0 / 1.5e9 };
-    return comm_parse_model_env(getenv("WHALE_COLL_MODEL"), ctx->link);
+    return comm_parse_model_env(whale_knob_getenv("WHALE_COLL_MODEL"), ctx->link);
 }
 
 /* Exchange blob: node name (NUL-terminated) followed by the UCX address. */
@@ -242,14 +241,14 @@ int whale_init(whale_ctx **out)
          * process for a whole time slice at every rendezvous step. An
          * unbound rank may share a core with the peer it waits for, so it
          * yields after a few polls. */
-        const char *sp = getenv("WHALE_SPIN");
+        const char *sp = whale_knob_getenv("WHALE_SPIN");
         ctx->spin = sp && atoi(sp) > 0 ? atoi(sp) : bound && !ctx->oversubscribed ? 100000 : 16;
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
     /* spares take part: they receive the ranks' cost model */
     if (((ctx->world && ctx->world->size > 1) || (ctx->boot.spare && ctx->boot.world > 1)) &&
-        (rc = comm_probe(ctx, !getenv("WHALE_COLL_MODEL"))))
+        (rc = comm_probe(ctx, !whale_knob_getenv("WHALE_COLL_MODEL"))))
         goto fail;
     whale_debug("initialised: task %d of %d, rank %d of %d (tp %d pp %d dp %d), %d node(s)",
                 ctx->boot.task, ctx->boot.ntasks, ctx->boot.rank, ctx->boot.world, ctx->boot.tp,

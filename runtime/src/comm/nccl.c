@@ -12,6 +12,7 @@
 
 #include "comm/comm_internal.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #ifdef WHALE_HAVE_CUDA
@@ -34,7 +35,7 @@ static double now_s(void)
 
 static double watchdog_s(void)
 {
-    const char *s = getenv("WHALE_NCCL_TIMEOUT");
+    const char *s = whale_knob_getenv("WHALE_NCCL_TIMEOUT");
     double v = s ? atof(s) : 0;
     return v > 0 ? v : 600.0;
 }

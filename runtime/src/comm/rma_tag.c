@@ -33,6 +33,7 @@
 
 #include "comm/comm_internal.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #define RMAT_GID 0x7ffdull   /* above every group id (el_internal.h, ucx.c) */
@@ -89,7 +90,7 @@ bool comm_rmat_emulated(const whale_ctx *ctx, int task)
 
 int comm_rmat_init(whale_ctx *ctx)
 {
-    const char *m = getenv("WHALE_RMA_PROTO");
+    const char *m = whale_knob_getenv("WHALE_RMA_PROTO");
     int mode = 0; /* auto */
     if (m && *m) {
         if (!strcmp(m, "auto"))

@@ -17,6 +17,7 @@
 #include "whale/conf.h"
 #include "whale/env.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 static const char *const algo_names[COMM_ALGO_COUNT_] = { "auto", "ring", "rd", "raben", "hier",
@@ -393,7 +394,7 @@ int comm_probe(whale_ctx *ctx, bool measure)
                          ctx->link[1].beta, g_gamma };
     if (!w || w->rank < 0)
         return share_model(ctx, params, false); /* a spare: take the ranks' model */
-    const char *pe = getenv("WHALE_COLL_PROBE");
+    const char *pe = whale_knob_getenv("WHALE_COLL_PROBE");
     bool force = pe && !strcmp(pe, "force");
     if (pe && !strcmp(pe, "0"))
         measure = false;

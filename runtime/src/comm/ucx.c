@@ -10,6 +10,7 @@
 #include "comm/comm_internal.h"
 #include "comm/el_internal.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 /* Tag layout (64 bits):
@@ -251,7 +252,7 @@ int comm_ucx_connect(whale_ctx *ctx, void **addrs)
      * process we can see get a plain endpoint (sysv/posix/cma) and the pid
      * watchdog; others keep UCX peer error handling + keepalive.
      * WHALE_UCX_PEER_MODE=1 forces PEER mode everywhere. */
-    const char *pm = getenv("WHALE_UCX_PEER_MODE");
+    const char *pm = whale_knob_getenv("WHALE_UCX_PEER_MODE");
     bool all_peer = pm && *pm == '1';
     int mynode = ctx->boot.node_of_task[me];
     for (int t = 0; t < n; t++) {

@@ -9,7 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "whale/envnum.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/redundancy.h"
 
@@ -25,10 +27,8 @@ const char *whale_fault_phase_name(enum whale_fault_phase p)
 static int parse_num(const char *item, const char *key, const char *v, long long lo,
                      long long hi, long long *out)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) {
+    long x; /* util's checked parser (whale/envnum.h); long is 64-bit here */
+    if (whale_parse_long(v, (long)lo, (long)hi, &x)) {
         whale_error("WHALE_FAULT item '%s': %s=%s: expected an integer in %lld..%lld", item, key,
                     v, lo, hi);
         return WHALE_EINVAL;
@@ -191,7 +191,7 @@ int whale_fault_parse(const char *spec, struct whale_fault_plan *out)
 
 int whale_fault_from_env(struct whale_fault_plan *out)
 {
-    return whale_fault_parse(getenv("WHALE_FAULT"), out);
+    return whale_fault_parse(whale_knob_getenv("WHALE_FAULT"), out);
 }
 
 const struct whale_fault *whale_fault_due(struct whale_fault_plan *p, int rank, int64_t step,

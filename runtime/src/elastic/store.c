@@ -18,6 +18,7 @@
 
 #include "elastic/elastic_internal.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 static double now_s(void)
@@ -121,7 +122,7 @@ int red_copy(whale_engine *e, int dp, int zero, bool to_image, bool with_repl,
 /* ---- the store ------------------------------------------------------------------ */
 int whale_red_every_from_env(int dflt, int *every)
 {
-    const char *s = getenv("WHALE_REDUNDANCY_EVERY");
+    const char *s = whale_knob_getenv("WHALE_REDUNDANCY_EVERY");
     *every = dflt;
     if (!s || !*s || !strcmp(s, "auto"))
         return 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 double eng_now(void)
@@ -108,7 +109,7 @@ static int count_threads_default(void)
     const char *s = getenv("SLURM_TASKS_PER_NODE"); /* "2(x3),1" */
     if (s && atoi(s) > 0)
         local = atoi(s);
-    else if ((s = getenv("WHALE_NTASKS")) && atoi(s) > 0 && !getenv("SLURM_JOB_ID"))
+    else if ((s = whale_knob_getenv("WHALE_NTASKS")) && atoi(s) > 0 && !getenv("SLURM_JOB_ID"))
         local = atoi(s); /* whale-run: every task on this machine */
     int t = (int)(ncpu / local);
     return t < 1 ? 1 : t;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "whale/dtype.h"
+#include "whale/knobs.h"
 
 #ifdef WHALE_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -73,7 +74,7 @@ static struct tstate *tstate_get(void)
 static void eng_init(void)
 {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16") || getenv("WHALE_NO_BF16_GEMM"))
+    if (!__builtin_cpu_supports("avx512bf16") || whale_knob_getenv("WHALE_NO_BF16_GEMM"))
         return;
     eng_ok = pthread_key_create(&tkey, tstate_free) == 0 &&
              dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success;

@@ -1,5 +1,6 @@
 /* Model description files: parsing, validation, parameter counts. */
 #include "whale/modeldesc.h"
+#include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/planfile.h"
 #include "whale/kv.h"
@@ -268,7 +269,7 @@ int whale_model_desc_load(const char *name, struct whale_model_desc *out)
         return md_load_file(name, out);
 
     char path[PATH_MAX];
-    const char *mp = getenv("WHALE_MODEL_PATH");
+    const char *mp = whale_knob_getenv("WHALE_MODEL_PATH");
     while (mp && *mp) {
         size_t len = strcspn(mp, ":");
         if (len && md_try_dir(mp, len, name, path, sizeof path))

@@ -8,6 +8,7 @@
  * optimizer never changes a loss. */
 #pragma GCC optimize("fp-contract=off")
 #include "whale/optim.h"
+#include "whale/knobs.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -112,7 +113,7 @@ enum whale_simd whale_adamw_best_simd(void)
 
 static enum whale_simd pick(void)
 {
-    const char *f = getenv("WHALE_SIMD"); /* force a narrower path: scalar | avx2 | avx512 */
+    const char *f = whale_knob_getenv("WHALE_SIMD"); /* force a narrower path: scalar | avx2 | avx512 */
     enum whale_simd best = whale_adamw_best_simd();
     if (f && !strcmp(f, "scalar"))
         return WHALE_SIMD_SCALAR;

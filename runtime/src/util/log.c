@@ -3,6 +3,7 @@
  * formatted line is written with a single write() so lines from concurrent
  * threads/ranks do not interleave. */
 #include "whale/log.h"
+#include "whale/knobs.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ int whale_log_level_parse(const char *s)
 
 int whale_log_init_from_env(void)
 {
-    const char *e = getenv("WHALE_LOG");
+    const char *e = whale_knob_getenv("WHALE_LOG");
     int lvl = whale_log_level_parse(e);
     if (lvl >= 0)
         atomic_store(&g_level, lvl);

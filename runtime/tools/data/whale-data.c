@@ -20,6 +20,7 @@
 #include "encode.h"
 #include "outdir.h"
 #include "spm.h"
+#include "whale/envnum.h"
 #include "whale_config.h"
 
 #define ERR(...) (fprintf(stderr, "whale-data: " __VA_ARGS__), fputc('\n', stderr))
@@ -74,29 +75,22 @@ static void usage(FILE *f)
 "Tokenizer library: SentencePiece %s (C++ API).\n", wd_spm_version());
 }
 
+/* util's checked parsers (whale/envnum.h) with this tool's message */
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
+    if (whale_parse_long(s, lo, hi, out)) {
         ERR("%s=%s: expected an integer in %ld..%ld", opt, s, lo, hi);
         return 1;
     }
-    *out = v;
     return 0;
 }
 
 static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+    if (whale_parse_double(s, lo, hi, out)) {
         ERR("%s=%s: expected a number in %g..%g", opt, s, lo, hi);
         return 1;
     }
-    *out = v;
     return 0;
 }
 

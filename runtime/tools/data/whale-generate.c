@@ -20,6 +20,7 @@
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/generate.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
 #include "whale_config.h"
@@ -87,7 +88,7 @@ static int check_hash(const char *path, const char *want)
  * starve each other on a busy machine (whale-train does the same). */
 static void ensure_passive_omp(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("WHALE_GENERATE_REEXEC"))
+    if (getenv("OMP_WAIT_POLICY") || whale_knob_getenv("WHALE_GENERATE_REEXEC"))
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("WHALE_GENERATE_REEXEC", "1", 1);

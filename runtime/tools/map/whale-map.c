@@ -291,6 +291,97 @@ static int print_outputs(const struct map_opts *o, const struct whale_conf *conf
     return 0;
 }
 
+/* Phase 1, resolve the site: --conf (else the installed whale.conf, else
+ * built-in defaults), --topology over the config's, then the topology. */
+static int load_site(struct map_opts *o, struct whale_conf **conf, struct whale_topo **topo)
+{
+    if (!o->conf_path && access(WHALE_CONF_DEFAULT_PATH, R_OK) == 0)
+        o->conf_path = WHALE_CONF_DEFAULT_PATH;
+    if (o->conf_path) {
+        if (whale_conf_load(o->conf_path, conf))
+            return -1;
+    } else if (!(*conf = whale_conf_defaults())) {
+        return -1;
+    }
+    if (o->topo_path) {
+        free((*conf)->topology_file);
+        (*conf)->topology_file = strdup(o->topo_path);
+        (*conf)->topology_file_set = true;
+    }
+    return whale_conf_build_topo(*conf, getenv("SLURM_CONF"), topo) ? -1 : 0;
+}
+
+/* The nodes and their tasks, as Slurm would hand them out. */
+struct map_nodes {
+    char **nodes;
+    int nnodes, *ntasks, *ids; /* ids: task ids in node order (cyclic), NULL for block */
+};
+
+static void map_nodes_free(struct map_nodes *n)
+{
+    for (int i = 0; i < n->nnodes; i++)
+        free(n->nodes[i]);
+    free(n->nodes);
+    free(n->ntasks);
+    free(n->ids);
+}
+
+/* Slurm's cyclic distribution: task ids round-robin over nodes that still
+ * have room. */
+static int cyclic_ids(struct map_nodes *n)
+{
+    int total = 0;
+    for (int i = 0; i < n->nnodes; i++)
+        total += n->ntasks[i];
+    int *fill = calloc((size_t)n->nnodes, sizeof *fill), *off = malloc(((size_t)n->nnodes + 1) * sizeof *off);
+    n->ids = malloc((size_t)total * sizeof *n->ids);
+    if (!fill || !off || !n->ids) {
+        free(fill);
+        free(off);
+        return -1;
+    }
+    off[0] = 0;
+    for (int i = 0; i < n->nnodes; i++)
+        off[i + 1] = off[i] + n->ntasks[i];
+    for (int t = 0; t < total;)
+        for (int i = 0; i < n->nnodes && t < total; i++)
+            if (fill[i] < n->ntasks[i])
+                n->ids[off[i] + fill[i]++] = t++;
+    free(fill);
+    free(off);
+    return 0;
+}
+
+/* Phase 2, set up: --nodes, --tasks-per-node and --distribution into the
+ * nodes and task ids (nodes unknown to the topology are added). 0, 1 (an
+ * error already reported) or 2 (bad usage). */
+static int resolve_nodes(const struct map_opts *o, struct whale_conf *conf, struct whale_topo *topo,
+                         struct map_nodes *n)
+{
+    if (whale_hostlist_expand(o->nodes_expr, &n->nodes, &n->nnodes)) {
+        fprintf(stderr, "whale-map: --nodes=%s: not a valid hostlist\n", o->nodes_expr);
+        return 2;
+    }
+    n->ntasks = malloc((size_t)n->nnodes * sizeof *n->ntasks);
+    if (!n->ntasks)
+        return 1;
+    if (strspn(o->tpn, "0123456789") == strlen(o->tpn)) {
+        int v;
+        if (parse_int("tasks-per-node", o->tpn, 1, 1 << 16, &v))
+            return 2;
+        for (int i = 0; i < n->nnodes; i++)
+            n->ntasks[i] = v;
+    } else if (whale_map_parse_tasks_per_node(o->tpn, n->nnodes, n->ntasks)) {
+        return 2;
+    }
+    for (int i = 0; i < n->nnodes; i++)
+        if (whale_conf_topo_ensure_node(conf, topo, n->nodes[i]) < 0)
+            return 1;
+    if (!strcmp(o->dist, "cyclic") && cyclic_ids(n))
+        return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct map_opts o;
@@ -301,77 +392,20 @@ int main(int argc, char **argv)
     int rc = 1;
     struct whale_conf *conf = NULL;
     struct whale_topo *topo = NULL;
-    char **nodes = NULL;
-    int nnodes = 0, *ntasks = NULL, *ids = NULL;
+    struct map_nodes n = { 0 };
     struct whale_layout l = { 0 }, blk = { 0 };
     bool have_l = false, have_blk = false;
-    if (!o.conf_path && access(WHALE_CONF_DEFAULT_PATH, R_OK) == 0)
-        o.conf_path = WHALE_CONF_DEFAULT_PATH;
-    if (o.conf_path) {
-        if (whale_conf_load(o.conf_path, &conf))
-            goto out;
-    } else if (!(conf = whale_conf_defaults())) {
+    if (load_site(&o, &conf, &topo) || (rc = resolve_nodes(&o, conf, topo, &n)) != 0)
         goto out;
-    }
-    if (o.topo_path) {
-        free(conf->topology_file);
-        conf->topology_file = strdup(o.topo_path);
-        conf->topology_file_set = true;
-    }
-    if (whale_conf_build_topo(conf, getenv("SLURM_CONF"), &topo))
-        goto out;
-    if (whale_hostlist_expand(o.nodes_expr, &nodes, &nnodes)) {
-        fprintf(stderr, "whale-map: --nodes=%s: not a valid hostlist\n", o.nodes_expr);
-        rc = 2;
-        goto out;
-    }
-    ntasks = malloc((size_t)nnodes * sizeof *ntasks);
-    if (!ntasks)
-        goto out;
-    if (strspn(o.tpn, "0123456789") == strlen(o.tpn)) {
-        int v;
-        if (parse_int("tasks-per-node", o.tpn, 1, 1 << 16, &v)) {
-            rc = 2;
-            goto out;
-        }
-        for (int i = 0; i < nnodes; i++)
-            ntasks[i] = v;
-    } else if (whale_map_parse_tasks_per_node(o.tpn, nnodes, ntasks)) {
-        rc = 2;
-        goto out;
-    }
-    for (int i = 0; i < nnodes; i++)
-        if (whale_conf_topo_ensure_node(conf, topo, nodes[i]) < 0)
-            goto out;
-    if (!strcmp(o.dist, "cyclic")) {
-        /* Slurm's cyclic: task ids round-robin over nodes that still have room */
-        int total = 0;
-        for (int i = 0; i < nnodes; i++)
-            total += ntasks[i];
-        int *fill = calloc((size_t)nnodes, sizeof *fill), *off = malloc(((size_t)nnodes + 1) * sizeof *off);
-        ids = malloc((size_t)total * sizeof *ids);
-        if (!fill || !off || !ids) {
-            free(fill);
-            free(off);
-            goto out;
-        }
-        off[0] = 0;
-        for (int i = 0; i < nnodes; i++)
-            off[i + 1] = off[i] + ntasks[i];
-        for (int t = 0; t < total;)
-            for (int i = 0; i < nnodes && t < total; i++)
-                if (fill[i] < ntasks[i])
-                    ids[off[i] + fill[i]++] = t++;
-        free(fill);
-        free(off);
-    }
+    rc = 1;
     struct whale_map_input in = {
         .tp = o.tp, .pp = o.pp, .dp = o.dp, .spares = o.spares,
         .policy = o.policy >= 0 ? (enum whale_map_policy)o.policy : conf->default_map,
-        .nnodes = nnodes, .nodes = (const char *const *)nodes, .ntasks = ntasks,
-        .task_ids = ids, .topo = topo,
+        .nnodes = n.nnodes, .nodes = (const char *const *)n.nodes, .ntasks = n.ntasks,
+        .task_ids = n.ids, .topo = topo,
     };
-    /* what the plugin would refuse on this site is not drawn either */
+    /* Phase 3, run: what the plugin would refuse on this site is not drawn
+     * either */
     if (whale_conf_check_degrees(conf, o.tp, o.pp, o.dp, o.spares))
         goto out;
     if (whale_map_compute(&in, &l))
@@ -381,6 +415,7 @@ int main(int argc, char **argv)
         goto out;
     if (o.bench > 0 && run_bench(&in, o.bench))
         goto out;
+    /* Phase 4, report */
     if (print_outputs(&o, conf, &in, &l, &blk, &have_blk))
         goto out;
     rc = 0;
@@ -389,11 +424,7 @@ out:
         whale_layout_free(&l);
     if (have_blk)
         whale_layout_free(&blk);
-    for (int i = 0; i < nnodes; i++)
-        free(nodes[i]);
-    free(nodes);
-    free(ntasks);
-    free(ids);
+    map_nodes_free(&n);
     whale_topo_free(topo);
     whale_conf_free(conf);
     return rc;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "whale/conf.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 void train_cost_compute(double usd_per_hour, double wall_s, double tokens, double first_loss,
@@ -61,7 +62,7 @@ double train_cost_price(const struct train_observe *o, char *src, size_t n)
                  o->world == 1 ? "" : "s");
         return o->price_gpu_hour * o->world;
     }
-    const char *path = getenv("WHALE_CONF");
+    const char *path = whale_knob_getenv("WHALE_CONF");
     if (!path || !*path)
         path = WHALE_CONF_DEFAULT_PATH;
     if (access(path, R_OK))

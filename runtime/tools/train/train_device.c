@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "whale/backend.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 void train_device_usage(FILE *f)
@@ -22,7 +23,7 @@ int train_device_apply(const struct train_device *d, struct whale_engine_config 
     const char *src = "--device";
     const char *v = d->arg;
     if (!v) {
-        v = getenv("WHALE_DEVICE");
+        v = whale_knob_getenv("WHALE_DEVICE");
         src = "WHALE_DEVICE";
     }
     if (!v || !*v) {

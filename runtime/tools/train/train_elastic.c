@@ -39,6 +39,7 @@
 #include "whale/elastic.h"
 #include "whale/env.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/redundancy.h"
 
@@ -122,7 +123,7 @@ int te_init(struct train_elastic **out, whale_ctx *ctx)
         free(te);
         return 2;
     }
-    const char *el = getenv("WHALE_ELASTIC"), *ev = getenv("WHALE_REDUNDANCY_EVERY");
+    const char *el = whale_knob_getenv("WHALE_ELASTIC"), *ev = whale_knob_getenv("WHALE_REDUNDANCY_EVERY");
     te->adaptive = !ev || !*ev || !strcmp(ev, "auto");
     te->elastic = whale_ntasks(ctx) > whale_world_size(ctx) || (el && !strcmp(el, "1")) ||
                   (ev && *ev && te->every > 0);
@@ -432,7 +433,7 @@ static void ckpt_restart(struct train_elastic *te, whale_ctx *ctx, struct train_
         whale_warn("elastic: the checkpoint in flight at the failure was dropped (the earlier "
                    "ones are intact)");
     *job->ck = NULL;
-    const char *base = getenv("WHALE_CKPT_RUN_ID"), *job_id = getenv("SLURM_JOB_ID");
+    const char *base = whale_knob_getenv("WHALE_CKPT_RUN_ID"), *job_id = getenv("SLURM_JOB_ID");
     char b[256];
     if (!base || !*base) {
         const char *stp = getenv("SLURM_STEP_ID"), *ns = getenv("PMIX_NAMESPACE");

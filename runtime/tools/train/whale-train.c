@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "train.h"
+#include "whale/knobs.h"
 
 /* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its
  * default spinning workers burn the cores that OpenBLAS, the data thread,
@@ -16,7 +17,7 @@
  * waiting unless the user chose a policy. */
 static void ensure_passive_omp(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("WHALE_TRAIN_REEXEC"))
+    if (getenv("OMP_WAIT_POLICY") || whale_knob_getenv("WHALE_TRAIN_REEXEC"))
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("WHALE_TRAIN_REEXEC", "1", 1);

@@ -52,7 +52,7 @@ t "crash reported" grep -q 'task 1 (rank 1) killed by signal 11' "$tmp/e"
 # Ctrl-C: SIGINT to whale-run reaches every task, exit 130
 "$RUN" -n 2 sh -c 'trap "echo got-int; exit 3" INT; echo ready; sleep 60 & wait' >"$tmp/o" 2>/dev/null &
 pid=$!
-for i in $(seq 100); do  # until both tasks have set their trap
+for i in $(seq 600); do  # until both tasks have set their trap (bound: a hang)
   [ "$(grep -c ready "$tmp/o" 2>/dev/null)" = 2 ] && break
   sleep 0.2
 done

@@ -33,7 +33,13 @@ PY
 "$train" "${args[@]}" --metrics "$d/a.jsonl" --whale-ckpt-dir "$d/ck" --whale-ckpt-every 10 \
     >/dev/null 2>&1 &
 pid=$!
-for _ in $(seq 3000); do [ -e "$d/ck/step-00000010/manifest.json" ] && break; sleep 0.01; done
+# bounded against a hang only (an ASan build on a loaded machine needed more
+# than the old 30 s to reach step 10); stops early if the run ended
+for _ in $(seq 30000); do
+  [ -e "$d/ck/step-00000010/manifest.json" ] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.01
+done
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 [ -e "$d/ck/step-00000010/manifest.json" ] || fail "no checkpoint at step 10"
 "$tool" verify "$d/ck" --which 10 >/dev/null || fail "step 10 does not verify"

@@ -281,8 +281,10 @@ int main(int argc, char **argv)
         whale_req *r;
         if ((rc = whale_iallreduce(w, x, x, M, WHALE_FLOAT32, WHALE_SUM, &r)))
             FAIL("iallreduce: %s", whale_strerror(rc));
-        /* "compute" for up to 20 s without touching the library, checking
-         * only the result memory */
+        /* "compute" without touching the library, checking only the result
+         * memory. The bound is against a hang, not a speed check: on a
+         * loaded 2-core machine 4 ASan ranks all computing left the
+         * progress threads starved for more than the old 20 s. */
         volatile float *vx = x;
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -293,7 +295,7 @@ int main(int argc, char **argv)
             bool fin = true;
             for (int k = 0; k < 64; k++)
                 fin = fin && vx[(size_t)k * (M / 64)] == (float)p;
-            if (fin || el > 20.0)
+            if (fin || el > 200.0)
                 break;
             volatile double acc = 0;
             for (int i = 0; i < 100000; i++)
@@ -301,7 +303,7 @@ int main(int argc, char **argv)
             clock_gettime(CLOCK_MONOTONIC, &b);
             el = (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
         }
-        if (el > 20.0)
+        if (el > 200.0)
             FAIL("background progress: no data moved in %.1f s of compute", el);
         if ((rc = whale_wait(r)) || x[0] != (float)p)
             FAIL("background progress: %s, x[0]=%g", whale_strerror(rc), x[0]);

@@ -11,7 +11,7 @@ runargs=""
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do runargs="$runargs $1"; shift; done
 [ $# -gt 0 ] && shift
 # shellcheck disable=SC2086
-out=$("$run" $runargs --keep-going --timeout 90 "$prog" "$@" 2>&1)
+out=$("$run" $runargs --keep-going --timeout 280 "$prog" "$@" 2>&1)
 rc=$?
 printf '%s\n' "$out" | grep -v ': trace:'
 ok=$(printf '%s\n' "$out" | grep -c 'el_check: .*OK')

@@ -5,7 +5,7 @@
 # usage: fail_test.sh WHALE_RUN COMM_FAIL NTASKS MIB
 set -u
 run=$1 prog=$2 n=$3 mib=$4
-out=$("$run" -n "$n" --keep-going --timeout 60 "$prog" "$mib" 2>&1)
+out=$("$run" -n "$n" --keep-going --timeout 280 "$prog" "$mib" 2>&1)
 rc=$?
 echo "$out"
 ok=$(printf '%s\n' "$out" | grep -c 'comm_fail: rank .* OK$')

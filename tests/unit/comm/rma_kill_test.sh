@@ -5,7 +5,7 @@
 # usage: rma_kill_test.sh WHALE_RUN RMA_CHECK NTASKS
 set -u
 run=$1 prog=$2 n=$3
-out=$("$run" -n "$n" --nodes "$n" --spares 1 --keep-going --timeout 60 "$prog" --slot 65536 --kill 2>&1)
+out=$("$run" -n "$n" --nodes "$n" --spares 1 --keep-going --timeout 280 "$prog" --slot 65536 --kill 2>&1)
 rc=$?
 echo "$out"
 ok=$(printf '%s\n' "$out" | grep -c 'rma_check: task .* OK$')

@@ -185,7 +185,7 @@ static int wait_for(int *counter, int want)
 {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
-    t.tv_sec += 30; /* a bound against a hang, not a timing check */
+    t.tv_sec += 120; /* a bound against a hang, not a timing check */
     pthread_mutex_lock(&mu);
     int rc = 0;
     while (*counter < want && rc == 0)

@@ -47,7 +47,7 @@ for i in $(seq 200); do cat "$T/data.txt"; done >> "$T/big.txt"
 "$TRAIN" --model gpt-tiny --data "$T/big.txt" --batch 2 --seq 16 --no-progress --steps 1000000 \
   --metrics "$T/run.jsonl" >"$T/run.out" 2>&1 &
 pid=$!
-for _ in $(seq 600); do [ -s "$T/run.jsonl" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 2400); do [ -s "$T/run.jsonl" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 truncate -s 100 "$T/big.txt"
 wait $pid; rc=$?
 pid=
