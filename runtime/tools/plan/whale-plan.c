@@ -359,6 +359,160 @@ static void evaluate_nofit(const struct whale_plan_request *rq, struct whale_pla
     fputs(buf, out);
 }
 
+/* --list: the device types the planner knows. */
+static int print_devices(void)
+{
+    int n;
+    const struct whale_plan_device *t = whale_plan_devices(&n);
+    printf("%-10s %10s %9s %10s %11s %8s %7s %5s %6s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
+           "NVLink GB/s", "NIC GB/s", "domain", "GEMM", "flash");
+    for (int i = 0; i < n; i++)
+        printf("%-10s %10.4g %9.4g %10.4g %11.4g %8.4g %7d %5.2f %6.2f\n", t[i].name,
+               t[i].peak_flops / 1e12, t[i].mem_bytes / 1073741824.0, t[i].hbm_bw / 1e9,
+               t[i].nvlink_bw / 1e9, t[i].nic_bw / 1e9, t[i].domain, t[i].gemm_eff, t[i].flash_eff);
+    return 0;
+}
+
+/* What the options say about the cluster. */
+struct cluster_args {
+    const char *conf_path, *nodelist, *gpu;
+    long nodes, gpn, domain, leaf;
+    bool gpn_given, constants_only; /* constants_only: --explain-model without --model */
+    double oversub;
+    const struct group_arg *groups;
+    int ngroups;
+};
+
+/* The cluster from --conf/--nodelist or --nodes/--gpus-per-node/--gpu,
+ * the --group's added, then --nvlink-domain, --nodes-per-leaf and
+ * --spine-oversub. 0, or the exit status (a message printed). */
+static int resolve_cluster(const struct cluster_args *a, struct whale_cluster *cl)
+{
+    if (a->conf_path || a->nodelist) {
+        if (!a->conf_path || !a->nodelist || a->nodes || a->ngroups) {
+            fprintf(stderr, "whale-plan: --conf and --nodelist go together, instead of --nodes/--group\n");
+            return 2;
+        }
+        int rc = cluster_from_conf(a->conf_path, a->nodelist, a->gpn_given ? (int)a->gpn : 0, cl);
+        if (rc)
+            return rc;
+    } else {
+        if (!a->nodes && !a->constants_only) {
+            fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
+            return 2;
+        }
+        /* --explain-model alone: the constants of one node of --gpu */
+        if (whale_cluster_init(cl, a->nodes ? (int)a->nodes : 1, (int)a->gpn, a->gpu))
+            return 2;
+    }
+    for (int i = 0; i < a->ngroups; i++)
+        if (whale_cluster_add_group(cl, a->groups[i].nodes, a->groups[i].gpn, a->groups[i].type))
+            return 2;
+    if (a->domain)
+        cl->nvlink_domain = (int)a->domain;
+    if (a->leaf >= 0)
+        cl->nodes_per_leaf = (int)a->leaf;
+    cl->spine_oversub = a->oversub;
+    return 0;
+}
+
+/* --fit-step: fit the calibration on the constrained best configuration, on
+ * top of --calib, and save it to --calib-out. The exit status. */
+static int fit_and_save(const struct whale_model_desc *md, long batch,
+                        const struct whale_cluster *uncalibrated, const struct whale_plan_config *cfg,
+                        double fit_step, struct whale_calib *cal, const char *calib_out)
+{
+    if (whale_calib_fit_step(md, batch, uncalibrated, cfg, fit_step, cal) ||
+        whale_calib_save(calib_out, cal))
+        return 1;
+    char cfgs[200];
+    whale_plan_format_config(cfg, cfgs, sizeof cfgs);
+    printf("fitted %s to %.4g s/step: GemmEfficiency=%.4g MemEfficiency=%.4g -> %s\n", cfgs,
+           fit_step, cal->gemm_eff, cal->mem_eff, calib_out);
+    return 0;
+}
+
+/* --evaluate of a configuration that fits: against what the planner
+ * picks without the constraints. */
+static void evaluate_fit(const struct whale_plan_request *rq, const struct whale_plan_result *res,
+                         FILE *human)
+{
+    struct whale_plan_request free_rq;
+    whale_plan_request_init(&free_rq);
+    free_rq.model = rq->model;
+    free_rq.global_batch = rq->global_batch;
+    free_rq.cluster = rq->cluster;
+    free_rq.topk = 1;
+    free_rq.seqpar = rq->seqpar == 0 ? 0 : -1;
+    struct whale_plan_result *pick = malloc(sizeof *pick);
+    if (pick && whale_plan_search(&free_rq, pick) == 0) {
+        char a[200], b[200];
+        whale_plan_format_config(&res->best.cfg, a, sizeof a);
+        whale_plan_format_config(&pick->best.cfg, b, sizeof b);
+        fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device\n", a,
+               res->best.pred.t_step, res->best.pred.tflops_per_gpu, res->best.pred.model_tflops_per_gpu);
+        fprintf(human, "planner:   %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device "
+               "(%.2fx as fast)\n", b, pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
+               pick->best.pred.model_tflops_per_gpu, res->best.pred.t_step / pick->best.pred.t_step);
+    }
+    free(pick);
+}
+
+/* How the search result is reported. */
+struct report_args {
+    const char *json, *conf_path, *nodelist;
+    bool quiet, evaluate, nofit;
+    double train_tokens;
+    struct plan_price price;
+};
+
+/* The search result: one line (-q) or the explanation, --evaluate, the
+ * cost of --train-tokens, the plan as JSON (--json). The exit status. */
+static int report(const struct report_args *a, const struct whale_plan_request *rq,
+                  struct whale_plan_result *res, char *buf, size_t len)
+{
+    const struct whale_model_desc *md = rq->model;
+    const struct whale_cluster *cl = rq->cluster;
+    long batch = rq->global_batch;
+    int status = res->found ? 0 : 1;
+    /* with --json - the plan owns stdout; the human-readable report goes to stderr */
+    FILE *human = a->json && !strcmp(a->json, "-") ? stderr : stdout;
+    if (a->quiet && res->found) {
+        whale_plan_format_config(&res->best.cfg, buf, len);
+        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%)  %.1f GiB\n",
+                buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
+                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
+                res->best.pred.mem_total / 1073741824.0);
+    } else if (!a->quiet) {
+        whale_plan_explain(rq, res, buf, len);
+        fputs(buf, human);
+        if (res->found && (res->best.cfg.offload != WHALE_OFFLOAD_NONE || rq->offload > 0)) {
+            double p0, p1; /* issue 12: what offload buys on this cluster */
+            int o = whale_plan_offload_gain(md, batch, cl, &res->best.cfg, &p0, &p1);
+            fprintf(human, "offload: with offload=%s a model of this width fits up to %.4g "
+                    "parameters (%.2fx), without offload up to %.4g\n", whale_offload_name(o),
+                    p1, p0 > 0 ? p1 / p0 : INFINITY, p0);
+        }
+    }
+    if (a->evaluate && !res->found && a->nofit)
+        evaluate_nofit(rq, res, buf, len, human);
+    if (a->evaluate && res->found)
+        evaluate_fit(rq, res, human);
+    if (a->train_tokens > 0 && res->found) {
+        struct plan_cost pc;
+        struct plan_price price = a->price;
+        price.conf = a->conf_path;
+        price.nodelist = a->nodelist;
+        if (plan_cost_compute(cl, &price, res->best.pred.t_step, batch, md->seq, a->train_tokens, &pc))
+            status = 1;
+        else
+            plan_cost_print(human, a->train_tokens, &pc);
+    }
+    if (a->json && res->found && write_json(a->json, md, batch, cl, &res->best))
+        status = 1;
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     whale_log_init_from_env();
@@ -479,43 +633,19 @@ int main(int argc, char **argv)
                 "activations that tensor parallelism replicates; with --tp 1 there are none)\n");
         return 2;
     }
-    if (list) {
-        int n;
-        const struct whale_plan_device *t = whale_plan_devices(&n);
-        printf("%-10s %10s %9s %10s %11s %8s %7s %5s %6s\n", "type", "TFLOP/s", "mem GiB", "HBM GB/s",
-               "NVLink GB/s", "NIC GB/s", "domain", "GEMM", "flash");
-        for (int i = 0; i < n; i++)
-            printf("%-10s %10.4g %9.4g %10.4g %11.4g %8.4g %7d %5.2f %6.2f\n", t[i].name,
-                   t[i].peak_flops / 1e12, t[i].mem_bytes / 1073741824.0, t[i].hbm_bw / 1e9,
-                   t[i].nvlink_bw / 1e9, t[i].nic_bw / 1e9, t[i].domain, t[i].gemm_eff, t[i].flash_eff);
-        return 0;
-    }
+    if (list)
+        return print_devices();
+    /* Phase 1, resolve the cluster: --conf/--nodelist, else --nodes/--gpu
+     * plus --group, then the link options */
     struct whale_cluster cl;
-    if (conf_path || nodelist) {
-        if (!conf_path || !nodelist || nodes || ngroups) {
-            fprintf(stderr, "whale-plan: --conf and --nodelist go together, instead of --nodes/--group\n");
-            return 2;
-        }
-        int rc = cluster_from_conf(conf_path, nodelist, gpn_given ? (int)gpn : 0, &cl);
-        if (rc)
-            return rc;
-    } else {
-        if (!nodes && !(explain_model && !model)) {
-            fprintf(stderr, "whale-plan: --nodes is required (see --help)\n");
-            return 2;
-        }
-        /* --explain-model alone: the constants of one node of --gpu */
-        if (whale_cluster_init(&cl, nodes ? (int)nodes : 1, (int)gpn, gpu))
-            return 2;
-    }
-    for (int i = 0; i < ngroups; i++)
-        if (whale_cluster_add_group(&cl, groups[i].nodes, groups[i].gpn, groups[i].type))
-            return 2;
-    if (domain)
-        cl.nvlink_domain = (int)domain;
-    if (leaf >= 0)
-        cl.nodes_per_leaf = (int)leaf;
-    cl.spine_oversub = oversub;
+    struct cluster_args ca = { .conf_path = conf_path, .nodelist = nodelist, .gpu = gpu,
+                               .nodes = nodes, .gpn = gpn, .gpn_given = gpn_given,
+                               .domain = domain, .leaf = leaf, .oversub = oversub,
+                               .groups = groups, .ngroups = ngroups,
+                               .constants_only = explain_model && !model };
+    int crc = resolve_cluster(&ca, &cl);
+    if (crc)
+        return crc;
     struct whale_cluster uncalibrated = cl;
     if (calib) {
         if (whale_calib_load(calib, &cal))
@@ -559,89 +689,24 @@ int main(int argc, char **argv)
     rq.cluster = &cl;
     rq.topk = (int)top;
 
+    /* Phase 2, run the search; 3, fit or report */
     struct whale_plan_result *res = malloc(sizeof *res);
-    if (!res)
-        return 1;
-    int rc = whale_plan_search(&rq, res);
-    if (rc && rc != WHALE_ENOFIT) {
-        free(res);
-        return 1;
-    }
     char *buf = malloc(1 << 16);
-    if (!buf) {
-        free(res);
-        return 1;
-    }
-    int status = res->found ? 0 : 1;
-    /* with --json - the plan owns stdout; the human-readable report goes to stderr */
-    FILE *human = json && !strcmp(json, "-") ? stderr : stdout;
+    int status = 1;
+    if (!res || !buf)
+        goto out;
+    int rc = whale_plan_search(&rq, res);
+    if (rc && rc != WHALE_ENOFIT)
+        goto out;
     if (fit_step > 0 && res->found) {
-        /* fit on the constrained best configuration, on top of --calib */
-        if (whale_calib_fit_step(&md, batch, &uncalibrated, &res->best.cfg, fit_step, &cal) ||
-            whale_calib_save(calib_out, &cal)) {
-            free(buf);
-            free(res);
-            return 1;
-        }
-        char cfgs[200];
-        whale_plan_format_config(&res->best.cfg, cfgs, sizeof cfgs);
-        printf("fitted %s to %.4g s/step: GemmEfficiency=%.4g MemEfficiency=%.4g -> %s\n", cfgs,
-               fit_step, cal.gemm_eff, cal.mem_eff, calib_out);
-        free(buf);
-        free(res);
-        return 0;
+        status = fit_and_save(&md, batch, &uncalibrated, &res->best.cfg, fit_step, &cal, calib_out);
+        goto out;
     }
-    if (quiet && res->found) {
-        whale_plan_format_config(&res->best.cfg, buf, 1 << 16);
-        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%)  %.1f GiB\n",
-                buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
-                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
-                res->best.pred.mem_total / 1073741824.0);
-    } else if (!quiet) {
-        whale_plan_explain(&rq, res, buf, 1 << 16);
-        fputs(buf, human);
-        if (res->found && (res->best.cfg.offload != WHALE_OFFLOAD_NONE || rq.offload > 0)) {
-            double p0, p1; /* issue 12: what offload buys on this cluster */
-            int o = whale_plan_offload_gain(&md, batch, &cl, &res->best.cfg, &p0, &p1);
-            fprintf(human, "offload: with offload=%s a model of this width fits up to %.4g "
-                    "parameters (%.2fx), without offload up to %.4g\n", whale_offload_name(o),
-                    p1, p0 > 0 ? p1 / p0 : INFINITY, p0);
-        }
-    }
-    if (evaluate && !res->found && rc == WHALE_ENOFIT)
-        evaluate_nofit(&rq, res, buf, 1 << 16, human);
-    if (evaluate && res->found) {
-        struct whale_plan_request free_rq;
-        whale_plan_request_init(&free_rq);
-        free_rq.model = &md;
-        free_rq.global_batch = batch;
-        free_rq.cluster = &cl;
-        free_rq.topk = 1;
-        free_rq.seqpar = rq.seqpar == 0 ? 0 : -1;
-        struct whale_plan_result *pick = malloc(sizeof *pick);
-        if (pick && whale_plan_search(&free_rq, pick) == 0) {
-            char a[200], b[200];
-            whale_plan_format_config(&res->best.cfg, a, sizeof a);
-            whale_plan_format_config(&pick->best.cfg, b, sizeof b);
-            fprintf(human, "\nevaluated: %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device\n", a,
-                   res->best.pred.t_step, res->best.pred.tflops_per_gpu, res->best.pred.model_tflops_per_gpu);
-            fprintf(human, "planner:   %s  %.4g s/step, %.1f hardware / %.1f model TFLOP/s per device "
-                   "(%.2fx as fast)\n", b, pick->best.pred.t_step, pick->best.pred.tflops_per_gpu,
-                   pick->best.pred.model_tflops_per_gpu, res->best.pred.t_step / pick->best.pred.t_step);
-        }
-        free(pick);
-    }
-    if (train_tokens > 0 && res->found) {
-        struct plan_cost pc;
-        price.conf = conf_path;
-        price.nodelist = nodelist;
-        if (plan_cost_compute(&cl, &price, res->best.pred.t_step, batch, md.seq, train_tokens, &pc))
-            status = 1;
-        else
-            plan_cost_print(human, train_tokens, &pc);
-    }
-    if (json && res->found && write_json(json, &md, batch, &cl, &res->best))
-        status = 1;
+    struct report_args ra = { .json = json, .conf_path = conf_path, .nodelist = nodelist,
+                              .quiet = quiet, .evaluate = evaluate, .nofit = rc == WHALE_ENOFIT,
+                              .train_tokens = train_tokens, .price = price };
+    status = report(&ra, &rq, res, buf, 1 << 16);
+out:
     free(buf);
     free(res);
     return status;
