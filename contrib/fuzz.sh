@@ -13,7 +13,8 @@
 # (turn it into a regression test: add the input to the seed corpus and
 # fix the parser). The test command (contrib/test.sh) runs 15 s each; a
 # longer run is e.g. `contrib/fuzz.sh 600` (10 minutes per harness) or
-# `contrib/fuzz.sh 3600 manifest`.
+# `contrib/fuzz.sh 3600 manifest`. WHALE_FUZZ_JOBS harnesses run at once
+# (default: one per core).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
@@ -45,29 +46,49 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp:print_suppressions=0
 export WHALE_FUZZ_DATA=$ROOT/tests/fuzz/data
 
-failed=0
-total=0
-for h in "${HARNESSES[@]}"; do
-  bin=$BUILD/tests/fuzz/fuzz_$h
-  [ -x "$bin" ] || { echo "fuzz $h: no such harness (known: ${ALL[*]})"; failed=$((failed + 1)); continue; }
-  work=$BUILD/fuzz-corpus/$h
+# One harness: its report line(s) into $BUILD/fuzz-$h.result.
+fuzz_one() {
+  local h=$1 bin=$BUILD/tests/fuzz/fuzz_$1 out=$BUILD/fuzz-$1.result
+  [ -x "$bin" ] || { echo "fuzz $h: no such harness (known: ${ALL[*]})" >"$out"; return; }
+  local work=$BUILD/fuzz-corpus/$h log=$BUILD/fuzz-$h.log
   mkdir -p "$work"
-  log=$BUILD/fuzz-$h.log
   # -rss_limit_mb: a parser that allocates without bound is a finding too
   "$bin" -max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -artifact_prefix="$BUILD/fuzz-artifacts/$h-" \
     "$work" "$ROOT/tests/fuzz/corpus/$h" >"$log" 2>&1
-  rc=$?
+  local rc=$? execs cov
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -Eo 'cov: [0-9]+' "$log" | tail -1)
-  total=$((total + ${execs:-0}))
   if [ "$rc" -ne 0 ]; then
-    failed=$((failed + 1))
-    echo "fuzz $h: FAILED after ${execs:-?} executions (exit $rc); log $log"
-    grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -n 8
+    { echo "fuzz $h: FAILED after ${execs:-?} executions (exit $rc); log $log"
+      grep -E 'ERROR|SUMMARY|runtime error|Test unit written' "$log" | head -n 8; } >"$out"
   else
-    echo "fuzz $h: ${execs:-0} executions in ${SECS} s, ${cov:-cov: ?}, 0 crashes"
+    echo "fuzz $h: ${execs:-0} executions in ${SECS} s, ${cov:-cov: ?}, 0 crashes" >"$out"
   fi
+  echo "execs ${execs:-0}" >>"$out"
+}
+
+# A libFuzzer run is one single-threaded process bounded by wall time:
+# WHALE_FUZZ_JOBS of them at once (default: the number of cores) give each
+# harness the same core time and the whole pass a fraction of the wall time.
+jobs=${WHALE_FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -ge 1 ] 2>/dev/null || jobs=1
+running=0
+for h in "${HARNESSES[@]}"; do
+  rm -f "$BUILD/fuzz-$h.result"
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  fuzz_one "$h" &
+  running=$((running + 1))
+done
+wait
+failed=0
+total=0
+for h in "${HARNESSES[@]}"; do
+  out=$BUILD/fuzz-$h.result
+  [ -f "$out" ] || { echo "fuzz $h: no result"; failed=$((failed + 1)); continue; }
+  grep -v '^execs ' "$out"
+  total=$((total + $(sed -n 's/^execs //p' "$out")))
+  grep -qE '^fuzz [a-z_]+: (FAILED|no such)' "$out" && failed=$((failed + 1))
 done
 echo "fuzz: ${#HARNESSES[@]} harnesses, $total executions, $failed failed"
 [ "$failed" -eq 0 ]
