@@ -15,6 +15,7 @@
 #include "whale/planfile.h"
 #include "whale_config.h"
 #include "plan_cost.h"
+#include "plan_offload.h"
 #include "whale/conf.h"
 #include "whale/topo.h"
 
@@ -600,13 +601,7 @@ int main(int argc, char **argv)
     } else if (!quiet) {
         whale_plan_explain(&rq, res, buf, 1 << 16);
         fputs(buf, human);
-        if (res->found && (res->best.cfg.offload != WHALE_OFFLOAD_NONE || rq.offload > 0)) {
-            double p0, p1; /* issue 12: what offload buys on this cluster */
-            int o = whale_plan_offload_gain(&md, batch, &cl, &res->best.cfg, &p0, &p1);
-            fprintf(human, "offload: with offload=%s a model of this width fits up to %.4g "
-                    "parameters (%.2fx), without offload up to %.4g\n", whale_offload_name(o),
-                    p1, p0 > 0 ? p1 / p0 : INFINITY, p0);
-        }
+        plan_offload_report(&rq, res, human); /* issue 12: what offload buys here */
     }
     if (evaluate && !res->found && rc == WHALE_ENOFIT)
         evaluate_nofit(&rq, res, buf, 1 << 16, human);
