@@ -283,13 +283,6 @@ int whale_options_check_site(const struct whale_conf *c)
                         "(not %s)", o->offload_target, whale_offload_name(o->offload));
             return -1;
         }
-        /* whale-train refuses it too: the remote tier moves fp32 state only */
-        if (o->given[OPT_PRECISION] && o->precision != WHALE_PREC_FP32) {
-            slurm_error(PLUGIN_NAME ": --whale-offload-target=%s runs with --whale-precision=fp32 "
-                        "only (not %s); 16-bit runs offload to local host memory",
-                        o->offload_target, whale_precision_name(o->precision));
-            return -1;
-        }
     }
     if (o->given[OPT_CKPT_EVERY] && c->min_ckpt_every > 0 && o->ckpt_every < c->min_ckpt_every) {
         slurm_error(PLUGIN_NAME ": --whale-ckpt-every=%d is below the site minimum "

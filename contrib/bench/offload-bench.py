@@ -15,9 +15,14 @@
    median step time over the steps after the first. Target: optimizer offload
    <= 15 % of the step time on the gpt2-124m shape.
 
-  contrib/bench/offload-bench.py --build build [--model gpt2-124m] [--threads 2]
-      [--reps 5] [--steps 4] [--seq 128] [--batch 4] [--skip-train]
-      [--modes 0:none,0:optimizer,3:none,3:optimizer,3:params] [--rounds N]
+   A mode written optimizer@memcpy runs with WHALE_OFFLOAD_MOVER=memcpy (the
+   local tier without UCX) for comparison. The arena peak drop of each mode
+   is checked against the formula (target: within 5 %).
+
+  contrib/bench/offload-bench.py --build build [--model gpt2-124m] [--layers N]
+      [--threads 2] [--reps 5] [--steps 4] [--seq 128] [--batch 4] [--skip-train]
+      [--modes 0:none,0:optimizer,0:optimizer@memcpy,3:none,3:optimizer,3:params]
+      [--rounds 3] [--summary FILE]
 
 PyTorch runs with OMP_WAIT_POLICY=passive (set before torch loads) and
 torch.set_num_threads(threads); the Debian python3-torch is used when the
@@ -26,6 +31,7 @@ default python has no torch (/usr/bin/python3).
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -76,7 +82,11 @@ def model_sizes(conf):
 
 
 def torch_python():
-    for py in (sys.executable, "/usr/bin/python3"):
+    """WHALE_BENCH_TORCH_PYTHON (e.g. a venv with a newer torch for fused=True), else the
+    first python with torch."""
+    for py in (os.environ.get("WHALE_BENCH_TORCH_PYTHON"), sys.executable, "/usr/bin/python3"):
+        if not py:
+            continue
         if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
             return py
     return None
@@ -97,20 +107,33 @@ def whale_adamw(build, model, reps, threads, env):
     return res
 
 
+def split_mode(mode):
+    """'optimizer@memcpy' -> ('optimizer', 'memcpy'): the mover for that run."""
+    m, _, mover = mode.partition("@")
+    return m, mover or "ucx"
+
+
 def train(build, args, mode, zero, env, tmp):
-    m = os.path.join(tmp, "m-%s-%d.jsonl" % (mode, zero))
-    cmd = [os.path.join(build, "runtime/tools/train/whale-train"), "--model", args.model,
+    off, mover = split_mode(mode)
+    m = os.path.join(tmp, "m-%s-%d.jsonl" % (mode.replace("@", "-"), zero))
+    cmd = [os.path.join(build, "runtime/tools/train/whale-train"), "--model", args.model_arg,
            "--data", args.data, "--steps", str(args.steps), "--batch", str(args.batch),
            "--seq", str(args.seq), "--threads", str(args.threads), "--no-progress",
-           "--zero", str(zero), "--offload", mode, "--metrics", m]
-    subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+           "--zero", str(zero), "--offload", off, "--metrics", m]
+    load = os.getloadavg()[0]
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=dict(env, WHALE_OFFLOAD_MOVER=mover))
+    if r.returncode:
+        sys.exit("whale-train failed (%s): %s" % (" ".join(cmd), r.stderr.strip()[-2000:]))
     lines = [json.loads(l) for l in open(m)]
     steps = [l for l in lines if "step" in l][1:]  # the first step warms caches
     summ = [l["summary"] for l in lines if "summary" in l][0]
     return {"step_s": statistics.median(s["step_s"] for s in steps),
+            "cpu_s": statistics.median(s.get("cpu_s", 0) for s in steps),
             "hidden": summ.get("offload_hidden"), "arena_mb": summ.get("arena_peak_mb"),
             "host_mb": summ.get("host_mb", 0.0), "offload_s": summ.get("offload_s", 0.0),
-            "loss": summ["final_loss"]}
+            "param_mb": summ.get("param_mb"), "mover": summ.get("offload_mover", "-"),
+            "loss": summ["final_loss"], "load": load}
 
 
 def main():
@@ -126,7 +149,11 @@ def main():
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--modes", default="0:none,0:optimizer,3:none,3:optimizer,3:params",
                     help="ZeRO:offload runs; each ZeRO stage's first one is the baseline")
-    ap.add_argument("--rounds", type=int, default=1,
+    ap.add_argument("--layers", type=int, default=0,
+                    help="blocks of the model (0: the preset's); the width stays the preset's")
+    ap.add_argument("--summary", default=None,
+                    help="append the targets' verdicts to this file (the .sh prints it last)")
+    ap.add_argument("--rounds", type=int, default=3,
                     help="alternate the runs this many times; report each mode's best and "
                          "median (over rounds) of its median step")
     ap.add_argument("--skip-adamw", action="store_true",
@@ -137,12 +164,22 @@ def main():
                OPENBLAS_NUM_THREADS=str(args.threads),
                WHALE_MODEL_PATH=os.path.join(root, "config", "models"))
     conf = os.path.join(root, "config", "models", args.model + ".conf")
+    args.model_arg = args.model
+    if args.layers:  # the preset's width with fewer blocks, as a .conf of its own
+        text = re.sub(r"Layers=\d+", "Layers=%d" % args.layers, open(conf).read())
+        text = re.sub(r"Name=(\S+)", r"Name=\1-L%d" % args.layers, text)
+        conf = os.path.join(tempfile.mkdtemp(prefix="whale-offload-model-"),
+                            "%s-L%d.conf" % (args.model, args.layers))
+        open(conf, "w").write(text)
+        args.model_arg = conf
     sizes = model_sizes(conf)
+    args.verdicts = []
     print("# offload benchmark: %s, %d tensors, %.1f M parameters, %d threads, %d cores"
           % (args.model, len(sizes), sum(sizes) / 1e6, args.threads, os.cpu_count()))
 
     if args.skip_adamw:
         train_overhead(args, env, root)
+        write_summary(args)
         return
     # ---- 1. host AdamW vs torch.optim.AdamW, alternated ----
     py = torch_python()
@@ -173,14 +210,43 @@ def main():
             tv = min(vals)
             best_torch = tv if best_torch is None else min(best_torch, tv)
             print("%-24s %10.4f %12.4g %10.2f" % ("torch " + name, tv, sum(sizes) / tv, tv / wbest))
-        print("host AdamW vs the best PyTorch variant: %.2fx (target >= 1.5x)" % (best_torch / wbest))
+        ratio = best_torch / wbest
+        print("host AdamW vs the best PyTorch variant: %.2fx (target >= 1.5x)" % ratio)
+        verdict(args, "host AdamW >= 1.5x torch.optim.AdamW (best of single-tensor/foreach/"
+                "fused, %s, same tensors, same run)" % torch_runs[0]["torch"],
+                ratio >= 1.5, "%.2fx" % ratio)
     else:
         print("# PyTorch not available: no comparison")
+        args.verdicts.append("host AdamW >= 1.5x torch.optim.AdamW: not judged (no PyTorch)")
 
     # ---- 2. step-time overhead of each offload mode ----
-    if args.skip_train:
-        return
-    train_overhead(args, env, root)
+    if not args.skip_train:
+        train_overhead(args, env, root)
+    write_summary(args)
+
+
+def verdict(args, what, ok, figure, load_sensitive=False):
+    """met / not met; a speed figure that misses under load is 'not judged'."""
+    load = os.getloadavg()[0]
+    busy = load > 1.5 * os.cpu_count()
+    if ok:
+        v = "met" + (" (at load %.1f)" % load if load_sensitive and busy else "")
+    elif load_sensitive and busy:
+        v = "not judged: load %.1f on %d cores" % (load, os.cpu_count())
+    else:
+        v = "NOT MET"
+    args.verdicts.append("%s: %s -- %s" % (what, figure, v))
+
+
+def write_summary(args):
+    if args.summary:
+        with open(args.summary, "a") as f:
+            for v in args.verdicts:
+                f.write(v + "\n")
+    else:
+        print("\n# summary")
+        for v in args.verdicts:
+            print(v)
 
 
 def train_overhead(args, env, root):
@@ -193,8 +259,9 @@ def train_overhead(args, env, root):
                     for n in sorted(fs):
                         if n.endswith(".c"):
                             f.write(open(os.path.join(dp, n), "rb").read())
-    print("\n# whale-train %s, seq %d, batch %d, %d steps (median of steps 2..)"
-          % (args.model, args.seq, args.batch, args.steps))
+    print("\n# whale-train %s%s, seq %d, batch %d, %d steps (median of steps 2..), %d rounds "
+          "alternated" % (args.model, " with %d layers" % args.layers if args.layers else "",
+                          args.seq, args.batch, args.steps, args.rounds))
     runs = [(int(z), o) for z, o in (m.split(":") for m in args.modes.split(","))]
     res = {}
     load0 = os.getloadavg()
@@ -204,7 +271,7 @@ def train_overhead(args, env, root):
                 measure(args, mode, zero, env, tmp, res)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    report(runs, res)
+    report(args, runs, res)
     load1 = os.getloadavg()
     print("# load average (1/5/15 min) at the start %.1f/%.1f/%.1f, at the end %.1f/%.1f/%.1f "
           "on %d cores: overheads below ~1.5x the step-to-step noise are not resolved"
@@ -217,26 +284,58 @@ def measure(args, mode, zero, env, tmp, res):
     res.setdefault((zero, mode), []).append(r)
 
 
-def report(runs, res):
+def report(args, runs, res):
     bases = {}
     for zero, mode in runs:
         bases.setdefault(zero, res[(zero, mode)])
-    print("%-22s %9s %9s %9s %9s %9s" % ("", "best_s", "overhead", "median_s", "overhead",
-                                         "hidden"))
+    print("%-30s %9s %9s %9s %9s %7s %9s %9s %8s %8s" % (
+        "", "best_s", "overhead", "median_s", "overhead", "hidden", "arena_MB", "drop/form",
+        "cpu_s", "cpu ovh"))
     for zero, mode in runs:
         rs, base = res[(zero, mode)], bases[zero]
+        off, mover = split_mode(mode)
         best = min(r["step_s"] for r in rs)
         med = statistics.median(r["step_s"] for r in rs)
         bbest = min(r["step_s"] for r in base)
         bmed = statistics.median(r["step_s"] for r in base)
         hid = statistics.median(r["hidden"] or 0 for r in rs)
-        print("%-22s %9.3f %8.1f%% %9.3f %8.1f%% %9s  (%d rounds: %s s; arena %.1f MB, "
-              "host %.1f MB)" % (
+        # arena peak drop against the formula (fp32, DP 1: U = P elements):
+        # optimizer 2 moments x 4 B x P, params also the 4 B x P shard
+        pbytes = base[0]["param_mb"] or 0
+        want = {"optimizer": 2 * pbytes, "params": 3 * pbytes}.get(off, 0)
+        drop = base[0]["arena_mb"] - rs[0]["arena_mb"]
+        form = "-" if not want else "%.3f" % (drop / want)
+        loads = " ".join("%.0f" % r["load"] for r in rs)
+        # CPU seconds per step (every thread of the process): unlike the wall
+        # time it hardly moves with the machine's load; it counts work, not
+        # what is hidden, so it bounds the overhead of the added work
+        cmed = statistics.median(r["cpu_s"] for r in rs)
+        bcmed = statistics.median(r["cpu_s"] for r in base)
+        print("%-30s %9.3f %8.1f%% %9.3f %8.1f%% %7s %9.1f %9s %8.2f %7.1f%%  (rounds: %s s; "
+              "load %s; mover %s)" % (
             "ZeRO %d offload %s" % (zero, mode), best, 100 * (best - bbest) / bbest, med,
-            100 * (med - bmed) / bmed, "-" if mode == "none" else "%.2f" % hid, len(rs),
-            " ".join("%.3f" % r["step_s"] for r in rs), rs[0]["arena_mb"], rs[0]["host_mb"]))
+            100 * (med - bmed) / bmed, "-" if off == "none" else "%.2f" % hid,
+            rs[0]["arena_mb"], form, cmed, 100 * (cmed - bcmed) / bcmed if bcmed else 0,
+            " ".join("%.3f" % r["step_s"] for r in rs), loads,
+            rs[0]["mover"] if off != "none" else "-"))
         if rs[0]["loss"] != base[0]["loss"]:
             print("  final loss %.6f differs from none (%.6f)" % (rs[0]["loss"], base[0]["loss"]))
+        if off == "none":
+            continue
+        tag = "ZeRO %d offload %s" % (zero, mode)
+        if want:
+            verdict(args, "arena peak drop = formula within 5 %% (%s)" % tag,
+                    abs(drop - want) <= 0.05 * want,
+                    "%.1f MB dropped, formula %.1f MB" % (drop, want))
+        verdict(args, "same final loss as none (%s)" % tag, rs[0]["loss"] == base[0]["loss"],
+                "%.6f" % rs[0]["loss"])
+        if off == "optimizer" and mover == "ucx":
+            verdict(args, "optimizer-offload overhead <= 15 %% of step time (%s, median of %d "
+                    "rounds, hidden %.2f)" % (tag, len(rs), hid), (med - bmed) / bmed <= 0.15,
+                    "%+.1f %% (best %+.1f %%; CPU time %+.1f %%)" % (
+                        100 * (med - bmed) / bmed, 100 * (best - bbest) / bbest,
+                        100 * (cmed - bcmed) / bcmed if bcmed else 0),
+                    load_sensitive=True)
 
 
 if __name__ == "__main__":

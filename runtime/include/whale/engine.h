@@ -246,6 +246,10 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t offset)
 /* The task whose memory holds the state now, -1: this task's host tier (also
  * after an elastic recovery, which rebuilds the engine with a local tier). */
 int whale_engine_offload_remote_task(const whale_engine *e);
+/* How the local host tier moves: the UCX transports of its private
+ * endpoint ("self/memory0.0,..."; whale/ltier.h), "memcpy"
+ * (WHALE_OFFLOAD_MOVER=memcpy or no UCX), "none" without offload. */
+const char *whale_engine_offload_transport(const whale_engine *e);
 
 /* Bytes this rank holds persistently, by kind (the ZeRO memory check). */
 struct whale_engine_memory {

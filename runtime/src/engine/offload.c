@@ -8,10 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "whale/backend.h"
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/ltier.h"
 
 struct eng_mover {
+    /* the transport (whale/ltier.h): UCX RMA between the arena and the
+     * registered host tier; NULL: memcpy (WHALE_OFFLOAD_MOVER=memcpy, or
+     * UCX could not give a local endpoint, or a copy failed: said once) */
+    _Atomic(whale_ltier *) lt;
+    whale_ltier *lt_owned;    /* closed with the mover */
+    enum whale_ltier_mem mem; /* the arena's memory type */
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* work queued / stop */
@@ -22,6 +31,20 @@ struct eng_mover {
     double busy;            /* seconds spent copying since the last read */
     int64_t bytes;
 };
+
+/* One move through the tier's transport. A UCX failure is not fatal to
+ * the step: the bytes still arrive (memcpy: offload runs on host-addressable
+ * memory only) and the mover stays on memcpy from then on, said once. */
+static void mv_copy(struct eng_mover *m, void *dst, const void *src, size_t len)
+{
+    whale_ltier *lt = m ? atomic_load(&m->lt) : NULL;
+    if (lt && !whale_ltier_copy(lt, dst, src, len, m->mem))
+        return;
+    if (lt && atomic_exchange(&m->lt, NULL))
+        whale_warn("offload: the local tier's UCX transport failed; moving with memcpy from "
+                   "now on");
+    memcpy(dst, src, len);
+}
 
 static void *mover_main(void *arg)
 {
@@ -40,7 +63,7 @@ static void *mover_main(void *arg)
         atomic_store(&mv->state, 3);
         pthread_mutex_unlock(&m->mu);
         double t0 = eng_now();
-        memcpy(mv->dst, mv->src, mv->len);
+        mv_copy(m, mv->dst, mv->src, mv->len);
         double dt = eng_now() - t0;
         pthread_mutex_lock(&m->mu);
         m->busy += dt;
@@ -83,6 +106,7 @@ static void mover_destroy(struct eng_mover *m)
     pthread_mutex_unlock(&m->mu);
     if (m->started)
         pthread_join(m->th, NULL);
+    whale_ltier_close(m->lt_owned);
     pthread_cond_destroy(&m->cv);
     pthread_cond_destroy(&m->done_cv);
     pthread_mutex_destroy(&m->mu);
@@ -98,7 +122,7 @@ void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *
     mv->len = len;
     if (!m || !len) {
         if (len)
-            memcpy(dst, src, len);
+            mv_copy(m, dst, src, len);
         atomic_store(&mv->state, 2);
         return;
     }
@@ -106,7 +130,7 @@ void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *
     pthread_mutex_lock(&m->mu);
     if (m->n == m->cap) { /* cannot happen with 3 moves per bucket; stay correct anyway */
         pthread_mutex_unlock(&m->mu);
-        memcpy(dst, src, len);
+        mv_copy(m, dst, src, len);
         atomic_store(&mv->state, 2);
         return;
     }
@@ -130,7 +154,7 @@ void eng_move_wait(whale_engine *e, struct eng_move *mv)
          * mover skips it. Counts as exposed transfer time. */
         atomic_store(&mv->state, 3);
         pthread_mutex_unlock(&m->mu);
-        memcpy(mv->dst, mv->src, mv->len);
+        mv_copy(m, mv->dst, mv->src, mv->len);
         double dt = eng_now() - t0;
         pthread_mutex_lock(&m->mu);
         m->busy += dt;
@@ -178,6 +202,62 @@ float *eng_off_host_alloc(whale_engine *e, size_t n)
     return whale_arena_alloc(e->off.host, WHALE_MEM_OPTIM, n * sizeof(float), 1);
 }
 
+/* A host-tier buffer the mover moves to or from: unregistered, then freed. */
+static void host_free(whale_engine *e, void *p, size_t bytes)
+{
+    if (e->off.mv && e->off.mv->lt_owned)
+        whale_ltier_unregister(e->off.mv->lt_owned, p);
+    whale_arena_free(e->off.host, WHALE_MEM_OPTIM, p, bytes);
+}
+
+/* The local tier's transport: a private UCX endpoint with the host tier's
+ * buffers registered (whale/ltier.h), unless WHALE_OFFLOAD_MOVER=memcpy. */
+static int ltier_setup(whale_engine *e)
+{
+    struct eng_offload *o = &e->off;
+    const char *k = whale_knob_getenv("WHALE_OFFLOAD_MOVER");
+    if (k && *k && strcmp(k, "ucx") && strcmp(k, "memcpy")) {
+        whale_error("WHALE_OFFLOAD_MOVER=%s: expected ucx or memcpy", k);
+        return WHALE_EINVAL;
+    }
+    if (k && !strcmp(k, "memcpy"))
+        return 0;
+    whale_ltier *lt = NULL;
+    int rc = whale_ltier_open(&lt);
+    if (rc) {
+        whale_warn("offload: no UCX endpoint for the local tier (%s); moving with memcpy",
+                   whale_strerror(rc));
+        return 0;
+    }
+    void *bufs[5] = { o->hW, o->hG, o->hM, o->hV, o->h16 };
+    size_t lens[5] = { o->U * 4, o->U * 4, o->U * 4, o->U * 4, (o->U / 2 + 1) * 4 };
+    for (int i = 0; i < 5 && !rc; i++)
+        if (bufs[i])
+            rc = whale_ltier_register(lt, bufs[i], lens[i]);
+    if (rc) {
+        whale_warn("offload: cannot register the host tier with UCX (%s); moving with memcpy",
+                   whale_strerror(rc));
+        whale_ltier_close(lt);
+        return 0;
+    }
+    o->mv->lt_owned = lt;
+    atomic_store(&o->mv->lt, lt);
+    o->mv->mem = whale_backend_device(e->bk) == WHALE_DEVICE_CUDA ? WHALE_LTIER_CUDA
+                                                                 : WHALE_LTIER_HOST;
+    whale_debug("offload: local tier moves through UCX (%s)", whale_ltier_transport(lt));
+    return 0;
+}
+
+const char *whale_engine_offload_transport(const whale_engine *e)
+{
+    if (!e->off.mode)
+        return "none";
+    if (e->off.rem)
+        return "ucx-rma (remote)";
+    whale_ltier *lt = e->off.mv ? atomic_load(&e->off.mv->lt) : NULL;
+    return lt ? whale_ltier_transport(lt) : "memcpy";
+}
+
 int eng_off_init(whale_engine *e)
 {
     struct eng_offload *o = &e->off;
@@ -192,7 +272,9 @@ int eng_off_init(whale_engine *e)
         return WHALE_ENOMEM;
     if (eng_lp(e) && !(o->h16 = (uint16_t *)eng_off_host_alloc(e, o->U / 2 + 1)))
         return WHALE_ENOMEM;
-    return mover_create((size_t)e->nb * 3 + 8, &o->mv);
+    if ((rc = mover_create((size_t)e->nb * 3 + 8, &o->mv)))
+        return rc;
+    return ltier_setup(e);
 }
 
 void eng_off_free(whale_engine *e)
@@ -204,6 +286,7 @@ void eng_off_free(whale_engine *e)
     o->mv = NULL;
     if (o->host) {
         size_t n = o->U * sizeof(float);
+        /* the mover (and its UCX registrations) is gone: plain frees */
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->stage, 6 * o->stage_n * sizeof(float));
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
@@ -249,12 +332,6 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
                     whale_offload_name(o->mode));
         return WHALE_ENOTSUP;
     }
-    if (eng_lp(e)) {
-        whale_error("offload to another task's memory runs in fp32 for now; this run has "
-                    "16-bit params (use --whale-offload-target=local with --precision bf16|fp16, "
-                    "or --precision fp32)");
-        return WHALE_ENOTSUP;
-    }
     if (o->rem || e->step > 0) {
         whale_error("the remote offload tier must be attached once, before the first step");
         return WHALE_ESTATE;
@@ -267,8 +344,12 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
     }
     o->rem = r;
     o->rem_off = off;
-    /* moments as they are now (zero, or restored) go to their new home */
-    int rc = rma(r, false, eng_off_rem_at(e, 1, 0), o->hM, o->U * sizeof(float));
+    /* moments as they are now (zero, or restored) go to their new home;
+     * 16-bit: the fp32 master too (hW is the master itself, there is no
+     * other copy to refresh it from later) */
+    int rc = eng_lp(e) ? rma(r, false, eng_off_rem_at(e, 0, 0), o->hW, o->U * sizeof(float)) : 0;
+    if (!rc)
+        rc = rma(r, false, eng_off_rem_at(e, 1, 0), o->hM, o->U * sizeof(float));
     if (!rc)
         rc = rma(r, false, eng_off_rem_at(e, 2, 0), o->hV, o->U * sizeof(float));
     if (!rc)
@@ -289,15 +370,31 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
         return WHALE_ENOMEM;
     }
     size_t n = o->U * sizeof(float);
-    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
-    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
-    whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hV, n);
+    eng_off_quiesce(e);
+    host_free(e, o->hW, n);
+    host_free(e, o->hM, n);
+    host_free(e, o->hV, n);
     o->hW = o->hM = o->hV = NULL;
     e->M = e->V = NULL;
-    o->resync = true; /* the master goes there before the first update */
+    if (eng_lp(e)) {
+        /* the 16-bit params are written straight into the arena by the
+         * update: no host copy of them either */
+        host_free(e, o->h16, (o->U / 2 + 1) * sizeof(float));
+        o->h16 = NULL;
+        e->W = e->Wsh = NULL; /* the master: only inside a tensor walk */
+        o->resync = false;
+    } else {
+        o->resync = true; /* the master goes there before the first update */
+    }
     whale_info("offload: optimizer state (%.2f MiB) in the host memory of task %d",
                (double)need / (1 << 20), whale_remote_task(r));
     return 0;
+}
+
+/* 16-bit with a remote tier: where the fp32 master is bound during a walk */
+static float **master_slot(whale_engine *e)
+{
+    return e->cfg.zero_stage == 0 ? &e->W : &e->Wsh;
 }
 
 int eng_off_walk_begin(whale_engine *e)
@@ -309,7 +406,11 @@ int eng_off_walk_begin(whale_engine *e)
     if (!(e->M = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)) ||
         !(e->V = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
         return WHALE_ENOMEM;
+    if (eng_lp(e) && !(*master_slot(e) = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
+        return WHALE_ENOMEM;
     int rc = rma(o->rem, true, eng_off_rem_at(e, 1, 0), e->M, n);
+    if (!rc && eng_lp(e))
+        rc = rma(o->rem, true, eng_off_rem_at(e, 0, 0), *master_slot(e), n);
     return rc ? rc : rma(o->rem, true, eng_off_rem_at(e, 2, 0), e->V, n);
 }
 
@@ -320,16 +421,23 @@ int eng_off_walk_end(whale_engine *e)
         return 0;
     size_t n = o->U * sizeof(float);
     int rc = 0;
-    if (e->M && e->V) { /* the walk may have restored them */
+    const bool lp = eng_lp(e);
+    float *master = lp ? *master_slot(e) : NULL;
+    if (e->M && e->V && (!lp || master)) { /* the walk may have restored them */
         rc = rma(o->rem, false, eng_off_rem_at(e, 1, 0), e->M, n);
         if (!rc)
             rc = rma(o->rem, false, eng_off_rem_at(e, 2, 0), e->V, n);
+        if (!rc && lp)
+            rc = rma(o->rem, false, eng_off_rem_at(e, 0, 0), master, n);
         if (!rc)
             rc = whale_remote_flush(o->rem);
     }
     whale_arena_free(o->host, WHALE_MEM_OPTIM, e->M, n);
     whale_arena_free(o->host, WHALE_MEM_OPTIM, e->V, n);
+    whale_arena_free(o->host, WHALE_MEM_OPTIM, master, n);
     e->M = e->V = NULL;
+    if (lp)
+        *master_slot(e) = NULL;
     return rc;
 }
 

@@ -4,7 +4,9 @@
  * backend host memory accounted on its own) and the host tier (optimizer
  * state: fp32 master weights and AdamW moments of this rank's update range;
  * with parameter offload also the ZeRO-3 weight shard). A mover thread
- * copies between them asynchronously: each bucket's final gradient goes down
+ * copies between them asynchronously, through UCX RMA (whale/ltier.h: the
+ * host tier is registered, a put into it or a get out of it; memcpy with
+ * WHALE_OFFLOAD_MOVER=memcpy): each bucket's final gradient goes down
  * as soon as its reduction completes (overlapping the rest of backward), the
  * host AdamW (vectorised, host threads) updates bucket by bucket while the
  * mover brings the previous bucket's weights back, and the forward of the

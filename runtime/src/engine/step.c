@@ -716,11 +716,26 @@ static int rem_waitall(whale_engine *e, whale_req **q, int n)
 
 /* Optimizer state in another task's memory (RMA): per bucket, fetch master
  * and moments (the next bucket's fetch in flight while this one updates),
- * AdamW on the host, weights to the arena, state back with puts. */
+ * AdamW on the host, weights to the arena, state back with puts. 16-bit
+ * params: the master there is fp32 too; the mixed update casts straight
+ * into the arena's 16-bit params.
+ *
+ * Why the state travels rather than the update running on the spare: per
+ * element and step this moves 24 B (12 B of master + moments each way)
+ * where a remote update would move 6-8 B (the fp32 gradient there, the
+ * 16/32-bit param back). But a spare sits in whale_spare_wait, which only
+ * answers RMA: an update there needs a request protocol, the spare's
+ * cores (often fewer than the worker's host threads) and its own copy of
+ * the step's schedule (loss scale, clip factor, step count, decay mask),
+ * and the worker would wait for it, exposed, since the next forward needs
+ * the params. Here the update stays on the worker's host threads and the
+ * transfers of bucket k+1 overlap the update of bucket k; on promotion
+ * nothing about the schedule changes, the state just comes home. */
 static int off_apply_remote(whale_engine *e, float grad_mul)
 {
     struct eng_offload *o = &e->off;
     const int z = e->cfg.zero_stage;
+    const bool lp = eng_lp(e);
     whale_req *get[2][3] = { { 0 } }, *put[2][3] = { { 0 } };
     int rc = rem_fetch(e, 0, o->stage, get[0]);
     for (int k = 0; k < e->nb && !rc; k++) {
@@ -747,14 +762,23 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
                 if (a >= zz)
                     continue;
                 size_t so = mvoff(e, bk, lo, a) - base;
-                whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
-                                        st + o->stage_n + so, st + 2 * o->stage_n + so, zz - a,
-                                        grad_mul, p->decay);
+                if (lp) /* fp32 master staged here; the 16-bit cast lands in the arena */
+                    whale_adamw_update_mixed_host(&e->adam, e->adam_t, st + so,
+                                                  o->hG + base + so, st + o->stage_n + so,
+                                                  st + 2 * o->stage_n + so,
+                                                  w16ptr(e, bk, lo, a), e->lp, zz - a, grad_mul,
+                                                  p->decay);
+                else
+                    whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
+                                            st + o->stage_n + so, st + 2 * o->stage_n + so,
+                                            zz - a, grad_mul, p->decay);
             }
         }
-        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
-                                                           : wptr(e, bk, lo, lo);
-        memcpy(dst, st, (hi - lo) * sizeof(float));
+        if (!lp) {
+            float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+                                                               : wptr(e, bk, lo, lo);
+            memcpy(dst, st, (hi - lo) * sizeof(float));
+        }
         for (int w = 0; w < 3 && !rc; w++)
             rc = whale_iput(o->rem, eng_off_rem_at(e, w, base), st + w * o->stage_n,
                             (hi - lo) * sizeof(float), &put[k & 1][w]);
@@ -839,6 +863,8 @@ static int off_step_begin(whale_engine *e)
     o->resync = false;
     if (o->mode == WHALE_OFFLOAD_PARAMS)
         return 0; /* the host shard is the only copy */
+    if (o->rem && eng_lp(e))
+        return 0; /* 16-bit: the remote master is the only copy (a walk puts it back) */
     eng_off_quiesce(e);
     int rc = 0;
     for (int k = 0; k < e->nb && !rc; k++) {

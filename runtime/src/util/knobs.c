@@ -50,6 +50,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_NTASKS", "contract", "", "all tasks of the step, spares included" },
     { "WHALE_OFFLOAD", "enum", "the plan's offload, else none", "none, optimizer or params (--offload overrides)" },
     { "WHALE_OFFLOAD_PREFETCH", "int", "1", "ZeRO 3 + offload=params: layers fetched ahead (--offload-prefetch overrides)" },
+    { "WHALE_OFFLOAD_MOVER", "enum", "ucx", "how the local offload tier moves: ucx (RMA through a private UCX endpoint: self/cma/posix, cuda_copy on a GPU) or memcpy" },
     { "WHALE_OFFLOAD_TARGET", "spec", "local", "where offloaded optimizer state lives: local, spares or a host list" },
     { "WHALE_PEER_TIMEOUT", "number", "5", "seconds before a dead or silent peer fails pending operations (WHALE_EPEER)" },
     { "WHALE_PLAN", "contract", "", "the plan: inline JSON (starts with '{') or a path" },

@@ -6,8 +6,9 @@
  * the engine's plain loop, best and median of R repetitions. The same shapes
  * go to PyTorch in contrib/bench/offload-bench.py.
  *
- * bw: bytes/s of moving S bytes: memcpy, a put/get through the handle on
- * one's own region (the local tier's path), and, with two or more tasks, a
+ * bw: bytes/s of moving S bytes: memcpy, a put/get through the local
+ * tier's private UCX endpoint (whale/ltier.h, the engine's mover path; the
+ * header names the transports UCX chose), and, with two or more tasks, a
  * put/get from task 0 into task 1's registered memory (shared memory between
  * tasks on one node, the network between nodes: UCX_TLS=tcp,self). */
 #define _GNU_SOURCE
@@ -22,6 +23,7 @@
 #include "whale/arena.h"
 #include "whale/comm.h"
 #include "whale/error.h"
+#include "whale/ltier.h"
 #include "whale/modeldesc.h"
 #include "whale/optim.h"
 
@@ -46,7 +48,8 @@ static void usage(FILE *f)
 "  adamw  one AdamW step over MODEL's parameter tensors (default gpt2-124m):\n"
 "         host path (threads + SIMD chosen at run time) and the plain loop;\n"
 "         prints best/median seconds and parameters per second\n"
-"  bw     bandwidth of memcpy, RMA through the local handle, and (2+ tasks,\n"
+"  bw     bandwidth of memcpy, the local tier (RMA through a private UCX\n"
+"         endpoint: ltier_put/get), and (2+ tasks,\n"
 "         under whale-run or srun) RMA from task 0 into task 1's memory,\n"
 "         sizes MIN..MAX doubling (default 1M..64M)\n");
 }
@@ -213,9 +216,21 @@ static int bench_bw(int argc, char **argv)
         whale_finalize(ctx);
         return 1;
     }
+    /* the local tier: dst registered with its private endpoint */
+    whale_ltier *lt = NULL;
+    if (me == 0 && ((rc = whale_ltier_open(&lt)) ||
+                    (rc = whale_ltier_register(lt, dst, (size_t)hi))))
+        fprintf(stderr, "whale-bench offload bw: local tier setup: %s (its columns stay "
+                "empty)\n", whale_strerror(rc));
+    if (rc) { /* the other tasks still take part: the remote columns go on */
+        whale_ltier_close(lt);
+        lt = NULL;
+        rc = 0;
+    }
     if (me == 0)
-        printf("# %d task(s); GB/s = bytes / time, best/median of %d\n"
-               "%12s %12s %12s %12s %12s %12s\n", nt, reps, "bytes", "memcpy", "local_put", "local_get", nt > 1 ? "remote_put" : "-",
+        printf("# %d task(s); GB/s = bytes / time, best/median of %d; local tier through UCX "
+               "%s\n%12s %12s %12s %12s %12s %12s\n", nt, reps, lt ? whale_ltier_transport(lt) : "(none)",
+               "bytes", "memcpy", "ltier_put", "ltier_get", nt > 1 ? "remote_put" : "-",
                nt > 1 ? "remote_get" : "-");
     for (int64_t n = lo; n <= hi && !rc; n *= 2) {
         double *tm = calloc((size_t)reps * 5, sizeof *tm); /* [path][rep] */
@@ -232,9 +247,14 @@ static int bench_bw(int argc, char **argv)
                 for (int k = 0; k < 4 && !rc; k++) {
                     if (k >= 2 && nt < 2)
                         break;
-                    whale_remote *t = rem[k < 2 ? 0 : 1];
+                    if (k < 2 && !lt)
+                        continue;
                     t0 = now();
-                    rc = xfer(t, k & 1, k & 1 ? src : src, (size_t)n);
+                    if (k < 2) /* put src -> dst, get dst -> src */
+                        rc = k ? whale_ltier_copy(lt, src, dst, (size_t)n, WHALE_LTIER_HOST)
+                               : whale_ltier_copy(lt, dst, src, (size_t)n, WHALE_LTIER_HOST);
+                    else
+                        rc = xfer(rem[1], k & 1, src, (size_t)n);
                     tm[(size_t)(1 + k) * reps + r] = now() - t0;
                 }
             }
@@ -245,7 +265,7 @@ static int bench_bw(int argc, char **argv)
         if (me == 0 && !rc) {
             printf("%12lld", (long long)n);
             for (int k = 0; k < 5; k++) {
-                if (k >= 3 && nt < 2) {
+                if ((k >= 3 && nt < 2) || (k >= 1 && k < 3 && !lt)) {
                     printf(" %12s", "-");
                     continue;
                 }
@@ -262,6 +282,7 @@ static int bench_bw(int argc, char **argv)
     }
     if (rc)
         fprintf(stderr, "whale-bench offload bw: %s\n", whale_strerror(rc));
+    whale_ltier_close(lt);
     for (int i = 0; i < nt; i++)
         whale_remote_free(rem[i]);
     free(rem);

@@ -15,6 +15,7 @@
 #include "whale/planfile.h"
 #include "whale_config.h"
 #include "plan_cost.h"
+#include "plan_offload.h"
 #include "whale/conf.h"
 #include "whale/topo.h"
 
@@ -486,13 +487,7 @@ static int report(const struct report_args *a, const struct whale_plan_request *
     } else if (!a->quiet) {
         whale_plan_explain(rq, res, buf, len);
         fputs(buf, human);
-        if (res->found && (res->best.cfg.offload != WHALE_OFFLOAD_NONE || rq->offload > 0)) {
-            double p0, p1; /* issue 12: what offload buys on this cluster */
-            int o = whale_plan_offload_gain(md, batch, cl, &res->best.cfg, &p0, &p1);
-            fprintf(human, "offload: with offload=%s a model of this width fits up to %.4g "
-                    "parameters (%.2fx), without offload up to %.4g\n", whale_offload_name(o),
-                    p1, p0 > 0 ? p1 / p0 : INFINITY, p0);
-        }
+        plan_offload_report(rq, res, human); /* issue 12: what offload buys here */
     }
     if (a->evaluate && !res->found && a->nofit)
         evaluate_nofit(rq, res, buf, len, human);

@@ -73,13 +73,6 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
                 whale_offload_name(ec->offload));
         return -1;
     }
-    if (o->where && ec->precision != WHALE_PREC_FP32) {
-        fprintf(stderr, "whale-train: --whale-offload-target=%s moves fp32 optimizer state only: "
-                "it needs --precision fp32 (precision is %s); 16-bit runs offload to local "
-                "host memory (--whale-offload-target=local)\n", tg,
-                whale_precision_name(ec->precision));
-        return -1;
-    }
     if (ec->offload == WHALE_OFFLOAD_PARAMS && ec->zero_stage != 3) {
         fprintf(stderr, "whale-train: --offload=params keeps the ZeRO-3 weight shard in host "
                 "memory and needs --zero 3 (ZeRO is %d); use --offload=optimizer with ZeRO "
@@ -154,7 +147,8 @@ void train_offload_usage(FILE *f)
 "  --whale-offload-target T  where offloaded optimizer state lives: local (host\n"
 "                       memory of this task), spares (the step's hot-spare tasks, over\n"
 "                       UCX RMA) or a host list (spares on those nodes, node[3-4]);\n"
-"                       other than local: --offload optimizer, --precision fp32\n");
+"                       other than local: --offload optimizer (any precision: with\n"
+"                       bf16|fp16 the fp32 master and moments live there)\n");
 }
 
 void train_offload_step(json_t *j, const struct whale_step_stats *st)
@@ -201,5 +195,6 @@ void train_offload_summary(const struct train_offload *o, json_t *sm, whale_engi
         json_object_set_new(sm, "offload_gbs",
                             json_real(o->t_move > 0 ? o->moved / o->t_move / 1e9 : 0));
         json_object_set_new(sm, "host_adamw", json_string(whale_simd_name(whale_adamw_simd())));
+        json_object_set_new(sm, "offload_mover", json_string(whale_engine_offload_transport(e)));
     }
 }

@@ -14,7 +14,10 @@
  *    AdamW, 16-bit params moved back): the same bits as without offload at
  *    the same precision, DP 1 and 2, ZeRO 0..3, restore included; the arena
  *    peak drops by master + moments (12 B x U) and, params, the 16-bit
- *    shard (2 B x S). */
+ *    shard (2 B x S);
+ *  - the remote tier (RMA, here to one's own region) in fp32, bf16 and
+ *    fp16: the losses of the local run at that precision, restore included;
+ *  - the local tier moves through UCX (`self`) or, on request, memcpy. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -450,12 +453,9 @@ static void test_tensors_resume(void **st)
  * one's own region copies locally; the cluster test runs it across nodes):
  * same losses, the moments are found by the tensor walk, and a restore
  * through the walk continues exactly. */
-static void test_remote_tier(void **st)
+static void remote_case(whale_ctx *ctx, int z, const double *want)
 {
-    (void)st;
-    whale_ctx *ctx = NULL;
-    assert_int_equal(whale_init(&ctx), 0);
-    for (int z = 0; z <= 3; z += 3) {
+    {
         struct whale_engine_config c = base_cfg(1, z, WHALE_OFFLOAD_OPTIMIZER);
         whale_engine *e, *f;
         assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
@@ -481,7 +481,7 @@ static void test_remote_tier(void **st)
             whale_engine_get_state(e, &ts);
             assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
             assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
-            assert_true(sst.loss == ref.loss[s]);
+            assert_true(sst.loss == want[s]);
         }
         struct snap sn = { .n = 0 };
         assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
@@ -497,11 +497,11 @@ static void test_remote_tier(void **st)
             whale_engine_get_state(f, &ts);
             assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
             assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
-            assert_true(sst.loss == ref.loss[s]);
+            assert_true(sst.loss == want[s]);
         }
-        printf("remote tier (RMA, world of one) ZeRO %d: %zu B there, %lld B local host, 20 "
-               "steps equal, restore through the walk continues exactly\n", z, need,
-               (long long)m.host_bytes);
+        printf("remote tier (RMA, world of one) %s ZeRO %d: %zu B there, %lld B local host, "
+               "20 steps equal, restore through the walk continues exactly\n",
+               whale_precision_name(run_precision), z, need, (long long)m.host_bytes);
         for (int i = 0; i < sn.n; i++)
             free(sn.buf[i]);
         whale_engine_destroy(f);
@@ -511,6 +511,29 @@ static void test_remote_tier(void **st)
         whale_region_free(reg);
         free(mem);
     }
+}
+
+static void test_remote_tier(void **st)
+{
+    (void)st;
+    whale_ctx *ctx = NULL;
+    assert_int_equal(whale_init(&ctx), 0);
+    for (int z = 0; z <= 3; z += 3)
+        remote_case(ctx, z, ref.loss);
+    /* 16-bit: the fp32 master lives there too, the mixed update casts into
+     * the arena; every loss equals the local run at the same precision */
+    const enum whale_precision ps[2] = { WHALE_PREC_BF16, WHALE_PREC_FP16 };
+    for (int pi = 0; pi < 2; pi++) {
+        run_precision = ps[pi];
+        struct run base[1];
+        run_dp(1, 0, WHALE_OFFLOAD_NONE, 0, base);
+        /* the master in W (ZeRO 0) or Wsh (1..3), the 16-bit params in W16
+         * or W16sh (3): bf16 covers both, fp16 the sharded master */
+        for (int z = 0; z <= 3; z++)
+            if ((pi == 0 && (z == 0 || z == 3)) || (pi == 1 && z == 1))
+                remote_case(ctx, z, base[0].loss);
+    }
+    run_precision = WHALE_PREC_FP32;
     /* params mode stays local */
     struct whale_engine_config c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
     whale_engine *e;
@@ -682,6 +705,36 @@ static void test_resume_lp(void **st)
     run_precision = WHALE_PREC_FP32;
 }
 
+/* The local tier moves through UCX (the private endpoint picks `self`) by
+ * default and with memcpy on request; both give the reference losses. A
+ * bad WHALE_OFFLOAD_MOVER is refused by name. */
+static void test_mover(void **st)
+{
+    (void)st;
+    whale_engine *e = NULL;
+    struct whale_engine_config c = base_cfg(1, 1, WHALE_OFFLOAD_OPTIMIZER);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    const char *tr = whale_engine_offload_transport(e);
+    printf("offload mover (default): %s\n", tr);
+    if (!getenv("UCX_TLS"))
+        assert_non_null(strstr(tr, "self"));
+    assert_string_not_equal(tr, "memcpy");
+    whale_engine_destroy(e);
+    setenv("WHALE_OFFLOAD_MOVER", "memcpy", 1);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    assert_string_equal(whale_engine_offload_transport(e), "memcpy");
+    whale_engine_destroy(e);
+    check_equiv(1, 1, WHALE_OFFLOAD_OPTIMIZER, 0);
+    check_equiv(1, 3, WHALE_OFFLOAD_PARAMS, 1);
+    setenv("WHALE_OFFLOAD_MOVER", "dma", 1);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), WHALE_EINVAL);
+    unsetenv("WHALE_OFFLOAD_MOVER");
+    c = base_cfg(1, 1, WHALE_OFFLOAD_NONE);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    assert_string_equal(whale_engine_offload_transport(e), "none");
+    whale_engine_destroy(e);
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -703,7 +756,7 @@ int main(void)
         cmocka_unit_test(test_budget),         cmocka_unit_test(test_tensors_resume),
         cmocka_unit_test(test_remote_tier),    cmocka_unit_test(test_mixed_host_bitexact),
         cmocka_unit_test(test_equiv_lp),       cmocka_unit_test(test_memory_drop_lp),
-        cmocka_unit_test(test_resume_lp),
+        cmocka_unit_test(test_resume_lp),      cmocka_unit_test(test_mover),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
