@@ -318,13 +318,15 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
 static void relax(const whale_ctx *ctx, int idle, void *bell, uint32_t seen)
 {
     int spin = ctx->oversubscribed ? 16 : ctx->spin;
-    if (bell && idle >= (ctx->oversubscribed ? 16 : spin > 2048 ? spin : 2048)) {
+    if (bell && idle >= (ctx->oversubscribed ? 16 + 64 : spin > 2048 ? spin : 2048)) {
         /* a shared-memory stage waits for a peer's flag: after a spin
          * (the peer runs on another core and is a step behind at most),
          * sleep until a member rings (1 ms at most: the watchdog and UCX
          * still get polled). Sleeping beats sched_yield on a busy machine:
          * the woken member is scheduled at once, a yield gives the core
-         * away for a whole time slice. */
+         * away for a whole time slice. With more members than cores a few
+         * yields come first (below): the member we wait for may be
+         * runnable on this very core. */
         comm_shm_sleep(bell, seen, 1000);
         return;
     }

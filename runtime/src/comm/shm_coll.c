@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -318,6 +319,10 @@ static int wait_flags(whale_group *g, const struct comm_shm *sh, size_t field, u
 #if defined(__x86_64__)
             __builtin_ia32_pause();
 #endif
+        } else if (ctx->oversubscribed && n <= spin + 64) {
+            /* more members than cores: the one we wait for may be
+             * runnable on this very core */
+            sched_yield();
         } else {
             comm_shm_sleep(sh->door, seen, 1000);
         }
