@@ -58,6 +58,15 @@ static int issue(whale_group *g, int coll, enum whale_dtype t, enum whale_op rop
                  void *recv, size_t count, int root, size_t sel_bytes, whale_req **req)
 {
     whale_ctx *ctx = g->ctx;
+    if (coll == COMM_ALLREDUCE || coll == COMM_REDUCE_SCATTER || coll == COMM_ALLGATHER) {
+        /* first such call on the group: every member agrees on its shared
+         * segment (the same call on every member, so the same outcome) */
+        int rc = comm_shm_prepare(g);
+        if (!rc && g->local)
+            rc = comm_shm_prepare(g->local);
+        if (rc)
+            return rc;
+    }
     comm_op_t *op = comm_op_new(ctx, g, coll);
     if (!op)
         return WHALE_ENOMEM;
@@ -110,6 +119,8 @@ int whale_allreduce(whale_group *g, const void *send, void *recv, size_t count,
 {
     int rc = check("allreduce", g, count, t, op, -1, true, send, recv, 1);
     if (rc)
+        return rc;
+    if (g->shm_state == COMM_SHM_READY && (rc = comm_shm_allreduce_now(g, send, recv, count, t, op)) <= 0)
         return rc;
     return issue(g, COMM_ALLREDUCE, t, op, send, recv, count, 0, count * whale_dtype_size(t), NULL);
 }
@@ -273,7 +284,7 @@ int whale_coll_set_algorithm(whale_ctx *ctx, enum whale_coll c, const char *name
         return WHALE_EINVAL;
     int a = comm_algo_parse(name);
     if (a < 0) {
-        whale_error("unknown collective algorithm '%s' (auto, ring, rd, raben, hier, tree)", name);
+        whale_error("unknown collective algorithm '%s' (auto, ring, rd, raben, hier, tree, shm)", name);
         return WHALE_EINVAL;
     }
     ctx->forced_algo[c] = a;

@@ -32,6 +32,7 @@ enum comm_algo {
     COMM_ALGO_RABEN,      /* Rabenseifner: recursive halving + doubling */
     COMM_ALGO_HIER,       /* inside nodes, then across node leaders/rails */
     COMM_ALGO_TREE,       /* binomial tree (broadcast, reduce) */
+    COMM_ALGO_SHM,        /* one node: through a shared segment (shm_coll.c) */
     COMM_ALGO_COUNT_
 };
 
@@ -49,7 +50,8 @@ struct comm_link {
     double alpha;   /* seconds per message */
     double beta;    /* seconds per byte */
 };
-enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_LINK_NCLASS };
+/* COPY: a member's memcpy and a flag wait in a shared segment (COMM_ALGO_SHM) */
+enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_LINK_COPY = 2, COMM_LINK_NCLASS };
 
 struct whale_group {
     whale_ctx *ctx;
@@ -73,14 +75,33 @@ struct whale_group {
     struct whale_group *next_active; /* list of groups with pending work */
     bool active;
     bool owned;            /* freed by whale_group_free / finalize */
+    struct comm_shm *shm;  /* shared segment of a one-node group (shm_seg.c), or NULL */
+    int shm_state;         /* enum comm_shm_state: agreed by every member */
     void *nccl_comm;       /* ncclComm_t, created on first device call */
     bool nccl_broken;      /* aborted after a failure */
+};
+
+/* A stage run through the group's shared segment instead of a schedule
+ * (shm_coll.c). Steps are numbered by the segment's generation counter;
+ * s1/s2/s3 are the next step of each phase (copy in, reduce, copy out). */
+enum comm_shm_kind { SHM_NONE = 0, SHM_ALLREDUCE, SHM_ALLREDUCE_SMALL, SHM_REDUCE_SCATTER, SHM_ALLGATHER };
+struct comm_shm_job {
+    int kind;
+    const char *send;
+    char *recv;
+    size_t count;          /* elements of the whole vector (reduce-scatter, allgather: all blocks) */
+    size_t cb;             /* elements of each block moved per step */
+    uint64_t gen0;         /* generation of step 0 */
+    uint32_t nsteps, s1, s2, s3;
+    int avg_div;
+    bool balanced;         /* blocks: balanced partition of count (else q * count) */
 };
 
 struct comm_stage {
     whale_group *g;
     uint32_t seq;
     struct sched sched;
+    struct comm_shm_job shm;  /* kind != SHM_NONE: runs instead of sched */
 };
 
 enum comm_op_kind { COMM_OP_COLL = 0, COMM_OP_SEND, COMM_OP_RECV, COMM_OP_RMA };
@@ -159,6 +180,10 @@ struct whale_ctx {
     int spin;                 /* idle polls before yielding the core */
     struct comm_link link[COMM_LINK_NCLASS];
     size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
+    int shm_mode;             /* WHALE_SHM: 0 off, 1 on where possible */
+    void *shm_wait;           /* struct comm_shm_bell a blocked shared-memory stage waits on (lock held) */
+    uint32_t shm_wait_seen;   /* the bell's value before that stage looked at the flags */
+    size_t shm_chunk;         /* WHALE_SHM_CHUNK: bytes of the vector per shared-memory step */
     int window;               /* chains in flight */
     int forced_algo[COMM_COLL_COUNT_]; /* WHALE_COLL_ALGO */
     whale_group *world, *tp, *pp, *dp, *all;
@@ -238,6 +263,27 @@ int comm_parse_algo_env(const char *s, int forced[COMM_COLL_COUNT_]);
 int comm_parse_model_env(const char *s, struct comm_link *link);
 void comm_set_gamma(double gamma);
 double comm_get_gamma(void);
+
+/* shm_seg.c: the shared segment of a group whose members are all on this
+ * node. comm_shm_prepare is called by every member before its first
+ * allreduce / reduce-scatter / allgather (caller's thread, ctx->lock not
+ * held); it agrees with the others (two small collectives on the group)
+ * whether the segment works, so shm_state is the same on every member. */
+enum comm_shm_state { COMM_SHM_UNKNOWN = 0, COMM_SHM_READY, COMM_SHM_OFF, COMM_SHM_SETUP };
+int comm_shm_prepare(whale_group *g);
+void comm_shm_release(whale_group *g);
+/* shm_coll.c: fill st->shm for a collective; advance it (ctx->lock held):
+ * 1 finished, 0 waiting for peers, <0 error. */
+/* balanced: count is the whole vector, blocks its balanced partition
+ * (reduce-scatter: recv gets my block; allgather: send is my block). */
+int comm_shm_build(comm_op_t *op, struct comm_stage *st, int coll, const void *send, void *recv,
+                   size_t count, int avg_div, bool balanced);
+int comm_shm_advance(comm_op_t *op, struct comm_stage *st, int *events);
+/* A small blocking allreduce on a user group with nothing queued, done in
+ * the caller's thread without an operation object (latency). 1: not
+ * applicable, take the engine; 0 done; <0 error. */
+int comm_shm_allreduce_now(whale_group *g, const void *send, void *recv, size_t count,
+                           enum whale_dtype t, enum whale_op op);
 
 /* nccl.c */
 void comm_nccl_fini(whale_ctx *ctx);

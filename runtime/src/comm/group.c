@@ -135,6 +135,7 @@ void comm_group_destroy(whale_group *g)
     if (g->cross)
         comm_group_destroy(g->cross);
     comm_nccl_group_free(g);
+    comm_shm_release(g);
     unregister_group(g->ctx, g);
     free(g->tasks);
     free(g->world_ranks);

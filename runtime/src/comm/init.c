@@ -39,12 +39,17 @@ static int env_double(const char *name, double lo, double hi, double dflt, doubl
 
 static int read_knobs(whale_ctx *ctx)
 {
-    double t, chunk, window;
+    double t, chunk, window, shm_chunk;
+    bool shm;
     int rc;
     if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
         (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
-        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)))
+        (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)) ||
+        (rc = whale_env_bool("WHALE_SHM", true, &shm)) ||
+        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 256 << 10, &shm_chunk)))
         return rc;
+    ctx->shm_mode = shm;
+    ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces */
     ctx->peer_timeout = t;
     ctx->chunk_bytes = (size_t)chunk;
     ctx->window = (int)window;
@@ -53,6 +58,7 @@ static int read_knobs(whale_ctx *ctx)
     /* Defaults until the probe (or WHALE_COLL_MODEL) says better. */
     ctx->link[COMM_LINK_SHM] = (struct comm_link){ 1e-6, 1.0 / 6e9 };
     ctx->link[COMM_LINK_NET] = (struct comm_link){ 20e-6, 1.0 / 1.5e9 };
+    ctx->link[COMM_LINK_COPY] = (struct comm_link){ 0.3e-6, 1.0 / 8e9 };
     return comm_parse_model_env(whale_knob_getenv("WHALE_COLL_MODEL"), ctx->link);
 }
 

@@ -16,6 +16,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/el_internal.h"
+#include "comm/shm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -159,6 +160,22 @@ static int op_advance(comm_op_t *op, int *events)
     }
     for (;;) {
         struct comm_stage *st = &op->stages[op->cur_stage];
+        if (st->shm.kind != SHM_NONE) {
+            int rc = comm_shm_advance(op, st, events);
+            if (rc < 0) {
+                fail_op(op, rc);
+                return 1;
+            }
+            if (rc == 0)
+                return 0;
+            if (++op->cur_stage == op->nstages)
+                return 1;
+            if ((rc = stage_start(op))) {
+                op->status = rc;
+                return 1;
+            }
+            continue;
+        }
         int n = (int)st->sched.nchains;
         int window = op->window > 0 ? op->window : 1;
         while (op->next_chain < n && op->next_chain < op->first_open + window)
@@ -298,9 +315,21 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
  * slice and every rendezvous step would wait for it); with more ranks than
  * cores, yield soon so that the peer we wait for can run. After a long
  * quiet spell (a straggling peer) sleep briefly. */
-static void relax(const whale_ctx *ctx, int idle)
+static void relax(const whale_ctx *ctx, int idle, void *bell, uint32_t seen)
 {
     int spin = ctx->oversubscribed ? 16 : ctx->spin;
+    if (bell && idle >= (ctx->oversubscribed ? 16 + 64 : spin > 2048 ? spin : 2048)) {
+        /* a shared-memory stage waits for a peer's flag: after a spin
+         * (the peer runs on another core and is a step behind at most),
+         * sleep until a member rings (1 ms at most: the watchdog and UCX
+         * still get polled). Sleeping beats sched_yield on a busy machine:
+         * the woken member is scheduled at once, a yield gives the core
+         * away for a whole time slice. With more members than cores a few
+         * yields come first (below): the member we wait for may be
+         * runnable on this very core. */
+        comm_shm_sleep(bell, seen, 1000);
+        return;
+    }
     if (idle < spin) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
@@ -330,10 +359,13 @@ static int wait_counted(whale_req *req)
     int idle = 0;
     while (!atomic_load_explicit(&req->done, memory_order_acquire)) {
         pthread_mutex_lock(&ctx->lock);
+        ctx->shm_wait = NULL;
         int ev = comm_progress(ctx);
+        void *bell = ctx->shm_wait;
+        uint32_t seen = ctx->shm_wait_seen;
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        relax(ctx, idle);
+        relax(ctx, idle, ev ? NULL : bell, seen);
     }
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;
@@ -464,11 +496,14 @@ static void *progress_main(void *arg)
             idle = 0;
             continue;
         }
+        ctx->shm_wait = NULL;
         int ev = comm_progress(ctx);
+        void *bell = ctx->shm_wait;
+        uint32_t seen = ctx->shm_wait_seen;
         pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
         /* the thread shares cores with compute: always the polite policy */
-        relax(&(whale_ctx){ .oversubscribed = true }, idle);
+        relax(&(whale_ctx){ .oversubscribed = true }, idle, ev ? NULL : bell, seen);
         pthread_mutex_lock(&ctx->lock);
     }
     pthread_mutex_unlock(&ctx->lock);

@@ -1,10 +1,11 @@
 /* Element-wise reduction kernels: dst[n] = a[n] op b[n].
  *
  * Memory-bound loops: written so GCC vectorises them (restrict pointers,
- * no branches in the loop body, -O3 for this file) and cloned for AVX2/F16C
- * hosts. 16-bit floats are widened to fp32, combined, and rounded back
- * (round to nearest even), so one reduction step loses at most half an ulp
- * of the 16-bit type. */
+ * no branches in the loop body, -O3 for this file) and cloned for AVX-512
+ * (x86-64-v4) and AVX2/F16C hosts, the clone picked at load time from the
+ * CPU's features. 16-bit floats are widened to fp32, combined, and rounded
+ * back (round to nearest even), so one reduction step loses at most half
+ * an ulp of the 16-bit type. */
 #pragma GCC optimize("O3")
 #include "comm/sched.h"
 #include "whale/dtype.h"
@@ -13,7 +14,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define KERNEL
 #endif

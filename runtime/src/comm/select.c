@@ -21,7 +21,7 @@
 #include "whale/log.h"
 
 static const char *const algo_names[COMM_ALGO_COUNT_] = { "auto", "ring", "rd", "raben", "hier",
-                                                          "tree" };
+                                                          "tree", "shm" };
 static const char *const coll_names[COMM_COLL_COUNT_] = { "allreduce", "reduce_scatter",
                                                           "allgather", "broadcast", "reduce",
                                                           "barrier" };
@@ -73,6 +73,10 @@ static int pow2_floor(int p)
     return q;
 }
 
+/* The model as rank 0 broadcasts it: shm alpha, beta, net alpha, beta,
+ * gamma, copy alpha, beta. */
+#define MODEL_N 7
+
 /* gamma: seconds per byte of reduction (shared by both link classes). */
 static double g_gamma = 1.0 / 6e9;
 
@@ -103,12 +107,54 @@ static double raben_ar(int p, double n, struct comm_link l)
     return c;
 }
 
+/* Through the group's shared segment (shm_coll.c): alpha per flag wait,
+ * beta of a memcpy. Allreduce: one copy in, 1/p of the reduction, one copy
+ * out, two waits (one below 16 KiB, where each member reduces it all);
+ * reduce-scatter: copy in and reduce; allgather: copy in and out. */
+static double shm_cost(const whale_group *g, int coll, double n)
+{
+    struct comm_link c = g->ctx->link[COMM_LINK_COPY];
+    int p = g->size;
+    switch (coll) {
+    case COMM_ALLREDUCE:
+        if (n <= 16384)
+            return c.alpha + n * c.beta + (p - 1) * n * g_gamma;
+        return 2 * c.alpha + 2.0 * n * c.beta + (double)(p - 1) / p * n * g_gamma;
+    case COMM_REDUCE_SCATTER: /* n = total bytes */
+        return c.alpha + (double)(p - 1) / p * n * (c.beta + g_gamma);
+    case COMM_ALLGATHER:
+        return 2 * c.alpha + (1.0 + 1.0 / p) * n * c.beta;
+    default:
+        return INFINITY;
+    }
+}
+
+/* Hierarchical reduce-scatter / allgather (build.c hier_rs, hier_ag): a
+ * regrouping copy of the whole vector, the node's q members over all of
+ * it, the rail of m nodes over 1/q of it. */
+static double hier_rs_ag(const whale_group *g, int coll, double n)
+{
+    if (!g->local || !g->cross)
+        return INFINITY;
+    const whale_ctx *ctx = g->ctx;
+    struct comm_link shm = ctx->link[COMM_LINK_SHM], net = ctx->link[COMM_LINK_NET];
+    int q = g->ppn, m = g->nnodes;
+    double red = coll == COMM_REDUCE_SCATTER ? g_gamma : 0;
+    double intra = g->local->shm_state == COMM_SHM_READY
+                       ? shm_cost(g->local, coll, n)
+                       : (q - 1) * shm.alpha + (double)(q - 1) / q * n * (shm.beta + red);
+    double inter = (m - 1) * net.alpha + (double)(m - 1) / m * (n / q) * (net.beta + red);
+    return n * ctx->link[COMM_LINK_COPY].beta + intra + inter;
+}
+
 static double cost(const whale_group *g, int coll, int algo, double n)
 {
     const whale_ctx *ctx = g->ctx;
     int p = g->size;
     struct comm_link l = ctx->link[comm_link_class(g)];
     const double inf = INFINITY;
+    if (algo == COMM_ALGO_SHM)
+        return g->shm_state == COMM_SHM_READY ? shm_cost(g, coll, n) : inf;
     switch (coll) {
     case COMM_ALLREDUCE:
         switch (algo) {
@@ -120,13 +166,18 @@ static double cost(const whale_group *g, int coll, int algo, double n)
                 return inf;
             struct comm_link shm = ctx->link[COMM_LINK_SHM], net = ctx->link[COMM_LINK_NET];
             int q = g->ppn, m = g->nnodes;
-            double intra = (q - 1) * shm.alpha + (double)(q - 1) / q * n * shm.beta;
             double inter = fmin(ring_ar(m, n / q, net), rd_ar(m, n / q, net));
+            if (g->local->shm_state == COMM_SHM_READY)
+                return shm_cost(g->local, COMM_REDUCE_SCATTER, n) +
+                       shm_cost(g->local, COMM_ALLGATHER, n) + inter;
+            double intra = (q - 1) * shm.alpha + (double)(q - 1) / q * n * shm.beta;
             return 2 * intra + (double)(q - 1) / q * n * g_gamma + inter;
         }
         default: return inf;
         }
     case COMM_REDUCE_SCATTER: /* n = total bytes (size * count) */
+        if (algo == COMM_ALGO_HIER)
+            return hier_rs_ag(g, coll, n);
         switch (algo) {
         case COMM_ALGO_RING: return (p - 1) * l.alpha + (double)(p - 1) / p * n * (l.beta + g_gamma);
         case COMM_ALGO_RD:
@@ -135,6 +186,8 @@ static double cost(const whale_group *g, int coll, int algo, double n)
         default: return inf;
         }
     case COMM_ALLGATHER: /* n = total bytes */
+        if (algo == COMM_ALGO_HIER)
+            return hier_rs_ag(g, coll, n);
         switch (algo) {
         case COMM_ALGO_RING: return (p - 1) * l.alpha + (double)(p - 1) / p * n * l.beta;
         case COMM_ALGO_RD:
@@ -216,7 +269,7 @@ int comm_parse_algo_env(const char *s, int forced[COMM_COLL_COUNT_])
         }
         int a = comm_algo_parse(an);
         if (a < 0) {
-            whale_error("WHALE_COLL_ALGO: unknown algorithm '%s' (auto, ring, rd, raben, hier, tree)", an);
+            whale_error("WHALE_COLL_ALGO: unknown algorithm '%s' (auto, ring, rd, raben, hier, tree, shm)", an);
             rc = WHALE_EINVAL;
             break;
         }
@@ -228,7 +281,7 @@ int comm_parse_algo_env(const char *s, int forced[COMM_COLL_COUNT_])
     return rc;
 }
 
-/* WHALE_COLL_MODEL: "shm=ALPHA_US:GBPS,net=ALPHA_US:GBPS" (either part). */
+/* WHALE_COLL_MODEL: "shm=ALPHA_US:GBPS,net=ALPHA_US:GBPS,copy=ALPHA_US:GBPS" (any part). */
 int comm_parse_model_env(const char *s, struct comm_link *link)
 {
     if (!s || !*s)
@@ -241,12 +294,13 @@ int comm_parse_model_env(const char *s, struct comm_link *link)
         double a, bw;
         char cls[8];
         if (sscanf(tok, "%7[a-z]=%lf:%lf", cls, &a, &bw) != 3 || a < 0 || bw <= 0 ||
-            (strcmp(cls, "shm") && strcmp(cls, "net"))) {
-            whale_error("WHALE_COLL_MODEL: '%s' is not shm=ALPHA_US:GBPS or net=ALPHA_US:GBPS", tok);
+            (strcmp(cls, "shm") && strcmp(cls, "net") && strcmp(cls, "copy"))) {
+            whale_error("WHALE_COLL_MODEL: '%s' is not shm=ALPHA_US:GBPS, net=ALPHA_US:GBPS or "
+                        "copy=ALPHA_US:GBPS", tok);
             rc = WHALE_EINVAL;
             break;
         }
-        int k = strcmp(cls, "shm") ? COMM_LINK_NET : COMM_LINK_SHM;
+        int k = !strcmp(cls, "shm") ? COMM_LINK_SHM : !strcmp(cls, "net") ? COMM_LINK_NET : COMM_LINK_COPY;
         link[k].alpha = a * 1e-6;
         link[k].beta = 1.0 / (bw * 1e9);
     }
@@ -309,26 +363,29 @@ static int cache_path(char *buf, size_t len, const whale_group *w)
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-static bool cache_read(const char *path, double p[5])
+/* A cache without the copy link (older runtimes) is measured again. */
+static bool cache_read(const char *path, double p[MODEL_N])
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return false;
-    bool ok = fscanf(f, "shm %lf %lf net %lf %lf gamma %lf", &p[0], &p[1], &p[2], &p[3], &p[4]) == 5;
+    bool ok = fscanf(f, "shm %lf %lf net %lf %lf gamma %lf copy %lf %lf", &p[0], &p[1], &p[2],
+                     &p[3], &p[4], &p[5], &p[6]) == MODEL_N;
     fclose(f);
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < MODEL_N; i++)
         ok = ok && isfinite(p[i]) && p[i] > 0;
     return ok;
 }
 
-static void cache_write(const char *path, const double p[5])
+static void cache_write(const char *path, const double p[MODEL_N])
 {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f)
         return;
-    fprintf(f, "shm %.6g %.6g net %.6g %.6g gamma %.6g\n", p[0], p[1], p[2], p[3], p[4]);
+    fprintf(f, "shm %.6g %.6g net %.6g %.6g gamma %.6g copy %.6g %.6g\n", p[0], p[1], p[2], p[3],
+            p[4], p[5], p[6]);
     if (fclose(f) == 0)
         rename(tmp, path);
     else
@@ -336,7 +393,7 @@ static void cache_write(const char *path, const double p[5])
 }
 
 /* Bandwidths from the site config the plugin used (WHALE_CONF), when set. */
-static void site_bandwidths(double p[5])
+static void site_bandwidths(double p[MODEL_N])
 {
     const char *path = getenv(WHALE_ENV_CONF);
     struct whale_conf *c = NULL;
@@ -363,7 +420,7 @@ static void site_bandwidths(double p[5])
  * schedule than the survivors for the same call and both sides waited for
  * messages the other never sent (a hang after the first recovery under
  * srun, where the probed net link differs from the defaults). */
-static int share_model(whale_ctx *ctx, double params[5], bool cached)
+static int share_model(whale_ctx *ctx, double params[MODEL_N], bool cached)
 {
     whale_group *g = ctx->boot.ntasks > ctx->boot.world && ctx->all ? ctx->all : ctx->world;
     int root = 0;
@@ -375,23 +432,26 @@ static int share_model(whale_ctx *ctx, double params[5], bool cached)
         if (root < 0)
             return WHALE_ESTATE;
     }
-    int rc = whale_broadcast(g, params, 5 * sizeof(double), WHALE_UINT8, root);
+    int rc = whale_broadcast(g, params, MODEL_N * sizeof(double), WHALE_UINT8, root);
     if (rc)
         return rc;
     ctx->link[0] = (struct comm_link){ params[0], params[1] };
     ctx->link[1] = (struct comm_link){ params[2], params[3] };
+    ctx->link[COMM_LINK_COPY] = (struct comm_link){ params[5], params[6] };
     g_gamma = params[4];
-    whale_debug("cost model%s: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s",
+    whale_debug("cost model%s: shm alpha %.2f us %.2f GB/s, net alpha %.2f us %.2f GB/s, reduce %.2f GB/s, "
+                "copy %.2f us %.2f GB/s",
                 cached ? " (cached)" : "", params[0] * 1e6, 1e-9 / params[1], params[2] * 1e6,
-                1e-9 / params[3], 1e-9 / params[4]);
+                1e-9 / params[3], 1e-9 / params[4], params[5] * 1e6, 1e-9 / params[6]);
     return 0;
 }
 
 int comm_probe(whale_ctx *ctx, bool measure)
 {
     whale_group *w = ctx->world;
-    double params[5] = { ctx->link[0].alpha, ctx->link[0].beta, ctx->link[1].alpha,
-                         ctx->link[1].beta, g_gamma };
+    double params[MODEL_N] = { ctx->link[0].alpha, ctx->link[0].beta, ctx->link[1].alpha,
+                               ctx->link[1].beta, g_gamma, ctx->link[COMM_LINK_COPY].alpha,
+                               ctx->link[COMM_LINK_COPY].beta };
     if (!w || w->rank < 0)
         return share_model(ctx, params, false); /* a spare: take the ranks' model */
     const char *pe = whale_knob_getenv("WHALE_COLL_PROBE");
@@ -444,6 +504,19 @@ int comm_probe(whale_ctx *ctx, bool measure)
                 }
                 if (best > 0)
                     params[4] = best / (double)(n * sizeof(float));
+                /* the shm algorithm's beta: a memcpy of the size the
+                 * ping-pong above moved (1 MiB), so that both link figures
+                 * are alike and the model compares copies with copies (a
+                 * UCX shm message is two of them) */
+                best = INFINITY;
+                for (int i = 0; i < 20; i++) {
+                    double t0 = now_s();
+                    memcpy(x, y, big);
+                    double dt = now_s() - t0;
+                    best = dt < best ? dt : best;
+                }
+                if (best > 0)
+                    params[6] = best / (double)big;
             }
             free(x);
             free(y);

@@ -46,7 +46,7 @@ void bench_comm_usage(void *stream)
             "  -c, --check 0|1      verify results, count wrong elements (default 1)\n"
             "  -o, --op OP          sum, avg, max, min (default sum)\n"
             "  -d, --datatype T     float, bfloat16, half, int32, int64, uint8 (default float)\n"
-            "  -a, --algo A         auto, ring, rd, raben, hier, tree (default: WHALE_COLL_ALGO,\n"
+            "  -a, --algo A         auto, ring, rd, raben, hier, tree, shm (default: WHALE_COLL_ALGO,\n"
             "                       else auto, as in training)\n"
             "  -g, --group G        world (default), tp, pp, dp\n"
             "  -r, --root R         root of broadcast/reduce (default 0)\n"

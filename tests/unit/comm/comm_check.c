@@ -33,17 +33,21 @@ static const char *const coll_names[] = { "allreduce", "reduce_scatter", "allgat
 
 static bool has_algo(int coll, const char *a)
 {
-    static const char *const per[5][4] = { { "ring", "rd", "raben", "hier" }, { "ring", "rd" },
-                                           { "ring", "rd" }, { "tree", "ring" }, { "tree", "ring" } };
-    for (int i = 0; i < 4; i++)
+    static const char *const per[5][5] = { { "ring", "rd", "raben", "hier", "shm" },
+                                           { "ring", "rd", "hier", "shm" },
+                                           { "ring", "rd", "hier", "shm" }, { "tree", "ring" },
+                                           { "tree", "ring" } };
+    for (int i = 0; i < 5; i++)
         if (per[coll][i] && !strcmp(per[coll][i], a))
             return true;
     return false;
 }
 
 /* One collective on group g with members' world ranks in wr[]. */
+/* inplace: allreduce with send == recv; allgather with my block already at
+ * its place in recv; reduce-scatter with recv = my block of send. */
 static void one(whale_ctx *ctx, whale_group *g, const int *wr, int coll, enum whale_dtype t, int op,
-                size_t count, bool nonblocking, const char *algo)
+                size_t count, bool nonblocking, bool inplace, const char *algo)
 {
     int p = whale_group_size(g), me = whale_group_rank(g);
     size_t esz = whale_dtype_size(t);
@@ -62,20 +66,32 @@ static void one(whale_ctx *ctx, whale_group *g, const int *wr, int coll, enum wh
     memset(recv, 0xAB, out_n * esz + 8);
     if (coll == 3)
         memcpy(recv, send, count * esz);
+    inplace = inplace && coll <= 2;
+    const void *src = send;
+    if (inplace && coll == 0) {
+        memcpy(recv, send, count * esz);
+        src = recv;
+    } else if (inplace && coll == 2) {
+        memcpy(recv + (size_t)me * count * esz, send, count * esz);
+        src = recv + (size_t)me * count * esz;
+    }
+    void *dst1 = inplace && coll == 1 ? send + (size_t)me * count * esz : recv;
     whale_req *req = NULL;
     int rc;
     switch (coll) {
     case 0:
-        rc = nonblocking ? whale_iallreduce(g, send, recv, count, t, op, &req)
-                         : whale_allreduce(g, send, recv, count, t, op);
+        rc = nonblocking ? whale_iallreduce(g, src, recv, count, t, op, &req)
+                         : whale_allreduce(g, src, recv, count, t, op);
         break;
     case 1:
-        rc = nonblocking ? whale_ireduce_scatter(g, send, recv, count, t, op, &req)
-                         : whale_reduce_scatter(g, send, recv, count, t, op);
+        rc = nonblocking ? whale_ireduce_scatter(g, send, dst1, count, t, op, &req)
+                         : whale_reduce_scatter(g, send, dst1, count, t, op);
+        if (dst1 != recv)
+            memcpy(recv, dst1, count * esz);
         break;
     case 2:
-        rc = nonblocking ? whale_iallgather(g, send, recv, count, t, &req)
-                         : whale_allgather(g, send, recv, count, t);
+        rc = nonblocking ? whale_iallgather(g, src, recv, count, t, &req)
+                         : whale_allgather(g, src, recv, count, t);
         break;
     case 3:
         rc = nonblocking ? whale_ibroadcast(g, recv, count, t, root, &req)
@@ -85,13 +101,16 @@ static void one(whale_ctx *ctx, whale_group *g, const int *wr, int coll, enum wh
         rc = whale_reduce(g, send, me == root ? recv : NULL, count, t, op, root);
         break;
     }
-    if (!rc && req)
+    if (!rc && req) {
         rc = whale_wait(req);
+        if (coll == 1 && dst1 != recv)
+            memcpy(recv, dst1, count * esz);
+    }
     g_cases++;
     const char *an = whale_coll_algorithm(g, (enum whale_coll)coll, count, t);
     if (rc) {
-        FAIL("%s %s count=%zu %s op=%d p=%d: %s", coll_names[coll], an, count, whale_dtype_name(t),
-             op, p, whale_strerror(rc));
+        FAIL("%s %s count=%zu %s op=%d p=%d%s: %s", coll_names[coll], an, count, whale_dtype_name(t),
+             op, p, inplace ? " (in place)" : "", whale_strerror(rc));
         goto out;
     }
     (void)algo; /* an inapplicable forced algorithm falls back to the model */
@@ -115,8 +134,9 @@ static void one(whale_ctx *ctx, whale_group *g, const int *wr, int coll, enum wh
             want = cv_get(tmp, 0, t);
         }
         if (got != want) {
-            FAIL("%s %s count=%zu %s op=%d p=%d%s: element %zu = %g, want %g", coll_names[coll], an,
-                 count, whale_dtype_name(t), op, p, nonblocking ? " (non-blocking)" : "", i, got, want);
+            FAIL("%s %s count=%zu %s op=%d p=%d%s%s: element %zu = %g, want %g", coll_names[coll], an,
+                 count, whale_dtype_name(t), op, p, nonblocking ? " (non-blocking)" : "",
+                 inplace ? " (in place)" : "", i, got, want);
             break;
         }
     }
@@ -152,7 +172,7 @@ static int parse_sizes(const char *s, size_t *out, int max)
 
 int main(int argc, char **argv)
 {
-    const char *sizes_s = "quick", *algos_s = "auto,ring,rd,raben,hier,tree", *colls_s = NULL;
+    const char *sizes_s = "quick", *algos_s = "auto,ring,rd,raben,hier,tree,shm", *colls_s = NULL;
     static const struct option lo[] = { { "sizes", required_argument, NULL, 's' },
                                         { "algos", required_argument, NULL, 'a' },
                                         { "colls", required_argument, NULL, 'c' },
@@ -214,7 +234,7 @@ int main(int argc, char **argv)
                         if (sizes[si] > (4u << 20) && t != WHALE_FLOAT32)
                             continue;
                         one(ctx, w, wr, coll, (enum whale_dtype)t, op, sizes[si],
-                            (si + t + op) % 2 == 1 && coll != 4, a);
+                            (si + t + op) % 2 == 1 && coll != 4, (si + t + op) % 3 == 0, a);
                     }
             whale_coll_set_algorithm(ctx, (enum whale_coll)coll, "auto");
         }

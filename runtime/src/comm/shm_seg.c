@@ -1,0 +1,146 @@
+/* The shared segment of a group whose members all run on this node.
+ *
+ * Made lazily, before the group's first allreduce / reduce-scatter /
+ * allgather, by group rank 0; the others map it by name. The name carries
+ * the creator's pid and start time, the group id and the group's operation
+ * number, so two steps (or two groups, or a recycled pid) on one node never
+ * meet. It is unlinked as soon as every member has mapped it (or failed to):
+ * a task killed afterwards leaves nothing in /dev/shm, the mapping goes
+ * with the last process. Whether the segment works is agreed by a small
+ * allreduce over the group (members that see different /dev/shm, a full
+ * tmpfs), so every member takes the same path afterwards. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/comm_internal.h"
+#include "comm/shm_internal.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+static int map_segment(struct comm_shm *sh, bool create, const char **why)
+{
+    int fd = -1;
+    if (create) {
+        fd = shm_open(sh->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            /* left by a killed creator with our pid and start time: cannot be
+             * a live step's, take it over */
+            shm_unlink(sh->name);
+            fd = shm_open(sh->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        }
+        if (fd >= 0)
+            sh->linked = true;
+        if (fd >= 0 && ftruncate(fd, (off_t)sh->len) != 0) {
+            *why = "ftruncate";
+            close(fd);
+            return -1;
+        }
+    } else {
+        fd = shm_open(sh->name, O_RDWR, 0600);
+        struct stat stb;
+        if (fd >= 0 && (fstat(fd, &stb) != 0 || (size_t)stb.st_size != sh->len)) {
+            *why = "size differs";
+            close(fd);
+            return -1;
+        }
+    }
+    if (fd < 0) {
+        *why = "shm_open";
+        return -1;
+    }
+    void *m = mmap(NULL, sh->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) {
+        *why = "mmap";
+        return -1;
+    }
+    sh->base = m;
+    sh->door = m;
+    sh->flags = (struct comm_shm_flags *)((char *)m + sizeof(struct comm_shm_bell));
+    sh->in = (char *)sh->flags + (size_t)sh->p * sizeof(struct comm_shm_flags);
+    sh->out = sh->in + (size_t)sh->p * COMM_SHM_DEPTH * sh->slot;
+    return 0;
+}
+
+static void drop(struct comm_shm *sh)
+{
+    if (sh->base)
+        munmap(sh->base, sh->len);
+    if (sh->linked)
+        shm_unlink(sh->name);
+    free(sh);
+}
+
+int comm_shm_prepare(whale_group *g)
+{
+    if (g->shm_state != COMM_SHM_UNKNOWN)
+        return 0;
+    whale_ctx *ctx = g->ctx;
+    if (!ctx->shm_mode || g->nnodes != 1 || g->size < 2 || g->size > WHALE_SHM_MAX_RANKS || g->rank < 0 || g->failed) {
+        g->shm_state = COMM_SHM_OFF;
+        return 0;
+    }
+    g->shm_state = COMM_SHM_SETUP; /* the agreement below takes the other paths */
+    struct comm_shm *sh = calloc(1, sizeof *sh);
+    /* the creator's step size wins: every member maps the same layout */
+    int64_t hdr[2] = { sh != NULL, (int64_t)ctx->shm_chunk };
+    const char *why = sh ? NULL : "out of memory";
+    if (sh) {
+        const struct comm_proc_id *lead = &ctx->procs[g->tasks[0]];
+        snprintf(sh->name, sizeof sh->name, "/whale-coll-%lld-%lld-g%u-s%u", (long long)lead->pid,
+                 (long long)lead->start, (unsigned)g->gid, (unsigned)g->seq);
+        sh->p = g->size;
+        sh->r = g->rank;
+    }
+    if (g->rank == 0 && sh) {
+        sh->slot = ctx->shm_chunk;
+        sh->len = comm_shm_bytes(sh->p, sh->slot);
+        hdr[0] = map_segment(sh, true, &why) == 0;
+    }
+    int rc = whale_broadcast(g, hdr, 2, WHALE_INT64, 0);
+    if (!rc && g->rank != 0 && sh) {
+        if (hdr[0]) {
+            sh->slot = (size_t)hdr[1];
+            sh->len = comm_shm_bytes(sh->p, sh->slot);
+            hdr[0] = map_segment(sh, false, &why) == 0;
+        } else {
+            why = "rank 0 could not create it";
+        }
+    }
+    int32_t ok = !rc && sh && hdr[0], all = 0;
+    int rc2 = rc ? rc : whale_allreduce(g, &ok, &all, 1, WHALE_INT32, WHALE_MIN);
+    if (sh && sh->linked) {
+        /* everyone has mapped it or given up: the name is no longer needed */
+        shm_unlink(sh->name);
+        sh->linked = false;
+    }
+    if (rc2 || !all) {
+        if (!rc2 && g->rank == 0)
+            whale_debug("shared-memory collectives off for a group of %d: %s (%s)", g->size,
+                        why ? why : "a member could not map the segment", strerror(errno));
+        if (sh)
+            drop(sh);
+        g->shm_state = COMM_SHM_OFF;
+        return rc2;
+    }
+    sh->next_gen = 1;
+    g->shm = sh;
+    g->shm_state = COMM_SHM_READY;
+    whale_debug("shared-memory collectives on for a group of %d (%zu KiB steps, %zu KiB segment)",
+                g->size, sh->slot >> 10, sh->len >> 10);
+    return 0;
+}
+
+void comm_shm_release(whale_group *g)
+{
+    if (g->shm)
+        drop(g->shm);
+    g->shm = NULL;
+}
