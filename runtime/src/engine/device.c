@@ -11,8 +11,9 @@
  * run unchanged while every kernel, cast and the optimizer run on the GPU.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
- * Data-parallel collectives go over NCCL on their own stream (ecomm_dev.c);
- * TP and PP still use the host groups on managed memory. */
+ * Data-parallel collectives and the tensor-parallel sums go over NCCL on
+ * streams of their own (ecomm_dev.c); pipeline sends and receives still use
+ * the host group on managed memory. */
 #include "device.h"
 
 #include <stdio.h>
@@ -100,6 +101,10 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
             return rc;
         eng_dev_comm_bind(&e->dp, e->bk);
     }
+    /* cuda: the tensor-parallel sums over NCCL too (ecomm_dev.c) */
+    if (dev == WHALE_DEVICE_CUDA && e->ctx && e->grp.tp.size > 1 &&
+        (rc = eng_dev_comm_tp(&e->grp.tp, whale_tp_group(e->ctx), e->bk)))
+        return rc;
     if (dev != WHALE_DEVICE_CPU)
         whale_info("engine: computing on %s", whale_backend_describe(e->bk));
     return 0;
@@ -112,6 +117,7 @@ void eng_dev_close(whale_engine *e)
     whale_mem_free(e->bk, e->tok_dev);
     e->tok_dev = NULL;
     eng_dev_comm_free(&e->dp); /* back to the group table (e->grp.dp never changed) */
+    eng_dev_comm_tp_free(&e->grp.tp);
 
     whale_backend_close(e->bk);
     e->bk = NULL;
