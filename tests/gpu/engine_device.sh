@@ -5,7 +5,8 @@
 # GEMM operands summed in different orders). With 2 or more GPUs, the same
 # fp32 run with tensor parallelism (whale-run -n 2 --tp 2: the TP sums over
 # NCCL on cuda, over the host group on cpu) within 1e-4. Exits 77 (meson:
-# SKIP) and says so when whale-train cannot use a GPU here.
+# SKIP) and says so when whale-train cannot use a GPU here. Also a gpt-tiny
+# with an untied head (TiedEmbeddings=no) in fp32 within 1e-4.
 # usage: engine_device.sh WHALE_TRAIN [WHALE_RUN]
 set -u
 TRAIN=$1
@@ -44,6 +45,16 @@ cmp_losses() { # label tol cpu.jsonl cuda.jsonl
       if (r > tol) bad = 1 }
     END { if (n < 6) { print "FAIL " p ": " n " steps compared, expected 6"; bad = 1 }; exit bad }'
 }
+# an untied head (lm_head.w of its own): the same fp32 run on both devices
+sed 's/^Name=gpt-tiny /Name=gpt-tiny-untied /; s/TiedEmbeddings=yes/TiedEmbeddings=no/' \
+  "${WHALE_MODEL_PATH%%:*}/gpt-tiny.conf" > "$T/gpt-tiny-untied.conf"
+for dev in cpu cuda; do
+  if ! "$TRAIN" "${common[@]}" --model "$T/gpt-tiny-untied.conf" --precision fp32 --device $dev \
+       --metrics "$T/untied-$dev.jsonl" >"$T/untied-$dev.log" 2>&1; then
+    echo "FAIL fp32 untied $dev: whale-train failed"; tail -n 5 "$T/untied-$dev.log"; fail=1
+  fi
+done
+[ -s "$T/untied-cuda.jsonl" ] && { cmp_losses "fp32 untied" 1e-4 "$T/untied-cpu.jsonl" "$T/untied-cuda.jsonl" || fail=1; }
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ -z "$RUN" ] || [ "$ngpu" -lt 2 ]; then
   echo "SKIP fp32 tp2: needs whale-run and 2 GPUs (this machine shows $ngpu)"

@@ -27,7 +27,13 @@
 
 /* The features of a model or configuration the cuda backend has no kernel
  * or path for: refused at set-up with the feature named, never a silent cpu
- * fallback. The cpu engine refuses what it lacks itself (cfg_check). */
+ * fallback. The cpu engine refuses what it lacks itself (cfg_check).
+ * RMSNorm, gated MLPs, rotary, GQA and Bias=no select the configurable block
+ * (engine/block_x.c), which still calls the CPU kernels directly: the
+ * backend has their ops now (whale_k_rmsnorm_*, whale_k_glu_*, whale_k_rope,
+ * whale_k_attention_gqa_*), the block does not call them yet. An untied
+ * head is not refused: the head's GEMMs go through the backend with
+ * lm_head.w as they do with the tied wte. */
 static int cuda_refusals(const struct whale_engine_config *c)
 {
     const struct whale_model_desc *m = &c->model;
@@ -45,8 +51,6 @@ static int cuda_refusals(const struct whale_engine_config *c)
     else if (m->kv_heads != m->heads)
         snprintf(buf, sizeof buf, "grouped-query attention KVHeads=%d (the cuda attention "
                  "kernels take KVHeads == Heads)", m->kv_heads), why = buf;
-    else if (!m->tied_embeddings)
-        why = "untied output embeddings (the cuda head uses the tied wte)";
     else if (m->no_bias)
         why = "Bias=no (the cuda linear kernels are called with biases)";
     else if (m->attention == WHALE_ATTN_FLASH)

@@ -220,8 +220,15 @@ static int dv_tp_allreduce(struct whale_par_comm *c, float *buf, size_t n, enum 
 
 int eng_dev_comm_tp(struct whale_par_comm *c, whale_group *g, whale_backend *bk)
 {
-    if (c->size <= 1 || !g || c->impl != g)
-        return 0; /* no TP, or a table that is not over this group (a test's) */
+    if (c->size <= 1 || !g)
+        return 0; /* no TP */
+    if (c->impl != g) {
+        /* a table that is not the plain one over the TP group (a test's in-process
+         * fake): said, and left as it is */
+        whale_warn("--device cuda: the tensor-parallel table is not over the TP group; its "
+                   "sums stay on the host path");
+        return 0;
+    }
     if (!whale_dev_available()) {
         whale_error("--device cuda: this build has no NCCL for the tensor-parallel collectives");
         return WHALE_ENOTSUP;
