@@ -6,9 +6,14 @@
 # run (GPT-2 124M and a 1.3B shape, bf16, one GPU), in under 8 minutes, and
 # writes a summary file. The engine itself runs on the GPU through
 # whale-train --device cuda: equivalence with --device cpu (gpu_engine_device)
-# and a GPT-2 124M bf16 whale-train throughput run.
+# and bf16 whale-train throughput runs (GPT-2 124M, gpt-1.2b, llama-110m)
+# with tokens/s and MFU against the GPU's dense 16-bit peak.
 #
 #   bash contrib/gpu-check.sh [SUMMARY_FILE]     (default: gpu-check-summary.txt)
+#   bash contrib/gpu-check.sh --selftest [SUMMARY_FILE]
+#       no GPU needed: checks that every test, program and whale-train option
+#       the script uses exists in the build WHALE_GPU_BUILD (default build),
+#       running the whale-train command lines on the cpu for one tiny step.
 #
 # Environment: WHALE_GPU_BUILD (build directory, default build-gpu),
 # WHALE_GPU_BENCH_STEPS (timed steps per model, default 20),
@@ -16,10 +21,13 @@
 # Exit status: 0 all passed, 1 a build/test/bench failure, 77 no GPU here.
 set -uo pipefail
 
+SELFTEST=0
+if [ "${1:-}" = "--selftest" ]; then SELFTEST=1; shift; fi
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 cd "$ROOT"
 SUMMARY=$(readlink -f "${1:-gpu-check-summary.txt}")
 BUILD=${WHALE_GPU_BUILD:-build-gpu}
+[ "$SELFTEST" = 1 ] && BUILD=${WHALE_GPU_BUILD:-build}
 STEPS=${WHALE_GPU_BENCH_STEPS:-20}
 T0=$(date +%s)
 status=0
@@ -29,6 +37,47 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 
 : > "$SUMMARY"
 say "# Whale GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# The whale-train throughput runs: model, batch, steps (gpt-1.2b: the ~1.3B shape).
+TRAIN_RUNS=("gpt2-124m 8" "gpt-1.2b 4" "llama-110m 8")
+TRAIN_OPTS=(--precision bf16 --format bytes --seq 1024 --no-progress)
+
+if [ "$SELFTEST" = 1 ]; then
+  say "## selftest (no GPU needed): build $BUILD"
+  bad=0
+  for p in meson ninja timeout awk git; do
+    command -v "$p" >/dev/null || { say "    missing program: $p"; bad=1; }
+  done
+  for f in "$BUILD/tests/gpu/gpu_bench" "$BUILD/runtime/tools/train/whale-train"; do
+    [ -x "$f" ] || { say "    missing: $f"; bad=1; }
+  done
+  listed=$(meson test -C "$BUILD" --list 2>/dev/null)
+  for t in backend backend_llama backend_device backend_minigpt gpu_kernels gpu_llama gpu_model \
+           gpu_engine_device gpu_nccl_n2 nccl_check_n2 gpu_nccl_tp2_n4; do
+    grep -q "\b$t\$" <<<"$listed" || { say "    meson test not defined: $t"; bad=1; }
+  done
+  "$BUILD/tests/gpu/gpu_bench" --help 2>&1 | grep -q -- '--peak-tflops' \
+    || { say "    gpu_bench has no --peak-tflops"; bad=1; }
+  d=$(mktemp -d)
+  head -c 200000 /dev/urandom > "$d/data.bin.raw"
+  for r in "${TRAIN_RUNS[@]}"; do
+    set -- $r
+    # the same options as the GPU run, on the cpu, tiny: gpt-tiny stands in for the big
+    # GPT shapes (their weights do not fit a test machine), llama-tiny for llama-110m
+    m=gpt-tiny; case $1 in llama*) m=llama-tiny;; esac
+    if WHALE_MODEL_PATH="$ROOT/config/models" "$BUILD/runtime/tools/train/whale-train" \
+         --device cpu --model "$m" --data "$d/data.bin.raw" "${TRAIN_OPTS[@]/1024/64}" \
+         --batch 1 --steps 1 --peak-gflops 1000 --metrics "$d/m.jsonl" >"$d/log" 2>&1 \
+       && grep -q '"mfu"' "$d/m.jsonl"; then
+      say "    whale-train command line of $1: ok (ran $m on the cpu)"
+    else
+      say "    whale-train command line of $1 FAILED:"; tail -n 3 "$d/log" | tee -a "$SUMMARY"; bad=1
+    fi
+  done
+  rm -rf "$d"
+  say "## selftest: $([ $bad -eq 0 ] && echo PASS || echo FAIL)"
+  exit $bad
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   say "no GPU visible (nvidia-smi finds none): nothing was tested"
@@ -60,7 +109,8 @@ say "build ok in $(elapsed) s, $nwarn compiler warnings"
 say "## tests"
 # backend unit tests (cpu), then the GPU suite; NCCL needs one GPU per rank: the 2-rank tests
 # from 2 GPUs on, the TP x DP layout (4 ranks) from 4
-tests=(backend backend_device backend_minigpt gpu_kernels gpu_model gpu_engine_device)
+tests=(backend backend_llama backend_device backend_minigpt gpu_kernels gpu_llama gpu_model
+       gpu_engine_device)
 [ "$NGPU" -ge 2 ] && tests+=(gpu_nccl_n2 nccl_check_n2)
 [ "$NGPU" -ge 4 ] && tests+=(gpu_nccl_tp2_n4)
 [ "$NGPU" -lt 2 ] && say "    one GPU: the NCCL tests (2 and 4 ranks) are not run"
@@ -97,26 +147,43 @@ bench gpt2-124m 16
 bench gpt-1.3b 4
 
 say "## whale-train --device cuda (the engine on the GPU, host-coherent backend, bf16)"
-train_bench() {
+# MFU against the dense 16-bit peak of the GPU (gpu_bench's table), or WHALE_PEAK_TFLOPS
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+PEAK=${WHALE_PEAK_TFLOPS:-}
+if [ -z "$PEAK" ]; then
+  case $GPU_NAME in
+    *H100*|*H200*|*GH200*) PEAK=989.4;; *B200*) PEAK=2250;; *A100*) PEAK=312;; *) PEAK=;;
+  esac
+fi
+[ -z "$PEAK" ] && say "    $GPU_NAME: peak unknown (set WHALE_PEAK_TFLOPS): MFU not computed"
+train_bench() {  # model batch
   local left=$(( 475 - $(elapsed) ))
-  if [ "$left" -lt 30 ]; then say "    whale-train: skipped, the 8-minute budget is spent"; return; fi
+  if [ "$left" -lt 30 ]; then say "    $1: skipped, the 8-minute budget is spent"; return; fi
   local d; d=$(mktemp -d)
   head -c 20000000 /dev/urandom > "$d/data.bin.raw"
   if timeout "$left" env WHALE_MODEL_PATH="$ROOT/config/models" \
-       "$BUILD/runtime/tools/train/whale-train" --device cuda --model gpt2-124m --precision bf16 \
-       --data "$d/data.bin.raw" --format bytes --batch 8 --seq 1024 --steps 10 --no-progress \
+       "$BUILD/runtime/tools/train/whale-train" --device cuda --model "$1" "${TRAIN_OPTS[@]}" \
+       --data "$d/data.bin.raw" --batch "$2" --steps 10 ${PEAK:+--peak-gflops "${PEAK}e3"} \
        --metrics "$d/m.jsonl" >"$d/log" 2>&1; then
     # the mean over steps 3..10 (the first ones pay for cuBLASLt heuristics and page migration)
-    awk -F'"tokens_per_s":' 'NR > 2 { split($2, a, ","); s += a[1]; n++ }
-      END { if (n) printf "    gpt2-124m bf16 B8 T1024: %.0f tokens/s (mean of %d steps)\n", s / n, n }' \
+    awk -v m="$1" -v b="$2" -v peak="$PEAK" '
+      /"tokens_per_s":/ { n0++; if (n0 <= 2) next
+        split($0, a, "\"tokens_per_s\":"); split(a[2], x, ","); s += x[1]
+        split($0, c, "\"mfu\":"); split(c[2], y, /[,}]/); f += y[1]; n++ }
+      END { if (!n) { print "    " m ": no step metrics"; exit }
+            printf "    %s bf16 B%d T1024: %.0f tokens/s, MFU %s (mean of %d steps)\n", m, b, s / n,
+                   peak != "" ? sprintf("%.1f %%", 100 * f / n) : "n/a", n }' \
       "$d/m.jsonl" | tee -a "$SUMMARY"
-    grep -m1 'device:' "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
+    grep -m1 'computing on' "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
+  elif grep -q -- '--device cuda: model .* needs' "$d/log"; then
+    # a refusal by name (engine/device.c): not measured, said plainly
+    say "    $1: NOT MEASURED, the cuda backend refuses it: $(grep -m1 -o 'needs .*' "$d/log")"
   else
-    status=1; say "    whale-train --device cuda FAILED:"; tail -n 5 "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
+    status=1; say "    whale-train --device cuda --model $1 FAILED:"; tail -n 5 "$d/log" | sed 's/^/    /' | tee -a "$SUMMARY"
   fi
   rm -rf "$d"
 }
-train_bench
+for r in "${TRAIN_RUNS[@]}"; do train_bench $r; done
 
 say "## done in $(elapsed) s: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 say "summary: $SUMMARY"

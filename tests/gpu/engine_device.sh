@@ -2,11 +2,15 @@
 # Engine equivalence through whale-train --device: the same gpt-tiny run (same
 # seed, data and batches) on --device cpu and --device cuda; every step's
 # loss within 1e-4 relative in fp32 and 2e-2 in bf16 (mixed precision: 16-bit
-# GEMM operands summed in different orders). Exits 77 (meson: SKIP) and says
-# so when whale-train cannot use a GPU here.
-# usage: engine_device.sh WHALE_TRAIN
+# GEMM operands summed in different orders). With 2 or more GPUs, the same
+# fp32 run with tensor parallelism (whale-run -n 2 --tp 2: the TP sums over
+# NCCL on cuda, over the host group on cpu) within 1e-4. Exits 77 (meson:
+# SKIP) and says so when whale-train cannot use a GPU here. Also a gpt-tiny
+# with an untied head (TiedEmbeddings=no) in fp32 within 1e-4.
+# usage: engine_device.sh WHALE_TRAIN [WHALE_RUN]
 set -u
 TRAIN=$1
+RUN=${2:-}
 T=$(mktemp -d /tmp/whale-gpu-engine-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 for i in $(seq 2000); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done > "$T/data.txt"
@@ -34,4 +38,34 @@ for prec in fp32 bf16; do
     END { if (n < 6) { print "FAIL " p ": " n " steps compared, expected 6"; bad = 1 }; exit bad }' \
     || fail=1
 done
+cmp_losses() { # label tol cpu.jsonl cuda.jsonl
+  paste <(losses "$3") <(losses "$4") | awk -v p="$1" -v tol="$2" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; r = d / ($1 < 0 ? -$1 : $1);
+      printf "%s %s step %d cpu %.7f cuda %.7f rel %.2e\n", r <= tol ? "ok" : "FAIL", p, n, $1, $2, r;
+      if (r > tol) bad = 1 }
+    END { if (n < 6) { print "FAIL " p ": " n " steps compared, expected 6"; bad = 1 }; exit bad }'
+}
+# an untied head (lm_head.w of its own): the same fp32 run on both devices
+sed 's/^Name=gpt-tiny /Name=gpt-tiny-untied /; s/TiedEmbeddings=yes/TiedEmbeddings=no/' \
+  "${WHALE_MODEL_PATH%%:*}/gpt-tiny.conf" > "$T/gpt-tiny-untied.conf"
+for dev in cpu cuda; do
+  if ! "$TRAIN" "${common[@]}" --model "$T/gpt-tiny-untied.conf" --precision fp32 --device $dev \
+       --metrics "$T/untied-$dev.jsonl" >"$T/untied-$dev.log" 2>&1; then
+    echo "FAIL fp32 untied $dev: whale-train failed"; tail -n 5 "$T/untied-$dev.log"; fail=1
+  fi
+done
+[ -s "$T/untied-cuda.jsonl" ] && { cmp_losses "fp32 untied" 1e-4 "$T/untied-cpu.jsonl" "$T/untied-cuda.jsonl" || fail=1; }
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ -z "$RUN" ] || [ "$ngpu" -lt 2 ]; then
+  echo "SKIP fp32 tp2: needs whale-run and 2 GPUs (this machine shows $ngpu)"
+else
+  for dev in cpu cuda; do
+    # rank 0 writes the metrics file
+    if ! "$RUN" -n 2 --tp 2 --timeout 240 "$TRAIN" "${common[@]}" --precision fp32 --device $dev \
+         --metrics "$T/tp-$dev.jsonl" >"$T/tp-$dev.log" 2>&1; then
+      echo "FAIL fp32 tp2 $dev: whale-run failed"; tail -n 5 "$T/tp-$dev.log"; fail=1
+    fi
+  done
+  [ $fail -eq 0 ] && { cmp_losses "fp32 tp2" 1e-4 "$T/tp-cpu.jsonl" "$T/tp-cuda.jsonl" || fail=1; }
+fi
 exit $fail

@@ -1,7 +1,8 @@
 /* Every cuda backend kernel against the cpu backend on the same inputs:
  * fp32 within 1e-4 relative per element (TF32 off), bf16 within 1e-2
  * (output rounding is 2^-8 relative; the rest is summation order), fp16
- * spot checks. Skips (exit 77) without a GPU. Shapes are chosen off the
+ * spot checks; the tensor-core attention forward and backward (bf16 math)
+ * against exact fp32 within 2e-2 / 3e-2. Skips (exit 77) without a GPU. Shapes are chosen off the
  * tile sizes (T = 77, C = 1600, hd = 32/64/96/128) so edge handling runs. */
 #include <stdint.h>
 
@@ -167,6 +168,16 @@ static void attention(enum whale_dtype t)
         RUN(whale_k_attention_bwd(G_, NULL, t, gdq, gdo, gq, go, gl, B, T, NH, hd));
         snprintf(name, sizeof name, "attention_bwd B%d T%d NH%d hd%d", B, T, NH, hd);
         CMP(name, dq, gdq, t, nq, t == WHALE_FLOAT32 ? 1e-4 : 2e-2);
+        if (t == WHALE_FLOAT32) {
+            /* the backward on tensor cores (attention_tc_bwd.cu: q, k, v,
+             * dout, P and dS rounded to bf16) against exact fp32 */
+            RUN(whale_backend_set_fp32_gemm_math(G_, WHALE_BFLOAT16));
+            RUN(whale_k_attention_bwd(G_, NULL, t, gdq, gdo, gq, go, gl, B, T, NH, hd));
+            snprintf(name, sizeof name, "attention_bwd tensor cores (bf16 math) B%d T%d NH%d hd%d",
+                     B, T, NH, hd);
+            CMP(name, dq, gdq, t, nq, 3e-2);
+            RUN(whale_backend_set_fp32_gemm_math(G_, WHALE_FLOAT32));
+        }
         /* lse only (selective recompute path) gives the same saved area */
         float *gl2 = NULL;
         RUN(whale_mem_alloc(G_, WHALE_MEM_ACTS, sg * 4, (void **)&gl2));

@@ -1,7 +1,7 @@
 /* The compute backend under the engine: memory, copies, streams and events,
  * GEMM, the kernels of a GPT block and the optimizer. Two implementations:
  *
- *   cpu   today's OpenBLAS/OpenMP kernels (src/engine/kernels.c, wrapped:
+ *   cpu   today's OpenBLAS/OpenMP kernels (src/backend/kernels.c, wrapped:
  *         fp32 results are bit-identical to calling them directly);
  *   cuda  cuBLASLt GEMMs, CUDA kernels (flash-style attention, fused
  *         multi-tensor AdamW), one compute stream per backend plus any
@@ -334,7 +334,7 @@ int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o
  * fp32 (TF32 only with allow_tf32); WHALE_BFLOAT16 / WHALE_FLOAT16: the
  * operands are rounded to that type and the products summed in fp32 (the
  * engine's mixed precision keeps fp32 activations and multiplies in 16
- * bits). cpu: k_gemm_mm of engine/kernels_lp.c (bf16 where the CPU has
+ * bits). cpu: k_gemm_mm of backend/kernels_lp.c (bf16 where the CPU has
  * AVX512_BF16, else exact fp32: the engine asks only for what it can get);
  * cuda: CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F. Default WHALE_FLOAT32. */
 int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
@@ -361,6 +361,76 @@ int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype 
  * Logs nothing: the caller says what it chose. */
 int whale_device_resolve(enum whale_device asked, enum whale_device *out, char *why,
                          size_t len);
+
+
+/* ---- appended in wave 4: the Llama block (RMSNorm, gated MLP, rotary, GQA) --
+ * The kernels engine/block_x.c needs besides the GPT ones above, so a
+ * Llama-style block can run on either backend. cpu: backend/kernels_llama.c
+ * and backend/attn_blocked.c called unchanged for fp32 (same bits as calling
+ * them directly); 16-bit operands are widened, computed in fp32 and rounded
+ * once on store, like the kernels above. */
+
+/* out (N,C) = inp * rstd * w (C), rstd (N) fp32 = 1/sqrt(mean(inp^2) + 1e-5) */
+int whale_k_rmsnorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                        float *rstd, const void *inp, const void *w, int N, int C);
+/* dinp (N,C) += ... (the residual stream) ; dw (C) fp32 += sum over rows of
+ * dout * inp * rstd */
+int whale_k_rmsnorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                        float *dw, const void *dout, const void *inp, const void *w,
+                        const float *rstd, int N, int C);
+
+/* Gated MLP activation: SiLU (SwiGLU) or tanh-GELU (GeGLU). */
+enum whale_glu_act { WHALE_GLU_SILU = 0, WHALE_GLU_GELU = 1 };
+/* h (n) = act(gate) * up ; gate, up, h: (N,F) flattened to n */
+int whale_k_glu_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
+                    enum whale_glu_act act, void *h, const void *gate, const void *up, int64_t n);
+/* dgate (n) = dh * up * act'(gate) ; dup (n) = dh * act(gate) (overwritten;
+ * dgate may alias dh) */
+int whale_k_glu_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
+                    enum whale_glu_act act, void *dgate, void *dup, const void *dh,
+                    const void *gate, const void *up, int64_t n);
+
+/* Rotary position embedding in place on x (B,T,nh,hd), token rows ld
+ * elements apart: each head's pair (i, i + hd/2) at position t turns by
+ * t * theta^(-2i/hd) (rotate-half layout of Llama / GPT-NeoX). sign +1
+ * forward, -1 the backward (the inverse rotation). hd even. */
+int whale_k_rope(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x, int ld, int B,
+                 int T, int nh, int hd, float theta, int sign);
+
+/* Which key/value head each query head reads (grouped-query attention):
+ * local query head h uses local KV head (hq0 + h) / g - k0, where hq0 is
+ * the first global query head of this rank, g = Heads / KVHeads and k0 the
+ * first global KV head this rank holds. NH local query heads, KVl local KV
+ * heads, head size hd. KVl == NH, g == 1, hq0 == k0 == 0: plain multi-head. */
+struct whale_attn_heads {
+    int NH, KVl, hd;
+    int hq0, g, k0;
+};
+/* Causal attention, scale 1/sqrt(hd), without a T x T matrix (flash-style):
+ * q (B,T,NH,hd), k and v (B,T,KVl,hd), out (B,T,NH,hd), each with one row
+ * per token, rows ldq / ldk / ldv / ldo elements apart (q, k, v may be
+ * column ranges of one q|k|v buffer). lse (B,NH,T) fp32: log-sum-exp of
+ * every scaled score row, all that backward needs besides q, k, v, out. */
+int whale_k_attention_gqa_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                              int ldo, float *lse, const void *q, int ldq, const void *k,
+                              int ldk, const void *v, int ldv, int B, int T,
+                              const struct whale_attn_heads *m);
+/* dq (like q), dk, dv (like k, v): overwritten, from dout (like out); every
+ * query head of a group adds into its KV head's dk, dv in a fixed order. */
+int whale_k_attention_gqa_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dq,
+                              void *dk, void *dv, const void *dout, int ldo, const void *out,
+                              const float *lse, const void *q, int ldq, const void *k, int ldk,
+                              const void *v, int ldv, int B, int T,
+                              const struct whale_attn_heads *m);
+
+/* db (OC) fp32 += column sums of x (N rows ld elements apart, OC columns):
+ * the bias gradient of a linear whose output is a column range. */
+int whale_k_colsum_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, float *db,
+                       const void *x, int ld, int N, int OC);
+/* Embedding gradient without positions (rotary): dwte (V,C) fp32 += rows of
+ * dout (N,C) for the tokens (N, int32) in [v0, v0+V) */
+int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
+                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
 
 #ifdef __cplusplus
 }

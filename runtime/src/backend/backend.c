@@ -257,6 +257,8 @@ static bk_stream native_of(whale_backend *b, whale_stream *s)
     return s ? s->native : b->compute.native;
 }
 
+bk_stream bk_native_of(whale_backend *b, whale_stream *s) { return native_of(b, s); }
+
 /* host_coherent cuda: every call completes before it returns (backend.h). */
 static int fin(whale_backend *b, whale_stream *s, int rc)
 {
@@ -264,6 +266,8 @@ static int fin(whale_backend *b, whale_stream *s, int rc)
         return rc;
     return b->ops->stream_sync(b, native_of(b, s));
 }
+
+int bk_finish(whale_backend *b, whale_stream *s, int rc) { return fin(b, s, rc); }
 
 int whale_memcpy(whale_backend *b, void *dst, const void *src, size_t bytes,
                  enum whale_copy_dir dir, whale_stream *s)
@@ -391,6 +395,11 @@ static int check(const char *fn, enum whale_dtype t, int64_t a, int64_t b, int64
         return WHALE_EINVAL;
     }
     return 0;
+}
+
+int bk_check(const char *fn, enum whale_dtype t, int64_t a, int64_t b, int64_t c)
+{
+    return check(fn, t, a, b, c);
 }
 
 #define CHECK(fn, t, a, b_, c)                         \

@@ -101,6 +101,32 @@ struct bk_ops {
     int (*bias_add)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                     const void *bias, int N, int OC);
     int (*round16)(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
+    /* appended in wave 4: the Llama block (whale/backend.h) */
+    int (*rmsnorm_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
+                       const void *inp, const void *w, int N, int C);
+    int (*rmsnorm_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
+                       const void *dout, const void *inp, const void *w, const float *rstd,
+                       int N, int C);
+    int (*glu_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_glu_act act,
+                   void *h, const void *gate, const void *up, int64_t n);
+    int (*glu_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_glu_act act,
+                   void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                   int64_t n);
+    int (*rope)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B, int T,
+                int nh, int hd, float theta, int sign);
+    int (*attention_gqa_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                             int ldo, float *lse, const void *q, int ldq, const void *k, int ldk,
+                             const void *v, int ldv, int B, int T,
+                             const struct whale_attn_heads *m);
+    int (*attention_gqa_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dq,
+                             void *dk, void *dv, const void *dout, int ldo, const void *out,
+                             const float *lse, const void *q, int ldq, const void *k, int ldk,
+                             const void *v, int ldv, int B, int T,
+                             const struct whale_attn_heads *m);
+    int (*colsum_acc)(whale_backend *b, bk_stream s, enum whale_dtype t, float *db,
+                      const void *x, int ld, int N, int OC);
+    int (*embed_bwd_rows)(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
+                          const void *dout, const int32_t *tok, int v0, int V, int N, int C);
 };
 
 struct bk_block {
@@ -135,6 +161,14 @@ struct whale_backend {
     size_t now[WHALE_MEM_KIND_COUNT_], peak[WHALE_MEM_KIND_COUNT_];
     size_t now_all, peak_all;
 };
+
+/* backend.c, for the public entry points in other files (backend_llama.c):
+ * the native stream of s (NULL: the compute stream), and the host-coherent
+ * rule (rc, or the stream's sync when every call must complete). */
+bk_stream bk_native_of(whale_backend *b, whale_stream *s);
+int bk_finish(whale_backend *b, whale_stream *s, int rc);
+/* The dtype and size checks every kernel entry point makes (names fn). */
+int bk_check(const char *fn, enum whale_dtype t, int64_t a, int64_t b, int64_t c);
 
 /* Implementations: fill b->ops, desc, host_addressable, impl, compute.native. */
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b);

@@ -2,13 +2,14 @@
  * it returns, streams are placeholders and events hold the time they were
  * recorded (so the engine's overlap accounting runs unchanged). */
 #include "backend/cpu.h"
+#include "backend/cpu_llama.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "engine/kernels.h"
+#include "backend/kernels.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -216,6 +217,16 @@ static const struct bk_ops cpu_ops = {
     .adamw = bkc_adamw,
     .bias_add = bkc_bias_add,
     .round16 = bkc_round16,
+    /* wave 4: the Llama block (cpu_llama.c) */
+    .rmsnorm_fwd = bkc_rmsnorm_fwd,
+    .rmsnorm_bwd = bkc_rmsnorm_bwd,
+    .glu_fwd = bkc_glu_fwd,
+    .glu_bwd = bkc_glu_bwd,
+    .rope = bkc_rope,
+    .attention_gqa_fwd = bkc_attention_gqa_fwd,
+    .attention_gqa_bwd = bkc_attention_gqa_bwd,
+    .colsum_acc = bkc_colsum_acc,
+    .embed_bwd_rows = bkc_embed_bwd_rows,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

@@ -1,6 +1,6 @@
 /* The cpu backend's kernel operations (cpu_kernels.c), wired into the
  * operations table by cpu.c. fp32 calls go straight to the engine's kernels
- * (src/engine/kernels.c) so results are bit-identical to calling them; 16-bit
+ * (src/backend/kernels.c) so results are bit-identical to calling them; 16-bit
  * calls widen to fp32, run the same kernels and round once on store: the
  * reference the cuda backend's 16-bit kernels are tested against. */
 #ifndef BACKEND_CPU_H

@@ -1,4 +1,4 @@
-/* cpu backend kernels: the engine's fp32 kernels (src/engine/kernels.c,
+/* cpu backend kernels: the engine's fp32 kernels (src/backend/kernels.c,
  * shapes in backend.h), called unchanged for fp32. For bf16/fp16 every
  * 16-bit operand is widened to an fp32 copy, the same fp32 kernel runs, and
  * 16-bit outputs are rounded once (nearest even): slow, but exactly the
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kernels.h"
+#include "backend/kernels.h"
 #include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/log.h"

@@ -11,8 +11,9 @@
  * run unchanged while every kernel, cast and the optimizer run on the GPU.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
- * Data-parallel collectives go over NCCL on their own stream (ecomm_dev.c);
- * TP and PP still use the host groups on managed memory. */
+ * Data-parallel collectives and the tensor-parallel sums go over NCCL on
+ * streams of their own (ecomm_dev.c); pipeline sends and receives still use
+ * the host group on managed memory. */
 #include "device.h"
 
 #include <stdio.h>
@@ -26,7 +27,13 @@
 
 /* The features of a model or configuration the cuda backend has no kernel
  * or path for: refused at set-up with the feature named, never a silent cpu
- * fallback. The cpu engine refuses what it lacks itself (cfg_check). */
+ * fallback. The cpu engine refuses what it lacks itself (cfg_check).
+ * RMSNorm, gated MLPs, rotary, GQA and Bias=no select the configurable block
+ * (engine/block_x.c), which still calls the CPU kernels directly: the
+ * backend has their ops now (whale_k_rmsnorm_*, whale_k_glu_*, whale_k_rope,
+ * whale_k_attention_gqa_*), the block does not call them yet. An untied
+ * head is not refused: the head's GEMMs go through the backend with
+ * lm_head.w as they do with the tied wte. */
 static int cuda_refusals(const struct whale_engine_config *c)
 {
     const struct whale_model_desc *m = &c->model;
@@ -44,8 +51,6 @@ static int cuda_refusals(const struct whale_engine_config *c)
     else if (m->kv_heads != m->heads)
         snprintf(buf, sizeof buf, "grouped-query attention KVHeads=%d (the cuda attention "
                  "kernels take KVHeads == Heads)", m->kv_heads), why = buf;
-    else if (!m->tied_embeddings)
-        why = "untied output embeddings (the cuda head uses the tied wte)";
     else if (m->no_bias)
         why = "Bias=no (the cuda linear kernels are called with biases)";
     else if (m->attention == WHALE_ATTN_FLASH)
@@ -100,6 +105,10 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
             return rc;
         eng_dev_comm_bind(&e->dp, e->bk);
     }
+    /* cuda: the tensor-parallel sums over NCCL too (ecomm_dev.c) */
+    if (dev == WHALE_DEVICE_CUDA && e->ctx && e->grp.tp.size > 1 &&
+        (rc = eng_dev_comm_tp(&e->grp.tp, whale_tp_group(e->ctx), e->bk)))
+        return rc;
     if (dev != WHALE_DEVICE_CPU)
         whale_info("engine: computing on %s", whale_backend_describe(e->bk));
     return 0;
@@ -112,6 +121,7 @@ void eng_dev_close(whale_engine *e)
     whale_mem_free(e->bk, e->tok_dev);
     e->tok_dev = NULL;
     eng_dev_comm_free(&e->dp); /* back to the group table (e->grp.dp never changed) */
+    eng_dev_comm_tp_free(&e->grp.tp);
 
     whale_backend_close(e->bk);
     e->bk = NULL;

@@ -1,4 +1,5 @@
-/* The engine's data-parallel table over NCCL on the cuda device (ecomm_dev.c). */
+/* The engine's data-parallel and tensor-parallel tables over NCCL on the
+ * cuda device (ecomm_dev.c). */
 #ifndef ENGINE_ECOMM_DEV_H
 #define ENGINE_ECOMM_DEV_H
 
@@ -15,5 +16,11 @@ bool eng_dev_comm_is(const struct whale_par_comm *c);
 void eng_dev_comm_bind(struct whale_par_comm *c, whale_backend *bk);
 /* Back to the group table; frees the stream. */
 void eng_dev_comm_free(struct whale_par_comm *c);
+
+/* Tensor parallelism: c's allreduce over NCCL on a stream of bk (the host
+ * p2p calls stay). c must be the table over g (else nothing changes);
+ * size <= 1: nothing to do. Undone by eng_dev_comm_tp_free. */
+int  eng_dev_comm_tp(struct whale_par_comm *c, whale_group *g, whale_backend *bk);
+void eng_dev_comm_tp_free(struct whale_par_comm *c);
 
 #endif

@@ -9,8 +9,10 @@
 // a block = ROWS warps sharing KT-row tiles of the other side in shared
 // memory. In a tile, lane j scores key (or query) j of the tile; each lane
 // owns head dimensions d = lane + 32 c (c < NCH) of the accumulators.
-// Arithmetic is fp32 on CUDA cores: the exact fp32 forward and every
-// backward; a 16-bit forward runs on tensor cores (attention_tc.cu). No
+// Arithmetic is fp32 on CUDA cores: the exact fp32 forward and backward,
+// and the backward where the tensor-core tiles do not fit the device's
+// shared memory; 16-bit operands (or 16-bit GEMM arithmetic) run on tensor
+// cores (attention_tc.cu forward, attention_tc_bwd.cu backward). No
 // atomics: dQ and dK/dV are separate passes.
 // hd up to 256 (NCH <= 8).
 #include "backend/cuda/common.cuh"
@@ -373,6 +375,9 @@ extern "C" int bkg_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype
         whale_error("cuda attention backward needs the forward's output (flash backward)");
         return WHALE_EINVAL;
     }
+    // where the forward ran on tensor cores and the tiles fit: the backward too
+    if (bkg_attention_bwd_tc_takes(b, t, hd))
+        return bkg_attention_bwd_tc(b, s, t, dqkv, dout, qkv, out, saved, B, T_, NH, hd);
     int nch = (hd + 31) / 32;
     DISPATCH(t, BY_NCH(nch, (run_bwd<T, N_>(s, (T *)dqkv, (const T *)dout, (const T *)qkv,
                                             (const T *)out, saved, B, T_, NH, hd))));

@@ -14,7 +14,7 @@
 // GEMM arithmetic is bf16/fp16 (mixed precision with fp32 activations: q, k,
 // v, p are rounded to that type, as the linear layers' operands are), and hd
 // is a multiple of 16 up to 128. Exact fp32 keeps the CUDA-core kernel of
-// attention.cu. The backward stays on CUDA cores (attention.cu).
+// attention.cu. The backward runs on tensor cores too (attention_tc_bwd.cu).
 #include <mma.h>
 
 #include "backend/cuda/common.cuh"

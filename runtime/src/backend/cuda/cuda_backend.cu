@@ -261,6 +261,16 @@ static const bk_ops cuda_ops = {
     bkg_adamw,
     bkg_bias_add,
     bkg_round16,
+    // wave 4: the Llama block (llama.cu, attention_gqa.cu)
+    bkg_rmsnorm_fwd,
+    bkg_rmsnorm_bwd,
+    bkg_glu_fwd,
+    bkg_glu_bwd,
+    bkg_rope,
+    bkg_attention_gqa_fwd,
+    bkg_attention_gqa_bwd,
+    bkg_colsum_acc_ld,
+    bkg_embed_bwd_rows,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through

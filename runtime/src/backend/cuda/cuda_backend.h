@@ -85,6 +85,39 @@ int bkg_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, c
                  int N, int OC);
 int bkg_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
 
+/* attention_tc_bwd.cu: the backward on tensor cores where the forward runs
+ * there (bkg_attention_tc_takes) and its tiles fit the device's shared memory */
+bool bkg_attention_bwd_tc_takes(const whale_backend *b, enum whale_dtype t, int hd);
+int bkg_attention_bwd_tc(whale_backend *b, bk_stream s, enum whale_dtype t, void *dqkv,
+                         const void *dout, const void *qkv, const void *out, const float *lse,
+                         int B, int Tn, int NH, int hd);
+
+/* llama.cu and attention_gqa.cu, appended in wave 4 (the Llama block) */
+int bkg_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
+                    const void *inp, const void *w, int N, int C);
+int bkg_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
+                    const void *dout, const void *inp, const void *w, const float *rstd, int N,
+                    int C);
+int bkg_glu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_glu_act act,
+                void *h, const void *gate, const void *up, int64_t n);
+int bkg_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_glu_act act,
+                void *dgate, void *dup, const void *dh, const void *gate, const void *up,
+                int64_t n);
+int bkg_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B, int T,
+             int nh, int hd, float theta, int sign);
+int bkg_attention_gqa_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
+                          float *lse, const void *q, int ldq, const void *k, int ldk,
+                          const void *v, int ldv, int B, int T, const struct whale_attn_heads *m);
+int bkg_attention_gqa_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dq, void *dk,
+                          void *dv, const void *dout, int ldo, const void *out, const float *lse,
+                          const void *q, int ldq, const void *k, int ldk, const void *v, int ldv,
+                          int B, int T, const struct whale_attn_heads *m);
+/* db (OC) fp32 += column sums of x (N rows ld apart) */
+int bkg_colsum_acc_ld(whale_backend *b, bk_stream s, enum whale_dtype t, float *db,
+                      const void *x, int ld, int N, int OC);
+int bkg_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
+                       const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+
 #ifdef __cplusplus
 }
 #endif
