@@ -41,6 +41,21 @@ MODELS = {
 }
 
 
+def blas_core(build):
+    """The OpenBLAS kernel family whale's tools run with (whale-bench blas:
+    after their WHALE_BLAS_CORE fix-up). PyTorch loads the same OpenBLAS;
+    it gets the same family through OPENBLAS_CORETYPE, so both sides
+    multiply with the same kernels."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    r = subprocess.run([os.path.join(build, "runtime/tools/bench/whale-bench"), "blas"],
+                       capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("core ") and line.split()[1:]:
+            return line.split()[1]
+    return None
+
+
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -70,6 +85,8 @@ def run_torch(a, launcher, n, mode, tmp):
     argv = [PY, TORCH_CHILD, mode] + [str(v) for v in (L, C, H, V, T, a.batch, a.steps, a.threads)] + [store]
     ifname = "lo" if launcher == "whale-run" else a.srun_ifname
     env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(a.threads))
+    if a.blas_core:
+        env["OPENBLAS_CORETYPE"] = a.blas_core
     out = run_cmd(launch(a, launcher, n, argv, {"GLOO_SOCKET_IFNAME": ifname}), env, a.timeout + 60)
     for line in out.splitlines():
         if "{" in line:   # whale-run prefixes each line with "RANK: "
@@ -131,6 +148,7 @@ def main():
     ap.add_argument("--srun-ifname", default="eth0", help="gloo's interface under srun (eth0 on the minicluster)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    a.blas_core = blas_core(a.build)
     launchers = [l for l in a.launcher.split(",") if l]
     if "both" in launchers:
         launchers = ["whale-run", "srun"]
@@ -164,7 +182,8 @@ def main():
             else:
                 cases.append(("ZeRO-3 DP%d vs FSDP" % n, n, 3, "fsdp"))
         print("model %s (L=%d d=%d T=%d), global batch %d, %d thread(s) per rank, %d steps per run "
-              "(first not counted), %d rounds" % (a.model, L, C, T, a.batch, a.threads, a.steps, a.rounds),
+              "(first not counted), %d rounds; OpenBLAS kernels %s on both sides" % (
+                  a.model, L, C, T, a.batch, a.threads, a.steps, a.rounds, a.blas_core or "(OpenBLAS's choice)"),
               flush=True)
         res = {}
         for r in range(a.rounds):
