@@ -17,7 +17,15 @@ machine, the median a busy one), tokens per CPU-second (work efficiency, not
 throughput: it ignores how well each side keeps all its threads busy), the
 whale/PyTorch ratios, and
 whale's MFU against the best OpenBLAS sgemm rate whale-train measured in the
-same run.
+same run, and whale's achieved GFLOP/s against OpenBLAS sgemm on the shape's
+own GEMMs (every forward and backward product of one step: the rate a
+perfect GEMM-bound step would reach; target >= 75 %), measured in a child
+process with the same threads and kernels.
+
+Both sides use the same OpenBLAS kernels: whale-train and whale-bench switch
+OpenBLAS off its generic fallback on CPU models it does not know
+(WHALE_BLAS_CORE); PyTorch, on the same libopenblas, gets the family
+`whale-bench blas` prints through OPENBLAS_CORETYPE.
 """
 import argparse
 import json
@@ -94,6 +102,71 @@ print(json.dumps({"step_tokens_per_s": [B * T / t for t in run],
 '''
 
 
+SGEMM_CHILD = r'''
+import ctypes, ctypes.util, json, sys, time
+L, C, V, T, B, threads = map(int, sys.argv[1:7])
+import glob
+cands = glob.glob("/usr/lib/*/openblas-pthread/libopenblas.so.0") + [ctypes.util.find_library("openblas") or "libopenblas.so.0"]
+ob = ctypes.CDLL(cands[0])
+ob.openblas_set_num_threads(threads)
+ob.openblas_get_corename.restype = ctypes.c_char_p
+N = B * T
+# (M, N, K, transA, transB, count per step): the linear layers' forward
+# (x W^T), backward data (dy W) and weight gradient (dy^T x), and the head
+lin = [(N, 3 * C, C), (N, C, C), (N, 4 * C, C), (N, C, 4 * C)]
+shapes = []
+for (m, o, i) in lin:
+    shapes += [(m, o, i, 0, 1, L), (m, i, o, 0, 0, L), (o, i, m, 1, 0, L)]
+shapes += [(N, V, C, 0, 1, 1), (N, C, V, 0, 0, 1), (V, C, N, 1, 0, 1)]
+def buf(n):
+    b = (ctypes.c_float * n)()
+    for k in range(0, n, 97):
+        b[k] = 0.01 * (k % 13)
+    return b
+tot_f = tot_t = 0.0
+for (M, Nn, K, ta, tb, cnt) in shapes:
+    a, b, c = buf(M * K), buf(K * Nn), buf(M * Nn)
+    lda = M if ta else K
+    ldb = K if tb else Nn
+    best = 1e9
+    for r in range(3):
+        t0 = time.perf_counter()
+        ob.cblas_sgemm(101, 112 if ta else 111, 112 if tb else 111, M, Nn, K, ctypes.c_float(1.0), a, lda,
+                       b, ldb, ctypes.c_float(0.0), c, Nn)
+        best = min(best, time.perf_counter() - t0)
+    tot_f += 2.0 * M * Nn * K * cnt
+    tot_t += best * cnt
+print(json.dumps({"gflops": tot_f / tot_t / 1e9, "core": ob.openblas_get_corename().decode()}))
+'''
+
+
+def blas_core(build):
+    """The OpenBLAS family whale's tools run with (see the module doc)."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    r = subprocess.run([os.path.join(build, "runtime", "tools", "bench", "whale-bench"), "blas"],
+                       capture_output=True, text=True)
+    for line in r.stdout.splitlines():
+        if line.startswith("core ") and line.split()[1:]:
+            return line.split()[1]
+    return None
+
+
+def child_env(threads, core):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(threads))
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
+    return env
+
+
+def run_sgemm(shape, threads, core):
+    _, L, C, H, V, T, B = SHAPES[shape]
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    out = subprocess.run([py, "-c", SGEMM_CHILD] + [str(v) for v in (L, C, V, T, B, threads)],
+                         env=child_env(threads, core), check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def make_data(path, vocab, n):
     import random
     rnd = random.Random(1)
@@ -106,9 +179,9 @@ def make_data(path, vocab, n):
             f.write(struct.pack("<%dH" % n, *(rnd.randrange(vocab) for _ in range(n))))
 
 
-def run_torch(shape, steps, threads):
+def run_torch(shape, steps, threads, core=None):
     _, L, C, H, V, T, B = SHAPES[shape]
-    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(threads))
+    env = child_env(threads, core)
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)],
                          env=env, check=True, capture_output=True, text=True).stdout
@@ -127,7 +200,7 @@ def run_whale(build, shape, steps, threads, data, tmp):
     s = json.loads(out.strip().splitlines()[-1])["summary"]
     steps = [json.loads(l) for l in open(metrics) if l.startswith('{"step"')][1:]
     return ([x["tokens_per_s"] for x in steps], [x["mfu"] for x in steps], s["peak_gflops"],
-            [B * T / x["cpu_s"] for x in steps if x.get("cpu_s")])
+            [B * T / x["cpu_s"] for x in steps if x.get("cpu_s")], s.get("blas_core", "?"))
 
 
 def main():
@@ -138,20 +211,26 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default 20 small, 5 124m)")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
+    core = blas_core(a.build)
+    print("OpenBLAS kernels for PyTorch and the sgemm reference: %s" % (core or "OpenBLAS's own choice"))
     with tempfile.TemporaryDirectory() as tmp:
         for shape in a.shapes.split(","):
             preset, L, C, H, V, T, B = SHAPES[shape]
             steps = a.steps or (20 if shape == "small" else 5)
             data = os.path.join(tmp, shape + (".bin" if V > 256 else ".txt"))
             make_data(data, V, max(200000, 4 * B * (T + 1) * steps))
-            wt, tt, mfu, peak, wc, tc = [], [], [], [], [], []
+            wt, tt, mfu, peak, wc, tc, sg, wg = [], [], [], [], [], [], [], []
             for r in range(a.reps):
-                t, t_cpu = run_torch(shape, steps, a.threads)
-                w, m, p, w_cpu = run_whale(a.build, shape, steps, a.threads, data, tmp)
-                tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu
+                t, t_cpu = run_torch(shape, steps, a.threads, core)
+                w, m, p, w_cpu, wcore = run_whale(a.build, shape, steps, a.threads, data, tmp)
+                g = run_sgemm(shape, a.threads, core)
+                tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu; sg.append(g["gflops"])
+                wg += [x * p for x in m]   # achieved GFLOP/s of each step (MFU x peak)
                 print(f"{shape} rep {r + 1}: step tokens/s median pytorch {statistics.median(t):.0f}, "
                       f"whale {statistics.median(w):.0f} (ratio {statistics.median(w) / statistics.median(t):.2f}); "
-                      f"sgemm peak {p:.0f} GFLOP/s", flush=True)
+                      f"sgemm peak {p:.0f} GFLOP/s; whale {statistics.median(m) * p:.1f} GFLOP/s vs "
+                      f"sgemm on the step's shapes {g['gflops']:.1f} ({g['core']} / whale {wcore}); "
+                      f"load {' '.join(open('/proc/loadavg').read().split()[:3])}", flush=True)
             mw, mt = statistics.median(wt), statistics.median(tt)
             bw, bt = max(wt), max(tt)
             pk = max(peak)
@@ -161,7 +240,12 @@ def main():
                   f"  per CPU-second (median): pytorch {statistics.median(tc):.0f} tok, whale "
                   f"{statistics.median(wc):.0f} tok, ratio {statistics.median(wc) / statistics.median(tc):.2f}\n"
                   f"  whale MFU (best step) {100 * max(mfu) * statistics.median(peak) / pk:.0f} % "
-                  f"of the best sgemm peak measured, {pk:.0f} GFLOP/s")
+                  f"of the best sgemm peak measured, {pk:.0f} GFLOP/s\n"
+                  f"  whale GFLOP/s vs OpenBLAS sgemm on this shape's GEMMs: median "
+                  f"{statistics.median(wg):.1f} / {statistics.median(sg):.1f} = "
+                  f"{100 * statistics.median(wg) / statistics.median(sg):.0f} %, best "
+                  f"{max(wg):.1f} / {max(sg):.1f} = {100 * max(wg) / max(sg):.0f} % (target >= 75 %)\n"
+                  f"  load average now {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
 if __name__ == "__main__":
     main()

@@ -9,6 +9,8 @@
 #include "whale/log.h"
 
 const struct whale_knob whale_knobs[] = {
+    { "WHALE_BENCH_REEXEC", "contract", "", "internal: whale-bench re-executed itself with OPENBLAS_CORETYPE" },
+    { "WHALE_BLAS_CORE", "enum", "auto", "OpenBLAS kernels: auto (whale-train/whale-bench restart with OPENBLAS_CORETYPE set when OpenBLAS fell back to generic kernels on an AVX2/AVX-512 CPU), off, or a core name" },
     { "WHALE_CKPT_ASYNC", "bool", "1", "checkpoint saves copy to host memory and write in a background thread (0: synchronous)" },
     { "WHALE_CKPT_BUSY", "enum", "wait", "a save due while the previous one is still writing: wait for it, or skip this one" },
     { "WHALE_CKPT_CHUNK_MB", "int", "32", "checkpoint chunk size in MiB (1..4096)" },
@@ -71,7 +73,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_TP", "contract", "", "tensor-parallel degree" },
     { "WHALE_TP_RANK", "contract", "", "this rank's tensor-parallel index" },
     { "WHALE_TRACE", "path", "", "write a Chrome/Perfetto trace per rank to PATH-rank<R>.json" },
-    { "WHALE_TRAIN_REEXEC", "contract", "", "internal: whale-train re-executed itself with OMP_WAIT_POLICY=passive" },
+    { "WHALE_TRAIN_REEXEC", "contract", "", "internal: whale-train re-executed itself with OMP_WAIT_POLICY=passive and/or OPENBLAS_CORETYPE" },
     { "WHALE_UCX_PEER_MODE", "bool", "0", "1: UCX peer error handling for every endpoint, also on this node" },
     { "WHALE_WORLD", "contract", "", "working ranks = TP x PP x DP" },
     { "WHALE_ZERO", "int", "the plan's zero, else 0", "ZeRO stage 0..3 (--zero overrides)" },

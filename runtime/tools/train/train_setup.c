@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "whale/blascore.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -234,6 +235,9 @@ int train_setup(struct train *t)
               : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
                                                      : 1;
     te_set_peak(t->te, t->peak);
+    if (t->rank == 0)
+        whale_info("OpenBLAS kernels: %s%s", whale_blas_corename(),
+                   getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     if (te_start(t->te, t->ctx, &t->job))
         return 1;
     if (te_promoted(t->te) && t->o.peak_gflops <= 0 && te_peak(t->te) > 0)

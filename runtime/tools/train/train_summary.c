@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "whale/blascore.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"
@@ -52,6 +53,7 @@ static json_t *summary_object(struct train *t)
     json_object_set_new(sm, "loss_scale", json_real(ts2.loss_scale));
     json_object_set_new(sm, "act_mb", json_real(emem.act_bytes / 1048576.0));
     json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
+    json_object_set_new(sm, "blas_core", json_string(whale_blas_corename()));
     train_areas_report(t, sm);
     if (r->nsaves)
         json_object_set_new(sm, "checkpoints",

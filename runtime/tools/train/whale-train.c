@@ -8,18 +8,27 @@
 #include <unistd.h>
 
 #include "train.h"
+#include "whale/blascore.h"
 #include "whale/knobs.h"
 
 /* libgomp reads OMP_WAIT_POLICY once, when it is loaded (before main). Its
  * default spinning workers burn the cores that OpenBLAS, the data thread,
  * the progress engine and other ranks on the node need: measured 4-5x
  * slower steps on a loaded 2-core machine. Re-exec once with passive
- * waiting unless the user chose a policy. */
+ * waiting unless the user chose a policy. OpenBLAS, too, picks its kernels
+ * at load time, and falls back to SSE3 ones on CPU models it does not know
+ * (whale/blascore.h): the same re-exec sets OPENBLAS_CORETYPE then. */
 static void ensure_passive_omp(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || whale_knob_getenv("WHALE_TRAIN_REEXEC"))
+    if (whale_knob_getenv("WHALE_TRAIN_REEXEC"))
         return;
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+    const char *core = whale_blas_core_wanted();
+    if (getenv("OMP_WAIT_POLICY") && !core)
+        return;
+    if (!getenv("OMP_WAIT_POLICY"))
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (core)
+        setenv("OPENBLAS_CORETYPE", core, 1);
     setenv("WHALE_TRAIN_REEXEC", "1", 1);
     /* through the real path, not /proc/self/exe: the kernel names the
      * process after the file it executes, and ps/top/pgrep would show

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""One rank of a PyTorch CPU data-parallel GPT-2 training run: the peer that
+contrib/bench/train-vs-peers.py measures whale-train against. Started once
+per rank by the same launcher as whale-train (whale-run or srun), so both
+sides get the same ranks, cores and placement.
+
+  torch_gpt_dist.py MODE L C H V T B STEPS THREADS STORE_DIR
+
+MODE: ddp   DistributedDataParallel (gloo), what a PyTorch user runs for DP;
+      fsdp  FullyShardedDataParallel FULL_SHARD (ZeRO-3), one unit per block
+            plus the root, when the installed torch can run it on CPU;
+      zero1 DistributedDataParallel + ZeroRedundancyOptimizer (optimizer
+            state sharded, ZeRO-1), the CPU alternative for older torch.
+B is the GLOBAL batch (sequences per step), split evenly over the ranks.
+Rank and world come from WHALE_RANK/WHALE_WORLD (whale-run, srun --whale),
+SLURM_PROCID/SLURM_NTASKS (plain srun) or RANK/WORLD_SIZE (torchrun).
+Rendezvous is a TCPStore on rank 0 whose address rank 0 writes under
+STORE_DIR (a directory all ranks see: namespace nodes of the minicluster
+share the file system); the store and gloo's sockets use GLOO_SOCKET_IFNAME
+(the driver sets lo under whale-run, eth0 under srun on the minicluster).
+Rank 0 prints one JSON line: per-step global tokens/s after the first step.
+"""
+import os
+import sys
+
+
+def env_int(*names):
+    for n in names:
+        v = os.environ.get(n)
+        if v not in (None, ""):
+            return int(v)
+    return None
+
+
+def iface_addr():
+    """IPv4 address of GLOO_SOCKET_IFNAME (127.0.0.1 for lo or when unset)."""
+    import subprocess
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME", "lo")
+    if ifname == "lo":
+        return "127.0.0.1"
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", ifname], capture_output=True,
+                         text=True).stdout.split()
+    if "inet" not in out:
+        sys.exit("torch_gpt_dist: interface %s has no IPv4 address (GLOO_SOCKET_IFNAME)" % ifname)
+    return out[out.index("inet") + 1].split("/")[0]
+
+
+def rendezvous(store_dir, rank, world):
+    """A TCPStore served by rank 0, whose address rank 0 publishes in a file
+    under store_dir (renamed into place, so readers never see half of it).
+    torch's FileStore hung now and then at exit here (one rank left waiting
+    after the other had finished); a TCP store has no shared-file lifetime."""
+    import socket
+    import time
+    import datetime
+    import torch.distributed as dist
+    path = os.path.join(store_dir, "addr")
+    timeout = datetime.timedelta(seconds=300)
+    if rank == 0:
+        host = iface_addr()
+        with socket.socket() as s:   # a free port; the store binds it right after
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        store = dist.TCPStore(host, port, world, True, timeout, wait_for_workers=False)
+        with open(path + ".tmp", "w") as f:
+            f.write("%s %d\n" % (host, port))
+        os.rename(path + ".tmp", path)
+        return store
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > 300:
+            sys.exit("torch_gpt_dist: rank %d: no store address from rank 0 in %s after 300 s" % (rank, path))
+        time.sleep(0.05)
+    host, port = open(path).read().split()
+    return dist.TCPStore(host, int(port), world, False, timeout)
+
+
+def fsdp_import():
+    """torch 1.13 (Debian's python3-torch) cannot import its FSDP package on
+    Python 3.11: a dataclass field defaults to an instance of another
+    (unhashable) dataclass, which 3.11 rejects. torch 2.0 changed that field
+    to default_factory; do the equivalent here (make the default hashable
+    while the module loads) so the real FSDP code is what runs."""
+    import dataclasses
+    real = dataclasses.dataclass
+
+    def patched(cls=None, /, **kw):
+        def wrap(c):
+            c = real(c, **kw)
+            if c.__name__ == "TensorProperties" and c.__hash__ is None:
+                c.__hash__ = object.__hash__
+            return c
+        return wrap if cls is None else wrap(cls)
+
+    dataclasses.dataclass = patched
+    try:
+        import torch.distributed.fsdp as fsdp
+    finally:
+        dataclasses.dataclass = real
+    return fsdp
+
+
+def main():
+    mode = sys.argv[1]
+    L, C, H, V, T, B, steps, threads = map(int, sys.argv[2:10])
+    store_dir = sys.argv[10]
+    rank = env_int("WHALE_RANK", "SLURM_PROCID", "RANK")
+    world = env_int("WHALE_WORLD", "SLURM_NTASKS", "WORLD_SIZE")
+    if rank is None or world is None:
+        sys.exit("torch_gpt_dist: no rank/world in the environment (WHALE_RANK, SLURM_PROCID, RANK)")
+    if B % world:
+        sys.exit("torch_gpt_dist: global batch %d does not split over %d ranks" % (B, world))
+    import time
+    import json
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch.distributed as dist
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    import datetime
+    dist.init_process_group("gloo", store=rendezvous(store_dir, rank, world), rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+
+    class Block(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            s.fc, s.mproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            # a plain attribute, not a buffer: DDP broadcasts buffers and gloo
+            # has no bool broadcast
+            s.mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+        def forward(s, x):
+            b, t, c = x.shape
+            q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
+            q = q.view(b, t, H, c // H).transpose(1, 2)
+            k = k.view(b, t, H, c // H).transpose(1, 2)
+            v = v.view(b, t, H, c // H).transpose(1, 2)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (c // H) ** 0.5)
+            att = att.masked_fill(~s.mask[:t, :t], float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+            x = x + s.proj(y)
+            return x + s.mproj(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(s):
+            super().__init__()
+            s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            s.h = nn.ModuleList([Block() for _ in range(L)])
+            s.lnf = nn.LayerNorm(C)
+
+        def forward(s, idx, tgt):
+            x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
+            for blk in s.h:
+                x = blk(x)
+            logits = s.lnf(x) @ s.wte.weight.t()
+            return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
+
+    m = GPT()
+    kw = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    if mode == "ddp":
+        model = nn.parallel.DistributedDataParallel(m)
+        opt = torch.optim.AdamW(model.parameters(), **kw)
+        clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    elif mode == "zero1":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        model = nn.parallel.DistributedDataParallel(m)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **kw)
+        clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    elif mode == "fsdp":
+        fsdp = fsdp_import()
+        import functools
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+        model = fsdp.FullyShardedDataParallel(m, sharding_strategy=fsdp.ShardingStrategy.FULL_SHARD,
+                                              auto_wrap_policy=policy, device_id=torch.device("cpu"))
+        opt = torch.optim.AdamW(model.parameters(), **kw)
+        clip = lambda: model.clip_grad_norm_(1.0)
+    else:
+        sys.exit("torch_gpt_dist: unknown mode %s (ddp, fsdp, zero1)" % mode)
+
+    b = B // world
+    g = torch.Generator().manual_seed(1 + rank)
+    times = []
+    for i in range(steps):
+        idx = torch.randint(0, V, (b, T), generator=g)
+        tgt = torch.randint(0, V, (b, T), generator=g)
+        t0 = time.perf_counter()
+        loss = model(idx, tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        clip()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    # every rank's step ends at its optimizer step; the slowest rank sets the pace
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        run = t.tolist()[1:] if steps > 1 else t.tolist()
+        print(json.dumps({"mode": mode, "ranks": world, "torch": torch.__version__,
+                          "step_tokens_per_s": [B * T / s for s in run]}), flush=True)
+    # One rank in a few stayed behind in gloo/TCPStore teardown after the
+    # result was printed (the launcher then waited for its timeout): meet at
+    # a barrier, then leave without the interpreter's teardown.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
