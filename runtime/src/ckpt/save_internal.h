@@ -45,12 +45,43 @@ struct persist {
     char tmp_name[256], final_name[64];
     char *tmpdir, *finaldir;
     mode_t fmode, dmode;
-    int *fds;
+    int *fds;              /* written files, fsynced at the end (the writer adds them) */
     size_t nfds;
-    unsigned char *stage;  /* aligned image of the bundle being written */
-    size_t stage_cap;
     bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
+
+/* One bundle's whole file image, aligned for O_DIRECT (writer.c). */
+struct ckpt_image {
+    unsigned char *buf;
+    size_t cap;
+    size_t total, rounded; /* file bytes; rounded up to the block for O_DIRECT */
+    bool direct;
+    char fname[128];       /* relative to the save's temporary directory */
+};
+
+/* Double-buffered background writer of bundle images (writer.c). */
+struct ckpt_writer {
+    whale_ckpt *ck;
+    struct persist *ps;
+    struct ckpt_image img[2];
+    int next;              /* the image the save thread fills next */
+    int queued;            /* the image handed to the writer, -1 none */
+    int err;               /* first write error; later images are not written */
+    bool stop, have_thread, no_thread;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps);
+/* The free image, grown to hold `bytes` (NULL: out of memory). */
+struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t bytes);
+bool ckpt_writer_direct_ok(struct ckpt_writer *w);
+/* Hands a filled image to the writer (after the previous one is written);
+ * returns the first write error so far. */
+int  ckpt_writer_submit(struct ckpt_writer *w, struct ckpt_image *im);
+/* Waits for the last image, stops the thread, frees the images. */
+int  ckpt_writer_finish(struct ckpt_writer *w);
 
 #define CKPT_DIRECT_ALIGN 4096
 #define CKPT_DIRECT_MIN (256u << 10) /* smaller bundles: buffered, 8-byte aligned */
