@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <zstd.h>
 
 struct job_piece {
@@ -100,6 +101,9 @@ struct whale_ckpt {
     bool busy;        /* a job is in flight */
     bool has_job;     /* the worker has not picked it up */
     bool snap_done;   /* the job no longer reads the caller's tensors */
+    bool snap_coop;   /* deferred host snapshot in slices (snapshot.c) */
+    atomic_size_t snap_next; /* next slice to take */
+    size_t snap_slices, snap_copied; /* copied: under mu */
     bool stop;
     int pending_err;  /* error of a finished job, not reported yet */
     struct job job;
@@ -126,5 +130,10 @@ int  ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps);
  * remove the whole temporary directory) */
 void ckpt_abort_rank(whale_ckpt *ck, struct persist *ps, int err);
 void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq);
+/* Deferred snapshot in slices shared by the save thread and the fence
+ * (snapshot.c). prepare points the pieces at the buffer; false when a
+ * piece is device memory (the stream path copies those). */
+bool ckpt_snap_prepare(whale_ckpt *ck, struct job *j);
+void ckpt_snap_help(whale_ckpt *ck);
 
 #endif

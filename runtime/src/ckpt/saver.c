@@ -94,8 +94,13 @@ static void *worker(void *arg)
         int rc = 0;
         if (need_snap) {
             double t0 = ckpt_now();
-            rc = snapshot(ck, &ck->job);
+            if (ck->snap_coop)
+                ckpt_snap_help(ck); /* the fence may be copying slices too */
+            else
+                rc = snapshot(ck, &ck->job);
             pthread_mutex_lock(&ck->mu);
+            while (ck->snap_coop && !ck->snap_done)
+                pthread_cond_wait(&ck->cv, &ck->mu);
             ck->cur.snapshot_s = ckpt_now() - t0;
             ck->snap_done = true;
             pthread_cond_broadcast(&ck->cv);
@@ -359,9 +364,11 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         ck->last_save_time = ckpt_now();
         return rc;
     }
+    bool coop = !snap_now && ckpt_snap_prepare(ck, &j);
     pthread_mutex_lock(&ck->mu);
     ck->job = j;
-    ck->snap_done = snap_now;
+    ck->snap_coop = coop;
+    ck->snap_done = snap_now || (coop && ck->snap_slices == 0);
     st.stall_s = ckpt_now() - t0;
     ck->cur = st;
     ck->busy = true;
@@ -379,6 +386,13 @@ int whale_ckpt_fence(whale_ckpt *ck)
     double t0 = ckpt_now();
     pthread_mutex_lock(&ck->mu);
     bool waited = false;
+    if (ck->busy && !ck->snap_done && ck->snap_coop) {
+        /* copy what is left alongside the save thread instead of sleeping */
+        pthread_mutex_unlock(&ck->mu);
+        ckpt_snap_help(ck);
+        pthread_mutex_lock(&ck->mu);
+        waited = true;
+    }
     while (ck->busy && !ck->snap_done) {
         pthread_cond_wait(&ck->cv, &ck->mu);
         waited = true;

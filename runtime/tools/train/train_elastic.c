@@ -44,6 +44,7 @@
 
 struct train_elastic {
     whale_ctx *ctx;
+    whale_ckpt **ck;         /* fenced before the optimizer (deferred snapshot) */
     struct whale_fault_plan faults;
     int fault_rank;          /* the logical rank this task was started with */
     bool elastic;
@@ -108,6 +109,10 @@ static void on_phase(enum whale_engine_phase ph, int64_t step, void *user)
     if (te->elastic)
         whale_elastic_progress(te->ctx); /* the hang detector watches this */
     whale_fault_point(&te->faults, te->fault_rank, step, map[ph]);
+    /* a deferred checkpoint snapshot may still read the weights and moments:
+     * the optimizer is the first to change them (train_loop.c) */
+    if (ph == WHALE_ENGINE_OPTIMIZER && te->ck && *te->ck)
+        whale_ckpt_fence(*te->ck);
 }
 
 int te_init(struct train_elastic **out, whale_ctx *ctx)
@@ -609,6 +614,7 @@ static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
 
 int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
 {
+    te->ck = job->ck;
     whale_engine_set_phase_hook(*job->e, on_phase, te);
     if (!te->elastic)
         return 0;

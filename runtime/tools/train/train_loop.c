@@ -186,7 +186,11 @@ int train_loop(struct train *t)
             return 1;
         t->data_wait_s = now_s() - t_data; /* the data loader's stall of this step */
         struct whale_step_stats st;
-        if (t->ck && (whale_ckpt_fence(t->ck) || whale_ckpt_poll(t->ck))) {
+        /* copy snapshot: nothing to wait for; deferred: the fence is in the
+         * optimizer phase (train_elastic.c), so the copy overlaps this
+         * step's forward and backward */
+        if (t->ck && ((t->ckc.snapshot != WHALE_CKPT_SNAPSHOT_DEFERRED &&
+                       whale_ckpt_fence(t->ck)) || whale_ckpt_poll(t->ck))) {
             whale_error("stopping: a checkpoint failed (the previous ones are intact)");
             return 1;
         }
