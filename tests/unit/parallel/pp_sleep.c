@@ -7,8 +7,13 @@
  *       [--interleave V] [-m M] [--fwd-ms F] [--bwd-ms B] [--bytes N] [--steps S]
  *
  * Pipeline rank 0 prints one line: measured bubble (step / (v m (F+B)) - 1),
- * (p-1)/(v m), and the simulator's prediction with the measured transfer
- * latency. Used by contrib/bench/pipeline-bubble.py and the cluster tests. */
+ * idle against its own passes as they ran (step / compute - 1: a sleep
+ * that overshoots on a busy machine is not the pipeline's doing), (p-1)/(v m),
+ * the simulator's prediction with the measured transfer latency, and per
+ * step: blocking waits (voluntary context switches of the stepping thread),
+ * preemptions, and the CPU time of the other threads (UCX progress); then a
+ * RESULT line of the same figures. --spin busy-waits the passes instead.
+ * Used by contrib/bench/pipeline-bubble.py. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
@@ -214,9 +219,10 @@ int main(int argc, char **argv)
                r.ok ? r.bubble : -1.0, (double)vcsw / steps, (double)ivcsw / steps,
                1e3 * other_cpu / steps);
         printf("RESULT sched=%s p=%d v=%d m=%d bubble=%.4f bubble_best=%.4f idle=%.4f "
-               "idle_best=%.4f theory=%.4f vcsw=%.1f\n", whale_schedule_name(kind), pp.size, v, m,
-               med / ideal - 1, best / ideal - 1, sum / comp - 1, best_idle,
-               (double)(pp.size - 1) / (v * m), (double)vcsw / steps);
+               "idle_best=%.4f theory=%.4f vcsw=%.1f ivcsw=%.1f other_cpu_ms=%.2f\n",
+               whale_schedule_name(kind), pp.size, v, m, med / ideal - 1, best / ideal - 1,
+               sum / comp - 1, best_idle, (double)(pp.size - 1) / (v * m), (double)vcsw / steps,
+               (double)ivcsw / steps, 1e3 * other_cpu / steps);
     }
     whale_pp_schedule_free(&s);
     free(x.buf);
