@@ -238,6 +238,7 @@ struct stored {
     size_t enc_len;  /* bytes after encoding, before zstd */
     int shuffle;     /* byte-shuffle width applied before zstd (0: none) */
     void *own;
+    bool raw;        /* data is the chunk's source, alive until the save ends */
 };
 
 static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
@@ -253,8 +254,10 @@ static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
         ckpt_encode(x->enc, p->dtype, x->raw, x->n, ck->cfg.quant_block, s->own);
         s->data = s->own;
     }
+    s->raw = s->data == x->raw;
     if (ck->cfg.zstd_level <= 0)
         return 0;
+    s->raw = false;
     s->shuffle = ckpt_shuffle_width(x->enc, p->dtype);
     if (s->shuffle > 1) { /* bytes of equal significance together: exponents compress */
         void *sh = malloc(s->enc_len ? s->enc_len : 1);
@@ -350,71 +353,142 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
                      z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx);
 }
 
-/* The file image: header, then every chunk's stored bytes, zero padding up
- * to the block (cut off again after an O_DIRECT write). */
-static void stage_image(struct ckpt_image *im, const char *hdr, size_t hlen,
-                        const struct stored *s, size_t n)
+/* Chunks whose stored bytes can go to the file straight from their
+ * source: raw, a whole number of blocks, big enough to be worth an extent.
+ * They come first in the file (each then starts on a block, right after the
+ * block-padded header); the others follow, staged. Readers find chunks by
+ * their recorded offsets, so the order inside a file is free; it depends
+ * only on sizes, so a bundle's bytes stay the same from save to save. */
+static bool in_place_size(const struct stored *s)
 {
-    memcpy(im->buf, hdr, hlen);
-    size_t pos = hlen;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i].len) /* an empty tensor may have no data pointer */
-            memcpy(im->buf + pos, s[i].data, s[i].len);
-        pos += s[i].len;
-    }
-    memset(im->buf + im->total, 0, im->rounded - im->total);
+    return s->len >= CKPT_ZC_MIN && s->len % CKPT_DIRECT_ALIGN == 0;
 }
 
-/* Encodes bundle b, stages its safetensors image and hands it to the
+static void file_order(const struct stored *s, size_t n, size_t *ord)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (in_place_size(&s[i]))
+            ord[k++] = i;
+    for (size_t i = 0; i < n; i++)
+        if (!in_place_size(&s[i]))
+            ord[k++] = i;
+}
+
+/* Appends bytes to the open staged extent (starting one, block-aligned in
+ * the stage, when the last extent is not staged). */
+static void stage_bytes(struct ckpt_image *im, size_t *spos, uint64_t off, const void *src,
+                        size_t len)
+{
+    struct ckpt_extent *x = im->next ? &im->ext[im->next - 1] : NULL;
+    if (!x || x->src < im->buf || x->src >= im->buf + im->cap) {
+        *spos = (*spos + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+        x = &im->ext[im->next++];
+        *x = (struct ckpt_extent){ .off = off, .len = 0, .src = im->buf + *spos };
+    }
+    if (len) /* an empty tensor may have no data pointer */
+        memcpy(im->buf + *spos, src, len);
+    *spos += len;
+    x->len += len;
+}
+
+/* The file as extents: the header and small or unaligned chunks staged,
+ * block-aligned raw chunks (O_DIRECT) written from where they are -- the
+ * snapshot buffer places pieces on page boundaries for this. */
+static uint64_t lay_out(struct ckpt_image *im, const char *hdr, size_t hlen,
+                        const struct stored *s, const size_t *ord, size_t n, bool direct)
+{
+    uint64_t in_place = 0;
+    size_t spos = 0;
+    uint64_t off = 0;
+    stage_bytes(im, &spos, off, hdr, hlen);
+    off += hlen;
+    for (size_t k = 0; k < n; k++) {
+        const struct stored *x = &s[ord[k]];
+        size_t whole = 0;
+        /* only a source that lives until the save ends (encoded copies are
+         * freed once staged, while the writer may still be writing) */
+        if (direct && x->raw && in_place_size(x) && off % CKPT_DIRECT_ALIGN == 0 &&
+            (uintptr_t)x->data % CKPT_DIRECT_ALIGN == 0)
+            whole = x->len;
+        if (whole) {
+            im->ext[im->next++] = (struct ckpt_extent){ .off = off, .len = whole, .src = x->data };
+            in_place += whole;
+        } else {
+            stage_bytes(im, &spos, off, x->data, x->len);
+        }
+        off += x->len;
+    }
+    im->total = (size_t)off;
+    /* O_DIRECT writes the last block whole: stage its zero padding */
+    if (direct && off % CKPT_DIRECT_ALIGN) {
+        size_t pad = CKPT_DIRECT_ALIGN - (size_t)(off % CKPT_DIRECT_ALIGN);
+        memset(im->buf + spos, 0, pad);
+    }
+    return in_place;
+}
+
+/* Encodes bundle b, lays out its safetensors file and hands it to the
  * writer; appends its chunk records to chunks_out and its file size to
  * *stored_out. The write itself may still be running on return: its error
  * comes back from a later submit or from ckpt_writer_finish. */
 static int write_bundle(whale_ckpt *ck, struct ckpt_writer *w, chunk *c, bundle *b,
-                        const char *fname, json_t *chunks_out, uint64_t *stored_out)
+                        const char *fname, json_t *chunks_out, uint64_t *stored_out,
+                        uint64_t *in_place)
 {
     size_t n = b->count, ne = 0;
     ckpt_st_entry *ent = calloc(2 * n, sizeof *ent);
     struct stored *s = calloc(n, sizeof *s);
+    size_t *ord = calloc(n, sizeof *ord);
+    uint64_t *pos = calloc(n, sizeof *pos); /* data offset of each chunk */
     json_t *meta = json_object(), *recs = json_array();
     char *hdr = NULL;
     size_t hlen = 0;
     uint64_t off = 0;
-    int rc = ent && s && meta && recs ? 0 : WHALE_ENOMEM;
-    if (!rc)
+    int rc = ent && s && ord && pos && meta && recs ? 0 : WHALE_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = encode_chunk(ck, &c[b->first + i], &s[i]);
+    if (!rc) {
         json_object_set_new(meta, "format", json_string("whale-ckpt-1"));
-    for (size_t i = 0; i < n && !rc; i++) {
-        chunk *x = &c[b->first + i];
-        if ((rc = encode_chunk(ck, x, &s[i])))
-            break;
-        ne += chunk_entries(ck, x, &s[i], off, ent + ne);
-        json_t *rec = chunk_record(ck, x, &s[i]);
-        char *ms = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
-        json_object_set_new(meta, x->p->name, json_string(ms ? ms : ""));
-        free(ms);
-        if (!rec) {
-            rc = WHALE_ENOMEM;
-            break;
-        }
-        json_array_append_new(recs, rec);
+        file_order(s, n, ord);
+    }
+    for (size_t k = 0; k < n && !rc; k++) {
+        size_t i = ord[k];
+        ne += chunk_entries(ck, &c[b->first + i], &s[i], off, ent + ne);
+        pos[i] = off;
         off += s[i].len;
+    }
+    for (size_t i = 0; i < n && !rc; i++) { /* records in chunk order */
+        json_t *rec = chunk_record(ck, &c[b->first + i], &s[i]);
+        char *ms = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+        json_object_set_new(meta, c[b->first + i].p->name, json_string(ms ? ms : ""));
+        free(ms);
+        if (!rec)
+            rc = WHALE_ENOMEM;
+        else
+            json_array_append_new(recs, rec);
     }
     /* big bundles go around the page cache (O_DIRECT), small ones through it */
     bool direct = !rc && off >= CKPT_DIRECT_MIN && ckpt_writer_direct_ok(w);
     if (!rc)
         rc = ckpt_st_header_aligned(ent, ne, meta, direct ? CKPT_DIRECT_ALIGN : 8, &hdr, &hlen);
-    struct ckpt_image *im = rc ? NULL : ckpt_writer_image(w, hlen + (size_t)off);
+    /* stage bound: everything, plus a block of alignment per extent */
+    struct ckpt_image *im =
+        rc ? NULL : ckpt_writer_image(w, hlen + (size_t)off + CKPT_DIRECT_ALIGN * (2 * n + 2),
+                                      2 * n + 2);
     if (!rc && !im)
         rc = WHALE_ENOMEM;
     if (!rc) {
         /* file offsets of each chunk now that the header size is known */
-        for (size_t i = 0, pos = hlen; i < n; pos += s[i].len, i++) {
+        for (size_t i = 0; i < n; i++) {
             json_t *rec = json_array_get(recs, i);
             json_object_set_new(rec, "file", json_string(fname));
-            json_object_set_new(rec, "begin", json_integer((json_int_t)pos));
+            json_object_set_new(rec, "begin", json_integer((json_int_t)(hlen + pos[i])));
         }
-        stage_image(im, hdr, hlen, s, n);
+        *in_place += lay_out(im, hdr, hlen, s, ord, n, direct);
         im->direct = direct;
         snprintf(im->fname, sizeof im->fname, "%s", fname);
+        /* encoded copies are staged (freed below); raw chunks may be written in place */
         rc = ckpt_writer_submit(w, im);
     }
     if (!rc) {
@@ -430,6 +504,8 @@ static int write_bundle(whale_ckpt *ck, struct ckpt_writer *w, chunk *c, bundle 
     for (size_t i = 0; s && i < n; i++)
         free(s[i].own);
     free(s);
+    free(ord);
+    free(pos);
     json_decref(meta);
     json_decref(recs);
     return rc;
@@ -614,7 +690,8 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
             st->bytes_linked += fbytes;
             st->files_linked++;
         } else {
-            if ((rc = write_bundle(ck, &w, c, &b[i], fname, chunks, &fbytes)))
+            if ((rc = write_bundle(ck, &w, c, &b[i], fname, chunks, &fbytes,
+                                   &st->bytes_in_place)))
                 break;
             st->bytes_written += fbytes;
             st->files_written++;

@@ -51,11 +51,23 @@ struct persist {
     bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
 
-/* One bundle's whole file image, aligned for O_DIRECT (writer.c). */
+/* A run of file bytes: from the stage buffer, or straight from a chunk's
+ * page-aligned source (zero copy). With O_DIRECT every extent but the last
+ * starts and ends on a block; the last is rounded up (zero padding staged)
+ * and the file cut back to `total`. */
+struct ckpt_extent {
+    uint64_t off;
+    size_t len;
+    const unsigned char *src;
+};
+
+/* One bundle's file, as extents over an aligned stage buffer (writer.c). */
 struct ckpt_image {
-    unsigned char *buf;
+    unsigned char *buf;    /* stage: header, small and unaligned chunks, padding */
     size_t cap;
-    size_t total, rounded; /* file bytes; rounded up to the block for O_DIRECT */
+    struct ckpt_extent *ext;
+    size_t next, ext_cap;
+    size_t total;          /* file bytes */
     bool direct;
     char fname[128];       /* relative to the save's temporary directory */
 };
@@ -75,8 +87,9 @@ struct ckpt_writer {
 };
 
 void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps);
-/* The free image, grown to hold `bytes` (NULL: out of memory). */
-struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t bytes);
+/* The free image with a stage of at least `stage_bytes` and room for
+ * `extents` extents, emptied (NULL: out of memory). */
+struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t stage_bytes, size_t extents);
 bool ckpt_writer_direct_ok(struct ckpt_writer *w);
 /* Hands a filled image to the writer (after the previous one is written);
  * returns the first write error so far. */
@@ -86,6 +99,14 @@ int  ckpt_writer_finish(struct ckpt_writer *w);
 
 #define CKPT_DIRECT_ALIGN 4096
 #define CKPT_DIRECT_MIN (256u << 10) /* smaller bundles: buffered, 8-byte aligned */
+#define CKPT_ZC_MIN (64u << 10)      /* smaller chunks are staged, not written in place */
+
+/* Where a piece starts in the snapshot buffer: page-aligned, so that its
+ * bytes can be written with O_DIRECT without a staging copy. */
+static inline size_t ckpt_snap_stride(size_t bytes)
+{
+    return (bytes + CKPT_DIRECT_ALIGN - 1) & ~(size_t)(CKPT_DIRECT_ALIGN - 1);
+}
 
 struct whale_ckpt {
     whale_ckpt_config cfg;

@@ -39,7 +39,7 @@ static int snapshot(whale_ckpt *ck, struct job *j)
         else if (!j->p[i].device)
             memcpy(ck->buf + off, j->p[i].user, j->p[i].bytes);
         j->p[i].src = ck->buf + off;
-        off += (j->p[i].bytes + 63) & ~(size_t)63;
+        off += ckpt_snap_stride(j->p[i].bytes);
     }
     int r2 = ckpt_dev_sync(ck->stream);
     return rc ? rc : r2;
@@ -305,7 +305,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         q->src = pieces[i].data;
         q->device = pieces[i].device;
         any_device |= q->device;
-        total += (q->bytes + 63) & ~(size_t)63;
+        total += ckpt_snap_stride(q->bytes);
         st.bytes_logical += q->bytes;
         if (!q->name) {
             job_free(&j);

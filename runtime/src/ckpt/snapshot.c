@@ -29,7 +29,7 @@ bool ckpt_snap_prepare(whale_ckpt *ck, struct job *j)
         if (j->p[i].device)
             return false; /* device pieces: the worker's stream path (saver.c) */
         j->p[i].src = ck->buf + off;
-        off += (j->p[i].bytes + 63) & ~(size_t)63;
+        off += ckpt_snap_stride(j->p[i].bytes);
         n += slices_of(j->p[i].bytes);
     }
     ck->snap_slices = n;

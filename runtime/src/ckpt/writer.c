@@ -29,12 +29,44 @@ static int errno_to_whale(int e)
     return e == ENOSPC || e == EDQUOT || e == EFBIG ? WHALE_ENOSPC : WHALE_EIO;
 }
 
-/* Writes one staged image as tmpdir/fname: O_DIRECT when it was staged for
- * it (rounded up to the block, truncated back), else through the page
- * cache. A file system without O_DIRECT (tmpfs) is found out at open or at
- * the first write; the image stays valid buffered (its header is padded,
- * which safetensors allows). Write-back is started at once; the fsync of
- * every file comes at the end of the save. */
+/* pwrite of a whole extent, counting bytes for the disk-full test hook. */
+static int pwrite_all(int fd, const unsigned char *b, size_t len, uint64_t off, ckpt_fault *f)
+{
+    while (len) {
+        size_t n = len > (1u << 26) ? (1u << 26) : len;
+        if (f->enospc_after >= 0 && f->written + (long long)n > f->enospc_after) {
+            errno = ENOSPC;
+            return -1;
+        }
+        ssize_t w = pwrite(fd, b, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        f->written += w;
+        b += w;
+        off += (uint64_t)w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Every extent at its offset; with O_DIRECT the last one rounded up to the
+ * block (the stage holds its zero padding). */
+static int write_extents(int fd, const struct ckpt_image *im, bool direct, ckpt_fault *f)
+{
+    for (size_t i = 0; i < im->next; i++) {
+        const struct ckpt_extent *x = &im->ext[i];
+        size_t len = x->len;
+        if (direct && i + 1 == im->next)
+            len = (len + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+        if (len && pwrite_all(fd, x->src, len, x->off, f))
+            return -1;
+    }
+    return 0;
+}
+
 static void no_direct(struct ckpt_writer *w)
 {
     pthread_mutex_lock(&w->mu);
@@ -42,6 +74,12 @@ static void no_direct(struct ckpt_writer *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Writes one image as tmpdir/fname: O_DIRECT when it was laid out for it
+ * (truncated back to its size after the rounded last block), else through
+ * the page cache. A file system without O_DIRECT (tmpfs) is found out at
+ * open or at the first write; the same extents are then written buffered
+ * (the padded header stays valid: safetensors allows it). Write-back is
+ * started at once; the fsync of every file comes at the end of the save. */
 static int write_image(struct ckpt_writer *w, struct ckpt_image *im)
 {
     whale_ckpt *ck = w->ck;
@@ -65,15 +103,14 @@ static int write_image(struct ckpt_writer *w, struct ckpt_image *im)
         return errno_to_whale(e);
     }
     int werr = 0;
-    if (ckpt_write_all(fd, im->buf, direct ? im->rounded : im->total, &ck->fault)) {
+    if (write_extents(fd, im, direct, &ck->fault)) {
         werr = errno;
         if (direct && werr == EINVAL) { /* O_DIRECT refused at write time: buffered */
             no_direct(w);
             direct = false;
             werr = 0;
-            if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) ||
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) ||
-                ckpt_write_all(fd, im->buf, im->total, &ck->fault))
+            if (ftruncate(fd, 0) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) ||
+                write_extents(fd, im, false, &ck->fault))
                 werr = errno;
         }
     }
@@ -124,19 +161,26 @@ void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps)
     pthread_cond_init(&w->cv, NULL);
 }
 
-struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t bytes)
+struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t stage_bytes, size_t extents)
 {
     struct ckpt_image *im = &w->img[w->next];
-    size_t rounded = (bytes + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
-    if (rounded > im->cap) {
+    size_t cap = (stage_bytes + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+    if (cap > im->cap) {
         free(im->buf);
-        im->buf = aligned_alloc(CKPT_DIRECT_ALIGN, rounded);
-        im->cap = im->buf ? rounded : 0;
+        im->buf = aligned_alloc(CKPT_DIRECT_ALIGN, cap);
+        im->cap = im->buf ? cap : 0;
         if (!im->buf)
             return NULL;
     }
-    im->total = bytes;
-    im->rounded = rounded;
+    if (extents > im->ext_cap) {
+        struct ckpt_extent *e = realloc(im->ext, extents * sizeof *e);
+        if (!e)
+            return NULL;
+        im->ext = e;
+        im->ext_cap = extents;
+    }
+    im->next = 0;
+    im->total = 0;
     return im;
 }
 
@@ -192,8 +236,8 @@ int ckpt_writer_finish(struct ckpt_writer *w)
     int rc = w->err;
     for (int i = 0; i < 2; i++) {
         free(w->img[i].buf);
-        w->img[i].buf = NULL;
-        w->img[i].cap = 0;
+        free(w->img[i].ext);
+        memset(&w->img[i], 0, sizeof w->img[i]);
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
