@@ -170,6 +170,7 @@ typedef struct whale_ckpt_stats {
     uint64_t bytes_written;  /* bytes actually written (linked bundles excluded) */
     uint64_t bytes_linked;   /* bytes reused from the previous checkpoint */
     int files_written, files_linked;
+    uint64_t bytes_in_place; /* written with O_DIRECT straight from the snapshot (no staging copy) */
 } whale_ckpt_stats;
 
 typedef struct whale_ckpt whale_ckpt;

@@ -26,7 +26,8 @@ void *ckpt_host_alloc(size_t n, bool pinned, bool *is_pinned)
         }
         whale_warn("checkpoint: cannot pin a %zu-byte snapshot buffer; using pageable memory", n);
     }
-    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    /* page-aligned: bundles are written straight from it with O_DIRECT (writer.c) */
+    return aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
 }
 
 void ckpt_host_free(void *p, bool pinned)
@@ -91,7 +92,8 @@ void *ckpt_host_alloc(size_t n, bool pinned, bool *is_pinned)
 {
     (void)pinned;
     *is_pinned = false;
-    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+    /* page-aligned: bundles are written straight from it with O_DIRECT (writer.c) */
+    return aligned_alloc(4096, (n + 4095) & ~(size_t)4095);
 }
 
 void ckpt_host_free(void *p, bool pinned)

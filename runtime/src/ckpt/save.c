@@ -7,7 +7,9 @@
  * order, and writes each bundle as one safetensors file. A bundle's key is
  * xxh3-128 over its chunks' names, regions, encodings and raw-data hashes;
  * a bundle whose key matches one of the previous save is hard-linked from
- * there instead of encoded and written. Rank 0 then commits (see ckpt.h). */
+ * there instead of encoded and written. A second thread writes each
+ * bundle's staged image while the next is hashed, encoded and staged
+ * (writer.c). Rank 0 then commits (see ckpt.h). */
 #define _GNU_SOURCE
 #include "ckpt_internal.h"
 #include "save_internal.h"
@@ -16,10 +18,8 @@
 #include "whale/log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,234 +228,284 @@ static int errno_to_whale(int e)
     return e == ENOSPC || e == EDQUOT || e == EFBIG ? WHALE_ENOSPC : WHALE_EIO;
 }
 
-/* Encode and write one bundle as a safetensors file; appends chunk records. */
-static int write_bundle(whale_ckpt *ck, struct persist *ps, chunk *c, bundle *b,
-                        const char *fname, json_t *chunks_out, uint64_t *stored_out)
+/* ---- one bundle: encode, describe, stage, hand to the writer ------------------ */
+
+/* A chunk as stored in its file: the raw bytes, or an encoded (bf16, int8),
+ * byte-shuffled and/or zstd-compressed copy owned here. */
+struct stored {
+    const void *data;
+    size_t len;      /* stored bytes */
+    size_t enc_len;  /* bytes after encoding, before zstd */
+    int shuffle;     /* byte-shuffle width applied before zstd (0: none) */
+    void *own;
+    bool raw;        /* data is the chunk's source, alive until the save ends */
+};
+
+static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
 {
-    size_t n = b->count;
-    ckpt_st_entry *ent = calloc(2 * n, sizeof *ent);
-    const void **data = calloc(n, sizeof *data);
-    size_t *dlen = calloc(n, sizeof *dlen);
-    void **own = calloc(n, sizeof *own);
-    json_t *meta = json_object();
-    json_t *recs = json_array();
-    int rc = 0;
-    size_t ne = 0;
-    uint64_t off = 0;
-    if (!ent || !data || !dlen || !own || !meta || !recs) {
-        rc = WHALE_ENOMEM;
-        goto out;
+    const struct job_piece *p = x->p;
+    memset(s, 0, sizeof *s);
+    s->enc_len = ckpt_enc_size(x->enc, p->dtype, x->n, ck->cfg.quant_block);
+    s->data = x->raw;
+    s->len = s->enc_len;
+    if (x->enc != CKPT_ENC_RAW) {
+        if (!(s->own = malloc(s->enc_len ? s->enc_len : 1)))
+            return WHALE_ENOMEM;
+        ckpt_encode(x->enc, p->dtype, x->raw, x->n, ck->cfg.quant_block, s->own);
+        s->data = s->own;
     }
-    json_object_set_new(meta, "format", json_string("whale-ckpt-1"));
-    for (size_t i = 0; i < n; i++) {
-        chunk *x = &c[b->first + i];
-        const struct job_piece *p = x->p;
+    s->raw = s->data == x->raw;
+    if (ck->cfg.zstd_level <= 0)
+        return 0;
+    s->raw = false;
+    s->shuffle = ckpt_shuffle_width(x->enc, p->dtype);
+    if (s->shuffle > 1) { /* bytes of equal significance together: exponents compress */
+        void *sh = malloc(s->enc_len ? s->enc_len : 1);
+        if (!sh)
+            return WHALE_ENOMEM;
+        ckpt_shuffle(s->data, sh, (size_t)x->n, s->shuffle);
+        free(s->own);
+        s->own = sh;
+        s->data = sh;
+    }
+    size_t bound = ZSTD_compressBound(s->enc_len);
+    void *z = malloc(bound ? bound : 1);
+    if (!z)
+        return WHALE_ENOMEM;
+    size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, s->data, s->enc_len, ck->cfg.zstd_level);
+    if (ZSTD_isError(zr)) {
+        free(z);
+        whale_error("checkpoint: zstd: %s", ZSTD_getErrorName(zr));
+        return WHALE_EIO;
+    }
+    free(s->own);
+    s->own = z;
+    s->data = z;
+    s->len = zr;
+    return 0;
+}
+
+/* The safetensors entries of one stored chunk at data offset `off` (a
+ * compressed chunk is opaque bytes; int8 chunks carry their scales as a
+ * second tensor NAME#scales, whose name is malloc'd). Returns how many. */
+static size_t chunk_entries(const whale_ckpt *ck, const chunk *x, const struct stored *s,
+                            uint64_t off, ckpt_st_entry *ent)
+{
+    const struct job_piece *p = x->p;
+    int64_t lshape[WHALE_CKPT_MAX_DIMS];
+    int lnd;
+    if (x->reg.flat) {
+        lnd = 1;
+        lshape[0] = x->n;
+    } else {
+        lnd = x->reg.ndim;
+        memcpy(lshape, x->reg.cnt, sizeof lshape);
+    }
+    if (ck->cfg.zstd_level > 0) {
+        ent[0] = (ckpt_st_entry){.name = (char *)p->name, .dtype = WHALE_UINT8, .ndim = 1,
+                                 .shape = {(int64_t)s->len}, .begin = off, .end = off + s->len};
+        return 1;
+    }
+    if (x->enc == CKPT_ENC_Q8 || x->enc == CKPT_ENC_Q8SQRT) {
         int block = ck->cfg.quant_block;
-        size_t enc_len = ckpt_enc_size(x->enc, p->dtype, x->n, block);
-        const void *enc = x->raw;
-        if (x->enc != CKPT_ENC_RAW) {
-            void *e = malloc(enc_len ? enc_len : 1);
-            if (!e) {
-                rc = WHALE_ENOMEM;
-                goto out;
-            }
-            ckpt_encode(x->enc, p->dtype, x->raw, x->n, block, e);
-            own[i] = e;
-            enc = e;
-        }
-        size_t stored = enc_len;
-        int shuffle = ckpt_shuffle_width(x->enc, p->dtype);
-        if (ck->cfg.zstd_level > 0) {
-            size_t bound = ZSTD_compressBound(enc_len);
-            void *z = malloc(bound ? bound : 1);
-            if (!z) {
-                rc = WHALE_ENOMEM;
-                goto out;
-            }
-            if (shuffle > 1) { /* bytes of equal significance together: exponents compress */
-                void *sh = malloc(enc_len ? enc_len : 1);
-                if (!sh) {
-                    free(z);
-                    rc = WHALE_ENOMEM;
-                    goto out;
-                }
-                ckpt_shuffle(enc, sh, (size_t)x->n, shuffle);
-                free(own[i]);
-                own[i] = sh;
-                enc = sh;
-            }
-            size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, enc, enc_len, ck->cfg.zstd_level);
-            if (ZSTD_isError(zr)) {
-                free(z);
-                whale_error("checkpoint: zstd: %s", ZSTD_getErrorName(zr));
-                rc = WHALE_EIO;
-                goto out;
-            }
-            free(own[i]);
-            own[i] = z;
-            enc = z;
-            stored = zr;
-        }
-        data[i] = enc;
-        dlen[i] = stored;
-        /* safetensors entries */
-        int64_t lshape[WHALE_CKPT_MAX_DIMS];
-        int lnd;
-        if (x->reg.flat) {
-            lnd = 1;
-            lshape[0] = x->n;
-        } else {
-            lnd = x->reg.ndim;
-            memcpy(lshape, x->reg.cnt, sizeof lshape);
-        }
+        int64_t nbk = (x->n + block - 1) / block;
         char sname[1024];
         snprintf(sname, sizeof sname, "%s#scales", p->name);
-        if (ck->cfg.zstd_level > 0) {
-            ent[ne] = (ckpt_st_entry){.name = (char *)p->name, .dtype = WHALE_UINT8, .ndim = 1,
-                                      .shape = {(int64_t)stored}, .begin = off,
-                                      .end = off + stored};
-            ne++;
-        } else if (x->enc == CKPT_ENC_Q8 || x->enc == CKPT_ENC_Q8SQRT) {
-            int64_t nbk = (x->n + block - 1) / block;
-            ent[ne] = (ckpt_st_entry){.name = strdup(sname), .dtype = WHALE_FLOAT32, .ndim = 1,
-                                      .shape = {nbk}, .begin = off, .end = off + (uint64_t)nbk * 4};
-            ne++;
-            ent[ne] = (ckpt_st_entry){.name = (char *)p->name,
-                                      .dtype = x->enc == CKPT_ENC_Q8 ? CKPT_INT8 : WHALE_UINT8,
-                                      .ndim = lnd, .begin = off + (uint64_t)nbk * 4,
-                                      .end = off + stored};
-            memcpy(ent[ne].shape, lshape, sizeof lshape);
-            ne++;
-        } else {
-            enum whale_dtype sd = x->enc == CKPT_ENC_BF16   ? WHALE_BFLOAT16
-                                  : x->enc == CKPT_ENC_FP16 ? WHALE_FLOAT16
-                                                            : p->dtype;
-            ent[ne] = (ckpt_st_entry){.name = (char *)p->name, .dtype = sd, .ndim = lnd,
-                                      .begin = off, .end = off + stored};
-            memcpy(ent[ne].shape, lshape, sizeof lshape);
-            ne++;
-        }
-        /* per-chunk record (manifest) and file metadata */
-        /* checksum of the stored bytes: for raw chunks the dedup hash already is one */
-        XXH128_hash_t sh = enc == x->raw ? x->h : XXH3_128bits(enc, stored);
-        XXH128_canonical_t can;
-        XXH128_canonicalFromHash(&can, sh);
-        char hx[33];
-        ckpt_hex128(&can, hx);
-        json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s}",
-                                "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
-                                "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
-                                        : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
-                                        : p->kind == WHALE_CKPT_MOMENT2 ? "moment2"
-                                                                        : "other",
-                                "shape", shape_json(p->reg.ndim, p->reg.shape),
-                                "region", region_json(&x->reg), "enc", ckpt_enc_name(x->enc),
-                                "block", block, "zstd", (json_int_t)(ck->cfg.zstd_level > 0 ? enc_len : 0),
-                                "shuffle", ck->cfg.zstd_level > 0 ? shuffle : 0,
-                                "nbytes", (json_int_t)stored, "xxh3_128", hx);
-        char *ms = json_dumps(rec, JSON_COMPACT);
-        json_object_set_new(meta, p->name, json_string(ms ? ms : ""));
-        free(ms);
-        json_array_append_new(recs, rec);
-        off += stored;
+        ent[0] = (ckpt_st_entry){.name = strdup(sname), .dtype = WHALE_FLOAT32, .ndim = 1,
+                                 .shape = {nbk}, .begin = off, .end = off + (uint64_t)nbk * 4};
+        ent[1] = (ckpt_st_entry){.name = (char *)p->name,
+                                 .dtype = x->enc == CKPT_ENC_Q8 ? CKPT_INT8 : WHALE_UINT8,
+                                 .ndim = lnd, .begin = off + (uint64_t)nbk * 4,
+                                 .end = off + s->len};
+        memcpy(ent[1].shape, lshape, sizeof lshape);
+        return 2;
     }
-    /* big bundles go around the page cache (O_DIRECT), small ones through it */
-    bool direct = !ps->no_direct && off >= CKPT_DIRECT_MIN;
+    enum whale_dtype sd = x->enc == CKPT_ENC_BF16   ? WHALE_BFLOAT16
+                          : x->enc == CKPT_ENC_FP16 ? WHALE_FLOAT16
+                                                    : p->dtype;
+    ent[0] = (ckpt_st_entry){.name = (char *)p->name, .dtype = sd, .ndim = lnd, .begin = off,
+                             .end = off + s->len};
+    memcpy(ent[0].shape, lshape, sizeof lshape);
+    return 1;
+}
+
+/* The manifest record of one chunk (file and begin are added once the
+ * header size is known). */
+static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct stored *s)
+{
+    const struct job_piece *p = x->p;
+    /* checksum of the stored bytes: for raw chunks the dedup hash already is one */
+    XXH128_hash_t sh = s->data == x->raw ? x->h : XXH3_128bits(s->data, s->len);
+    XXH128_canonical_t can;
+    XXH128_canonicalFromHash(&can, sh);
+    char hx[33];
+    ckpt_hex128(&can, hx);
+    bool z = ck->cfg.zstd_level > 0;
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s}",
+                     "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
+                     "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
+                             : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
+                             : p->kind == WHALE_CKPT_MOMENT2 ? "moment2"
+                                                             : "other",
+                     "shape", shape_json(p->reg.ndim, p->reg.shape), "region",
+                     region_json(&x->reg), "enc", ckpt_enc_name(x->enc), "block",
+                     ck->cfg.quant_block, "zstd", (json_int_t)(z ? s->enc_len : 0), "shuffle",
+                     z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx);
+}
+
+/* Chunks whose stored bytes can go to the file straight from their
+ * source: raw, a whole number of blocks, big enough to be worth an extent.
+ * They come first in the file (each then starts on a block, right after the
+ * block-padded header); the others follow, staged. Readers find chunks by
+ * their recorded offsets, so the order inside a file is free; it depends
+ * only on sizes, so a bundle's bytes stay the same from save to save. */
+static bool in_place_size(const struct stored *s)
+{
+    return s->len >= CKPT_ZC_MIN && s->len % CKPT_DIRECT_ALIGN == 0;
+}
+
+static void file_order(const struct stored *s, size_t n, size_t *ord)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (in_place_size(&s[i]))
+            ord[k++] = i;
+    for (size_t i = 0; i < n; i++)
+        if (!in_place_size(&s[i]))
+            ord[k++] = i;
+}
+
+/* Appends bytes to the open staged extent (starting one, block-aligned in
+ * the stage, when the last extent is not staged). */
+static void stage_bytes(struct ckpt_image *im, size_t *spos, uint64_t off, const void *src,
+                        size_t len)
+{
+    struct ckpt_extent *x = im->next ? &im->ext[im->next - 1] : NULL;
+    if (!x || x->src < im->buf || x->src >= im->buf + im->cap) {
+        *spos = (*spos + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
+        x = &im->ext[im->next++];
+        *x = (struct ckpt_extent){ .off = off, .len = 0, .src = im->buf + *spos };
+    }
+    if (len) /* an empty tensor may have no data pointer */
+        memcpy(im->buf + *spos, src, len);
+    *spos += len;
+    x->len += len;
+}
+
+/* The file as extents: the header and small or unaligned chunks staged,
+ * block-aligned raw chunks (O_DIRECT) written from where they are -- the
+ * snapshot buffer places pieces on page boundaries for this. */
+static uint64_t lay_out(struct ckpt_image *im, const char *hdr, size_t hlen,
+                        const struct stored *s, const size_t *ord, size_t n, bool direct)
+{
+    uint64_t in_place = 0;
+    size_t spos = 0;
+    uint64_t off = 0;
+    stage_bytes(im, &spos, off, hdr, hlen);
+    off += hlen;
+    for (size_t k = 0; k < n; k++) {
+        const struct stored *x = &s[ord[k]];
+        size_t whole = 0;
+        /* only a source that lives until the save ends (encoded copies are
+         * freed once staged, while the writer may still be writing) */
+        if (direct && x->raw && in_place_size(x) && off % CKPT_DIRECT_ALIGN == 0 &&
+            (uintptr_t)x->data % CKPT_DIRECT_ALIGN == 0)
+            whole = x->len;
+        if (whole) {
+            im->ext[im->next++] = (struct ckpt_extent){ .off = off, .len = whole, .src = x->data };
+            in_place += whole;
+        } else {
+            stage_bytes(im, &spos, off, x->data, x->len);
+        }
+        off += x->len;
+    }
+    im->total = (size_t)off;
+    /* O_DIRECT writes the last block whole: stage its zero padding */
+    if (direct && off % CKPT_DIRECT_ALIGN) {
+        size_t pad = CKPT_DIRECT_ALIGN - (size_t)(off % CKPT_DIRECT_ALIGN);
+        memset(im->buf + spos, 0, pad);
+    }
+    return in_place;
+}
+
+/* Encodes bundle b, lays out its safetensors file and hands it to the
+ * writer; appends its chunk records to chunks_out and its file size to
+ * *stored_out. The write itself may still be running on return: its error
+ * comes back from a later submit or from ckpt_writer_finish. */
+static int write_bundle(whale_ckpt *ck, struct ckpt_writer *w, chunk *c, bundle *b,
+                        const char *fname, json_t *chunks_out, uint64_t *stored_out,
+                        uint64_t *in_place)
+{
+    size_t n = b->count, ne = 0;
+    ckpt_st_entry *ent = calloc(2 * n, sizeof *ent);
+    struct stored *s = calloc(n, sizeof *s);
+    size_t *ord = calloc(n, sizeof *ord);
+    uint64_t *pos = calloc(n, sizeof *pos); /* data offset of each chunk */
+    json_t *meta = json_object(), *recs = json_array();
     char *hdr = NULL;
     size_t hlen = 0;
-    if ((rc = ckpt_st_header_aligned(ent, ne, meta, direct ? CKPT_DIRECT_ALIGN : 8, &hdr, &hlen)))
-        goto out;
-    /* file offsets of each chunk now that the header size is known */
-    for (size_t i = 0, pos = 0; i < n; i++) {
-        json_t *rec = json_array_get(recs, i);
-        json_object_set_new(rec, "file", json_string(fname));
-        json_object_set_new(rec, "begin", json_integer((json_int_t)(hlen + pos)));
-        pos += dlen[i];
+    uint64_t off = 0;
+    int rc = ent && s && ord && pos && meta && recs ? 0 : WHALE_ENOMEM;
+    for (size_t i = 0; i < n && !rc; i++)
+        rc = encode_chunk(ck, &c[b->first + i], &s[i]);
+    if (!rc) {
+        json_object_set_new(meta, "format", json_string("whale-ckpt-1"));
+        file_order(s, n, ord);
     }
-    /* One aligned image of the file: written with O_DIRECT (through the page
-     * cache the device reached a fifth to half of its rate here), rounded up
-     * to the block and truncated back; file systems without O_DIRECT (tmpfs)
-     * get the buffered path. */
-    size_t total = hlen + (size_t)off;
-    size_t rounded = (total + CKPT_DIRECT_ALIGN - 1) / CKPT_DIRECT_ALIGN * CKPT_DIRECT_ALIGN;
-    if (rounded > ps->stage_cap) {
-        free(ps->stage);
-        ps->stage = aligned_alloc(CKPT_DIRECT_ALIGN, rounded);
-        ps->stage_cap = ps->stage ? rounded : 0;
-        if (!ps->stage) {
-            free(hdr);
+    for (size_t k = 0; k < n && !rc; k++) {
+        size_t i = ord[k];
+        ne += chunk_entries(ck, &c[b->first + i], &s[i], off, ent + ne);
+        pos[i] = off;
+        off += s[i].len;
+    }
+    for (size_t i = 0; i < n && !rc; i++) { /* records in chunk order */
+        json_t *rec = chunk_record(ck, &c[b->first + i], &s[i]);
+        char *ms = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+        json_object_set_new(meta, c[b->first + i].p->name, json_string(ms ? ms : ""));
+        free(ms);
+        if (!rec)
             rc = WHALE_ENOMEM;
-            goto out;
+        else
+            json_array_append_new(recs, rec);
+    }
+    /* big bundles go around the page cache (O_DIRECT), small ones through it */
+    bool direct = !rc && off >= CKPT_DIRECT_MIN && ckpt_writer_direct_ok(w);
+    if (!rc)
+        rc = ckpt_st_header_aligned(ent, ne, meta, direct ? CKPT_DIRECT_ALIGN : 8, &hdr, &hlen);
+    /* stage bound: everything, plus a block of alignment per extent */
+    struct ckpt_image *im =
+        rc ? NULL : ckpt_writer_image(w, hlen + (size_t)off + CKPT_DIRECT_ALIGN * (2 * n + 2),
+                                      2 * n + 2);
+    if (!rc && !im)
+        rc = WHALE_ENOMEM;
+    if (!rc) {
+        /* file offsets of each chunk now that the header size is known */
+        for (size_t i = 0; i < n; i++) {
+            json_t *rec = json_array_get(recs, i);
+            json_object_set_new(rec, "file", json_string(fname));
+            json_object_set_new(rec, "begin", json_integer((json_int_t)(hlen + pos[i])));
         }
+        *in_place += lay_out(im, hdr, hlen, s, ord, n, direct);
+        im->direct = direct;
+        snprintf(im->fname, sizeof im->fname, "%s", fname);
+        /* encoded copies are staged (freed below); raw chunks may be written in place */
+        rc = ckpt_writer_submit(w, im);
     }
-    memcpy(ps->stage, hdr, hlen);
-    free(hdr);
-    for (size_t i = 0, pos = hlen; i < n; i++) {
-        if (dlen[i]) /* an empty tensor may have no data pointer */
-            memcpy(ps->stage + pos, data[i], dlen[i]);
-        pos += dlen[i];
-    }
-    memset(ps->stage + total, 0, rounded - total);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", ps->tmpdir, fname);
-    if (ck->fault.slow_ms > 0)
-        usleep((useconds_t)ck->fault.slow_ms * 1000);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
-                  ps->fmode);
-    if (fd < 0 && direct && errno == EINVAL) { /* no O_DIRECT here */
-        ps->no_direct = true;
-        direct = false;
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, ps->fmode);
-    }
-    if (fd < 0) {
-        int e = errno;
-        whale_error("checkpoint step %lld: rank %d: cannot create %s: %s", (long long)ps->step,
-                    ck->cfg.rank, path, strerror(e));
-        rc = errno_to_whale(e);
-        goto out;
-    }
-    int werr = 0;
-    if (ckpt_write_all(fd, ps->stage, direct ? rounded : total, &ck->fault)) {
-        werr = errno;
-        if (direct && werr == EINVAL) { /* O_DIRECT refused at write time: buffered */
-            ps->no_direct = true;
-            direct = false;
-            werr = 0;
-            if (ftruncate(fd, 0) || lseek(fd, 0, SEEK_SET) ||
-                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_DIRECT) ||
-                ckpt_write_all(fd, ps->stage, total, &ck->fault))
-                werr = errno;
-        }
-    }
-    if (!werr && direct && ftruncate(fd, (off_t)total))
-        werr = errno;
-    if (werr) {
-        whale_error("checkpoint step %lld: rank %d: writing %s: %s", (long long)ps->step,
-                    ck->cfg.rank, path, strerror(werr));
-        close(fd);
-        rc = errno_to_whale(werr);
-        goto out;
-    }
-    /* Start write-back now; fsync all files at the end keeps the disk busy. */
-    sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-    ps->fds[ps->nfds++] = fd;
-    if (ck->fault.kill_rank == ck->cfg.rank) /* test hook: kill -9 in the middle of a save */
-        raise(SIGKILL);
-    *stored_out = total;
-    for (size_t i = 0; i < n; i++)
-        json_array_append(chunks_out, json_array_get(recs, i));
-out:
-    if (ent)
-        for (size_t i = 0; i < ne; i++)
-            if (strstr(ent[i].name, "#scales"))
-                free(ent[i].name);
-    free(ent);
-    if (own)
+    if (!rc) {
+        *stored_out = im->total;
         for (size_t i = 0; i < n; i++)
-            free(own[i]);
-    free(own);
-    free(data);
-    free(dlen);
+            json_array_append(chunks_out, json_array_get(recs, i));
+    }
+    free(hdr);
+    for (size_t i = 0; ent && i < ne; i++)
+        if (strstr(ent[i].name, "#scales"))
+            free(ent[i].name);
+    free(ent);
+    for (size_t i = 0; s && i < n; i++)
+        free(s[i].own);
+    free(s);
+    free(ord);
+    free(pos);
     json_decref(meta);
     json_decref(recs);
     return rc;
@@ -498,103 +548,73 @@ static json_t *json_text(const char *s)
     return v ? v : json_string(s);
 }
 
-/* Persist this rank's part of a job into ps->tmpdir; on success fills the
- * index (rank-N.json) and the new incremental map. */
-int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_ckpt_stats *st)
+/* Hard-links bundle b from the previous save when its key matches (its
+ * files may still sit in that save's temporary directory); appends the
+ * reused chunk records. Returns whether it did. */
+static bool link_bundle(whale_ckpt *ck, struct persist *ps, const bundle *b, const char *fname,
+                        json_t *chunks, uint64_t *fbytes)
 {
-    chunk *c = NULL;
-    bundle *b = NULL;
-    size_t nc = 0, nb = 0;
-    json_t *chunks = json_array(), *files = json_array();
-    struct prev_bundle *np = NULL;
-    size_t nnp = 0;
-    int rc = plan_chunks(ck, j, &c, &nc);
-    if (!rc)
-        rc = plan_bundles(ck, c, nc, &b, &nb);
-    if (rc)
-        goto out;
-    for (size_t i = 0; i < nc; i++)
-        c[i].h = XXH3_128bits(c[i].raw, (size_t)c[i].n * ckpt_dtype_size(c[i].p->dtype));
-    ps->fds = calloc(nb ? nb : 1, sizeof *ps->fds);
-    np = calloc(nb ? nb : 1, sizeof *np);
-    if (!ps->fds || !np) {
-        rc = WHALE_ENOMEM;
-        goto out;
+    const struct prev_bundle *pb = ck->cfg.incremental ? prev_find(ck, b->key) : NULL;
+    if (!pb)
+        return false;
+    char dst[4096];
+    snprintf(dst, sizeof dst, "%s/%s", ps->tmpdir, fname);
+    bool linked = false;
+    for (int attempt = 0; attempt < 2 && !linked; attempt++) {
+        const char *src = attempt == 0 ? pb->path : pb->tmp_path;
+        if (!src)
+            continue;
+        char sp[4096];
+        snprintf(sp, sizeof sp, "%s/%s", ck->root, src);
+        linked = link(sp, dst) == 0;
     }
-    char rdir[64];
-    snprintf(rdir, sizeof rdir, "rank-%05d", ck->cfg.rank);
-    for (size_t i = 0; i < nb && !rc; i++) {
-        bundle_key(ck, c, &b[i]);
-        char fname[128];
-        snprintf(fname, sizeof fname, "%s/%06zu.safetensors", rdir, i);
-        char dst[4096];
-        snprintf(dst, sizeof dst, "%s/%s", ps->tmpdir, fname);
-        const struct prev_bundle *pb = ck->cfg.incremental ? prev_find(ck, b[i].key) : NULL;
-        bool linked = false;
-        uint64_t fbytes = 0;
-        if (pb) {
-            for (int attempt = 0; attempt < 2 && !linked; attempt++) {
-                const char *src = attempt == 0 ? pb->path : pb->tmp_path;
-                if (!src)
-                    continue;
-                char sp[4096];
-                snprintf(sp, sizeof sp, "%s/%s", ck->root, src);
-                if (link(sp, dst) == 0)
-                    linked = true;
-            }
-            if (linked) {
-                fbytes = pb->bytes;
-                size_t k;
-                json_t *r;
-                json_array_foreach(pb->chunks, k, r) {
-                    json_t *copy = json_deep_copy(r);
-                    json_object_set_new(copy, "file", json_string(fname));
-                    json_array_append_new(chunks, copy);
-                }
-                st->bytes_linked += fbytes;
-                st->files_linked++;
-            }
-        }
-        if (!linked) {
-            rc = write_bundle(ck, ps, c, &b[i], fname, chunks, &fbytes);
-            if (rc)
-                break;
-            st->bytes_written += fbytes;
-            st->files_written++;
-        }
-        st->bytes_stored += fbytes;
-        /* remember for the next save */
-        json_t *mine = json_array();
-        size_t k;
-        json_t *r;
-        json_array_foreach(chunks, k, r)
-            if (!strcmp(json_string_value(json_object_get(r, "file")), fname))
-                json_array_append(mine, r);
-        memcpy(np[nnp].key, b[i].key, sizeof np[nnp].key);
-        char fp[4096];
-        snprintf(fp, sizeof fp, "%s/%s", ps->final_name, fname);
-        np[nnp].path = strdup(fp);
-        snprintf(fp, sizeof fp, "%s/%s", ps->tmp_name, fname);
-        np[nnp].tmp_path = strdup(fp);
-        np[nnp].bytes = fbytes;
-        np[nnp].chunks = mine;
-        nnp++;
-        json_array_append_new(files, json_pack("{s:s, s:I, s:s, s:b}", "file", fname, "bytes",
-                                               (json_int_t)fbytes, "key", b[i].key,
-                                               "linked", linked));
+    if (!linked)
+        return false;
+    *fbytes = pb->bytes;
+    size_t k;
+    json_t *r;
+    json_array_foreach(pb->chunks, k, r) {
+        json_t *copy = json_deep_copy(r);
+        json_object_set_new(copy, "file", json_string(fname));
+        json_array_append_new(chunks, copy);
     }
-    if (!rc)
-        rc = sync_fds(ck, ps);
-    else
-        sync_fds(ck, ps);
-    if (rc)
-        goto out;
-    {
-        char rp[4096];
-        snprintf(rp, sizeof rp, "%s/%s", ps->tmpdir, rdir);
-        ckpt_fsync_path(rp);
+    return true;
+}
+
+/* The incremental map entry of a bundle of this save, for the next one. */
+static void remember_bundle(struct persist *ps, const bundle *b, const char *fname,
+                            uint64_t fbytes, json_t *chunks, struct prev_bundle *np)
+{
+    json_t *mine = json_array();
+    size_t k;
+    json_t *r;
+    json_array_foreach(chunks, k, r)
+        if (!strcmp(json_string_value(json_object_get(r, "file")), fname))
+            json_array_append(mine, r);
+    memcpy(np->key, b->key, sizeof np->key);
+    char fp[4096];
+    snprintf(fp, sizeof fp, "%s/%s", ps->final_name, fname);
+    np->path = strdup(fp);
+    snprintf(fp, sizeof fp, "%s/%s", ps->tmp_name, fname);
+    np->tmp_path = strdup(fp);
+    np->bytes = fbytes;
+    np->chunks = mine;
+}
+
+static void free_prev(struct prev_bundle *np, size_t n)
+{
+    for (size_t i = 0; np && i < n; i++) {
+        free(np[i].path);
+        free(np[i].tmp_path);
+        json_decref(np[i].chunks);
     }
-    /* the rank index: publishing it tells rank 0 this rank is done */
+    free(np);
+}
+
+/* The rank index (rank-N.json): publishing it tells rank 0 this rank is done. */
+static int publish_index(whale_ckpt *ck, struct job *j, struct persist *ps,
+                         const whale_ckpt_stats *st, json_t *chunks, json_t *files)
+{
     char *rng = j->rng_len ? hexdump(j->rng, j->rng_len) : NULL;
     json_t *idx = json_pack(
         "{s:s, s:i, s:i, s:i, s:I, s:I, s:f, s:s, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:o}",
@@ -612,10 +632,8 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
                               "quant_block", ck->cfg.quant_block, "zstd", ck->cfg.zstd_level,
                               "chunk_bytes", (json_int_t)ck->cfg.chunk_bytes));
     free(rng);
-    if (!idx) {
-        rc = WHALE_ENOMEM;
-        goto out;
-    }
+    if (!idx)
+        return WHALE_ENOMEM;
     json_object_set_new(idx, "bytes",
                         json_pack("{s:I, s:I, s:I, s:I}", "logical", (json_int_t)st->bytes_logical,
                                   "stored", (json_int_t)st->bytes_stored, "written",
@@ -623,39 +641,87 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
                                   (json_int_t)st->bytes_linked));
     char *txt = json_dumps(idx, JSON_COMPACT);
     json_decref(idx);
-    if (!txt) {
-        rc = WHALE_ENOMEM;
-        goto out;
-    }
+    if (!txt)
+        return WHALE_ENOMEM;
     char iname[64];
     snprintf(iname, sizeof iname, "rank-%05d.json", ck->cfg.rank);
-    rc = ckpt_write_file_atomic(ps->tmpdir, iname, txt, strlen(txt), ps->fmode, &ck->fault);
+    int rc = ckpt_write_file_atomic(ps->tmpdir, iname, txt, strlen(txt), ps->fmode, &ck->fault);
     free(txt);
-    if (rc) {
+    if (rc)
         whale_error("checkpoint step %lld: rank %d: cannot publish %s/%s", (long long)j->step,
                     ck->cfg.rank, ps->tmpdir, iname);
-        goto out;
+    return rc;
+}
+
+/* Persist this rank's part of a job into ps->tmpdir; on success fills the
+ * index (rank-N.json) and the new incremental map. Bundle i+1 is hashed,
+ * encoded and staged while the writer thread writes bundle i. */
+int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_ckpt_stats *st)
+{
+    chunk *c = NULL;
+    bundle *b = NULL;
+    size_t nc = 0, nb = 0;
+    json_t *chunks = json_array(), *files = json_array();
+    struct prev_bundle *np = NULL;
+    size_t nnp = 0;
+    struct ckpt_writer w;
+    ckpt_writer_init(&w, ck, ps);
+    int rc = plan_chunks(ck, j, &c, &nc);
+    if (!rc)
+        rc = plan_bundles(ck, c, nc, &b, &nb);
+    if (!rc) {
+        ps->fds = calloc(nb ? nb : 1, sizeof *ps->fds);
+        np = calloc(nb ? nb : 1, sizeof *np);
+        rc = ps->fds && np ? 0 : WHALE_ENOMEM;
     }
-    /* the new map replaces the previous one */
-    ckpt_prev_clear(ck);
-    ck->prev = np;
-    ck->nprev = nnp;
-    np = NULL;
-    nnp = 0;
-out:
-    if (np) {
-        for (size_t i = 0; i < nnp; i++) {
-            free(np[i].path);
-            free(np[i].tmp_path);
-            json_decref(np[i].chunks);
+    w.no_thread = nb < 2; /* nothing to overlap */
+    char rdir[64];
+    snprintf(rdir, sizeof rdir, "rank-%05d", ck->cfg.rank);
+    for (size_t i = 0; i < nb && !rc; i++) {
+        /* hashed here, not all up front: this overlaps the previous write */
+        for (size_t k = b[i].first; k < b[i].first + b[i].count; k++)
+            c[k].h = XXH3_128bits(c[k].raw, (size_t)c[k].n * ckpt_dtype_size(c[k].p->dtype));
+        bundle_key(ck, c, &b[i]);
+        char fname[128];
+        snprintf(fname, sizeof fname, "%s/%06zu.safetensors", rdir, i);
+        uint64_t fbytes = 0;
+        bool linked = link_bundle(ck, ps, &b[i], fname, chunks, &fbytes);
+        if (linked) {
+            st->bytes_linked += fbytes;
+            st->files_linked++;
+        } else {
+            if ((rc = write_bundle(ck, &w, c, &b[i], fname, chunks, &fbytes,
+                                   &st->bytes_in_place)))
+                break;
+            st->bytes_written += fbytes;
+            st->files_written++;
         }
-        free(np);
+        st->bytes_stored += fbytes;
+        remember_bundle(ps, &b[i], fname, fbytes, chunks, &np[nnp++]);
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s, s:b}", "file", fname, "bytes",
+                                               (json_int_t)fbytes, "key", b[i].key,
+                                               "linked", linked));
     }
+    int wrc = ckpt_writer_finish(&w); /* the last image, and a write error of any */
+    rc = rc ? rc : wrc;
+    int src = ps->fds ? sync_fds(ck, ps) : 0;
+    rc = rc ? rc : src;
+    if (!rc) {
+        char rp[4096];
+        snprintf(rp, sizeof rp, "%s/%s", ps->tmpdir, rdir);
+        ckpt_fsync_path(rp);
+        rc = publish_index(ck, j, ps, st, chunks, files);
+    }
+    if (!rc) { /* the new map replaces the previous one */
+        ckpt_prev_clear(ck);
+        ck->prev = np;
+        ck->nprev = nnp;
+        np = NULL;
+        nnp = 0;
+    }
+    free_prev(np, nnp);
     free(ps->fds);
     ps->fds = NULL;
-    free(ps->stage);
-    ps->stage = NULL;
-    ps->stage_cap = 0;
     free(c);
     free(b);
     json_decref(chunks);

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <zstd.h>
 
 struct job_piece {
@@ -45,15 +46,67 @@ struct persist {
     char tmp_name[256], final_name[64];
     char *tmpdir, *finaldir;
     mode_t fmode, dmode;
-    int *fds;
+    int *fds;              /* written files, fsynced at the end (the writer adds them) */
     size_t nfds;
-    unsigned char *stage;  /* aligned image of the bundle being written */
-    size_t stage_cap;
     bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
 
+/* A run of file bytes: from the stage buffer, or straight from a chunk's
+ * page-aligned source (zero copy). With O_DIRECT every extent but the last
+ * starts and ends on a block; the last is rounded up (zero padding staged)
+ * and the file cut back to `total`. */
+struct ckpt_extent {
+    uint64_t off;
+    size_t len;
+    const unsigned char *src;
+};
+
+/* One bundle's file, as extents over an aligned stage buffer (writer.c). */
+struct ckpt_image {
+    unsigned char *buf;    /* stage: header, small and unaligned chunks, padding */
+    size_t cap;
+    struct ckpt_extent *ext;
+    size_t next, ext_cap;
+    size_t total;          /* file bytes */
+    bool direct;
+    char fname[128];       /* relative to the save's temporary directory */
+};
+
+/* Double-buffered background writer of bundle images (writer.c). */
+struct ckpt_writer {
+    whale_ckpt *ck;
+    struct persist *ps;
+    struct ckpt_image img[2];
+    int next;              /* the image the save thread fills next */
+    int queued;            /* the image handed to the writer, -1 none */
+    int err;               /* first write error; later images are not written */
+    bool stop, have_thread, no_thread;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+};
+
+void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps);
+/* The free image with a stage of at least `stage_bytes` and room for
+ * `extents` extents, emptied (NULL: out of memory). */
+struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t stage_bytes, size_t extents);
+bool ckpt_writer_direct_ok(struct ckpt_writer *w);
+/* Hands a filled image to the writer (after the previous one is written);
+ * returns the first write error so far. */
+int  ckpt_writer_submit(struct ckpt_writer *w, struct ckpt_image *im);
+/* Waits for the last image, stops the thread, frees the images. */
+int  ckpt_writer_finish(struct ckpt_writer *w);
+
 #define CKPT_DIRECT_ALIGN 4096
 #define CKPT_DIRECT_MIN (256u << 10) /* smaller bundles: buffered, 8-byte aligned */
+#define CKPT_ZC_MIN (64u << 10)      /* smaller chunks are staged, not written in place */
+
+/* Where a piece starts in the snapshot buffer: page-aligned, so that its
+ * bytes can be written with O_DIRECT without a staging copy. */
+static inline size_t ckpt_snap_stride(size_t bytes)
+{
+    return (bytes + CKPT_DIRECT_ALIGN - 1) & ~(size_t)(CKPT_DIRECT_ALIGN - 1);
+}
 
 struct whale_ckpt {
     whale_ckpt_config cfg;
@@ -69,6 +122,9 @@ struct whale_ckpt {
     bool busy;        /* a job is in flight */
     bool has_job;     /* the worker has not picked it up */
     bool snap_done;   /* the job no longer reads the caller's tensors */
+    bool snap_coop;   /* deferred host snapshot in slices (snapshot.c) */
+    atomic_size_t snap_next; /* next slice to take */
+    size_t snap_slices, snap_copied; /* copied: under mu */
     bool stop;
     int pending_err;  /* error of a finished job, not reported yet */
     struct job job;
@@ -95,5 +151,10 @@ int  ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps);
  * remove the whole temporary directory) */
 void ckpt_abort_rank(whale_ckpt *ck, struct persist *ps, int err);
 void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq);
+/* Deferred snapshot in slices shared by the save thread and the fence
+ * (snapshot.c). prepare points the pieces at the buffer; false when a
+ * piece is device memory (the stream path copies those). */
+bool ckpt_snap_prepare(whale_ckpt *ck, struct job *j);
+void ckpt_snap_help(whale_ckpt *ck);
 
 #endif

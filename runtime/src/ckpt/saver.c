@@ -39,7 +39,7 @@ static int snapshot(whale_ckpt *ck, struct job *j)
         else if (!j->p[i].device)
             memcpy(ck->buf + off, j->p[i].user, j->p[i].bytes);
         j->p[i].src = ck->buf + off;
-        off += (j->p[i].bytes + 63) & ~(size_t)63;
+        off += ckpt_snap_stride(j->p[i].bytes);
     }
     int r2 = ckpt_dev_sync(ck->stream);
     return rc ? rc : r2;
@@ -94,8 +94,13 @@ static void *worker(void *arg)
         int rc = 0;
         if (need_snap) {
             double t0 = ckpt_now();
-            rc = snapshot(ck, &ck->job);
+            if (ck->snap_coop)
+                ckpt_snap_help(ck); /* the fence may be copying slices too */
+            else
+                rc = snapshot(ck, &ck->job);
             pthread_mutex_lock(&ck->mu);
+            while (ck->snap_coop && !ck->snap_done)
+                pthread_cond_wait(&ck->cv, &ck->mu);
             ck->cur.snapshot_s = ckpt_now() - t0;
             ck->snap_done = true;
             pthread_cond_broadcast(&ck->cv);
@@ -300,7 +305,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         q->src = pieces[i].data;
         q->device = pieces[i].device;
         any_device |= q->device;
-        total += (q->bytes + 63) & ~(size_t)63;
+        total += ckpt_snap_stride(q->bytes);
         st.bytes_logical += q->bytes;
         if (!q->name) {
             job_free(&j);
@@ -342,6 +347,12 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         }
     }
     bool snap_now = ck->cfg.snapshot == WHALE_CKPT_SNAPSHOT_COPY || !ck->cfg.async;
+    /* an async copy of host pieces: the save thread copies slices alongside
+     * this one (a deferred snapshot fenced before returning), about half
+     * the stall on two cores */
+    bool copy_shared = snap_now && ck->cfg.async && !any_device;
+    if (copy_shared)
+        snap_now = false;
     if (snap_now) {
         double s0 = ckpt_now();
         int rc = snapshot(ck, &j);
@@ -359,9 +370,11 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         ck->last_save_time = ckpt_now();
         return rc;
     }
+    bool coop = !snap_now && ckpt_snap_prepare(ck, &j);
     pthread_mutex_lock(&ck->mu);
     ck->job = j;
-    ck->snap_done = snap_now;
+    ck->snap_coop = coop;
+    ck->snap_done = snap_now || (coop && ck->snap_slices == 0);
     st.stall_s = ckpt_now() - t0;
     ck->cur = st;
     ck->busy = true;
@@ -369,7 +382,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
     ck->last_save_time = ckpt_now();
     pthread_cond_broadcast(&ck->cv);
     pthread_mutex_unlock(&ck->mu);
-    return 0;
+    return copy_shared ? whale_ckpt_fence(ck) : 0;
 }
 
 int whale_ckpt_fence(whale_ckpt *ck)
@@ -379,6 +392,13 @@ int whale_ckpt_fence(whale_ckpt *ck)
     double t0 = ckpt_now();
     pthread_mutex_lock(&ck->mu);
     bool waited = false;
+    if (ck->busy && !ck->snap_done && ck->snap_coop) {
+        /* copy what is left alongside the save thread instead of sleeping */
+        pthread_mutex_unlock(&ck->mu);
+        ckpt_snap_help(ck);
+        pthread_mutex_lock(&ck->mu);
+        waited = true;
+    }
     while (ck->busy && !ck->snap_done) {
         pthread_cond_wait(&ck->cv, &ck->mu);
         waited = true;

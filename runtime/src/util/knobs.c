@@ -22,6 +22,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_CKPT_KEEP", "int", "3", "keep the last K checkpoints, 0 keeps all (--ckpt-keep overrides)" },
     { "WHALE_CKPT_MOMENTS", "enum", "exact", "AdamW moments in checkpoints: exact or int8 (per-128 scales)" },
     { "WHALE_CKPT_PRIVATE", "bool", "0", "checkpoints, metrics and traces owner-only (never group/world-readable)" },
+    { "WHALE_CKPT_SNAPSHOT", "enum", "deferred in whale-train (copy with offload)", "copy: the save copies the tensors before the step goes on; deferred: a background copy overlaps forward/backward and the optimizer waits for it" },
     { "WHALE_CKPT_RUN_ID", "string", "the job and step id", "identifies one run's saves (a replacement rank joins the same run)" },
     { "WHALE_CKPT_WEIGHTS", "enum", "exact", "weights in checkpoints: exact, bf16 or fp16" },
     { "WHALE_CKPT_ZSTD", "int", "0", "zstd level for checkpoint data after a byte shuffle, 0 = off (0..19)" },

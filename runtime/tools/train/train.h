@@ -107,6 +107,9 @@ int train_engine_config(struct train *t);       /* fills t->ec (areas' configure
 long train_finetune_warmup(long steps);
 /* train_setup.c */
 int train_setup(struct train *t);
+/* deferred checkpoint snapshot unless offload or WHALE_CKPT_SNAPSHOT says
+ * otherwise (train_ckpt_snap.c) */
+void train_ckpt_snapshot_mode(struct train *t);
 /* train_loop.c */
 int train_loop(struct train *t);
 bool train_stop_requested(void); /* a SIGINT/SIGTERM came */

@@ -45,6 +45,8 @@
 
 struct train_elastic {
     whale_ctx *ctx;
+    whale_ckpt **ck;         /* fenced before the optimizer (deferred snapshot) */
+    double ck_fence_s;       /* time those fences waited, not yet reported */
     struct whale_fault_plan faults;
     int fault_rank;          /* the logical rank this task was started with */
     bool elastic;
@@ -109,6 +111,15 @@ static void on_phase(enum whale_engine_phase ph, int64_t step, void *user)
     if (te->elastic)
         whale_elastic_progress(te->ctx); /* the hang detector watches this */
     whale_fault_point(&te->faults, te->fault_rank, step, map[ph]);
+    /* a deferred checkpoint snapshot may still read the weights and moments:
+     * the optimizer is the first to change them (train_loop.c) */
+    if (ph == WHALE_ENGINE_OPTIMIZER && te->ck && *te->ck) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        whale_ckpt_fence(*te->ck);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        te->ck_fence_s += (double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec);
+    }
 }
 
 int te_init(struct train_elastic **out, whale_ctx *ctx)
@@ -608,8 +619,16 @@ static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
     return whale_red_create(e, &rc, &te->red);
 }
 
+double te_take_ckpt_fence_s(struct train_elastic *te)
+{
+    double s = te->ck_fence_s;
+    te->ck_fence_s = 0;
+    return s;
+}
+
 int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
 {
+    te->ck = job->ck;
     whale_engine_set_phase_hook(*job->e, on_phase, te);
     if (!te->elastic)
         return 0;

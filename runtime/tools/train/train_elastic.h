@@ -56,6 +56,9 @@ int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);
 /* Hooks around a step (step1: 1-based number of the step being computed). */
 void te_step_begin(struct train_elastic *te, int64_t step1);
 void te_ckpt_started(struct train_elastic *te, int64_t step1);
+/* Seconds the optimizer phase waited for a deferred checkpoint snapshot
+ * since the last call (then 0). */
+double te_take_ckpt_fence_s(struct train_elastic *te);
 /* After a completed step: the copy (snapshot + refresh of the holder). */
 int  te_step_done(struct train_elastic *te, whale_engine *e);
 /* Seconds and bytes of the last snapshot, for the step's metrics line. */

@@ -186,7 +186,11 @@ int train_loop(struct train *t)
             return 1;
         t->data_wait_s = now_s() - t_data; /* the data loader's stall of this step */
         struct whale_step_stats st;
-        if (t->ck && (whale_ckpt_fence(t->ck) || whale_ckpt_poll(t->ck))) {
+        /* copy snapshot: nothing to wait for; deferred: the fence is in the
+         * optimizer phase (train_elastic.c), so the copy overlaps this
+         * step's forward and backward */
+        if (t->ck && ((t->ckc.snapshot != WHALE_CKPT_SNAPSHOT_DEFERRED &&
+                       whale_ckpt_fence(t->ck)) || whale_ckpt_poll(t->ck))) {
             whale_error("stopping: a checkpoint failed (the previous ones are intact)");
             return 1;
         }
@@ -210,6 +214,10 @@ int train_loop(struct train *t)
         double cpu_s = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
         t->tot.done++;
         double t_ck = 0;
+        /* the previous save's deferred snapshot, waited for before this
+         * step's optimizer: part of that checkpoint's stall */
+        double t_fence = te_take_ckpt_fence_s(t->te);
+        t->tot.ckpt_stall += t_fence;
         if (t->ck && step_checkpoint(t, step + 1, &t_ck))
             return 1;
         double tokens = (double)t->gbatch * t->seq;
@@ -217,6 +225,8 @@ int train_loop(struct train *t)
         double mfu = st.flops / st.t_total / (t->peak * 1e9);
         step_account(t, step, first_step, &st, tokens, tps);
         json_t *line = step_line(t, step + 1, &st, tps, mfu, t_ck, cpu_s);
+        if (line && t_fence > 0)
+            json_object_set_new(line, "ckpt_fence_s", json_real(t_fence));
         train_areas_step(t, &st, line);
         write_line(t, line);
         if (t->rank == 0)

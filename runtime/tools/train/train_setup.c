@@ -152,6 +152,7 @@ static int setup_checkpoints(struct train *t)
         if (rc != TRAIN_GO)
             return rc;
     }
+    train_ckpt_snapshot_mode(t);
     if (ckc->root && (ckc->every_steps > 0 || ckc->every_seconds > 0) &&
         whale_ckpt_open(ckc, &t->ck))
         return 1;

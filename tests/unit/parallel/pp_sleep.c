@@ -7,13 +7,19 @@
  *       [--interleave V] [-m M] [--fwd-ms F] [--bwd-ms B] [--bytes N] [--steps S]
  *
  * Pipeline rank 0 prints one line: measured bubble (step / (v m (F+B)) - 1),
- * (p-1)/(v m), and the simulator's prediction with the measured transfer
- * latency. Used by contrib/bench/pipeline-bubble.py and the cluster tests. */
+ * idle against its own passes as they ran (step / compute - 1: a sleep
+ * that overshoots on a busy machine is not the pipeline's doing), (p-1)/(v m),
+ * the simulator's prediction with the measured transfer latency, and per
+ * step: blocking waits (voluntary context switches of the stepping thread),
+ * preemptions, and the CPU time of the other threads (UCX progress); then a
+ * RESULT line of the same figures. --spin busy-waits the passes instead.
+ * Used by contrib/bench/pipeline-bubble.py. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "whale/comm.h"
@@ -23,6 +29,7 @@
 
 struct ctx {
     double fwd, bwd;
+    bool spin;     /* busy passes (no wake-up from a sleep inside the pass) */
     size_t bytes;
     char *buf;     /* one message buffer per (kind, chunk, mb) */
     int v, m;
@@ -42,17 +49,35 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static void pass(const struct ctx *x, double s)
+{
+    if (!x->spin) {
+        sleep_s(s);
+        return;
+    }
+    double end = now() + s;
+    while (now() < end)
+        ;
+}
+
+static double cpu(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int f_cb(void *u, int c, int mb, int fl)
 {
     (void)c; (void)mb; (void)fl;
-    sleep_s(((struct ctx *)u)->fwd);
+    pass(u, ((struct ctx *)u)->fwd);
     return 0;
 }
 
 static int b_cb(void *u, int c, int mb, int fl)
 {
     (void)c; (void)mb; (void)fl;
-    sleep_s(((struct ctx *)u)->bwd);
+    pass(u, ((struct ctx *)u)->bwd);
     return 0;
 }
 
@@ -75,9 +100,10 @@ int main(int argc, char **argv)
         { "schedule", required_argument, 0, 's' }, { "interleave", required_argument, 0, 'v' },
         { "fwd-ms", required_argument, 0, 'f' }, { "bwd-ms", required_argument, 0, 'b' },
         { "bytes", required_argument, 0, 'n' }, { "steps", required_argument, 0, 'S' },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        { "spin", no_argument, 0, 'P' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
     };
     int c;
+    bool spin = false;
     while ((c = getopt_long(argc, argv, "m:h", lo, NULL)) != -1) {
         switch (c) {
         case 's':
@@ -93,9 +119,10 @@ int main(int argc, char **argv)
         case 'b': bwd_ms = atof(optarg); break;
         case 'n': bytes = atol(optarg); break;
         case 'S': steps = atoi(optarg); break;
+        case 'P': spin = true; break;
         case 'h':
             printf("usage: pp_sleep [--schedule S] [--interleave V] [-m M] [--fwd-ms F] "
-                   "[--bwd-ms B] [--bytes N] [--steps S]\n");
+                   "[--bwd-ms B] [--bytes N] [--steps S] [--spin]\n");
             return 0;
         default: return 2;
         }
@@ -111,9 +138,12 @@ int main(int argc, char **argv)
     whale_par_comm_from_group(&pp, whale_pp_group(ctx));
     struct whale_pp_schedule s;
     int rc = whale_pp_schedule_build(kind, pp.size, v, m, pp.rank, &s);
-    struct ctx x = { fwd_ms / 1e3 / v, bwd_ms / 1e3 / v, (size_t)bytes, NULL, v, m };
+    struct ctx x = { fwd_ms / 1e3 / v, bwd_ms / 1e3 / v, spin, (size_t)bytes, NULL, v, m };
     x.buf = calloc((size_t)4 * v * m, (size_t)bytes);
-    double best = 1e30, sum = 0;
+    double best = 1e30, sum = 0, comp = 0, best_idle = 1e30;
+    double other_cpu = 0; /* CPU seconds of the process's other threads (progress) */
+    long ivcsw = 0;
+    long vcsw = 0; /* the stepping thread's voluntary context switches: each is a block + wake-up */
     if (!rc && x.buf) {
         struct whale_pp_hooks h = { .user = &x, .forward = f_cb, .backward = b_cb,
                                     .recv_buf = rbuf, .send_buf = sbuf,
@@ -121,11 +151,28 @@ int main(int argc, char **argv)
         for (int i = 0; i <= steps && !rc; i++) {
             whale_barrier(whale_pp_group(ctx) ? whale_pp_group(ctx) : whale_world(ctx));
             double t0 = now();
-            rc = whale_pp_run(&pp, &s, &h, NULL);
+            struct whale_pp_stats ps;
+            struct rusage ru0, ru1;
+            getrusage(RUSAGE_THREAD, &ru0);
+            double p0 = cpu(CLOCK_PROCESS_CPUTIME_ID), th0 = cpu(CLOCK_THREAD_CPUTIME_ID);
+            rc = whale_pp_run(&pp, &s, &h, &ps);
             double dt = now() - t0;
+            double p1 = cpu(CLOCK_PROCESS_CPUTIME_ID), th1 = cpu(CLOCK_THREAD_CPUTIME_ID);
+            getrusage(RUSAGE_THREAD, &ru1);
+            if (i > 0) {
+                vcsw += ru1.ru_nvcsw - ru0.ru_nvcsw;
+                ivcsw += ru1.ru_nivcsw - ru0.ru_nivcsw;
+                other_cpu += (p1 - p0) - (th1 - th0);
+            }
             if (i > 0) { /* the first step wires up endpoints */
                 sum += dt;
                 best = dt < best ? dt : best;
+                /* idle against this rank's own passes as they really ran
+                 * (a sleep or a descheduled spin overshoots: that is not
+                 * the pipeline's bubble) */
+                comp += ps.t_compute;
+                double idle = dt / ps.t_compute - 1;
+                best_idle = idle < best_idle ? idle : best_idle;
             }
         }
     }
@@ -162,12 +209,20 @@ int main(int argc, char **argv)
             whale_pp_schedule_free(&all[k]);
         free(all);
         double med = sum / steps;
-        printf("pp_sleep: schedule %s p %d v %d m %d fwd %.1f ms bwd %.1f ms msg %ld B: step "
-               "mean %.4f s best %.4f s, bubble %.3f (best %.3f), theory (p-1)/(vm) %.3f, "
-               "simulated with %.0f us transfers %.3f\n",
-               whale_schedule_name(kind), pp.size, v, m, fwd_ms, bwd_ms, bytes, med, best,
-               med / ideal - 1, best / ideal - 1, (double)(pp.size - 1) / (v * m), lat * 1e6,
-               r.ok ? r.bubble : -1.0);
+        printf("pp_sleep: schedule %s p %d v %d m %d fwd %.1f ms bwd %.1f ms msg %ld B %s: "
+               "step mean %.4f s best %.4f s, bubble %.3f (best %.3f), idle/own passes %.3f "
+               "(best %.3f), theory (p-1)/(vm) %.3f, simulated with %.0f us transfers %.3f, "
+               "%.1f blocking waits, %.1f preemptions and %.1f ms of other threads' CPU per step\n",
+               whale_schedule_name(kind), pp.size, v, m, fwd_ms, bwd_ms, bytes,
+               spin ? "spin" : "sleep", med, best, med / ideal - 1, best / ideal - 1,
+               sum / comp - 1, best_idle, (double)(pp.size - 1) / (v * m), lat * 1e6,
+               r.ok ? r.bubble : -1.0, (double)vcsw / steps, (double)ivcsw / steps,
+               1e3 * other_cpu / steps);
+        printf("RESULT sched=%s p=%d v=%d m=%d bubble=%.4f bubble_best=%.4f idle=%.4f "
+               "idle_best=%.4f theory=%.4f vcsw=%.1f ivcsw=%.1f other_cpu_ms=%.2f\n",
+               whale_schedule_name(kind), pp.size, v, m, med / ideal - 1, best / ideal - 1,
+               sum / comp - 1, best_idle, (double)(pp.size - 1) / (v * m), (double)vcsw / steps,
+               (double)ivcsw / steps, 1e3 * other_cpu / steps);
     }
     whale_pp_schedule_free(&s);
     free(x.buf);
