@@ -3,7 +3,7 @@
 # task through the plan; TP x PP x DP x ZeRO in bf16 gives the single-rank
 # bf16 loss at every step of a 20-step run (3e-4 relative: fp32 partial sums
 # in another order can round a value the other way, see
-# tests/unit/parallel/test_engine3d_bf16.c); an fp16 overflow injected at
+# tests/unit/engine/test_engine3d_bf16.c); an fp16 overflow injected at
 # step 5 is skipped on every rank and the loss scale backs off; gradients
 # reduced in bf16 stay within the same bound; bad values
 # are refused before any task starts.

@@ -228,9 +228,10 @@ static void xb_bind(const struct eng_layer *l, struct eng_io *io, struct xb_save
 /* Scratch: sa (N,C) | sb (N,max(2F,W)) | sc (N,max(C,Ct)) | expanded q|k|v
  * and its gradient (2 x (N,3Ct), GQA with plain attention) | the summed
  * kv weight and bias gradient (2 KV hd (C+1), kv_rep) | SP: the gathered
- * norm output and output gradient (2 x (N,C)), norm weight gradients (2C). */
+ * norm output and output gradient (2 x (N,C)), norm weight gradients (2C),
+ * this rank's rows of a reduce-scatter (Ns,C). */
 struct xb_scratch {
-    float *sa, *sb, *sc, *ex, *dex, *kvg, *full, *dfull, *nw;
+    float *sa, *sb, *sc, *ex, *dex, *kvg, *full, *dfull, *nw, *shard;
 };
 
 static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_scratch *s)
@@ -249,6 +250,7 @@ static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_
     TAKE(full, d->sp ? N * d->C : 0);
     TAKE(dfull, d->sp ? N * d->C : 0);
     TAKE(nw, d->sp ? 2 * (size_t)d->C : 0);
+    TAKE(shard, d->sp ? (size_t)d->Ns * d->C : 0);
 #undef TAKE
     return o;
 }
@@ -305,6 +307,50 @@ static int xrow_fwd(enum whale_dtype mm, float *out, const float *inp, const flo
         for (int c = 0; c < OC; c++)
             out[(size_t)n * OC + c] += b[c];
     return 0;
+}
+
+/* The rows of a row-parallel output this rank keeps: *rows (Ns,C) = (sum
+ * over TP of inp (N,IC) @ w (C,IC)^T) + b. Without SP that is every row
+ * (all-reduce, in x->sa); under SP this rank's rows (reduce-scatter into
+ * x->shard), the bias added after the sum either way. */
+static int xb_row_out(const struct eng_layer *l, struct eng_io *io, struct xb_scratch *x,
+                      const float *inp, const float *w, const float *b, int IC,
+                      const float **rows)
+{
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, Ns = d->Ns, C = d->C;
+    if (!d->sp) {
+        *rows = x->sa;
+        return xrow_fwd(io->mm, x->sa, inp, w, b, N, IC, C, io->tp_group);
+    }
+    k_linear_fwd(io->mm, x->sa, inp, w, NULL, N, IC, C);
+    int rc = eng_sp_scatter(d, io->tp_group, x->shard, x->sa);
+    if (rc)
+        return rc;
+    if (b) {
+        float *o = x->shard;
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < Ns; n++)
+            for (int c = 0; c < C; c++)
+                o[(size_t)n * C + c] += b[c];
+    }
+    *rows = x->shard;
+    return 0;
+}
+
+/* The column-parallel GEMMs' input gradient (partial sums (N,C) in x->sa)
+ * summed over TP: every row (all-reduce) without SP, this rank's rows
+ * (reduce-scatter into x->shard) under SP. *rows: (Ns,C). */
+static int xb_col_dinput(const struct eng_layer *l, struct eng_io *io, struct xb_scratch *x,
+                         const float **rows)
+{
+    const struct eng_dims *d = l->d;
+    if (d->sp) {
+        *rows = x->shard;
+        return eng_sp_scatter(d, io->tp_group, x->shard, x->sa);
+    }
+    *rows = x->sa;
+    return io->tp_group ? eng_tp_allreduce(io->tp_group, x->sa, (size_t)d->B * d->T * d->C) : 0;
 }
 
 /* ---- forward ----------------------------------------------------------------- */
@@ -372,9 +418,7 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     struct xb_scratch x;
     xb_bind(l, io, &s);
     xb_scratch_carve(d, io->scratch, &x);
-    /* row-parallel outputs (N,C), summed over TP; SP keeps rows [r0, r0+Ns) */
-    float *tmp = x.sa, *mine = x.sa + (size_t)d->r0 * C;
-    const float *ln;
+    const float *ln, *mine; /* mine: this rank's rows (Ns,C) of a row-parallel output */
     int rc;
     eng_norm_fwd(d, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, ix.ln1w), pw_or_null(l, ix.ln1b),
                  Ns, C);
@@ -383,8 +427,7 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     xb_qkv_fwd(l, &ix, io->mm, s.qkv, ln);
     if ((rc = xb_attn_fwd(l, &s, &x)))
         return rc;
-    if ((rc = xrow_fwd(io->mm, tmp, s.atty, eng_pw(l, ix.ow), pw_or_null(l, ix.ob), N, Ct, C,
-                       io->tp_group)))
+    if ((rc = xb_row_out(l, io, &x, s.atty, eng_pw(l, ix.ow), pw_or_null(l, ix.ob), Ct, &mine)))
         return rc;
     k_add(s.r1, io->in, mine, (int64_t)Ns * C);
     eng_norm_fwd(d, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, ix.ln2w), pw_or_null(l, ix.ln2b),
@@ -399,8 +442,7 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     } else {
         k_gelu_fwd(s.h, s.fc, (int64_t)N * F);
     }
-    if ((rc = xrow_fwd(io->mm, tmp, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), N, F, C,
-                       io->tp_group)))
+    if ((rc = xb_row_out(l, io, &x, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), F, &mine)))
         return rc;
     k_add(io->out, s.r1, mine, (int64_t)Ns * C);
     return 0;
@@ -519,8 +561,7 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
     xb_scratch_carve(d, io->scratch, &x);
     float *ds = io->dstream; /* (Ns,C), in place: dout -> dinput */
     const float *dsf = ds;   /* (N,C): gathered under SP */
-    const float *ln;
-    float *dmine = x.sa + (size_t)d->r0 * C; /* this rank's rows of dln (N,C) */
+    const float *ln, *dmine; /* dmine: this rank's rows (Ns,C) of a norm output's gradient */
     int rc;
     if (d->sp && (rc = eng_sp_gather(d, io->tp_group, x.dfull, ds)))
         return rc;
@@ -544,8 +585,8 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), x.sb, ln,
                      eng_pw(l, ix.fcw), N, C, F, 0);
     }
-    /* column-parallel input gradient: summed over TP (SP: then this rank's rows) */
-    if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, x.sa, (size_t)N * C)))
+    /* column-parallel input gradient: summed over TP (SP: this rank's rows) */
+    if ((rc = xb_col_dinput(l, io, &x, &dmine)))
         return rc;
     if ((rc = xb_norm_bwd(l, io, &x, ds, ix.ln2w, ix.ln2b, dmine, s.r1, s.mean2, s.rstd2)))
         return rc;
@@ -560,7 +601,7 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         return rc;
     if ((rc = xb_qkv_bwd(l, &ix, io, &x, x.sa, x.sb, ln)))
         return rc;
-    if (io->tp_group && (rc = eng_tp_allreduce(io->tp_group, x.sa, (size_t)N * C)))
+    if ((rc = xb_col_dinput(l, io, &x, &dmine)))
         return rc;
     return xb_norm_bwd(l, io, &x, ds, ix.ln1w, ix.ln1b, dmine, io->in, s.mean1, s.rstd1);
 }

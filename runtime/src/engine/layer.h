@@ -151,13 +151,14 @@ void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, c
                   const float *inp, const float *w, const float *mean, const float *rstd, int N,
                   int C);
 
-/* Sequence parallelism: full (N,C) = the TP group's shards (Ns,C) of rows
- * concatenated (all-gather); shard (Ns,C) = this rank's rows of the sum of
- * full (N,C) over TP, full summed in place (reduce-scatter). Both through
- * the group's allreduce (zero-padded for the gather), so the values are
- * exactly those of TP without SP; what SP saves is memory. */
+/* Sequence parallelism (seqpar.c) over the TP group:
+ * all-gather: full (N,C) = the TP ranks' row shards (Ns,C) in rank order;
+ * reduce-scatter: shard (Ns,C) = this rank's rows of the sum over TP of
+ * full (N,C) (full is left untouched; shard must not overlap it). */
 int eng_sp_gather(const struct eng_dims *d, struct whale_par_comm *tp, float *full,
                   const float *shard);
+int eng_sp_scatter(const struct eng_dims *d, struct whale_par_comm *tp, float *shard,
+                   const float *full);
 
 /* tp_ops.c: the engine's tensor-parallel operators (tp_group NULL: tp == 1,
  * no communication). Sum / max over the TP group, in place: */

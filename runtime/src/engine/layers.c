@@ -211,19 +211,17 @@ static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
                             wpe, d->B, d->T, d->C);
 }
 
-/* SP: the output (N,C) summed over TP as without SP, then this rank's rows */
+/* SP: the vocabulary-parallel partial sums (N,C) reduce-scattered to this
+ * rank's rows (Ns,C), where TP alone all-reduces them */
 static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
     if (!d->sp)
         return embed_fwd_full(l, io);
-    float *out = io->out;
-    io->out = io->scratch;
-    int rc = embed_fwd_full(l, io);
-    io->out = out;
-    if (!rc)
-        memcpy(out, io->scratch + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
-    return rc;
+    const float *wpe = d->pos == WHALE_POS_LEARNED && d->tp_rank == 0 ? eng_pw(l, 1) : NULL;
+    BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->scratch, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                            wpe, d->B, d->T, d->C));
+    return eng_sp_scatter(d, io->tp_group, io->out, io->scratch);
 }
 
 static int embed_bwd_full(struct eng_layer *l, struct eng_io *io)
@@ -443,114 +441,148 @@ static float *head_nb(const struct eng_layer *l)
     return l->d->norm == WHALE_NORM_LAYERNORM ? eng_pw(l, 1) : NULL;
 }
 
-/* saved: lnf (N,C), mean (N), rstd (N), probs (N,V); scratch: losses (N), dlnf (N,C) */
+/* Rows the head's final norm runs on: this rank's Ns under SP (the norm is
+ * an SP region like the blocks' norms), else all N = B*T. The output
+ * projection and the loss always see all N rows.
+ * saved: lnf (R,C), mean (R), rstd (R), probs (N,V) */
 static size_t head_act(const struct eng_layer *l)
 {
-    size_t N = (size_t)l->d->B * l->d->T;
-    return N * l->d->C + 2 * N + N * (size_t)l->d->V;
+    const struct eng_dims *d = l->d;
+    size_t N = (size_t)d->B * d->T, R = (size_t)d->Ns;
+    return R * d->C + 2 * R + N * (size_t)d->V;
 }
-/* scratch: losses (N), dlnf (N,C), TP reductions (3N); SP: the gathered
- * input (N,C) and the whole input gradient (N,C) */
+
+/* Scratch: losses (N) | dlnf (N,C) | TP reductions (3N) | SP: the gathered
+ * norm output (N,C), this rank's rows of dlnf (Ns,C), norm weight gradients (2C). */
+struct head_scratch {
+    float *losses, *dlnf, *red, *full, *dsh, *nw;
+};
+
+static size_t head_scratch_carve(const struct eng_dims *d, float *base, struct head_scratch *h)
+{
+    size_t N = (size_t)d->B * d->T, C = d->C, o = 0;
+#define TAKE(f, n) do { if (h) h->f = base ? base + o : NULL; o += (n); } while (0)
+    TAKE(losses, N);
+    TAKE(dlnf, N * C);
+    TAKE(red, 3 * N);
+    TAKE(full, d->sp ? N * C : 0);
+    TAKE(dsh, d->sp ? (size_t)d->Ns * C : 0);
+    TAKE(nw, d->sp ? 2 * C : 0);
+#undef TAKE
+    return o;
+}
+
 static size_t head_scratch(const struct eng_layer *l)
 {
-    size_t N = (size_t)l->d->B * l->d->T;
-    return N + N * l->d->C + 3 * N + (l->d->sp ? 2 * N * l->d->C : 0);
+    return head_scratch_carve(l->d, NULL, NULL);
 }
 
-static float *head_sp_in(const struct eng_layer *l, struct eng_io *io)
+/* The norm output the projection reads: lnf itself, or under SP the rows of
+ * every TP rank gathered into h->full. */
+static int head_rows(const struct eng_layer *l, struct eng_io *io, struct head_scratch *h,
+                     const float *lnf, const float **src)
 {
-    size_t N = (size_t)l->d->B * l->d->T;
-    return io->scratch + N + N * l->d->C + 3 * N;
+    *src = lnf;
+    if (!l->d->sp)
+        return 0;
+    *src = h->full;
+    return eng_sp_gather(l->d, io->tp_group, h->full, lnf);
 }
 
-static int head_fwd_full(struct eng_layer *l, struct eng_io *io);
-static int head_bwd_full(struct eng_layer *l, struct eng_io *io);
-
-/* SP: the head runs on the gathered rows (its norm replicated over TP, as
- * without SP), and keeps this rank's rows of the input gradient */
 static int head_fwd(struct eng_layer *l, struct eng_io *io)
 {
-    if (!l->d->sp)
-        return head_fwd_full(l, io);
-    float *full = head_sp_in(l, io);
-    const float *in = io->in;
-    int rc = eng_sp_gather(l->d, io->tp_group, full, in);
-    io->in = full;
-    if (!rc)
-        rc = head_fwd_full(l, io);
-    io->in = in;
-    return rc;
+    const struct eng_dims *d = l->d;
+    const int N = d->B * d->T, R = d->Ns, C = d->C, V = d->V;
+    float *lnf = io->saved, *mean = lnf + (size_t)R * C, *rstd = mean + R, *probs = rstd + R;
+    struct head_scratch h;
+    head_scratch_carve(d, io->scratch, &h);
+    const float *wte = head_w(l), *src;
+    whale_backend *bk = d->bk;
+    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l)) /* GPT-2's LayerNorm: the backend's kernel */
+        BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0),
+                                 head_nb(l), R, C));
+    else /* RMSNorm / bias-free norms: CPU kernels (the CUDA backend refuses these models) */
+        eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), R, C);
+    int rc = head_rows(l, io, &h, lnf, &src);
+    if (rc)
+        return rc;
+    /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place
+     * (vocabulary-parallel under TP: reductions in h.red) */
+    BK(whale_k_linear_fwd(bk, NULL, F32, probs, src, wte, NULL, N, C, V));
+    BK(eng_tp_xent_fwd(bk, io->tp_group, probs, h.losses, io->targets, d->v0, N, V, h.red));
+    /* losses (N) read on the host: backend memory is host-addressable on cpu
+     * and on host_coherent cuda (device.c), whose calls have completed */
+    double sum = 0;
+    for (int n = 0; n < N; n++)
+        sum += h.losses[n];
+    io->loss_sum = sum;
+    return 0;
+}
+
+/* Final norm backward on the R rows: dstream (R,C) = from dl (R,C). Under SP
+ * the weight gradients are partial sums over this rank's rows, added up over
+ * TP (as the blocks' norms, block_x.c). */
+static int head_norm_bwd(struct eng_layer *l, struct eng_io *io, struct head_scratch *h,
+                         const float *dl, const float *lnf_mean, const float *rstd)
+{
+    const struct eng_dims *d = l->d;
+    const int R = d->Ns, C = d->C;
+    whale_backend *bk = d->bk;
+    const bool ln = d->norm != WHALE_NORM_RMSNORM && head_nb(l);
+    float *dw = eng_pg(l, 0), *db = head_nb(l) ? eng_pg(l, 1) : NULL;
+    if (d->sp) {
+        memset(h->nw, 0, sizeof(float) * 2 * (size_t)C);
+        dw = h->nw;
+        db = db ? h->nw + C : NULL;
+    }
+    BK(whale_memset(bk, io->dstream, 0, sizeof(float) * (size_t)R * C, NULL));
+    if (ln)
+        BK(whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, dw, db, dl, io->in, eng_pw(l, 0),
+                                 lnf_mean, rstd, R, C));
+    else
+        eng_norm_bwd(d, io->dstream, dw, db, dl, io->in, eng_pw(l, 0), lnf_mean, rstd, R, C);
+    if (!d->sp)
+        return 0;
+    int rc = eng_tp_allreduce(io->tp_group, h->nw, (db ? 2 : 1) * (size_t)C);
+    if (rc)
+        return rc;
+    /* SP runs on the CPU backend only (device.c): host loops */
+    float *gw = eng_pg(l, 0), *gb = db ? eng_pg(l, 1) : NULL;
+    for (int c = 0; c < C; c++) {
+        gw[c] += h->nw[c];
+        if (gb)
+            gb[c] += h->nw[C + c];
+    }
+    return 0;
 }
 
 static int head_bwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (!d->sp)
-        return head_bwd_full(l, io);
-    float *full = head_sp_in(l, io), *dfull = full + (size_t)d->B * d->T * d->C;
-    const float *in = io->in;
-    float *ds = io->dstream;
-    int rc = eng_sp_gather(d, io->tp_group, full, in);
-    io->in = full;
-    io->dstream = dfull;
-    if (!rc)
-        rc = head_bwd_full(l, io);
-    io->in = in;
-    io->dstream = ds;
-    if (!rc)
-        memcpy(ds, dfull + (size_t)d->r0 * d->C, sizeof(float) * (size_t)d->Ns * d->C);
-    return rc;
-}
-
-static int head_fwd_full(struct eng_layer *l, struct eng_io *io)
-{
-    const struct eng_dims *d = l->d;
-    const int N = d->B * d->T, C = d->C, V = d->V;
-    float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
-    float *losses = io->scratch;
-    const float *wte = head_w(l);
+    const int N = d->B * d->T, R = d->Ns, C = d->C, V = d->V;
+    float *lnf = io->saved, *mean = lnf + (size_t)R * C, *rstd = mean + R, *probs = rstd + R;
+    struct head_scratch h;
+    head_scratch_carve(d, io->scratch, &h);
     whale_backend *bk = d->bk;
-    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l)) /* GPT-2's LayerNorm: the backend's kernel */
-        BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0),
-                                 head_nb(l), N, C));
-    else /* RMSNorm / bias-free norms: CPU kernels (the CUDA backend refuses these models) */
-        eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), N, C);
-    /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
-    BK(whale_k_linear_fwd(bk, NULL, F32, probs, lnf, wte, NULL, N, C, V));
-    /* vocabulary-parallel under TP: reductions in scratch after dlnf (3N) */
-    BK(eng_tp_xent_fwd(bk, io->tp_group, probs, losses, io->targets, d->v0, N, V,
-                       io->scratch + N + (size_t)N * C));
-    /* losses (N) read on the host: backend memory is host-addressable on cpu
-     * and on host_coherent cuda (device.c), whose calls have completed */
-    double s = 0;
-    for (int n = 0; n < N; n++)
-        s += losses[n];
-    io->loss_sum = s;
-    return 0;
-}
-
-static int head_bwd_full(struct eng_layer *l, struct eng_io *io)
-{
-    const struct eng_dims *d = l->d;
-    const int N = d->B * d->T, C = d->C, V = d->V;
-    float *lnf = io->saved, *mean = lnf + (size_t)N * C, *rstd = mean + N, *probs = rstd + N;
-    float *dlnf = io->scratch + N;
-    whale_backend *bk = d->bk;
-    /* probs (N,V) -> dlogits in place */
-    BK(whale_k_softmax_xent_bwd_tp(bk, NULL, F32, probs, io->targets, d->v0, io->dloss, N, V));
-    /* dlnf (N,C) = dlogits @ wte, summed over TP ; dwte (V,C) += dlogits^T @ lnf */
-    BK(whale_k_linear_bwd(bk, NULL, F32, dlnf, head_g(l), NULL, probs, lnf, head_w(l), N, C, V,
-                          false));
-    int rc = eng_tp_allreduce(io->tp_group, dlnf, (size_t)N * C);
+    const float *src, *dl = h.dlnf;
+    int rc = head_rows(l, io, &h, lnf, &src);
     if (rc)
         return rc;
-    BK(whale_memset(bk, io->dstream, 0, sizeof(float) * (size_t)N * C, NULL));
-    if (d->norm != WHALE_NORM_RMSNORM && head_nb(l))
-        return whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, eng_pg(l, 0), eng_pg(l, 1), dlnf,
-                                     io->in, eng_pw(l, 0), mean, rstd, N, C);
-    eng_norm_bwd(d, io->dstream, eng_pg(l, 0), head_nb(l) ? eng_pg(l, 1) : NULL, dlnf, io->in,
-                 eng_pw(l, 0), mean, rstd, N, C);
-    return 0;
+    /* probs (N,V) -> dlogits in place */
+    BK(whale_k_softmax_xent_bwd_tp(bk, NULL, F32, probs, io->targets, d->v0, io->dloss, N, V));
+    /* dlnf (N,C) = dlogits @ wte (partial over TP) ; dwte (V,C) += dlogits^T @ lnf */
+    BK(whale_k_linear_bwd(bk, NULL, F32, h.dlnf, head_g(l), NULL, probs, src, head_w(l), N, C, V,
+                          false));
+    /* summed over TP: every row, or this rank's rows under SP */
+    if (d->sp) {
+        dl = h.dsh;
+        rc = eng_sp_scatter(d, io->tp_group, h.dsh, h.dlnf);
+    } else {
+        rc = eng_tp_allreduce(io->tp_group, h.dlnf, (size_t)N * C);
+    }
+    if (rc)
+        return rc;
+    return head_norm_bwd(l, io, &h, dl, mean, rstd);
 }
 
 static void head_flops(const struct eng_layer *l, double *f, double *b)

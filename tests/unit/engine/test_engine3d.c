@@ -53,6 +53,7 @@ struct world3 {
     double eval[8];
     int64_t act_peak[8];
     int rc[8];
+    long tp_elems[3]; /* elements moved by the TP groups' collectives, by enum inproc_coll */
 };
 
 static struct whale_engine_config cfg_for(const struct layout *L)
@@ -171,8 +172,11 @@ static void run_layout(const struct layout *L, struct world3 *w)
     for (int i = 0; i < P * T; i++)
         w->dpw[i] = inproc_create(D);
     int rc = inproc_run(T * P * D, rank_main, w);
-    for (int i = 0; i < P * D; i++)
+    for (int i = 0; i < P * D; i++) {
+        for (int k = 0; k < 3; k++)
+            w->tp_elems[k] += inproc_coll_elems(w->tpw[i], (enum inproc_coll)k);
         inproc_destroy(w->tpw[i]);
+    }
     for (int i = 0; i < D * T; i++) {
         inproc_destroy(w->ppw[i]);
         inproc_destroy(w->embw[i]);
@@ -330,6 +334,29 @@ static void test_seqpar(void **state)
     seqpar = false;
 }
 
+/* Sequence parallelism communicates through all-gather / reduce-scatter:
+ * the TP all-reduces left are the small ones (norm weight gradients, the
+ * vocabulary softmax's row statistics). Counted by the in-process fake. */
+static void test_seqpar_collectives(void **state)
+{
+    (void)state;
+    static const struct layout tp2 = LAY("tp2", 2, 1, 1, 0, 2, 1F1B, 1, NONE);
+    struct world3 *w = calloc(1, sizeof *w);
+    long without[3], with[3];
+    run_layout(&tp2, w);
+    memcpy(without, w->tp_elems, sizeof without);
+    seqpar = true;
+    run_layout(&tp2, w);
+    seqpar = false;
+    memcpy(with, w->tp_elems, sizeof with);
+    free(w);
+    printf("  TP=2 elements per rank: without SP allreduce %ld; with SP allreduce %ld, "
+           "reduce-scatter %ld, all-gather %ld\n", without[0], with[0], with[1], with[2]);
+    assert_int_equal(without[1] + without[2], 0);
+    assert_true(with[1] > 0 && with[2] > 0);
+    assert_true(with[0] * 8 < without[0]);
+}
+
 static int refuse_rank(int rank, void *arg)
 {
     (void)rank;
@@ -420,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_recompute),
         cmocka_unit_test(test_uneven_vocabulary),
         cmocka_unit_test(test_seqpar),
+        cmocka_unit_test(test_seqpar_collectives),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

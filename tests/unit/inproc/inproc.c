@@ -39,6 +39,7 @@ struct inproc_world {
     pthread_cond_t cv;
     struct ireq *sends, *recvs; /* unmatched, in posting order */
     long messages, collectives;
+    long elems[3];        /* by enum inproc_coll */
     /* the collective in progress: arrivals, generation, its result */
     int co_arrived;
     unsigned co_gen;
@@ -86,6 +87,25 @@ long inproc_messages(struct inproc_world *w)
 long inproc_collectives(struct inproc_world *w)
 {
     return w->collectives;
+}
+
+long inproc_coll_elems(struct inproc_world *w, enum inproc_coll kind)
+{
+    return w->elems[kind];
+}
+
+static enum inproc_coll kind_of(enum coll_kind k)
+{
+    switch (k) {
+    case CO_RS:
+    case CO_RS16:
+        return INPROC_REDUCE_SCATTER;
+    case CO_AG:
+    case CO_AG16:
+        return INPROC_ALLGATHER;
+    default:
+        return INPROC_ALLREDUCE;
+    }
 }
 
 /* Under the lock: match r against the opposite queue (first in order). */
@@ -276,6 +296,7 @@ static int coll(struct whale_par_comm *c, struct coll_arg arg, void **req)
         w->co_status = coll_compute(w);
         w->co_arrived = 0;
         w->collectives++;
+        w->elems[kind_of(w->co[0].kind)] += (long)w->co[0].n;
         w->co_gen++;
         pthread_cond_broadcast(&w->cv);
     } else {

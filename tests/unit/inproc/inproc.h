@@ -32,6 +32,10 @@ void inproc_set_16(struct inproc_world *w, bool on);
 /* Messages matched so far (all ranks); collectives completed so far. */
 long inproc_messages(struct inproc_world *w);
 long inproc_collectives(struct inproc_world *w);
+/* Elements per rank moved by completed collectives of one kind (fp32 and
+ * 16-bit together): what a test checks to see which collective a layer used. */
+enum inproc_coll { INPROC_ALLREDUCE, INPROC_REDUCE_SCATTER, INPROC_ALLGATHER };
+long inproc_coll_elems(struct inproc_world *w, enum inproc_coll kind);
 
 /* Run fn(rank, arg) on `size` threads; returns the first non-zero result. */
 int inproc_run(int size, int (*fn)(int rank, void *arg), void *arg);
