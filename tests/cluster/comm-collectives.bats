@@ -53,7 +53,7 @@ SIZES="0,1,7,1001,65537"
   # srun's forwarding can drop the survivors' last lines when it
   # force-terminates the step after the victim's death (-W).
   out=$(mktemp -d)
-  WHALE_PEER_TIMEOUT=3 UCX_TLS=tcp,self run timeout 100 srun -K0 -W 30 -N 3 -n 3 -o "$out/task-%t" "$FAIL" 16
+  WHALE_PEER_TIMEOUT=3 UCX_TLS=tcp,self run timeout 300 srun -K0 -W 120 -N 3 -n 3 -o "$out/task-%t" "$FAIL" 16
   echo "$output" | grep -v '^\[' | tail -20
   cat "$out"/task-* | grep -v '^\['
   [ "$status" -eq 137 ]
@@ -63,7 +63,7 @@ SIZES="0,1,7,1001,65537"
 
 @test "a rank killed, shared memory between namespace nodes: survivors get WHALE_EPEER" {
   out=$(mktemp -d)
-  WHALE_PEER_TIMEOUT=3 run timeout 100 srun -K0 -W 30 -N 2 -n 4 -o "$out/task-%t" "$FAIL" 16
+  WHALE_PEER_TIMEOUT=3 run timeout 300 srun -K0 -W 120 -N 2 -n 4 -o "$out/task-%t" "$FAIL" 16
   echo "$output" | grep -v '^\[' | tail -20
   cat "$out"/task-* | grep -v '^\['
   [ "$status" -eq 137 ]
