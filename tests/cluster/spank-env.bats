@@ -49,7 +49,7 @@ PY
 check_table() { python3 -c "$CHECK_PY" "$@"; }
 
 @test "srun -N4 -n8 --whale-tp=2: correct WHALE_* for every task" {
-  run bash -c "timeout 60 srun -N4 -n8 --whale-tp=2 --whale-dp=4 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 --whale-tp=2 --whale-dp=4 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   [ "${#lines[@]}" -eq 8 ]
   run check_table 2 1 4 0 <<< "$output"
@@ -58,7 +58,7 @@ check_table() { python3 -c "$CHECK_PY" "$@"; }
 
 @test "TP=2 PP=2: DP groups under one leaf switch, PP across the spine" {
   # two nodes under each leaf: with 5 nodes leaf1 holds node[1-3], leaf2 node[4-5]
-  run bash -c "timeout 60 srun -N4 -n8 -w node[2-5] --whale-tp=2 --whale-pp=2 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 -w node[2-5] --whale-tp=2 --whale-pp=2 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   table=$output
   run check_table 2 2 2 0 <<< "$table"
@@ -80,14 +80,14 @@ for l in open('$STATE/topology.conf'):
 }
 
 @test "cyclic distribution: TP groups still pair the tasks of one node" {
-  run bash -c "timeout 60 srun -N4 -n8 -m cyclic --whale-tp=2 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 -m cyclic --whale-tp=2 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   run check_table 2 1 4 0 <<< "$output"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
 }
 
 @test "a spare node gets WHALE_SPARE=1 on all its tasks, the rest form TP*PP*DP" {
-  run bash -c "timeout 60 srun -N4 -n8 --whale-tp=2 --whale-spares=1 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 --whale-tp=2 --whale-spares=1 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   run check_table 2 1 3 2 <<< "$output"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
@@ -95,16 +95,16 @@ for l in open('$STATE/topology.conf'):
 
 @test "whale steps get PMIx without --mpi=pmix even where MpiDefault is not pmix" {
   sed 's/^MpiDefault=.*/MpiDefault=none/' "$SLURM_CONF" > "$BATS_TEST_TMPDIR/slurm.conf"
-  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 60 srun -N2 -n2 sh -c 'echo ${PMIX_RANK:-none}'
+  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 300 srun -N2 -n2 sh -c 'echo ${PMIX_RANK:-none}'
   [ "$status" -eq 0 ]
   [[ "$output" == *none* ]]           # a plain step on that site has no PMIx
-  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 60 srun -N2 -n2 --whale-tp=1 sh -c 'echo ${PMIX_RANK:-none}'
+  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 300 srun -N2 -n2 --whale-tp=1 sh -c 'echo ${PMIX_RANK:-none}'
   [ "$status" -eq 0 ]
   [ "$(sort <<< "$output" | tr '\n' ' ')" = "0 1 " ]
 }
 
 @test "WHALE_PLAN carries the runtime knobs as inline JSON, WHALE_CONF names the config" {
-  run timeout 60 srun -N2 -n4 --whale-tp=2 --whale-zero=2 --whale-microbatch=3 \
+  run timeout 300 srun -N2 -n4 --whale-tp=2 --whale-zero=2 --whale-microbatch=3 \
       --whale-recompute=selective --whale-offload=optimizer --whale-ckpt-dir=/tmp/ck/%u/%j \
       --whale-ckpt-every=7 bash -c 'echo "$WHALE_PLAN"; echo "CONF=$WHALE_CONF"'
   [ "$status" -eq 0 ]
@@ -121,7 +121,7 @@ PY
 
 @test "--whale-plan=FILE: the plan's degrees and knobs reach the tasks" {
   printf '{"version":1,"tp":2,"pp":2,"dp":2,"zero":1,"micro_batch":2,"num_micro_batches":4}\n' > "$BATS_TEST_TMPDIR/plan.json"
-  run bash -c "timeout 60 srun -N4 -n8 --whale-plan=$BATS_TEST_TMPDIR/plan.json bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 --whale-plan=$BATS_TEST_TMPDIR/plan.json bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   run check_table 2 2 2 0 <<< "$output"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
@@ -146,12 +146,12 @@ EOS
 
 @test "site config with GPUs and NICs: CUDA_VISIBLE_DEVICES and rail-matched UCX/NCCL devices" {
   conf=$(user_conf "NodeName=DEFAULT GPUs=2 NICs=eth0,eth1 NICBandwidth=100Gb")
-  run bash -c "timeout 60 srun -N2 -n4 --whale-conf=$conf --whale-tp=2 bash -c 'echo \$WHALE_LOCAL_RANK \$CUDA_VISIBLE_DEVICES \$UCX_NET_DEVICES \$NCCL_SOCKET_IFNAME' | sort -u"
+  run bash -c "timeout 300 srun -N2 -n4 --whale-conf=$conf --whale-tp=2 bash -c 'echo \$WHALE_LOCAL_RANK \$CUDA_VISIBLE_DEVICES \$UCX_NET_DEVICES \$NCCL_SOCKET_IFNAME' | sort -u"
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = "0 0 eth0 =eth0" ]
   [ "${lines[1]}" = "1 1 eth1 =eth1" ]
   # a user's (or Slurm's gres) device choice is kept; stale WHALE_* are replaced
-  run bash -c "NCCL_SOCKET_IFNAME=lo WHALE_RANK=99 timeout 60 srun -N1 -n2 --whale-conf=$conf --whale-tp=2 bash -c 'echo \$WHALE_RANK \$NCCL_SOCKET_IFNAME' | sort"
+  run bash -c "NCCL_SOCKET_IFNAME=lo WHALE_RANK=99 timeout 300 srun -N1 -n2 --whale-conf=$conf --whale-tp=2 bash -c 'echo \$WHALE_RANK \$NCCL_SOCKET_IFNAME' | sort"
   [ "$status" -eq 0 ]
   [ "${lines[0]}" = "0 lo" ]
   [ "${lines[1]}" = "1 lo" ]
@@ -159,7 +159,7 @@ EOS
 
 @test "NVLink domain spanning two nodes (NVL72-style) lets TP cross those nodes only" {
   conf=$(user_conf "NVLinkDomain=rackA Nodes=node[1-2]" "NVLinkDomain=rackB Nodes=node[3-4]")
-  run bash -c "timeout 60 srun -N4 -n8 --whale-conf=$conf --whale-tp=4 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun -N4 -n8 --whale-conf=$conf --whale-tp=4 bash -c '$whale_env_cmd' | sort -n"
   [ "$status" -eq 0 ]
   python3 -c '
 import sys
@@ -172,7 +172,7 @@ for g in (0, 4):
 }
 
 @test "--whale-verbose prints the layout with switches" {
-  run timeout 60 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-verbose true
+  run timeout 300 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-verbose true
   [ "$status" -eq 0 ]
   [[ "$output" == *"layout: TP=2 PP=2 DP=2"* ]]
   [[ "$output" == *"switch leaf"* ]]
@@ -180,9 +180,9 @@ for g in (0, 4):
 }
 
 @test "a step on a subset of its job's nodes is laid out on the step's nodes" {
-  job=$(timeout 60 salloc -N4 -n8 --no-shell 2>&1 | sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p')
+  job=$(timeout 300 salloc -N4 -n8 --no-shell 2>&1 | sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p')
   [ -n "$job" ]
-  run bash -c "timeout 60 srun --jobid=$job -N2 -n4 -w node3,node4 --whale-tp=2 bash -c '$whale_env_cmd' | sort -n"
+  run bash -c "timeout 300 srun --jobid=$job -N2 -n4 -w node3,node4 --whale-tp=2 bash -c '$whale_env_cmd' | sort -n"
   scancel "$job"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
   [[ "$output" != *node1* && "$output" != *node2* ]]
@@ -194,7 +194,7 @@ for g in (0, 4):
   cp "$STATE/plugstack.conf" "$BATS_TEST_TMPDIR/plugstack.orig"
   sed -i 's|\(spank_whale\.so.*\)$|\1 rankmap_inline_max=4|' "$STATE/plugstack.conf"
   mkdir -p "$BATS_TEST_TMPDIR/tmp"
-  run env TMPDIR="$BATS_TEST_TMPDIR/tmp" timeout 60 srun -N4 -n8 -m cyclic --whale-tp=2 \
+  run env TMPDIR="$BATS_TEST_TMPDIR/tmp" timeout 300 srun -N4 -n8 -m cyclic --whale-tp=2 \
       bash -c 'echo "$WHALE_RANKMAP $(cat ${WHALE_RANKMAP#@})"'
   cp "$BATS_TEST_TMPDIR/plugstack.orig" "$STATE/plugstack.conf"
   [ "$status" -eq 0 ] || { echo "$output"; false; }
@@ -209,10 +209,10 @@ for g in (0, 4):
 }
 
 @test "--whale-map=block keeps Slurm's task order; topo is the default" {
-  run timeout 60 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-map=block printenv WHALE_RANKMAP
+  run timeout 300 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-map=block printenv WHALE_RANKMAP
   [ "$status" -eq 0 ]
   [ "$(sort -u <<< "$output")" = "0-7" ]
-  run timeout 60 srun -N4 -n8 -m cyclic --whale-tp=2 --whale-map=block true
+  run timeout 300 srun -N4 -n8 -m cyclic --whale-tp=2 --whale-map=block true
   [ "$status" -ne 0 ]
   [[ "$output" == *"block order puts TP group 0 (tasks 0-1) across nodes node1 and node2"* ]]
 }

@@ -14,7 +14,7 @@ setup() {
 
 # run srun with the given args on 4 nodes x 2 tasks; the task touches MARK
 bad_srun() {
-  run timeout 60 srun -N4 -n8 "$@" touch "$MARK"
+  run timeout 300 srun -N4 -n8 "$@" touch "$MARK"
 }
 
 expect_refused() { # message
@@ -88,7 +88,7 @@ expect_refused() { # message
 
 @test "a broken whale.conf does not affect steps without --whale" {
   printf 'GPUsPerNod=8\n' >> "$SITE_CONF"
-  run timeout 60 srun -N2 touch "$MARK"
+  run timeout 300 srun -N2 touch "$MARK"
   cp "$BATS_FILE_TMPDIR/site.conf.orig" "$SITE_CONF"; printf 'AllowUserConfig=yes\n' >> "$SITE_CONF"
   [ "$status" -eq 0 ]
   [ -e "$MARK" ]
@@ -123,10 +123,10 @@ expect_refused() { # message
 
 @test "sbatch refuses bad --whale options at submission" {
   printf '#!/bin/bash\ntouch %s\n' "$MARK" > "$BATS_TEST_TMPDIR/job.sh"
-  run timeout 30 sbatch -N1 --whale-tp=zero "$BATS_TEST_TMPDIR/job.sh"
+  run timeout 300 sbatch -N1 --whale-tp=zero "$BATS_TEST_TMPDIR/job.sh"
   expect_refused "--whale-tp=zero: not an integer"
   conf=$(user_conf "MaxPP=2")
-  run timeout 30 sbatch -N1 --whale-conf="$conf" --whale-pp=4 "$BATS_TEST_TMPDIR/job.sh"
+  run timeout 300 sbatch -N1 --whale-conf="$conf" --whale-pp=4 "$BATS_TEST_TMPDIR/job.sh"
   expect_refused "--whale-pp=4 exceeds the site limit MaxPP=2"
 }
 
@@ -143,7 +143,7 @@ expect_refused() { # message
   sed "s|conf=[^ ]*|conf=$BATS_TEST_TMPDIR/good.conf|" "$STATE/plugstack.conf" > "$BATS_TEST_TMPDIR/plugstack.conf"
   sed "s|^PlugStackConfig=.*|PlugStackConfig=$BATS_TEST_TMPDIR/plugstack.conf|" "$SLURM_CONF" > "$BATS_TEST_TMPDIR/slurm.conf"
   printf 'Bogus=1\n' >> "$SITE_CONF"
-  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 60 srun -N2 -n4 --whale-tp=2 touch "$MARK"
+  run env SLURM_CONF="$BATS_TEST_TMPDIR/slurm.conf" timeout 300 srun -N2 -n4 --whale-tp=2 touch "$MARK"
   cp "$BATS_FILE_TMPDIR/site.conf.orig" "$SITE_CONF"; printf 'AllowUserConfig=yes\n' >> "$SITE_CONF"
   expect_refused "unknown key 'Bogus'"
   [[ "$output" == *"task not started"* ]]

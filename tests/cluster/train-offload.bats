@@ -160,9 +160,9 @@ summary_field() {
     [ "$(summary_field "$TMPD/sp$z.jsonl" offload_target)" = spares ]
   done
   # a host list naming the spare's node works; one without a spare is refused by every task
-  spare_node=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+  spare_node=$(timeout 300 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
     bash -c '[ "$WHALE_SPARE" = 1 ] && hostname || true')
-  other=$(timeout 60 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+  other=$(timeout 300 srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
     bash -c '[ "$WHALE_SPARE" = 0 ] && hostname || true' | head -1)
   echo "spare on $spare_node, a worker on $other"
   [ -n "$spare_node" ] && [ -n "$other" ]
@@ -206,10 +206,10 @@ summary_field() {
 }
 
 @test "srun: --whale-offload-target is checked in srun" {
-  run timeout 30 srun -N2 -n2 --whale-offload-target=spares true
+  run timeout 300 srun -N2 -n2 --whale-offload-target=spares true
   [ "$status" -ne 0 ]
   [[ "$output" == *"add --whale-spares=N"* ]]
-  run timeout 30 srun -N3 -n3 --whale-spares=1 --whale-offload-target='node[' true
+  run timeout 300 srun -N3 -n3 --whale-spares=1 --whale-offload-target='node[' true
   [ "$status" -ne 0 ]
   [[ "$output" == *"expected local, spares or a host list"* ]]
 }

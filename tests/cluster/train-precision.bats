@@ -101,7 +101,7 @@ PY
 }
 
 @test "--whale-precision=fp8 is refused before any task starts" {
-  run timeout 60 srun -N1 -n1 --whale-precision=fp8 true
+  run timeout 300 srun -N1 -n1 --whale-precision=fp8 true
   echo "$output"
   [ "$status" -ne 0 ]
   [[ "$output" == *"--whale-precision=fp8: must be one of fp32, bf16, fp16"* ]]

@@ -59,7 +59,9 @@ check "3 threads: byte-identical shards" \
 out=$("$DATA" -o "$T/o3" --tokenizer "$T/o1/tokenizer.model" --val-docs 3 --threads 2 --no-progress "$T/in" 2>&1); rc=$?
 check "--tokenizer: a loaded model gives the same ids" \
   '[ $rc -eq 0 ] && cmp "$T/o1/train_000000.bin" "$T/o3/train_000000.bin" && grep -q tokenizer_source "$T/o3/whale-data.json"'
-out=$("$DATA" -o "$T/o4" --vocab-size 512 --val-fraction 0.1 --shard-tokens 2048 --model-type unigram --no-progress "$T/in" 2>&1); rc=$?
+# (unigram training is the costly one: the comm/ part of the corpus only,
+# 3.9 s of CPU under ASan instead of 13 s)
+out=$("$DATA" -o "$T/o4" --vocab-size 512 --val-fraction 0.1 --shard-tokens 2048 --model-type unigram --no-progress "$T/in/sub" 2>&1); rc=$?
 check "unigram, --val-fraction and several shards" \
   '[ $rc -eq 0 ] && [ -s "$T/o4/train_000001.bin" ] && grep -q "\"unigram\"" "$T/o4/whale-data.json"'
 
