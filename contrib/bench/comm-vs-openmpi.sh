@@ -97,6 +97,7 @@ mpi_side() { # ranks
 }
 big=$(for s in $sizes; do echo "$s"; done | sort -n | tail -1)
 : > "$tmp/load"
+for n in $ranks; do : > "$tmp/w$n"; : > "$tmp/b$n"; : > "$tmp/m$n"; : > "$tmp/c$n"; done
 for ((r = 0; r < rounds; r++)); do
   for n in $ranks; do
     load1 >> "$tmp/load"

@@ -172,7 +172,7 @@ static int parse_sizes(const char *s, size_t *out, int max)
 
 int main(int argc, char **argv)
 {
-    const char *sizes_s = "quick", *algos_s = "auto,ring,rd,raben,hier,tree,shm", *colls_s = NULL;
+    const char *sizes_s = "quick", *algos_s = "auto,ring,rd,raben,hier,tree", *colls_s = NULL;
     static const struct option lo[] = { { "sizes", required_argument, NULL, 's' },
                                         { "algos", required_argument, NULL, 'a' },
                                         { "colls", required_argument, NULL, 'c' },
