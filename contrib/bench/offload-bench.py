@@ -185,7 +185,7 @@ def main():
     py = torch_python()
     whale_runs, torch_runs = [], []
     for _ in range(2):
-        whale_runs.append(whale_adamw(args.build, args.model, args.reps, args.threads, env))
+        whale_runs.append(whale_adamw(args.build, args.model_arg, args.reps, args.threads, env))
         if py:
             r = subprocess.run([py, "-c", TORCH_CHILD, json.dumps(sizes), str(args.reps),
                                 str(args.threads)], capture_output=True, text=True, env=env)
