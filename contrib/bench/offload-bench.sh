@@ -16,19 +16,20 @@
 # above 1.5x the cores is reported "not judged", not "not met".
 # usage: contrib/bench/offload-bench.sh [-b BUILD_DIR] [-m MODEL] [-L LAYERS] [-t THREADS]
 #                                       [-s STEPS] [-r REPS] [-R ROUNDS] [-e MAX_BYTES] [-n]
-#                                       [-M ZERO:MODE,...]
+#                                       [-M ZERO:MODE,...] [-S SEQ] [-B BATCH]
 #   -n  skip the whale-train runs (AdamW and bandwidth only)
 #   -M  whale-train runs (default 0:none,0:optimizer,0:optimizer@memcpy,3:none,3:optimizer,
 #       3:params; MODE@memcpy: the local tier moved with memcpy instead of UCX)
 set -euo pipefail
-build=build model=gpt2-124m layers=0 threads=2 steps=4 reps=5 rounds=3 max=64M skip=
+build=build model=gpt2-124m layers=0 threads=2 steps=4 reps=5 rounds=3 max=64M skip= seq=128 batch=4
 modes=0:none,0:optimizer,0:optimizer@memcpy,3:none,3:optimizer,3:params
-while getopts "b:m:L:t:s:r:R:e:M:nh" o; do
+while getopts "b:m:L:t:s:r:R:e:M:S:B:nh" o; do
     case $o in
+    S) seq=$OPTARG ;; B) batch=$OPTARG ;;
     M) modes=$OPTARG ;; L) layers=$OPTARG ;; R) rounds=$OPTARG ;;
     b) build=$OPTARG ;; m) model=$OPTARG ;; t) threads=$OPTARG ;; s) steps=$OPTARG ;;
     r) reps=$OPTARG ;; e) max=$OPTARG ;; n) skip=--skip-train ;;
-    *) sed -n '2,23p' "$0"; exit 2 ;;
+    *) sed -n '2,24p' "$0"; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
@@ -40,7 +41,7 @@ trap 'rm -f "$summary" "$summary.bw"' EXIT
 
 python3 "$here/offload-bench.py" --build "$build" --model "$model" --layers "$layers" \
     --threads "$threads" --steps "$steps" --reps "$reps" --rounds "$rounds" --modes "$modes" \
-    --summary "$summary" $skip
+    --seq "$seq" --batch "$batch" --summary "$summary" $skip
 
 echo
 echo "# bandwidth of the offload paths (GB/s best/median of $reps; load $(cut -d' ' -f1 /proc/loadavg))"
