@@ -292,23 +292,6 @@ static void xlin_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, con
     }
 }
 
-/* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
-static int xrow_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
-                    const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
-{
-    k_linear_fwd(mm, out, inp, w, tp ? NULL : b, N, IC, OC);
-    if (!tp)
-        return 0;
-    int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
-    if (rc || !b)
-        return rc;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < OC; c++)
-            out[(size_t)n * OC + c] += b[c];
-    return 0;
-}
-
 /* The rows of a row-parallel output this rank keeps: *rows (Ns,C) = (sum
  * over TP of inp (N,IC) @ w (C,IC)^T) + b. Without SP that is every row
  * (all-reduce, in x->sa); under SP this rank's rows (reduce-scatter into
@@ -321,7 +304,7 @@ static int xb_row_out(const struct eng_layer *l, struct eng_io *io, struct xb_sc
     const int N = d->B * d->T, Ns = d->Ns, C = d->C;
     if (!d->sp) {
         *rows = x->sa;
-        return xrow_fwd(io->mm, x->sa, inp, w, b, N, IC, C, io->tp_group);
+        return eng_tp_row_linear_fwd_mm(io->mm, x->sa, inp, w, b, N, IC, C, io->tp_group);
     }
     k_linear_fwd(io->mm, x->sa, inp, w, NULL, N, IC, C);
     int rc = eng_sp_scatter(d, io->tp_group, x->shard, x->sa);
