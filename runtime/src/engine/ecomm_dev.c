@@ -1,4 +1,4 @@
-/* Data-parallel collectives on the cuda device: the engine's eng_comm table
+/* Data-parallel collectives on the cuda device: the engine's whale_par_comm table
  * over NCCL (whale_dev_*, whale/comm.h) on a stream of the backend's own, a
  * high-priority one so communication kernels overtake compute. A request is
  * an event recorded on that stream after the collective: test queries it,
@@ -58,7 +58,7 @@ static int dv_post(struct dv_comm *d, int rc, void **req)
     return 0;
 }
 
-static int dv_iallreduce(struct eng_comm *c, float *buf, size_t n, void **req)
+static int dv_iallreduce(struct whale_par_comm *c, float *buf, size_t n, void **req)
 {
     struct dv_comm *d = c->impl;
     void *st;
@@ -68,7 +68,7 @@ static int dv_iallreduce(struct eng_comm *c, float *buf, size_t n, void **req)
     return dv_post(d, rc, req);
 }
 
-static int dv_ireduce_scatter(struct eng_comm *c, const float *send, float *recv, size_t n,
+static int dv_ireduce_scatter(struct whale_par_comm *c, const float *send, float *recv, size_t n,
                               void **req)
 {
     struct dv_comm *d = c->impl;
@@ -79,7 +79,7 @@ static int dv_ireduce_scatter(struct eng_comm *c, const float *send, float *recv
     return dv_post(d, rc, req);
 }
 
-static int dv_iallgather(struct eng_comm *c, const float *send, float *recv, size_t n, void **req)
+static int dv_iallgather(struct whale_par_comm *c, const float *send, float *recv, size_t n, void **req)
 {
     struct dv_comm *d = c->impl;
     void *st;
@@ -89,14 +89,14 @@ static int dv_iallgather(struct eng_comm *c, const float *send, float *recv, siz
     return dv_post(d, rc, req);
 }
 
-static int dv_test(struct eng_comm *c, void *req, bool *done)
+static int dv_test(struct whale_par_comm *c, void *req, bool *done)
 {
     (void)c;
     struct dv_req *r = req;
     return whale_event_query(r->ev, done);
 }
 
-static int dv_wait(struct eng_comm *c, void *req)
+static int dv_wait(struct whale_par_comm *c, void *req)
 {
     struct dv_comm *d = c->impl;
     struct dv_req *r = req;
@@ -106,7 +106,7 @@ static int dv_wait(struct eng_comm *c, void *req)
     return rc;
 }
 
-int eng_dev_comm_dp(struct eng_comm *c)
+int eng_dev_comm_dp(struct whale_par_comm *c)
 {
     if (c->size <= 1)
         return 0;
@@ -124,23 +124,28 @@ int eng_dev_comm_dp(struct eng_comm *c)
     c->iallgather = dv_iallgather;
     c->iallreduce16 = NULL;
     c->ireduce_scatter16 = NULL;
+    /* the DP table offers no p2p, blocking or 16-bit gathers on the device */
+    c->isend = NULL;
+    c->irecv = NULL;
+    c->allreduce = NULL;
+    c->iallgather16 = NULL;
     c->test = dv_test;
     c->wait = dv_wait;
     return 0;
 }
 
-bool eng_dev_comm_is(const struct eng_comm *c)
+bool eng_dev_comm_is(const struct whale_par_comm *c)
 {
     return c->size > 1 && c->iallreduce == dv_iallreduce;
 }
 
-void eng_dev_comm_bind(struct eng_comm *c, whale_backend *bk)
+void eng_dev_comm_bind(struct whale_par_comm *c, whale_backend *bk)
 {
     if (eng_dev_comm_is(c))
         ((struct dv_comm *)c->impl)->bk = bk;
 }
 
-void eng_dev_comm_free(struct eng_comm *c)
+void eng_dev_comm_free(struct whale_par_comm *c)
 {
     if (!eng_dev_comm_is(c))
         return;

@@ -4,16 +4,16 @@
 
 #include <stdbool.h>
 
-#include "ecomm.h"
+#include "whale/par_comm.h"
 #include "whale/backend.h"
 
 /* Turns c (over a whale_group, from eng_groups_from_ctx) into the NCCL
  * table; size <= 1: nothing to do. */
-int  eng_dev_comm_dp(struct eng_comm *c);
-bool eng_dev_comm_is(const struct eng_comm *c);
+int  eng_dev_comm_dp(struct whale_par_comm *c);
+bool eng_dev_comm_is(const struct whale_par_comm *c);
 /* The backend whose stream the collectives run on (after it is open). */
-void eng_dev_comm_bind(struct eng_comm *c, whale_backend *bk);
+void eng_dev_comm_bind(struct whale_par_comm *c, whale_backend *bk);
 /* Back to the group table; frees the stream. */
-void eng_dev_comm_free(struct eng_comm *c);
+void eng_dev_comm_free(struct whale_par_comm *c);
 
 #endif

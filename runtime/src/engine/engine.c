@@ -599,7 +599,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     return 0;
 }
 
-int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_comm *dp,
+int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct whale_par_comm *dp,
                whale_engine **out)
 {
     struct eng_groups g;

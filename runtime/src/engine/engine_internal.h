@@ -2,7 +2,7 @@
 #ifndef ENGINE_INTERNAL_H
 #define ENGINE_INTERNAL_H
 
-#include "ecomm.h"
+#include "whale/par_comm.h"
 #include "offload.h"
 #include "layer.h"
 #include "whale/backend.h"
@@ -59,7 +59,7 @@ struct eng_slot {
 
 /* Communicators of one rank; size 1 where there is no such parallelism. */
 struct eng_groups {
-    struct eng_comm dp;          /* data parallel / ZeRO (size 0 or 1: none) */
+    struct whale_par_comm dp;          /* data parallel / ZeRO (size 0 or 1: none) */
     struct whale_par_comm tp;    /* tensor parallel */
     struct whale_par_comm pp;    /* pipeline */
     struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
@@ -71,7 +71,7 @@ struct whale_engine {
     struct whale_engine_config cfg;
     struct eng_dims d;
     whale_ctx *ctx;
-    struct eng_comm dp;      /* dp.size == 1: no communication */
+    struct whale_par_comm dp;      /* dp.size == 1: no communication */
     bool own_comm;
     struct eng_groups grp;   /* tp, pp, emb (dp mirrored above) */
 
@@ -169,7 +169,7 @@ static inline void eng_phase(whale_engine *e, enum whale_engine_phase ph)
 
 /* Create over an explicit DP backend (NULL: single rank). Tests use it with
  * an in-process backend. */
-int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct eng_comm *dp,
+int eng_create(const struct whale_engine_config *c, whale_ctx *ctx, struct whale_par_comm *dp,
                whale_engine **out);
 /* Create over explicit communicators (in-process tests of TP/PP/DP). */
 int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,

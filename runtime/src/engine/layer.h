@@ -159,9 +159,26 @@ void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, c
 int eng_sp_gather(const struct eng_dims *d, struct whale_par_comm *tp, float *full,
                   const float *shard);
 
-/* TP hooks (identity when tp_group is NULL): sum / max over the TP group. */
+/* tp_ops.c: the engine's tensor-parallel operators (tp_group NULL: tp == 1,
+ * no communication). Sum / max over the TP group, in place: */
 int eng_tp_allreduce(struct whale_par_comm *tp_group, float *buf, size_t n);
 int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
+/* Row-parallel linear (input features split, bias replicated):
+ * out (N,OC) = sum over TP of inp (N,IC) @ w (OC,IC)^T, + b (OC; may be NULL) once */
+int eng_tp_row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
+                          const float *b, int N, int IC, int OC, struct whale_par_comm *tp);
+/* Vocabulary-parallel embedding: this rank holds wte rows [v0, v0+Vl) (Vl,C);
+ * out (B,T,C) = sum over TP of (tok in range ? wte[tok-v0] : 0) + wpe (T,C)
+ * (wpe: NULL, or given on one TP rank only) */
+int eng_tp_embed_fwd(whale_backend *bk, struct whale_par_comm *tp, float *out,
+                     const int32_t *tok, const float *wte, int v0, int Vl, const float *wpe,
+                     int B, int T, int C);
+/* Vocabulary-parallel softmax cross-entropy over logits (N,Vl) of columns
+ * [v0, v0+Vl): in place logits -> probabilities, losses (N) = logsumexp -
+ * logit[target] (the same on every TP rank); red: 3N floats of scratch.
+ * Backward is whale_k_softmax_xent_bwd_tp (no communication). */
+int eng_tp_xent_fwd(whale_backend *bk, struct whale_par_comm *tp, float *probs, float *losses,
+                    const int32_t *targets, int v0, int N, int Vl, float *red);
 
 /* Rows [off, off + len) of a dimension of size g cut into tp pieces; the
  * vocabulary split rounds up so the last piece may be shorter. */

@@ -26,23 +26,6 @@
             return bk_rc_;                                                                   \
     } while (0)
 
-int eng_tp_allreduce(struct whale_par_comm *tp, float *buf, size_t n)
-{
-    /* g forward / f backward of Megatron's conjugate pair */
-    return tp ? whale_tp_g(tp, WHALE_PP_FORWARD, buf, n) : 0;
-}
-
-int eng_tp_allreduce_max(struct whale_par_comm *tp, float *buf, size_t n)
-{
-    if (!tp || tp->size <= 1)
-        return 0;
-    uint64_t t0 = whale_trace_now();
-    int rc = tp->allreduce(tp, buf, n, WHALE_MAX);
-    if (whale_trace_on())
-        whale_trace_span("allreduce", "tp allreduce max", t0, -1, -1);
-    return rc;
-}
-
 /* ---- parameter declarations -------------------------------------------- */
 
 void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *len)
@@ -216,21 +199,16 @@ static size_t embed_scratch(const struct eng_layer *l)
 static int embed_fwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (d->pos != WHALE_POS_LEARNED) {
-        /* out (B,T,C) = wte rows this rank holds, summed over TP */
-        BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
-                                NULL, d->B, d->T, d->C));
-        return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
-    }
-    if (!io->tp_group) {
+    if (d->pos == WHALE_POS_LEARNED && !io->tp_group) {
         /* out (B,T,C) = wte (V,C)[tokens (B,T)] + wpe (T,C) */
         return whale_k_embed_fwd(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0),
                                  eng_pw(l, 1), d->B, d->T, d->C);
     }
-    /* vocabulary-parallel: rows this rank holds (+ positions once), summed over TP */
-    BK(whale_k_embed_fwd_tp(d->bk, NULL, F32, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
-                            d->tp_rank == 0 ? eng_pw(l, 1) : NULL, d->B, d->T, d->C));
-    return eng_tp_allreduce(io->tp_group, io->out, (size_t)d->B * d->T * d->C);
+    /* vocabulary-parallel: out (B,T,C) = wte rows this rank holds (+ positions
+     * once, on TP rank 0), summed over TP */
+    const float *wpe = d->pos == WHALE_POS_LEARNED && d->tp_rank == 0 ? eng_pw(l, 1) : NULL;
+    return eng_tp_embed_fwd(d->bk, io->tp_group, io->out, io->tokens, eng_pw(l, 0), d->v0, d->V,
+                            wpe, d->B, d->T, d->C);
 }
 
 /* SP: the output (N,C) summed over TP as without SP, then this rank's rows */
@@ -350,19 +328,6 @@ static size_t blk_scratch(const struct eng_layer *l)
     return N * d->C + N * big + N * mid;
 }
 
-/* Row-parallel linear: out (N,OC) = sum over TP of inp (N,IC) @ w^T, + b once. */
-static int row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
-                          const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
-{
-    if (!tp)
-        return whale_k_linear_fwd(bk, NULL, F32, out, inp, w, b, N, IC, OC);
-    BK(whale_k_linear_fwd(bk, NULL, F32, out, inp, w, NULL, N, IC, OC));
-    int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
-    if (rc)
-        return rc;
-    return whale_k_bias_add(bk, NULL, F32, out, b, N, OC);
-}
-
 static int blk_fwd(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
@@ -379,14 +344,14 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     BK(whale_k_linear_fwd(bk, NULL, F32, s.qkv, s.ln1, eng_pw(l, 2), eng_pw(l, 3), N, C, 3 * Ct));
     /* atty (B,T,NH,hd) from qkv (B,T,3,NH,hd) */
     BK(whale_k_attention_fwd(bk, NULL, F32, s.atty, s.att, s.qkv, d->B, d->T, d->NH, d->hd));
-    BK(row_linear_fwd(bk, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group));
+    BK(eng_tp_row_linear_fwd(bk, tmp, s.atty, eng_pw(l, 4), eng_pw(l, 5), N, Ct, C, io->tp_group));
     BK(whale_k_add(bk, NULL, F32, s.r1, io->in, tmp, (int64_t)N * C));
     BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6),
                              eng_pw(l, 7), N, C));
     /* fc (N,F) = ln2 (N,C) @ Wfc (F,C)^T + b */
     BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F));
     BK(whale_k_gelu_fwd(bk, NULL, F32, s.gl, s.fc, (int64_t)N * F));
-    BK(row_linear_fwd(bk, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group));
+    BK(eng_tp_row_linear_fwd(bk, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group));
     return whale_k_add(bk, NULL, F32, io->out, s.r1, tmp, (int64_t)N * C);
 }
 
@@ -552,22 +517,9 @@ static int head_fwd_full(struct eng_layer *l, struct eng_io *io)
         eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), N, C);
     /* logits (N,V) = lnf (N,C) @ wte (V,C)^T, then softmax in place */
     BK(whale_k_linear_fwd(bk, NULL, F32, probs, lnf, wte, NULL, N, C, V));
-    if (!io->tp_group) {
-        BK(whale_k_softmax_xent_fwd(bk, NULL, F32, probs, losses, io->targets, N, V));
-    } else {
-        /* vocabulary-parallel softmax: global row max, then global sum of exp
-         * and the target's logit (held by one rank), each reduced over TP */
-        float *red = io->scratch + N + (size_t)N * C; /* (3N) */
-        float *mx = red, *sum = red + N, *tl = red + 2 * N;
-        BK(whale_k_rows_max(bk, NULL, F32, mx, probs, N, V));
-        int rc = eng_tp_allreduce_max(io->tp_group, mx, N);
-        if (rc)
-            return rc;
-        BK(whale_k_rows_exp_sum(bk, NULL, F32, probs, sum, tl, mx, io->targets, d->v0, N, V));
-        if ((rc = eng_tp_allreduce(io->tp_group, sum, 2 * (size_t)N)))
-            return rc;
-        BK(whale_k_rows_normalize(bk, NULL, F32, probs, losses, sum, tl, N, V));
-    }
+    /* vocabulary-parallel under TP: reductions in scratch after dlnf (3N) */
+    BK(eng_tp_xent_fwd(bk, io->tp_group, probs, losses, io->targets, d->v0, N, V,
+                       io->scratch + N + (size_t)N * C));
     /* losses (N) read on the host: backend memory is host-addressable on cpu
      * and on host_coherent cuda (device.c), whose calls have completed */
     double s = 0;

@@ -5,7 +5,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
-#include "whale/parallel.h"
+#include "whale/pipeline.h"
 
 int whale_pp_balance(const double *cost, int n, int k, int *out)
 {

@@ -12,7 +12,8 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
-#include "whale/parallel.h"
+#include "whale/pipeline.h"
+#include "whale/trace.h"
 
 struct inflight {
     void *req;

@@ -6,7 +6,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
-#include "whale/parallel.h"
+#include "whale/pipeline.h"
 
 /* Fill the peers of a pass of (chunk) on `rank` from the virtual stage chain. */
 static void set_peers(struct whale_pp_op *o, int p, int v, int rank)

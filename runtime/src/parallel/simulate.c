@@ -8,7 +8,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
-#include "whale/parallel.h"
+#include "whale/pipeline.h"
 
 struct sim {
     int p, v, m, S;

@@ -18,7 +18,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
-#include "whale/parallel.h"
+#include "whale/trace.h"
 
 #define TRACE_MAX_EVENTS_PER_THREAD (8u << 20)
 

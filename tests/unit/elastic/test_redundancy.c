@@ -1,5 +1,5 @@
 /* The redundancy store against the real engine (ranks = threads over the
- * in-process DP backend of tests/unit/engine/fakecomm.h):
+ * in-process DP backend of tests/unit/inproc/inproc.h):
  *  - rollback + redo: a step is run, its update "half-applied" (weights
  *    scribbled), everybody rolls back to the last step completed
  *    everywhere and redoes; every loss equals the uninterrupted run's
@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../engine/fakecomm.h"
+#include "../inproc/inproc.h"
 #include "engine/engine_internal.h"
 #include "whale/data.h"
 #include "whale/engine.h"
@@ -80,7 +80,7 @@ static struct whale_engine_config cfg(int dp, int zero)
 struct shared {
     int dp, zero;
     bool elastic;
-    struct fake_world w;
+    struct inproc_world *w;
     whale_engine *eng[2];
     unsigned char *holder[2]; /* rank r's copy lives here */
     size_t slot_bytes[2];
@@ -98,11 +98,11 @@ struct run {
     uint64_t remote_bytes, local_bytes;
 };
 
-static int mk_engine(struct run *r, struct fake_rank *fr, struct eng_comm *comm, whale_engine **e)
+static int mk_engine(struct run *r, struct whale_par_comm *comm, whale_engine **e)
 {
     struct whale_engine_config c = cfg(r->sh->dp, r->sh->zero);
     if (r->sh->dp > 1)
-        fake_comm(comm, fr);
+        inproc_comm(r->sh->w, r->rank, comm);
     return eng_create(&c, NULL, r->sh->dp > 1 ? comm : NULL, e);
 }
 
@@ -149,11 +149,10 @@ static void *run_rank(void *arg)
 {
     struct run *r = arg;
     struct shared *sh = r->sh;
-    struct fake_rank fr = { .w = &sh->w, .rank = r->rank };
-    struct eng_comm comm;
+    struct whale_par_comm comm;
     whale_engine *e = NULL;
     whale_red *red = NULL;
-    if ((r->rc = mk_engine(r, &fr, &comm, &e)))
+    if ((r->rc = mk_engine(r, &comm, &e)))
         return NULL;
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
                                     .local_batch = GB / sh->dp, .dp_rank = r->rank,
@@ -216,7 +215,7 @@ static void *run_rank(void *arg)
             /* the spare: a new engine, state from the holder's copy */
             whale_engine_destroy(e);
             e = NULL;
-            if ((r->rc = mk_engine(r, &fr, &comm, &e)))
+            if ((r->rc = mk_engine(r, &comm, &e)))
                 break;
             bool complete = false;
             r->rc = whale_red_restore_slot(e, sh->holder[1], sh->slot_bytes[1], agreed,
@@ -258,8 +257,7 @@ static void run_all(struct shared *sh, struct run *runs)
 {
     pthread_t th[2];
     if (sh->dp > 1) {
-        sh->w.size = sh->dp;
-        pthread_barrier_init(&sh->w.bar, NULL, sh->dp);
+        sh->w = inproc_create(sh->dp);
         pthread_barrier_init(&sh->bar, NULL, sh->dp);
     }
     for (int i = 0; i < sh->dp; i++) {
@@ -270,7 +268,8 @@ static void run_all(struct shared *sh, struct run *runs)
     for (int i = 0; i < sh->dp; i++)
         pthread_join(th[i], NULL);
     if (sh->dp > 1) {
-        pthread_barrier_destroy(&sh->w.bar);
+        inproc_destroy(sh->w);
+        sh->w = NULL;
         pthread_barrier_destroy(&sh->bar);
     }
 }

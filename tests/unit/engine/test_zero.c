@@ -1,5 +1,5 @@
 /* Data parallelism and ZeRO inside one process (ranks = threads, see
- * fakecomm.h): DP = 2 and 4 with ZeRO 0-3 give the single-rank loss at
+ * tests/unit/inproc): DP = 2 and 4 with ZeRO 0-3 give the single-rank loss at
  * every step of a 20-step run (1e-5 relative); per-rank parameter, gradient
  * and optimizer bytes follow the ZeRO formulas (5 %); tensor enumeration
  * covers every element exactly once across ranks. */
@@ -11,12 +11,13 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "engine/engine_internal.h"
-#include "fakecomm.h"
+#include "../inproc/inproc.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 
@@ -62,7 +63,7 @@ static struct whale_engine_config base_cfg(int dp, int zero, int accum)
 
 struct run {
     int dp, rank, zero, accum;
-    struct fake_world *w;
+    struct inproc_world *w;
     double loss[STEPS];
     struct whale_engine_memory mem;
     double covered; /* elements of kind PARAM enumerated by this rank as writer */
@@ -81,11 +82,10 @@ static void *run_rank(void *arg)
 {
     struct run *r = arg;
     struct whale_engine_config c = base_cfg(r->dp, r->zero, r->accum);
-    struct fake_rank fr = { .w = r->w, .rank = r->rank };
-    struct eng_comm comm;
+    struct whale_par_comm comm;
     whale_engine *e = NULL;
     if (r->w)
-        fake_comm(&comm, &fr);
+        inproc_comm(r->w, r->rank, &comm);
     r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
     if (r->rc)
         return NULL;
@@ -119,19 +119,18 @@ static void *run_rank(void *arg)
 
 static void run_dp(int dp, int zero, int accum, struct run *runs)
 {
-    struct fake_world w = { .size = dp };
-    pthread_barrier_init(&w.bar, NULL, dp);
+    struct inproc_world *w = dp > 1 ? inproc_create(dp) : NULL;
     pthread_t th[8];
     for (int r = 0; r < dp; r++) {
         runs[r] = (struct run){ .dp = dp, .rank = r, .zero = zero, .accum = accum,
-                                .w = dp > 1 ? &w : NULL };
+                                .w = w };
         pthread_create(&th[r], NULL, run_rank, &runs[r]);
     }
     for (int r = 0; r < dp; r++) {
         pthread_join(th[r], NULL);
         assert_int_equal(runs[r].rc, 0);
     }
-    pthread_barrier_destroy(&w.bar);
+    inproc_destroy(w);
 }
 
 static struct run ref;
@@ -197,10 +196,9 @@ static void test_memory(void **st)
         c.model.layers = 4;
         c.model.hidden = 128;
         c.model.ffn = 512;
-        struct fake_world w = { .size = N };
-        struct fake_rank fr = { .w = &w, .rank = 1 };
-        struct eng_comm comm;
-        fake_comm(&comm, &fr);
+        struct inproc_world *w = inproc_create(N);
+        struct whale_par_comm comm;
+        inproc_comm(w, 1, &comm);
         whale_engine *e = NULL;
         assert_int_equal(eng_create(&c, NULL, &comm, &e), 0);
         struct whale_engine_memory m;
@@ -211,8 +209,9 @@ static void test_memory(void **st)
         printf("ZeRO %d, DP %d: %.0f bytes/rank for %.0f params = %.3f B/param (formula %.3f), "
                "diff %.2f %%\n", z, N, got, psi, got / psi, want[z] / psi,
                100 * fabs(got - want[z]) / want[z]);
-        assert_true(fabs(got - want[z]) / want[z] < 0.05);
         whale_engine_destroy(e);
+        inproc_destroy(w);
+        assert_true(fabs(got - want[z]) / want[z] < 0.05);
     }
 }
 

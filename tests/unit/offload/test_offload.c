@@ -1,5 +1,5 @@
 /* Host offload (issue 12), in one process (DP ranks are threads, see
- * ../engine/fakecomm.h):
+ * ../inproc/inproc.h):
  *  - the arena refuses what exceeds its budget and accounts per category;
  *  - host AdamW (scalar / AVX2 / AVX-512, whatever this CPU runs) is
  *    bit-identical to the engine's AdamW;
@@ -23,11 +23,12 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../engine/fakecomm.h"
+#include "../inproc/inproc.h"
 #include "engine/engine_internal.h"
 #include "whale/arena.h"
 #include "whale/comm.h"
@@ -160,7 +161,7 @@ struct run {
     int dp, rank, zero, offload, prefetch, steps;
     bool big; /* state-heavy model: 4 x 256 wide, micro-batch 2 x 4 */
     int64_t budget;
-    struct fake_world *w;
+    struct inproc_world *w;
     double loss[STEPS];
     struct whale_engine_memory mem;
     double hidden_sum;
@@ -180,11 +181,10 @@ static void *run_rank(void *arg)
         c.grad_accum = GB / 2 / r->dp;
     }
     c.device_mem = r->budget;
-    struct fake_rank fr = { .w = r->w, .rank = r->rank };
-    struct eng_comm comm;
+    struct whale_par_comm comm;
     whale_engine *e = NULL;
     if (r->w)
-        fake_comm(&comm, &fr);
+        inproc_comm(r->w, r->rank, &comm);
     r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
     if (r->rc)
         return NULL;
@@ -221,12 +221,11 @@ static int run_steps; /* 0: STEPS */
 
 static void run_dp(int dp, int zero, int offload, int prefetch, struct run *runs)
 {
-    struct fake_world w = { .size = dp };
-    pthread_barrier_init(&w.bar, NULL, dp);
+    struct inproc_world *w = dp > 1 ? inproc_create(dp) : NULL;
     pthread_t th[8];
     for (int r = 0; r < dp; r++) {
         runs[r] = (struct run){ .dp = dp, .rank = r, .zero = zero, .offload = offload,
-                                .prefetch = prefetch, .w = dp > 1 ? &w : NULL,
+                                .prefetch = prefetch, .w = w,
                                 .steps = run_steps };
         pthread_create(&th[r], NULL, run_rank, &runs[r]);
     }
@@ -234,7 +233,7 @@ static void run_dp(int dp, int zero, int offload, int prefetch, struct run *runs
         pthread_join(th[r], NULL);
         assert_int_equal(runs[r].rc, 0);
     }
-    pthread_barrier_destroy(&w.bar);
+    inproc_destroy(w);
 }
 
 static struct run ref;
@@ -319,13 +318,13 @@ static void test_memory_drop(void **st)
                 /* persistent sizes from the engine's own layout */
                 struct whale_engine_config c = base_cfg(dp, z, 0);
                 whale_engine *e;
-                struct fake_world w = { .size = dp };
-                struct fake_rank fr = { .w = &w, .rank = 0 };
-                struct eng_comm comm;
-                fake_comm(&comm, &fr);
+                struct inproc_world *w = inproc_create(dp);
+                struct whale_par_comm comm;
+                inproc_comm(w, 0, &comm);
                 assert_int_equal(eng_create(&c, NULL, dp > 1 ? &comm : NULL, &e), 0);
                 double U = (double)(z == 0 ? e->P : e->S), S = (double)e->S;
                 whale_engine_destroy(e);
+                inproc_destroy(w);
                 double want = 8 * U + (off == WHALE_OFFLOAD_PARAMS ? 4 * S : 0);
                 double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
                 printf("DP %d ZeRO %d offload=%s: arena peak %lld -> %lld B, drop %.0f B, "

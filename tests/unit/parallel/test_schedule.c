@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "inproc.h"
+#include "../inproc/inproc.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "inproc.h"
+#include "../inproc/inproc.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"

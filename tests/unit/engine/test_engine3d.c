@@ -1,6 +1,6 @@
 /* Engine equivalence under tensor x pipeline x data parallelism inside one
- * process (ranks = threads; TP/PP/embedding groups over the in-process
- * rendezvous backend, DP over the engine's fake collectives): for a covering
+ * process (ranks = threads; every group -- TP, PP, DP, the embedding pair --
+ * over the in-process fake of tests/unit/inproc/): for a covering
  * set of layouts, schedules, ZeRO stages and recompute policies, the loss of
  * every step of a 20-step run equals the single-rank run within 1e-5
  * relative (T3D_TOL; the bf16 build compares with the single-rank bf16 run). Also: recomputation lowers the activation peak as predicted
@@ -17,9 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../engine/fakecomm.h"
+#include "../inproc/inproc.h"
 #include "engine/engine_internal.h"
-#include "inproc.h"
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -49,8 +48,7 @@ static bool seqpar; /* sequence parallelism for every layout run (test_seqpar) *
 
 struct world3 {
     const struct layout *L;
-    struct inproc_world *tpw[8], *ppw[8], *embw[8];
-    struct fake_world *dpw[8];
+    struct inproc_world *tpw[8], *ppw[8], *embw[8], *dpw[8];
     double loss[8][STEPS];
     double eval[8];
     int64_t act_peak[8];
@@ -115,11 +113,10 @@ static int rank_main(int rank, void *arg)
     const int tr = rank % T, dr = (rank / T) % D, pr = rank / (T * D);
     struct eng_groups g;
     memset(&g, 0, sizeof g);
-    struct fake_rank fr = { .w = w->dpw[pr * T + tr], .rank = dr };
     if (D > 1)
-        fake_comm(&g.dp, &fr);
+        inproc_comm(w->dpw[pr * T + tr], dr, &g.dp);
     else
-        g.dp.size = 1;
+        whale_par_comm_from_group(&g.dp, NULL);
     if (T > 1)
         inproc_comm(w->tpw[pr * D + dr], tr, &g.tp);
     else
@@ -171,11 +168,8 @@ static void run_layout(const struct layout *L, struct world3 *w)
         w->ppw[i] = inproc_create(P);
         w->embw[i] = inproc_create(2);
     }
-    for (int i = 0; i < P * T; i++) {
-        w->dpw[i] = calloc(1, sizeof(struct fake_world));
-        w->dpw[i]->size = D;
-        pthread_barrier_init(&w->dpw[i]->bar, NULL, (unsigned)D);
-    }
+    for (int i = 0; i < P * T; i++)
+        w->dpw[i] = inproc_create(D);
     int rc = inproc_run(T * P * D, rank_main, w);
     for (int i = 0; i < P * D; i++)
         inproc_destroy(w->tpw[i]);
@@ -183,10 +177,8 @@ static void run_layout(const struct layout *L, struct world3 *w)
         inproc_destroy(w->ppw[i]);
         inproc_destroy(w->embw[i]);
     }
-    for (int i = 0; i < P * T; i++) {
-        pthread_barrier_destroy(&w->dpw[i]->bar);
-        free(w->dpw[i]);
-    }
+    for (int i = 0; i < P * T; i++)
+        inproc_destroy(w->dpw[i]);
     if (rc)
         fail_msg("layout %s: a rank failed (%d)", L->name, rc);
 }
