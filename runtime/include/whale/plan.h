@@ -120,6 +120,10 @@ struct whale_cluster {
     double frag;           /* fraction of device memory lost to fragmentation */
     double host_mem_per_gpu; /* host memory available per GPU for offload */
     struct whale_eff_model eff;
+    /* CPU ranks (device "cpu"): ranks on a node share its cores. 0 =
+     * unknown: the calibration profile's figures hold per rank as they are. */
+    int cpu_cores_per_node;
+    int cpu_threads_per_rank; /* 0: whale-train's default, cores / ranks per node */
 };
 
 /* A homogeneous cluster of `nodes` x `gpus_per_node` GPUs of `gpu_type`,
@@ -177,6 +181,7 @@ enum {
     WHALE_CAL_DP_OVERLAP  = 1u << 7,
     WHALE_CAL_Z3_OVERLAP  = 1u << 9,
     WHALE_CAL_LINK0       = 1u << 10, /* << class: alpha/bw of that class present */
+    WHALE_CAL_CPU         = 1u << 14, /* threads (and cores) the CPU peak was measured with */
 };
 
 struct whale_calib {
@@ -188,7 +193,21 @@ struct whale_calib {
     double peak_flops, mem_bytes, hbm_bw;
     double gemm_eff, gemm_half_dim, mem_eff, kernel_overhead, dp_overlap, zero3_overlap;
     struct whale_alpha_beta link[WHALE_PLAN_NLINK];
+    /* CPU: PeakTFLOPS and MemBandwidthGBs were measured by one rank running
+     * `threads` threads on a node of `cores_per_node` cores (Device line
+     * keys Threads= and CoresPerNode=). whale_calib_apply turns them into a
+     * per-rank rate for the cluster's ranks per node and threads per rank:
+     * rate = peak / threads x min(threads per rank, cores / ranks per node). */
+    double threads, cores_per_node;
 };
+
+/* The share of the calibrated per-rank CPU rate that one of `ranks_per_node`
+ * ranks gets (pure; 1 when the profile has no Threads=): min(threads per
+ * rank, cores / ranks) / calibrated threads. threads_per_rank and
+ * cores_per_node 0 take the profile's cores and whale-train's default
+ * threads (cores / ranks, at least 1). */
+double whale_calib_cpu_share(const struct whale_calib *cal, int ranks_per_node, int cores_per_node,
+                             int threads_per_rank);
 
 int whale_calib_load(const char *path, struct whale_calib *out);
 int whale_calib_parse_string(const char *text, const char *origin, struct whale_calib *out);

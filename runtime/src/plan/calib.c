@@ -82,10 +82,16 @@ static int cal_line(const struct whale_kv_line *l, void *user)
             } else if (!strcasecmp(kv->key, "ZeRO3Overlap")) {
                 if ((rc = cal_num(l, kv, 0, 1, &cal->zero3_overlap))) return rc;
                 cal->has |= WHALE_CAL_Z3_OVERLAP;
+            } else if (!strcasecmp(kv->key, "Threads")) {
+                if ((rc = cal_num(l, kv, 1, 4096, &cal->threads))) return rc;
+                cal->has |= WHALE_CAL_CPU;
+            } else if (!strcasecmp(kv->key, "CoresPerNode")) {
+                if ((rc = cal_num(l, kv, 1, 65536, &cal->cores_per_node))) return rc;
             } else {
                 whale_error("%s:%d: unknown key '%s' (Device line: PeakTFLOPS MemoryGiB "
                             "MemBandwidthGBs GemmEfficiency GemmHalfDim MemEfficiency "
-                            "KernelOverheadUs DPOverlap ZeRO3Overlap)", l->file, l->line, kv->key);
+                            "KernelOverheadUs DPOverlap ZeRO3Overlap Threads CoresPerNode)",
+                            l->file, l->line, kv->key);
                 return WHALE_ECONF;
             }
         }
@@ -154,6 +160,8 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->has & WHALE_CAL_KERNEL_OVH) fprintf(f, " KernelOverheadUs=%.17g", cal->kernel_overhead * 1e6);
         if (cal->has & WHALE_CAL_DP_OVERLAP) fprintf(f, " DPOverlap=%.17g", cal->dp_overlap);
         if (cal->has & WHALE_CAL_Z3_OVERLAP) fprintf(f, " ZeRO3Overlap=%.17g", cal->zero3_overlap);
+        if (cal->has & WHALE_CAL_CPU) fprintf(f, " Threads=%.17g", cal->threads);
+        if (cal->cores_per_node > 0) fprintf(f, " CoresPerNode=%.17g", cal->cores_per_node);
         fputc('\n', f);
     }
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
@@ -181,6 +189,20 @@ int whale_calib_save(const char *path, const struct whale_calib *cal)
     return 0;
 }
 
+double whale_calib_cpu_share(const struct whale_calib *cal, int ranks_per_node, int cores_per_node,
+                             int threads_per_rank)
+{
+    if (!(cal->has & WHALE_CAL_CPU) || cal->threads <= 0 || ranks_per_node < 1)
+        return 1.0;
+    double cores = cores_per_node > 0 ? cores_per_node : cal->cores_per_node;
+    if (cores <= 0)   /* no core count anywhere: threads alone */
+        return threads_per_rank > 0 ? threads_per_rank / cal->threads : 1.0;
+    double per_rank = cores / ranks_per_node;
+    double threads = threads_per_rank > 0 ? threads_per_rank : fmax(1, floor(per_rank));
+    /* more threads than cores per rank time-share the cores: no gain */
+    return fmin(threads, per_rank) / cal->threads;
+}
+
 void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
 {
     bool mixed = whale_cluster_is_mixed(c);
@@ -188,9 +210,14 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
         struct whale_plan_device *g = &c->group[i].gpu;
         if (mixed && cal->device[0] && strcasecmp(cal->device, g->name))
             continue;
-        if (cal->has & WHALE_CAL_PEAK) g->peak_flops = cal->peak_flops;
+        /* CPU ranks on one node share its cores and memory bandwidth */
+        double share = strcmp(g->name, "cpu") ? 1.0
+                     : whale_calib_cpu_share(cal, c->group[i].gpus_per_node, c->cpu_cores_per_node,
+                                             c->cpu_threads_per_rank);
+        if (cal->has & WHALE_CAL_PEAK) g->peak_flops = cal->peak_flops * share;
         if (cal->has & WHALE_CAL_MEM) g->mem_bytes = cal->mem_bytes;
-        if (cal->has & WHALE_CAL_HBM) g->hbm_bw = cal->hbm_bw;
+        if (cal->has & WHALE_CAL_HBM) g->hbm_bw = cal->hbm_bw * share;
+        else if (share != 1.0) g->hbm_bw *= share;
     }
     if (cal->has & WHALE_CAL_GEMM_EFF) c->eff.gemm_eff = cal->gemm_eff;
     if (cal->has & WHALE_CAL_GEMM_HALF) c->eff.gemm_half_dim = cal->gemm_half_dim;

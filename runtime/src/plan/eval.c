@@ -378,190 +378,197 @@ static int split_uneven(int L, int pp, int min_layers, const double *per_layer, 
     return 0;
 }
 
-int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
-                 const struct plan_layer_cost *lc, struct whale_plan_prediction *pr, char *why,
-                 size_t why_len)
-{
-    int rc = plan_config_check(x, cfg, why, why_len);
-    if (rc)
-        return rc;
-    const struct whale_cluster *c = x->c;
-    const struct whale_model_desc *md = x->m;
-    memset(pr, 0, sizeof *pr);
-    int pp = cfg->pp, dp = cfg->dp, m = (int)(x->batch / ((long)dp * cfg->microbatch));
-    cfg->nmicro = m;
-    cfg->precision = x->prec;
-    if (!cfg->seqpar || cfg->tp < 2)
-        cfg->seqpar = false;
-    bool mixed = whale_cluster_is_mixed(c);
-    int *layers = cfg->stage_layers;
-    if (cfg->uneven)   /* filled below for mixed clusters with dp <= WHALE_PLAN_MAX_STAGES */
-        memset(cfg->replica_micro, 0, sizeof cfg->replica_micro);
-    if (!cfg->layers_given)
-        split_interleaved(md->layers, pp, cfg->interleave, layers);
-
-    /* device group of every (stage, replica) */
-    unsigned char *grp = NULL;
-    if (mixed) {
-        grp = malloc((size_t)pp * dp);
-        if (!grp)
-            return WHALE_ENOMEM;
-        for (int s = 0; s < pp; s++)
-            for (int r = 0; r < dp; r++)
-                grp[(size_t)s * dp + r] = (unsigned char)rank_group(c, ((int64_t)s * dp + r) * cfg->tp);
-    }
-
+/* What the stage evaluation hands to the step totals: every stage's
+ * per-micro-batch figures, the bottleneck, the stage with the least memory
+ * headroom and one replica's pipeline time. */
+struct eval_stages {
     struct stage_out so[WHALE_PLAN_MAX_STAGES];
-    double tmax = 0, tsum = 0;
-    int bott = 0;
-    bool fits = true;
-    double worst_head = INFINITY;
-    int worst = 0;
-    double repl_T = 0;
-    struct stage_out wmem;
-    memset(&wmem, 0, sizeof wmem);
+    struct stage_out wmem;   /* the stage (device) with the least headroom */
+    double tmax, tsum;       /* slowest stage's and all stages' t_mb */
+    double worst_head;
+    double repl_T;           /* one replica's pipeline time (fill + steady) */
+    int bott, worst;
+    bool fits;
+};
 
-    if (!mixed) {
-        const struct whale_plan_device *g = &c->group[0].gpu;
-        for (int s = 0; s < pp; s++) {
-            /* Middle stages with the same layer count run the same time; their
-             * memory only shrinks along the pipeline (fewer micro-batches in
-             * flight), so reusing the previous one is exact for time and
-             * conservative for memory. */
-            if (s > 1 && s < pp - 1 && layers[s] == layers[s - 1])
-                so[s] = so[s - 1];
-            else
-                stage_eval(x, cfg, lc, g, s, layers[s], m, &so[s]);
-            fits = fits && so[s].fits;
-            if (so[s].capacity - so[s].total < worst_head) {
-                worst_head = so[s].capacity - so[s].total;
-                wmem = so[s];
-                worst = s;
-            }
-            tsum += so[s].t_mb;
-            if (so[s].t_mb > tmax) {
-                tmax = so[s].t_mb;
-                bott = s;
-            }
-        }
-        repl_T = m * tmax + (tsum - tmax) / cfg->interleave;
-    } else {
-        /* per (stage, group) evaluations; groups <= 8 */
-        struct stage_out sg[WHALE_CLUSTER_MAX_GROUPS];
-        bool present[WHALE_CLUSTER_MAX_GROUPS];
-        if (cfg->uneven && !cfg->layers_given) {
-            /* layer split for the slowest device of each stage, under memory caps */
-            double per_layer[WHALE_PLAN_MAX_STAGES], fixed[WHALE_PLAN_MAX_STAGES];
-            int cap[WHALE_PLAN_MAX_STAGES];
-            for (int s = 0; s < pp; s++) {
-                per_layer[s] = 0;
-                fixed[s] = 0;
-                cap[s] = md->layers;
-                for (int r = 0; r < dp; r++) {
-                    int gi = grp[(size_t)s * dp + r];
-                    struct stage_out a0, a1;
-                    stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, 0, m, &a0);
-                    stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, 1, m, &a1);
-                    per_layer[s] = fmax(per_layer[s], a1.t_mb - a0.t_mb);
-                    fixed[s] = fmax(fixed[s], a0.t_mb);
-                    double dmem = a1.total - a0.total;
-                    int k = dmem > 0 ? (int)floor((a0.capacity - a0.total) / dmem) : md->layers;
-                    if (k < cap[s])
-                        cap[s] = k < 0 ? 0 : k;
-                }
-            }
-            if (split_uneven(md->layers, pp, cfg->interleave, per_layer, fixed, cap, layers) < 0)
-                plan_split_even(md->layers, pp, layers);
-        }
-        double *Mr = malloc(sizeof(double) * 2 * (size_t)dp);
-        if (!Mr) {
-            free(grp);
-            return WHALE_ENOMEM;
-        }
-        double *Fr = Mr + dp;
-        for (int r = 0; r < dp; r++)
-            Mr[r] = 0, Fr[r] = 0;
-        for (int s = 0; s < pp; s++) {
-            memset(present, 0, sizeof present);
-            for (int r = 0; r < dp; r++)
-                present[grp[(size_t)s * dp + r]] = true;
-            double st = -1;
-            for (int gi = 0; gi < c->ngroups; gi++) {
-                if (!present[gi])
-                    continue;
-                stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, layers[s], m, &sg[gi]);
-                fits = fits && sg[gi].fits;
-                if (sg[gi].capacity - sg[gi].total < worst_head) {
-                    worst_head = sg[gi].capacity - sg[gi].total;
-                    wmem = sg[gi];
-                    worst = s;
-                }
-                if (sg[gi].t_mb > st) {      /* the slowest device for the breakdown */
-                    st = sg[gi].t_mb;
-                    so[s] = sg[gi];
-                }
-            }
-            for (int r = 0; r < dp; r++) {
-                double t = sg[grp[(size_t)s * dp + r]].t_mb;
-                Fr[r] += t;
-                Mr[r] = fmax(Mr[r], t);
-            }
-        }
-        for (int r = 0; r < dp; r++)
-            Fr[r] = (Fr[r] - Mr[r]) / cfg->interleave;
-        /* batch split: even, or water-filling micro-batches by replica speed */
-        double T = 0;
-        /* per-replica counts are stored for up to WHALE_PLAN_MAX_STAGES replicas;
-         * beyond that the batch stays even (layers may still be uneven) */
-        if (!cfg->uneven || dp == 1 || dp > WHALE_PLAN_MAX_STAGES) {
-            for (int r = 0; r < dp; r++)
-                T = fmax(T, m * Mr[r] + Fr[r]);
-        } else {
-            long total = (long)m * dp;
-            double lo = 0, hi = 0;
-            for (int r = 0; r < dp; r++)
-                hi = fmax(hi, total * Mr[r] + Fr[r]);
-            for (int it = 0; it < 60; it++) {
-                double mid = 0.5 * (lo + hi);
-                long cnt = 0;
-                for (int r = 0; r < dp && cnt < total; r++)
-                    cnt += mid > Fr[r] + Mr[r] ? (long)floor((mid - Fr[r]) / Mr[r]) : 1;
-                if (cnt >= total)
-                    hi = mid;
-                else
-                    lo = mid;
-            }
-            T = hi;
-            long left = total;
-            for (int r = 0; r < dp; r++) {
-                long k = hi > Fr[r] + Mr[r] ? (long)floor((hi - Fr[r]) / Mr[r]) : 1;
-                if (k > left) k = left;
-                if (k < 1) k = 1;
-                left -= k;
-                cfg->replica_micro[r] = (int)k;
-            }
-            /* the hi bound guarantees enough capacity; hand out any rest */
-            for (int r = 0; left > 0 && r < dp; r++, left--)
-                cfg->replica_micro[r]++;
-            T = 0;
-            for (int r = 0; r < dp; r++)
-                T = fmax(T, cfg->replica_micro[r] * Mr[r] + Fr[r]);
-        }
-        free(Mr);
-        repl_T = T;
-        for (int s = 0; s < pp; s++) {
-            tsum += so[s].t_mb;
-            if (so[s].t_mb > tmax) {
-                tmax = so[s].t_mb;
-                bott = s;
-            }
+/* Folds one (stage, device) evaluation into the memory verdict. */
+static void eval_note_memory(struct eval_stages *ev, const struct stage_out *o, int s)
+{
+    ev->fits = ev->fits && o->fits;
+    if (o->capacity - o->total < ev->worst_head) {
+        ev->worst_head = o->capacity - o->total;
+        ev->wmem = *o;
+        ev->worst = s;
+    }
+}
+
+/* Bottleneck stage and the sum of per-micro-batch times. */
+static void eval_bottleneck(struct eval_stages *ev, int pp)
+{
+    for (int s = 0; s < pp; s++) {
+        ev->tsum += ev->so[s].t_mb;
+        if (ev->so[s].t_mb > ev->tmax) {
+            ev->tmax = ev->so[s].t_mb;
+            ev->bott = s;
         }
     }
-    free(grp);
+}
 
-    /* DP / ZeRO collectives, optimizer, offload: the slowest stage counts.
-     * Stage s finishes its last backward about s backward passes before
-     * stage 0, which is slack for its reduction. */
+/* Homogeneous cluster: one evaluation per stage. */
+static void eval_stages_uniform(const struct plan_ctx *x, const struct whale_plan_config *cfg,
+                                const struct plan_layer_cost *lc, int m, struct eval_stages *ev)
+{
+    const struct whale_plan_device *g = &x->c->group[0].gpu;
+    const int *layers = cfg->stage_layers;
+    for (int s = 0; s < cfg->pp; s++) {
+        /* Middle stages with the same layer count run the same time; their
+         * memory only shrinks along the pipeline (fewer micro-batches in
+         * flight), so reusing the previous one is exact for time and
+         * conservative for memory. */
+        if (s > 1 && s < cfg->pp - 1 && layers[s] == layers[s - 1])
+            ev->so[s] = ev->so[s - 1];
+        else
+            stage_eval(x, cfg, lc, g, s, layers[s], m, &ev->so[s]);
+        eval_note_memory(ev, &ev->so[s], s);
+    }
+    eval_bottleneck(ev, cfg->pp);
+    ev->repl_T = m * ev->tmax + (ev->tsum - ev->tmax) / cfg->interleave;
+}
+
+/* Mixed cluster, uneven split: layers per stage for the slowest device of
+ * each stage, under every device's memory cap. */
+static void eval_split_layers(const struct plan_ctx *x, struct whale_plan_config *cfg,
+                              const struct plan_layer_cost *lc, const unsigned char *grp, int m)
+{
+    const struct whale_cluster *c = x->c;
+    int pp = cfg->pp, dp = cfg->dp, L = x->m->layers;
+    double per_layer[WHALE_PLAN_MAX_STAGES], fixed[WHALE_PLAN_MAX_STAGES];
+    int cap[WHALE_PLAN_MAX_STAGES];
+    for (int s = 0; s < pp; s++) {
+        per_layer[s] = 0;
+        fixed[s] = 0;
+        cap[s] = L;
+        for (int r = 0; r < dp; r++) {
+            int gi = grp[(size_t)s * dp + r];
+            struct stage_out a0, a1;
+            stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, 0, m, &a0);
+            stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, 1, m, &a1);
+            per_layer[s] = fmax(per_layer[s], a1.t_mb - a0.t_mb);
+            fixed[s] = fmax(fixed[s], a0.t_mb);
+            double dmem = a1.total - a0.total;
+            int k = dmem > 0 ? (int)floor((a0.capacity - a0.total) / dmem) : L;
+            if (k < cap[s])
+                cap[s] = k < 0 ? 0 : k;
+        }
+    }
+    if (split_uneven(L, pp, cfg->interleave, per_layer, fixed, cap, cfg->stage_layers) < 0)
+        plan_split_even(L, pp, cfg->stage_layers);
+}
+
+/* Mixed cluster: the step time of the replicas, replica r taking Mr[r] per
+ * micro-batch in steady state plus Fr[r] of fill; an even batch split, or
+ * water-filling micro-batches by replica speed (cfg->replica_micro). */
+static double eval_replica_time(struct whale_plan_config *cfg, int m, const double *Mr,
+                                const double *Fr)
+{
+    int dp = cfg->dp;
+    double T = 0;
+    /* per-replica counts are stored for up to WHALE_PLAN_MAX_STAGES replicas;
+     * beyond that the batch stays even (layers may still be uneven) */
+    if (!cfg->uneven || dp == 1 || dp > WHALE_PLAN_MAX_STAGES) {
+        for (int r = 0; r < dp; r++)
+            T = fmax(T, m * Mr[r] + Fr[r]);
+        return T;
+    }
+    long total = (long)m * dp;
+    double lo = 0, hi = 0;
+    for (int r = 0; r < dp; r++)
+        hi = fmax(hi, total * Mr[r] + Fr[r]);
+    for (int it = 0; it < 60; it++) {
+        double mid = 0.5 * (lo + hi);
+        long cnt = 0;
+        for (int r = 0; r < dp && cnt < total; r++)
+            cnt += mid > Fr[r] + Mr[r] ? (long)floor((mid - Fr[r]) / Mr[r]) : 1;
+        if (cnt >= total)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    long left = total;
+    for (int r = 0; r < dp; r++) {
+        long k = hi > Fr[r] + Mr[r] ? (long)floor((hi - Fr[r]) / Mr[r]) : 1;
+        if (k > left) k = left;
+        if (k < 1) k = 1;
+        left -= k;
+        cfg->replica_micro[r] = (int)k;
+    }
+    /* the hi bound guarantees enough capacity; hand out any rest */
+    for (int r = 0; left > 0 && r < dp; r++, left--)
+        cfg->replica_micro[r]++;
+    T = 0;
+    for (int r = 0; r < dp; r++)
+        T = fmax(T, cfg->replica_micro[r] * Mr[r] + Fr[r]);
+    return T;
+}
+
+/* Mixed cluster: per (stage, device group) evaluations (groups <= 8); the
+ * slowest device of a stage stands for it in the breakdown. */
+static int eval_stages_mixed(const struct plan_ctx *x, struct whale_plan_config *cfg,
+                             const struct plan_layer_cost *lc, const unsigned char *grp, int m,
+                             struct eval_stages *ev)
+{
+    const struct whale_cluster *c = x->c;
+    int pp = cfg->pp, dp = cfg->dp;
+    struct stage_out sg[WHALE_CLUSTER_MAX_GROUPS];
+    bool present[WHALE_CLUSTER_MAX_GROUPS];
+    if (cfg->uneven && !cfg->layers_given)
+        eval_split_layers(x, cfg, lc, grp, m);
+    double *Mr = malloc(sizeof(double) * 2 * (size_t)dp);
+    if (!Mr)
+        return WHALE_ENOMEM;
+    double *Fr = Mr + dp;
+    for (int r = 0; r < dp; r++)
+        Mr[r] = 0, Fr[r] = 0;
+    for (int s = 0; s < pp; s++) {
+        memset(present, 0, sizeof present);
+        for (int r = 0; r < dp; r++)
+            present[grp[(size_t)s * dp + r]] = true;
+        double st = -1;
+        for (int gi = 0; gi < c->ngroups; gi++) {
+            if (!present[gi])
+                continue;
+            stage_eval(x, cfg, &lc[gi], &c->group[gi].gpu, s, cfg->stage_layers[s], m, &sg[gi]);
+            eval_note_memory(ev, &sg[gi], s);
+            if (sg[gi].t_mb > st) {      /* the slowest device for the breakdown */
+                st = sg[gi].t_mb;
+                ev->so[s] = sg[gi];
+            }
+        }
+        for (int r = 0; r < dp; r++) {
+            double t = sg[grp[(size_t)s * dp + r]].t_mb;
+            Fr[r] += t;
+            Mr[r] = fmax(Mr[r], t);
+        }
+    }
+    for (int r = 0; r < dp; r++)
+        Fr[r] = (Fr[r] - Mr[r]) / cfg->interleave;
+    ev->repl_T = eval_replica_time(cfg, m, Mr, Fr);
+    free(Mr);
+    eval_bottleneck(ev, pp);
+    return 0;
+}
+
+/* Per-step DP/ZeRO collectives, optimizer and offload (the slowest stage
+ * counts), plus the tied-embedding all-reduce across the pipeline. Stage s
+ * finishes its last backward about s backward passes before stage 0, which
+ * is slack for its reduction. */
+static void eval_step_extras(const struct plan_ctx *x, const struct whale_plan_config *cfg,
+                             const struct eval_stages *ev, int m, bool mixed,
+                             struct whale_plan_prediction *pr)
+{
+    const struct whale_cluster *c = x->c;
+    const int *layers = cfg->stage_layers;
+    int pp = cfg->pp;
     double t_dp = 0, t_opt = 0, t_off = 0;
     const struct whale_plan_device *gref = &c->group[0].gpu;
     for (int gi = 1; gi < c->ngroups; gi++)
@@ -570,50 +577,64 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     for (int s = 0; s < pp; s++) {
         if (s > 1 && s < pp - 1 && layers[s] == layers[s - 1] && !mixed)
             continue;   /* same as the previous middle stage, with more slack */
-        double tot, slack = s * so[0].t_bwd;
-        double e = stage_dp_time(x, cfg, s, layers[s], m, &so[s], slack, &tot);
+        double tot, slack = s * ev->so[0].t_bwd;
+        double e = stage_dp_time(x, cfg, s, layers[s], m, &ev->so[s], slack, &tot);
         double off;
-        double o = stage_optim_time(x, cfg, gref, s, layers[s], m, &so[s], &off);
+        double o = stage_optim_time(x, cfg, gref, s, layers[s], m, &ev->so[s], &off);
         t_dp = fmax(t_dp, e);
         t_opt = fmax(t_opt, o);
         t_off = fmax(t_off, off);
     }
     /* tied embeddings across the pipeline: first and last stage all-reduce
      * the embedding gradient each step */
-    if (md->tied_embeddings && pp > 1) {
+    if (x->m->tied_embeddings && pp > 1) {
         double al, bw;
-        plan_group_link(x, cfg->tp * dp * (pp - 1), 2, &al, &bw);
+        plan_group_link(x, cfg->tp * cfg->dp * (pp - 1), 2, &al, &bw);
         t_dp += plan_allreduce(2, GBYTES * x->p_emb / cfg->tp, al, bw);
     }
+    pr->t_dp = t_dp;
+    pr->t_optim = t_opt;
+    pr->t_offload = t_off;
+}
 
-    struct stage_out *b = &so[bott];
-    double fill = repl_T - m * tmax;
+/* Step time breakdown (the bottleneck stage's parts, scaled to the
+ * replica's steady-state time; the rest is bubble) and the memory of the
+ * stage with the least headroom. */
+static void eval_breakdown(const struct plan_ctx *x, struct whale_plan_config *cfg,
+                           const struct eval_stages *ev, int m, struct whale_plan_prediction *pr)
+{
+    const struct stage_out *b = &ev->so[ev->bott];
+    double fill = ev->repl_T - m * ev->tmax;
     if (fill < 0) fill = 0;
-    double scale = b->t_mb > 0 ? (repl_T - fill) / b->t_mb : 0;
+    double scale = b->t_mb > 0 ? (ev->repl_T - fill) / b->t_mb : 0;
     pr->t_compute = scale * b->t_comp;
     pr->t_recompute = scale * b->t_rc;
     pr->t_tp = scale * b->t_tp;
     pr->t_pp = scale * b->t_pp;
     pr->t_bubble = fill;
-    pr->t_dp = t_dp;
-    pr->t_optim = t_opt;
-    pr->t_offload = t_off;
-    pr->t_step = repl_T + t_dp + t_opt + t_off;
+    pr->t_step = ev->repl_T + pr->t_dp + pr->t_optim + pr->t_offload;
 
-    const struct stage_out *wso = &wmem;
-    pr->fits = fits;
-    pr->worst_stage = worst;
+    const struct stage_out *wso = &ev->wmem;
+    pr->fits = ev->fits;
+    pr->worst_stage = ev->worst;
     pr->mem_weights = wso->weights;
     pr->mem_grads = wso->grads;
     pr->mem_optim = wso->optim;
     pr->mem_act = wso->act;
     pr->mem_buffers = wso->buffers;
-    pr->mem_overhead = c->overhead_bytes;
+    pr->mem_overhead = x->c->overhead_bytes;
     pr->mem_total = wso->total;
     pr->mem_capacity = wso->capacity;
-    cfg->rc_full = so[0].n_full;
-    cfg->rc_selective = so[0].n_sel;
+    cfg->rc_full = ev->so[0].n_full;
+    cfg->rc_selective = ev->so[0].n_sel;
+}
 
+/* FLOPs, MFU/HFU, tokens/s and the link classes of the layout. */
+static void eval_flops(const struct plan_ctx *x, const struct whale_plan_config *cfg,
+                       const struct eval_stages *ev, struct whale_plan_prediction *pr)
+{
+    const struct whale_cluster *c = x->c;
+    const struct whale_model_desc *md = x->m;
     /* FLOPs. Model FLOPs (MFU; Korthikanti et al. 2022, the MosaicML and
      * NeMo tables): forward + 2x backward of the GEMMs (6 N per token for
      * the block and output weights) plus the attention scores counted over
@@ -630,9 +651,9 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     double Flog = 2 * s_ * h * V;
     double Fsel = md->attention == WHALE_ATTN_FLASH ? 0 : 4 * s_ * s_ * h;
     double nfull = 0, nsel = 0;
-    for (int s = 0; s < pp; s++) {
-        nfull += so[s].n_full;
-        nsel += so[s].n_sel;
+    for (int s = 0; s < cfg->pp; s++) {
+        nfull += ev->so[s].n_full;
+        nsel += ev->so[s].n_sel;
     }
     pr->model_flops_step = (double)x->batch * (3 * md->layers * F1 + 3 * Flog);
     pr->flops_step = pr->model_flops_step + (double)x->batch * (nfull * F1 + nsel * Fsel);
@@ -652,8 +673,61 @@ int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
     pr->tokens_per_s = (double)x->batch * s_ / pr->t_step;
     double al, bw;
     pr->link_tp = plan_group_link(x, 1, cfg->tp, &al, &bw);
-    pr->link_dp = plan_group_link(x, cfg->tp, dp, &al, &bw);
-    pr->link_pp = pp > 1 ? plan_group_link(x, cfg->tp * dp, 2, &al, &bw) : WHALE_PLAN_LINK_NVLINK;
+    pr->link_dp = plan_group_link(x, cfg->tp, cfg->dp, &al, &bw);
+    pr->link_pp = cfg->pp > 1 ? plan_group_link(x, cfg->tp * cfg->dp, 2, &al, &bw)
+                              : WHALE_PLAN_LINK_NVLINK;
+}
+
+/* One configuration's prediction, in phases: check and derive, stages
+ * (memory and per-micro-batch time), step extras (DP/ZeRO, optimizer,
+ * offload), breakdown, FLOPs. */
+int plan_eval_lc(const struct plan_ctx *x, struct whale_plan_config *cfg,
+                 const struct plan_layer_cost *lc, struct whale_plan_prediction *pr, char *why,
+                 size_t why_len)
+{
+    int rc = plan_config_check(x, cfg, why, why_len);
+    if (rc)
+        return rc;
+    const struct whale_cluster *c = x->c;
+    memset(pr, 0, sizeof *pr);
+    int pp = cfg->pp, dp = cfg->dp, m = (int)(x->batch / ((long)dp * cfg->microbatch));
+    cfg->nmicro = m;
+    cfg->precision = x->prec;
+    if (!cfg->seqpar || cfg->tp < 2)
+        cfg->seqpar = false;
+    bool mixed = whale_cluster_is_mixed(c);
+    if (cfg->uneven)   /* filled below for mixed clusters with dp <= WHALE_PLAN_MAX_STAGES */
+        memset(cfg->replica_micro, 0, sizeof cfg->replica_micro);
+    if (!cfg->layers_given)
+        split_interleaved(x->m->layers, pp, cfg->interleave, cfg->stage_layers);
+
+    /* on the stack, like the per-stage array before the split: the search
+     * evaluates tens of thousands of configurations, and only the stages
+     * in use are written */
+    struct eval_stages evs, *ev = &evs;
+    memset(&ev->wmem, 0, sizeof ev->wmem);
+    ev->tmax = ev->tsum = ev->repl_T = 0;
+    ev->bott = ev->worst = 0;
+    ev->fits = true;
+    ev->worst_head = INFINITY;
+    if (!mixed) {
+        eval_stages_uniform(x, cfg, lc, m, ev);
+    } else {
+        /* device group of every (stage, replica) */
+        unsigned char *grp = malloc((size_t)pp * dp);
+        if (!grp)
+            return WHALE_ENOMEM;
+        for (int s = 0; s < pp; s++)
+            for (int r = 0; r < dp; r++)
+                grp[(size_t)s * dp + r] = (unsigned char)rank_group(c, ((int64_t)s * dp + r) * cfg->tp);
+        rc = eval_stages_mixed(x, cfg, lc, grp, m, ev);
+        free(grp);
+        if (rc)
+            return rc;
+    }
+    eval_step_extras(x, cfg, ev, m, mixed, pr);
+    eval_breakdown(x, cfg, ev, m, pr);
+    eval_flops(x, cfg, ev, pr);
     return 0;
 }
 

@@ -57,6 +57,12 @@ static void usage(FILE *f)
 "                             the cluster as the plugin sees it: whale.conf (+ its\n"
 "                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
 "      --calib FILE           calibration profile written by whale-bench\n"
+"      --cores-per-node N --threads N\n"
+"                             CPU ranks (-G cpu): the ranks of a node share its N\n"
+"                             cores; a profile's PeakTFLOPS measured with Threads=T\n"
+"                             becomes peak/T x min(threads, cores/ranks) per rank\n"
+"                             (default: the profile's CoresPerNode, whale-train's\n"
+"                             threads = cores/ranks)\n"
 "      --fit-step SECONDS --calib-out FILE\n"
 "                             scale the compute efficiency so that the configuration\n"
 "                             given by the constraints predicts SECONDS per step (a\n"
@@ -128,7 +134,7 @@ static int parse_dbl(const char *opt, const char *s, double lo, double hi, doubl
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
-    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU
+    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS
 };
 
 static const struct option longopts[] = {
@@ -143,6 +149,8 @@ static const struct option longopts[] = {
     { "nodes-per-leaf", required_argument, 0, O_LEAF },
     { "spine-oversub", required_argument, 0, O_OVERSUB },
     { "calib", required_argument, 0, O_CALIB },
+    { "cores-per-node", required_argument, 0, O_CORES },
+    { "threads", required_argument, 0, O_THREADS },
     { "conf", required_argument, 0, O_CONF },
     { "fit-step", required_argument, 0, O_FIT },
     { "calib-out", required_argument, 0, O_CALOUT },
@@ -518,6 +526,7 @@ int main(int argc, char **argv)
     memset(&cal, 0, sizeof cal);
     bool gpn_given = false;
     long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
+    long cores = 0, threads = 0; /* CPU ranks: cores per node, threads per rank */
     double oversub = 1;
     double train_tokens = 0; /* --train-tokens: the cost of the whole run */
     struct plan_price price = { .node_hour = -1, .gpu_hour = -1 };
@@ -552,6 +561,8 @@ int main(int argc, char **argv)
         case O_LEAF: if (parse_int("nodes-per-leaf", optarg, 0, 10000000, &leaf)) return 2; break;
         case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
         case O_CALIB: calib = optarg; break;
+        case O_CORES: if (parse_int("cores-per-node", optarg, 1, 65536, &cores)) return 2; break;
+        case O_THREADS: if (parse_int("threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_CONF: conf_path = optarg; break;
         case O_FIT: if (parse_dbl("fit-step", optarg, 1e-9, 1e9, &fit_step)) return 2; break;
         case O_CALOUT: calib_out = optarg; break;
@@ -641,6 +652,8 @@ int main(int argc, char **argv)
     int crc = resolve_cluster(&ca, &cl);
     if (crc)
         return crc;
+    cl.cpu_cores_per_node = (int)cores;
+    cl.cpu_threads_per_rank = (int)threads;
     struct whale_cluster uncalibrated = cl;
     if (calib) {
         if (whale_calib_load(calib, &cal))

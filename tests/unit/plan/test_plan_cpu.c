@@ -1,0 +1,88 @@
+/* CPU ranks sharing a node's cores (whale_calib_cpu_share, the Threads= and
+ * CoresPerNode= keys of a calibration profile, whale_calib_apply): a peak
+ * measured with T threads becomes peak / T x min(threads, cores / ranks). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "whale/plan.h"
+
+static void share(void **state)
+{
+    (void)state;
+    struct whale_calib cal;
+    memset(&cal, 0, sizeof cal);
+    /* no Threads=: the profile holds per rank as it is */
+    assert_true(whale_calib_cpu_share(&cal, 4, 2, 0) == 1.0);
+    cal.has = WHALE_CAL_CPU;
+    cal.threads = 1;
+    cal.cores_per_node = 2;
+    /* 1 rank on 2 cores with whale-train's default threads (2): 2 x */
+    assert_true(whale_calib_cpu_share(&cal, 1, 0, 0) == 2.0);
+    /* 1 rank, 1 thread: as measured */
+    assert_true(whale_calib_cpu_share(&cal, 1, 0, 1) == 1.0);
+    /* 2 ranks on 2 cores: one core each, whatever the threads */
+    assert_true(whale_calib_cpu_share(&cal, 2, 0, 0) == 1.0);
+    assert_true(whale_calib_cpu_share(&cal, 2, 0, 2) == 1.0);
+    /* 4 ranks on 2 cores: half a core each */
+    assert_true(whale_calib_cpu_share(&cal, 4, 0, 1) == 0.5);
+    /* the cluster's core count wins over the profile's */
+    assert_true(whale_calib_cpu_share(&cal, 4, 16, 0) == 4.0);
+    /* measured with 2 threads: per-thread rate is half the peak */
+    cal.threads = 2;
+    assert_true(whale_calib_cpu_share(&cal, 1, 0, 1) == 0.5);
+}
+
+static void profile_round_trip_and_apply(void **state)
+{
+    (void)state;
+    struct whale_calib cal;
+    assert_int_equal(whale_calib_parse_string(
+                         "Calibration=1\nDevice=cpu PeakTFLOPS=0.1 Threads=1 CoresPerNode=2\n",
+                         "test", &cal), 0);
+    assert_true(cal.has & WHALE_CAL_CPU);
+    assert_true(cal.threads == 1 && cal.cores_per_node == 2);
+    char buf[2048];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_non_null(f);
+    assert_int_equal(whale_calib_write(f, &cal), 0);
+    fclose(f);
+    assert_non_null(strstr(buf, "Threads=1"));
+    assert_non_null(strstr(buf, "CoresPerNode=2"));
+    /* bad values name the key */
+    struct whale_calib bad;
+    assert_int_not_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu Threads=0\n", "t",
+                                                  &bad), 0);
+
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 2, "cpu"), 0);
+    whale_calib_apply(&cal, &c);            /* 2 ranks on 2 cores: 1 core each */
+    assert_true(c.group[0].gpu.peak_flops == 0.1e12);
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    whale_calib_apply(&cal, &c);            /* 1 rank, default threads = 2 cores */
+    assert_true(c.group[0].gpu.peak_flops == 0.2e12);
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    c.cpu_threads_per_rank = 1;
+    whale_calib_apply(&cal, &c);
+    assert_true(c.group[0].gpu.peak_flops == 0.1e12);
+    /* GPUs are never scaled */
+    assert_int_equal(whale_cluster_init(&c, 1, 8, "H100-80GB"), 0);
+    double before = c.group[0].gpu.hbm_bw;
+    struct whale_calib g = cal;
+    g.has &= ~WHALE_CAL_PEAK;
+    whale_calib_apply(&g, &c);
+    assert_true(c.group[0].gpu.hbm_bw == before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(share),
+        cmocka_unit_test(profile_round_trip_and_apply),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
