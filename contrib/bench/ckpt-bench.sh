@@ -89,11 +89,12 @@ echo
 echo "== medians (best) of $runs rounds"
 awk -v s="$m_sync" -v a="$m_as" -v ba="$b_as" -v d="$m_ds" -v bd="$b_ds" -v o="$m_ours" \
     -v bo="$b_ours" -v dd="$m_dd" -v ddd="$m_ddd" -v bddd="$b_ddd" -v lp="$maxload_p" \
-    -v ls="$maxload_s" -v cores="$cores" 'BEGIN {
-  function verdict(ok, load) {
-    if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
-    return ok ? "MET" : "NOT MET"
-  }
+    -v ls="$maxload_s" -v cores="$cores" '
+function verdict(ok, load) {
+  if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
+  return ok ? "MET" : "NOT MET"
+}
+BEGIN {
   printf "synchronous save              %8.3f s\n", s
   printf "async stall, snapshot copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)\n", a, 100*a/s, 100*ba/s
   printf "async stall, deferred copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", d, 100*d/s, 100*bd/s, verdict(100*d/s <= 5, ls)
