@@ -1114,7 +1114,18 @@ static void test_config_env(void **st)
     setenv("WHALE_CKPT_ZSTD", "40", 1);
     assert_int_equal(whale_ckpt_config_from_env(&c), WHALE_ERANGE);
     assert_non_null(strstr(logbuf, "WHALE_CKPT_ZSTD=40: expected an integer in [0, 19]"));
+    unsetenv("WHALE_CKPT_ZSTD");
+    setenv("WHALE_CKPT_SNAPSHOT", "lazy", 1);
+    assert_int_equal(whale_ckpt_config_from_env(&c), WHALE_EINVAL);
+    assert_non_null(strstr(logbuf, "WHALE_CKPT_SNAPSHOT=lazy: expected copy or deferred"));
     log_release();
+    setenv("WHALE_CKPT_SNAPSHOT", "deferred", 1);
+    assert_int_equal(whale_ckpt_config_from_env(&c), 0);
+    assert_int_equal(c.snapshot, WHALE_CKPT_SNAPSHOT_DEFERRED);
+    setenv("WHALE_CKPT_SNAPSHOT", "copy", 1);
+    assert_int_equal(whale_ckpt_config_from_env(&c), 0);
+    assert_int_equal(c.snapshot, WHALE_CKPT_SNAPSHOT_COPY);
+    unsetenv("WHALE_CKPT_SNAPSHOT");
     const char *vars[] = {"WHALE_CKPT_DIR", "WHALE_CKPT_KEEP", "WHALE_CKPT_WEIGHTS",
                           "WHALE_CKPT_MOMENTS", "WHALE_CKPT_BUSY", "WHALE_CKPT_ZSTD"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
