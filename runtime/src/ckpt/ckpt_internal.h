@@ -107,8 +107,6 @@ typedef struct ckpt_fault {
     long long written;
 } ckpt_fault;
 void ckpt_fault_from_env(ckpt_fault *f);
-/* WHALE_CKPT_SNAPSHOT (snapshot.c): 0, or WHALE_EINVAL with the message */
-int  ckpt_snapshot_from_env(whale_ckpt_config *c);
 
 mode_t ckpt_file_mode(bool priv);
 mode_t ckpt_dir_mode(bool priv);

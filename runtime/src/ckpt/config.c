@@ -113,6 +113,16 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
+    if ((s = getenv("WHALE_CKPT_SNAPSHOT")) && *s) {
+        if (!strcasecmp(s, "copy"))
+            c->snapshot = WHALE_CKPT_SNAPSHOT_COPY;
+        else if (!strcasecmp(s, "deferred"))
+            c->snapshot = WHALE_CKPT_SNAPSHOT_DEFERRED;
+        else {
+            whale_error("WHALE_CKPT_SNAPSHOT=%s: expected copy or deferred", s);
+            return WHALE_EINVAL;
+        }
+    }
     if ((s = getenv("WHALE_CKPT_WEIGHTS")) && *s) {
         if (!strcasecmp(s, "exact") || !strcasecmp(s, "fp32"))
             c->weights = WHALE_CKPT_WEIGHTS_EXACT;
@@ -135,8 +145,6 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((rc = ckpt_snapshot_from_env(c)) < 0) /* snapshot.c */
-        return rc;
     if ((rc = env_long("WHALE_CKPT_COMMIT_TIMEOUT", 1, 86400, &v)) < 0)
         return rc;
     if (rc == 0)

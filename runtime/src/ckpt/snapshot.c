@@ -13,12 +13,7 @@
  * snap_done (under ck->mu). */
 #include "save_internal.h"
 
-#include "whale/error.h"
-#include "whale/knobs.h"
-#include "whale/log.h"
-
 #include <string.h>
-#include <strings.h>
 
 #define SNAP_SLICE ((size_t)4 << 20) /* large enough to amortise the lock, small enough to share */
 
@@ -70,22 +65,4 @@ void ckpt_snap_help(whale_ckpt *ck)
         }
         pthread_mutex_unlock(&ck->mu);
     }
-}
-
-/* WHALE_CKPT_SNAPSHOT=copy|deferred (whale-train picks deferred itself
- * unless this says otherwise: tools/train/train_ckpt_snap.c). */
-int ckpt_snapshot_from_env(whale_ckpt_config *c)
-{
-    const char *s = whale_knob_getenv("WHALE_CKPT_SNAPSHOT");
-    if (!s || !*s)
-        return 0;
-    if (!strcasecmp(s, "copy"))
-        c->snapshot = WHALE_CKPT_SNAPSHOT_COPY;
-    else if (!strcasecmp(s, "deferred"))
-        c->snapshot = WHALE_CKPT_SNAPSHOT_DEFERRED;
-    else {
-        whale_error("WHALE_CKPT_SNAPSHOT=%s: expected copy or deferred", s);
-        return WHALE_EINVAL;
-    }
-    return 0;
 }
