@@ -7,20 +7,24 @@
 #     commit) vs `dd oflag=direct conv=fdatasync` of the same size into the
 #     same directory                                   target: >= 80 % of dd
 #     (dd through the page cache is printed too, for reference)
+#   - whale-train (gpt-small, a checkpoint every step): the stall the run
+#     reports (save + the optimizer's wait for a deferred snapshot) with
+#     WHALE_CKPT_ASYNC=0, WHALE_CKPT_SNAPSHOT=copy and =deferred (the default)
+#                                                      target: deferred <= 5 % of sync
 #   - bytes written by an incremental save with half the layers frozen
 #   - size and restore error per compression mode
 # A target is judged only when the 1-minute load average stayed at or below
 # the core count during its rounds; otherwise the summary says "not judged
 # (load)". Median and best of the rounds are printed.
 # usage: contrib/bench/ckpt-bench.sh [-b BUILD_DIR] [-d SCRATCH_DIR] [-m MB] [-r RUNS]
-#            [-c COMPUTE_MS]
+#            [-c COMPUTE_MS] [-s TRAIN_STEPS (0: skip whale-train)]
 set -euo pipefail
-build=build dir=${TMPDIR:-/tmp} mb=512 runs=5 compute_ms=400
-while getopts "b:d:m:r:c:h" o; do
+build=build dir=${TMPDIR:-/tmp} mb=512 runs=5 compute_ms=400 tsteps=6
+while getopts "b:d:m:r:c:s:h" o; do
     case $o in
     b) build=$OPTARG ;; d) dir=$OPTARG ;; m) mb=$OPTARG ;; r) runs=$OPTARG ;;
-    c) compute_ms=$OPTARG ;;
-    *) sed -n '2,17p' "$0"; exit 2 ;;
+    c) compute_ms=$OPTARG ;; s) tsteps=$OPTARG ;;
+    *) sed -n '2,22p' "$0"; exit 2 ;;
     esac
 done
 tool=$build/runtime/tools/ckpt/whale-ckpt
@@ -77,6 +81,33 @@ for i in $(seq "$runs"); do
     loads_s+=("$l0" "$l1")
     echo "stall round $i: sync save ${sync_s[-1]} s, async stall ${astall[-1]} s, deferred stall ${dstall[-1]} s  [load $l0 -> $l1]"
 done
+# whale-train: the stall it reports over a run with a save every step
+tr_sync=() tr_copy=() tr_def=() loads_t=()
+train=$build/runtime/tools/train/whale-train
+if [ "$tsteps" -gt 0 ]; then
+    head -c 3000000 /dev/urandom | base64 > "$scratch/corpus.txt"
+    train_stall() { # MODE -> seconds of checkpoint stall in the summary
+        local env=(WHALE_CKPT_SNAPSHOT="$1")
+        [ "$1" = sync ] && env=(WHALE_CKPT_ASYNC=0)
+        rm -rf "$scratch/ck"
+        env "${env[@]}" "$train" --model gpt-small --data "$scratch/corpus.txt" --steps "$tsteps" \
+            --batch 4 --seq 64 --threads "$cores" --no-progress --whale-ckpt-dir "$scratch/ck" \
+            --whale-ckpt-every 1 --metrics "$scratch/m.jsonl" 2>/dev/null |
+            python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("{\"summary\""): print("%.4f" % json.loads(l)["summary"]["checkpoints"]["stall_s"])'
+    }
+    for i in $(seq "$runs"); do
+        l0=$(load1)
+        tr_sync+=("$(train_stall sync)")
+        tr_copy+=("$(train_stall copy)")
+        tr_def+=("$(train_stall deferred)")
+        l1=$(load1)
+        loads_t+=("$l0" "$l1")
+        echo "whale-train round $i ($tsteps saves of gpt-small): stall sync ${tr_sync[-1]} s, copy ${tr_copy[-1]} s, deferred ${tr_def[-1]} s  [load $l0 -> $l1]"
+    done
+    rm -rf "$scratch/ck"
+fi
 m_sync=$(printf '%s\n' "${sync_s[@]}" | median)
 m_as=$(printf '%s\n' "${astall[@]}" | median); b_as=$(printf '%s\n' "${astall[@]}" | best_min)
 m_ds=$(printf '%s\n' "${dstall[@]}" | median); b_ds=$(printf '%s\n' "${dstall[@]}" | best_min)
@@ -89,17 +120,26 @@ echo
 echo "== medians (best) of $runs rounds"
 awk -v s="$m_sync" -v a="$m_as" -v ba="$b_as" -v d="$m_ds" -v bd="$b_ds" -v o="$m_ours" \
     -v bo="$b_ours" -v dd="$m_dd" -v ddd="$m_ddd" -v bddd="$b_ddd" -v lp="$maxload_p" \
-    -v ls="$maxload_s" -v cores="$cores" 'BEGIN {
-  function verdict(ok, load) {
-    if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
-    return ok ? "MET" : "NOT MET"
-  }
+    -v ls="$maxload_s" -v cores="$cores" '
+function verdict(ok, load) {
+  if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
+  return ok ? "MET" : "NOT MET"
+}
+BEGIN {
   printf "synchronous save              %8.3f s\n", s
   printf "async stall, snapshot copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)\n", a, 100*a/s, 100*ba/s
   printf "async stall, deferred copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", d, 100*d/s, 100*bd/s, verdict(100*d/s <= 5, ls)
   printf "persist bandwidth             %8.1f MB/s = %5.1f %% of dd oflag=direct %.1f MB/s (best %.1f of %.1f)  target >= 80 %%: %s\n", o, 100*o/ddd, ddd, bo, bddd, verdict(o >= 0.8*ddd, lp)
   printf "                                          (dd through the page cache: %.1f MB/s)\n", dd
 }'
+if [ "$tsteps" -gt 0 ]; then
+    awk -v s="$(printf '%s\n' "${tr_sync[@]}" | median)" -v c="$(printf '%s\n' "${tr_copy[@]}" | median)" \
+        -v d="$(printf '%s\n' "${tr_def[@]}" | median)" -v bd="$(printf '%s\n' "${tr_def[@]}" | best_min)" \
+        -v lt="$(printf '%s\n' "${loads_t[@]}" | best_max)" -v cores="$cores" -v n="$tsteps" 'BEGIN {
+  v = lt > cores ? sprintf("NOT JUDGED (load up to %.1f on %d cores)", lt, cores) : (d <= 0.05 * s ? "MET" : "NOT MET")
+  printf "whale-train, %d saves: stall sync %.3f s, copy %.3f s (%.1f %%), deferred %.4f s = %.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", n, s, c, 100*c/s, d, 100*d/s, 100*bd/s, v
+}'
+fi
 echo
 echo "== incremental and compression (one run each)"
 "$tool" bench --dir "$scratch" --mb "$mb" --part incremental | grep -v RESULT
