@@ -11,6 +11,7 @@
 #include "bench_comm.h"
 #include "bench_offload.h"
 #include "whale/blascore.h"
+#include "whale/knobs.h"
 #include "whale_config.h"
 
 /* OpenBLAS picks its kernels when it loads; on a CPU model it does not know
@@ -19,7 +20,7 @@
  * with OPENBLAS_CORETYPE set, as whale-train does. */
 static void ensure_blas_core(char **argv)
 {
-    const char *core = getenv("WHALE_BENCH_REEXEC") ? NULL : whale_blas_core_wanted();
+    const char *core = whale_knob_getenv("WHALE_BENCH_REEXEC") ? NULL : whale_blas_core_wanted();
     if (!core)
         return;
     setenv("OPENBLAS_CORETYPE", core, 1);
