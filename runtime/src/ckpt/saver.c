@@ -4,6 +4,7 @@
 #include "save_internal.h"
 
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 #include <errno.h>
@@ -131,7 +132,7 @@ static void *worker(void *arg)
  * dead launch's leftovers are told apart. NULL when there is none. */
 static char *default_run_id(int world)
 {
-    const char *s = getenv("WHALE_CKPT_RUN_ID");
+    const char *s = whale_knob_getenv("WHALE_CKPT_RUN_ID");
     if (s && *s)
         return strdup(s);
     const char *job = getenv("SLURM_JOB_ID"), *stp = getenv("SLURM_STEP_ID"),

@@ -8,6 +8,7 @@
 #include <new>
 
 #include "backend/cuda/common.cuh"
+#include "whale/knobs.h" // plain C with extern "C": the knob table is readable from .cu too
 
 extern "C" int bk_cuda_device_count(void)
 {
@@ -283,7 +284,7 @@ static int choose_ordinal(int asked, int count)
     const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     if (vis && *vis)
         return 0;
-    const char *lr = getenv("WHALE_LOCAL_RANK");
+    const char *lr = whale_knob_getenv("WHALE_LOCAL_RANK");
     int local = lr ? atoi(lr) : 0;
     return local >= 0 ? local % count : 0;
 }
