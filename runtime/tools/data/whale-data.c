@@ -33,6 +33,8 @@ struct opts {
     double val_fraction, coverage;
     int progress, verbose, force;
     long shuffle; /* seed of the document order in the shards; -1: input order */
+    char **inputs; /* the INPUT operands */
+    int ninputs;
 };
 
 static void usage(FILE *f)
@@ -257,13 +259,14 @@ static void remove_stale(const char *dir, json_t *tr, json_t *va)
     }
 }
 
-int main(int argc, char **argv)
+/* The command line into o. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct opts *o)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    struct opts o = { .model_type = "bpe", .vocab = 4096, .val_fraction = 0.05,
-                      .threads = ncpu > 0 ? ncpu : 1, .shard_tokens = 100000000,
-                      .train_sentences = 2000000, .coverage = 0.9995, .progress = -1,
-                      .shuffle = 1 };
+    *o = (struct opts){ .model_type = "bpe", .vocab = 4096, .val_fraction = 0.05,
+                        .threads = ncpu > 0 ? ncpu : 1, .shard_tokens = 100000000,
+                        .train_sentences = 2000000, .coverage = 0.9995, .progress = -1,
+                        .shuffle = 1 };
     enum { O_JSONL = 256, O_TOK, O_VOCAB, O_TYPE, O_COV, O_TRS, O_VF, O_VD, O_ST, O_TH, O_FORCE,
            O_NOPROG, O_VERB, O_SHUF, O_NOSHUF };
     static const struct option lo[] = {
@@ -283,34 +286,34 @@ int main(int argc, char **argv)
     int c, bad = 0, vocab_set = 0;
     while ((c = getopt_long(argc, argv, "o:hV", lo, NULL)) != -1) {
         switch (c) {
-        case 'o': o.out = optarg; break;
+        case 'o': o->out = optarg; break;
         case O_JSONL:
             if (!*optarg) {
                 ERR("--jsonl needs a field name");
                 bad = 1;
             }
-            o.jsonl = optarg;
+            o->jsonl = optarg;
             break;
-        case O_TOK: o.tokenizer = optarg; break;
-        case O_VOCAB: bad |= parse_long("--vocab-size", optarg, 64, 65536, &o.vocab); vocab_set = 1; break;
+        case O_TOK: o->tokenizer = optarg; break;
+        case O_VOCAB: bad |= parse_long("--vocab-size", optarg, 64, 65536, &o->vocab); vocab_set = 1; break;
         case O_TYPE:
             if (strcmp(optarg, "bpe") && strcmp(optarg, "unigram")) {
                 ERR("--model-type=%s: expected bpe or unigram", optarg);
                 bad = 1;
             }
-            o.model_type = optarg;
+            o->model_type = optarg;
             break;
-        case O_COV: bad |= parse_double("--character-coverage", optarg, 0.98, 1.0, &o.coverage); break;
-        case O_TRS: bad |= parse_long("--train-sentences", optarg, 0, 1L << 40, &o.train_sentences); break;
-        case O_VF: bad |= parse_double("--val-fraction", optarg, 0, 0.5, &o.val_fraction); break;
-        case O_VD: bad |= parse_long("--val-docs", optarg, 1, 1L << 40, &o.val_docs); break;
-        case O_ST: bad |= parse_long("--shard-tokens", optarg, 1024, INT32_MAX, &o.shard_tokens); break;
-        case O_TH: bad |= parse_long("--threads", optarg, 1, 1024, &o.threads); break;
-        case O_FORCE: o.force = 1; break;
-        case O_NOPROG: o.progress = 0; break;
-        case O_VERB: o.verbose = 1; break;
-        case O_SHUF: bad |= parse_long("--shuffle", optarg, 0, LONG_MAX, &o.shuffle); break;
-        case O_NOSHUF: o.shuffle = -1; break;
+        case O_COV: bad |= parse_double("--character-coverage", optarg, 0.98, 1.0, &o->coverage); break;
+        case O_TRS: bad |= parse_long("--train-sentences", optarg, 0, 1L << 40, &o->train_sentences); break;
+        case O_VF: bad |= parse_double("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
+        case O_VD: bad |= parse_long("--val-docs", optarg, 1, 1L << 40, &o->val_docs); break;
+        case O_ST: bad |= parse_long("--shard-tokens", optarg, 1024, INT32_MAX, &o->shard_tokens); break;
+        case O_TH: bad |= parse_long("--threads", optarg, 1, 1024, &o->threads); break;
+        case O_FORCE: o->force = 1; break;
+        case O_NOPROG: o->progress = 0; break;
+        case O_VERB: o->verbose = 1; break;
+        case O_SHUF: bad |= parse_long("--shuffle", optarg, 0, LONG_MAX, &o->shuffle); break;
+        case O_NOSHUF: o->shuffle = -1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-data %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;
         default: usage(stderr); return 2;
@@ -318,161 +321,229 @@ int main(int argc, char **argv)
     }
     if (bad)
         return 2;
-    if (!o.out) {
+    if (!o->out) {
         ERR("--out DIR is required (see --help)");
         return 2;
     }
-    if (o.tokenizer && vocab_set) {
+    if (o->tokenizer && vocab_set) {
         ERR("--vocab-size trains a tokenizer; --tokenizer loads one: give one of them");
         return 2;
     }
-    bool progress = o.progress != 0 && isatty(STDERR_FILENO);
-    {
-        char *meta;
-        struct stat sb;
-        if (asprintf(&meta, "%s/%s", o.out, META_NAME) < 0)
-            return 1;
-        int exists = stat(meta, &sb) == 0;
-        free(meta);
-        if (exists && !o.force) {
-            ERR("%s already holds a whale-data output (%s); --force replaces it", o.out,
-                META_NAME);
-            return 1;
-        }
+    return -1;
+}
+
+/* An earlier output is replaced only with --force. 0, or 1 (said). */
+static int check_out(const struct opts *o)
+{
+    char *meta;
+    struct stat sb;
+    if (asprintf(&meta, "%s/%s", o->out, META_NAME) < 0)
+        return 1;
+    int exists = stat(meta, &sb) == 0;
+    free(meta);
+    if (exists && !o->force) {
+        ERR("%s already holds a whale-data output (%s); --force replaces it", o->out, META_NAME);
+        return 1;
     }
+    return 0;
+}
 
-    struct wd_corpus corp = { 0 };
-    struct wd_out out = { 0 };
-    struct wd_ids *enc = NULL;
-    size_t *order = NULL;
-    wd_spm *sp = NULL;
-    char *model = NULL;
-    size_t model_len = 0;
+/* What one run holds, released by data_free(). */
+struct data_run {
+    struct wd_corpus corp;
+    struct wd_out out;
+    struct wd_ids *enc; /* one per document */
+    size_t *order;      /* the documents in shard order */
+    wd_spm *sp;
+    char *model; /* the tokenizer's bytes */
+    size_t model_len;
+    int V;
+    double t_train, t_enc; /* seconds training the tokenizer, encoding */
+    json_t *tr, *va;       /* the shard names of each split */
+    size_t tt, td, tb, vt, vd, vb; /* tokens, documents, bytes of train / val */
+    json_t *meta;
+};
+
+/* The tokenizer: loaded, or trained on the training documents only (so
+ * validation text never shapes it). 0 or -1 (said). */
+static int make_tokenizer(const struct opts *o, bool progress, struct data_run *r)
+{
     char err[1024];
-    json_t *meta = NULL;
-    int rc = 1;
-    if (wd_corpus_files(&corp, argv + optind, argc - optind) || wd_corpus_read(&corp, o.jsonl) ||
-        wd_corpus_split(&corp, o.val_docs ? 0 : o.val_fraction, o.val_docs))
-        goto done;
-    fprintf(stderr, "whale-data: %d files, %zu documents, %.1f MB of text\n", corp.nfiles,
-            corp.ndocs, corp.bytes / 1048576.0);
-
-    /* the tokenizer: loaded, or trained on the training documents only (so
-     * validation text never shapes it) */
-    double t_train = 0;
-    if (o.tokenizer) {
-        if (!(model = slurp(o.tokenizer, &model_len)))
-            goto done;
-        if (wd_spm_load_bytes(model, model_len, &sp, err, sizeof err)) {
-            ERR("--tokenizer %s: not a SentencePiece model: %s", o.tokenizer, err);
-            goto done;
+    if (o->tokenizer) {
+        if (!(r->model = slurp(o->tokenizer, &r->model_len)))
+            return -1;
+        if (wd_spm_load_bytes(r->model, r->model_len, &r->sp, err, sizeof err)) {
+            ERR("--tokenizer %s: not a SentencePiece model: %s", o->tokenizer, err);
+            return -1;
         }
     } else {
-        struct sent_it it = { &corp, 0, 0 };
-        struct wd_spm_train_opts to = { .vocab_size = (int)o.vocab, .model_type = o.model_type,
-                                        .threads = (int)o.threads,
-                                        .max_sentences = o.train_sentences,
-                                        .character_coverage = o.coverage, .verbose = o.verbose,
+        struct sent_it it = { &r->corp, 0, 0 };
+        struct wd_spm_train_opts to = { .vocab_size = (int)o->vocab, .model_type = o->model_type,
+                                        .threads = (int)o->threads,
+                                        .max_sentences = o->train_sentences,
+                                        .character_coverage = o->coverage, .verbose = o->verbose,
                                         .next = next_sentence, .user = &it };
         if (progress)
-            fprintf(stderr, "training a %s tokenizer of %ld tokens...", o.model_type, o.vocab);
+            fprintf(stderr, "training a %s tokenizer of %ld tokens...", o->model_type, o->vocab);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        int trc = wd_spm_train(&to, &model, &model_len, err, sizeof err);
+        int trc = wd_spm_train(&to, &r->model, &r->model_len, err, sizeof err);
         clock_gettime(CLOCK_MONOTONIC, &b);
-        t_train = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+        r->t_train = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
         if (progress)
             fputc('\n', stderr);
         if (trc) {
-            ERR("training the tokenizer (--vocab-size %ld, --model-type %s) failed: %s", o.vocab,
-                o.model_type, err);
-            goto done;
+            ERR("training the tokenizer (--vocab-size %ld, --model-type %s) failed: %s", o->vocab,
+                o->model_type, err);
+            return -1;
         }
-        if (wd_spm_load_bytes(model, model_len, &sp, err, sizeof err)) {
+        if (wd_spm_load_bytes(r->model, r->model_len, &r->sp, err, sizeof err)) {
             ERR("the trained tokenizer does not load: %s", err);
-            goto done;
+            return -1;
         }
     }
-    int V = wd_spm_vocab(sp);
-    if (V > 65536) {
-        ERR("the tokenizer has %d tokens; llm.c shards hold uint16 ids (at most 65536)", V);
-        goto done;
+    r->V = wd_spm_vocab(r->sp);
+    if (r->V > 65536) {
+        ERR("the tokenizer has %d tokens; llm.c shards hold uint16 ids (at most 65536)", r->V);
+        return -1;
     }
+    return 0;
+}
 
-    double t_enc = 0;
-    if (wd_encode_all(sp, &corp, (int)o.threads, progress, &enc, &t_enc))
-        goto done;
-
-    if (!(order = doc_order(corp.ndocs, o.shuffle)) || wd_out_init(&out, o.out))
-        goto done;
+/* The tokenizer file and the shards of both splits, into the staging
+ * directory. 0 or -1. */
+static int write_shards(const struct opts *o, struct data_run *r)
+{
+    if (!(r->order = doc_order(r->corp.ndocs, o->shuffle)) || wd_out_init(&r->out, o->out))
+        return -1;
     json_t *tr = json_array(), *va = json_array();
-    size_t tt, td, tb, vt, vd, vb;
-    if (wd_out_write(&out, TOK_NAME, model, model_len) ||
-        write_split(&out, "train", &corp, enc, order, false, o.shard_tokens, tr, &tt, &td, &tb) ||
-        write_split(&out, "val", &corp, enc, order, true, o.shard_tokens, va, &vt, &vd, &vb)) {
+    if (wd_out_write(&r->out, TOK_NAME, r->model, r->model_len) ||
+        write_split(&r->out, "train", &r->corp, r->enc, r->order, false, o->shard_tokens, tr,
+                    &r->tt, &r->td, &r->tb) ||
+        write_split(&r->out, "val", &r->corp, r->enc, r->order, true, o->shard_tokens, va,
+                    &r->vt, &r->vd, &r->vb)) {
         json_decref(tr);
         json_decref(va);
-        goto done;
+        return -1;
     }
+    r->tr = tr;
+    r->va = va;
+    return 0;
+}
+
+/* whale-data.json: what was written, from what, how. NULL: out of memory.
+ * Takes the shard lists r->tr, r->va. */
+static json_t *build_meta(const struct opts *o, struct data_run *r)
+{
+    const struct wd_corpus *corp = &r->corp;
     json_t *src = json_array();
-    for (int i = 0; i < corp.nfiles; i++) {
-        char *rp = realpath(corp.files[i], NULL);
-        json_array_append_new(src, json_string(rp ? rp : corp.files[i]));
+    for (int i = 0; i < corp->nfiles; i++) {
+        char *rp = realpath(corp->files[i], NULL);
+        json_array_append_new(src, json_string(rp ? rp : corp->files[i]));
         free(rp);
     }
     char hash[17];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64(model, model_len, 0));
-    meta = json_pack("{sssisssssIsssisisisi s{s{sosIsIsI} s{sosIsIsI}} sosssf sfsfsisf}",
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)XXH64(r->model, r->model_len, 0));
+    json_t *meta = json_pack("{sssisssssIsssisisisi s{s{sosIsIsI} s{sosIsIsI}} sosssf sfsfsisf}",
         "format", "whale-data", "version", 1,
-        "tokenizer", TOK_NAME, "tokenizer_xxh64", hash, "tokenizer_bytes", (json_int_t)model_len,
-        "tokenizer_type", o.tokenizer ? "loaded" : o.model_type,
-        "vocab_size", V, "bos_id", wd_spm_bos(sp), "eos_id", wd_spm_eos(sp),
-        "newline_id", wd_spm_newline(sp),
+        "tokenizer", TOK_NAME, "tokenizer_xxh64", hash, "tokenizer_bytes", (json_int_t)r->model_len,
+        "tokenizer_type", o->tokenizer ? "loaded" : o->model_type,
+        "vocab_size", r->V, "bos_id", wd_spm_bos(r->sp), "eos_id", wd_spm_eos(r->sp),
+        "newline_id", wd_spm_newline(r->sp),
         "splits",
-        "train", "shards", tr, "tokens", (json_int_t)tt, "documents", (json_int_t)td, "bytes",
-        (json_int_t)tb,
-        "val", "shards", va, "tokens", (json_int_t)vt, "documents", (json_int_t)vd, "bytes",
-        (json_int_t)vb,
+        "train", "shards", r->tr, "tokens", (json_int_t)r->tt, "documents", (json_int_t)r->td,
+        "bytes", (json_int_t)r->tb,
+        "val", "shards", r->va, "tokens", (json_int_t)r->vt, "documents", (json_int_t)r->vd,
+        "bytes", (json_int_t)r->vb,
         "sources", src, "library", "sentencepiece", "val_fraction",
-        o.val_docs ? (double)vd / corp.ndocs : o.val_fraction,
-        "encode_s", t_enc, "train_tokenizer_s", t_train, "threads", (int)o.threads,
-        "encode_mb_per_s", t_enc > 0 ? corp.bytes / 1048576.0 / t_enc : 0.0);
-    if (!meta) {
-        ERR("cannot build %s (out of memory)", META_NAME);
-        goto done;
-    }
+        o->val_docs ? (double)r->vd / corp->ndocs : o->val_fraction,
+        "encode_s", r->t_enc, "train_tokenizer_s", r->t_train, "threads", (int)o->threads,
+        "encode_mb_per_s", r->t_enc > 0 ? corp->bytes / 1048576.0 / r->t_enc : 0.0);
+    r->tr = r->va = NULL; /* json_pack's "o" took them */
+    if (!meta)
+        return NULL;
     json_object_set_new(meta, "library_version", json_string(wd_spm_version()));
-    json_object_set_new(meta, "shuffle", o.shuffle >= 0 ? json_integer(o.shuffle) : json_null());
-    if (o.jsonl)
-        json_object_set_new(meta, "jsonl_field", json_string(o.jsonl));
-    if (o.tokenizer) {
-        char *rp = realpath(o.tokenizer, NULL);
-        json_object_set_new(meta, "tokenizer_source", json_string(rp ? rp : o.tokenizer));
+    json_object_set_new(meta, "shuffle", o->shuffle >= 0 ? json_integer(o->shuffle) : json_null());
+    if (o->jsonl)
+        json_object_set_new(meta, "jsonl_field", json_string(o->jsonl));
+    if (o->tokenizer) {
+        char *rp = realpath(o->tokenizer, NULL);
+        json_object_set_new(meta, "tokenizer_source", json_string(rp ? rp : o->tokenizer));
         free(rp);
     }
-    char *txt = json_dumps(meta, JSON_INDENT(2));
-    int wrc = !txt || wd_out_write(&out, META_NAME, txt, strlen(txt));
+    return meta;
+}
+
+/* whale-data.json written, the output committed, with --force the shards
+ * of the previous output it replaced removed. 0 or -1 (said). */
+static int commit_output(const struct opts *o, struct data_run *r)
+{
+    if (!(r->meta = build_meta(o, r))) {
+        ERR("cannot build %s (out of memory)", META_NAME);
+        return -1;
+    }
+    char *txt = json_dumps(r->meta, JSON_INDENT(2));
+    int wrc = !txt || wd_out_write(&r->out, META_NAME, txt, strlen(txt));
     free(txt);
-    if (wrc || wd_out_commit(&out))
-        goto done;
-    if (o.force)
-        remove_stale(o.out, json_object_get(json_object_get(json_object_get(meta, "splits"), "train"), "shards"),
-                     json_object_get(json_object_get(json_object_get(meta, "splits"), "val"), "shards"));
+    if (wrc || wd_out_commit(&r->out))
+        return -1;
+    json_t *splits = json_object_get(r->meta, "splits");
+    if (o->force)
+        remove_stale(o->out, json_object_get(json_object_get(splits, "train"), "shards"),
+                     json_object_get(json_object_get(splits, "val"), "shards"));
+    return 0;
+}
+
+/* Read, tokenize, encode, write. 0 or -1 (said). */
+static int run(const struct opts *o, struct data_run *r)
+{
+    struct wd_corpus *corp = &r->corp;
+    bool progress = o->progress != 0 && isatty(STDERR_FILENO);
+    if (wd_corpus_files(corp, o->inputs, o->ninputs) || wd_corpus_read(corp, o->jsonl) ||
+        wd_corpus_split(corp, o->val_docs ? 0 : o->val_fraction, o->val_docs))
+        return -1;
+    fprintf(stderr, "whale-data: %d files, %zu documents, %.1f MB of text\n", corp->nfiles,
+            corp->ndocs, corp->bytes / 1048576.0);
+    if (make_tokenizer(o, progress, r) ||
+        wd_encode_all(r->sp, corp, (int)o->threads, progress, &r->enc, &r->t_enc) ||
+        write_shards(o, r) || commit_output(o, r))
+        return -1;
     fprintf(stderr, "whale-data: vocabulary %d; train %zu tokens (%zu documents), val %zu tokens "
-            "(%zu documents); encoded %.1f MB in %.2f s (%.1f MB/s, %ld threads) -> %s\n", V, tt,
-            td, vt, vd, corp.bytes / 1048576.0, t_enc,
-            t_enc > 0 ? corp.bytes / 1048576.0 / t_enc : 0.0, o.threads, o.out);
-    rc = 0;
-done:
-    if (rc)
-        wd_out_abort(&out);
+            "(%zu documents); encoded %.1f MB in %.2f s (%.1f MB/s, %ld threads) -> %s\n", r->V,
+            r->tt, r->td, r->vt, r->vd, corp->bytes / 1048576.0, r->t_enc,
+            r->t_enc > 0 ? corp->bytes / 1048576.0 / r->t_enc : 0.0, o->threads, o->out);
+    return 0;
+}
+
+/* A failed run leaves no output and the previous one as it was. */
+static void data_free(struct data_run *r, bool ok)
+{
+    if (ok)
+        wd_out_free(&r->out);
     else
-        wd_out_free(&out);
-    json_decref(meta);
-    wd_encoded_free(enc, corp.ndocs);
-    free(order);
-    wd_spm_free(sp);
-    free(model);
-    wd_corpus_free(&corp);
+        wd_out_abort(&r->out);
+    json_decref(r->tr);
+    json_decref(r->va);
+    json_decref(r->meta);
+    wd_encoded_free(r->enc, r->corp.ndocs);
+    free(r->order);
+    wd_spm_free(r->sp);
+    free(r->model);
+    wd_corpus_free(&r->corp);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    int st = parse_args(argc, argv, &o);
+    if (st >= 0)
+        return st;
+    if (check_out(&o))
+        return 1;
+    o.inputs = argv + optind;
+    o.ninputs = argc - optind;
+    struct data_run r = { 0 };
+    int rc = run(&o, &r) ? 1 : 0;
+    data_free(&r, rc == 0);
     return rc;
 }

@@ -95,12 +95,48 @@ static void ensure_passive_omp(char **argv)
     execv("/proc/self/exe", argv);
 }
 
-int main(int argc, char **argv)
+/* What the command line says. */
+struct gen_opts {
+    const char *ckpt, *prompt, *tok_arg, *model_arg;
+    long ntok, topk, seed, vocab, seq, threads;
+    double temp;
+};
+
+/* What one run holds, released by gen_free(). */
+struct gen_run {
+    char *dir;
+    whale_ckpt_reader *rd;
+    const whale_ckpt_info *info;
+    json_t *dj, *pj; /* the checkpoint's data and plan records */
+    wd_spm *sp;
+    struct whale_model_desc md;
+    whale_engine *e;
+    struct wd_ids ids;
+    size_t nprompt;
+    struct wg_sampler smp;
+    float *probs;
+    int V;
+    double dt; /* seconds spent generating */
+    char *text;
+};
+
+/* --temperature X. 0, or 1 (a message printed). */
+static int parse_temp(const char *s, double *temp)
 {
-    ensure_passive_omp(argv);
-    const char *ckpt = NULL, *prompt = "", *tok_arg = NULL, *model_arg = NULL;
-    long ntok = 100, topk = 40, seed = 1, vocab = 0, seq = 0, threads = 0;
-    double temp = 0.8;
+    char *end;
+    errno = 0;
+    *temp = strtod(s, &end);
+    if (errno || *end || end == s || !(*temp >= 0 && *temp <= 100)) {
+        ERR("--temperature=%s: expected a number in 0..100", s);
+        return 1;
+    }
+    return 0;
+}
+
+/* The command line into o. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct gen_opts *o)
+{
+    *o = (struct gen_opts){ .prompt = "", .ntok = 100, .topk = 40, .seed = 1, .temp = 0.8 };
     int bad = 0;
     enum { O_CKPT = 256, O_PROMPT, O_TOKENS, O_TEMP, O_TOPK, O_GREEDY, O_SEED, O_TOK, O_MODEL,
            O_VOCAB, O_SEQ, O_THREADS };
@@ -117,27 +153,18 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
         switch (c) {
-        case O_CKPT: ckpt = optarg; break;
-        case O_PROMPT: prompt = optarg; break;
-        case O_TOKENS: bad |= num("--tokens", optarg, 1, 1 << 20, &ntok); break;
-        case O_TEMP: {
-            char *end;
-            errno = 0;
-            temp = strtod(optarg, &end);
-            if (errno || *end || end == optarg || !(temp >= 0 && temp <= 100)) {
-                ERR("--temperature=%s: expected a number in 0..100", optarg);
-                bad = 1;
-            }
-            break;
-        }
-        case O_TOPK: bad |= num("--top-k", optarg, 0, 1 << 24, &topk); break;
-        case O_GREEDY: temp = 0; break;
-        case O_SEED: bad |= num("--seed", optarg, 0, LONG_MAX, &seed); break;
-        case O_TOK: tok_arg = optarg; break;
-        case O_MODEL: model_arg = optarg; break;
-        case O_VOCAB: bad |= num("--vocab", optarg, 1, 1 << 24, &vocab); break;
-        case O_SEQ: bad |= num("--seq", optarg, 1, 1 << 20, &seq); break;
-        case O_THREADS: bad |= num("--threads", optarg, 1, 4096, &threads); break;
+        case O_CKPT: o->ckpt = optarg; break;
+        case O_PROMPT: o->prompt = optarg; break;
+        case O_TOKENS: bad |= num("--tokens", optarg, 1, 1 << 20, &o->ntok); break;
+        case O_TEMP: bad |= parse_temp(optarg, &o->temp); break;
+        case O_TOPK: bad |= num("--top-k", optarg, 0, 1 << 24, &o->topk); break;
+        case O_GREEDY: o->temp = 0; break;
+        case O_SEED: bad |= num("--seed", optarg, 0, LONG_MAX, &o->seed); break;
+        case O_TOK: o->tok_arg = optarg; break;
+        case O_MODEL: o->model_arg = optarg; break;
+        case O_VOCAB: bad |= num("--vocab", optarg, 1, 1 << 24, &o->vocab); break;
+        case O_SEQ: bad |= num("--seq", optarg, 1, 1 << 20, &o->seq); break;
+        case O_THREADS: bad |= num("--threads", optarg, 1, 4096, &o->threads); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-generate %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;
         default: usage(stderr); return 2;
@@ -149,181 +176,226 @@ int main(int argc, char **argv)
         ERR("unexpected argument '%s' (see --help)", argv[optind]);
         return 2;
     }
-    if (!ckpt) {
+    if (!o->ckpt) {
         ERR("--ckpt DIR is required (see --help)");
         return 2;
     }
-    whale_log_set_level(WHALE_LOG_WARN);
-    whale_log_init_from_env();
+    return -1;
+}
 
-    int rc = 1;
-    char *dir = NULL;
-    whale_ckpt_reader *rd = NULL;
-    json_t *dj = NULL, *pj = NULL;
-    wd_spm *sp = NULL;
-    whale_engine *e = NULL;
-    struct wd_ids ids = { 0 };
-    struct wg_sampler smp = { 0 };
-    float *probs = NULL;
-    char *text = NULL;
-    char err[1024];
-    if (whale_ckpt_resolve(ckpt, "latest", &dir) || whale_ckpt_reader_open(dir, &rd))
-        goto out;
-    const whale_ckpt_info *info = whale_ckpt_reader_info(rd);
-    dj = info->data_json ? json_loads(info->data_json, 0, NULL) : NULL;
-    pj = info->plan_json ? json_loads(info->plan_json, 0, NULL) : NULL;
-
-    /* the model: flag > the record of whale-train > the plan's name */
-    const char *mname = model_arg ? model_arg
-                      : json_string_value(json_object_get(dj, "model"))
-                          ? json_string_value(json_object_get(dj, "model"))
-                          : json_string_value(json_object_get(pj, "model"));
+/* The checkpoint and the model: flag > the record of whale-train > the
+ * plan's name; the vocabulary and window likewise. 0 or -1 (said). */
+static int open_model(struct gen_opts *o, struct gen_run *r)
+{
+    if (whale_ckpt_resolve(o->ckpt, "latest", &r->dir) || whale_ckpt_reader_open(r->dir, &r->rd))
+        return -1;
+    r->info = whale_ckpt_reader_info(r->rd);
+    r->dj = r->info->data_json ? json_loads(r->info->data_json, 0, NULL) : NULL;
+    r->pj = r->info->plan_json ? json_loads(r->info->plan_json, 0, NULL) : NULL;
+    const char *mname = o->model_arg ? o->model_arg
+                      : json_string_value(json_object_get(r->dj, "model"))
+                          ? json_string_value(json_object_get(r->dj, "model"))
+                          : json_string_value(json_object_get(r->pj, "model"));
     if (!mname) {
-        ERR("%s records no model; give --model NAME|FILE", dir);
-        goto out;
+        ERR("%s records no model; give --model NAME|FILE", r->dir);
+        return -1;
     }
-    struct whale_model_desc md;
-    if (whale_model_desc_load(mname, &md))
-        goto out;
-    if (vocab)
-        md.vocab = (int)vocab;
-    else if (json_integer_value(json_object_get(dj, "vocab")) > 0)
-        md.vocab = (int)json_integer_value(json_object_get(dj, "vocab"));
-    if (!seq)
-        seq = json_integer_value(json_object_get(dj, "seq"));
-    if (!seq)
-        seq = md.seq < 1024 ? md.seq : 1024;
-    if (seq > md.seq) {
-        ERR("--seq %ld exceeds the model's Seq=%d (%s)", seq, md.seq, md.name);
-        goto out;
+    struct whale_model_desc *md = &r->md;
+    if (whale_model_desc_load(mname, md))
+        return -1;
+    if (o->vocab)
+        md->vocab = (int)o->vocab;
+    else if (json_integer_value(json_object_get(r->dj, "vocab")) > 0)
+        md->vocab = (int)json_integer_value(json_object_get(r->dj, "vocab"));
+    if (!o->seq)
+        o->seq = json_integer_value(json_object_get(r->dj, "seq"));
+    if (!o->seq)
+        o->seq = md->seq < 1024 ? md->seq : 1024;
+    if (o->seq > md->seq) {
+        ERR("--seq %ld exceeds the model's Seq=%d (%s)", o->seq, md->seq, md->name);
+        return -1;
     }
+    return 0;
+}
 
-    /* the tokenizer: flag > recorded (hash checked) > none: byte-level */
-    json_t *tj = json_object_get(dj, "tokenizer");
-    const char *tpath = tok_arg ? tok_arg : json_string_value(json_object_get(tj, "path"));
-    if (tpath) {
-        const char *want = json_string_value(json_object_get(tj, "xxh64"));
-        int h = !tok_arg && want ? check_hash(tpath, want) : 0;
-        if (h < 0) {
-            ERR("the checkpoint's tokenizer %s cannot be read (%s); give --tokenizer FILE", tpath,
-                strerror(errno));
-            goto out;
-        }
-        if (h > 0) {
-            ERR("the tokenizer %s changed since training (xxh64 differs from the checkpoint's "
-                "%s); give --tokenizer FILE to use it anyway", tpath, want);
-            goto out;
-        }
-        if (wd_spm_load_file(tpath, &sp, err, sizeof err)) {
-            ERR("tokenizer %s: %s", tpath, err);
-            goto out;
-        }
-        if (wd_spm_vocab(sp) > md.vocab) {
-            ERR("tokenizer %s has %d tokens, the model's vocabulary is %d", tpath,
-                wd_spm_vocab(sp), md.vocab);
-            goto out;
-        }
-    } else if (md.vocab < 256) {
+/* The tokenizer: flag > recorded (hash checked) > none: byte-level.
+ * 0 or -1 (said). */
+static int open_tokenizer(const struct gen_opts *o, struct gen_run *r)
+{
+    char err[1024];
+    json_t *tj = json_object_get(r->dj, "tokenizer");
+    const char *tpath = o->tok_arg ? o->tok_arg : json_string_value(json_object_get(tj, "path"));
+    if (!tpath) {
+        if (r->md.vocab >= 256)
+            return 0;
         ERR("%s records no tokenizer and the vocabulary (%d) is too small for bytes; give "
-            "--tokenizer FILE", dir, md.vocab);
-        goto out;
+            "--tokenizer FILE", r->dir, r->md.vocab);
+        return -1;
     }
+    const char *want = json_string_value(json_object_get(tj, "xxh64"));
+    int h = !o->tok_arg && want ? check_hash(tpath, want) : 0;
+    if (h < 0) {
+        ERR("the checkpoint's tokenizer %s cannot be read (%s); give --tokenizer FILE", tpath,
+            strerror(errno));
+        return -1;
+    }
+    if (h > 0) {
+        ERR("the tokenizer %s changed since training (xxh64 differs from the checkpoint's "
+            "%s); give --tokenizer FILE to use it anyway", tpath, want);
+        return -1;
+    }
+    if (wd_spm_load_file(tpath, &r->sp, err, sizeof err)) {
+        ERR("tokenizer %s: %s", tpath, err);
+        return -1;
+    }
+    if (wd_spm_vocab(r->sp) > r->md.vocab) {
+        ERR("tokenizer %s has %d tokens, the model's vocabulary is %d", tpath,
+            wd_spm_vocab(r->sp), r->md.vocab);
+        return -1;
+    }
+    return 0;
+}
 
+/* One fp32 rank with the checkpoint's weights. 0 or -1 (said). */
+static int open_engine(const struct gen_opts *o, struct gen_run *r)
+{
     struct whale_engine_config ec;
     whale_engine_config_defaults(&ec);
-    ec.model = md;
-    ec.seq = (int)seq;
+    ec.model = r->md;
+    ec.seq = (int)o->seq;
     ec.micro_batch = 1;
     ec.grad_accum = 1;
     ec.total_steps = 1;
-    ec.threads = (int)threads;
+    ec.threads = (int)o->threads;
     ec.precision = WHALE_PREC_FP32;
-    if (whale_engine_create(&ec, NULL, &e) || whale_ckpt_load_engine(rd, e))
-        goto out;
+    if (whale_engine_create(&ec, NULL, &r->e) || whale_ckpt_load_engine(r->rd, r->e))
+        return -1;
+    return 0;
+}
 
-    /* the context: BOS, then the prompt as whale-data encodes a document */
-    if (sp) {
-        if (wd_encode_doc(sp, prompt, strlen(prompt), true, &ids, err, sizeof err)) {
+/* The context: BOS, then the prompt as whale-data encodes a document
+ * (bytes without a tokenizer). 0 or -1 (said). */
+static int encode_prompt(const struct gen_opts *o, struct gen_run *r)
+{
+    char err[1024];
+    struct wd_ids *ids = &r->ids;
+    if (r->sp) {
+        if (wd_encode_doc(r->sp, o->prompt, strlen(o->prompt), true, ids, err, sizeof err)) {
             ERR("encoding the prompt: %s", err);
-            goto out;
+            return -1;
         }
     } else {
-        for (const unsigned char *p = (const unsigned char *)prompt; *p; p++) {
-            if (ids.n == ids.cap) {
-                ids.cap = ids.cap ? ids.cap * 2 : 256;
-                int32_t *q = realloc(ids.ids, ids.cap * sizeof *q);
+        for (const unsigned char *p = (const unsigned char *)o->prompt; *p; p++) {
+            if (ids->n == ids->cap) {
+                ids->cap = ids->cap ? ids->cap * 2 : 256;
+                int32_t *q = realloc(ids->ids, ids->cap * sizeof *q);
                 if (!q)
-                    goto out;
-                ids.ids = q;
+                    return -1;
+                ids->ids = q;
             }
-            ids.ids[ids.n++] = *p;
+            ids->ids[ids->n++] = *p;
         }
     }
-    size_t nprompt = ids.n;
-    if (nprompt == 0) {
+    r->nprompt = ids->n;
+    if (r->nprompt == 0) {
         ERR("an empty prompt needs a tokenizer with a BOS token; give --prompt TEXT");
-        goto out;
+        return -1;
     }
-    int V = whale_engine_vocab(e);
-    probs = malloc(sizeof(float) * V);
-    if (!probs || wg_sampler_init(&smp, temp, (int)topk, (uint64_t)seed, V))
-        goto out;
-    ids.cap = ids.n + ntok;
-    int32_t *grown = realloc(ids.ids, ids.cap * sizeof(int32_t));
+    return 0;
+}
+
+/* Up to --tokens sampled tokens appended to the context, timed.
+ * 0 or -1 (said). */
+static int generate(const struct gen_opts *o, struct gen_run *r)
+{
+    struct wd_ids *ids = &r->ids;
+    r->V = whale_engine_vocab(r->e);
+    r->probs = malloc(sizeof(float) * r->V);
+    if (!r->probs || wg_sampler_init(&r->smp, o->temp, (int)o->topk, (uint64_t)o->seed, r->V))
+        return -1;
+    ids->cap = ids->n + o->ntok;
+    int32_t *grown = realloc(ids->ids, ids->cap * sizeof(int32_t));
     if (!grown)
-        goto out;
-    ids.ids = grown;
+        return -1;
+    ids->ids = grown;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    long made = 0;
-    const int stop1 = sp ? wd_spm_eos(sp) : -1, stop2 = sp ? wd_spm_bos(sp) : -1;
-    for (; made < ntok; made++) {
+    const int stop1 = r->sp ? wd_spm_eos(r->sp) : -1, stop2 = r->sp ? wd_spm_bos(r->sp) : -1;
+    for (long made = 0; made < o->ntok; made++) {
         /* the last `seq` tokens: the window slides once the text is longer */
-        size_t n = ids.n < (size_t)seq ? ids.n : (size_t)seq;
-        int erc = whale_engine_next_probs(e, ids.ids + ids.n - n, (int)n, probs);
+        size_t n = ids->n < (size_t)o->seq ? ids->n : (size_t)o->seq;
+        int erc = whale_engine_next_probs(r->e, ids->ids + ids->n - n, (int)n, r->probs);
         if (erc) {
             ERR("forward failed: %s", whale_strerror(erc));
-            goto out;
+            return -1;
         }
-        int t = wg_sample(&smp, probs, V);
+        int t = wg_sample(&r->smp, r->probs, r->V);
         if (t == stop1 || t == stop2) /* the end of the text, or a new document */
             break;
-        if (sp && t >= wd_spm_vocab(sp)) /* a row the tokenizer does not use */
+        if (r->sp && t >= wd_spm_vocab(r->sp)) /* a row the tokenizer does not use */
             continue;
-        ids.ids[ids.n++] = t;
+        ids->ids[ids->n++] = t;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    if (sp) {
-        if (wd_spm_decode(sp, ids.ids, ids.n, &text, err, sizeof err)) {
+    r->dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    return 0;
+}
+
+/* The text on stdout, the figures on stderr. 0 or -1 (said). */
+static int report(const struct gen_opts *o, struct gen_run *r)
+{
+    char err[1024];
+    const struct wd_ids *ids = &r->ids;
+    if (r->sp) {
+        if (wd_spm_decode(r->sp, ids->ids, ids->n, &r->text, err, sizeof err)) {
             ERR("decoding: %s", err);
-            goto out;
+            return -1;
         }
     } else {
-        text = malloc(ids.n + 1);
-        if (!text)
-            goto out;
-        for (size_t i = 0; i < ids.n; i++)
-            text[i] = (char)(ids.ids[i] < 256 ? ids.ids[i] : '?');
-        text[ids.n] = 0;
+        r->text = malloc(ids->n + 1);
+        if (!r->text)
+            return -1;
+        for (size_t i = 0; i < ids->n; i++)
+            r->text[i] = (char)(ids->ids[i] < 256 ? ids->ids[i] : '?');
+        r->text[ids->n] = 0;
     }
-    printf("%s\n", text);
+    printf("%s\n", r->text);
     fflush(stdout);
+    double dt = r->dt;
     fprintf(stderr, "whale-generate: step %lld of %s (%s, vocabulary %d, window %ld): %zu prompt "
-            "tokens, %zu generated in %.2f s (%.1f tokens/s, %s)\n", (long long)info->step, dir,
-            md.name, V, seq, nprompt, ids.n - nprompt, dt, dt > 0 ? (ids.n - nprompt) / dt : 0.0,
-            temp <= 0 ? "greedy" : "sampled");
-    rc = 0;
-out:
-    free(text);
-    free(probs);
-    wg_sampler_free(&smp);
-    free(ids.ids);
-    whale_engine_destroy(e);
-    wd_spm_free(sp);
-    json_decref(dj);
-    json_decref(pj);
-    whale_ckpt_reader_close(rd);
-    free(dir);
+            "tokens, %zu generated in %.2f s (%.1f tokens/s, %s)\n", (long long)r->info->step, r->dir,
+            r->md.name, r->V, o->seq, r->nprompt, ids->n - r->nprompt, dt,
+            dt > 0 ? (ids->n - r->nprompt) / dt : 0.0, o->temp <= 0 ? "greedy" : "sampled");
+    return 0;
+}
+
+static void gen_free(struct gen_run *r)
+{
+    free(r->text);
+    free(r->probs);
+    wg_sampler_free(&r->smp);
+    free(r->ids.ids);
+    whale_engine_destroy(r->e);
+    wd_spm_free(r->sp);
+    json_decref(r->dj);
+    json_decref(r->pj);
+    whale_ckpt_reader_close(r->rd);
+    free(r->dir);
+}
+
+int main(int argc, char **argv)
+{
+    ensure_passive_omp(argv);
+    struct gen_opts o;
+    int st = parse_args(argc, argv, &o);
+    if (st >= 0)
+        return st;
+    whale_log_set_level(WHALE_LOG_WARN);
+    whale_log_init_from_env();
+
+    struct gen_run r = { 0 };
+    int rc = open_model(&o, &r) || open_tokenizer(&o, &r) || open_engine(&o, &r) ||
+             encode_prompt(&o, &r) || generate(&o, &r) || report(&o, &r) ? 1 : 0;
+    gen_free(&r);
     return rc;
 }

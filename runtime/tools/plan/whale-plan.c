@@ -516,206 +516,315 @@ static int report(const struct report_args *a, const struct whale_plan_request *
     return status;
 }
 
-int main(int argc, char **argv)
-{
-    whale_log_init_from_env();
-    const char *model = NULL, *calib = NULL, *json = NULL, *gpu = "A100-80GB", *plan_file = NULL;
-    const char *conf_path = NULL, *nodelist = NULL, *calib_out = NULL;
-    double fit_step = 0;
-    struct whale_calib cal;
-    memset(&cal, 0, sizeof cal);
-    bool gpn_given = false;
-    long batch = 0, tokens = 0, nodes = 0, gpn = 8, domain = 0, leaf = -1, top = 8, v;
-    long cores = 0, threads = 0; /* CPU ranks: cores per node, threads per rank */
-    double oversub = 1;
-    double train_tokens = 0; /* --train-tokens: the cost of the whole run */
-    struct plan_price price = { .node_hour = -1, .gpu_hour = -1 };
-    bool evaluate = false, quiet = false, list = false, explain_model = false;
+/* Everything the command line says, before anything is resolved. */
+struct plan_opts {
+    const char *model, *calib, *json, *gpu, *plan_file;
+    const char *conf_path, *nodelist, *calib_out;
+    double fit_step;
+    bool gpn_given;
+    long batch, tokens, nodes, gpn, domain, leaf, top;
+    long cores, threads; /* CPU ranks: cores per node, threads per rank */
+    double oversub;
+    double train_tokens; /* --train-tokens: the cost of the whole run */
+    struct plan_price price;
+    bool evaluate, quiet, list, explain_model;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
-    int ngroups = 0;
-    struct whale_plan_request rq;
-    whale_plan_request_init(&rq);
-    rq.seqpar = -1; /* auto: the engine runs sequence parallelism (--seqpar) */
+    int ngroups;
+    struct whale_plan_request rq; /* the search constraints (--tp, --zero, ...) */
+};
+
+static void plan_opts_init(struct plan_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->gpu = "A100-80GB";
+    o->gpn = 8;
+    o->leaf = -1;
+    o->top = 8;
+    o->oversub = 1;
+    o->price = (struct plan_price){ .node_hour = -1, .gpu_hour = -1 };
+    whale_plan_request_init(&o->rq);
+    o->rq.seqpar = -1; /* auto: the engine runs sequence parallelism (--seqpar) */
+}
+
+/* --group NODES:GPUS_PER_NODE:TYPE. 0, or 2 (a message printed). */
+static int parse_group(struct plan_opts *o, const char *arg)
+{
+    struct group_arg *g = &o->groups[o->ngroups];
+    if (o->ngroups + 1 >= WHALE_CLUSTER_MAX_GROUPS ||
+        sscanf(arg, "%d:%d:%31s", &g->nodes, &g->gpn, g->type) != 3 || g->nodes < 1 ||
+        g->gpn < 1) {
+        fprintf(stderr, "whale-plan: --group=%s: expected NODES:GPUS_PER_NODE:TYPE "
+                "(at most %d groups)\n", arg, WHALE_CLUSTER_MAX_GROUPS - 1);
+        return 2;
+    }
+    o->ngroups++;
+    return 0;
+}
+
+/* --seqpar yes|no|auto. 0, or 2 (a message printed). */
+static int parse_seqpar(const char *arg, int *seqpar)
+{
+    if (!strcasecmp(arg, "yes") || !strcmp(arg, "1") || !strcasecmp(arg, "on")) *seqpar = 1;
+    else if (!strcasecmp(arg, "no") || !strcmp(arg, "0") || !strcasecmp(arg, "off")) *seqpar = 0;
+    else if (!strcasecmp(arg, "auto")) *seqpar = -1;
+    else {
+        fprintf(stderr, "whale-plan: --seqpar=%s: expected yes, no or auto\n", arg);
+        return 2;
+    }
+    return 0;
+}
+
+/* The named-value options: --recompute, --offload, --seqpar, --precision.
+ * 0, or 2 (a message printed). */
+static int parse_mode(int c, const char *arg, struct whale_plan_request *rq)
+{
+    switch (c) {
+    case O_RC: {
+        enum whale_recompute r;
+        if (whale_recompute_parse(arg, &r) || r == WHALE_RECOMPUTE_LAYERS) {
+            fprintf(stderr, "whale-plan: --recompute=%s: expected none, selective, full or auto\n", arg);
+            return 2;
+        }
+        rq->recompute = (int)r;
+        return 0;
+    }
+    case O_OFF: {
+        enum whale_offload off;
+        if (whale_offload_parse(arg, &off)) {
+            fprintf(stderr, "whale-plan: --offload=%s: expected none, optimizer or params\n", arg);
+            return 2;
+        }
+        rq->offload = (int)off;
+        return 0;
+    }
+    case O_SP:
+        return parse_seqpar(arg, &rq->seqpar);
+    default: { /* O_PREC */
+        enum whale_precision pr;
+        if (!strcasecmp(arg, "auto")) {
+            rq->precision = -1;
+        } else if (whale_precision_parse(arg, &pr)) {
+            fprintf(stderr, "whale-plan: --precision=%s: expected auto, fp32, bf16 or fp16\n", arg);
+            return 2;
+        } else {
+            rq->precision = (int)pr;
+        }
+        return 0;
+    }
+    }
+}
+
+/* The search constraints that are integers (--tp ... --max-microbatch).
+ * 0, 2 (a message printed), or -1: not one of them. */
+static int parse_constraint(int c, const char *arg, struct whale_plan_request *rq)
+{
+    long v;
+    switch (c) {
+    case O_TP: if (parse_int("tp", arg, 1, 1024, &v)) return 2; rq->tp = (int)v; break;
+    case O_PP: if (parse_int("pp", arg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq->pp = (int)v; break;
+    case O_DP: if (parse_int("dp", arg, 1, INT_MAX, &v)) return 2; rq->dp = (int)v; break;
+    case O_MB: if (parse_int("microbatch", arg, 1, 1 << 20, &v)) return 2; rq->microbatch = (int)v; break;
+    case O_V: if (parse_int("interleave", arg, 1, 1024, &v)) return 2; rq->interleave = (int)v; break;
+    case O_ZERO: if (parse_int("zero", arg, 0, 3, &v)) return 2; rq->zero = (int)v; break;
+    case O_MAXMB: if (parse_int("max-microbatch", arg, 1, 1 << 20, &v)) return 2; rq->max_microbatch = (int)v; break;
+    case O_IDLE: if (parse_dbl("max-idle", arg, 0, 0.99, &rq->max_idle)) return 2; break;
+    case O_RC: case O_OFF: case O_SP: case O_PREC: return parse_mode(c, arg, rq);
+    default: return -1;
+    }
+    return 0;
+}
+
+/* The numeric options of the cluster, batch and report. 0, 2 (a message
+ * printed), or -1: not one of them. */
+static int parse_number(int c, const char *arg, struct plan_opts *o)
+{
+    switch (c) {
+    case 'b': return parse_int("batch", arg, 1, INT_MAX, &o->batch) ? 2 : 0;
+    case O_TOKENS: return parse_int("tokens", arg, 1, LONG_MAX, &o->tokens) ? 2 : 0;
+    case 'N': return parse_int("nodes", arg, 1, 10000000, &o->nodes) ? 2 : 0;
+    case 'g':
+        if (parse_int("gpus-per-node", arg, 1, 1024, &o->gpn)) return 2;
+        o->gpn_given = true;
+        return 0;
+    case O_DOMAIN: return parse_int("nvlink-domain", arg, 1, 100000, &o->domain) ? 2 : 0;
+    case O_LEAF: return parse_int("nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
+    case O_OVERSUB: return parse_dbl("spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
+    case O_CORES: return parse_int("cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
+    case O_THREADS: return parse_int("threads", arg, 1, 4096, &o->threads) ? 2 : 0;
+    case O_FIT: return parse_dbl("fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
+    case 't': return parse_int("top", arg, 1, WHALE_PLAN_TOPK, &o->top) ? 2 : 0;
+    case O_TRAIN_TOKENS: return parse_dbl("train-tokens", arg, 1, 1e18, &o->train_tokens) ? 2 : 0;
+    case O_PRICE_NODE: return parse_dbl("price-per-node-hour", arg, 0, 1e6, &o->price.node_hour) ? 2 : 0;
+    case O_PRICE_GPU: return parse_dbl("price-per-gpu-hour", arg, 0, 1e6, &o->price.gpu_hour) ? 2 : 0;
+    default: return parse_constraint(c, arg, &o->rq);
+    }
+}
+
+/* One option. -1 to go on, else the exit status (--help, --version: 0). */
+static int parse_opt(int c, const char *arg, struct plan_opts *o)
+{
+    switch (c) {
+    case 'm': o->model = arg; return -1;
+    case 'G': o->gpu = arg; return -1;
+    case O_GROUP: return parse_group(o, arg) ? 2 : -1;
+    case O_CALIB: o->calib = arg; return -1;
+    case O_CONF: o->conf_path = arg; return -1;
+    case O_CALOUT: o->calib_out = arg; return -1;
+    case O_NODELIST: o->nodelist = arg; return -1;
+    case 'e': o->evaluate = true; return -1;
+    case 'p': o->plan_file = arg; return -1;
+    case 'j': o->json = arg; return -1;
+    case O_EXH: o->rq.exhaustive = true; return -1;
+    case O_LIST: o->list = true; return -1;
+    case O_EXPLAIN_MODEL: o->explain_model = true; return -1;
+    case 'q': o->quiet = true; return -1;
+    case 'h': usage(stdout); return 0;
+    case 'V': printf("whale-plan %s\n", WHALE_VERSION); return 0;
+    case '?': usage(stderr); return 2;
+    default: {
+        int rc = parse_number(c, arg, o);
+        if (rc < 0) { /* getopt_long returned something not in the table */
+            usage(stderr);
+            return 2;
+        }
+        return rc ? rc : -1;
+    }
+    }
+}
+
+/* The command line into o. -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, struct plan_opts *o)
+{
+    plan_opts_init(o);
     int c;
     while ((c = getopt_long(argc, argv, "m:b:N:g:G:ep:t:j:qhV", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'm': model = optarg; break;
-        case 'b': if (parse_int("batch", optarg, 1, INT_MAX, &batch)) return 2; break;
-        case O_TOKENS: if (parse_int("tokens", optarg, 1, LONG_MAX, &tokens)) return 2; break;
-        case 'N': if (parse_int("nodes", optarg, 1, 10000000, &nodes)) return 2; break;
-        case 'g': if (parse_int("gpus-per-node", optarg, 1, 1024, &gpn)) return 2; gpn_given = true; break;
-        case 'G': gpu = optarg; break;
-        case O_GROUP: {
-            struct group_arg *g = &groups[ngroups];
-            if (ngroups + 1 >= WHALE_CLUSTER_MAX_GROUPS ||
-                sscanf(optarg, "%d:%d:%31s", &g->nodes, &g->gpn, g->type) != 3 || g->nodes < 1 ||
-                g->gpn < 1) {
-                fprintf(stderr, "whale-plan: --group=%s: expected NODES:GPUS_PER_NODE:TYPE "
-                        "(at most %d groups)\n", optarg, WHALE_CLUSTER_MAX_GROUPS - 1);
-                return 2;
-            }
-            ngroups++;
-            break;
-        }
-        case O_DOMAIN: if (parse_int("nvlink-domain", optarg, 1, 100000, &domain)) return 2; break;
-        case O_LEAF: if (parse_int("nodes-per-leaf", optarg, 0, 10000000, &leaf)) return 2; break;
-        case O_OVERSUB: if (parse_dbl("spine-oversub", optarg, 1, 1000, &oversub)) return 2; break;
-        case O_CALIB: calib = optarg; break;
-        case O_CORES: if (parse_int("cores-per-node", optarg, 1, 65536, &cores)) return 2; break;
-        case O_THREADS: if (parse_int("threads", optarg, 1, 4096, &threads)) return 2; break;
-        case O_CONF: conf_path = optarg; break;
-        case O_FIT: if (parse_dbl("fit-step", optarg, 1e-9, 1e9, &fit_step)) return 2; break;
-        case O_CALOUT: calib_out = optarg; break;
-        case O_NODELIST: nodelist = optarg; break;
-        case O_IDLE: if (parse_dbl("max-idle", optarg, 0, 0.99, &rq.max_idle)) return 2; break;
-        case O_TP: if (parse_int("tp", optarg, 1, 1024, &v)) return 2; rq.tp = (int)v; break;
-        case O_PP: if (parse_int("pp", optarg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq.pp = (int)v; break;
-        case O_DP: if (parse_int("dp", optarg, 1, INT_MAX, &v)) return 2; rq.dp = (int)v; break;
-        case O_MB: if (parse_int("microbatch", optarg, 1, 1 << 20, &v)) return 2; rq.microbatch = (int)v; break;
-        case O_V: if (parse_int("interleave", optarg, 1, 1024, &v)) return 2; rq.interleave = (int)v; break;
-        case O_ZERO: if (parse_int("zero", optarg, 0, 3, &v)) return 2; rq.zero = (int)v; break;
-        case O_MAXMB: if (parse_int("max-microbatch", optarg, 1, 1 << 20, &v)) return 2; rq.max_microbatch = (int)v; break;
-        case O_RC: {
-            enum whale_recompute r;
-            if (whale_recompute_parse(optarg, &r) || r == WHALE_RECOMPUTE_LAYERS) {
-                fprintf(stderr, "whale-plan: --recompute=%s: expected none, selective, full or auto\n", optarg);
-                return 2;
-            }
-            rq.recompute = (int)r;
-            break;
-        }
-        case O_OFF: {
-            enum whale_offload o;
-            if (whale_offload_parse(optarg, &o)) {
-                fprintf(stderr, "whale-plan: --offload=%s: expected none, optimizer or params\n", optarg);
-                return 2;
-            }
-            rq.offload = (int)o;
-            break;
-        }
-        case O_SP:
-            if (!strcasecmp(optarg, "yes") || !strcmp(optarg, "1") || !strcasecmp(optarg, "on")) rq.seqpar = 1;
-            else if (!strcasecmp(optarg, "no") || !strcmp(optarg, "0") || !strcasecmp(optarg, "off")) rq.seqpar = 0;
-            else if (!strcasecmp(optarg, "auto")) rq.seqpar = -1;
-            else {
-                fprintf(stderr, "whale-plan: --seqpar=%s: expected yes, no or auto\n", optarg);
-                return 2;
-            }
-            break;
-        case O_PREC: {
-            enum whale_precision pr;
-            if (!strcasecmp(optarg, "auto")) {
-                rq.precision = -1;
-            } else if (whale_precision_parse(optarg, &pr)) {
-                fprintf(stderr, "whale-plan: --precision=%s: expected auto, fp32, bf16 or fp16\n", optarg);
-                return 2;
-            } else {
-                rq.precision = (int)pr;
-            }
-            break;
-        }
-        case 'e': evaluate = true; break;
-        case 'p': plan_file = optarg; break;
-        case 't': if (parse_int("top", optarg, 1, WHALE_PLAN_TOPK, &top)) return 2; break;
-        case 'j': json = optarg; break;
-        case O_EXH: rq.exhaustive = true; break;
-        case O_LIST: list = true; break;
-        case O_EXPLAIN_MODEL: explain_model = true; break;
-        case 'q': quiet = true; break;
-        case O_TRAIN_TOKENS: if (parse_dbl("train-tokens", optarg, 1, 1e18, &train_tokens)) return 2; break;
-        case O_PRICE_NODE: if (parse_dbl("price-per-node-hour", optarg, 0, 1e6, &price.node_hour)) return 2; break;
-        case O_PRICE_GPU: if (parse_dbl("price-per-gpu-hour", optarg, 0, 1e6, &price.gpu_hour)) return 2; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': printf("whale-plan %s\n", WHALE_VERSION); return 0;
-        default: usage(stderr); return 2;
-        }
+        int st = parse_opt(c, optarg, o);
+        if (st >= 0)
+            return st;
     }
     if (optind < argc) {
         fprintf(stderr, "whale-plan: unexpected argument '%s' (see --help)\n", argv[optind]);
         return 2;
     }
-    if (rq.seqpar == 1 && rq.tp == 1) {
+    if (o->rq.seqpar == 1 && o->rq.tp == 1) {
         fprintf(stderr, "whale-plan: --seqpar yes needs --tp >= 2 (sequence parallelism splits the "
                 "activations that tensor parallelism replicates; with --tp 1 there are none)\n");
         return 2;
     }
-    if (list)
-        return print_devices();
-    /* Phase 1, resolve the cluster: --conf/--nodelist, else --nodes/--gpu
-     * plus --group, then the link options */
-    struct whale_cluster cl;
-    struct cluster_args ca = { .conf_path = conf_path, .nodelist = nodelist, .gpu = gpu,
-                               .nodes = nodes, .gpn = gpn, .gpn_given = gpn_given,
-                               .domain = domain, .leaf = leaf, .oversub = oversub,
-                               .groups = groups, .ngroups = ngroups,
-                               .constants_only = explain_model && !model };
-    int crc = resolve_cluster(&ca, &cl);
+    return -1;
+}
+
+/* Phase 1, resolve the cluster: --conf/--nodelist, else --nodes/--gpu
+ * plus --group, then the link options, the CPU shape, --calib (the
+ * cluster before it kept for --fit-step) and --explain-model. -1 to go
+ * on, else the exit status. */
+static int setup_cluster(const struct plan_opts *o, struct whale_cluster *cl,
+                         struct whale_cluster *uncalibrated, struct whale_calib *cal)
+{
+    struct cluster_args ca = { .conf_path = o->conf_path, .nodelist = o->nodelist, .gpu = o->gpu,
+                               .nodes = o->nodes, .gpn = o->gpn, .gpn_given = o->gpn_given,
+                               .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub,
+                               .groups = o->groups, .ngroups = o->ngroups,
+                               .constants_only = o->explain_model && !o->model };
+    int crc = resolve_cluster(&ca, cl);
     if (crc)
         return crc;
-    cl.cpu_cores_per_node = (int)cores;
-    cl.cpu_threads_per_rank = (int)threads;
-    struct whale_cluster uncalibrated = cl;
-    if (calib) {
-        if (whale_calib_load(calib, &cal))
+    cl->cpu_cores_per_node = (int)o->cores;
+    cl->cpu_threads_per_rank = (int)o->threads;
+    *uncalibrated = *cl;
+    if (o->calib) {
+        if (whale_calib_load(o->calib, cal))
             return 1;
-        whale_calib_apply(&cal, &cl);
+        whale_calib_apply(cal, cl);
     }
-    if (!fit_step != !calib_out) {
+    if (!o->fit_step != !o->calib_out) {
         fprintf(stderr, "whale-plan: --fit-step and --calib-out go together\n");
         return 2;
     }
-    if (whale_cluster_validate(&cl))
+    if (whale_cluster_validate(cl))
         return 2;
-    if (explain_model) {
-        print_model_constants(&cl);
-        if (!model)
+    if (o->explain_model) {
+        print_model_constants(cl);
+        if (!o->model)
             return 0;
     }
-    if (!model) {
+    if (!o->model) {
         fprintf(stderr, "whale-plan: --model is required (a preset such as gpt-1.7b, or a file)\n");
         return 2;
     }
-    struct whale_model_desc md;
-    if (whale_model_desc_load(model, &md))
-        return 1;
-    if (plan_file)
-        return predict_file(plan_file, &md, &cl);
-    if (tokens) {
-        batch = tokens / md.seq;
-        if (batch < 1) {
+    return -1;
+}
+
+/* The global batch in sequences: --batch, or --tokens over the model's
+ * sequence length. -1 to go on, else the exit status. */
+static int resolve_batch(struct plan_opts *o, const struct whale_model_desc *md)
+{
+    if (o->tokens) {
+        o->batch = o->tokens / md->seq;
+        if (o->batch < 1) {
             fprintf(stderr, "whale-plan: --tokens=%ld is less than one sequence of %d tokens\n",
-                    tokens, md.seq);
+                    o->tokens, md->seq);
             return 2;
         }
     }
-    if (!batch) {
+    if (!o->batch) {
         fprintf(stderr, "whale-plan: --batch (sequences) or --tokens is required\n");
         return 2;
     }
-    rq.model = &md;
-    rq.global_batch = batch;
-    rq.cluster = &cl;
-    rq.topk = (int)top;
+    return -1;
+}
 
-    /* Phase 2, run the search; 3, fit or report */
+/* Phase 2, run the search; 3, fit or report. The exit status. */
+static int search_and_report(struct plan_opts *o, const struct whale_cluster *uncalibrated,
+                             struct whale_calib *cal)
+{
     struct whale_plan_result *res = malloc(sizeof *res);
     char *buf = malloc(1 << 16);
     int status = 1;
     if (!res || !buf)
         goto out;
-    int rc = whale_plan_search(&rq, res);
+    int rc = whale_plan_search(&o->rq, res);
     if (rc && rc != WHALE_ENOFIT)
         goto out;
-    if (fit_step > 0 && res->found) {
-        status = fit_and_save(&md, batch, &uncalibrated, &res->best.cfg, fit_step, &cal, calib_out);
+    if (o->fit_step > 0 && res->found) {
+        status = fit_and_save(o->rq.model, o->batch, uncalibrated, &res->best.cfg, o->fit_step,
+                              cal, o->calib_out);
         goto out;
     }
-    struct report_args ra = { .json = json, .conf_path = conf_path, .nodelist = nodelist,
-                              .quiet = quiet, .evaluate = evaluate, .nofit = rc == WHALE_ENOFIT,
-                              .train_tokens = train_tokens, .price = price };
-    status = report(&ra, &rq, res, buf, 1 << 16);
+    struct report_args ra = { .json = o->json, .conf_path = o->conf_path, .nodelist = o->nodelist,
+                              .quiet = o->quiet, .evaluate = o->evaluate, .nofit = rc == WHALE_ENOFIT,
+                              .train_tokens = o->train_tokens, .price = o->price };
+    status = report(&ra, &o->rq, res, buf, 1 << 16);
 out:
     free(buf);
     free(res);
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    whale_log_init_from_env();
+    struct plan_opts o;
+    int st = parse_args(argc, argv, &o);
+    if (st >= 0)
+        return st;
+    if (o.list)
+        return print_devices();
+    struct whale_cluster cl, uncalibrated;
+    struct whale_calib cal;
+    memset(&cal, 0, sizeof cal);
+    if ((st = setup_cluster(&o, &cl, &uncalibrated, &cal)) >= 0)
+        return st;
+    struct whale_model_desc md;
+    if (whale_model_desc_load(o.model, &md))
+        return 1;
+    if (o.plan_file)
+        return predict_file(o.plan_file, &md, &cl);
+    if ((st = resolve_batch(&o, &md)) >= 0)
+        return st;
+    o.rq.model = &md;
+    o.rq.global_batch = o.batch;
+    o.rq.cluster = &cl;
+    o.rq.topk = (int)o.top;
+    return search_and_report(&o, &uncalibrated, &cal);
 }
