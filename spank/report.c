@@ -35,6 +35,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,20 +228,27 @@ static void handle(const char *line)
         slurm_verbose(PLUGIN_NAME ": failure report '%.80s': %s", line, why);
 }
 
-static void *reader(void *arg)
+/* O_RDWR: open never blocks and read never sees end-of-file when the last
+ * writer closes; O_NOFOLLOW + fstat: the path is in a user's directory.
+ * Opened before the reader thread starts, so that a task's report written
+ * right after the step starts never finds the FIFO without a reader
+ * (a non-blocking writer then gets ENXIO and the report would be lost). */
+static int open_fifo(void)
 {
-    (void)arg;
-    /* O_RDWR: open never blocks and read never sees end-of-file when the
-     * last writer closes; O_NOFOLLOW + fstat: the path is in a user's
-     * directory */
     int fd = open(g.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISFIFO(st.st_mode)) {
-        slurm_error(PLUGIN_NAME ": failure reports off: cannot open the FIFO %s", g.path);
         if (fd >= 0)
             close(fd);
-        return NULL;
+        errno = fd >= 0 ? EINVAL : errno;
+        return -1;
     }
+    return fd;
+}
+
+static void *reader(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
     char buf[1024];
     size_t have = 0;
     bool skipping = false; /* inside an over-long line */
@@ -307,10 +315,15 @@ int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid,
     g.ntasks = s->layout.ntasks;
     g.pid_of_task = calloc((size_t)(g.ntasks > 0 ? g.ntasks : 1), sizeof(pid_t));
     atomic_store(&g.stopping, false);
-    if (!g.pid_of_task || pthread_create(&g.thread, NULL, reader, NULL)) {
+    int fd = g.pid_of_task ? open_fifo() : -1;
+    if (fd < 0 || pthread_create(&g.thread, NULL, reader, (void *)(intptr_t)fd)) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
         free(g.pid_of_task);
         g.pid_of_task = NULL;
         unlink(g.path);
+        errno = e;
         goto fail;
     }
     g.running = true;
