@@ -12,7 +12,13 @@ same_losses() {
   python3 - "$1" "$2" "${3:-}" <<'PY'
 import json, sys
 def load(p):
-    return [json.loads(l) for l in open(p) if l.startswith('{"step"')]
+    # the last line of a step counts: a recovery writes redone steps again
+    d = {}
+    for l in open(p):
+        if l.startswith('{"step"'):
+            j = json.loads(l)
+            d[j["step"]] = j
+    return [d[k] for k in sorted(d)]
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert len(a) == 20 and len(b) == 20, (len(a), len(b))
 worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
