@@ -22,30 +22,8 @@
 #include "whale/error.h"
 #include "whale/optim.h"
 
-static uint64_t rng = 88172645463325252ull;
-
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static float *rnd(size_t n)
-{
-    float *p = malloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
-}
-
-static float *dup(const float *x, size_t n)
-{
-    float *p = malloc(n * sizeof *p);
-    memcpy(p, x, n * sizeof *p);
-    return p;
-}
+#define TESTRAND_SEED 88172645463325252ull
+#include "testrand.h"
 
 static whale_backend *cpu(void)
 {

@@ -23,30 +23,8 @@
 #include "whale/dtype.h"
 #include "whale/error.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-static float *rnd(size_t n)
-{
-    float *p = malloc(n * sizeof *p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
-}
-
-static float *dup(const float *x, size_t n)
-{
-    float *p = malloc(n * sizeof *p);
-    memcpy(p, x, n * sizeof *p);
-    return p;
-}
+#define TESTRAND_SEED 0x9e3779b97f4a7c15ull
+#include "testrand.h"
 
 static void same_bits(const float *a, const float *b, size_t n)
 {
