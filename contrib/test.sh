@@ -96,29 +96,53 @@ if [ "${WHALE_TEST_SKIP_ASAN:-0}" != 1 ]; then
   fi
 fi
 
+# The fuzzers run beside the cluster tests: a libFuzzer run is bounded by
+# wall time, not work, and the cluster cases mostly wait (slurmctld, srun,
+# PMIx wire-up, peer timeouts), so the two overlap instead of adding up
+# (the fuzz section took 170 s of a 31-minute fresh-clone run on its own).
+# One harness at a time leaves the other core to the cluster. The results
+# are counted after the cluster tests.
+FUZZ_PID=
 if [ "${WHALE_TEST_SKIP_FUZZ:-0}" != 1 ]; then
-  section "fuzzing (libFuzzer + ASan + UBSan, ${WHALE_TEST_FUZZ_SECONDS:-15} s per parser)"
-  fuzz_out=$(bash contrib/fuzz.sh "${WHALE_TEST_FUZZ_SECONDS:-15}" 2>&1)
+  section "fuzzing (libFuzzer + ASan + UBSan, ${WHALE_TEST_FUZZ_SECONDS:-15} s per parser): started beside the cluster tests"
+  WHALE_FUZZ_JOBS=${WHALE_FUZZ_JOBS:-1} setsid bash contrib/fuzz.sh "${WHALE_TEST_FUZZ_SECONDS:-15}" \
+    >"$LOGDIR/fuzz.log" 2>&1 </dev/null &
+  FUZZ_PID=$!
+fi
+fuzz_results() {
+  [ -n "$FUZZ_PID" ] || return 0
+  wait "$FUZZ_PID"
+  FUZZ_PID=
+  section "fuzzing results"
+  fuzz_out=$(cat "$LOGDIR/fuzz.log")
   echo "$fuzz_out" | grep -E '^fuzz|ERROR|SUMMARY' | head -n 40
   fz_ok=$(echo "$fuzz_out" | grep -cE '^fuzz [a-z_]+: [0-9]+ executions' || true)
   fz_bad=$(echo "$fuzz_out" | grep -cE '^fuzz [a-z_]+: (FAILED|no such)' || true)
-  if [ "$fz_ok" -eq 0 ] && [ "$fz_bad" -eq 0 ]; then fz_bad=1; fi # build or setup failed
+  if [ "$fz_ok" -eq 0 ] && [ "$fz_bad" -eq 0 ]; then # build or setup failed
+    fz_bad=1; echo "$fuzz_out" | tail -n 30
+  fi
   passed=$((passed + fz_ok)); failed=$((failed + fz_bad))
   [ "$fz_bad" -gt 0 ] && failures+=("fuzz: $fz_bad")
-fi
+}
 
 section "cluster tests (minicluster instance $INSTANCE, $NODES nodes)"
 cleanup() { "$MC" -i "$INSTANCE" down >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-trap 'cleanup; exit 130' INT TERM
+# on an interrupt also the fuzzers' session (setsid above)
+stop_all() { cleanup; [ -n "$FUZZ_PID" ] && kill -- -"$FUZZ_PID" 2>/dev/null; return 0; }
+trap stop_all EXIT
+trap 'stop_all; exit 130' INT TERM
 if mc_out=$("$MC" -i "$INSTANCE" -b "$BUILD" up "$NODES" 2>&1); then
   echo "$mc_out" | grep -v '^export' || true
   eval "$(echo "$mc_out" | grep '^export')"
   export WHALE_BUILD_DIR=$BUILD WHALE_SRC_DIR=$ROOT
   files=$(ls tests/cluster/*.bats 2>/dev/null | grep -- "${WHALE_TEST_FILTER:-}" || true)
   if [ -n "$files" ]; then
-    tap=$(bats --tap $files 2>&1); true
+    # --timing: each case's time on its line ("ok 3 ... in 4210ms")
+    tap=$(bats --tap --timing $files 2>&1); true
     echo "$tap" | grep -E '^(ok|not ok)|^#' | head -n 400
+    echo "slowest cluster cases:"
+    echo "$tap" | sed -n 's/^\(ok\|not ok\) [0-9]* \(.*\) in \([0-9]*\)ms$/\3 \2/p' | sort -rn | head -n 8 |
+      awk '{ printf "  %6.1f s  ", $1 / 1000; $1 = ""; print substr($0, 2) }'
     ok=$(echo "$tap" | grep -c '^ok ' || true)
     nok=$(echo "$tap" | grep -c '^not ok ' || true)
     plan=$(echo "$tap" | sed -n 's/^1\.\.\([0-9]*\)$/\1/p' | head -1)
@@ -137,6 +161,7 @@ else
 fi
 cleanup
 trap - EXIT
+fuzz_results
 
 section "done"
 # CI shows only the end of this output: repeat what failed, with its log.

@@ -27,6 +27,7 @@
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "plugin.h"
 #include "elastic.h"
+#include "srun_argv.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -62,23 +63,16 @@ int whale_elastic_spares_arg(char *const *argv, int argc, const char *env_value)
     bool prev_takes_value = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--"))
+        enum srun_arg k = srun_arg_kind(a, &prev_takes_value);
+        if (k == SRUN_ARG_END)
             break;
-        if (a[0] != '-') {
-            /* the command starts here unless this is the value of "-N 4" */
-            if (!prev_takes_value)
-                break;
-            prev_takes_value = false;
-            continue;
-        }
-        if (!strncmp(a, "--whale-spares", 14) && (a[14] == '=' || a[14] == '\0')) {
+        if (k == SRUN_ARG_OPTION && !strncmp(a, "--whale-spares", 14) &&
+            (a[14] == '=' || a[14] == '\0')) {
             const char *v = a[14] == '=' ? a + 15 : (i + 1 < argc ? argv[++i] : NULL);
             if (v)
                 spares = atoi(v);
             prev_takes_value = false;
-            continue;
         }
-        prev_takes_value = (a[1] != '-' && a[2] == '\0') || (a[1] == '-' && !strchr(a, '='));
     }
     if (spares < 0 && env_value)
         spares = atoi(env_value);
@@ -91,17 +85,11 @@ void whale_elastic_argv_conflict(char *const *argv, int argc, char *out, size_t 
     bool prev_takes_value = false;
     for (int i = 1; i < argc && !out[0]; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--"))
+        enum srun_arg k = srun_arg_kind(a, &prev_takes_value);
+        if (k == SRUN_ARG_END)
             break;
-        if (a[0] != '-') {
-            /* Slurm's options come before the command: this is the command,
-             * unless it is the value of "-N 4" */
-            if (!prev_takes_value)
-                break;
-            prev_takes_value = false;
+        if (k == SRUN_ARG_VALUE)
             continue;
-        }
-        prev_takes_value = (a[1] != '-' && a[2] == '\0') || (a[1] == '-' && !strchr(a, '='));
         const char *v = NULL;  /* the value, NULL when none was given */
         const char *sep = NULL; /* a value given as the next argument */
         bool bad = false;

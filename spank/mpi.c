@@ -11,6 +11,7 @@
  * later by whale_mpi_check with the exact fix). */
 #define _GNU_SOURCE /* dladdr */
 #include "plugin.h"
+#include "srun_argv.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -41,21 +42,11 @@ static bool argv_has_whale(void)
         n = 0;
         if (idx++ == 0)
             continue; /* argv[0] */
-        if (!strcmp(arg, "--"))
+        enum srun_arg k = srun_arg_kind(arg, &prev_takes_value);
+        if (k == SRUN_ARG_END)
             break;
-        if (arg[0] != '-') {
-            /* the command starts here unless this is the value of "-N 4" or
-             * "--nodes 4" */
-            if (!prev_takes_value)
-                break;
-            prev_takes_value = false;
-            continue;
-        }
-        if (!strncmp(arg, "--whale", 7)) {
+        if (k == SRUN_ARG_OPTION && !strncmp(arg, "--whale", 7))
             found = true;
-            break;
-        }
-        prev_takes_value = (arg[1] != '-' && arg[2] == '\0') || (arg[1] == '-' && !strchr(arg, '='));
     }
     fclose(f);
     return found;

@@ -21,21 +21,37 @@ static int ids_from_distribution(struct whale_step *s, const char *dist)
         total += s->ntasks[i];
     int *fill = calloc((size_t)s->nnodes, sizeof(int));
     int *off = malloc(((size_t)s->nnodes + 1) * sizeof(int));
+    int *live = malloc(((size_t)s->nnodes + 1) * sizeof(int));
     s->task_ids = malloc((size_t)total * sizeof(int));
-    if (!fill || !off || !s->task_ids) {
+    if (!fill || !off || !live || !s->task_ids) {
         free(fill);
         free(off);
+        free(live);
         return WHALE_ENOMEM;
     }
     off[0] = 0;
-    for (int i = 0; i < s->nnodes; i++)
+    int nlive = 0;
+    for (int i = 0; i < s->nnodes; i++) {
         off[i + 1] = off[i] + s->ntasks[i];
-    for (int t = 0; t < total;)
-        for (int i = 0; i < s->nnodes && t < total; i++)
+        if (s->ntasks[i] > 0)
+            live[nlive++] = i;
+    }
+    /* round robin over the nodes that still have room, dropping the full
+     * ones as it goes: one node with many tasks among many with one no
+     * longer walks every node once per round (O(tasks x nodes)) */
+    for (int t = 0; t < total && nlive > 0;) {
+        int keep = 0;
+        for (int k = 0; k < nlive && t < total; k++) {
+            int i = live[k];
+            s->task_ids[off[i] + fill[i]++] = t++;
             if (fill[i] < s->ntasks[i])
-                s->task_ids[off[i] + fill[i]++] = t++;
+                live[keep++] = i;
+        }
+        nlive = keep;
+    }
     free(fill);
     free(off);
+    free(live);
     return 0;
 }
 

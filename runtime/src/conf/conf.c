@@ -4,6 +4,7 @@
 #include "whale/error.h"
 #include "whale/kv.h"
 #include "whale/log.h"
+#include "whale/nameidx.h"
 #include "conf_internal.h"
 
 #include <ctype.h>
@@ -261,6 +262,28 @@ static void nodeset_clear(struct whale_conf_nodeset *n)
     n->price_node_hour = n->price_gpu_hour = -1;
 }
 
+/* Room for element n of *arr: doubles at powers of two, so n lines cost
+ * O(n) copies (a realloc per line was O(n^2) under ASan, whose realloc
+ * always copies). */
+static int conf_room(void **arr, int n, size_t elem)
+{
+    if (n > 0 && (n < 16 || (n & (n - 1))))
+        return 0;
+    size_t cap = n < 16 ? 16 : (size_t)n * 2;
+    void *p = realloc(*arr, cap * elem);
+    if (!p)
+        return WHALE_ENOMEM;
+    *arr = p;
+    return 0;
+}
+
+/* Per-parse state: name maps for the GPUType and NVLinkDomain duplicate
+ * checks (a linear search per line was O(n^2) on long files). */
+struct conf_parse {
+    struct whale_conf *c;
+    struct whale_nameidx gpus, domains;
+};
+
 static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
 {
     int rc = conf_check_keys(l, node_keys, "a NodeName line");
@@ -339,7 +362,8 @@ static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
     }
     if ((rc = set_str(&ns.hosts, name->value)))
         goto fail;
-    struct whale_conf_nodeset *p = realloc(c->nodesets, (size_t)(c->nnodesets + 1) * sizeof *p);
+    struct whale_conf_nodeset *p = conf_room((void **)&c->nodesets, c->nnodesets, sizeof *p)
+                                       ? NULL : c->nodesets;
     if (!p) {
         rc = WHALE_ENOMEM;
         goto fail;
@@ -352,18 +376,18 @@ fail:
     return rc;
 }
 
-static int parse_gpu_line(struct whale_conf *c, const struct whale_kv_line *l)
+static int parse_gpu_line(struct conf_parse *cp, const struct whale_kv_line *l)
 {
+    struct whale_conf *c = cp->c;
     int rc = conf_check_keys(l, gpu_keys, "a GPUType line");
     if (rc)
         return rc;
     struct whale_gpu_type g = { 0 };
     const struct whale_kv *kv = whale_kv_find(l, "GPUType");
-    for (int i = 0; i < c->ngpu_types; i++)
-        if (!strcmp(c->gpu_types[i].name, kv->value)) {
-            whale_error("%s:%d: GPUType=%s is defined twice", l->file, l->line, kv->value);
-            return WHALE_ECONF;
-        }
+    if (whale_nameidx_find(&cp->gpus, kv->value) >= 0) {
+        whale_error("%s:%d: GPUType=%s is defined twice", l->file, l->line, kv->value);
+        return WHALE_ECONF;
+    }
     if ((kv = whale_kv_find(l, "PeakTFLOPS")) &&
         (rc = whale_kv_to_double(l, kv, 1e-3, 1e6, &g.peak_tflops)))
         return rc;
@@ -374,18 +398,18 @@ static int parse_gpu_line(struct whale_conf *c, const struct whale_kv_line *l)
         return rc;
     if (!(g.name = strdup(whale_kv_find(l, "GPUType")->value)))
         return WHALE_ENOMEM;
-    struct whale_gpu_type *p = realloc(c->gpu_types, (size_t)(c->ngpu_types + 1) * sizeof *p);
-    if (!p) {
+    if (conf_room((void **)&c->gpu_types, c->ngpu_types, sizeof *c->gpu_types)) {
         free(g.name);
         return WHALE_ENOMEM;
     }
-    c->gpu_types = p;
-    c->gpu_types[c->ngpu_types++] = g;
-    return 0;
+    c->gpu_types[c->ngpu_types] = g;
+    /* the map points at the name the array owns */
+    return whale_nameidx_add(&cp->gpus, g.name, c->ngpu_types++);
 }
 
-static int parse_domain_line(struct whale_conf *c, const struct whale_kv_line *l)
+static int parse_domain_line(struct conf_parse *cp, const struct whale_kv_line *l)
 {
+    struct whale_conf *c = cp->c;
     int rc = conf_check_keys(l, domain_keys, "an NVLinkDomain line");
     if (rc)
         return rc;
@@ -398,15 +422,12 @@ static int parse_domain_line(struct whale_conf *c, const struct whale_kv_line *l
     }
     if ((rc = check_hostlist(l, nodes)))
         return rc;
-    for (int i = 0; i < c->ndomains; i++)
-        if (!strcmp(c->domains[i].name, name->value)) {
-            whale_error("%s:%d: NVLinkDomain=%s is defined twice", l->file, l->line, name->value);
-            return WHALE_ECONF;
-        }
-    struct whale_conf_domain *p = realloc(c->domains, (size_t)(c->ndomains + 1) * sizeof *p);
-    if (!p)
+    if (whale_nameidx_find(&cp->domains, name->value) >= 0) {
+        whale_error("%s:%d: NVLinkDomain=%s is defined twice", l->file, l->line, name->value);
+        return WHALE_ECONF;
+    }
+    if (conf_room((void **)&c->domains, c->ndomains, sizeof *c->domains))
         return WHALE_ENOMEM;
-    c->domains = p;
     struct whale_conf_domain *d = &c->domains[c->ndomains];
     d->name = strdup(name->value);
     d->hosts = strdup(nodes->value);
@@ -416,8 +437,7 @@ static int parse_domain_line(struct whale_conf *c, const struct whale_kv_line *l
         free(d->hosts);
         return WHALE_ENOMEM;
     }
-    c->ndomains++;
-    return 0;
+    return whale_nameidx_add(&cp->domains, d->name, c->ndomains++);
 }
 
 static int parse_global_line(struct whale_conf *c, const struct whale_kv_line *l)
@@ -472,12 +492,13 @@ static int parse_global_line(struct whale_conf *c, const struct whale_kv_line *l
 
 static int conf_line(const struct whale_kv_line *l, void *user)
 {
-    struct whale_conf *c = user;
+    struct conf_parse *cp = user;
+    struct whale_conf *c = cp->c;
     const char *first = l->kv[0].key;
     if (!strcasecmp(first, "NodeName"))
         return parse_node_line(c, l);
     if (!strcasecmp(first, "GPUType") && l->n > 1)
-        return parse_gpu_line(c, l);
+        return parse_gpu_line(cp, l);
     if (!strcasecmp(first, "GPUType")) {
         whale_error("%s:%d: GPUType=%s alone: a GPUType line defines a GPU (PeakTFLOPS=, "
                     "Memory=, NVLinkBandwidth=); to give a node its GPU type put GPUType= on "
@@ -486,7 +507,7 @@ static int conf_line(const struct whale_kv_line *l, void *user)
         return WHALE_ECONF;
     }
     if (!strcasecmp(first, "NVLinkDomain"))
-        return parse_domain_line(c, l);
+        return parse_domain_line(cp, l);
     for (int i = 1; i < l->n; i++) {
         const char *k = l->kv[i].key;
         if (!strcasecmp(k, "NodeName") || !strcasecmp(k, "NVLinkDomain")) {
@@ -519,17 +540,14 @@ struct whale_conf *whale_conf_defaults(void)
 }
 
 /* Cross-line checks: GPU types referenced by nodes exist. */
-static int conf_validate(struct whale_conf *c)
+static int conf_validate(struct conf_parse *cp)
 {
+    struct whale_conf *c = cp->c;
     for (int i = -1; i < c->nnodesets; i++) {
         const struct whale_conf_nodeset *n = i < 0 ? &c->node_default : &c->nodesets[i];
         if (!n->gpu_type)
             continue;
-        int found = 0;
-        for (int g = 0; g < c->ngpu_types; g++)
-            if (!strcmp(c->gpu_types[g].name, n->gpu_type))
-                found = 1;
-        if (!found) {
+        if (whale_nameidx_find(&cp->gpus, n->gpu_type) < 0) {
             whale_error("%s:%d: GPUType=%s is not defined by a GPUType=%s line", c->path, n->line,
                         n->gpu_type, n->gpu_type);
             return WHALE_ECONF;
@@ -538,10 +556,13 @@ static int conf_validate(struct whale_conf *c)
     return 0;
 }
 
-static int conf_finish(struct whale_conf *c, int rc, struct whale_conf **out)
+static int conf_finish(struct conf_parse *cp, int rc, struct whale_conf **out)
 {
+    struct whale_conf *c = cp->c;
     if (!rc)
-        rc = conf_validate(c);
+        rc = conf_validate(cp);
+    whale_nameidx_free(&cp->gpus);
+    whale_nameidx_free(&cp->domains);
     if (rc) {
         whale_conf_free(c);
         *out = NULL;
@@ -559,8 +580,9 @@ int whale_conf_load(const char *path, struct whale_conf **out)
         whale_conf_free(c);
         return WHALE_ENOMEM;
     }
-    int rc = whale_kv_parse_file(path, conf_line, c);
-    return conf_finish(c, rc, out);
+    struct conf_parse cp = { .c = c };
+    int rc = whale_kv_parse_file(path, conf_line, &cp);
+    return conf_finish(&cp, rc, out);
 }
 
 int whale_conf_parse_string(const char *text, const char *name, struct whale_conf **out)
@@ -571,8 +593,9 @@ int whale_conf_parse_string(const char *text, const char *name, struct whale_con
         whale_conf_free(c);
         return WHALE_ENOMEM;
     }
-    int rc = whale_kv_parse_string(text, c->path, conf_line, c);
-    return conf_finish(c, rc, out);
+    struct conf_parse cp = { .c = c };
+    int rc = whale_kv_parse_string(text, c->path, conf_line, &cp);
+    return conf_finish(&cp, rc, out);
 }
 
 void whale_conf_free(struct whale_conf *c)

@@ -54,6 +54,106 @@ static bool brackets_ok(const char *e)
     return true;
 }
 
+/* libslurm's hostlist is O(n^2) in the number of ranges it holds: built
+ * from 50,000 distinct names it took 2.1 s to create and 2.8 s to shift
+ * empty (measured on 22.05; hostlist_shift moves the whole range array
+ * down each time a range runs out), and the plugin parses these lists as
+ * root inside srun. So each piece goes to libslurm on its own: every item
+ * between separators outside brackets and, for an item with one bracket,
+ * every range in it ("n[1-3,7]x" -> "n[1-3]x", "n[7]x"). The lists stay
+ * tiny, the walk is linear and the names and their order are the same. */
+struct hl_walk {
+    int (*fn)(const char *host, void *user);
+    void *user;
+    long total;     /* hosts counted so far */
+    int rc;         /* first error of fn or of a name */
+    bool count_only;
+};
+
+static bool hl_sep(char c)
+{
+    return c == ',' || c == ' ' || c == '\t' || c == '\n'; /* libslurm's separators */
+}
+
+static int hl_piece(struct hl_walk *w, const char *s)
+{
+    hostlist_t hl = slurm_hostlist_create(s);
+    if (!hl)
+        return WHALE_EINVAL;
+    if (w->count_only) {
+        w->total += slurm_hostlist_count(hl);
+        slurm_hostlist_destroy(hl);
+        /* n[0-999999999] is a short string: bound the expansion */
+        return w->total > CONF_MAX_HOSTS ? WHALE_ERANGE : 0;
+    }
+    char *h;
+    while ((h = slurm_hostlist_shift(hl))) {
+        if (!w->rc)
+            w->rc = bad_name(h) ? WHALE_EINVAL : w->fn ? w->fn(h, w->user) : 0;
+        free(h);
+    }
+    slurm_hostlist_destroy(hl);
+    return 0;
+}
+
+/* One item (no separator outside brackets), len bytes at item. */
+static int hl_item(struct hl_walk *w, const char *item, size_t len)
+{
+    const char *lb = memchr(item, '[', len);
+    const char *rb = lb ? memchr(lb, ']', len - (size_t)(lb - item)) : NULL;
+    size_t rest = rb ? len - (size_t)(rb + 1 - item) : 0;
+    char *buf = malloc(len + 3);
+    if (!buf)
+        return WHALE_ENOMEM;
+    int rc = 0;
+    if (!lb || !rb || memchr(rb + 1, '[', rest)) {
+        /* no bracket, or several (libslurm's multi-dimension names): whole */
+        memcpy(buf, item, len);
+        buf[len] = '\0';
+        rc = hl_piece(w, buf);
+    } else {
+        size_t plen = (size_t)(lb - item) + 1; /* "pre[" */
+        for (const char *r = lb + 1; r < rb && !rc;) {
+            const char *e = memchr(r, ',', (size_t)(rb - r));
+            if (!e)
+                e = rb;
+            memcpy(buf, item, plen);
+            memcpy(buf + plen, r, (size_t)(e - r));
+            memcpy(buf + plen + (size_t)(e - r), rb, rest + 1); /* "]suf" */
+            buf[plen + (size_t)(e - r) + rest + 1] = '\0';
+            rc = hl_piece(w, buf);
+            r = e + 1;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+static int hl_walk_all(struct hl_walk *w, const char *expr)
+{
+    const char *p = expr;
+    while (*p) {
+        while (*p && hl_sep(*p))
+            p++;
+        const char *q = p;
+        bool in = false;
+        while (*q && (in || !hl_sep(*q))) {
+            if (*q == '[')
+                in = true;
+            else if (*q == ']')
+                in = false;
+            q++;
+        }
+        if (q > p) {
+            int rc = hl_item(w, p, (size_t)(q - p));
+            if (rc)
+                return rc;
+        }
+        p = q;
+    }
+    return 0;
+}
+
 int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user)
 {
     if (!expr || !*expr)
@@ -62,23 +162,14 @@ int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *us
      * parse ("n[]", "n[1x]"; found by tests/fuzz): refuse those first */
     if (!brackets_ok(expr))
         return WHALE_EINVAL;
-    hostlist_t hl = slurm_hostlist_create(expr);
-    if (!hl)
-        return WHALE_EINVAL;
-    /* n[0-999999999] is a short string: bound the expansion */
-    if (slurm_hostlist_count(hl) > CONF_MAX_HOSTS) {
-        slurm_hostlist_destroy(hl);
-        return WHALE_ERANGE;
-    }
-    int rc = 0;
-    char *h;
-    while ((h = slurm_hostlist_shift(hl))) {
-        if (!rc)
-            rc = bad_name(h) ? WHALE_EINVAL : fn ? fn(h, user) : 0;
-        free(h);
-    }
-    slurm_hostlist_destroy(hl);
-    return rc;
+    /* count first: nothing is handed to fn from a list that is too long */
+    struct hl_walk w = { .fn = fn, .user = user, .count_only = true };
+    int rc = hl_walk_all(&w, expr);
+    if (rc)
+        return rc;
+    w.count_only = false;
+    rc = hl_walk_all(&w, expr);
+    return rc ? rc : w.rc;
 }
 
 static int count_one(const char *h, void *user)
@@ -98,10 +189,15 @@ int conf_hostlist_count(const char *expr)
 
 static int push_name(char ***names, int *n, const char *s, size_t len)
 {
-    char **p = realloc(*names, (size_t)(*n + 1) * sizeof *p);
-    if (!p)
-        return WHALE_ENOMEM;
-    *names = p;
+    /* capacity doubles at powers of two (16, 32, ...): a realloc per name
+     * made long lists O(n^2) under ASan, whose realloc always copies */
+    if (*n == 0 || (*n >= 16 && !(*n & (*n - 1)))) {
+        char **p = realloc(*names, (size_t)(*n < 16 ? 16 : *n * 2) * sizeof *p);
+        if (!p)
+            return WHALE_ENOMEM;
+        *names = p;
+    }
+    char **p = *names;
     if (!(p[*n] = strndup(s, len)))
         return WHALE_ENOMEM;
     (*n)++;

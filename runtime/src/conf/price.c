@@ -5,6 +5,7 @@
 #include "whale/error.h"
 #include "whale/kv.h"
 #include "whale/log.h"
+#include "whale/nameidx.h"
 #include "conf_internal.h"
 
 #include <errno.h>
@@ -55,19 +56,64 @@ static double nodeset_price(const struct whale_conf_nodeset *s)
     return -1;
 }
 
-static bool lists(const struct whale_conf_nodeset *s, const char *node)
+/* Which NodeName line prices each node: every line's hostlist expanded
+ * once into one name map (a later line naming a node wins), instead of
+ * expanding every line again for every node of the job, which was
+ * O(nodes x names) for a 50,000-node job. */
+struct price_lines {
+    struct whale_nameidx ix; /* name -> nodeset index */
+    char **names;             /* owned; the map points into them */
+    int n, cap;
+};
+
+static int price_lines_keep(struct price_lines *pl, char *name, int set)
 {
-    char **names = NULL;
-    int n = 0;
-    bool hit = false;
-    if (!s->hosts || whale_hostlist_expand(s->hosts, &names, &n))
-        return false;
-    for (int i = 0; i < n; i++) {
-        hit |= !strcmp(names[i], node);
-        free(names[i]);
+    if (whale_nameidx_find(&pl->ix, name) >= 0) {
+        whale_nameidx_set(&pl->ix, name, set);
+        free(name);
+        return 0;
     }
-    free(names);
-    return hit;
+    if (pl->n == pl->cap) {
+        int nc = pl->cap ? pl->cap * 2 : 64;
+        char **p = realloc(pl->names, (size_t)nc * sizeof *p);
+        if (!p) {
+            free(name);
+            return WHALE_ENOMEM;
+        }
+        pl->names = p;
+        pl->cap = nc;
+    }
+    pl->names[pl->n++] = name;
+    return whale_nameidx_add(&pl->ix, name, set);
+}
+
+static void price_lines_free(struct price_lines *pl)
+{
+    whale_nameidx_free(&pl->ix);
+    for (int i = 0; i < pl->n; i++)
+        free(pl->names[i]);
+    free(pl->names);
+}
+
+static int price_lines_build(const struct whale_conf *c, struct price_lines *pl)
+{
+    for (int k = 0; k < c->nnodesets; k++) {
+        char **names = NULL;
+        int n = 0;
+        /* a line whose hostlist does not expand prices nothing, as before */
+        if (!c->nodesets[k].hosts || whale_hostlist_expand(c->nodesets[k].hosts, &names, &n))
+            continue;
+        int rc = 0;
+        for (int i = 0; i < n; i++)
+            if (rc)
+                free(names[i]);
+            else
+                rc = price_lines_keep(pl, names[i], k);
+        free(names);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 int whale_conf_price_per_hour(const struct whale_conf *c, const char *const *nodes, int n,
@@ -75,21 +121,24 @@ int whale_conf_price_per_hour(const struct whale_conf *c, const char *const *nod
 {
     if (!c || n < 0 || (n > 0 && !nodes) || !usd_per_hour)
         return WHALE_EINVAL;
+    struct price_lines pl = { 0 };
+    int rc = price_lines_build(c, &pl);
+    if (rc) {
+        price_lines_free(&pl);
+        return rc;
+    }
     double sum = 0;
     int np = 0;
     for (int i = 0; i < n; i++) {
-        const struct whale_conf_nodeset *hit = &c->node_default;
-        for (int k = c->nnodesets - 1; k >= 0; k--) /* the last line naming it wins */
-            if (lists(&c->nodesets[k], nodes[i])) {
-                hit = &c->nodesets[k];
-                break;
-            }
+        int k = whale_nameidx_find(&pl.ix, nodes[i]);
+        const struct whale_conf_nodeset *hit = k >= 0 ? &c->nodesets[k] : &c->node_default;
         double p = nodeset_price(hit);
         if (p >= 0) {
             sum += p;
             np++;
         }
     }
+    price_lines_free(&pl);
     *usd_per_hour = sum;
     if (priced)
         *priced = np;

@@ -1,6 +1,8 @@
 /* Topology model: growable arrays of nodes, switches, NVLink domains and GPU
- * types, plus a name hash so that mapping 12,500-node allocations stays
- * linear. Dependency-free (runs inside srun/slurmstepd). */
+ * types, plus one name index per array so that building and mapping long
+ * hostlists stays linear (a topology.conf line with tens of thousands of
+ * names used to cost O(n^2), found by tests/fuzz). Dependency-free (runs
+ * inside srun/slurmstepd). */
 #include "whale/topo.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -9,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "whale/nameidx.h"
+
+/* one index per named array; the names are the arrays' own strdup'd strings */
 struct whale_topo_hash {
-    int *slot;      /* node index + 1, 0 = empty */
-    size_t cap;     /* power of two */
+    struct whale_nameidx nodes, switches, domains, gpu_types;
 };
 
 static const char *const link_names[WHALE_LINK_NCLASS] = { "node", "nvl", "leaf", "spine", "core" };
@@ -19,17 +23,6 @@ static const char *const link_names[WHALE_LINK_NCLASS] = { "node", "nvl", "leaf"
 const char *whale_link_class_name(int cls)
 {
     return cls >= 0 && cls < WHALE_LINK_NCLASS ? link_names[cls] : "?";
-}
-
-/* FNV-1a: names are short, distribution is good enough for open addressing. */
-static uint64_t topo_hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
 }
 
 struct whale_topo *whale_topo_new(void)
@@ -72,8 +65,12 @@ void whale_topo_free(struct whale_topo *t)
     free(t->switches);
     free(t->domains);
     free(t->gpu_types);
-    if (t->hash)
-        free(t->hash->slot);
+    if (t->hash) {
+        whale_nameidx_free(&t->hash->nodes);
+        whale_nameidx_free(&t->hash->switches);
+        whale_nameidx_free(&t->hash->domains);
+        whale_nameidx_free(&t->hash->gpu_types);
+    }
     free(t->hash);
     free(t);
 }
@@ -92,44 +89,9 @@ static int topo_grow(void **arr, int *cap, int n, size_t elem)
     return 0;
 }
 
-static int topo_hash_insert(struct whale_topo *t, int idx);
-
-static int topo_hash_rehash(struct whale_topo *t, size_t ncap)
-{
-    int *ns = calloc(ncap, sizeof *ns);
-    if (!ns)
-        return WHALE_ENOMEM;
-    free(t->hash->slot);
-    t->hash->slot = ns;
-    t->hash->cap = ncap;
-    for (int i = 0; i < t->nnodes; i++)
-        topo_hash_insert(t, i);
-    return 0;
-}
-
-static int topo_hash_insert(struct whale_topo *t, int idx)
-{
-    size_t mask = t->hash->cap - 1;
-    size_t h = (size_t)topo_hash_str(t->nodes[idx].name) & mask;
-    while (t->hash->slot[h])
-        h = (h + 1) & mask;
-    t->hash->slot[h] = idx + 1;
-    return 0;
-}
-
 int whale_topo_find_node(const struct whale_topo *t, const char *name)
 {
-    if (!t || !name || !t->hash->cap)
-        return -1;
-    size_t mask = t->hash->cap - 1;
-    size_t h = (size_t)topo_hash_str(name) & mask;
-    while (t->hash->slot[h]) {
-        int i = t->hash->slot[h] - 1;
-        if (!strcmp(t->nodes[i].name, name))
-            return i;
-        h = (h + 1) & mask;
-    }
-    return -1;
+    return t && name ? whale_nameidx_find(&t->hash->nodes, name) : -1;
 }
 
 int whale_topo_add_node(struct whale_topo *t, const char *name, int gpus, int leaf, int domain)
@@ -144,16 +106,9 @@ int whale_topo_add_node(struct whale_topo *t, const char *name, int gpus, int le
             t->nodes[i].domain = domain;
         return i;
     }
-    if (topo_grow((void **)&t->nodes, &t->cap_nodes, t->nnodes, sizeof *t->nodes))
+    if (topo_grow((void **)&t->nodes, &t->cap_nodes, t->nnodes, sizeof *t->nodes) ||
+        whale_nameidx_reserve(&t->hash->nodes, t->nnodes + 1))
         return WHALE_ENOMEM;
-    /* keep load factor <= 1/2 */
-    if ((size_t)(t->nnodes + 1) * 2 > t->hash->cap) {
-        size_t nc = t->hash->cap ? t->hash->cap * 2 : 64;
-        while ((size_t)(t->nnodes + 1) * 2 > nc)
-            nc *= 2;
-        if (topo_hash_rehash(t, nc))
-            return WHALE_ENOMEM;
-    }
     struct whale_topo_node *n = &t->nodes[t->nnodes];
     memset(n, 0, sizeof *n);
     n->name = strdup(name);
@@ -164,7 +119,7 @@ int whale_topo_add_node(struct whale_topo *t, const char *name, int gpus, int le
     n->domain = domain;
     n->gpu_type = -1;
     i = t->nnodes++;
-    topo_hash_insert(t, i);
+    whale_nameidx_insert(&t->hash->nodes, n->name, i);
     return i;
 }
 
@@ -183,10 +138,7 @@ int whale_topo_node_add_nic(struct whale_topo *t, int node, const char *nic)
 
 int whale_topo_find_switch(const struct whale_topo *t, const char *name)
 {
-    for (int i = 0; i < t->nswitches; i++)
-        if (!strcmp(t->switches[i].name, name))
-            return i;
-    return -1;
+    return t && name ? whale_nameidx_find(&t->hash->switches, name) : -1;
 }
 
 int whale_topo_add_switch(struct whale_topo *t, const char *name, int parent)
@@ -197,7 +149,8 @@ int whale_topo_add_switch(struct whale_topo *t, const char *name, int parent)
             t->switches[i].parent = parent;
         return i;
     }
-    if (topo_grow((void **)&t->switches, &t->cap_switches, t->nswitches, sizeof *t->switches))
+    if (topo_grow((void **)&t->switches, &t->cap_switches, t->nswitches, sizeof *t->switches) ||
+        whale_nameidx_reserve(&t->hash->switches, t->nswitches + 1))
         return WHALE_ENOMEM;
     struct whale_topo_switch *s = &t->switches[t->nswitches];
     s->name = strdup(name);
@@ -206,6 +159,7 @@ int whale_topo_add_switch(struct whale_topo *t, const char *name, int parent)
     s->parent = parent;
     s->level = 0;
     s->link_gbs = 0;
+    whale_nameidx_insert(&t->hash->switches, s->name, t->nswitches);
     return t->nswitches++;
 }
 
@@ -219,10 +173,7 @@ int whale_topo_set_switch_parent(struct whale_topo *t, int sw, int parent)
 
 int whale_topo_find_domain(const struct whale_topo *t, const char *name)
 {
-    for (int i = 0; i < t->ndomains; i++)
-        if (!strcmp(t->domains[i].name, name))
-            return i;
-    return -1;
+    return t && name ? whale_nameidx_find(&t->hash->domains, name) : -1;
 }
 
 int whale_topo_add_domain(struct whale_topo *t, const char *name)
@@ -230,20 +181,19 @@ int whale_topo_add_domain(struct whale_topo *t, const char *name)
     int i = whale_topo_find_domain(t, name);
     if (i >= 0)
         return i;
-    if (topo_grow((void **)&t->domains, &t->cap_domains, t->ndomains, sizeof *t->domains))
+    if (topo_grow((void **)&t->domains, &t->cap_domains, t->ndomains, sizeof *t->domains) ||
+        whale_nameidx_reserve(&t->hash->domains, t->ndomains + 1))
         return WHALE_ENOMEM;
     if (!(t->domains[t->ndomains].name = strdup(name)))
         return WHALE_ENOMEM;
     t->domains[t->ndomains].nnodes = 0;
+    whale_nameidx_insert(&t->hash->domains, t->domains[t->ndomains].name, t->ndomains);
     return t->ndomains++;
 }
 
 int whale_topo_find_gpu_type(const struct whale_topo *t, const char *name)
 {
-    for (int i = 0; i < t->ngpu_types; i++)
-        if (!strcmp(t->gpu_types[i].name, name))
-            return i;
-    return -1;
+    return t && name ? whale_nameidx_find(&t->hash->gpu_types, name) : -1;
 }
 
 int whale_topo_add_gpu_type(struct whale_topo *t, const char *name, double peak_tflops,
@@ -252,17 +202,101 @@ int whale_topo_add_gpu_type(struct whale_topo *t, const char *name, double peak_
     int i = whale_topo_find_gpu_type(t, name);
     if (i < 0) {
         if (topo_grow((void **)&t->gpu_types, &t->cap_gpu_types, t->ngpu_types,
-                      sizeof *t->gpu_types))
+                      sizeof *t->gpu_types) ||
+            whale_nameidx_reserve(&t->hash->gpu_types, t->ngpu_types + 1))
             return WHALE_ENOMEM;
         i = t->ngpu_types;
         if (!(t->gpu_types[i].name = strdup(name)))
             return WHALE_ENOMEM;
+        whale_nameidx_insert(&t->hash->gpu_types, t->gpu_types[i].name, i);
         t->ngpu_types++;
     }
     t->gpu_types[i].peak_tflops = peak_tflops;
     t->gpu_types[i].mem_gib = mem_gib;
     t->gpu_types[i].nvlink_gbs = nvlink_gbs;
     return i;
+}
+
+/* After topo_switch_levels' pass the switches left pending are exactly
+ * the cycle members (a switch has one parent, so nothing hangs above a
+ * cycle). Name the lowest-index switch whose way up runs into a cycle, as
+ * the message always did: one memoised walk per switch, O(n) in all.
+ * Returns the index, or -1 without memory. */
+static int topo_first_above_cycle(const struct whale_topo *t, const int *pending)
+{
+    int n = t->nswitches;
+    signed char *state = calloc((size_t)n, 1); /* 0 unknown, 1 reaches a root, 2 a cycle */
+    int *path = malloc((size_t)n * sizeof *path);
+    int found = -1;
+    if (!state || !path)
+        goto out;
+    for (int i = 0; i < n && found < 0; i++) {
+        int len = 0, s = i;
+        signed char end = 1;
+        while (s >= 0 && !state[s]) {
+            if (pending[s]) {
+                end = 2;
+                break;
+            }
+            path[len++] = s;
+            s = t->switches[s].parent;
+        }
+        if (s >= 0 && state[s])
+            end = state[s];
+        for (int k = 0; k < len; k++)
+            state[path[k]] = end;
+        if (end == 2 || pending[i])
+            found = i;
+    }
+out:
+    free(state);
+    free(path);
+    return found;
+}
+
+/* level = distance from the farthest leaf below. Leaves first (Kahn's
+ * order): a switch is done once all its children are, so a chain of n
+ * switches costs O(n), not the O(n^2) of walking up from every switch.
+ * Switches never done sit on a cycle. */
+static int topo_switch_levels(struct whale_topo *t)
+{
+    int n = t->nswitches;
+    if (n == 0)
+        return 0;
+    int *pending = calloc((size_t)n, sizeof *pending), *queue = malloc((size_t)n * sizeof *queue);
+    if (!pending || !queue) {
+        free(pending);
+        free(queue);
+        return WHALE_ENOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        t->switches[i].level = 0;
+        if (t->switches[i].parent >= 0)
+            pending[t->switches[i].parent]++;
+    }
+    int head = 0, tail = 0;
+    for (int i = 0; i < n; i++)
+        if (!pending[i])
+            queue[tail++] = i;
+    while (head < tail) {
+        int s = queue[head++], p = t->switches[s].parent;
+        if (p < 0)
+            continue;
+        if (t->switches[p].level < t->switches[s].level + 1)
+            t->switches[p].level = t->switches[s].level + 1;
+        if (--pending[p] == 0)
+            queue[tail++] = p;
+    }
+    int rc = 0;
+    if (tail < n) {
+        int first = topo_first_above_cycle(t, pending);
+        rc = first < 0 ? WHALE_ENOMEM : WHALE_ECONF;
+        if (first >= 0)
+            whale_error("switch tree has a cycle through switch '%s'", t->switches[first].name);
+    }
+    free(pending);
+    free(queue);
+    return rc;
 }
 
 int whale_topo_finalize(struct whale_topo *t)
@@ -272,25 +306,7 @@ int whale_topo_finalize(struct whale_topo *t)
     for (int i = 0; i < t->nnodes; i++)
         if (t->nodes[i].domain >= 0)
             t->domains[t->nodes[i].domain].nnodes++;
-    /* level = distance from the farthest leaf below; walk up from every
-     * leaf, bounded by nswitches steps to catch cycles. */
-    for (int i = 0; i < t->nswitches; i++)
-        t->switches[i].level = 0;
-    for (int i = 0; i < t->nswitches; i++) {
-        int lvl = 0, s = i, steps = 0;
-        while (t->switches[s].parent >= 0) {
-            int p = t->switches[s].parent;
-            lvl++;
-            if (t->switches[p].level < lvl)
-                t->switches[p].level = lvl;
-            s = p;
-            if (++steps > t->nswitches) {
-                whale_error("switch tree has a cycle through switch '%s'", t->switches[i].name);
-                return WHALE_ECONF;
-            }
-        }
-    }
-    return 0;
+    return topo_switch_levels(t);
 }
 
 enum whale_link_class whale_topo_link_class(const struct whale_topo *t, int a, int b)

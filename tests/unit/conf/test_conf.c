@@ -14,21 +14,7 @@
 #include "whale/log.h"
 #include "whale_config.h"
 
-static char last_err[1024];
-static void sink(int level, const char *line, void *u)
-{
-    (void)u;
-    if (level == WHALE_LOG_ERROR)
-        snprintf(last_err, sizeof last_err, "%s", line);
-}
-
-static int setup(void **st)
-{
-    (void)st;
-    whale_log_set_sink(sink, NULL);
-    last_err[0] = '\0';
-    return 0;
-}
+#include "conf_test.h"
 
 static const char *good =
     "# a GPU site\n"
@@ -84,18 +70,6 @@ static void test_parse_good(void **st)
     assert_int_equal(t->nodes[x].gpus, 8);
     whale_topo_free(t);
     whale_conf_free(c);
-}
-
-static void expect_error(const char *text, const char *needle)
-{
-    struct whale_conf *c = (struct whale_conf *)1;
-    last_err[0] = '\0';
-    assert_int_not_equal(whale_conf_parse_string(text, "/etc/slurm/whale.conf", &c), 0);
-    assert_null(c);
-    if (!strstr(last_err, needle)) {
-        fprintf(stderr, "expected '%s' in '%s'\n", needle, last_err);
-        fail();
-    }
 }
 
 static void test_parse_errors(void **st)

@@ -13,21 +13,7 @@
 #include "whale/conf.h"
 #include "whale/log.h"
 
-static char last_err[1024];
-static void sink(int level, const char *line, void *u)
-{
-    (void)u;
-    if (level == WHALE_LOG_ERROR)
-        snprintf(last_err, sizeof last_err, "%s", line);
-}
-
-static int setup(void **st)
-{
-    (void)st;
-    whale_log_set_sink(sink, NULL);
-    last_err[0] = '\0';
-    return 0;
-}
+#include "conf_test.h"
 
 static void test_prices(void **st)
 {
@@ -61,18 +47,6 @@ static void test_prices(void **st)
     assert_int_equal(whale_conf_price_per_hour(c, n1, 1, &usd, &priced), 0);
     assert_true(usd == 0 && priced == 0);
     whale_conf_free(c);
-}
-
-static void expect_error(const char *text, const char *needle)
-{
-    struct whale_conf *c = (struct whale_conf *)1;
-    last_err[0] = '\0';
-    assert_int_not_equal(whale_conf_parse_string(text, "/etc/slurm/whale.conf", &c), 0);
-    assert_null(c);
-    if (!strstr(last_err, needle)) {
-        fprintf(stderr, "expected '%s' in '%s'\n", needle, last_err);
-        fail();
-    }
 }
 
 static void test_price_errors(void **st)

@@ -9,51 +9,15 @@ RUN=$1
 TRAIN=$2
 T=$(mktemp -d /tmp/whale-llama3d.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-python3 - "$T/corpus.txt" <<'PY'
-import sys, random
-r = random.Random(11)
-words = ["def ", "return ", "self", ".x", " = ", "(", ")", ":\n    ", "import ", "os",
-         "\n", "for i in range(10):", "while ", "True", "None", "[", "]", "+", "1"]
-with open(sys.argv[1], "w") as f:
-    f.write("".join(r.choice(words) for _ in range(40000)))
-PY
 
 printf 'Name=l4 Layers=4 Hidden=64 Heads=4 KVHeads=2 FFN=176 Seq=64 Vocab=256 MLP=swiglu Norm=rmsnorm Position=rotary Bias=no TiedEmbeddings=no Attention=flash\n' >"$T/l4.conf"
 COMMON="--model $T/l4.conf --data $T/corpus.txt --steps 10 --batch 8 --seq 32 --grad-accum 2 --threads 1 --no-progress --lr 2e-3"
+STEPS=10
+# shellcheck source=train3d_lib.sh
+. "$(dirname "$0")/train3d_lib.sh"
+make_corpus 11 40000
 
-train() { # name ntasks whale-run-args... -- whale-train-args...
-    name=$1; n=$2; shift 2
-    rargs=""
-    while [ "$1" != "--" ]; do rargs="$rargs $1"; shift; done
-    shift
-    # shellcheck disable=SC2086
-    if ! timeout 300 "$RUN" -n "$n" --timeout 280 $rargs "$TRAIN" $COMMON --metrics "$T/$name.jsonl" "$@" \
-            >"$T/$name.out" 2>&1; then
-        cat "$T/$name.out" >&2
-        fail "$name: whale-train failed"
-    fi
-}
-
-compare() { # name
-    python3 - "$T/ref.jsonl" "$T/$1.jsonl" "$1" <<'PY' || fail "$1: losses differ from the single-rank run"
-import json, sys
-def losses(p):
-    return [json.loads(l)["loss"] for l in open(p) if '"step"' in l]
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert len(a) == 10 and len(b) == 10, (len(a), len(b))
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print("  %-36s loss %.4f -> %.4f  worst rel diff %.1e" % (sys.argv[3], b[0], b[-1], worst))
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
-
-train ref 1 --
-python3 -c "
-import json
-l=[json.loads(x)['loss'] for x in open('$T/ref.jsonl') if '\"step\"' in x]
-assert l[-1] < l[0] - 0.3, l" || fail "the reference run does not learn"
+train_reference
 
 train tp2_pp2_dp2_z1 8 --tp 2 --pp 2 --dp 2 -- --zero 1
 compare tp2_pp2_dp2_z1
