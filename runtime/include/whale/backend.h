@@ -432,6 +432,15 @@ int whale_k_colsum_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, fl
 int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
                            const void *dout, const int32_t *tok, int v0, int V, int N, int C);
 
+/* ---- appended in wave 5 ------------------------------------------------------ */
+
+/* out rows ldo elements apart, columns [0, OC) of each of N rows = bias (OC):
+ * the first half of a strided linear (out = bias, then whale_gemm with
+ * beta 1 adds inp @ w^T), so the bias is summed in the order the cpu
+ * kernels sum it. */
+int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
+                      const void *bias, int N, int OC);
+
 #ifdef __cplusplus
 }
 #endif

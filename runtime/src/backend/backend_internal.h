@@ -127,6 +127,9 @@ struct bk_ops {
                       const void *x, int ld, int N, int OC);
     int (*embed_bwd_rows)(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+    /* appended in wave 5 */
+    int (*bias_fill)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
+                     const void *bias, int N, int OC);
 };
 
 struct bk_block {

@@ -185,3 +185,20 @@ int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t
         return 0;
     return RUN(b, s, embed_bwd_rows(b, NS(b, s), t, dwte, dout, tok, v0, V, N, C));
 }
+
+int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
+                      const void *bias, int N, int OC)
+{
+    CHECK("whale_k_bias_fill", t, N, OC, 0);
+    if (ldo < OC) {
+        whale_error("whale_k_bias_fill: row stride %d < %d columns", ldo, OC);
+        return WHALE_EINVAL;
+    }
+    if (!N || !OC)
+        return 0;
+    int rc;
+    if ((rc = need("whale_k_bias_fill", "output", out)) ||
+        (rc = need("whale_k_bias_fill", "bias", bias)))
+        return rc;
+    return RUN(b, s, bias_fill(b, NS(b, s), t, out, ldo, bias, N, OC));
+}

@@ -28,35 +28,20 @@
 /* The features of a model or configuration the cuda backend has no kernel
  * or path for: refused at set-up with the feature named, never a silent cpu
  * fallback. The cpu engine refuses what it lacks itself (cfg_check).
- * RMSNorm, gated MLPs, rotary, GQA and Bias=no select the configurable block
- * (engine/block_x.c), which still calls the CPU kernels directly: the
- * backend has their ops now (whale_k_rmsnorm_*, whale_k_glu_*, whale_k_rope,
- * whale_k_attention_gqa_*), the block does not call them yet. An untied
- * head is not refused: the head's GEMMs go through the backend with
- * lm_head.w as they do with the tied wte. */
+ * The Llama-style block (RMSNorm, gated MLPs, rotary, GQA, Bias=no,
+ * Attention=flash: engine/block_x.c) runs through the backend ops like the
+ * GPT block, so those models are not refused; on cuda both Attention=plain
+ * and Attention=flash run flash-style kernels (plain GQA takes the grouped
+ * kernel, block_x.c). An untied head is not refused either: the head's
+ * GEMMs go through the backend with lm_head.w as they do with the tied wte.
+ * What is left runs host loops over engine memory that are not written for
+ * a device: */
 static int cuda_refusals(const struct whale_engine_config *c)
 {
     const struct whale_model_desc *m = &c->model;
     const char *why = NULL;
     char buf[160];
-    if (m->norm != WHALE_NORM_LAYERNORM)
-        snprintf(buf, sizeof buf, "Norm=%s (the cuda backend has LayerNorm kernels only)",
-                 whale_norm_name(m->norm)), why = buf;
-    else if (m->mlp != WHALE_MLP_GELU)
-        snprintf(buf, sizeof buf, "MLP=%s (the cuda backend has the GeLU MLP only)",
-                 whale_mlp_name(m->mlp)), why = buf;
-    else if (m->position != WHALE_POS_LEARNED)
-        snprintf(buf, sizeof buf, "Position=%s (the cuda backend has learned positions only)",
-                 whale_pos_name(m->position)), why = buf;
-    else if (m->kv_heads != m->heads)
-        snprintf(buf, sizeof buf, "grouped-query attention KVHeads=%d (the cuda attention "
-                 "kernels take KVHeads == Heads)", m->kv_heads), why = buf;
-    else if (m->no_bias)
-        why = "Bias=no (the cuda linear kernels are called with biases)";
-    else if (m->attention == WHALE_ATTN_FLASH)
-        why = "Attention=flash (that selects the CPU's blocked attention; the cuda backend's "
-              "attention is flash-style already: use Attention=plain)";
-    else if (c->seqpar && c->tp > 1)
+    if (c->seqpar && c->tp > 1)
         why = "--seqpar (sequence parallelism runs on the CPU backend only)";
     else if (c->offload != WHALE_OFFLOAD_NONE)
         snprintf(buf, sizeof buf, "--offload %s (the offload mover copies with host threads; "

@@ -262,7 +262,7 @@ static const bk_ops cuda_ops = {
     bkg_adamw,
     bkg_bias_add,
     bkg_round16,
-    // wave 4: the Llama block (llama.cu, attention_gqa.cu)
+    // wave 4: the Llama block (llama.cu, attention.cu)
     bkg_rmsnorm_fwd,
     bkg_rmsnorm_bwd,
     bkg_glu_fwd,
@@ -272,6 +272,8 @@ static const bk_ops cuda_ops = {
     bkg_attention_gqa_bwd,
     bkg_colsum_acc_ld,
     bkg_embed_bwd_rows,
+    // wave 5
+    bkg_bias_fill,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
