@@ -12,7 +12,9 @@
 # Attention=flash) in fp32 within 1e-4 and bf16 within 2e-2; the same with
 # Attention=plain (cpu: expanded heads and kept probabilities; cuda: the
 # grouped flash kernel) and with selective recompute in fp32; a variant with
-# biases, LayerNorm and GeGLU (strided biased q/k/v projections) in fp32.
+# biases, LayerNorm and GeGLU (strided biased q/k/v projections) in fp32;
+# and stream-ordered cuda (WHALE_CUDA_STREAM_ORDERED=1) on gpt-tiny and
+# llama-tiny against the same cpu runs.
 # usage: engine_device.sh WHALE_TRAIN [WHALE_RUN]
 # WHALE_ENGINE_DEVICE_SELFTEST=1 (contrib/gpu-check.sh --selftest): no GPU
 # needed, the "cuda" side of every comparison runs --device cpu, so every
@@ -90,6 +92,13 @@ llama_case "llama bf16" bf16 2e-2 "$LT"
 llama_case "llama plain fp32" fp32 1e-4 "$T/llama-plain.conf"
 llama_case "llama plain selective fp32" fp32 1e-4 "$T/llama-plain.conf" --recompute selective
 llama_case "llama bias layernorm geglu fp32" fp32 1e-4 "$T/llama-bias.conf"
+# stream-ordered cuda (no sync per call; syncs at the engine's host-access
+# points, engine/device.c): the same numbers, GPT and Llama, fp32 and bf16
+export WHALE_CUDA_STREAM_ORDERED=1
+llama_case "gpt stream-ordered fp32" fp32 1e-4 gpt-tiny
+llama_case "llama stream-ordered fp32" fp32 1e-4 "$LT"
+llama_case "llama stream-ordered bf16" bf16 2e-2 "$LT"
+unset WHALE_CUDA_STREAM_ORDERED
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 [ "$GDEV" = cpu ] && ngpu=2 # selftest: the TP command lines run on the cpu too
 if [ -z "$RUN" ] || [ "$ngpu" -lt 2 ]; then

@@ -130,6 +130,8 @@ struct bk_ops {
     /* appended in wave 5 */
     int (*bias_fill)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                      const void *bias, int N, int OC);
+    /* wait for all device work (whale_backend_host_access); NULL: nothing to wait for */
+    int (*host_access)(whale_backend *b);
 };
 
 struct bk_block {

@@ -202,3 +202,17 @@ int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, voi
         return rc;
     return RUN(b, s, bias_fill(b, NS(b, s), t, out, ldo, bias, N, OC));
 }
+
+/* ---- host-access points (stream-ordered execution) ---------------------------- */
+
+bool whale_backend_stream_ordered(const whale_backend *b)
+{
+    return b && b->host_addressable && !b->sync_calls && b->ops->host_access;
+}
+
+int whale_backend_host_access(whale_backend *b)
+{
+    if (!whale_backend_stream_ordered(b))
+        return 0; /* cpu, or every call has completed already */
+    return b->ops->host_access(b);
+}

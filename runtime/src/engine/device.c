@@ -9,6 +9,29 @@
  * the engine that still touch engine memory from the host (parameter init,
  * checkpoints, the host collectives of DP/TP/PP, ZeRO bucket bookkeeping)
  * run unchanged while every kernel, cast and the optimizer run on the GPU.
+ *
+ * Stream-ordered execution (WHALE_CUDA_STREAM_ORDERED=1, not yet the
+ * default: it has not run on a GPU): the same managed memory, preferring the
+ * device and prefetched there, but calls return as soon as they are
+ * enqueued; the engine drains the device only where the host touches engine
+ * memory, through eng_dev_host_access (whale_backend_host_access; a no-op on
+ * cpu and in the default mode). The host-access points made explicit:
+ *   - layers.c head_fwd: the token losses summed on the host (also every
+ *     later host read of the logits in whale-generate: nothing is enqueued
+ *     in between);
+ *   - step.c whale_engine_step, before the injected-overflow write and
+ *     before the host memset of the gradients at the end of the step: after
+ *     it everything of the step has finished, so what runs between steps
+ *     (checkpoint snapshots, metrics, elastic recovery, evaluation set-up)
+ *     reads finished memory;
+ *   - reductions with host results (whale_k_sumsq, whale_k_has_inf_nan)
+ *     wait for their stream themselves.
+ * Not covered, so stream ordering is turned off (one sync per call, logged)
+ * where they occur: pipeline sends and receives over the host group (PP >
+ * 1: pipe.c hands engine buffers to the host group). Possibly missing (say
+ * so before trusting a figure): a checkpoint snapshot taken in slices while
+ * the next step runs, error paths that return mid-step, host loops of
+ * ZeRO bucket bookkeeping over engine memory inside the step.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
  * Data-parallel collectives and the tensor-parallel sums go over NCCL on
@@ -22,6 +45,7 @@
 #include "ecomm_dev.h"
 #include "engine_internal.h"
 #include "kernels.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -53,6 +77,22 @@ static int cuda_refusals(const struct whale_engine_config *c)
     return WHALE_ENOTSUP;
 }
 
+/* WHALE_CUDA_STREAM_ORDERED: stream-ordered cuda where every host access
+ * of the configuration is an explicit host-access point (top of file). */
+static int stream_ordered(const whale_engine *e, bool *on)
+{
+    int rc = whale_env_bool("WHALE_CUDA_STREAM_ORDERED", false, on);
+    if (rc)
+        return rc; /* the message names the knob and what it takes */
+    if (*on && e->grp.pp.size > 1) {
+        whale_warn("WHALE_CUDA_STREAM_ORDERED=1: pipeline parallelism (PP %d) sends engine "
+                   "memory over the host group, which has no host-access points yet: one "
+                   "stream sync per call instead", e->grp.pp.size);
+        *on = false;
+    }
+    return 0;
+}
+
 int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
 {
     enum whale_device dev = (enum whale_device)c->device;
@@ -70,6 +110,8 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
     whale_backend_opts_init(&o);
     o.device = dev;
     o.host_coherent = true; /* see the top of this file */
+    if (dev == WHALE_DEVICE_CUDA && (rc = stream_ordered(e, &o.stream_ordered)))
+        return rc;
     if ((rc = whale_backend_open(&o, &e->bk)))
         return rc;
     /* GEMM arithmetic of mixed precision with fp32 activations: the cpu
@@ -95,7 +137,10 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
         (rc = eng_dev_comm_tp(&e->grp.tp, whale_tp_group(e->ctx), e->bk)))
         return rc;
     if (dev != WHALE_DEVICE_CPU)
-        whale_info("engine: computing on %s", whale_backend_describe(e->bk));
+        whale_info("engine: computing on %s (%s)", whale_backend_describe(e->bk),
+                   whale_backend_stream_ordered(e->bk)
+                       ? "stream-ordered: syncs at the engine's host-access points"
+                       : "host-coherent: one stream sync per call");
     return 0;
 }
 
@@ -130,6 +175,11 @@ static void arena_free(void *user, void *p, size_t n)
 void eng_dev_arena_backend(whale_engine *e, struct whale_arena_backend *out)
 {
     *out = (struct whale_arena_backend){ arena_alloc, arena_free, e->bk };
+}
+
+int eng_dev_host_access(whale_engine *e)
+{
+    return e->bk ? whale_backend_host_access(e->bk) : 0;
 }
 
 int eng_dev_tokens(whale_engine *e, const int32_t **in, const int32_t **tg)

@@ -510,7 +510,9 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     BK(whale_k_linear_fwd(bk, NULL, F32, probs, src, wte, NULL, N, C, V));
     BK(eng_tp_xent_fwd(bk, io->tp_group, probs, h.losses, io->targets, d->v0, N, V, h.red));
     /* losses (N) read on the host: backend memory is host-addressable on cpu
-     * and on host_coherent cuda (device.c), whose calls have completed */
+     * and on host_coherent cuda (device.c); a host-access point (stream-
+     * ordered cuda drains the device here, a no-op elsewhere) */
+    BK(whale_backend_host_access(bk));
     double sum = 0;
     for (int n = 0; n < N; n++)
         sum += h.losses[n];

@@ -207,6 +207,24 @@ static void test_bias_fill(void **st)
     whale_backend_close(b);
 }
 
+/* wave 5: the cpu backend completes every call, so it is never stream-
+ * ordered and a host-access point is a no-op, whatever the options say */
+static void test_host_access_cpu(void **st)
+{
+    (void)st;
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    assert_false(o.stream_ordered);
+    o.device = WHALE_DEVICE_CPU;
+    o.host_coherent = o.stream_ordered = true;
+    whale_backend *b = NULL;
+    assert_int_equal(whale_backend_open(&o, &b), 0);
+    assert_false(whale_backend_stream_ordered(b));
+    assert_int_equal(whale_backend_host_access(b), 0);
+    assert_false(whale_backend_stream_ordered(NULL));
+    whale_backend_close(b);
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -239,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_rope_attention_bits),
         cmocka_unit_test(test_colsum_embed_rows),
         cmocka_unit_test(test_bias_fill),
+        cmocka_unit_test(test_host_access_cpu),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
