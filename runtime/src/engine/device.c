@@ -28,10 +28,15 @@
  *     wait for their stream themselves.
  * Not covered, so stream ordering is turned off (one sync per call, logged)
  * where they occur: pipeline sends and receives over the host group (PP >
- * 1: pipe.c hands engine buffers to the host group). Possibly missing (say
- * so before trusting a figure): a checkpoint snapshot taken in slices while
- * the next step runs, error paths that return mid-step, host loops of
- * ZeRO bucket bookkeeping over engine memory inside the step.
+ * 1: pipe.c hands engine buffers to the host group). The deferred
+ * checkpoint snapshot copies weights and moments on a host thread while the
+ * next step's forward and backward run: those only read them, and the
+ * optimizer phase waits for the copy before AdamW is enqueued, so it is
+ * covered by the end-of-step point (concurrent reads; with
+ * concurrentManagedAccess, page migration costs time, not correctness).
+ * Possibly missing (say so before trusting a figure): error paths that
+ * return mid-step (a recovery then reads engine memory without a drain),
+ * host loops of ZeRO bucket bookkeeping over engine memory inside the step.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
  * Data-parallel collectives and the tensor-parallel sums go over NCCL on
