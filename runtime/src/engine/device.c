@@ -28,7 +28,9 @@
  *     wait for their stream themselves.
  * Not covered, so stream ordering is turned off (one sync per call, logged)
  * where they occur: pipeline sends and receives over the host group (PP >
- * 1: pipe.c hands engine buffers to the host group). The deferred
+ * 1: pipe.c hands engine buffers to the host group), and ZeRO 1-3 (step.c
+ * copies shards, gathered weights and reduced gradients with host memcpy
+ * inside the step). The deferred
  * checkpoint snapshot copies weights and moments on a host thread while the
  * next step's forward and backward run: those only read them, and the
  * optimizer phase waits for the copy before AdamW is enqueued, so it is
@@ -36,7 +38,7 @@
  * concurrentManagedAccess, page migration costs time, not correctness).
  * Possibly missing (say so before trusting a figure): error paths that
  * return mid-step (a recovery then reads engine memory without a drain),
- * host loops of ZeRO bucket bookkeeping over engine memory inside the step.
+ * and any host read of engine memory inside a step not named here.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
  * Data-parallel collectives and the tensor-parallel sums go over NCCL on
@@ -84,15 +86,19 @@ static int cuda_refusals(const struct whale_engine_config *c)
 
 /* WHALE_CUDA_STREAM_ORDERED: stream-ordered cuda where every host access
  * of the configuration is an explicit host-access point (top of file). */
-static int stream_ordered(const whale_engine *e, bool *on)
+static int stream_ordered(const whale_engine *e, const struct whale_engine_config *c, bool *on)
 {
     int rc = whale_env_bool("WHALE_CUDA_STREAM_ORDERED", false, on);
     if (rc)
         return rc; /* the message names the knob and what it takes */
-    if (*on && e->grp.pp.size > 1) {
-        whale_warn("WHALE_CUDA_STREAM_ORDERED=1: pipeline parallelism (PP %d) sends engine "
-                   "memory over the host group, which has no host-access points yet: one "
-                   "stream sync per call instead", e->grp.pp.size);
+    const char *why = NULL;
+    if (*on && e->grp.pp.size > 1)
+        why = "pipeline parallelism sends engine memory over the host group";
+    else if (*on && c->zero_stage > 0)
+        why = "ZeRO copies shards of engine memory with host memcpy inside the step (step.c)";
+    if (why) {
+        whale_warn("WHALE_CUDA_STREAM_ORDERED=1: %s, which has no host-access points yet: one "
+                   "stream sync per call instead", why);
         *on = false;
     }
     return 0;
@@ -115,7 +121,7 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
     whale_backend_opts_init(&o);
     o.device = dev;
     o.host_coherent = true; /* see the top of this file */
-    if (dev == WHALE_DEVICE_CUDA && (rc = stream_ordered(e, &o.stream_ordered)))
+    if (dev == WHALE_DEVICE_CUDA && (rc = stream_ordered(e, c, &o.stream_ordered)))
         return rc;
     if ((rc = whale_backend_open(&o, &e->bk)))
         return rc;
