@@ -206,7 +206,7 @@ static bool xb_gqa_plain(const struct eng_dims *d)
 }
 static bool xb_expand(const struct eng_dims *d)
 {
-    return xb_gqa_plain(d) && whale_backend_reads_host(d->bk);
+    return xb_gqa_plain(d) && (!d->bk || whale_backend_reads_host(d->bk));
 }
 
 /* ---- saved activations ------------------------------------------------------- */
@@ -237,7 +237,8 @@ static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s
     if (d->attn == WHALE_ATTN_FLASH)
         TAKE(lse, (size_t)d->B * d->NH * d->T);
     else if (keep_att) /* cpu: probabilities (B,NH,T,T); cuda: log-sum-exp (B,NH,T) */
-        TAKE(att, whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd));
+        TAKE(att, d->bk ? whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd)
+                        : (size_t)d->B * d->NH * d->T * d->T); /* no backend yet: cpu's */
     TAKE(atty, N * Ct);
     TAKE(r1, Ns * C);
     TAKE(ln2, Ns * C);
