@@ -13,7 +13,10 @@
 #   bash contrib/gpu-check.sh --selftest [SUMMARY_FILE]
 #       no GPU needed: checks that every test, program and whale-train option
 #       the script uses exists in the build WHALE_GPU_BUILD (default build),
-#       running the whale-train command lines on the cpu for one tiny step.
+#       running the whale-train command lines on the cpu for one tiny step,
+#       and runs tests/gpu/engine_device.sh with its "cuda" side on the cpu
+#       (every command line and comparison of the engine equivalence test,
+#       GPT and Llama, must then agree exactly).
 #
 # Environment: WHALE_GPU_BUILD (build directory, default build-gpu),
 # WHALE_GPU_BENCH_STEPS (timed steps per model, default 20),
@@ -75,6 +78,16 @@ if [ "$SELFTEST" = 1 ]; then
     fi
   done
   rm -rf "$d"
+  # the engine equivalence script (gpu_engine_device) with --device cpu on both sides
+  if WHALE_ENGINE_DEVICE_SELFTEST=1 WHALE_MODEL_PATH="$ROOT/config/models" \
+       timeout 600 bash "$ROOT/tests/gpu/engine_device.sh" \
+       "$BUILD/runtime/tools/train/whale-train" "$BUILD/runtime/tools/run/whale-run" \
+       >"$BUILD.selftest-engine.log" 2>&1; then
+    say "    tests/gpu/engine_device.sh command lines: ok ($(grep -c '^ok ' "$BUILD.selftest-engine.log") step comparisons, cpu on both sides)"
+  else
+    say "    tests/gpu/engine_device.sh FAILED on the cpu (details: $BUILD.selftest-engine.log):"
+    grep -E '^FAIL|^SKIP' "$BUILD.selftest-engine.log" | head -5 | tee -a "$SUMMARY"; bad=1
+  fi
   say "## selftest: $([ $bad -eq 0 ] && echo PASS || echo FAIL)"
   exit $bad
 fi
@@ -128,7 +141,8 @@ fi
 LOG=$BUILD/meson-logs/testlog.txt
 say "    checks inside the tests: $(grep -c '^ok ' "$LOG") ok, $(grep -c '^FAIL' "$LOG") failed"
 grep -E '^(ok|FAIL) +(float32|bfloat16) (step|gradients)' "$LOG" | sed 's/^/    /' | tee -a "$SUMMARY"
-grep -E '^(ok|FAIL) (fp32|bf16) step' "$LOG" | sed 's/^/    whale-train --device cpu vs cuda: /' | tee -a "$SUMMARY"
+# GPT (fp32, bf16, untied, tp2) and the Llama block (llama ...) cases of engine_device.sh
+grep -E '^(ok|FAIL) .* step [0-9]+ cpu ' "$LOG" | sed 's/^/    whale-train --device cpu vs cuda: /' | tee -a "$SUMMARY"
 grep -E '^FAIL ' "$LOG" | head -20 | sed 's/^/    /' | tee -a "$SUMMARY"
 
 say "## throughput (one GPU, bf16, forward + backward + AdamW per step, minigpt on the cuda backend)"

@@ -13,25 +13,8 @@
 static whale_backend *C_, *G_;
 static uint64_t seed = 0x9e3779b97f4a7c15ull;
 
-static float frand(void)
-{
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    return (float)((seed >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-/* host array of n random values of dtype t, times scale */
-static void *mk(enum whale_dtype t, size_t n, float scale)
-{
-    float *f = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        f[i] = frand() * scale;
-    void *h = malloc(n * whale_dtype_size(t) + 4);
-    gu_check(whale_k_cast(C_, NULL, h, t, f, WHALE_FLOAT32, (int64_t)n), "cast");
-    free(f);
-    return h;
-}
+/* host array of n random values of dtype t, times scale (gpu_util.h) */
+#define mk(t, n, scale) gu_mk(C_, &seed, t, n, scale)
 
 #define SZ(t, n) ((size_t)(n) * whale_dtype_size(t))
 #define UP(p, bytes) gu_up(G_, p, bytes)

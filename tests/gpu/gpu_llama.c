@@ -3,7 +3,8 @@
  * and GeGLU, rotary (forward and its inverse, on a strided q|k|v buffer),
  * grouped-query flash attention forward/backward (4 query heads on 2 KV
  * heads, multi-query, a TP rank's slice of the head map), strided bias
- * gradients and the positionless embedding gradient. fp32 within 1e-4
+ * gradients, the positionless embedding gradient and the strided bias rows
+ * of the q/k/v projections (whale_k_bias_fill, exact). fp32 within 1e-4
  * relative per element, bf16/fp16 within 1e-2 (output rounding is 2^-8
  * relative; the rest is summation order). Skips (exit 77) without a GPU.
  * Shapes are off the tile sizes (T = 77, C = 200, hd 32/64/96). */
@@ -15,25 +16,8 @@
 static whale_backend *C_, *G_;
 static uint64_t seed = 0x2545f4914f6cdd1dull;
 
-static float frand(void)
-{
-    seed ^= seed << 13;
-    seed ^= seed >> 7;
-    seed ^= seed << 17;
-    return (float)((seed >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-/* host array of n random values of dtype t, times scale */
-static void *mk(enum whale_dtype t, size_t n, float scale)
-{
-    float *f = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        f[i] = frand() * scale;
-    void *h = malloc(n * whale_dtype_size(t) + 4);
-    gu_check(whale_k_cast(C_, NULL, h, t, f, WHALE_FLOAT32, (int64_t)n), "cast");
-    free(f);
-    return h;
-}
+/* host array of n random values of dtype t, times scale (gpu_util.h) */
+#define mk(t, n, scale) gu_mk(C_, &seed, t, n, scale)
 
 #define SZ(t, n) ((size_t)(n) * whale_dtype_size(t))
 #define UP(p, bytes) gu_up(G_, p, bytes)
@@ -155,6 +139,15 @@ static void colsum_embed(enum whale_dtype t)
     RUN(whale_k_embed_bwd_rows(C_, NULL, t, dwte, d, tok, v0, V, N, Cc));
     RUN(whale_k_embed_bwd_rows(G_, NULL, t, gdwte, gd, gtok, v0, V, N, Cc));
     CMP("embed bwd rows", dwte, gdwte, WHALE_FLOAT32, (size_t)V * Cc, 1e-4);
+    /* wave 5: out rows ld apart, columns [0,OC) = bias; the columns between
+     * stay as they were (a copy: exact on both backends, tolerance 0) */
+    void *bias = mk(t, OC, 1), *gb = UP(bias, SZ(t, OC));
+    void *o = mk(t, (size_t)N * ld, 1), *go = UP(o, SZ(t, (size_t)N * ld));
+    RUN(whale_k_bias_fill(C_, NULL, t, o, ld, bias, N, OC));
+    RUN(whale_k_bias_fill(G_, NULL, t, go, ld, gb, N, OC));
+    CMP("bias fill (strided rows)", o, go, t, (size_t)N * ld, 0);
+    whale_mem_free(G_, gb), whale_mem_free(G_, go);
+    free(bias), free(o);
     whale_mem_free(G_, gx), whale_mem_free(G_, gdb), whale_mem_free(G_, gdwte);
     whale_mem_free(G_, gtok), whale_mem_free(G_, gd);
     free(x), free(db), free(dwte), free(tok), free(d);

@@ -5,6 +5,7 @@
 #define TESTS_GPU_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,30 @@ static inline void gu_down(whale_backend *g, void *host, const void *dev, size_t
 {
     gu_check(whale_memcpy(g, host, dev, bytes, WHALE_D2H, NULL), "whale_memcpy D2H");
     gu_check(whale_stream_sync(whale_stream_compute(g)), "sync after download");
+}
+
+/* xorshift64 in [-1, 1) from *seed: each test keeps its own seed, so its
+ * data stay what they were before this helper was shared. */
+static inline float gu_frand(uint64_t *seed)
+{
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    return (float)((*seed >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* Host array of n random values of dtype t, times scale, rounded by the
+ * cpu backend's cast (caller frees). */
+static inline void *gu_mk(whale_backend *cpu, uint64_t *seed, enum whale_dtype t, size_t n,
+                          float scale)
+{
+    float *f = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        f[i] = gu_frand(seed) * scale;
+    void *h = malloc(n * whale_dtype_size(t) + 4);
+    gu_check(whale_k_cast(cpu, NULL, h, t, f, WHALE_FLOAT32, (int64_t)n), "cast");
+    free(f);
+    return h;
 }
 
 /* fp32 view of n host values of dtype t (caller frees). */

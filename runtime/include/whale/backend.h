@@ -93,6 +93,12 @@ struct whale_backend_opts {
      * the engine runs on a GPU while its host paths (data, checkpoints,
      * host collectives) still touch engine memory directly. cpu: unused. */
     bool host_coherent;
+    /* appended in wave 5. cuda with host_coherent: calls do NOT wait for
+     * their stream (stream-ordered execution; managed memory prefers the
+     * device and is prefetched there); the caller makes every point where
+     * host code touches backend memory explicit with
+     * whale_backend_host_access. Default false (one sync per call). */
+    bool stream_ordered;
 };
 /* Fills the defaults: device AUTO, ordinal -1, threads 0, no TF32. */
 void whale_backend_opts_init(struct whale_backend_opts *o);
@@ -431,6 +437,26 @@ int whale_k_colsum_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, fl
  * dout (N,C) for the tokens (N, int32) in [v0, v0+V) */
 int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
                            const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+
+/* ---- appended in wave 5 ------------------------------------------------------ */
+
+/* out rows ldo elements apart, columns [0, OC) of each of N rows = bias (OC):
+ * the first half of a strided linear (out = bias, then whale_gemm with
+ * beta 1 adds inp @ w^T), so the bias is summed in the order the cpu
+ * kernels sum it. */
+int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
+                      const void *bias, int N, int OC);
+
+/* A host-access point of stream-ordered execution: waits until every call
+ * enqueued on the backend's device (all its streams, NCCL's included) has
+ * finished, so host code may then read or write backend memory; reports the
+ * first asynchronous error. A no-op (0) on cpu and on a backend whose calls
+ * already complete before they return (host_coherent without
+ * stream_ordered). */
+int whale_backend_host_access(whale_backend *b);
+/* True when calls return before their work is done (cuda stream_ordered):
+ * host code must then call whale_backend_host_access first. */
+bool whale_backend_stream_ordered(const whale_backend *b);
 
 #ifdef __cplusplus
 }

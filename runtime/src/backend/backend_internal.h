@@ -127,6 +127,11 @@ struct bk_ops {
                       const void *x, int ld, int N, int OC);
     int (*embed_bwd_rows)(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+    /* appended in wave 5 */
+    int (*bias_fill)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
+                     const void *bias, int N, int OC);
+    /* wait for all device work (whale_backend_host_access); NULL: nothing to wait for */
+    int (*host_access)(whale_backend *b);
 };
 
 struct bk_block {

@@ -185,3 +185,34 @@ int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t
         return 0;
     return RUN(b, s, embed_bwd_rows(b, NS(b, s), t, dwte, dout, tok, v0, V, N, C));
 }
+
+int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
+                      const void *bias, int N, int OC)
+{
+    CHECK("whale_k_bias_fill", t, N, OC, 0);
+    if (ldo < OC) {
+        whale_error("whale_k_bias_fill: row stride %d < %d columns", ldo, OC);
+        return WHALE_EINVAL;
+    }
+    if (!N || !OC)
+        return 0;
+    int rc;
+    if ((rc = need("whale_k_bias_fill", "output", out)) ||
+        (rc = need("whale_k_bias_fill", "bias", bias)))
+        return rc;
+    return RUN(b, s, bias_fill(b, NS(b, s), t, out, ldo, bias, N, OC));
+}
+
+/* ---- host-access points (stream-ordered execution) ---------------------------- */
+
+bool whale_backend_stream_ordered(const whale_backend *b)
+{
+    return b && b->host_addressable && !b->sync_calls && b->ops->host_access;
+}
+
+int whale_backend_host_access(whale_backend *b)
+{
+    if (!whale_backend_stream_ordered(b))
+        return 0; /* cpu, or every call has completed already */
+    return b->ops->host_access(b);
+}

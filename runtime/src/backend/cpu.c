@@ -227,6 +227,8 @@ static const struct bk_ops cpu_ops = {
     .attention_gqa_bwd = bkc_attention_gqa_bwd,
     .colsum_acc = bkc_colsum_acc,
     .embed_bwd_rows = bkc_embed_bwd_rows,
+    /* wave 5 */
+    .bias_fill = bkc_bias_fill,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

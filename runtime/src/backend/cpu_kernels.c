@@ -11,91 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu_stage.h"
 #include "backend/kernels.h"
 #include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/log.h"
-
-/* ---- 16-bit staging --------------------------------------------------------------- */
-
-static void widen(float *dst, const void *src, enum whale_dtype t, size_t n)
-{
-    if (t == WHALE_BFLOAT16)
-        whale_bf16_to_f32(dst, src, n);
-    else if (t == WHALE_FLOAT16)
-        whale_fp16_to_f32(dst, src, n);
-    else
-        memcpy(dst, src, n * sizeof(float));
-}
-
-static void narrow(void *dst, const float *src, enum whale_dtype t, size_t n)
-{
-    if (t == WHALE_BFLOAT16)
-        whale_f32_to_bf16(dst, src, n);
-    else if (t == WHALE_FLOAT16)
-        whale_f32_to_fp16(dst, src, n);
-    else
-        memcpy(dst, src, n * sizeof(float));
-}
-
-/* Up to 6 fp32 copies per call, freed together. */
-struct stage {
-    float *buf[6];
-    int n;
-    int err;
-};
-
-/* fp32 view of p (n elements): p itself for fp32, a widened copy otherwise
- * (NULL stays NULL). */
-static float *in32(struct stage *st, enum whale_dtype t, const void *p, size_t n)
-{
-    if (!p || t == WHALE_FLOAT32)
-        return (float *)p;
-    float *f = malloc((n ? n : 1) * sizeof(float));
-    if (!f) {
-        whale_error("cpu backend: no memory to widen %zu 16-bit values", n);
-        st->err = WHALE_ENOMEM;
-        return NULL;
-    }
-    st->buf[st->n++] = f;
-    widen(f, p, t, n);
-    return f;
-}
-
-/* Output-only fp32 view (not widened). */
-static float *out32(struct stage *st, enum whale_dtype t, void *p, size_t n)
-{
-    if (!p || t == WHALE_FLOAT32)
-        return p;
-    float *f = calloc(n ? n : 1, sizeof(float));
-    if (!f) {
-        whale_error("cpu backend: no memory for %zu fp32 staging values", n);
-        st->err = WHALE_ENOMEM;
-        return NULL;
-    }
-    st->buf[st->n++] = f;
-    return f;
-}
-
-static void store(enum whale_dtype t, void *dst, const float *f, size_t n)
-{
-    if (dst && t != WHALE_FLOAT32)
-        narrow(dst, f, t, n);
-}
-
-static int done(struct stage *st)
-{
-    for (int i = 0; i < st->n; i++)
-        free(st->buf[i]);
-    return st->err;
-}
-
-/* Elements spanned by a row-major matrix of `rows` rows, `cols` used columns
- * and row stride ld. */
-static size_t span(int rows, int cols, int ld)
-{
-    return rows && cols ? (size_t)(rows - 1) * ld + cols : 0;
-}
 
 /* ---- GEMM, linear ---------------------------------------------------------------- */
 
@@ -104,34 +24,34 @@ int bkc_gemm(whale_backend *b, bk_stream s, bool ta, bool tb, int M, int N, int 
              void *C, int ldc, enum whale_dtype ct)
 {
     (void)s;
-    struct stage st = { 0 };
-    const float *a = in32(&st, abt, A, span(ta ? K : M, ta ? M : K, lda));
-    const float *bb = in32(&st, abt, B, span(tb ? N : K, tb ? K : N, ldb));
-    size_t nc = span(M, N, ldc);
-    float *c = beta != 0.0f ? in32(&st, ct, C, nc) : out32(&st, ct, C, nc);
+    struct bkc_stage st = { 0 };
+    const float *a = bkc_in32(&st, abt, A, bkc_span(ta ? K : M, ta ? M : K, lda));
+    const float *bb = bkc_in32(&st, abt, B, bkc_span(tb ? N : K, tb ? K : N, ldb));
+    size_t nc = bkc_span(M, N, ldc);
+    float *c = beta != 0.0f ? bkc_in32(&st, ct, C, nc) : bkc_out32(&st, ct, C, nc, false);
     if (!st.err) {
         /* fp32 operands multiply in the backend's fp32 GEMM arithmetic */
         k_gemm_mm(abt == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, ta, tb, M, N, K, alpha,
                   a, lda, bb, ldb, beta, c, ldc);
-        store(ct, C, c, nc);
+        bkc_store(ct, C, c, nc);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *inp,
                    const void *w, const void *bias, int N, int IC, int OC)
 {
     (void)s;
-    struct stage st = { 0 };
-    const float *x = in32(&st, t, inp, (size_t)N * IC);
-    const float *ww = in32(&st, t, w, (size_t)OC * IC);
-    const float *bi = in32(&st, t, bias, (size_t)OC);
-    float *o = out32(&st, t, out, (size_t)N * OC);
+    struct bkc_stage st = { 0 };
+    const float *x = bkc_in32(&st, t, inp, (size_t)N * IC);
+    const float *ww = bkc_in32(&st, t, w, (size_t)OC * IC);
+    const float *bi = bkc_in32(&st, t, bias, (size_t)OC);
+    float *o = bkc_out32(&st, t, out, (size_t)N * OC, false);
     if (!st.err) {
         k_linear_fwd(t == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, o, x, ww, bi, N, IC, OC);
-        store(t, out, o, (size_t)N * OC);
+        bkc_store(t, out, o, (size_t)N * OC);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -139,18 +59,18 @@ int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp
                    int OC, bool acc)
 {
     (void)s;
-    struct stage st = { 0 };
-    const float *dy = in32(&st, t, dout, (size_t)N * OC);
-    const float *x = dw ? in32(&st, t, inp, (size_t)N * IC) : inp;
-    const float *ww = dinp ? in32(&st, t, w, (size_t)OC * IC) : w;
+    struct bkc_stage st = { 0 };
+    const float *dy = bkc_in32(&st, t, dout, (size_t)N * OC);
+    const float *x = dw ? bkc_in32(&st, t, inp, (size_t)N * IC) : inp;
+    const float *ww = dinp ? bkc_in32(&st, t, w, (size_t)OC * IC) : w;
     size_t nd = (size_t)N * IC;
-    float *dx = acc ? in32(&st, t, dinp, nd) : out32(&st, t, dinp, nd);
+    float *dx = acc ? bkc_in32(&st, t, dinp, nd) : bkc_out32(&st, t, dinp, nd, false);
     if (!st.err) {
         k_linear_bwd(t == WHALE_FLOAT32 ? b->gemm_math : WHALE_FLOAT32, dx, dw, db, dy, x, ww, N, IC,
                      OC, acc);
-        store(t, dinp, dx, nd);
+        bkc_store(t, dinp, dx, nd);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- LayerNorm ------------------------------------------------------------------- */
@@ -160,17 +80,17 @@ int bkc_layernorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *o
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * C;
-    const float *x = in32(&st, t, inp, n);
-    const float *ww = in32(&st, t, w, (size_t)C);
-    const float *bi = in32(&st, t, bias, (size_t)C);
-    float *o = out32(&st, t, out, n);
+    const float *x = bkc_in32(&st, t, inp, n);
+    const float *ww = bkc_in32(&st, t, w, (size_t)C);
+    const float *bi = bkc_in32(&st, t, bias, (size_t)C);
+    float *o = bkc_out32(&st, t, out, n, false);
     if (!st.err) {
         k_layernorm_fwd(o, mean, rstd, x, ww, bi, N, C);
-        store(t, out, o, n);
+        bkc_store(t, out, o, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_layernorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -179,17 +99,17 @@ int bkc_layernorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *d
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * C;
-    float *dx = in32(&st, t, dinp, n);
-    const float *dy = in32(&st, t, dout, n);
-    const float *x = in32(&st, t, inp, n);
-    const float *ww = in32(&st, t, w, (size_t)C);
+    float *dx = bkc_in32(&st, t, dinp, n);
+    const float *dy = bkc_in32(&st, t, dout, n);
+    const float *x = bkc_in32(&st, t, inp, n);
+    const float *ww = bkc_in32(&st, t, w, (size_t)C);
     if (!st.err) {
         k_layernorm_bwd(dx, dw, db, dy, x, ww, mean, rstd, N, C);
-        store(t, dinp, dx, n);
+        bkc_store(t, dinp, dx, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- attention ------------------------------------------------------------------- */
@@ -206,19 +126,19 @@ int bkc_attention_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *o
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t nq = (size_t)B * T * 3 * NH * hd, no = (size_t)B * T * NH * hd;
-    const float *q = in32(&st, t, qkv, nq);
-    float *o = out32(&st, t, out, no);
+    const float *q = bkc_in32(&st, t, qkv, nq);
+    float *o = bkc_out32(&st, t, out, no, false);
     if (!st.err) {
         if (o) {
             k_attention_fwd(o, saved, q, B, T, NH, hd);
-            store(t, out, o, no);
+            bkc_store(t, out, o, no);
         } else {
             k_attention_probs(saved, q, B, T, NH, hd);
         }
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dqkv,
@@ -228,16 +148,16 @@ int bkc_attention_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *d
     (void)b;
     (void)s;
     (void)out; /* the probabilities are kept: no rowsum(dout * out) needed */
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t nq = (size_t)B * T * 3 * NH * hd, no = (size_t)B * T * NH * hd;
-    const float *q = in32(&st, t, qkv, nq);
-    const float *dy = in32(&st, t, dout, no);
-    float *dq = out32(&st, t, dqkv, nq);
+    const float *q = bkc_in32(&st, t, qkv, nq);
+    const float *dy = bkc_in32(&st, t, dout, no);
+    float *dq = bkc_out32(&st, t, dqkv, nq, false);
     if (!st.err) {
         k_attention_bwd(dq, dy, q, saved, B, T, NH, hd);
-        store(t, dqkv, dq, nq);
+        bkc_store(t, dqkv, dq, nq);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- element-wise ---------------------------------------------------------------- */
@@ -247,14 +167,14 @@ int bkc_gelu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, c
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *x = in32(&st, t, inp, (size_t)n);
-    float *o = out32(&st, t, out, (size_t)n);
+    struct bkc_stage st = { 0 };
+    const float *x = bkc_in32(&st, t, inp, (size_t)n);
+    float *o = bkc_out32(&st, t, out, (size_t)n, false);
     if (!st.err) {
         k_gelu_fwd(o, x, n);
-        store(t, out, o, (size_t)n);
+        bkc_store(t, out, o, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_gelu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, const void *inp,
@@ -262,15 +182,15 @@ int bkc_gelu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, 
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *x = in32(&st, t, inp, (size_t)n);
-    const float *dy = in32(&st, t, dout, (size_t)n);
-    float *dx = out32(&st, t, dinp, (size_t)n);
+    struct bkc_stage st = { 0 };
+    const float *x = bkc_in32(&st, t, inp, (size_t)n);
+    const float *dy = bkc_in32(&st, t, dout, (size_t)n);
+    float *dx = bkc_out32(&st, t, dinp, (size_t)n, false);
     if (!st.err) {
         k_gelu_bwd(dx, x, dy, n);
-        store(t, dinp, dx, (size_t)n);
+        bkc_store(t, dinp, dx, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *x,
@@ -278,29 +198,29 @@ int bkc_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const 
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *a = in32(&st, t, x, (size_t)n);
-    const float *c = in32(&st, t, y, (size_t)n);
-    float *o = out32(&st, t, out, (size_t)n);
+    struct bkc_stage st = { 0 };
+    const float *a = bkc_in32(&st, t, x, (size_t)n);
+    const float *c = bkc_in32(&st, t, y, (size_t)n);
+    float *o = bkc_out32(&st, t, out, (size_t)n, false);
     if (!st.err) {
         k_add(o, a, c, n);
-        store(t, out, o, (size_t)n);
+        bkc_store(t, out, o, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_acc(whale_backend *b, bk_stream s, enum whale_dtype t, void *y, const void *x, int64_t n)
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    float *yy = in32(&st, t, y, (size_t)n);
-    const float *xx = in32(&st, t, x, (size_t)n);
+    struct bkc_stage st = { 0 };
+    float *yy = bkc_in32(&st, t, y, (size_t)n);
+    const float *xx = bkc_in32(&st, t, x, (size_t)n);
     if (!st.err) {
         k_acc(yy, xx, n);
-        store(t, y, yy, (size_t)n);
+        bkc_store(t, y, yy, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- embedding ------------------------------------------------------------------- */
@@ -343,7 +263,7 @@ int bkc_embed_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
             o[(size_t)bt * C + c] = e + p;
         }
     }
-    narrow(out, o, t, n);
+    bkc_narrow(out, o, t, n);
     free(o);
     return 0;
 }
@@ -354,15 +274,15 @@ int bkc_embed_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *d = in32(&st, t, dout, (size_t)B * T * C);
+    struct bkc_stage st = { 0 };
+    const float *d = bkc_in32(&st, t, dout, (size_t)B * T * C);
     if (!st.err) {
         if (tp)
             k_embed_bwd_tp(dwte, dwpe, d, tok, v0, V, B, T, C);
         else
             k_embed_bwd(dwte, dwpe, d, tok, B, T, C);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- softmax cross-entropy --------------------------------------------------------- */
@@ -372,14 +292,14 @@ int bkc_xent_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, flo
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * V;
-    float *p = in32(&st, t, x, n);
+    float *p = bkc_in32(&st, t, x, n);
     if (!st.err) {
         k_softmax_xent_fwd(p, losses, targets, N, V);
-        store(t, x, p, n);
+        bkc_store(t, x, p, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_xent_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *probs,
@@ -387,17 +307,17 @@ int bkc_xent_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *probs,
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * V;
-    float *p = in32(&st, t, probs, n);
+    float *p = bkc_in32(&st, t, probs, n);
     if (!st.err) {
         if (tp)
             k_softmax_xent_bwd_tp(p, targets, v0, dloss, N, V);
         else
             k_softmax_xent_bwd(p, targets, dloss, N, V);
-        store(t, probs, p, n);
+        bkc_store(t, probs, p, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_rows_max(whale_backend *b, bk_stream s, enum whale_dtype t, float *mx, const void *x,
@@ -405,11 +325,11 @@ int bkc_rows_max(whale_backend *b, bk_stream s, enum whale_dtype t, float *mx, c
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *p = in32(&st, t, x, (size_t)N * V);
+    struct bkc_stage st = { 0 };
+    const float *p = bkc_in32(&st, t, x, (size_t)N * V);
     if (!st.err)
         k_rows_max(mx, p, N, V);
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_rows_exp_sum(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *sum,
@@ -417,14 +337,14 @@ int bkc_rows_exp_sum(whale_backend *b, bk_stream s, enum whale_dtype t, void *x,
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * V;
-    float *p = in32(&st, t, x, n);
+    float *p = bkc_in32(&st, t, x, n);
     if (!st.err) {
         k_rows_exp_sum(p, sum, tl, mx, targets, v0, N, V);
-        store(t, x, p, n);
+        bkc_store(t, x, p, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_rows_normalize(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, float *losses,
@@ -432,14 +352,14 @@ int bkc_rows_normalize(whale_backend *b, bk_stream s, enum whale_dtype t, void *
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * V;
-    float *p = in32(&st, t, x, n);
+    float *p = bkc_in32(&st, t, x, n);
     if (!st.err) {
         k_rows_normalize(p, losses, sum, tl, N, V);
-        store(t, x, p, n);
+        bkc_store(t, x, p, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- casts, reductions, optimizer ------------------------------------------------- */
@@ -455,11 +375,11 @@ int bkc_cast(whale_backend *b, bk_stream s, void *dst, enum whale_dtype dt, cons
         return 0;
     }
     if (st_ == WHALE_FLOAT32) {
-        narrow(dst, src, dt, (size_t)n);
+        bkc_narrow(dst, src, dt, (size_t)n);
         return 0;
     }
     if (dt == WHALE_FLOAT32) {
-        widen(dst, src, st_, (size_t)n);
+        bkc_widen(dst, src, st_, (size_t)n);
         return 0;
     }
     /* bf16 <-> fp16 through fp32 (element by element: in place is allowed) */
@@ -506,7 +426,7 @@ int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_
     for (int i = 0; i < np; i++) {
         whale_adamw_update(o, t, p[i].w, p[i].g, p[i].m, p[i].v, p[i].n, grad_mul, p[i].decay);
         if (p[i].w16)
-            narrow(p[i].w16, p[i].w, w16t, p[i].n);
+            bkc_narrow(p[i].w16, p[i].w, w16t, p[i].n);
     }
     return 0;
 }
@@ -528,18 +448,18 @@ int bkc_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, c
                 o[(size_t)n * OC + c] += bb[c];
         return 0;
     }
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * OC;
-    float *o = in32(&st, t, out, n);
-    const float *bb = in32(&st, t, bias, (size_t)OC);
+    float *o = bkc_in32(&st, t, out, n);
+    const float *bb = bkc_in32(&st, t, bias, (size_t)OC);
     if (!st.err) {
 #pragma omp parallel for schedule(static)
         for (int r = 0; r < N; r++)
             for (int c = 0; c < OC; c++)
                 o[(size_t)r * OC + c] += bb[c];
-        store(t, out, o, n);
+        bkc_store(t, out, o, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n)

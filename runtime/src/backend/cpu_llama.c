@@ -10,81 +10,11 @@
 #include <string.h>
 
 #include "backend/attn_blocked.h"
+#include "backend/cpu_stage.h"
 #include "backend/kernels_llama.h"
 #include "whale/dtype.h"
 #include "whale/error.h"
 #include "whale/log.h"
-
-/* ---- 16-bit staging (up to 8 fp32 copies per call, freed together) ----------- */
-
-struct stage {
-    float *buf[8];
-    int n, err;
-};
-
-static float *in32(struct stage *st, enum whale_dtype t, const void *p, size_t n)
-{
-    if (!p || t == WHALE_FLOAT32)
-        return (float *)p;
-    float *f = malloc((n ? n : 1) * sizeof(float));
-    if (!f) {
-        whale_error("cpu backend: no memory to widen %zu 16-bit values", n);
-        st->err = WHALE_ENOMEM;
-        return NULL;
-    }
-    st->buf[st->n++] = f;
-    if (t == WHALE_BFLOAT16)
-        whale_bf16_to_f32(f, p, n);
-    else
-        whale_fp16_to_f32(f, p, n);
-    return f;
-}
-
-/* An output that is also read (+=, in place) is widened; a write-only one
- * starts at zero so the bytes between strided rows stay defined. */
-static float *out32(struct stage *st, enum whale_dtype t, void *p, size_t n, bool read)
-{
-    if (!p || t == WHALE_FLOAT32)
-        return p;
-    if (read)
-        return in32(st, t, p, n);
-    float *f = calloc(n ? n : 1, sizeof(float));
-    if (!f) {
-        whale_error("cpu backend: no memory for %zu fp32 staging values", n);
-        st->err = WHALE_ENOMEM;
-        return NULL;
-    }
-    st->buf[st->n++] = f;
-    return f;
-}
-
-/* Rounds an fp32 staging copy back into the 16-bit destination: only the
- * columns [0, cols) of each of `rows` rows ld apart, so a strided output
- * never overwrites the columns between its rows. */
-static void store(enum whale_dtype t, void *dst, const float *f, size_t rows, size_t cols,
-                  size_t ld)
-{
-    if (!dst || t == WHALE_FLOAT32)
-        return;
-    uint16_t *d = dst;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t c = 0; c < cols; c++) {
-            float v = f[r * ld + c];
-            d[r * ld + c] = t == WHALE_BFLOAT16 ? whale_float_to_bf16(v) : whale_float_to_fp16(v);
-        }
-}
-
-static int done(struct stage *st)
-{
-    for (int i = 0; i < st->n; i++)
-        free(st->buf[i]);
-    return st->err;
-}
-
-static size_t span(size_t rows, size_t cols, size_t ld)
-{
-    return rows && cols ? (rows - 1) * ld + cols : 0;
-}
 
 /* ---- RMSNorm --------------------------------------------------------------------- */
 
@@ -93,15 +23,15 @@ int bkc_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * C;
-    const float *x = in32(&st, t, inp, n), *ww = in32(&st, t, w, (size_t)C);
-    float *o = out32(&st, t, out, n, false);
+    const float *x = bkc_in32(&st, t, inp, n), *ww = bkc_in32(&st, t, w, (size_t)C);
+    float *o = bkc_out32(&st, t, out, n, false);
     if (!st.err) {
         k_rmsnorm_fwd(o, rstd, x, ww, N, C);
-        store(t, out, o, 1, n, n);
+        bkc_store_rows(t, out, o, 1, n, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -110,16 +40,16 @@ int bkc_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *din
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     size_t n = (size_t)N * C;
-    const float *dy = in32(&st, t, dout, n), *x = in32(&st, t, inp, n);
-    const float *ww = in32(&st, t, w, (size_t)C);
-    float *dx = out32(&st, t, dinp, n, true);
+    const float *dy = bkc_in32(&st, t, dout, n), *x = bkc_in32(&st, t, inp, n);
+    const float *ww = bkc_in32(&st, t, w, (size_t)C);
+    float *dx = bkc_out32(&st, t, dinp, n, true);
     if (!st.err) {
         k_rmsnorm_bwd(dx, dw, dy, x, ww, rstd, N, C);
-        store(t, dinp, dx, 1, n, n);
+        bkc_store_rows(t, dinp, dx, 1, n, n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- gated MLP ------------------------------------------------------------------- */
@@ -134,14 +64,14 @@ int bkc_glu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_gl
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *g = in32(&st, t, gate, (size_t)n), *u = in32(&st, t, up, (size_t)n);
-    float *o = out32(&st, t, h, (size_t)n, false);
+    struct bkc_stage st = { 0 };
+    const float *g = bkc_in32(&st, t, gate, (size_t)n), *u = bkc_in32(&st, t, up, (size_t)n);
+    float *o = bkc_out32(&st, t, h, (size_t)n, false);
     if (!st.err) {
         k_glu_fwd(glu_of(act), o, g, u, n);
-        store(t, h, o, 1, (size_t)n, (size_t)n);
+        bkc_store_rows(t, h, o, 1, (size_t)n, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_glu_act act,
@@ -150,18 +80,18 @@ int bkc_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_gl
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *d = in32(&st, t, dh, (size_t)n);
-    const float *g = in32(&st, t, gate, (size_t)n), *u = in32(&st, t, up, (size_t)n);
+    struct bkc_stage st = { 0 };
+    const float *d = bkc_in32(&st, t, dh, (size_t)n);
+    const float *g = bkc_in32(&st, t, gate, (size_t)n), *u = bkc_in32(&st, t, up, (size_t)n);
     /* dgate may alias dh: in 16 bits its fp32 copy is then dh's copy */
-    float *dg = t != WHALE_FLOAT32 && dgate == dh ? (float *)d : out32(&st, t, dgate, (size_t)n, false);
-    float *du = out32(&st, t, dup, (size_t)n, false);
+    float *dg = t != WHALE_FLOAT32 && dgate == dh ? (float *)d : bkc_out32(&st, t, dgate, (size_t)n, false);
+    float *du = bkc_out32(&st, t, dup, (size_t)n, false);
     if (!st.err) {
         k_glu_bwd(glu_of(act), dg, du, d, g, u, n);
-        store(t, dgate, dg, 1, (size_t)n, (size_t)n);
-        store(t, dup, du, 1, (size_t)n, (size_t)n);
+        bkc_store_rows(t, dgate, dg, 1, (size_t)n, (size_t)n);
+        bkc_store_rows(t, dup, du, 1, (size_t)n, (size_t)n);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- rotary ------------------------------------------------------------------------ */
@@ -171,14 +101,14 @@ int bkc_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld,
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    size_t rows = (size_t)B * T, cols = (size_t)nh * hd, n = span(rows, cols, (size_t)ld);
-    float *f = out32(&st, t, x, n, true);
+    struct bkc_stage st = { 0 };
+    size_t rows = (size_t)B * T, cols = (size_t)nh * hd, n = bkc_span(rows, cols, (size_t)ld);
+    float *f = bkc_out32(&st, t, x, n, true);
     if (!st.err) {
         k_rope(f, ld, B, T, nh, hd, theta, sign);
-        store(t, x, f, rows, cols, (size_t)ld);
+        bkc_store_rows(t, x, f, rows, cols, (size_t)ld);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- grouped-query attention --------------------------------------------------------- */
@@ -195,22 +125,22 @@ int bkc_attention_gqa_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, voi
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     const struct k_attn_map km = map_of(m);
     size_t rows = (size_t)B * T, qc = (size_t)m->NH * m->hd, kc = (size_t)m->KVl * m->hd;
-    const float *qq = in32(&st, t, q, span(rows, qc, (size_t)ldq));
-    const float *kk = in32(&st, t, k, span(rows, kc, (size_t)ldk));
-    const float *vv = in32(&st, t, v, span(rows, kc, (size_t)ldv));
-    float *o = out32(&st, t, out, span(rows, qc, (size_t)ldo), false);
+    const float *qq = bkc_in32(&st, t, q, bkc_span(rows, qc, (size_t)ldq));
+    const float *kk = bkc_in32(&st, t, k, bkc_span(rows, kc, (size_t)ldk));
+    const float *vv = bkc_in32(&st, t, v, bkc_span(rows, kc, (size_t)ldv));
+    float *o = bkc_out32(&st, t, out, bkc_span(rows, qc, (size_t)ldo), false);
     if (st.err)
-        return done(&st);
+        return bkc_done(&st);
     if (k_flash_fwd(o, ldo, lse, qq, ldq, kk, ldk, vv, ldv, B, T, &km)) {
         whale_error("cpu backend: attention block buffers could not be allocated");
         st.err = WHALE_ENOMEM;
     } else {
-        store(t, out, o, rows, qc, (size_t)ldo);
+        bkc_store_rows(t, out, o, rows, qc, (size_t)ldo);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_attention_gqa_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dq, void *dk,
@@ -220,26 +150,26 @@ int bkc_attention_gqa_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, voi
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
+    struct bkc_stage st = { 0 };
     const struct k_attn_map km = map_of(m);
     size_t rows = (size_t)B * T, qc = (size_t)m->NH * m->hd, kc = (size_t)m->KVl * m->hd;
-    size_t nq = span(rows, qc, (size_t)ldq), nk = span(rows, kc, (size_t)ldk);
-    size_t nv = span(rows, kc, (size_t)ldv), no = span(rows, qc, (size_t)ldo);
-    const float *go = in32(&st, t, dout, no), *oo = in32(&st, t, out, no);
-    const float *qq = in32(&st, t, q, nq), *kk = in32(&st, t, k, nk), *vv = in32(&st, t, v, nv);
-    float *gq = out32(&st, t, dq, nq, false), *gk = out32(&st, t, dk, nk, false);
-    float *gv = out32(&st, t, dv, nv, false);
+    size_t nq = bkc_span(rows, qc, (size_t)ldq), nk = bkc_span(rows, kc, (size_t)ldk);
+    size_t nv = bkc_span(rows, kc, (size_t)ldv), no = bkc_span(rows, qc, (size_t)ldo);
+    const float *go = bkc_in32(&st, t, dout, no), *oo = bkc_in32(&st, t, out, no);
+    const float *qq = bkc_in32(&st, t, q, nq), *kk = bkc_in32(&st, t, k, nk), *vv = bkc_in32(&st, t, v, nv);
+    float *gq = bkc_out32(&st, t, dq, nq, false), *gk = bkc_out32(&st, t, dk, nk, false);
+    float *gv = bkc_out32(&st, t, dv, nv, false);
     if (st.err)
-        return done(&st);
+        return bkc_done(&st);
     if (k_flash_bwd(gq, gk, gv, go, ldo, oo, lse, qq, ldq, kk, ldk, vv, ldv, B, T, &km)) {
         whale_error("cpu backend: attention block buffers could not be allocated");
         st.err = WHALE_ENOMEM;
     } else {
-        store(t, dq, gq, rows, qc, (size_t)ldq);
-        store(t, dk, gk, rows, kc, (size_t)ldk);
-        store(t, dv, gv, rows, kc, (size_t)ldv);
+        bkc_store_rows(t, dq, gq, rows, qc, (size_t)ldq);
+        bkc_store_rows(t, dk, gk, rows, kc, (size_t)ldk);
+        bkc_store_rows(t, dv, gv, rows, kc, (size_t)ldv);
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 /* ---- bias gradients, embedding rows -------------------------------------------------- */
@@ -249,10 +179,10 @@ int bkc_colsum_acc(whale_backend *b, bk_stream s, enum whale_dtype t, float *db,
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *d = in32(&st, t, x, span((size_t)N, (size_t)OC, (size_t)ld));
+    struct bkc_stage st = { 0 };
+    const float *d = bkc_in32(&st, t, x, bkc_span((size_t)N, (size_t)OC, (size_t)ld));
     if (st.err)
-        return done(&st);
+        return bkc_done(&st);
     /* the loop of the engine's strided linear backward: one column per
      * iteration, rows in order (same bits for any thread count) */
 #pragma omp parallel for schedule(static)
@@ -262,7 +192,7 @@ int bkc_colsum_acc(whale_backend *b, bk_stream s, enum whale_dtype t, float *db,
             a += d[(size_t)n * ld + c];
         db[c] += a;
     }
-    return done(&st);
+    return bkc_done(&st);
 }
 
 int bkc_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
@@ -270,9 +200,26 @@ int bkc_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float 
 {
     (void)b;
     (void)s;
-    struct stage st = { 0 };
-    const float *d = in32(&st, t, dout, (size_t)N * C);
+    struct bkc_stage st = { 0 };
+    const float *d = bkc_in32(&st, t, dout, (size_t)N * C);
     if (!st.err)
         k_embed_bwd_rows(dwte, d, tok, v0, V, N, C);
-    return done(&st);
+    return bkc_done(&st);
+}
+
+/* ---- strided bias rows ------------------------------------------------------------ */
+
+int bkc_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
+                  const void *bias, int N, int OC)
+{
+    (void)b;
+    (void)s;
+    /* a copy: the bytes of the bias in every row, whatever the dtype (the
+     * loop block_x.c's strided linear had: same bits) */
+    const size_t es = t == WHALE_FLOAT32 ? sizeof(float) : sizeof(uint16_t);
+    char *o = out;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        memcpy(o + (size_t)n * ldo * es, bias, es * OC);
+    return 0;
 }

@@ -16,36 +16,55 @@
  * With KVHeads == Heads the attention weights keep GPT-2's names and shape
  * (attn.qkv.w (3,C,C)) and, with MLP=gelu Norm=layernorm, the block declares
  * the same parameters as layers.c's: a GPT-2 model with Attention=flash
- * starts from the same weights and reads the same checkpoints. */
-#include "attn_blocked.h"
-#include "kernels.h"
-#include "kernels_llama.h"
+ * starts from the same weights and reads the same checkpoints.
+ *
+ * Every kernel runs through the engine's backend (whale/backend.h, d->bk)
+ * on its compute stream, as layers.c's GPT block does, so the block runs on
+ * cpu and cuda alike. On cpu each backend op calls the kernel this file
+ * called before with the same arguments: the bits are those of the direct
+ * calls. Left on the host: the q|k|v expansion of plain attention with
+ * grouped KV heads (cpu only: a backend that cannot read host memory runs
+ * that case through the grouped flash kernel instead), and the TP/SP
+ * collectives (host groups; host-coherent backend memory on cuda). */
+#include "attn_blocked.h" /* k_gqa_expand / k_gqa_fold: host-side plain GQA (cpu) */
 #include "layer.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "whale/backend.h"
 #include "whale/error.h"
 #include "whale/modeldesc.h"
 
-void eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
-                  const float *inp, const float *w, const float *b, int N, int C)
+#define F32 WHALE_FLOAT32
+/* A backend call: its error (already logged, with the kernel named) ends
+ * the layer. */
+#define BK(call)                                                                             \
+    do {                                                                                     \
+        int bk_rc_ = (call);                                                                 \
+        if (bk_rc_)                                                                          \
+            return bk_rc_;                                                                   \
+    } while (0)
+
+/* out (N,C), mean and rstd (N): LayerNorm (b may be NULL: Bias=no) or
+ * RMSNorm (mean unused) */
+int eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
+                 const float *inp, const float *w, const float *b, int N, int C)
 {
     if (d->norm == WHALE_NORM_RMSNORM)
-        k_rmsnorm_fwd(out, rstd, inp, w, N, C);
-    else
-        k_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+        return whale_k_rmsnorm_fwd(d->bk, NULL, F32, out, rstd, inp, w, N, C);
+    return whale_k_layernorm_fwd(d->bk, NULL, F32, out, mean, rstd, inp, w, b, N, C);
 }
 
-void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
-                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
-                  int C)
+/* dinp (N,C) += ; dw (C) += ; db (C) += (LayerNorm with a bias) */
+int eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
+                 const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                 int C)
 {
     if (d->norm == WHALE_NORM_RMSNORM)
-        k_rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
-    else
-        k_layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        return whale_k_rmsnorm_bwd(d->bk, NULL, F32, dinp, dw, dout, inp, w, rstd, N, C);
+    return whale_k_layernorm_bwd(d->bk, NULL, F32, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 /* ---- parameters ------------------------------------------------------------- */
@@ -59,6 +78,11 @@ struct xb_ix {
 static bool xb_glu(const struct eng_dims *d)
 {
     return d->mlp == WHALE_MLP_SWIGLU || d->mlp == WHALE_MLP_GEGLU;
+}
+
+static enum whale_glu_act xb_glu_act(const struct eng_dims *d)
+{
+    return d->mlp == WHALE_MLP_SWIGLU ? WHALE_GLU_SILU : WHALE_GLU_GELU;
 }
 
 static bool xb_combined(const struct eng_dims *d)
@@ -165,10 +189,24 @@ static struct k_attn_map xb_map(const struct eng_dims *d)
                                 .g = (d->NH * d->tp) / d->KV, .k0 = d->k0 };
 }
 
-/* Plain attention over the expanded (N,3,NH,hd) layout (GQA). */
-static bool xb_expand(const struct eng_dims *d)
+static struct whale_attn_heads xb_heads(const struct eng_dims *d)
+{
+    return (struct whale_attn_heads){ .NH = d->NH, .KVl = d->KVl, .hd = d->hd, .hq0 = d->hq0,
+                                      .g = (d->NH * d->tp) / d->KV, .k0 = d->k0 };
+}
+
+/* Plain attention with grouped KV heads (KVl != NH). On a backend whose
+ * kernels read host memory (cpu) q|k|v is expanded to (N,3,NH,hd) on the
+ * host and the plain kernel keeps its probabilities; elsewhere (cuda) the
+ * grouped flash kernel runs and `att` holds its log-sum-exp (B,NH,T),
+ * which fits: whale_attention_saved_floats is (B,NH,T) there. */
+static bool xb_gqa_plain(const struct eng_dims *d)
 {
     return d->attn == WHALE_ATTN_PLAIN && d->KVl != d->NH;
+}
+static bool xb_expand(const struct eng_dims *d)
+{
+    return xb_gqa_plain(d) && (!d->bk || whale_backend_reads_host(d->bk));
 }
 
 /* ---- saved activations ------------------------------------------------------- */
@@ -198,8 +236,9 @@ static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s
     TAKE(qkv, N * (size_t)xb_w(d));
     if (d->attn == WHALE_ATTN_FLASH)
         TAKE(lse, (size_t)d->B * d->NH * d->T);
-    else if (keep_att)
-        TAKE(att, (size_t)d->B * d->NH * d->T * d->T);
+    else if (keep_att) /* cpu: probabilities (B,NH,T,T); cuda: log-sum-exp (B,NH,T) */
+        TAKE(att, d->bk ? whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd)
+                        : (size_t)d->B * d->NH * d->T * d->T); /* no backend yet: cpu's */
     TAKE(atty, N * Ct);
     TAKE(r1, Ns * C);
     TAKE(ln2, Ns * C);
@@ -244,7 +283,7 @@ static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_
     TAKE(sa, N * d->C);
     TAKE(sb, N * big);
     TAKE(sc, N * mid);
-    TAKE(ex, xb_expand(d) ? N * 3 * d->Ctp : 0);
+    TAKE(ex, xb_gqa_plain(d) ? N * 3 * d->Ctp : 0); /* cuda: a recomputed output */
     TAKE(dex, xb_expand(d) ? N * 3 * d->Ctp : 0);
     TAKE(kvg, d->kv_rep ? 2 * (size_t)d->KV * d->hd * (d->C + 1) : 0);
     TAKE(full, d->sp ? N * d->C : 0);
@@ -262,34 +301,28 @@ static size_t xb_scratch_floats(const struct eng_layer *l)
 
 /* ---- linear helpers with a row stride ----------------------------------------- */
 
-/* out (N,OC) rows ldo apart = inp (N,IC) @ w (OC,IC)^T + b (OC; may be NULL) */
-static void xlin_fwd(enum whale_dtype mm, float *out, int ldo, const float *inp, const float *w,
-                     const float *b, int N, int IC, int OC)
+/* out (N,OC) rows ldo apart = inp (N,IC) @ w (OC,IC)^T + b (OC; may be NULL):
+ * the rows start as the bias and the GEMM (the backend's fp32 GEMM
+ * arithmetic, the engine's mm) adds the product */
+static int xlin_fwd(whale_backend *bk, float *out, int ldo, const float *inp, const float *w,
+                    const float *b, int N, int IC, int OC)
 {
-    if (b) {
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++)
-            memcpy(out + (size_t)n * ldo, b, sizeof(float) * OC);
-    }
-    k_gemm_mm(mm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, ldo);
+    if (b)
+        BK(whale_k_bias_fill(bk, NULL, F32, out, ldo, b, N, OC));
+    return whale_gemm(bk, NULL, false, true, N, OC, IC, 1.0f, inp, IC, w, IC, F32,
+                      b ? 1.0f : 0.0f, out, ldo, F32);
 }
 
 /* dinp (N,IC) (= or += with acc) = dout (N,OC; rows ldd apart) @ w (OC,IC);
  * dw (OC,IC) += dout^T @ inp ; db (OC) += column sums of dout (may be NULL) */
-static void xlin_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
-                     int ldd, const float *inp, const float *w, int N, int IC, int OC, int acc)
+static int xlin_bwd(whale_backend *bk, float *dinp, float *dw, float *db, const float *dout,
+                    int ldd, const float *inp, const float *w, int N, int IC, int OC, int acc)
 {
-    k_gemm_mm(mm, 0, 0, N, IC, OC, 1.0f, dout, ldd, w, IC, acc ? 1.0f : 0.0f, dinp, IC);
-    k_gemm_mm(mm, 1, 0, OC, IC, N, 1.0f, dout, ldd, inp, IC, 1.0f, dw, IC);
-    if (db) {
-#pragma omp parallel for schedule(static)
-        for (int c = 0; c < OC; c++) {
-            float a = 0;
-            for (int n = 0; n < N; n++)
-                a += dout[(size_t)n * ldd + c];
-            db[c] += a;
-        }
-    }
+    BK(whale_gemm(bk, NULL, false, false, N, IC, OC, 1.0f, dout, ldd, w, IC, F32,
+                  acc ? 1.0f : 0.0f, dinp, IC, F32));
+    BK(whale_gemm(bk, NULL, true, false, OC, IC, N, 1.0f, dout, ldd, inp, IC, F32, 1.0f, dw, IC,
+                  F32));
+    return db ? whale_k_colsum_acc(bk, NULL, F32, db, dout, ldd, N, OC) : 0;
 }
 
 /* The rows of a row-parallel output this rank keeps: *rows (Ns,C) = (sum
@@ -304,19 +337,12 @@ static int xb_row_out(const struct eng_layer *l, struct eng_io *io, struct xb_sc
     const int N = d->B * d->T, Ns = d->Ns, C = d->C;
     if (!d->sp) {
         *rows = x->sa;
-        return eng_tp_row_linear_fwd_mm(io->mm, x->sa, inp, w, b, N, IC, C, io->tp_group);
+        return eng_tp_row_linear_fwd(d->bk, x->sa, inp, w, b, N, IC, C, io->tp_group);
     }
-    k_linear_fwd(io->mm, x->sa, inp, w, NULL, N, IC, C);
-    int rc = eng_sp_scatter(d, io->tp_group, x->shard, x->sa);
-    if (rc)
-        return rc;
-    if (b) {
-        float *o = x->shard;
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < Ns; n++)
-            for (int c = 0; c < C; c++)
-                o[(size_t)n * C + c] += b[c];
-    }
+    BK(whale_k_linear_fwd(d->bk, NULL, F32, x->sa, inp, w, NULL, N, IC, C));
+    BK(eng_sp_scatter(d, io->tp_group, x->shard, x->sa));
+    if (b)
+        BK(whale_k_bias_add(d->bk, NULL, F32, x->shard, b, Ns, C));
     *rows = x->shard;
     return 0;
 }
@@ -339,44 +365,62 @@ static int xb_col_dinput(const struct eng_layer *l, struct eng_io *io, struct xb
 /* ---- forward ----------------------------------------------------------------- */
 
 /* q|k|v (N,W) = ln1 @ [Wq; Wk; Wv]^T (+ biases), then rotary on q and k */
-static void xb_qkv_fwd(const struct eng_layer *l, const struct xb_ix *ix, enum whale_dtype mm,
-                       float *qkv, const float *ln1)
+static int xb_qkv_fwd(const struct eng_layer *l, const struct xb_ix *ix, float *qkv,
+                      const float *ln1)
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, KVc = xb_kvc(d), W = xb_w(d);
+    whale_backend *bk = d->bk;
     if (ix->kvw < 0) {
         /* attn.qkv.w (3,Ct,C) local: one GEMM, as layers.c does */
-        k_linear_fwd(mm, qkv, ln1, eng_pw(l, ix->qw), pw_or_null(l, ix->qb), N, C, W);
+        BK(whale_k_linear_fwd(bk, NULL, F32, qkv, ln1, eng_pw(l, ix->qw), pw_or_null(l, ix->qb),
+                              N, C, W));
     } else {
         int r0, plane;
         xb_kv_rows(d, &r0, &plane);
         const float *wkv = eng_pw(l, ix->kvw), *bkv = pw_or_null(l, ix->kvb);
-        xlin_fwd(mm, qkv, W, ln1, eng_pw(l, ix->qw), pw_or_null(l, ix->qb), N, C, Ct);
-        xlin_fwd(mm, qkv + Ct, W, ln1, wkv + (size_t)r0 * C, bkv ? bkv + r0 : NULL, N, C, KVc);
-        xlin_fwd(mm, qkv + Ct + KVc, W, ln1, wkv + (size_t)(plane + r0) * C,
-                 bkv ? bkv + plane + r0 : NULL, N, C, KVc);
+        BK(xlin_fwd(bk, qkv, W, ln1, eng_pw(l, ix->qw), pw_or_null(l, ix->qb), N, C, Ct));
+        BK(xlin_fwd(bk, qkv + Ct, W, ln1, wkv + (size_t)r0 * C, bkv ? bkv + r0 : NULL, N, C,
+                    KVc));
+        BK(xlin_fwd(bk, qkv + Ct + KVc, W, ln1, wkv + (size_t)(plane + r0) * C,
+                    bkv ? bkv + plane + r0 : NULL, N, C, KVc));
     }
     if (d->pos == WHALE_POS_ROTARY) {
-        k_rope(qkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, 1);
-        k_rope(qkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta, 1);
+        /* q (N,NH,hd) and k (N,KVl,hd) in place, rows W apart */
+        BK(whale_k_rope(bk, NULL, F32, qkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, 1));
+        BK(whale_k_rope(bk, NULL, F32, qkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta,
+                        1));
     }
+    return 0;
+}
+
+/* out (N,Ct) rows Ct apart from q, k, v: column ranges of qkv (N,W);
+ * lse (B,NH,T) */
+static int xb_gqa_fwd(const struct eng_dims *d, float *out, float *lse, const float *qkv)
+{
+    const int Ct = d->Ctp, KVc = xb_kvc(d), W = xb_w(d);
+    const struct whale_attn_heads h = xb_heads(d);
+    return whale_k_attention_gqa_fwd(d->bk, NULL, F32, out, Ct, lse, qkv, W, qkv + Ct, W,
+                                     qkv + Ct + KVc, W, d->B, d->T, &h);
 }
 
 static int xb_attn_fwd(const struct eng_layer *l, struct xb_saved *s, struct xb_scratch *x)
 {
     const struct eng_dims *d = l->d;
-    const int N = d->B * d->T, Ct = d->Ctp, KVc = xb_kvc(d), W = xb_w(d);
-    const struct k_attn_map m = xb_map(d);
+    const int N = d->B * d->T, W = xb_w(d);
     if (d->attn == WHALE_ATTN_FLASH)
-        return k_flash_fwd(s->atty, Ct, s->lse, s->qkv, W, s->qkv + Ct, W, s->qkv + Ct + KVc, W,
-                           d->B, d->T, &m) ? WHALE_ENOMEM : 0;
+        return xb_gqa_fwd(d, s->atty, s->lse, s->qkv);
+    if (xb_gqa_plain(d) && !xb_expand(d)) /* cuda: the grouped flash kernel, lse in att */
+        return xb_gqa_fwd(d, s->atty, s->att, s->qkv);
     const float *src = s->qkv;
-    if (xb_expand(d)) {
+    if (xb_expand(d)) { /* cpu: host memory */
+        const struct k_attn_map m = xb_map(d);
         k_gqa_expand(x->ex, s->qkv, W, N, &m);
         src = x->ex;
     }
-    k_attention_fwd(s->atty, s->att, src, d->B, d->T, d->NH, d->hd);
-    return 0;
+    /* atty (B,T,NH,hd) from (B,T,3,NH,hd) */
+    return whale_k_attention_fwd(d->bk, NULL, F32, s->atty, s->att, src, d->B, d->T, d->NH,
+                                 d->hd);
 }
 
 /* The norm output the column-parallel GEMMs read: the rows of all TP
@@ -402,33 +446,29 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     xb_bind(l, io, &s);
     xb_scratch_carve(d, io->scratch, &x);
     const float *ln, *mine; /* mine: this rank's rows (Ns,C) of a row-parallel output */
-    int rc;
-    eng_norm_fwd(d, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, ix.ln1w), pw_or_null(l, ix.ln1b),
-                 Ns, C);
-    if ((rc = xb_norm_rows(l, io, &x, s.ln1, &ln)))
-        return rc;
-    xb_qkv_fwd(l, &ix, io->mm, s.qkv, ln);
-    if ((rc = xb_attn_fwd(l, &s, &x)))
-        return rc;
-    if ((rc = xb_row_out(l, io, &x, s.atty, eng_pw(l, ix.ow), pw_or_null(l, ix.ob), Ct, &mine)))
-        return rc;
-    k_add(s.r1, io->in, mine, (int64_t)Ns * C);
-    eng_norm_fwd(d, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, ix.ln2w), pw_or_null(l, ix.ln2b),
-                 Ns, C);
-    if ((rc = xb_norm_rows(l, io, &x, s.ln2, &ln)))
-        return rc;
-    k_linear_fwd(io->mm, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N, C, F);
+    whale_backend *bk = d->bk;
+    BK(eng_norm_fwd(d, s.ln1, s.mean1, s.rstd1, io->in, eng_pw(l, ix.ln1w),
+                    pw_or_null(l, ix.ln1b), Ns, C));
+    BK(xb_norm_rows(l, io, &x, s.ln1, &ln));
+    BK(xb_qkv_fwd(l, &ix, s.qkv, ln));
+    BK(xb_attn_fwd(l, &s, &x));
+    BK(xb_row_out(l, io, &x, s.atty, eng_pw(l, ix.ow), pw_or_null(l, ix.ob), Ct, &mine));
+    BK(whale_k_add(bk, NULL, F32, s.r1, io->in, mine, (int64_t)Ns * C));
+    BK(eng_norm_fwd(d, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, ix.ln2w),
+                    pw_or_null(l, ix.ln2b), Ns, C));
+    BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
+    /* fc (gate) (N,F) = ln2 @ Wfc^T ; glu: up (N,F), h = act(gate) * up */
+    BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N,
+                          C, F));
     if (xb_glu(d)) {
-        k_linear_fwd(io->mm, s.up, ln, eng_pw(l, ix.upw), pw_or_null(l, ix.upb), N, C, F);
-        k_glu_fwd(d->mlp == WHALE_MLP_SWIGLU ? K_GLU_SILU : K_GLU_GELU, s.h, s.fc, s.up,
-                  (int64_t)N * F);
+        BK(whale_k_linear_fwd(bk, NULL, F32, s.up, ln, eng_pw(l, ix.upw),
+                              pw_or_null(l, ix.upb), N, C, F));
+        BK(whale_k_glu_fwd(bk, NULL, F32, xb_glu_act(d), s.h, s.fc, s.up, (int64_t)N * F));
     } else {
-        k_gelu_fwd(s.h, s.fc, (int64_t)N * F);
+        BK(whale_k_gelu_fwd(bk, NULL, F32, s.h, s.fc, (int64_t)N * F));
     }
-    if ((rc = xb_row_out(l, io, &x, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), F, &mine)))
-        return rc;
-    k_add(io->out, s.r1, mine, (int64_t)Ns * C);
-    return 0;
+    BK(xb_row_out(l, io, &x, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), F, &mine));
+    return whale_k_add(bk, NULL, F32, io->out, s.r1, mine, (int64_t)Ns * C);
 }
 
 /* ---- backward ---------------------------------------------------------------- */
@@ -439,29 +479,38 @@ static int xb_attn_bwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, Ct = d->Ctp, KVc = xb_kvc(d), W = xb_w(d);
-    const struct k_attn_map m = xb_map(d);
-    if (d->attn == WHALE_ATTN_FLASH) {
-        if (k_flash_bwd(dqkv, dqkv + Ct, dqkv + Ct + KVc, datty, Ct, s->atty, s->lse, s->qkv, W,
-                        s->qkv + Ct, W, s->qkv + Ct + KVc, W, d->B, d->T, &m))
-            return WHALE_ENOMEM;
+    whale_backend *bk = d->bk;
+    const struct whale_attn_heads h = xb_heads(d);
+    if (d->attn == WHALE_ATTN_FLASH || (xb_gqa_plain(d) && !xb_expand(d))) {
+        /* grouped flash backward: flash keeps lse; plain GQA on cuda keeps it
+         * in att, rebuilt under selective recompute (the output goes to the
+         * scratch x->ex: the saved one is what backward reads) */
+        float *lse = d->attn == WHALE_ATTN_FLASH ? s->lse : s->att;
+        if (d->attn != WHALE_ATTN_FLASH && l->rc == ENG_RC_SELECTIVE)
+            BK(xb_gqa_fwd(d, x->ex, lse, s->qkv));
+        BK(whale_k_attention_gqa_bwd(bk, NULL, F32, dqkv, dqkv + Ct, dqkv + Ct + KVc, datty, Ct,
+                                     s->atty, lse, s->qkv, W, s->qkv + Ct, W,
+                                     s->qkv + Ct + KVc, W, d->B, d->T, &h));
     } else {
+        const struct k_attn_map m = xb_map(d);
         const float *src = s->qkv;
-        if (xb_expand(d)) {
+        if (xb_expand(d)) { /* cpu: host memory */
             k_gqa_expand(x->ex, s->qkv, W, N, &m);
             src = x->ex;
         }
-        if (l->rc == ENG_RC_SELECTIVE) /* att (B,NH,T,T) rebuilt from the saved q,k */
-            k_attention_probs(s->att, src, d->B, d->T, d->NH, d->hd);
-        if (xb_expand(d)) {
-            k_attention_bwd(x->dex, datty, src, s->att, d->B, d->T, d->NH, d->hd);
+        if (l->rc == ENG_RC_SELECTIVE) /* att rebuilt from the saved q,k */
+            BK(whale_k_attention_fwd(bk, NULL, F32, NULL, s->att, src, d->B, d->T, d->NH,
+                                     d->hd));
+        /* d(q|k|v) (B,T,3,NH,hd) from datty (B,T,NH,hd) */
+        BK(whale_k_attention_bwd(bk, NULL, F32, xb_expand(d) ? x->dex : dqkv, datty, src,
+                                 s->atty, s->att, d->B, d->T, d->NH, d->hd));
+        if (xb_expand(d))
             k_gqa_fold(dqkv, W, x->dex, N, &m);
-        } else {
-            k_attention_bwd(dqkv, datty, src, s->att, d->B, d->T, d->NH, d->hd);
-        }
     }
     if (d->pos == WHALE_POS_ROTARY) {
-        k_rope(dqkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, -1);
-        k_rope(dqkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta, -1);
+        BK(whale_k_rope(bk, NULL, F32, dqkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, -1));
+        BK(whale_k_rope(bk, NULL, F32, dqkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta,
+                        -1));
     }
     return 0;
 }
@@ -472,11 +521,10 @@ static int xb_qkv_bwd(const struct eng_layer *l, const struct xb_ix *ix, struct 
 {
     const struct eng_dims *d = l->d;
     const int N = d->B * d->T, C = d->C, Ct = d->Ctp, KVc = xb_kvc(d), W = xb_w(d);
-    if (ix->kvw < 0) {
-        k_linear_bwd(io->mm, dln1, eng_pg(l, ix->qw), pg_or_null(l, ix->qb), dqkv, ln1,
-                     eng_pw(l, ix->qw), N, C, W, 0);
-        return 0;
-    }
+    whale_backend *bk = d->bk;
+    if (ix->kvw < 0)
+        return whale_k_linear_bwd(bk, NULL, F32, dln1, eng_pg(l, ix->qw), pg_or_null(l, ix->qb),
+                                  dqkv, ln1, eng_pw(l, ix->qw), N, C, W, false);
     int r0, plane;
     xb_kv_rows(d, &r0, &plane);
     const float *wkv = eng_pw(l, ix->kvw);
@@ -485,24 +533,23 @@ static int xb_qkv_bwd(const struct eng_layer *l, const struct xb_ix *ix, struct 
     if (d->kv_rep) {
         /* partial gradients of all KV heads' weights: zero but the rows this
          * rank used, summed over TP below (every replica gets the total) */
-        memset(x->kvg, 0, sizeof(float) * (nkv + 2 * (size_t)plane));
+        BK(whale_memset(bk, x->kvg, 0, sizeof(float) * (nkv + 2 * (size_t)plane), NULL));
         gkv = x->kvg;
         gkb = gkb ? x->kvg + nkv : NULL;
     }
-    xlin_bwd(io->mm, dln1, eng_pg(l, ix->qw), pg_or_null(l, ix->qb), dqkv, W, ln1,
-             eng_pw(l, ix->qw), N, C, Ct, 0);
-    xlin_bwd(io->mm, dln1, gkv + (size_t)r0 * C, gkb ? gkb + r0 : NULL, dqkv + Ct, W, ln1,
-             wkv + (size_t)r0 * C, N, C, KVc, 1);
-    xlin_bwd(io->mm, dln1, gkv + (size_t)(plane + r0) * C, gkb ? gkb + plane + r0 : NULL,
-             dqkv + Ct + KVc, W, ln1, wkv + (size_t)(plane + r0) * C, N, C, KVc, 1);
+    BK(xlin_bwd(bk, dln1, eng_pg(l, ix->qw), pg_or_null(l, ix->qb), dqkv, W, ln1,
+                eng_pw(l, ix->qw), N, C, Ct, 0));
+    BK(xlin_bwd(bk, dln1, gkv + (size_t)r0 * C, gkb ? gkb + r0 : NULL, dqkv + Ct, W, ln1,
+                wkv + (size_t)r0 * C, N, C, KVc, 1));
+    BK(xlin_bwd(bk, dln1, gkv + (size_t)(plane + r0) * C, gkb ? gkb + plane + r0 : NULL,
+                dqkv + Ct + KVc, W, ln1, wkv + (size_t)(plane + r0) * C, N, C, KVc, 1));
     if (d->kv_rep) {
         size_t n = nkv + (gkb ? 2 * (size_t)plane : 0);
-        int rc = eng_tp_allreduce(io->tp_group, x->kvg, n);
-        if (rc)
-            return rc;
-        k_acc(eng_pg(l, ix->kvw), x->kvg, (int64_t)nkv);
+        BK(eng_tp_allreduce(io->tp_group, x->kvg, n));
+        BK(whale_k_acc(bk, NULL, F32, eng_pg(l, ix->kvw), x->kvg, (int64_t)nkv));
         if (gkb)
-            k_acc(eng_pg(l, ix->kvb), x->kvg + nkv, 2 * (int64_t)plane);
+            BK(whale_k_acc(bk, NULL, F32, eng_pg(l, ix->kvb), x->kvg + nkv,
+                           2 * (int64_t)plane));
     }
     return 0;
 }
@@ -514,21 +561,18 @@ static int xb_norm_bwd(const struct eng_layer *l, struct eng_io *io, struct xb_s
                        const float *mean, const float *rstd)
 {
     const struct eng_dims *d = l->d;
-    if (!d->sp) {
-        eng_norm_bwd(d, ds, eng_pg(l, wi), pg_or_null(l, bi), dln, inp, eng_pw(l, wi), mean,
-                     rstd, d->Ns, d->C);
-        return 0;
-    }
+    if (!d->sp)
+        return eng_norm_bwd(d, ds, eng_pg(l, wi), pg_or_null(l, bi), dln, inp, eng_pw(l, wi),
+                            mean, rstd, d->Ns, d->C);
+    whale_backend *bk = d->bk;
     const size_t n = (bi >= 0 ? 2 : 1) * (size_t)d->C; /* weight, then bias (LayerNorm) */
-    memset(x->nw, 0, sizeof(float) * n);
-    eng_norm_bwd(d, ds, x->nw, bi >= 0 ? x->nw + d->C : NULL, dln, inp, eng_pw(l, wi), mean,
-                 rstd, d->Ns, d->C);
-    int rc = eng_tp_allreduce(io->tp_group, x->nw, n);
-    if (rc)
-        return rc;
-    k_acc(eng_pg(l, wi), x->nw, d->C);
+    BK(whale_memset(bk, x->nw, 0, sizeof(float) * n, NULL));
+    BK(eng_norm_bwd(d, ds, x->nw, bi >= 0 ? x->nw + d->C : NULL, dln, inp, eng_pw(l, wi), mean,
+                    rstd, d->Ns, d->C));
+    BK(eng_tp_allreduce(io->tp_group, x->nw, n));
+    BK(whale_k_acc(bk, NULL, F32, eng_pg(l, wi), x->nw, d->C));
     if (bi >= 0)
-        k_acc(eng_pg(l, bi), x->nw + d->C, d->C);
+        BK(whale_k_acc(bk, NULL, F32, eng_pg(l, bi), x->nw + d->C, d->C));
     return 0;
 }
 
@@ -545,47 +589,41 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
     float *ds = io->dstream; /* (Ns,C), in place: dout -> dinput */
     const float *dsf = ds;   /* (N,C): gathered under SP */
     const float *ln, *dmine; /* dmine: this rank's rows (Ns,C) of a norm output's gradient */
-    int rc;
-    if (d->sp && (rc = eng_sp_gather(d, io->tp_group, x.dfull, ds)))
-        return rc;
-    if (d->sp)
+    whale_backend *bk = d->bk;
+    if (d->sp) {
+        BK(eng_sp_gather(d, io->tp_group, x.dfull, ds));
         dsf = x.dfull;
+    }
     /* MLP: dh (N,F) = ds @ Wproj ; then the activation's and fc/gate/up's backward */
-    k_linear_bwd(io->mm, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf, s.h,
-                 eng_pw(l, ix.pw), N, F, C, 0);
-    if ((rc = xb_norm_rows(l, io, &x, s.ln2, &ln)))
-        return rc;
+    BK(whale_k_linear_bwd(bk, NULL, F32, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf, s.h,
+                          eng_pw(l, ix.pw), N, F, C, false));
+    BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
     if (xb_glu(d)) {
+        /* dgate (N,F) in place of dh, dup (N,F) after it */
         float *dgate = x.sb, *dup = x.sb + (size_t)N * F;
-        k_glu_bwd(d->mlp == WHALE_MLP_SWIGLU ? K_GLU_SILU : K_GLU_GELU, dgate, dup, x.sb, s.fc,
-                  s.up, (int64_t)N * F);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), dgate, ln,
-                     eng_pw(l, ix.fcw), N, C, F, 0);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.upw), pg_or_null(l, ix.upb), dup, ln,
-                     eng_pw(l, ix.upw), N, C, F, 1);
+        BK(whale_k_glu_bwd(bk, NULL, F32, xb_glu_act(d), dgate, dup, x.sb, s.fc, s.up,
+                           (int64_t)N * F));
+        BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb),
+                              dgate, ln, eng_pw(l, ix.fcw), N, C, F, false));
+        BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.upw), pg_or_null(l, ix.upb), dup,
+                              ln, eng_pw(l, ix.upw), N, C, F, true));
     } else {
-        k_gelu_bwd(x.sb, s.fc, x.sb, (int64_t)N * F);
-        k_linear_bwd(io->mm, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb), x.sb, ln,
-                     eng_pw(l, ix.fcw), N, C, F, 0);
+        BK(whale_k_gelu_bwd(bk, NULL, F32, x.sb, s.fc, x.sb, (int64_t)N * F));
+        BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb),
+                              x.sb, ln, eng_pw(l, ix.fcw), N, C, F, false));
     }
     /* column-parallel input gradient: summed over TP (SP: this rank's rows) */
-    if ((rc = xb_col_dinput(l, io, &x, &dmine)))
-        return rc;
-    if ((rc = xb_norm_bwd(l, io, &x, ds, ix.ln2w, ix.ln2b, dmine, s.r1, s.mean2, s.rstd2)))
-        return rc;
+    BK(xb_col_dinput(l, io, &x, &dmine));
+    BK(xb_norm_bwd(l, io, &x, ds, ix.ln2w, ix.ln2b, dmine, s.r1, s.mean2, s.rstd2));
     /* attention output projection: datty (N,Ct) = dr1 @ Wproj */
-    if (d->sp && (rc = eng_sp_gather(d, io->tp_group, x.dfull, ds)))
-        return rc;
-    k_linear_bwd(io->mm, x.sc, eng_pg(l, ix.ow), pg_or_null(l, ix.ob), dsf, s.atty,
-                 eng_pw(l, ix.ow), N, Ct, C, 0);
-    if ((rc = xb_attn_bwd(l, &s, &x, x.sb, x.sc)))
-        return rc;
-    if ((rc = xb_norm_rows(l, io, &x, s.ln1, &ln)))
-        return rc;
-    if ((rc = xb_qkv_bwd(l, &ix, io, &x, x.sa, x.sb, ln)))
-        return rc;
-    if ((rc = xb_col_dinput(l, io, &x, &dmine)))
-        return rc;
+    if (d->sp)
+        BK(eng_sp_gather(d, io->tp_group, x.dfull, ds));
+    BK(whale_k_linear_bwd(bk, NULL, F32, x.sc, eng_pg(l, ix.ow), pg_or_null(l, ix.ob), dsf,
+                          s.atty, eng_pw(l, ix.ow), N, Ct, C, false));
+    BK(xb_attn_bwd(l, &s, &x, x.sb, x.sc));
+    BK(xb_norm_rows(l, io, &x, s.ln1, &ln));
+    BK(xb_qkv_bwd(l, &ix, io, &x, x.sa, x.sb, ln));
+    BK(xb_col_dinput(l, io, &x, &dmine));
     return xb_norm_bwd(l, io, &x, ds, ix.ln1w, ix.ln1b, dmine, io->in, s.mean1, s.rstd1);
 }
 

@@ -9,6 +9,36 @@
  * the engine that still touch engine memory from the host (parameter init,
  * checkpoints, the host collectives of DP/TP/PP, ZeRO bucket bookkeeping)
  * run unchanged while every kernel, cast and the optimizer run on the GPU.
+ *
+ * Stream-ordered execution (WHALE_CUDA_STREAM_ORDERED=1, not yet the
+ * default: it has not run on a GPU): the same managed memory, preferring the
+ * device and prefetched there, but calls return as soon as they are
+ * enqueued; the engine drains the device only where the host touches engine
+ * memory, through eng_dev_host_access (whale_backend_host_access; a no-op on
+ * cpu and in the default mode). The host-access points made explicit:
+ *   - layers.c head_fwd: the token losses summed on the host (also every
+ *     later host read of the logits in whale-generate: nothing is enqueued
+ *     in between);
+ *   - step.c whale_engine_step, before the injected-overflow write and
+ *     before the host memset of the gradients at the end of the step: after
+ *     it everything of the step has finished, so what runs between steps
+ *     (checkpoint snapshots, metrics, elastic recovery, evaluation set-up)
+ *     reads finished memory;
+ *   - reductions with host results (whale_k_sumsq, whale_k_has_inf_nan)
+ *     wait for their stream themselves.
+ * Not covered, so stream ordering is turned off (one sync per call, logged)
+ * where they occur: pipeline sends and receives over the host group (PP >
+ * 1: pipe.c hands engine buffers to the host group), and ZeRO 1-3 (step.c
+ * copies shards, gathered weights and reduced gradients with host memcpy
+ * inside the step). The deferred
+ * checkpoint snapshot copies weights and moments on a host thread while the
+ * next step's forward and backward run: those only read them, and the
+ * optimizer phase waits for the copy before AdamW is enqueued, so it is
+ * covered by the end-of-step point (concurrent reads; with
+ * concurrentManagedAccess, page migration costs time, not correctness).
+ * Possibly missing (say so before trusting a figure): error paths that
+ * return mid-step (a recovery then reads engine memory without a drain),
+ * and any host read of engine memory inside a step not named here.
  * Token ids come from the data loader's host memory, which a kernel may not
  * read: they are staged into backend memory each step (eng_dev_tokens).
  * Data-parallel collectives and the tensor-parallel sums go over NCCL on
@@ -22,41 +52,27 @@
 #include "ecomm_dev.h"
 #include "engine_internal.h"
 #include "kernels.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
 /* The features of a model or configuration the cuda backend has no kernel
  * or path for: refused at set-up with the feature named, never a silent cpu
  * fallback. The cpu engine refuses what it lacks itself (cfg_check).
- * RMSNorm, gated MLPs, rotary, GQA and Bias=no select the configurable block
- * (engine/block_x.c), which still calls the CPU kernels directly: the
- * backend has their ops now (whale_k_rmsnorm_*, whale_k_glu_*, whale_k_rope,
- * whale_k_attention_gqa_*), the block does not call them yet. An untied
- * head is not refused: the head's GEMMs go through the backend with
- * lm_head.w as they do with the tied wte. */
+ * The Llama-style block (RMSNorm, gated MLPs, rotary, GQA, Bias=no,
+ * Attention=flash: engine/block_x.c) runs through the backend ops like the
+ * GPT block, so those models are not refused; on cuda both Attention=plain
+ * and Attention=flash run flash-style kernels (plain GQA takes the grouped
+ * kernel, block_x.c). An untied head is not refused either: the head's
+ * GEMMs go through the backend with lm_head.w as they do with the tied wte.
+ * What is left runs host loops over engine memory that are not written for
+ * a device: */
 static int cuda_refusals(const struct whale_engine_config *c)
 {
     const struct whale_model_desc *m = &c->model;
     const char *why = NULL;
     char buf[160];
-    if (m->norm != WHALE_NORM_LAYERNORM)
-        snprintf(buf, sizeof buf, "Norm=%s (the cuda backend has LayerNorm kernels only)",
-                 whale_norm_name(m->norm)), why = buf;
-    else if (m->mlp != WHALE_MLP_GELU)
-        snprintf(buf, sizeof buf, "MLP=%s (the cuda backend has the GeLU MLP only)",
-                 whale_mlp_name(m->mlp)), why = buf;
-    else if (m->position != WHALE_POS_LEARNED)
-        snprintf(buf, sizeof buf, "Position=%s (the cuda backend has learned positions only)",
-                 whale_pos_name(m->position)), why = buf;
-    else if (m->kv_heads != m->heads)
-        snprintf(buf, sizeof buf, "grouped-query attention KVHeads=%d (the cuda attention "
-                 "kernels take KVHeads == Heads)", m->kv_heads), why = buf;
-    else if (m->no_bias)
-        why = "Bias=no (the cuda linear kernels are called with biases)";
-    else if (m->attention == WHALE_ATTN_FLASH)
-        why = "Attention=flash (that selects the CPU's blocked attention; the cuda backend's "
-              "attention is flash-style already: use Attention=plain)";
-    else if (c->seqpar && c->tp > 1)
+    if (c->seqpar && c->tp > 1)
         why = "--seqpar (sequence parallelism runs on the CPU backend only)";
     else if (c->offload != WHALE_OFFLOAD_NONE)
         snprintf(buf, sizeof buf, "--offload %s (the offload mover copies with host threads; "
@@ -66,6 +82,26 @@ static int cuda_refusals(const struct whale_engine_config *c)
         return 0;
     whale_error("--device cuda: model %s needs %s; run it with --device cpu", m->name, why);
     return WHALE_ENOTSUP;
+}
+
+/* WHALE_CUDA_STREAM_ORDERED: stream-ordered cuda where every host access
+ * of the configuration is an explicit host-access point (top of file). */
+static int stream_ordered(const whale_engine *e, const struct whale_engine_config *c, bool *on)
+{
+    int rc = whale_env_bool("WHALE_CUDA_STREAM_ORDERED", false, on);
+    if (rc)
+        return rc; /* the message names the knob and what it takes */
+    const char *why = NULL;
+    if (*on && e->grp.pp.size > 1)
+        why = "pipeline parallelism sends engine memory over the host group";
+    else if (*on && c->zero_stage > 0)
+        why = "ZeRO copies shards of engine memory with host memcpy inside the step (step.c)";
+    if (why) {
+        whale_warn("WHALE_CUDA_STREAM_ORDERED=1: %s, which has no host-access points yet: one "
+                   "stream sync per call instead", why);
+        *on = false;
+    }
+    return 0;
 }
 
 int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
@@ -85,6 +121,8 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
     whale_backend_opts_init(&o);
     o.device = dev;
     o.host_coherent = true; /* see the top of this file */
+    if (dev == WHALE_DEVICE_CUDA && (rc = stream_ordered(e, c, &o.stream_ordered)))
+        return rc;
     if ((rc = whale_backend_open(&o, &e->bk)))
         return rc;
     /* GEMM arithmetic of mixed precision with fp32 activations: the cpu
@@ -110,7 +148,10 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
         (rc = eng_dev_comm_tp(&e->grp.tp, whale_tp_group(e->ctx), e->bk)))
         return rc;
     if (dev != WHALE_DEVICE_CPU)
-        whale_info("engine: computing on %s", whale_backend_describe(e->bk));
+        whale_info("engine: computing on %s (%s)", whale_backend_describe(e->bk),
+                   whale_backend_stream_ordered(e->bk)
+                       ? "stream-ordered: syncs at the engine's host-access points"
+                       : "host-coherent: one stream sync per call");
     return 0;
 }
 
@@ -145,6 +186,11 @@ static void arena_free(void *user, void *p, size_t n)
 void eng_dev_arena_backend(whale_engine *e, struct whale_arena_backend *out)
 {
     *out = (struct whale_arena_backend){ arena_alloc, arena_free, e->bk };
+}
+
+int eng_dev_host_access(whale_engine *e)
+{
+    return e->bk ? whale_backend_host_access(e->bk) : 0;
 }
 
 int eng_dev_tokens(whale_engine *e, const int32_t **in, const int32_t **tg)

@@ -143,13 +143,14 @@ extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
  * attention); eng_block_ops hands over to it when d->xblock. */
 int eng_xblock_params(const struct eng_dims *d, int index, struct eng_param *p);
 extern const struct eng_layer_ops eng_xblock_ops;
-/* The description's norm: LayerNorm (b may not be NULL) or RMSNorm (b and
- * mean unused). out, inp (N,C); mean, rstd (N); dinp (N,C) +=; dw, db (C) += */
-void eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
-                  const float *inp, const float *w, const float *b, int N, int C);
-void eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
-                  const float *inp, const float *w, const float *mean, const float *rstd, int N,
-                  int C);
+/* The description's norm through the backend (d->bk): LayerNorm (b may be
+ * NULL: Bias=no) or RMSNorm (b and mean unused). out, inp (N,C); mean, rstd
+ * (N); dinp (N,C) +=; dw, db (C) +=. 0 or the backend's error. */
+int eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
+                 const float *inp, const float *w, const float *b, int N, int C);
+int eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, const float *dout,
+                 const float *inp, const float *w, const float *mean, const float *rstd, int N,
+                 int C);
 
 /* Sequence parallelism (seqpar.c) over the TP group:
  * all-gather: full (N,C) = the TP ranks' row shards (Ns,C) in rank order;

@@ -227,10 +227,9 @@ static int embed_fwd(struct eng_layer *l, struct eng_io *io)
 static int embed_bwd_full(struct eng_layer *l, struct eng_io *io)
 {
     const struct eng_dims *d = l->d;
-    if (d->pos != WHALE_POS_LEARNED) {
-        k_embed_bwd_rows(eng_pg(l, 0), io->dstream, io->tokens, d->v0, d->V, d->B * d->T, d->C);
-        return 0;
-    }
+    if (d->pos != WHALE_POS_LEARNED) /* dwte (V,C) local rows += from dstream (B*T,C) */
+        return whale_k_embed_bwd_rows(d->bk, NULL, F32, eng_pg(l, 0), io->dstream, io->tokens,
+                                      d->v0, d->V, d->B * d->T, d->C);
     /* dwte (V,C) (local rows), dwpe (T,C) += from dstream (B,T,C) */
     return whale_k_embed_bwd_tp(d->bk, NULL, F32, eng_pg(l, 0), eng_pg(l, 1), io->dstream,
                                 io->tokens, d->v0, d->V, d->B, d->T, d->C);
@@ -501,8 +500,8 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     if (d->norm != WHALE_NORM_RMSNORM && head_nb(l)) /* GPT-2's LayerNorm: the backend's kernel */
         BK(whale_k_layernorm_fwd(bk, NULL, F32, lnf, mean, rstd, io->in, eng_pw(l, 0),
                                  head_nb(l), R, C));
-    else /* RMSNorm / bias-free norms: CPU kernels (the CUDA backend refuses these models) */
-        eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), R, C);
+    else /* RMSNorm / bias-free norms (block_x.c, through the backend too) */
+        BK(eng_norm_fwd(d, lnf, mean, rstd, io->in, eng_pw(l, 0), head_nb(l), R, C));
     int rc = head_rows(l, io, &h, lnf, &src);
     if (rc)
         return rc;
@@ -511,7 +510,9 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
     BK(whale_k_linear_fwd(bk, NULL, F32, probs, src, wte, NULL, N, C, V));
     BK(eng_tp_xent_fwd(bk, io->tp_group, probs, h.losses, io->targets, d->v0, N, V, h.red));
     /* losses (N) read on the host: backend memory is host-addressable on cpu
-     * and on host_coherent cuda (device.c), whose calls have completed */
+     * and on host_coherent cuda (device.c); a host-access point (stream-
+     * ordered cuda drains the device here, a no-op elsewhere) */
+    BK(whale_backend_host_access(bk));
     double sum = 0;
     for (int n = 0; n < N; n++)
         sum += h.losses[n];
@@ -540,7 +541,7 @@ static int head_norm_bwd(struct eng_layer *l, struct eng_io *io, struct head_scr
         BK(whale_k_layernorm_bwd(bk, NULL, F32, io->dstream, dw, db, dl, io->in, eng_pw(l, 0),
                                  lnf_mean, rstd, R, C));
     else
-        eng_norm_bwd(d, io->dstream, dw, db, dl, io->in, eng_pw(l, 0), lnf_mean, rstd, R, C);
+        BK(eng_norm_bwd(d, io->dstream, dw, db, dl, io->in, eng_pw(l, 0), lnf_mean, rstd, R, C));
     if (!d->sp)
         return 0;
     int rc = eng_tp_allreduce(io->tp_group, h->nw, (db ? 2 : 1) * (size_t)C);

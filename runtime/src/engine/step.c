@@ -1008,7 +1008,9 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         whale_error("step %lld failed: %s", (long long)e->step + 1, whale_strerror(rc));
         return rc;
     }
-    if (e->inject_overflow) {
+    if (e->inject_overflow) { /* a host write: a host-access point (device.c) */
+        if ((rc = eng_dev_host_access(e)))
+            return rc;
         poison_one_gradient(e);
         e->inject_overflow = false;
     }
@@ -1046,6 +1048,12 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     }
     for (int k = 0; k < e->nb && e->off.mode; k++) /* gradients read before zeroing */
         eng_move_wait(e, &e->buckets[k].gdown);
+    /* host-access point (device.c): the host zeroes the gradients, and what
+     * runs between steps reads engine memory; stream-ordered cuda drains the
+     * device here, a no-op elsewhere */
+    int hrc = eng_dev_host_access(e);
+    if (hrc && !rc)
+        rc = hrc;
     zero_grads(e);
     tc += eng_now() - t0;
     if (whale_trace_on())

@@ -32,6 +32,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_COLL_PROBE", "enum", "cached", "force: measure the links again; 0: no probe (defaults)" },
     { "WHALE_COLL_WINDOW", "int", "2", "collective chunks in flight (1..64)" },
     { "WHALE_CONF", "contract", "", "the site config the plugin used (whale.conf path)" },
+    { "WHALE_CUDA_STREAM_ORDERED", "bool", "0", "1: --device cuda without a stream sync per backend call (syncs at the engine's host-access points; untested on a GPU; PP > 1 and ZeRO 1-3 keep the per-call sync)" },
     { "WHALE_DEVICE", "enum", "auto", "whale-train compute device: cpu, cuda or auto (--device overrides)" },
     { "WHALE_DEVICE_MEM", "size", "unlimited", "device memory budget per rank, e.g. 12G (--device-mem overrides)" },
     { "WHALE_DP", "contract", "", "data-parallel degree" },

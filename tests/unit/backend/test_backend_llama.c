@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/attn_blocked.h"
+#include "backend/kernels.h"
 #include "backend/kernels_llama.h"
 #include "whale/backend.h"
 #include "whale/dtype.h"
@@ -167,6 +168,63 @@ static void test_colsum_embed_rows(void **st)
     whale_backend_close(b);
 }
 
+/* wave 5: out rows ldo apart, columns [0,OC) = bias; the columns between
+ * the rows keep their bytes (fp32 and bf16), and the engine's strided
+ * linear (bias rows, then whale_gemm with beta 1) gives the bits of the
+ * memcpy-and-GEMM it replaced. */
+static void test_bias_fill(void **st)
+{
+    (void)st;
+    whale_backend *b = cpu();
+    enum { N = 37, OC = 20, ld = 29, IC = 24 };
+    float *o = rnd((size_t)N * ld), *ref = dup(o, (size_t)N * ld), *bias = rnd(OC);
+    for (int n = 0; n < N; n++)
+        memcpy(ref + (size_t)n * ld, bias, sizeof(float) * OC);
+    assert_int_equal(whale_k_bias_fill(b, NULL, WHALE_FLOAT32, o, ld, bias, N, OC), 0);
+    same_bits(ref, o, (size_t)N * ld);
+    /* bf16: the same bytes, 2 per value */
+    uint16_t o16[N * ld], b16[OC], r16[N * ld];
+    for (int i = 0; i < N * ld; i++)
+        o16[i] = r16[i] = (uint16_t)(i * 2654435761u >> 16);
+    for (int c = 0; c < OC; c++)
+        b16[c] = whale_float_to_bf16(bias[c]);
+    for (int n = 0; n < N; n++)
+        memcpy(r16 + n * ld, b16, sizeof b16);
+    assert_int_equal(whale_k_bias_fill(b, NULL, WHALE_BFLOAT16, o16, ld, b16, N, OC), 0);
+    assert_memory_equal(r16, o16, sizeof o16);
+    /* strided linear: out (N,OC) rows ld apart = x (N,IC) @ w (OC,IC)^T + bias */
+    float *x = rnd((size_t)N * IC), *w = rnd((size_t)OC * IC), *o2 = dup(o, (size_t)N * ld);
+    for (int n = 0; n < N; n++)
+        memcpy(o + (size_t)n * ld, bias, sizeof(float) * OC);
+    k_gemm_mm(WHALE_FLOAT32, 0, 1, N, OC, IC, 1.0f, x, IC, w, IC, 1.0f, o, ld);
+    assert_int_equal(whale_k_bias_fill(b, NULL, WHALE_FLOAT32, o2, ld, bias, N, OC), 0);
+    assert_int_equal(whale_gemm(b, NULL, false, true, N, OC, IC, 1.0f, x, IC, w, IC,
+                                WHALE_FLOAT32, 1.0f, o2, ld, WHALE_FLOAT32), 0);
+    same_bits(o, o2, (size_t)N * ld);
+    /* a row stride narrower than the columns */
+    assert_int_equal(whale_k_bias_fill(b, NULL, WHALE_FLOAT32, o, 4, bias, N, OC), WHALE_EINVAL);
+    free(o), free(ref), free(bias), free(x), free(w), free(o2);
+    whale_backend_close(b);
+}
+
+/* wave 5: the cpu backend completes every call, so it is never stream-
+ * ordered and a host-access point is a no-op, whatever the options say */
+static void test_host_access_cpu(void **st)
+{
+    (void)st;
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    assert_false(o.stream_ordered);
+    o.device = WHALE_DEVICE_CPU;
+    o.host_coherent = o.stream_ordered = true;
+    whale_backend *b = NULL;
+    assert_int_equal(whale_backend_open(&o, &b), 0);
+    assert_false(whale_backend_stream_ordered(b));
+    assert_int_equal(whale_backend_host_access(b), 0);
+    assert_false(whale_backend_stream_ordered(NULL));
+    whale_backend_close(b);
+}
+
 static void test_refusals(void **st)
 {
     (void)st;
@@ -198,6 +256,8 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_glu_bits),
         cmocka_unit_test(test_rope_attention_bits),
         cmocka_unit_test(test_colsum_embed_rows),
+        cmocka_unit_test(test_bias_fill),
+        cmocka_unit_test(test_host_access_cpu),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -54,14 +54,48 @@ static int g_mem_alloc(whale_backend *b, size_t bytes, void **out)
 {
     ON_DEVICE(b);
     // host_coherent: managed memory, so the engine's host paths can touch it
-    cudaError_t e = IMPL(b)->managed ? cudaMallocManaged(out, bytes, cudaMemAttachGlobal)
-                                     : cudaMalloc(out, bytes);
+    bkg_impl *g = IMPL(b);
+    cudaError_t e = g->managed ? cudaMallocManaged(out, bytes, cudaMemAttachGlobal)
+                               : cudaMalloc(out, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         *out = nullptr;
-        whale_error("cuda: %s(%zu) failed: %s", IMPL(b)->managed ? "cudaMallocManaged" : "cudaMalloc",
+        whale_error("cuda: %s(%zu) failed: %s", g->managed ? "cudaMallocManaged" : "cudaMalloc",
                     bytes, cudaGetErrorString(e));
         return WHALE_ENOMEM;
+    }
+    // Managed memory lives on the GPU: the preferred location is the device
+    // (host touches map pages there or migrate them back after), and the
+    // pages are populated there ahead of the first kernel, in stream order.
+    // Only where the device can share managed memory with the host while
+    // kernels run (concurrentManagedAccess); elsewhere the driver migrates
+    // on demand as before. A refusal of the hint is not an error: logged.
+    if (g->managed && g->prop.concurrentManagedAccess) {
+        cudaMemLocation loc = {};
+        loc.type = cudaMemLocationTypeDevice;
+        loc.id = g->dev;
+        if ((e = cudaMemAdvise(*out, bytes, cudaMemAdviseSetPreferredLocation, loc)) !=
+                cudaSuccess ||
+            (e = cudaMemPrefetchAsync(*out, bytes, loc, 0, g->compute)) != cudaSuccess) {
+            cudaGetLastError();
+            whale_warn("cuda: placing %zu bytes of managed memory on device %d: %s", bytes,
+                       g->dev, cudaGetErrorString(e));
+        }
+    }
+    return 0;
+}
+
+// A host-access point of stream-ordered execution: every stream of the
+// device (compute, NCCL's, copies) is drained, so the host may touch
+// managed memory; the first asynchronous error is reported by name.
+static int g_host_access(whale_backend *b)
+{
+    ON_DEVICE(b);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        whale_error("cuda: device work before a host access failed: %s (%s)",
+                    cudaGetErrorString(e), cudaGetErrorName(e));
+        return WHALE_ENCCL;
     }
     return 0;
 }
@@ -262,7 +296,7 @@ static const bk_ops cuda_ops = {
     bkg_adamw,
     bkg_bias_add,
     bkg_round16,
-    // wave 4: the Llama block (llama.cu, attention_gqa.cu)
+    // wave 4: the Llama block (llama.cu, attention.cu)
     bkg_rmsnorm_fwd,
     bkg_rmsnorm_bwd,
     bkg_glu_fwd,
@@ -272,6 +306,9 @@ static const bk_ops cuda_ops = {
     bkg_attention_gqa_bwd,
     bkg_colsum_acc_ld,
     bkg_embed_bwd_rows,
+    // wave 5
+    bkg_bias_fill,
+    g_host_access,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
@@ -314,9 +351,10 @@ extern "C" int bk_cuda_open(const struct whale_backend_opts *o, whale_backend *b
     g->managed = o->host_coherent;
     b->impl = g;
     b->ops = &cuda_ops;
-    // host_coherent: managed memory + every call synchronous (backend.h)
+    // host_coherent: managed memory + every call synchronous (backend.h),
+    // unless stream_ordered: then the caller syncs at its host-access points
     b->host_addressable = o->host_coherent;
-    b->sync_calls = o->host_coherent;
+    b->sync_calls = o->host_coherent && !o->stream_ordered;
     int rc = 0;
     do {
         cudaError_t r;

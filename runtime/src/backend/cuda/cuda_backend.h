@@ -92,7 +92,7 @@ int bkg_attention_bwd_tc(whale_backend *b, bk_stream s, enum whale_dtype t, void
                          const void *dout, const void *qkv, const void *out, const float *lse,
                          int B, int Tn, int NH, int hd);
 
-/* llama.cu and attention_gqa.cu, appended in wave 4 (the Llama block) */
+/* llama.cu and attention.cu, appended in wave 4 (the Llama block) */
 int bkg_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
                     const void *inp, const void *w, int N, int C);
 int bkg_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -117,6 +117,9 @@ int bkg_colsum_acc_ld(whale_backend *b, bk_stream s, enum whale_dtype t, float *
                       const void *x, int ld, int N, int OC);
 int bkg_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                        const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+/* llama.cu, wave 5: out rows ldo apart, columns [0,OC) = bias (OC) */
+int bkg_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
+                  const void *bias, int N, int OC);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,8 @@
 
 // ---- LayerNorm --------------------------------------------------------------------
 // One warp per row (N rows of C): mean, then the mean squared deviation from
-// it (two passes, like the cpu kernel), then the normalised row.
+// it (two passes, like the cpu kernel), then the normalised row. bias may be
+// NULL (Bias=no models: LayerNorm without a shift, as the cpu kernel).
 template <typename T>
 __global__ void __launch_bounds__(256) k_ln_fwd(T *out, float *mean, float *rstd, const T *inp,
                                                 const T *w, const T *bias, int N, int C)
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(256) k_ln_fwd(T *out, float *mean, float *rstd
     float s = 1.0f / sqrtf(v + 1e-5f);
     T *y = out + (size_t)row * C;
     for (int i = lane; i < C; i += 32)
-        stf(y, i, (ldf(x, i) - m) * s * ldf(w, i) + ldf(bias, i));
+        stf(y, i, (ldf(x, i) - m) * s * ldf(w, i) + (bias ? ldf(bias, i) : 0.0f));
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
@@ -132,7 +133,7 @@ static int colsum(whale_backend *b, bk_stream s, float *d1, float *d2, const T *
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
         k_colsum_final<<<(C + 255) / 256, 256, 0, STREAM(s)>>>(d1, part, slabs, C);
-        if (MODE == 1)
+        if (MODE == 1 && d2) // d2 (the LayerNorm bias gradient) is NULL for Bias=no
             k_colsum_final<<<(C + 255) / 256, 256, 0, STREAM(s)>>>(d2, part2, slabs, C);
         e = cudaGetLastError();
     }

@@ -1,4 +1,4 @@
-// cuda kernels of the Llama block besides attention (attention_gqa.cu):
+// cuda kernels of the Llama block besides attention (attention.cu):
 // RMSNorm, the gated MLP activations (SwiGLU, GeGLU), rotary positions, the
 // bias gradient of a strided linear and the positionless embedding
 // gradient. Shapes: whale/backend.h; the cpu references are
@@ -267,4 +267,27 @@ extern "C" int bkg_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtyp
     // the vocabulary-parallel embedding gradient over N tokens of one
     // sequence, without positions: same owner-per-row order as there
     return bkg_embed_bwd(b, s, t, dwte, nullptr, dout, tok, v0, V, 1, N, C, true);
+}
+
+// out rows ldo apart: columns [0, OC) of each of N rows = bias (OC), a copy
+// (no arithmetic: the bits of the bias, as the cpu's memcpy per row)
+template <typename T>
+__global__ void __launch_bounds__(256) k_bias_fill(T *out, int ldo, const T *bias, int N, int OC)
+{
+    int64_t n = (int64_t)N * OC;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[(i / OC) * ldo + i % OC] = bias[i % OC];
+}
+
+extern "C" int bkg_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                             int ldo, const void *bias, int N, int OC)
+{
+    ON_DEVICE(b);
+    int64_t n = (int64_t)N * OC;
+    DISPATCH(t, (k_bias_fill<T><<<grid_for(n, 256), 256, 0, STREAM(s)>>>((T *)out, ldo,
+                                                                         (const T *)bias, N,
+                                                                         OC)));
+    LAUNCHED("k_bias_fill");
+    return 0;
 }
