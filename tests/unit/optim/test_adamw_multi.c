@@ -42,10 +42,17 @@ static void fill(struct set *s, size_t n, uint64_t seed)
     for (size_t i = 0; i < n; i++)
         s->v[i] = fabsf(s->v[i]) * 1e-3f;
     /* the cast's edge cases, at positions the vector loops reach */
-    const float special[] = { 70000.0f, -65520.0f, 65504.0f, 3e-6f, -1e-7f, 1.00390625f,
-                              1.01171875f, 1e30f };
-    for (size_t k = 0; k < sizeof special / sizeof special[0] && k * 5 < n; k++)
+    /* fp16: overflow to Inf, the largest finite, subnormals; bf16: ties to even
+     * (1 + 2^-8 rounds down, 1 + 3 x 2^-8 up); fp16 ties (1 + 2^-11, 1 + 3 x 2^-11) */
+    const float special[] = { 70000.0f,    -65520.0f,       65504.0f,    3e-6f,
+                              -1e-7f,      1.00390625f,     1.01171875f, 1e30f,
+                              1.00048828125f, 1.00146484375f };
+    /* g = m = v = 0 there: on tensors without decay w stays exactly the special value
+     * through the steps (ties stay ties), with decay it moves by lr * wd * w */
+    for (size_t k = 0; k < sizeof special / sizeof special[0] && k * 5 < n; k++) {
         s->w[k * 5] = special[k];
+        s->g[k * 5] = s->m[k * 5] = s->v[k * 5] = 0.0f;
+    }
     if (n > 40)
         s->g[40] = NAN; /* a NaN gradient makes a NaN weight */
 }
