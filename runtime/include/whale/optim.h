@@ -62,6 +62,31 @@ void whale_adamw_update_mixed_host(const struct whale_adamw *o, int64_t t, float
                                    enum whale_dtype param_dtype, size_t n, float grad_mul,
                                    bool decay);
 
+/* One tensor of a multi-tensor host AdamW step. Shapes: w, g, m, v (n)
+ * fp32; p16 (n) 16-bit copy of w written in the same pass, or NULL. */
+struct whale_adamw_tensor {
+    float *w;
+    const float *g;
+    float *m, *v;
+    uint16_t *p16;
+    size_t n;
+    bool decay;
+};
+/* One AdamW step at step t over nt tensors in one parallel region of host
+ * threads (blocks of all tensors handed out dynamically), grad_mul folded
+ * in (clip coefficient x 1/loss scale); where p16 is set it receives
+ * round(w) as param_dtype (WHALE_BFLOAT16 or WHALE_FLOAT16; WHALE_FLOAT32:
+ * no cast) in the same pass. Bit-identical to whale_adamw_update_mixed on
+ * each tensor, for any thread count. Returns 0, WHALE_EINVAL (bad dtype,
+ * t < 1, NULL tensors) or WHALE_ENOMEM. The _simd form takes the path
+ * explicitly (clamped to what the CPU runs): tests, benchmarks. */
+int whale_adamw_multi_host(const struct whale_adamw *o, int64_t t,
+                           const struct whale_adamw_tensor *ts, int nt,
+                           enum whale_dtype param_dtype, float grad_mul);
+int whale_adamw_multi_simd(enum whale_simd s, const struct whale_adamw *o, int64_t t,
+                           const struct whale_adamw_tensor *ts, int nt,
+                           enum whale_dtype param_dtype, float grad_mul);
+
 /* Sum of squares of g (n), accumulated in double. */
 double whale_sumsq(const float *g, size_t n);
 /* Multiplier that brings a gradient of global norm `norm` to at most

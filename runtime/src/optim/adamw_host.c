@@ -1,13 +1,22 @@
-/* Host AdamW for optimizer offload: the update of whale_adamw_update, split
- * into blocks over host threads and vectorised with AVX-512 or AVX2, chosen
- * at run time (machines of the same kind differ; never assume AVX-512).
+/* Host AdamW kernels for optimizer offload: the update of
+ * whale_adamw_update vectorised with AVX-512 or AVX2, chosen at run time
+ * (machines of the same kind differ; never assume AVX-512). The threads and
+ * the blocking over tensors are adamw_multi.c's.
  *
  * Results are bit-identical to whale_adamw_update: the same operations in
  * the same order, every one correctly rounded (mul, add, div, sqrt), and no
  * fused multiply-add (contraction is off for this file), so offloading the
- * optimizer never changes a loss. */
+ * optimizer never changes a loss. sqrt + div stay (not rsqrt + Newton): the
+ * kernel is bound by memory traffic (28 B per parameter), not by the divider
+ * (see whale-bench offload adamw: "in L2" against the streaming figure), so
+ * an approximation would change bits for no speed.
+ *
+ * Mixed precision: the 16-bit copy of the new weight is rounded in registers
+ * and stored in the same pass (AVX-512), instead of a second pass over the
+ * master; the rounding is util/dtype.c's (RNE, NaN kept quiet) bit for bit. */
 #pragma GCC optimize("fp-contract=off")
-#include "whale/optim.h"
+#include "adamw_kern.h"
+#include "whale/dtype.h"
 #include "whale/knobs.h"
 
 #include <math.h>
@@ -15,13 +24,9 @@
 #include <string.h>
 #include <immintrin.h>
 
-struct coef {
-    float b1, b2, omb1, omb2, lr, eps, wd, c1, c2, gm;
-};
-
-static struct coef coef_of(const struct whale_adamw *o, int64_t t, float grad_mul, bool decay)
+struct opt_coef opt_coef_of(const struct whale_adamw *o, int64_t t, float grad_mul, bool decay)
 {
-    struct coef k;
+    struct opt_coef k;
     k.b1 = o->beta1;
     k.b2 = o->beta2;
     k.omb1 = 1.0f - o->beta1;
@@ -36,7 +41,7 @@ static struct coef coef_of(const struct whale_adamw *o, int64_t t, float grad_mu
 }
 
 /* w, g, m, v: (n) fp32; the scalar reference order of adamw.c */
-static void upd_scalar(const struct coef *k, float *w, const float *g, float *m, float *v,
+static void upd_scalar(const struct opt_coef *k, float *w, const float *g, float *m, float *v,
                        size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -50,7 +55,16 @@ static void upd_scalar(const struct coef *k, float *w, const float *g, float *m,
     }
 }
 
-__attribute__((target("avx2"))) static void upd_avx2(const struct coef *k, float *w,
+/* p16 (n) = round(w (n)): the cast of util/dtype.c (its own SIMD path) */
+static void cast_tail(uint16_t *p16, const float *w, enum opt_cast cast, size_t n)
+{
+    if (cast == OPT_CAST_BF16)
+        whale_f32_to_bf16(p16, w, n);
+    else if (cast == OPT_CAST_FP16)
+        whale_f32_to_fp16(p16, w, n);
+}
+
+__attribute__((target("avx2"))) static void upd_avx2(const struct opt_coef *k, float *w,
                                                      const float *g, float *m, float *v,
                                                      size_t n)
 {
@@ -76,9 +90,24 @@ __attribute__((target("avx2"))) static void upd_avx2(const struct coef *k, float
     upd_scalar(k, w + i, g + i, m + i, v + i, n - i);
 }
 
-__attribute__((target("avx512f"))) static void upd_avx512(const struct coef *k, float *w,
-                                                          const float *g, float *m, float *v,
-                                                          size_t n)
+/* x (16 fp32 as bits) -> 16 bf16, as whale_float_to_bf16 */
+__attribute__((target("avx512f"))) static inline __m256i bf16_of(__m512 f)
+{
+    const __m512i x = _mm512_castps_si512(f);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, absmask), inf);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
+}
+
+/* CAST is a compile-time constant at each call: three loops, no branch
+ * inside. p16: (n) or unused. */
+__attribute__((target("avx512f"), always_inline)) static inline size_t
+upd512(const struct opt_coef *k, float *w, const float *g, float *m, float *v, uint16_t *p16,
+       const enum opt_cast cast, size_t n)
 {
     const __m512 b1 = _mm512_set1_ps(k->b1), b2 = _mm512_set1_ps(k->b2);
     const __m512 o1 = _mm512_set1_ps(k->omb1), o2 = _mm512_set1_ps(k->omb2);
@@ -97,12 +126,50 @@ __attribute__((target("avx512f"))) static void upd_avx512(const struct coef *k, 
         __m512 wi = _mm512_loadu_ps(w + i);
         __m512 u = _mm512_add_ps(_mm512_div_ps(mh, _mm512_add_ps(_mm512_sqrt_ps(vh), eps)),
                                  _mm512_mul_ps(wd, wi));
-        _mm512_storeu_ps(w + i, _mm512_sub_ps(wi, _mm512_mul_ps(lr, u)));
+        __m512 wn = _mm512_sub_ps(wi, _mm512_mul_ps(lr, u));
+        _mm512_storeu_ps(w + i, wn);
+        if (cast == OPT_CAST_BF16)
+            _mm256_storeu_si256((__m256i *)(p16 + i), bf16_of(wn));
+        else if (cast == OPT_CAST_FP16)
+            _mm256_storeu_si256((__m256i *)(p16 + i),
+                                _mm512_cvtps_ph(wn, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
-    upd_scalar(k, w + i, g + i, m + i, v + i, n - i);
+    return i;
 }
 
-typedef void (*upd_fn)(const struct coef *, float *, const float *, float *, float *, size_t);
+__attribute__((target("avx512f"))) static size_t upd_avx512(const struct opt_coef *k, float *w,
+                                                            const float *g, float *m, float *v,
+                                                            uint16_t *p16, enum opt_cast cast,
+                                                            size_t n)
+{
+    switch (cast) {
+    case OPT_CAST_BF16: return upd512(k, w, g, m, v, p16, OPT_CAST_BF16, n);
+    case OPT_CAST_FP16: return upd512(k, w, g, m, v, p16, OPT_CAST_FP16, n);
+    default: return upd512(k, w, g, m, v, p16, OPT_CAST_NONE, n);
+    }
+}
+
+void opt_adamw_kernel(enum whale_simd s, const struct opt_coef *k, float *w, const float *g,
+                      float *m, float *v, uint16_t *p16, enum opt_cast cast, size_t n)
+{
+    if (!p16)
+        cast = OPT_CAST_NONE;
+    size_t i = 0;
+    if (s == WHALE_SIMD_AVX512) { /* the cast in registers, in the same pass */
+        i = upd_avx512(k, w, g, m, v, p16, cast, n);
+        upd_scalar(k, w + i, g + i, m + i, v + i, n - i);
+        if (cast != OPT_CAST_NONE)
+            cast_tail(p16 + i, w + i, cast, n - i);
+        return;
+    }
+    if (s == WHALE_SIMD_AVX2)
+        upd_avx2(k, w, g, m, v, n);
+    else
+        upd_scalar(k, w, g, m, v, n);
+    /* the block is still in L1/L2 (the driver hands out L2-sized blocks) */
+    if (cast != OPT_CAST_NONE)
+        cast_tail(p16, w, cast, n);
+}
 
 enum whale_simd whale_adamw_best_simd(void)
 {
@@ -135,26 +202,3 @@ const char *whale_simd_name(enum whale_simd s)
     return s == WHALE_SIMD_AVX512 ? "avx512" : s == WHALE_SIMD_AVX2 ? "avx2" : "scalar";
 }
 
-void whale_adamw_update_host(const struct whale_adamw *o, int64_t t, float *w, const float *g,
-                             float *m, float *v, size_t n, float grad_mul, bool decay)
-{
-    whale_adamw_update_simd(whale_adamw_simd(), o, t, w, g, m, v, n, grad_mul, decay);
-}
-
-void whale_adamw_update_simd(enum whale_simd s, const struct whale_adamw *o, int64_t t, float *w,
-                             const float *g, float *m, float *v, size_t n, float grad_mul,
-                             bool decay)
-{
-    const struct coef k = coef_of(o, t, grad_mul, decay);
-    if (s > whale_adamw_best_simd())
-        s = whale_adamw_best_simd();
-    upd_fn f = s == WHALE_SIMD_AVX512 ? upd_avx512 : s == WHALE_SIMD_AVX2 ? upd_avx2 : upd_scalar;
-    /* 64 KiB blocks (4 streams of 16 K floats stay in L2) spread over the threads */
-    enum { BLK = 16384 };
-    size_t nblk = (n + BLK - 1) / BLK;
-#pragma omp parallel for schedule(static) if (nblk > 4)
-    for (size_t b = 0; b < nblk; b++) {
-        size_t lo = b * BLK, len = lo + BLK < n ? BLK : n - lo;
-        f(&k, w + lo, g + lo, m + lo, v + lo, len);
-    }
-}

@@ -2,18 +2,15 @@
 #include "whale/dtype.h"
 #include "whale/optim.h"
 
-typedef void (*update_fn)(const struct whale_adamw *o, int64_t t, float *w, const float *g,
-                          float *m, float *v, size_t n, float grad_mul, bool decay);
-
-static void mixed(update_fn upd, const struct whale_adamw *o, int64_t t, float *master,
-                  const float *g, float *m, float *v, uint16_t *param,
-                  enum whale_dtype param_dtype, size_t n, float grad_mul, bool decay)
+void whale_adamw_update_mixed(const struct whale_adamw *o, int64_t t, float *master,
+                              const float *g, float *m, float *v, uint16_t *param,
+                              enum whale_dtype param_dtype, size_t n, float grad_mul, bool decay)
 {
     /* In blocks so the cast reads master while it is still in cache. */
     enum { BLK = 1 << 17 }; /* > the 65536 where whale_adamw_update goes parallel */
     for (size_t i = 0; i < n; i += BLK) {
         size_t k = n - i < BLK ? n - i : BLK;
-        upd(o, t, master + i, g + i, m + i, v + i, k, grad_mul, decay);
+        whale_adamw_update(o, t, master + i, g + i, m + i, v + i, k, grad_mul, decay);
         if (!param)
             continue;
         if (param_dtype == WHALE_BFLOAT16)
@@ -23,20 +20,4 @@ static void mixed(update_fn upd, const struct whale_adamw *o, int64_t t, float *
     }
 }
 
-void whale_adamw_update_mixed(const struct whale_adamw *o, int64_t t, float *master,
-                              const float *g, float *m, float *v, uint16_t *param,
-                              enum whale_dtype param_dtype, size_t n, float grad_mul, bool decay)
-{
-    mixed(whale_adamw_update, o, t, master, g, m, v, param, param_dtype, n, grad_mul, decay);
-}
-
-/* Host offload: the host AdamW is bit-identical to whale_adamw_update and
- * the cast is the same, so offloading never changes a 16-bit weight. */
-void whale_adamw_update_mixed_host(const struct whale_adamw *o, int64_t t, float *master,
-                                   const float *g, float *m, float *v, uint16_t *param,
-                                   enum whale_dtype param_dtype, size_t n, float grad_mul,
-                                   bool decay)
-{
-    mixed(whale_adamw_update_host, o, t, master, g, m, v, param, param_dtype, n, grad_mul,
-          decay);
-}
+/* whale_adamw_update_mixed_host (one pass, cast in registers) is in adamw_multi.c. */

@@ -26,6 +26,8 @@
 #include "whale/ltier.h"
 #include "whale/modeldesc.h"
 #include "whale/optim.h"
+#include "bench_roofline.h"
+#include <math.h>
 
 static double now(void)
 {
@@ -46,8 +48,12 @@ static void usage(FILE *f)
 "Usage: whale-bench offload adamw [-m MODEL] [-r REPS] [--simd scalar|avx2|avx512]\n"
 "       whale-bench offload bw [-b MIN] [-e MAX] [-r REPS]\n"
 "  adamw  one AdamW step over MODEL's parameter tensors (default gpt2-124m):\n"
-"         host path (threads + SIMD chosen at run time) and the plain loop;\n"
-"         prints best/median seconds and parameters per second\n"
+"         the host path (one parallel region over all tensors, SIMD chosen at\n"
+"         run time), one call per tensor, the engine's plain loop, the bounds\n"
+"         (bound-stream28: the same 28 B/param of traffic without arithmetic;\n"
+"         bound-compute-l2: the arithmetic on L2-resident data), and as in a\n"
+"         training step: with the gradient-norm clip, and mixed (bf16 copy\n"
+"         written in the same pass); best/median seconds, params/s, GB/s\n"
 "  bw     bandwidth of memcpy, the local tier (RMA through a private UCX\n"
 "         endpoint: ltier_put/get), and (2+ tasks,\n"
 "         under whale-run or srun) RMA from task 0 into task 1's memory,\n"
@@ -132,31 +138,81 @@ static int bench_adamw(int argc, char **argv)
     float *w = buf, *g = buf + N, *m = buf + 2 * N, *v = buf + 3 * N;
     struct whale_adamw o = { .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                              .weight_decay = 0.1f };
+    uint16_t *p16 = malloc(N * sizeof(uint16_t));
+    struct whale_adamw_tensor *ts = calloc((size_t)nt, sizeof *ts);
     double *t = calloc((size_t)reps, sizeof *t);
+    if (!p16 || !ts || !t) {
+        fprintf(stderr, "whale-bench offload adamw: out of memory for %zu parameters\n", N);
+        free(p16), free(ts), free(t), free(buf), free(sz);
+        return 1;
+    }
+    size_t at = 0;
+    for (int k = 0; k < nt; at += sz[k], k++)
+        ts[k] = (struct whale_adamw_tensor){ w + at, g + at, m + at, v + at, p16 + at,
+                                             sz[k], true /* as torch's AdamW, one group */ };
     printf("# model %s: %d tensors, %zu parameters, host AdamW path %s\n", md.name, nt, N,
            whale_simd_name(path));
-    printf("%-10s %12s %12s %14s\n", "impl", "best_s", "median_s", "params_per_s");
-    for (int impl = 0; impl < 2; impl++) {
+    printf("# bytes/param: AdamW fp32 28 (read w g m v, write w m v); +clip 32 (the norm "
+           "reads g once more); mixed 30 (+ the bf16 copy written)\n");
+    printf("%-18s %12s %12s %14s %8s\n", "impl", "best_s", "median_s", "params_per_s",
+           "GB/s");
+    static const struct {
+        const char *name;
+        int bytes; /* per parameter, for the GB/s column */
+    } impls[] = {
+        { "whale-host", 28 },      /* multi-tensor: one parallel region, the offload path */
+        { "whale-pertensor", 28 }, /* one call (one parallel region) per tensor */
+        { "whale-loop", 28 },      /* the engine's plain loop (whale_adamw_update) */
+        { "bound-stream28", 28 },  /* the same traffic, no arithmetic */
+        { "bound-compute-l2", 28 },/* the arithmetic, data in L2 (bytes not from DRAM) */
+        { "whale-clip", 32 },      /* norm pass + AdamW with the clip coefficient folded */
+        { "whale-mixed-bf16", 30 },/* AdamW on the fp32 master + bf16 copy, one pass */
+    };
+    for (size_t impl = 0; impl < sizeof impls / sizeof impls[0]; impl++) {
         for (int r = 0; r < reps + 1; r++) { /* the first run warms up */
             double t0 = now();
             size_t off = 0;
-            for (int k = 0; k < nt; k++) {
-                const bool decay = true; /* as torch.optim.AdamW with one group */
-                if (impl == 0)
+            int rc = 0;
+            switch (impl) {
+            case 0: rc = whale_adamw_multi_simd(path, &o, r + 1, ts, nt, WHALE_FLOAT32, 1.0f); break;
+            case 1:
+                for (int k = 0; k < nt; off += sz[k], k++)
                     whale_adamw_update_simd(path, &o, r + 1, w + off, g + off, m + off, v + off,
-                                            sz[k], 1.0f, decay);
-                else
+                                            sz[k], 1.0f, true);
+                break;
+            case 2:
+                for (int k = 0; k < nt; off += sz[k], k++)
                     whale_adamw_update(&o, r + 1, w + off, g + off, m + off, v + off, sz[k], 1.0f,
-                                       decay);
-                off += sz[k];
+                                       true);
+                break;
+            case 3: bench_stream28(w, g, m, v, N); break;
+            case 4: rc = bench_adamw_in_l2(path, &o, N); break;
+            case 5: { /* as a training step: global norm, then the folded clip */
+                double ss = 0;
+                for (int k = 0; k < nt; off += sz[k], k++)
+                    ss += whale_sumsq(g + off, sz[k]);
+                float cm = whale_clip_coef(sqrt(ss), 1e-3f); /* small: the clip is active */
+                rc = whale_adamw_multi_simd(path, &o, r + 1, ts, nt, WHALE_FLOAT32, cm);
+                break;
+            }
+            default: rc = whale_adamw_multi_simd(path, &o, r + 1, ts, nt, WHALE_BFLOAT16, 1.0f);
+            }
+            if (rc) {
+                fprintf(stderr, "whale-bench offload adamw: %s failed (%d)\n", impls[impl].name,
+                        rc);
+                free(p16), free(ts), free(t), free(buf), free(sz);
+                return 1;
             }
             if (r > 0)
                 t[r - 1] = now() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmpd);
-        printf("%-10s %12.5f %12.5f %14.4g\n", impl == 0 ? "whale-host" : "whale-loop", t[0],
-               t[reps / 2], (double)N / t[reps / 2]);
+        printf("%-18s %12.5f %12.5f %14.4g %8.2f\n", impls[impl].name, t[0], t[reps / 2],
+               (double)N / t[reps / 2], (double)N * impls[impl].bytes / t[reps / 2] / 1e9);
+        fflush(stdout);
     }
+    free(p16);
+    free(ts);
     free(t);
     free(buf);
     free(sz);
