@@ -243,6 +243,43 @@ summary_field() {
   [ "$(summary_field "$TMPD/promo-p.jsonl" offload_target)" = local ]
 }
 
+@test "whale-run: params offload, the spare holding the weight shards dies; the ranks rebuild with local state, same losses" {
+  # The lender is killed once the run has taken a few steps: the next RMA to
+  # it fails (WHALE_EPEER), the ranks agree that a spare failed, rebuild
+  # their engines with the shard, master and moments in their own host
+  # memory and restore them from the last in-memory copy; no step's loss
+  # changes. (The kill lands while the run is going: the run polls its
+  # metrics for 2 steps first; 20 steps leave a wide window at any load.)
+  m="$TMPD/spdie.jsonl"
+  rm -f "$m"
+  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --keep-going --timeout 280 "$TRAIN" $(train_args) \
+    --zero 3 --offload params --whale-offload-target spares --metrics "$m" > "$TMPD/spdie.out" 2>&1 &
+  runner=$!
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
+    kill -0 "$runner" 2>/dev/null || break
+    sleep 0.1
+  done
+  killed=
+  for p in $(pgrep -f -- "--metrics $m"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
+      kill -9 "$p" && killed=$p
+    fi
+  done
+  wait "$runner" || true
+  grep -E "offload|recovery|REPLACED|error" "$TMPD/spdie.out" | head -20
+  echo "killed spare pid: $killed"
+  [ -n "$killed" ]
+  grep -q "lives on spare task 2" "$TMPD/spdie.out"
+  grep -q "spare task(s) failed" "$TMPD/spdie.out"
+  grep -q '{"summary":{"steps":' "$TMPD/spdie.out"
+  run same_losses "$TMPD/ref.jsonl" "$m"
+  echo "lender died, params: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$m" offload_target)" = local ]
+  [ "$(summary_field "$m" recoveries)" -ge 1 ]
+}
+
 @test "whale-run: the spare lending the state is promoted; the state comes home, same losses" {
   # Rank 1 dies at step 5; the only spare (which holds both ranks' optimizer
   # state) takes its place. Recovery rebuilds every engine with a local host
