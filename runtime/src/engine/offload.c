@@ -324,12 +324,24 @@ int whale_engine_offload_remote_task(const whale_engine *e)
     return e && e->off.rem ? whale_remote_task(e->off.rem) : -1;
 }
 
-/* Blocking transfer of len bytes (get: remote -> local). */
+/* Blocking transfer of len bytes (get: remote -> local), in pieces of at
+ * most 8 MiB: a whole shard or moment array is hundreds of MiB on a real
+ * model, and one transfer that size keeps the progress engine (and the
+ * heartbeats behind it) busy long enough on a loaded node for the peer
+ * timeout to call this task dead. */
 static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
 {
-    whale_req *q = NULL;
-    int rc = get ? whale_iget(r, off, local, len, &q) : whale_iput(r, off, local, len, &q);
-    return rc ? rc : whale_wait(q);
+    const size_t piece = (size_t)8 << 20;
+    int rc = 0;
+    for (size_t at = 0; at < len && !rc; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        whale_req *q = NULL;
+        char *l = (char *)local + at;
+        rc = get ? whale_iget(r, off + at, l, n, &q) : whale_iput(r, off + at, l, n, &q);
+        if (!rc)
+            rc = whale_wait(q);
+    }
+    return rc;
 }
 
 int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
