@@ -578,7 +578,7 @@ static void test_remote_tier(void **st)
 
 /* Params offload to the remote tier with DP 1 and 2 (the DP ranks are
  * threads sharing one in-process region at their own offsets): DP 1 gets
- * each bucket's shard straight into the compute buffer (prefetch 1 and 3),
+ * each bucket's shard straight into the compute buffer (prefetch 3 and 1),
  * DP 2 fetches its half into a host copy and gathers from it. fp32 gives
  * the no-offload reference; bf16 / fp16 give the bits of the same
  * precision without offload (the 16-bit shard there, the cast staged). */
@@ -596,13 +596,14 @@ static void test_remote_params(void **st)
     const enum whale_precision ps[3] = { WHALE_PREC_FP32, WHALE_PREC_BF16, WHALE_PREC_FP16 };
     for (int pi = 0; pi < 3; pi++) {
         run_precision = ps[pi];
-        for (int dp = 1; dp <= 2; dp++) {
+        for (int dp = pi == 2 ? 2 : 1; dp <= 2; dp++) { /* fp16: DP 2 (the loss scaler) */
             struct run base[2], runs[2];
             run_rem = NULL;
             run_dp(dp, 0, WHALE_OFFLOAD_NONE, 0, base);
             run_rem = rem[0];
-            const int pfs[2] = { 1, dp == 1 ? 3 : 2 };
-            for (int i = 0; i < 2; i++) {
+            /* prefetch 1 and deeper in fp32; one distance for the 16-bit runs */
+            const int pfs[2] = { dp == 1 ? 3 : 2, 1 };
+            for (int i = 0; i < (pi == 0 ? 2 : 1); i++) {
                 const int pf = pfs[i];
                 memset(mem, 0, len); /* everything there comes from this run's attach */
                 run_dp(dp, 3, WHALE_OFFLOAD_PARAMS, pf, runs);
