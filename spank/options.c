@@ -105,8 +105,9 @@ static const struct optdef optdefs[] = {
       "Global batch in sequences per step (planner; default with --whale-model: the plan's).",
       K_INT, 1, 1 << 30, NULL, NULL, &whale_opts.batch },
     { OPT_OFFLOAD_TARGET, "whale-offload-target", "local|spares|HOSTLIST",
-      "Where offloaded optimizer state lives: this task's host memory (default), the step's "
-      "hot-spare tasks, or the spare tasks on the listed nodes (over UCX RMA).", K_STR, 0, 0,
+      "Where offloaded state (optimizer state; with --whale-offload=params also the ZeRO-3 "
+      "weight shard) lives: this task's host memory (default), the step's hot-spare tasks, or "
+      "the spare tasks on the listed nodes (over UCX RMA).", K_STR, 0, 0,
       NULL, NULL, whale_opts.offload_target },
     { OPT_PRECISION, "whale-precision", "fp32|bf16|fp16",
       "Training precision: bf16/fp16 mixed precision (16-bit weights in compute, activations "
@@ -278,9 +279,9 @@ int whale_options_check_site(const struct whale_conf *c)
                         "memory of hot-spare tasks: add --whale-spares=N", o->offload_target);
             return -1;
         }
-        if (o->given[OPT_OFFLOAD] && o->offload != WHALE_OFFLOAD_OPTIMIZER) {
+        if (o->given[OPT_OFFLOAD] && o->offload == WHALE_OFFLOAD_NONE) {
             slurm_error(PLUGIN_NAME ": --whale-offload-target=%s needs --whale-offload=optimizer "
-                        "(not %s)", o->offload_target, whale_offload_name(o->offload));
+                        "or params (not none)", o->offload_target);
             return -1;
         }
     }

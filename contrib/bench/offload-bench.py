@@ -15,6 +15,8 @@
    median step time over the steps after the first. Target: optimizer offload
    <= 15 % of the step time on the gpt2-124m shape.
 
+   A mode written MODE@spare keeps the state in a spare task's memory
+   (whale-run -n 2 --nodes 2 --spares 1, --whale-offload-target spares; e.g. 3:params@spare).
    A mode written optimizer@memcpy runs with WHALE_OFFLOAD_MOVER=memcpy (the
    local tier without UCX) for comparison. The arena peak drop of each mode
    is checked against the formula (target: within 5 %).
@@ -150,6 +152,12 @@ def train(build, args, mode, zero, env, tmp):
            "--data", args.data, "--steps", str(args.steps), "--batch", str(args.batch),
            "--seq", str(args.seq), "--threads", str(args.threads), "--no-progress",
            "--zero", str(zero), "--offload", off, "--metrics", m]
+    if mover == "spare":  # remote tier: one worker + one spare lending its memory (whale-run,
+        # UCX shared memory on this node), no elastic copies (they would walk the state)
+        cmd = [os.path.join(build, "runtime/tools/run/whale-run"), "-n", "2", "--nodes", "2", "--spares", "1",
+               "--no-label", "--timeout", "900"] + cmd + ["--whale-offload-target", "spares"]
+        # (a generous peer timeout: a loaded 2-core node can starve heartbeats for seconds)
+        env, mover = dict(env, WHALE_REDUNDANCY_EVERY="0", WHALE_PEER_TIMEOUT="120"), "ucx"
     load = os.getloadavg()[0]
     r = subprocess.run(cmd, capture_output=True, text=True,
                        env=dict(env, WHALE_OFFLOAD_MOVER=mover))

@@ -29,7 +29,8 @@
 #   -q  quiet: run inside a session of its own raised to nice -20 (needs root;
 #       as comm-vs-openmpi.sh -P), holding $WHALE_BENCH_LOCK if set (flock)
 #   -M  whale-train runs (default 0:none,0:optimizer,0:optimizer@memcpy,3:none,3:optimizer,
-#       3:params; MODE@memcpy: the local tier moved with memcpy instead of UCX)
+#       3:params; MODE@memcpy: the local tier moved with memcpy instead of UCX;
+#       MODE@spare: the state in a spare task's memory, e.g. 3:params@spare)
 set -euo pipefail
 build=build model=gpt2-124m layers=0 threads=2 steps=4 reps=5 rounds=3 max=64M skip= seq=128 batch=4
 py=/usr/bin/python3 skipa= quiet=
@@ -41,7 +42,7 @@ while getopts "b:m:L:t:s:r:R:e:M:S:B:p:Aqnh" o; do
     M) modes=$OPTARG ;; L) layers=$OPTARG ;; R) rounds=$OPTARG ;;
     b) build=$OPTARG ;; m) model=$OPTARG ;; t) threads=$OPTARG ;; s) steps=$OPTARG ;;
     r) reps=$OPTARG ;; e) max=$OPTARG ;; n) skip=--skip-train ;;
-    *) sed -n '2,34p' "$0"; exit 2 ;;
+    *) sed -n '2,33p' "$0"; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")" && pwd)

@@ -2,8 +2,9 @@
 # Host offload (issue 12) end to end: whale-train with --offload
 # optimizer|params (flag, WHALE_PLAN from the plugin's --whale-offload) gives
 # the single-rank, no-offload losses over 20 steps under whale-run and under
-# srun across namespace nodes; a device-memory budget that ZeRO alone cannot
-# meet is refused with the numbers and met with offload.
+# srun across namespace nodes (also with the state, params mode included,
+# on a spare node); a device-memory budget that ZeRO alone cannot meet is
+# refused with the numbers and met with offload.
 
 load train_helpers
 
@@ -183,6 +184,102 @@ summary_field() {
   [[ "$output" == *"does not fit the device memory budget"* ]]
 }
 
+@test "srun across 3 nodes (tcp): params offload to a spare node (ZeRO-3 shard + optimizer state there), fp32 and bf16, same losses" {
+  # ZeRO-Infinity over the network: each worker's ZeRO-3 weight shard, fp32
+  # master and moments live in the spare's registered memory; every bucket's
+  # shard comes by RMA get (--offload-prefetch layers ahead) into the
+  # worker's host copy the DP allgather sends from, and goes back after the
+  # host AdamW. Losses and grad norms equal params offload to local memory.
+  run timeout 300 env UCX_TLS=tcp,self srun -N2 -n2 --whale-dp=2 --whale-zero=3 \
+    --whale-offload=params "$TRAIN" $(train_args) --offload-prefetch 2 --metrics "$TMPD/rp-local.jsonl"
+  [ "$status" -eq 0 ]
+  run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    --whale-zero=3 --whale-offload=params --whale-offload-target=spares \
+    "$TRAIN" $(train_args) --offload-prefetch 2 --metrics "$TMPD/rp.jsonl"
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  echo "$output" | grep -q "ZeRO-3 weight shard and optimizer state"
+  echo "$output" | grep -q "lives on spare task"
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/rp.jsonl"
+  echo "params on the spare node against one rank without offload: $output"
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/rp-local.jsonl" "$TMPD/rp.jsonl" --grad-norm
+  echo "params on the spare node against params in local memory: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/rp.jsonl" offload)" = params ]
+  [ "$(summary_field "$TMPD/rp.jsonl" offload_target)" = spares ]
+  # bf16: the 16-bit shard has its own slot there; the bits of bf16 without offload
+  run timeout 300 env UCX_TLS=tcp,self srun -N2 -n2 --whale-dp=2 --whale-zero=3 \
+    --whale-precision=bf16 "$TRAIN" $(train_args) --metrics "$TMPD/rp-bf16.jsonl"
+  [ "$status" -eq 0 ]
+  run timeout 300 env UCX_TLS=tcp,self srun -N3 -n3 --whale-dp=2 --whale-spares=1 \
+    --whale-zero=3 --whale-precision=bf16 --whale-offload=params --whale-offload-target=spares \
+    "$TRAIN" $(train_args) --metrics "$TMPD/rp-bf16-sp.jsonl"
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/rp-bf16.jsonl" "$TMPD/rp-bf16-sp.jsonl" --grad-norm
+  echo "bf16 params on the spare node against bf16 without offload: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/rp-bf16-sp.jsonl" precision)" = bf16 ]
+}
+
+@test "whale-run: params offload, the spare holding the weight shards is promoted; they come home, same losses" {
+  # As with optimizer state: rank 1 dies at step 5, the lending spare takes
+  # its place, every engine is rebuilt with the shard, master and moments in
+  # its own host memory, restored from the in-memory copies (the tensor walk
+  # fetched the shard from the spare for them).
+  run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
+    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
+    --whale-offload-target spares --metrics "$TMPD/promo-p.jsonl"
+  echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  echo "$output" | grep -q "ZeRO-3 weight shard and optimizer state"
+  echo "$output" | grep -q "lives on spare task 2"
+  echo "$output" | grep -q "hot spare: promoted to rank 1"
+  echo "$output" | grep -q "recovery: rank 1"
+  echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":"
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/promo-p.jsonl"
+  echo "promoted lender, params: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$TMPD/promo-p.jsonl" offload_target)" = local ]
+}
+
+@test "whale-run: params offload, the spare holding the weight shards dies; the ranks rebuild with local state, same losses" {
+  # The lender is killed once the run has taken a few steps: the next RMA to
+  # it fails (WHALE_EPEER), the ranks agree that a spare failed, rebuild
+  # their engines with the shard, master and moments in their own host
+  # memory and restore them from the last in-memory copy; no step's loss
+  # changes. (The kill lands while the run is going: the run polls its
+  # metrics for 2 steps first; 20 steps leave a wide window at any load.)
+  m="$TMPD/spdie.jsonl"
+  rm -f "$m"
+  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --keep-going --timeout 280 "$TRAIN" $(train_args) \
+    --zero 3 --offload params --whale-offload-target spares --metrics "$m" > "$TMPD/spdie.out" 2>&1 &
+  runner=$!
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
+    kill -0 "$runner" 2>/dev/null || break
+    sleep 0.1
+  done
+  killed=
+  for p in $(pgrep -f -- "--metrics $m"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
+      kill -9 "$p" && killed=$p
+    fi
+  done
+  wait "$runner" || true
+  grep -E "offload|recovery|REPLACED|error" "$TMPD/spdie.out" | head -20
+  echo "killed spare pid: $killed"
+  [ -n "$killed" ]
+  grep -q "lives on spare task 2" "$TMPD/spdie.out"
+  grep -q "spare task(s) failed" "$TMPD/spdie.out"
+  grep -q '{"summary":{"steps":' "$TMPD/spdie.out"
+  run same_losses "$TMPD/ref.jsonl" "$m"
+  echo "lender died, params: $output"
+  [ "$status" -eq 0 ]
+  [ "$(summary_field "$m" offload_target)" = local ]
+  [ "$(summary_field "$m" recoveries)" -ge 1 ]
+}
+
 @test "whale-run: the spare lending the state is promoted; the state comes home, same losses" {
   # Rank 1 dies at step 5; the only spare (which holds both ranks' optimizer
   # state) takes its place. Recovery rebuilds every engine with a local host
@@ -212,6 +309,9 @@ summary_field() {
   run timeout 300 srun -N2 -n2 --whale-offload-target=spares true
   [ "$status" -ne 0 ]
   [[ "$output" == *"add --whale-spares=N"* ]]
+  run timeout 300 srun -N3 -n3 --whale-spares=1 --whale-offload=none --whale-offload-target=spares true
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"needs --whale-offload=optimizer or params"* ]]
   run timeout 300 srun -N3 -n3 --whale-spares=1 --whale-offload-target='node[' true
   [ "$status" -ne 0 ]
   [[ "$output" == *"expected local, spares or a host list"* ]]
@@ -252,4 +352,7 @@ summary_field() {
   run "$TRAIN" $(train_args) --zero 3 --offload params --offload-prefetch 0
   [ "$status" -eq 2 ]
   [[ "$output" == *"1..64"* ]]
+  run "$TRAIN" $(train_args) --whale-offload-target spares
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"needs --offload=optimizer or --offload=params"* ]]
 }

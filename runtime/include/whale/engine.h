@@ -236,11 +236,14 @@ int whale_engine_layer_cost(const whale_engine *e, int layer, struct whale_layer
 double whale_sgemm_peak_gflops(const whale_engine *e);
 
 /* ---- offload to another task's host memory (--whale-offload-target) --------
- * Bytes this rank's offloaded optimizer state needs there (fp32 master and
- * AdamW moments of its update range; 0 without offload), and attaching the
- * region (registered by that task, whale_region_exchange) at an offset:
- * once, before the first step; offload=optimizer only. The local host tier
- * then keeps only the gradients and two staging sets of one bucket. */
+ * Bytes this rank's offloaded state needs there (fp32 master and AdamW
+ * moments of its update range; params mode with 16-bit params also the
+ * 16-bit ZeRO-3 shard, in fp32 the master is the shard; 0 without
+ * offload), and attaching the region (registered by that task,
+ * whale_region_exchange) at an offset: once, before the first step;
+ * offload=optimizer or params. The local host tier then keeps only the
+ * gradients and two staging sets of one bucket (params: and, DP > 1, the
+ * host copy of the shards being gathered). */
 size_t whale_engine_offload_bytes(const whale_engine *e);
 int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t offset);
 /* The task whose memory holds the state now, -1: this task's host tier (also

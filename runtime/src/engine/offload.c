@@ -286,8 +286,9 @@ void eng_off_free(whale_engine *e)
     o->mv = NULL;
     if (o->host) {
         size_t n = o->U * sizeof(float);
+        eng_off_rp_free(e);
         /* the mover (and its UCX registrations) is gone: plain frees */
-        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->stage, 6 * o->stage_n * sizeof(float));
+        whale_arena_free(o->host, WHALE_MEM_OPTIM, o->stage, 2 * o->stage_set * sizeof(float));
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hW, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hG, n);
         whale_arena_free(o->host, WHALE_MEM_OPTIM, o->hM, n);
@@ -305,9 +306,17 @@ size_t eng_off_rem_at(const whale_engine *e, int which, size_t a)
     return e->off.rem_off + ((size_t)which * e->off.U + a) * sizeof(float);
 }
 
+/* Params mode with 16-bit params: the 16-bit shard (rounded up to whole
+ * fp32 words) after master and moments */
+static size_t rem16_bytes(const whale_engine *e)
+{
+    return e->off.mode == WHALE_OFFLOAD_PARAMS && eng_lp(e) ? (e->off.U / 2 + 1) * sizeof(float)
+                                                            : 0;
+}
+
 size_t whale_engine_offload_bytes(const whale_engine *e)
 {
-    return e->off.mode ? 3 * e->off.U * sizeof(float) : 0;
+    return e->off.mode ? 3 * e->off.U * sizeof(float) + rem16_bytes(e) : 0;
 }
 
 int whale_engine_offload_remote_task(const whale_engine *e)
@@ -315,23 +324,35 @@ int whale_engine_offload_remote_task(const whale_engine *e)
     return e && e->off.rem ? whale_remote_task(e->off.rem) : -1;
 }
 
-/* Blocking transfer of len bytes (get: remote -> local). */
+/* Blocking transfer of len bytes (get: remote -> local), in pieces of at
+ * most 8 MiB: a whole shard or moment array is hundreds of MiB on a real
+ * model, and one transfer that size keeps the progress engine (and the
+ * heartbeats behind it) busy long enough on a loaded node for the peer
+ * timeout to call this task dead. */
 static int rma(whale_remote *r, bool get, size_t off, void *local, size_t len)
 {
-    whale_req *q = NULL;
-    int rc = get ? whale_iget(r, off, local, len, &q) : whale_iput(r, off, local, len, &q);
-    return rc ? rc : whale_wait(q);
+    const size_t piece = (size_t)8 << 20;
+    int rc = 0;
+    for (size_t at = 0; at < len && !rc; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        whale_req *q = NULL;
+        char *l = (char *)local + at;
+        rc = get ? whale_iget(r, off + at, l, n, &q) : whale_iput(r, off + at, l, n, &q);
+        if (!rc)
+            rc = whale_wait(q);
+    }
+    return rc;
 }
 
 int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
 {
     struct eng_offload *o = &e->off;
-    if (o->mode != WHALE_OFFLOAD_OPTIMIZER) {
-        whale_error("offload to another task's memory is implemented for offload=optimizer; "
-                    "this run has offload=%s (use --whale-offload-target=local)",
-                    whale_offload_name(o->mode));
-        return WHALE_ENOTSUP;
+    if (o->mode == WHALE_OFFLOAD_NONE) {
+        whale_error("offload to another task's memory needs offload=optimizer or params; this "
+                    "run has offload=none");
+        return WHALE_EINVAL;
     }
+    const bool par = o->mode == WHALE_OFFLOAD_PARAMS, lp = eng_lp(e);
     if (o->rem || e->step > 0) {
         whale_error("the remote offload tier must be attached once, before the first step");
         return WHALE_ESTATE;
@@ -345,9 +366,14 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
     o->rem = r;
     o->rem_off = off;
     /* moments as they are now (zero, or restored) go to their new home;
-     * 16-bit: the fp32 master too (hW is the master itself, there is no
-     * other copy to refresh it from later) */
-    int rc = eng_lp(e) ? rma(r, false, eng_off_rem_at(e, 0, 0), o->hW, o->U * sizeof(float)) : 0;
+     * 16-bit or params: the fp32 master too (hW is the master itself, there
+     * is no other copy to refresh it from later); params with 16-bit: the
+     * 16-bit shard as well */
+    int rc = lp || par ? rma(r, false, eng_off_rem_at(e, 0, 0), o->hW, o->U * sizeof(float)) : 0;
+    if (!rc && par && lp)
+        rc = rma(r, false, eng_off_rem16_at(e, 0), o->h16, o->U * sizeof(uint16_t));
+    if (!rc && par)
+        rc = eng_off_rp_init(e);
     if (!rc)
         rc = rma(r, false, eng_off_rem_at(e, 1, 0), o->hM, o->U * sizeof(float));
     if (!rc)
@@ -365,7 +391,10 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
         mx = n > mx ? n : mx;
     }
     o->stage_n = mx;
-    if (!(o->stage = eng_off_host_alloc(e, 6 * mx))) {
+    /* two sets of master, M, V (and, params with 16-bit, the updated 16-bit
+     * params on their way there) */
+    o->stage_set = 3 * mx + (par && lp ? mx / 2 + 1 : 0);
+    if (!(o->stage = eng_off_host_alloc(e, 2 * o->stage_set))) {
         o->rem = NULL;
         return WHALE_ENOMEM;
     }
@@ -376,17 +405,24 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
     host_free(e, o->hV, n);
     o->hW = o->hM = o->hV = NULL;
     e->M = e->V = NULL;
-    if (eng_lp(e)) {
+    if (lp) {
         /* the 16-bit params are written straight into the arena by the
-         * update: no host copy of them either */
+         * update (params: into a staging set, then there): no host copy of
+         * them either */
         host_free(e, o->h16, (o->U / 2 + 1) * sizeof(float));
         o->h16 = NULL;
         e->W = e->Wsh = NULL; /* the master: only inside a tensor walk */
+        if (par)
+            e->W16sh = NULL;  /* the shard: fetched per bucket, or inside a walk */
+        o->resync = false;
+    } else if (par) {
+        e->Wsh = NULL;        /* the shard is the master: there only */
         o->resync = false;
     } else {
         o->resync = true; /* the master goes there before the first update */
     }
-    whale_info("offload: optimizer state (%.2f MiB) in the host memory of task %d",
+    whale_info("offload: %s (%.2f MiB) in the host memory of task %d",
+               par ? "ZeRO-3 weight shard and optimizer state" : "optimizer state",
                (double)need / (1 << 20), whale_remote_task(r));
     return 0;
 }
@@ -397,20 +433,35 @@ static float **master_slot(whale_engine *e)
     return e->cfg.zero_stage == 0 ? &e->W : &e->Wsh;
 }
 
+/* Is the fp32 master bound only inside a walk (16-bit, or params: it is
+ * the shard), and the 16-bit shard too (params with 16-bit)? */
+static bool walk_master(const whale_engine *e)
+{
+    return eng_lp(e) || e->off.mode == WHALE_OFFLOAD_PARAMS;
+}
+static bool walk_16(const whale_engine *e)
+{
+    return eng_lp(e) && e->off.mode == WHALE_OFFLOAD_PARAMS;
+}
+
 int eng_off_walk_begin(whale_engine *e)
 {
     struct eng_offload *o = &e->off;
     if (!o->rem)
         return 0;
-    size_t n = o->U * sizeof(float);
+    size_t n = o->U * sizeof(float), n16 = rem16_bytes(e);
     if (!(e->M = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)) ||
         !(e->V = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
         return WHALE_ENOMEM;
-    if (eng_lp(e) && !(*master_slot(e) = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
+    if (walk_master(e) && !(*master_slot(e) = whale_arena_alloc(o->host, WHALE_MEM_OPTIM, n, 0)))
+        return WHALE_ENOMEM;
+    if (walk_16(e) && !(e->W16sh = whale_arena_alloc(o->host, WHALE_MEM_PARAM, n16, 0)))
         return WHALE_ENOMEM;
     int rc = rma(o->rem, true, eng_off_rem_at(e, 1, 0), e->M, n);
-    if (!rc && eng_lp(e))
+    if (!rc && walk_master(e))
         rc = rma(o->rem, true, eng_off_rem_at(e, 0, 0), *master_slot(e), n);
+    if (!rc && walk_16(e))
+        rc = rma(o->rem, true, eng_off_rem16_at(e, 0), e->W16sh, o->U * sizeof(uint16_t));
     return rc ? rc : rma(o->rem, true, eng_off_rem_at(e, 2, 0), e->V, n);
 }
 
@@ -421,23 +472,30 @@ int eng_off_walk_end(whale_engine *e)
         return 0;
     size_t n = o->U * sizeof(float);
     int rc = 0;
-    const bool lp = eng_lp(e);
-    float *master = lp ? *master_slot(e) : NULL;
-    if (e->M && e->V && (!lp || master)) { /* the walk may have restored them */
+    const bool wm = walk_master(e), w16 = walk_16(e);
+    float *master = wm ? *master_slot(e) : NULL;
+    uint16_t *p16 = w16 ? e->W16sh : NULL;
+    /* the walk may have restored them */
+    if (e->M && e->V && (!wm || master) && (!w16 || p16)) {
         rc = rma(o->rem, false, eng_off_rem_at(e, 1, 0), e->M, n);
         if (!rc)
             rc = rma(o->rem, false, eng_off_rem_at(e, 2, 0), e->V, n);
-        if (!rc && lp)
+        if (!rc && wm)
             rc = rma(o->rem, false, eng_off_rem_at(e, 0, 0), master, n);
+        if (!rc && w16)
+            rc = rma(o->rem, false, eng_off_rem16_at(e, 0), p16, o->U * sizeof(uint16_t));
         if (!rc)
             rc = whale_remote_flush(o->rem);
     }
     whale_arena_free(o->host, WHALE_MEM_OPTIM, e->M, n);
     whale_arena_free(o->host, WHALE_MEM_OPTIM, e->V, n);
     whale_arena_free(o->host, WHALE_MEM_OPTIM, master, n);
+    whale_arena_free(o->host, WHALE_MEM_PARAM, p16, rem16_bytes(e));
     e->M = e->V = NULL;
-    if (lp)
+    if (wm)
         *master_slot(e) = NULL;
+    if (w16)
+        e->W16sh = NULL;
     return rc;
 }
 

@@ -56,7 +56,20 @@ struct eng_offload {
     size_t rem_off;
     float *stage;
     size_t stage_n;
+    size_t stage_set;     /* floats of one staging set: 3 x stage_n (+ the 16-bit params) */
     double t_rma;         /* seconds in RMA transfers this step (blocking part) */
+    /* params mode with the remote tier (offload_rparams.c): the ZeRO-3
+     * shard lives there too (fp32: it is the master; 16-bit: a fourth
+     * slot of U 16-bit values after V); per bucket, the get in flight and,
+     * DP > 1, the host copy of this rank's shard the allgather sends from */
+    struct eng_rparam *rp;
+};
+
+/* One bucket's shard on its way from the remote tier (offload_rparams.c). */
+struct eng_rparam {
+    struct whale_req *get;
+    void *send;
+    size_t send_bytes;
 };
 
 
@@ -81,4 +94,23 @@ int  eng_off_walk_end(struct whale_engine *e);
 /* Bytes of the remote tier at off (master, M or V: which = 0, 1, 2) of
  * update-range element a. */
 size_t eng_off_rem_at(const struct whale_engine *e, int which, size_t a);
+/* Params mode, 16-bit: the byte offset of 16-bit element a's slot there. */
+size_t eng_off_rem16_at(const struct whale_engine *e, size_t a);
+/* Does the remote tier hold this rank's ZeRO-3 weight shard (params mode)? */
+bool eng_off_rparams(const struct whale_engine *e);
+
+/* Params mode, remote tier (offload_rparams.c). The bucket's shard of sb
+ * elements (fp32, or 16-bit when is16) comes from the remote tier:
+ *  - fetch: an RMA get straight into dst (DP 1: dst is the compute buffer),
+ *    completed by rp_wait ahead of use (the prefetch distance applies);
+ *  - stage: DP > 1: a blocking get into a host copy (*src) that the
+ *    allgather sends from (only 1/DP of the bucket travels by RMA; the
+ *    gather itself overlaps as in the local tier), freed by rp_done. */
+struct eng_bucket;
+int  eng_off_rp_fetch(struct whale_engine *e, int b, void *dst, size_t sb, bool is16);
+int  eng_off_rp_stage(struct whale_engine *e, int b, size_t sb, bool is16, const void **src);
+int  eng_off_rp_wait(struct whale_engine *e, int b);
+void eng_off_rp_done(struct whale_engine *e, int b);
+int  eng_off_rp_init(struct whale_engine *e);
+void eng_off_rp_free(struct whale_engine *e);
 #endif

@@ -119,14 +119,31 @@ static int w_acquire(whale_engine *e, int b)
          * sb/2 fp32 words (an allgather only copies) */
         if (!(bk->wbuf16 = (uint16_t *)scratch_alloc(e, WHALE_MEM_PARAM, bk->n / 2, false)))
             return WHALE_ENOMEM;
+        const void *src = e->W16sh ? e->W16sh + bk->shard_off : NULL;
+        int rc = 0;
+        if (eng_off_rparams(e)) /* the shard lives in another task (offload_rparams.c) */
+            rc = e->dp.size == 1 ? eng_off_rp_fetch(e, b, bk->wbuf16, sb, true)
+                                 : eng_off_rp_stage(e, b, sb, true, &src);
+        if (rc) {
+            rebind_w(e, b, bk->wbuf);
+            return rc;
+        }
         if (e->dp.size == 1) {
-            memcpy(bk->wbuf16, e->W16sh + bk->shard_off, sb * sizeof(uint16_t));
+            if (!eng_off_rparams(e))
+                memcpy(bk->wbuf16, src, sb * sizeof(uint16_t));
         } else {
-            int rc = e->dp.iallgather(&e->dp, (const float *)(e->W16sh + bk->shard_off),
-                                      (float *)bk->wbuf16, sb / 2, &bk->wreq);
+            rc = e->dp.iallgather(&e->dp, (const float *)src, (float *)bk->wbuf16, sb / 2,
+                                  &bk->wreq);
             if (rc)
                 return rc;
             comm_started(e);
+        }
+    } else if (e->dp.size == 1 && eng_off_rparams(e)) {
+        /* the shard lives in another task: an RMA get, waited for in w_ready */
+        int rc = eng_off_rp_fetch(e, b, bk->wbuf, sb, false);
+        if (rc) {
+            rebind_w(e, b, bk->wbuf);
+            return rc;
         }
     } else if (e->dp.size == 1 && e->off.mode == WHALE_OFFLOAD_PARAMS) {
         /* the shard lives in the host tier: fetched ahead by the mover */
@@ -134,8 +151,15 @@ static int w_acquire(whale_engine *e, int b)
     } else if (e->dp.size == 1) {
         memcpy(bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else {
-        /* with params offload the gather reads the host-tier shard directly */
-        int rc = e->dp.iallgather(&e->dp, e->Wsh + bk->shard_off, bk->wbuf, sb, &bk->wreq);
+        /* with params offload the gather reads the host-tier shard directly
+         * (remote tier: a host copy of it, fetched first) */
+        const void *src = e->Wsh ? e->Wsh + bk->shard_off : NULL;
+        int rc = eng_off_rparams(e) ? eng_off_rp_stage(e, b, sb, false, &src) : 0;
+        if (rc) {
+            rebind_w(e, b, bk->wbuf);
+            return rc;
+        }
+        rc = e->dp.iallgather(&e->dp, src, bk->wbuf, sb, &bk->wreq);
         if (rc)
             return rc;
         comm_started(e);
@@ -150,7 +174,10 @@ static int w_ready(whale_engine *e, int b)
         return 0;
     struct eng_bucket *bk = &e->buckets[b];
     eng_move_wait(e, &bk->wfetch);
-    int rc = req_wait(e, &bk->wreq);
+    int rc = eng_off_rp_wait(e, b); /* remote tier, DP 1: the get into wbuf / wbuf16 */
+    int r2 = req_wait(e, &bk->wreq);
+    rc = rc ? rc : r2;
+    eng_off_rp_done(e, b); /* DP > 1: the gather has read the host copy */
     if (!rc && bk->wbuf16) {
         eng_lp_load(e, bk->wbuf, bk->wbuf16, bk->n);
         float *w16 = (float *)bk->wbuf16;
@@ -167,6 +194,12 @@ static void w_release(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (--bk->wref > 0)
         return;
+    /* released before use (a failed step): a get into the buffers freed
+     * here must have landed (a gather still in flight keeps its host copy:
+     * offload_rparams.c reuses or frees it) */
+    eng_off_rp_wait(e, b);
+    if (!bk->wreq)
+        eng_off_rp_done(e, b);
     if (bk->wbuf16) { /* released before use (a failed step) */
         float *w16 = (float *)bk->wbuf16;
         scratch_free(e, WHALE_MEM_PARAM, &w16, bk->n / 2);
@@ -736,18 +769,23 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
     struct eng_offload *o = &e->off;
     const int z = e->cfg.zero_stage;
     const bool lp = eng_lp(e);
-    whale_req *get[2][3] = { { 0 } }, *put[2][3] = { { 0 } };
+    /* params mode: the shard lives there too; 16-bit: the cast goes to a
+     * fourth staging slot and from there to its slot in the region */
+    const bool par = eng_off_rparams(e), par16 = par && lp;
+    const int nput = par16 ? 4 : 3;
+    whale_req *get[2][3] = { { 0 } }, *put[2][4] = { { 0 } };
     int rc = rem_fetch(e, 0, o->stage, get[0]);
     for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
-        float *st = o->stage + (size_t)(k & 1) * 3 * o->stage_n;
+        float *st = o->stage + (size_t)(k & 1) * o->stage_set;
+        uint16_t *st16 = par16 ? (uint16_t *)(st + 3 * o->stage_n) : NULL;
         size_t lo, hi;
         shard_range(e, bk, &lo, &hi);
         if ((rc = rem_waitall(e, get[k & 1], 3)))
             break;
         if (k + 1 < e->nb) { /* the other set: its puts must be out first */
-            if ((rc = rem_waitall(e, put[(k + 1) & 1], 3)) ||
-                (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * 3 * o->stage_n,
+            if ((rc = rem_waitall(e, put[(k + 1) & 1], nput)) ||
+                (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * o->stage_set,
                                 get[(k + 1) & 1])))
                 break;
         }
@@ -762,19 +800,20 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
                 if (a >= zz)
                     continue;
                 size_t so = mvoff(e, bk, lo, a) - base;
-                if (lp) /* fp32 master staged here; the 16-bit cast lands in the arena */
+                if (lp) /* fp32 master staged here; the 16-bit cast lands in the arena
+                         * (params mode: in the staging set, then there) */
                     whale_adamw_update_mixed_host(&e->adam, e->adam_t, st + so,
                                                   o->hG + base + so, st + o->stage_n + so,
                                                   st + 2 * o->stage_n + so,
-                                                  w16ptr(e, bk, lo, a), e->lp, zz - a, grad_mul,
-                                                  p->decay);
+                                                  par16 ? st16 + so : w16ptr(e, bk, lo, a),
+                                                  e->lp, zz - a, grad_mul, p->decay);
                 else
                     whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
                                             st + o->stage_n + so, st + 2 * o->stage_n + so,
                                             zz - a, grad_mul, p->decay);
             }
         }
-        if (!lp) {
+        if (!lp && !par) { /* params: the updated master is the shard, going back there */
             float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
                                                                : wptr(e, bk, lo, lo);
             memcpy(dst, st, (hi - lo) * sizeof(float));
@@ -782,10 +821,13 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
         for (int w = 0; w < 3 && !rc; w++)
             rc = whale_iput(o->rem, eng_off_rem_at(e, w, base), st + w * o->stage_n,
                             (hi - lo) * sizeof(float), &put[k & 1][w]);
+        if (!rc && par16)
+            rc = whale_iput(o->rem, eng_off_rem16_at(e, base), st16,
+                            (hi - lo) * sizeof(uint16_t), &put[k & 1][3]);
     }
     for (int s = 0; s < 2; s++) {
         int r2 = rem_waitall(e, get[s], 3);
-        int r3 = rem_waitall(e, put[s], 3);
+        int r3 = rem_waitall(e, put[s], nput);
         rc = rc ? rc : r2 ? r2 : r3;
     }
     if (!rc) {
@@ -794,7 +836,8 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
         o->t_rma += eng_now() - t0;
     }
     if (rc)
-        whale_error("offload: optimizer state in task %d's memory: %s",
+        whale_error("offload: %s in task %d's memory: %s",
+                    par ? "weight shard and optimizer state" : "optimizer state",
                     whale_remote_task(o->rem), whale_strerror(rc));
     return rc;
 }

@@ -1,5 +1,6 @@
 /* --whale-offload-target: spare tasks lend their host memory to workers'
- * optimizer state through the RMA API (see whale/offload.h). */
+ * offloaded state (optimizer state; params mode: also the ZeRO-3 weight
+ * shard) through the RMA API (see whale/offload.h). */
 #define _GNU_SOURCE
 #include "whale/offload.h"
 
@@ -152,12 +153,12 @@ static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool
         t->bytes = (size_t)info[me].need;
         rc = r ? whale_engine_offload_attach(e, r, (size_t)off[me]) : WHALE_ESTATE;
         if (!rc)
-            whale_info("offload: optimizer state of this rank (%.2f MiB) lives on spare task "
+            whale_info("offload: offloaded state of this rank (%.2f MiB) lives on spare task "
                        "%d (%s)", (double)t->bytes / (1 << 20), host_of[me],
                        info[host_of[me]].host);
     }
     if (!rc && t->spare && t->bytes)
-        whale_info("spare: lending %.2f MiB of host memory for offloaded optimizer state",
+        whale_info("spare: lending %.2f MiB of host memory for offloaded state",
                    (double)t->bytes / (1 << 20));
 done:
     for (int i = 0; i < nnames; i++)

@@ -67,10 +67,10 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
     }
     const char *tg = pick(o->target, "WHALE_OFFLOAD_TARGET");
     o->where = tg && strcmp(tg, "local") ? tg : NULL;
-    if (o->where && ec->offload != WHALE_OFFLOAD_OPTIMIZER) {
-        fprintf(stderr, "whale-train: --whale-offload-target=%s keeps optimizer state in other "
-                "tasks' memory: it needs --offload=optimizer (offload is %s)\n", tg,
-                whale_offload_name(ec->offload));
+    if (o->where && ec->offload == WHALE_OFFLOAD_NONE) {
+        fprintf(stderr, "whale-train: --whale-offload-target=%s keeps offloaded state in other "
+                "tasks' memory: it needs --offload=optimizer or --offload=params (offload is "
+                "none)\n", tg);
         return -1;
     }
     if (ec->offload == WHALE_OFFLOAD_PARAMS && ec->zero_stage != 3) {
@@ -144,11 +144,12 @@ void train_offload_usage(FILE *f)
 "  --offload-prefetch N ZeRO 3: layers whose weights are fetched ahead (1)\n"
 "  --device-mem SIZE    device memory budget per rank (512M, 12G; default unlimited):\n"
 "                       a model that does not fit is refused with the numbers\n"
-"  --whale-offload-target T  where offloaded optimizer state lives: local (host\n"
-"                       memory of this task), spares (the step's hot-spare tasks, over\n"
-"                       UCX RMA) or a host list (spares on those nodes, node[3-4]);\n"
-"                       other than local: --offload optimizer (any precision: with\n"
-"                       bf16|fp16 the fp32 master and moments live there)\n");
+"  --whale-offload-target T  where offloaded state lives: local (host memory of\n"
+"                       this task), spares (the step's hot-spare tasks, over UCX RMA)\n"
+"                       or a host list (spares on those nodes, node[3-4]); other than\n"
+"                       local: --offload optimizer (fp32 master and moments there; any\n"
+"                       precision) or params (also the ZeRO-3 weight shard, fetched\n"
+"                       per layer by RMA get --offload-prefetch layers ahead)\n");
 }
 
 void train_offload_step(json_t *j, const struct whale_step_stats *st)

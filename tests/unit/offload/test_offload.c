@@ -17,6 +17,8 @@
  *    shard (2 B x S);
  *  - the remote tier (RMA, here to one's own region) in fp32, bf16 and
  *    fp16: the losses of the local run at that precision, restore included;
+ *    params mode there too (the ZeRO-3 shard fetched per bucket by RMA get,
+ *    the prefetch distance ahead), DP 1 and 2, fp32 / bf16 / fp16;
  *  - the local tier moves through UCX (`self`) or, on request, memcpy. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -171,6 +173,11 @@ struct run {
     int rc;
 };
 
+/* Non-NULL: every rank attaches the remote tier there (an in-process
+ * region shared by the DP threads), rank r at r * REM_SLOT. */
+static whale_remote *run_rem;
+#define REM_SLOT (8u << 20)
+
 static void *run_rank(void *arg)
 {
     struct run *r = arg;
@@ -191,6 +198,12 @@ static void *run_rank(void *arg)
     r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
     if (r->rc)
         return NULL;
+    if (run_rem && (whale_engine_offload_bytes(e) > REM_SLOT ||
+                    (r->rc = whale_engine_offload_attach(e, run_rem, (size_t)r->rank * REM_SLOT)))) {
+        r->rc = r->rc ? r->rc : WHALE_ERANGE;
+        whale_engine_destroy(e);
+        return NULL;
+    }
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
                                     .local_batch = GB / r->dp, .dp_rank = r->rank,
                                     .dp_size = r->dp, .prefetch = false };
@@ -453,10 +466,11 @@ static void test_tensors_resume(void **st)
  * one's own region copies locally; the cluster test runs it across nodes):
  * same losses, the moments are found by the tensor walk, and a restore
  * through the walk continues exactly. */
-static void remote_case(whale_ctx *ctx, int z, const double *want)
+static void remote_case(whale_ctx *ctx, int z, int offload, const double *want)
 {
     {
-        struct whale_engine_config c = base_cfg(1, z, WHALE_OFFLOAD_OPTIMIZER);
+        struct whale_engine_config c = base_cfg(1, z, offload);
+        c.offload_prefetch = offload == WHALE_OFFLOAD_PARAMS ? 2 : 0;
         whale_engine *e, *f;
         assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
         size_t need = whale_engine_offload_bytes(e), pad = 4096;
@@ -499,9 +513,10 @@ static void remote_case(whale_ctx *ctx, int z, const double *want)
             assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
             assert_true(sst.loss == want[s]);
         }
-        printf("remote tier (RMA, world of one) %s ZeRO %d: %zu B there, %lld B local host, "
-               "20 steps equal, restore through the walk continues exactly\n",
-               whale_precision_name(run_precision), z, need, (long long)m.host_bytes);
+        printf("remote tier (RMA, world of one) %s ZeRO %d offload=%s: %zu B there, %lld B "
+               "local host, 20 steps equal, restore through the walk continues exactly\n",
+               whale_precision_name(run_precision), z, whale_offload_name(offload), need,
+               (long long)m.host_bytes);
         for (int i = 0; i < sn.n; i++)
             free(sn.buf[i]);
         whale_engine_destroy(f);
@@ -519,7 +534,8 @@ static void test_remote_tier(void **st)
     whale_ctx *ctx = NULL;
     assert_int_equal(whale_init(&ctx), 0);
     for (int z = 0; z <= 3; z += 3)
-        remote_case(ctx, z, ref.loss);
+        remote_case(ctx, z, WHALE_OFFLOAD_OPTIMIZER, ref.loss);
+    remote_case(ctx, 3, WHALE_OFFLOAD_PARAMS, ref.loss);
     /* 16-bit: the fp32 master lives there too, the mixed update casts into
      * the arena; every loss equals the local run at the same precision */
     const enum whale_precision ps[2] = { WHALE_PREC_BF16, WHALE_PREC_FP16 };
@@ -531,21 +547,83 @@ static void test_remote_tier(void **st)
          * or W16sh (3): bf16 covers both, fp16 the sharded master */
         for (int z = 0; z <= 3; z++)
             if ((pi == 0 && (z == 0 || z == 3)) || (pi == 1 && z == 1))
-                remote_case(ctx, z, base[0].loss);
+                remote_case(ctx, z, WHALE_OFFLOAD_OPTIMIZER, base[0].loss);
+        /* params: the 16-bit shard lives there too (its own slot) */
+        remote_case(ctx, 3, WHALE_OFFLOAD_PARAMS, base[0].loss);
     }
     run_precision = WHALE_PREC_FP32;
-    /* params mode stays local */
-    struct whale_engine_config c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
+    /* without offload there is nothing to attach; a region too small is refused */
+    struct whale_engine_config c = base_cfg(1, 3, WHALE_OFFLOAD_NONE);
     whale_engine *e;
     assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
-    size_t need = whale_engine_offload_bytes(e);
+    size_t need = 4096;
     void *mem = calloc(1, need);
     whale_region *reg;
     whale_remote **rem;
     assert_int_equal(whale_region_register(ctx, mem, need, &reg), 0);
     assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
-    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_ENOTSUP);
+    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_EINVAL);
     whale_engine_destroy(e);
+    c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    assert_true(whale_engine_offload_bytes(e) > need);
+    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_ERANGE);
+    whale_engine_destroy(e);
+    whale_remote_free(rem[0]);
+    free(rem);
+    whale_region_free(reg);
+    free(mem);
+    whale_finalize(ctx);
+}
+
+/* Params offload to the remote tier with DP 1 and 2 (the DP ranks are
+ * threads sharing one in-process region at their own offsets): DP 1 gets
+ * each bucket's shard straight into the compute buffer (prefetch 3 and 1),
+ * DP 2 fetches its half into a host copy and gathers from it. fp32 gives
+ * the no-offload reference; bf16 / fp16 give the bits of the same
+ * precision without offload (the 16-bit shard there, the cast staged). */
+static void test_remote_params(void **st)
+{
+    (void)st;
+    whale_ctx *ctx = NULL;
+    assert_int_equal(whale_init(&ctx), 0);
+    size_t len = 2 * (size_t)REM_SLOT;
+    void *mem = calloc(1, len);
+    whale_region *reg;
+    whale_remote **rem;
+    assert_int_equal(whale_region_register(ctx, mem, len, &reg), 0);
+    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+    const enum whale_precision ps[3] = { WHALE_PREC_FP32, WHALE_PREC_BF16, WHALE_PREC_FP16 };
+    for (int pi = 0; pi < 3; pi++) {
+        run_precision = ps[pi];
+        for (int dp = pi == 2 ? 2 : 1; dp <= 2; dp++) { /* fp16: DP 2 (the loss scaler) */
+            struct run base[2], runs[2];
+            run_rem = NULL;
+            run_dp(dp, 0, WHALE_OFFLOAD_NONE, 0, base);
+            run_rem = rem[0];
+            /* prefetch 1 and deeper in fp32; one distance for the 16-bit runs */
+            const int pfs[2] = { dp == 1 ? 3 : 2, 1 };
+            for (int i = 0; i < (pi == 0 ? 2 : 1); i++) {
+                const int pf = pfs[i];
+                memset(mem, 0, len); /* everything there comes from this run's attach */
+                run_dp(dp, 3, WHALE_OFFLOAD_PARAMS, pf, runs);
+                double worst = 0;
+                for (int s = 0; s < STEPS; s++) {
+                    double rel = fabs(runs[0].loss[s] - base[0].loss[s]) / fabs(base[0].loss[s]);
+                    worst = rel > worst ? rel : worst;
+                    if (dp == 2)
+                        assert_true(runs[1].loss[s] == runs[0].loss[s]);
+                }
+                printf("remote params %s DP %d prefetch %d: loss %.6f -> %.6f, worst rel diff "
+                       "%.2e against no offload\n", whale_precision_name(ps[pi]), dp, pf,
+                       runs[0].loss[0], runs[0].loss[STEPS - 1], worst);
+                assert_true(worst <= 1e-6);
+                assert_true(runs[0].loss[STEPS - 1] < runs[0].loss[0] - 0.5);
+            }
+            run_rem = NULL;
+        }
+    }
+    run_precision = WHALE_PREC_FP32;
     whale_remote_free(rem[0]);
     free(rem);
     whale_region_free(reg);
@@ -754,7 +832,8 @@ int main(void)
         cmocka_unit_test(test_refusals),       cmocka_unit_test(test_equiv_dp1),
         cmocka_unit_test(test_equiv_dp2),      cmocka_unit_test(test_memory_drop),
         cmocka_unit_test(test_budget),         cmocka_unit_test(test_tensors_resume),
-        cmocka_unit_test(test_remote_tier),    cmocka_unit_test(test_mixed_host_bitexact),
+        cmocka_unit_test(test_remote_tier),    cmocka_unit_test(test_remote_params),
+        cmocka_unit_test(test_mixed_host_bitexact),
         cmocka_unit_test(test_equiv_lp),       cmocka_unit_test(test_memory_drop_lp),
         cmocka_unit_test(test_resume_lp),      cmocka_unit_test(test_mover),
     };
