@@ -646,12 +646,15 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
                 const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
                 /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
                 double ss = 0;
-                bool bad1 = false;
-                if (counts_in_norm(e, l, p) &&
-                    whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
+                bool bad1 = false, summed = counts_in_norm(e, l, p);
+                if (summed && whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
                     ss = NAN; /* a failed reduction must not look like a clean gradient */
                 s += ss;
-                if (!b && whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
+                /* A finite sum of squares (no cancellation: every term is >= 0)
+                 * means no element is inf or NaN: skip the second pass over
+                 * the gradient (about 1 % of a gpt2-124m step on CPU). */
+                if (!b && !(summed && isfinite(ss)) &&
+                    whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
                     bad1 = true;
                 b = b || bad1;
             }
