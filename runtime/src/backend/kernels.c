@@ -16,24 +16,6 @@
 /* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
 void openblas_set_num_threads(int num_threads);
 
-/* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
- * vectorize (libm's expf/tanhf calls do not): Cody-Waite reduction
- * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
-static inline float k_exp(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-    float t = x * 1.44269504088896341f + shift;
-    float n = t - shift;
-    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-              r * (1.0f / 720))))));
-    union { float f; int32_t i; } u = { .f = p };
-    u.i += (int32_t)n * (1 << 23);
-    return u.f;
-}
-
 /* ---- vectorized element-wise spans ---------------------------------------------
  * GCC keeps k_exp's clamps as branches (and so leaves the loop scalar) under
  * -ftrapping-math; these spans are compiled without it. None of them reduces
@@ -49,6 +31,26 @@ static inline float k_exp(float x)
 #else
 #define K_VEC
 #endif
+
+/* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
+ * vectorize (libm's expf/tanhf calls do not); defined inside the spans'
+ * options so it inlines into them (GCC does not inline across different
+ * -ftrapping-math): Cody-Waite reduction
+ * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
+static inline __attribute__((always_inline)) float k_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+              r * (1.0f / 720))))));
+    union { float f; int32_t i; } u = { .f = p };
+    u.i += (int32_t)n * (1 << 23);
+    return u.f;
+}
 
 /* out (n) = gelu_tanh(inp (n)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
 K_VEC static void span_gelu_fwd(float *restrict out, const float *restrict inp, int64_t n)

@@ -934,12 +934,25 @@ static int allgather_weights(whale_engine *e)
     return rc;
 }
 
+/* memset over the OpenMP pool in 4 MiB pieces: one thread clearing gpt2-124m's
+ * 500 MB of gradients took ~1 % of a 2-thread step while the other idled. */
+static void zero_floats(float *p, size_t n)
+{
+    enum { CH = 1 << 20 };
+    long nch = (long)((n + CH - 1) / CH);
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (long c = 0; c < nch; c++) {
+        size_t lo = (size_t)c * CH, len = n - lo < CH ? n - lo : CH;
+        memset(p + lo, 0, len * sizeof(float));
+    }
+}
+
 static void zero_grads(whale_engine *e)
 {
     if (e->G)
-        memset(e->G, 0, e->P * sizeof(float));
+        zero_floats(e->G, e->P);
     if (e->Gsh)
-        memset(e->Gsh, 0, e->S * sizeof(float));
+        zero_floats(e->Gsh, e->S);
 }
 
 /* Sum three scalars over the DP group. */
