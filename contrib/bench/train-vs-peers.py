@@ -15,7 +15,12 @@ step, median and best over all rounds, the load average beside each round.
 
   contrib/bench/train-vs-peers.py [--build build] [--launcher whale-run,srun]
       [--ranks 2,4] [--zero3-ranks 2] [--model gpt-small] [--batch 16]
-      [--steps 8] [--rounds 3] [--threads 1]
+      [--steps 8] [--rounds 3] [--threads 1] [--torch-python /usr/bin/python3]
+
+--torch-python picks the interpreter whose torch is the peer. Debian's
+torch 1.13 (/usr/bin/python3) cannot run FSDP on CPU; a torch >= 2.1 (a
+PyPI venv) runs FSDP FULL_SHARD over gloo with device_id cpu, one unit per
+block plus the root. The output names the torch version and wrapping used.
 
 The summary at the end has one line per (launcher, case): both medians and
 bests and the whale/peer ratios (target >= 1.2). The torch side is
