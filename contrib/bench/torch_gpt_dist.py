@@ -114,7 +114,6 @@ def main():
     import json
     import torch
     import torch.nn as nn
-    import torch.nn.functional as F
     import torch.distributed as dist
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -122,44 +121,11 @@ def main():
     dist.init_process_group("gloo", store=rendezvous(store_dir, rank, world), rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
 
-    class Block(nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-            s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-            s.fc, s.mproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-            # a plain attribute, not a buffer: DDP broadcasts buffers and gloo
-            # has no bool broadcast
-            s.mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-
-        def forward(s, x):
-            b, t, c = x.shape
-            q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
-            q = q.view(b, t, H, c // H).transpose(1, 2)
-            k = k.view(b, t, H, c // H).transpose(1, 2)
-            v = v.view(b, t, H, c // H).transpose(1, 2)
-            att = (q @ k.transpose(-2, -1)) * (1.0 / (c // H) ** 0.5)
-            att = att.masked_fill(~s.mask[:t, :t], float("-inf")).softmax(-1)
-            y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-            x = x + s.proj(y)
-            return x + s.mproj(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
-
-    class GPT(nn.Module):
-        def __init__(s):
-            super().__init__()
-            s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-            s.h = nn.ModuleList([Block() for _ in range(L)])
-            s.lnf = nn.LayerNorm(C)
-
-        def forward(s, idx, tgt):
-            x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
-            for blk in s.h:
-                x = blk(x)
-            logits = s.lnf(x) @ s.wte.weight.t()
-            return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
-
-    m = GPT()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_gpt import make_gpt        # the model train-vs-pytorch.py uses too
+    m, Block = make_gpt(L, C, H, V, T)
     kw = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    wrap = mode
     if mode == "ddp":
         model = nn.parallel.DistributedDataParallel(m)
         opt = torch.optim.AdamW(model.parameters(), **kw)
@@ -178,6 +144,7 @@ def main():
                                               auto_wrap_policy=policy, device_id=torch.device("cpu"))
         opt = torch.optim.AdamW(model.parameters(), **kw)
         clip = lambda: model.clip_grad_norm_(1.0)
+        wrap = "FSDP FULL_SHARD, one unit per block + root, device_id cpu, gloo"
     else:
         sys.exit("torch_gpt_dist: unknown mode %s (ddp, fsdp, zero1)" % mode)
 
@@ -199,7 +166,7 @@ def main():
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         run = t.tolist()[1:] if steps > 1 else t.tolist()
-        print(json.dumps({"mode": mode, "ranks": world, "torch": torch.__version__,
+        print(json.dumps({"mode": mode, "ranks": world, "torch": torch.__version__, "wrap": wrap,
                           "step_tokens_per_s": [B * T / s for s in run]}), flush=True)
     # One rank in a few stayed behind in gloo/TCPStore teardown after the
     # result was printed (the launcher then waited for its timeout): meet at

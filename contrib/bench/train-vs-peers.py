@@ -15,7 +15,12 @@ step, median and best over all rounds, the load average beside each round.
 
   contrib/bench/train-vs-peers.py [--build build] [--launcher whale-run,srun]
       [--ranks 2,4] [--zero3-ranks 2] [--model gpt-small] [--batch 16]
-      [--steps 8] [--rounds 3] [--threads 1]
+      [--steps 8] [--rounds 3] [--threads 1] [--torch-python /usr/bin/python3]
+
+--torch-python picks the interpreter whose torch is the peer. Debian's
+torch 1.13 (/usr/bin/python3) cannot run FSDP on CPU; a torch >= 2.1 (a
+PyPI venv) runs FSDP FULL_SHARD over gloo with device_id cpu, one unit per
+block plus the root. The output names the torch version and wrapping used.
 
 The summary at the end has one line per (launcher, case): both medians and
 bests and the whale/peer ratios (target >= 1.2). The torch side is
@@ -33,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 TORCH_CHILD = os.path.join(HERE, "torch_gpt_dist.py")
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+TORCH_SEEN = {}   # (mode) -> "torch VERSION (PYTHON): wrapping", printed once
 
 # preset: (layers, hidden, heads, vocab, seq)
 MODELS = {
@@ -82,7 +88,7 @@ def run_cmd(cmd, env, timeout):
 def run_torch(a, launcher, n, mode, tmp):
     L, C, H, V, T = MODELS[a.model]
     store = tempfile.mkdtemp(dir=tmp, prefix="store-")
-    argv = [PY, TORCH_CHILD, mode] + [str(v) for v in (L, C, H, V, T, a.batch, a.steps, a.threads)] + [store]
+    argv = [a.torch_python, TORCH_CHILD, mode] + [str(v) for v in (L, C, H, V, T, a.batch, a.steps, a.threads)] + [store]
     ifname = "lo" if launcher == "whale-run" else a.srun_ifname
     env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(a.threads))
     if a.blas_core:
@@ -90,7 +96,11 @@ def run_torch(a, launcher, n, mode, tmp):
     out = run_cmd(launch(a, launcher, n, argv, {"GLOO_SOCKET_IFNAME": ifname}), env, a.timeout + 60)
     for line in out.splitlines():
         if "{" in line:   # whale-run prefixes each line with "RANK: "
-            return json.loads(line[line.index("{"):])["step_tokens_per_s"]
+            d = json.loads(line[line.index("{"):])
+            if mode not in TORCH_SEEN:
+                TORCH_SEEN[mode] = "torch %s (%s): %s" % (d.get("torch"), a.torch_python, d.get("wrap", mode))
+                print("peer for %s: %s" % (mode, TORCH_SEEN[mode]), flush=True)
+            return d["step_tokens_per_s"]
     raise RuntimeError("torch %s printed no result:\n%s" % (mode, out[-1500:]))
 
 
@@ -145,6 +155,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="threads per rank, both sides")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    ap.add_argument("--torch-python", default=PY,
+                    help="interpreter whose torch is the peer (default %(default)s, Debian's torch 1.13, "
+                         "which cannot run FSDP on CPU; a torch >= 2.1 venv can)")
     ap.add_argument("--srun-ifname", default="eth0", help="gloo's interface under srun (eth0 on the minicluster)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)

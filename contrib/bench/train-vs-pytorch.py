@@ -36,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 SHAPES = {
     # name: (preset, layers, hidden, heads, vocab, seq, batch)
     "small": ("gpt-small", 4, 256, 4, 256, 128, 8),
@@ -44,44 +46,13 @@ SHAPES = {
 
 TORCH_CHILD = r'''
 import os, sys, time, json
-import torch, torch.nn as nn, torch.nn.functional as F
+import torch
 L, C, H, V, T, B, steps, threads = map(int, sys.argv[1:9])
+sys.path.insert(0, sys.argv[9])            # contrib/bench: the shared model
+from torch_gpt import make_gpt
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-
-class Block(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.ln1, s.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        s.qkv, s.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        s.fc, s.mproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-        s.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
-    def forward(s, x):
-        b, t, c = x.shape
-        q, k, v = s.qkv(s.ln1(x)).split(C, dim=2)
-        q = q.view(b, t, H, c // H).transpose(1, 2)
-        k = k.view(b, t, H, c // H).transpose(1, 2)
-        v = v.view(b, t, H, c // H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // H) ** 0.5)
-        att = att.masked_fill(~s.mask[:t, :t], float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
-        x = x + s.proj(y)
-        return x + s.mproj(F.gelu(s.fc(s.ln2(x)), approximate="tanh"))
-
-class GPT(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.wte, s.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        s.h = nn.ModuleList([Block() for _ in range(L)])
-        s.lnf = nn.LayerNorm(C)
-    def forward(s, idx, tgt):
-        x = s.wte(idx) + s.wpe(torch.arange(idx.shape[1]))
-        for blk in s.h:
-            x = blk(x)
-        logits = s.lnf(x) @ s.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, V), tgt.view(-1))
-
-m = GPT()
+m, _ = make_gpt(L, C, H, V, T)
 opt = torch.optim.AdamW(m.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
 times, cpus = [], []
 for i in range(steps):
@@ -183,7 +154,7 @@ def run_torch(shape, steps, threads, core=None):
     _, L, C, H, V, T, B = SHAPES[shape]
     env = child_env(threads, core)
     py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)],
+    out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)] + [HERE],
                          env=env, check=True, capture_output=True, text=True).stdout
     d = json.loads(out.strip().splitlines()[-1])
     return d["step_tokens_per_s"], d["step_tokens_per_cpu_s"]
@@ -210,6 +181,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default 20 small, 5 124m)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-torch", action="store_true",
+                    help="skip PyTorch (whale against the sgemm rate only: ~4 min less per 124m rep)")
     a = ap.parse_args()
     core = blas_core(a.build)
     print("OpenBLAS kernels for PyTorch and the sgemm reference: %s" % (core or "OpenBLAS's own choice"))
@@ -221,7 +194,8 @@ def main():
             make_data(data, V, max(200000, 4 * B * (T + 1) * steps))
             wt, tt, mfu, peak, wc, tc, sg, wg = [], [], [], [], [], [], [], []
             for r in range(a.reps):
-                t, t_cpu = run_torch(shape, steps, a.threads, core)
+                t, t_cpu = ([float("nan")], [float("nan")]) if a.no_torch else \
+                    run_torch(shape, steps, a.threads, core)
                 w, m, p, w_cpu, wcore = run_whale(a.build, shape, steps, a.threads, data, tmp)
                 g = run_sgemm(shape, a.threads, core)
                 tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu; sg.append(g["gflops"])

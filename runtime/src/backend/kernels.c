@@ -16,10 +16,28 @@
 /* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
 void openblas_set_num_threads(int num_threads);
 
+/* ---- vectorized element-wise spans ---------------------------------------------
+ * GCC keeps k_exp's clamps as branches (and so leaves the loop scalar) under
+ * -ftrapping-math; these spans are compiled without it. None of them reduces
+ * and none contracts a*b+c into an FMA (fp-contract=off), so every element
+ * gets exactly the operations of the scalar loop: the same bits at any
+ * vector width. The widest of AVX-512 / AVX2 / SSE2 is picked when libwhale
+ * is loaded (target_clones: an ifunc on the CPU's flags). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#pragma GCC push_options
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#define K_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
+#define K_VEC_POP 1
+#else
+#define K_VEC
+#endif
+
 /* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
- * vectorize (libm's expf/tanhf calls do not): Cody-Waite reduction
+ * vectorize (libm's expf/tanhf calls do not); defined inside the spans'
+ * options so it inlines into them (GCC does not inline across different
+ * -ftrapping-math): Cody-Waite reduction
  * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
-static inline float k_exp(float x)
+static inline __attribute__((always_inline)) float k_exp(float x)
 {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
@@ -32,6 +50,83 @@ static inline float k_exp(float x)
     union { float f; int32_t i; } u = { .f = p };
     u.i += (int32_t)n * (1 << 23);
     return u.f;
+}
+
+/* out (n) = gelu_tanh(inp (n)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
+K_VEC static void span_gelu_fwd(float *restrict out, const float *restrict inp, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + k_exp(-2.0f * u));
+    }
+}
+
+/* dinp (n) = gelu'(inp) * dout: s + 2 x s (1 - s) u', s = sigmoid(2u),
+ * u' = K (1 + 3 * 0.044715 x^2) */
+K_VEC static void span_gelu_bwd(float *restrict dinp, const float *restrict inp,
+                                const float *restrict dout, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + k_exp(-2.0f * u));
+        float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    }
+}
+
+/* r (n) = exp(r - mx); the caller sums the row in order afterwards */
+K_VEC static void span_exp_sub(float *restrict r, float mx, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++)
+        r[i] = k_exp(r[i] - mx);
+}
+
+/* r (n) *= a */
+K_VEC static void span_scale(float *restrict r, float a, int n)
+{
+#pragma omp simd
+    for (int i = 0; i < n; i++)
+        r[i] *= a;
+}
+
+#ifdef K_VEC_POP
+#pragma GCC pop_options
+#endif
+
+/* Largest of r (n), -inf for n == 0 or all-NaN rows (NaNs are skipped, as the
+ * scalar r > m ? r : m does). Eight running maxima instead of one break the
+ * 4-cycle dependency chain; max is exact, so the value is the same (a +0 / -0
+ * tie may pick the other zero, which no caller can tell apart: they only
+ * subtract it). */
+static float row_max(const float *r, int n)
+{
+    float m[8];
+    for (int k = 0; k < 8; k++)
+        m[k] = -INFINITY;
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            m[k] = r[i + k] > m[k] ? r[i + k] : m[k];
+    float mx = -INFINITY;
+    for (int k = 0; k < 8; k++)
+        mx = m[k] > mx ? m[k] : mx;
+    for (; i < n; i++)
+        mx = r[i] > mx ? r[i] : mx;
+    return mx;
+}
+
+/* Sum of r (n) in index order (kept scalar: the order fixes the bits). */
+static float row_sum(const float *r, int n)
+{
+    float s = 0;
+    for (int i = 0; i < n; i++)
+        s += r[i];
+    return s;
 }
 
 static int k_nthreads = 1;
@@ -123,6 +218,7 @@ static void k_colsum_acc(float *db, const float *dout, int N, int OC)
         float acc[CB] = { 0 };
         for (int n = 0; n < N; n++) {
             const float *r = dout + (size_t)n * OC;
+#pragma omp simd
             for (int c = c0; c < c1; c++)
                 acc[c - c0] += r[c];
         }
@@ -160,6 +256,7 @@ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, con
         }
         v /= C;
         float s = 1.0f / sqrtf(v + 1e-5f);
+#pragma omp simd
         for (int i = 0; i < C; i++)
             y[i] = (x[i] - m) * s * w[i] + b[i];
         mean[n] = m;
@@ -183,6 +280,7 @@ void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const
         }
         mdn /= C;
         mdnx /= C;
+#pragma omp simd
         for (int i = 0; i < C; i++) {
             float xh = (x[i] - m) * s, dn = dy[i] * w[i];
             dx[i] += s * (dn - mdn - xh * mdnx);
@@ -197,6 +295,7 @@ void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
             float m = mean[n], s = rstd[n];
+#pragma omp simd
             for (int c = c0; c < c1; c++) {
                 aw[c - c0] += dy[c] * (x[c] - m) * s;
                 ab[c - c0] += dy[c];
@@ -212,19 +311,10 @@ void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const
 /* Row t of a causal score matrix (T) -> probabilities over j <= t, 0 after. */
 static inline void k_causal_softmax_row(float *r, int t, int T)
 {
-    float mx = -INFINITY;
-    for (int j = 0; j <= t; j++)
-        mx = r[j] > mx ? r[j] : mx;
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j <= t; j++) {
-        float e = k_exp(r[j] - mx);
-        r[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-    for (int j = 0; j <= t; j++)
-        r[j] *= inv;
+    float mx = row_max(r, t + 1);
+    span_exp_sub(r, mx, t + 1);
+    float sum = row_sum(r, t + 1);
+    span_scale(r, 1.0f / sum, t + 1);
     for (int j = t + 1; j < T; j++)
         r[j] = 0;
 }
@@ -306,30 +396,41 @@ void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const flo
     }
 }
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+/* Static split of n elements over the threads, in 16-float (64-byte) units
+ * so every thread's span starts on the same alignment. */
+#define K_SPLIT(n, lo, hi)                                                               \
+    int64_t lo = 0, hi = (n);                                                            \
+    do {                                                                                 \
+        int nt_ = omp_get_num_threads(), id_ = omp_get_thread_num();                     \
+        int64_t per_ = (((n) + nt_ - 1) / nt_ + 15) / 16 * 16;                           \
+        lo = per_ * id_ < (n) ? per_ * id_ : (n);                                        \
+        hi = lo + per_ < (n) ? lo + per_ : (n);                                          \
+    } while (0)
 
-/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
 void k_gelu_fwd(float *out, const float *inp, int64_t n)
 {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = x / (1.0f + k_exp(-2.0f * u));
+#ifdef _OPENMP
+#pragma omp parallel
+    {
+        K_SPLIT(n, lo, hi);
+        span_gelu_fwd(out + lo, inp + lo, hi - lo);
     }
+#else
+    span_gelu_fwd(out, inp, n);
+#endif
 }
 
-/* d gelu / dx = s + 2 x s (1 - s) u', s = sigmoid(2u), u' = K (1 + 3 * 0.044715 x^2) */
 void k_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t n)
 {
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_K * (x + 0.044715f * x * x * x);
-        float s = 1.0f / (1.0f + k_exp(-2.0f * u));
-        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+#ifdef _OPENMP
+#pragma omp parallel
+    {
+        K_SPLIT(n, lo, hi);
+        span_gelu_bwd(dinp + lo, inp + lo, dout + lo, hi - lo);
     }
+#else
+    span_gelu_bwd(dinp, inp, dout, n);
+#endif
 }
 
 void k_add(float *out, const float *a, const float *b, int64_t n)
@@ -383,19 +484,10 @@ void k_softmax_xent_fwd(float *probs, float *losses, const int32_t *targets, int
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = probs + (size_t)n * V;
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++)
-            mx = r[i] > mx ? r[i] : mx;
-        float sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int i = 0; i < V; i++) {
-            float e = k_exp(r[i] - mx);
-            r[i] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < V; i++)
-            r[i] *= inv;
+        float mx = row_max(r, V);
+        span_exp_sub(r, mx, V);
+        float sum = row_sum(r, V);
+        span_scale(r, 1.0f / sum, V);
         losses[n] = -logf(r[targets[n]] > 1e-30f ? r[targets[n]] : 1e-30f);
     }
 }
@@ -405,8 +497,7 @@ void k_softmax_xent_bwd(float *probs, const int32_t *targets, float dloss, int N
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = probs + (size_t)n * V;
-        for (int i = 0; i < V; i++)
-            r[i] *= dloss;
+        span_scale(r, dloss, V);
         r[targets[n]] -= dloss;
     }
 }
@@ -457,11 +548,7 @@ void k_rows_max(float *mx, const float *x, int N, int V)
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float *r = x + (size_t)n * V;
-        float m = -INFINITY;
-        for (int i = 0; i < V; i++)
-            m = r[i] > m ? r[i] : m;
-        mx[n] = m;
+        mx[n] = row_max(x + (size_t)n * V, V);
     }
 }
 
@@ -474,14 +561,8 @@ void k_rows_exp_sum(float *x, float *sum, float *tl, const float *mx, const int3
         const float m = mx[n];
         int t = targets[n] - v0;
         tl[n] = t >= 0 && t < V ? r[t] - m : 0.0f;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < V; i++) {
-            float e = k_exp(r[i] - m);
-            r[i] = e;
-            s += e;
-        }
-        sum[n] = s;
+        span_exp_sub(r, m, V);
+        sum[n] = row_sum(r, V);
     }
 }
 
@@ -490,9 +571,7 @@ void k_rows_normalize(float *x, float *losses, const float *sum, const float *tl
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = x + (size_t)n * V;
-        float inv = 1.0f / sum[n];
-        for (int i = 0; i < V; i++)
-            r[i] *= inv;
+        span_scale(r, 1.0f / sum[n], V);
         losses[n] = logf(sum[n]) - tl[n];
     }
 }
@@ -503,8 +582,7 @@ void k_softmax_xent_bwd_tp(float *probs, const int32_t *targets, int v0, float d
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = probs + (size_t)n * V;
-        for (int i = 0; i < V; i++)
-            r[i] *= dloss;
+        span_scale(r, dloss, V);
         int t = targets[n] - v0;
         if (t >= 0 && t < V)
             r[t] -= dloss;

@@ -679,12 +679,15 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
                 const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
                 /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
                 double ss = 0;
-                bool bad1 = false;
-                if (counts_in_norm(e, l, p) &&
-                    whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
+                bool bad1 = false, summed = counts_in_norm(e, l, p);
+                if (summed && whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
                     ss = NAN; /* a failed reduction must not look like a clean gradient */
                 s += ss;
-                if (!b && whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
+                /* A finite sum of squares (no cancellation: every term is >= 0)
+                 * means no element is inf or NaN: skip the second pass over
+                 * the gradient (about 1 % of a gpt2-124m step on CPU). */
+                if (!b && !(summed && isfinite(ss)) &&
+                    whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
                     bad1 = true;
                 b = b || bad1;
             }
@@ -974,12 +977,25 @@ static int allgather_weights(whale_engine *e)
     return rc;
 }
 
+/* memset over the OpenMP pool in 4 MiB pieces: one thread clearing gpt2-124m's
+ * 500 MB of gradients took ~1 % of a 2-thread step while the other idled. */
+static void zero_floats(float *p, size_t n)
+{
+    enum { CH = 1 << 20 };
+    long nch = (long)((n + CH - 1) / CH);
+#pragma omp parallel for schedule(static) if (nch > 1)
+    for (long c = 0; c < nch; c++) {
+        size_t lo = (size_t)c * CH, len = n - lo < CH ? n - lo : CH;
+        memset(p + lo, 0, len * sizeof(float));
+    }
+}
+
 static void zero_grads(whale_engine *e)
 {
     if (e->G)
-        memset(e->G, 0, e->P * sizeof(float));
+        zero_floats(e->G, e->P);
     if (e->Gsh)
-        memset(e->Gsh, 0, e->S * sizeof(float));
+        zero_floats(e->Gsh, e->S);
 }
 
 /* Sum three scalars over the DP group. */
