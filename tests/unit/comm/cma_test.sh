@@ -13,7 +13,7 @@
 set -u
 run=$1 prog=$2
 args="--algos shm --colls allreduce,reduce_scatter,allgather --sizes 1,7,1001,65537"
-export WHALE_LOG=debug WHALE_SHM_CMA_MIN=1 WHALE_SHM_CMA_STEP=4096
+export WHALE_LOG=debug WHALE_SHM_CMA=1 WHALE_SHM_CMA_MIN=1 WHALE_SHM_CMA_STEP=4096
 
 out=$("$run" -n 3 --timeout 280 "$prog" $args 2>&1)
 rc=$?
