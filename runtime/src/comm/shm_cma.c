@@ -51,6 +51,9 @@
 #include "whale/error.h"
 #include "whale/log.h"
 
+_Static_assert(sizeof(((struct comm_shm_job *)0)->got) / sizeof(uint32_t) >= WHALE_SHM_MAX_RANKS,
+               "a read counter per member");
+
 static inline uint64_t ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 

@@ -5,6 +5,7 @@
 # cannot. Checked on 3 ranks, every dtype and reduction (comm_check, exact
 # results), with a 1-byte threshold and 4 KiB steps so that small vectors
 # cross many steps:
+#   0. a segment left by a dead creator is removed by the next one;
 #   1. all may read: the debug log says the single-copy path is on;
 #   2. task 1 refuses (WHALE_SHM_CMA=0 for it alone, as a member whose
 #      reads the kernel refuses would): it is off on every member and the
@@ -15,8 +16,19 @@ run=$1 prog=$2
 args="--algos shm --colls allreduce,reduce_scatter,allgather --sizes 1,7,1001,65537"
 export WHALE_LOG=debug WHALE_SHM_CMA=1 WHALE_SHM_CMA_MIN=1 WHALE_SHM_CMA_STEP=4096
 
+# 0. segments left by creators killed before unlinking them (comm/shm_seg.c):
+# the next creator removes those whose creator is gone and that are a
+# minute old; a fresh one (maybe another pid namespace's) stays
+sh -c 'exit 0' & dead=$!; wait $dead
+old=/dev/shm/whale-coll-$dead-1-g0-s999 new=/dev/shm/whale-coll-$dead-2-g0-s999
+: > "$old"; : > "$new"; touch -d '-2 minutes' "$old"
+trap 'rm -f "$old" "$new"' EXIT
+
 out=$("$run" -n 3 --timeout 280 "$prog" $args 2>&1)
 rc=$?
+if [ -e "$old" ] || [ ! -e "$new" ]; then
+  echo "cma_test: stale segment $( [ -e "$old" ] && echo kept || echo removed), fresh one $( [ -e "$new" ] && echo kept || echo removed) (want removed, kept)"; exit 1
+fi
 if [ "$rc" -ne 0 ]; then printf '%s\n' "$out" | tail -40; echo "cma_test: comm_check failed on the single-copy path (rc $rc)"; exit 1; fi
 on=$(printf '%s\n' "$out" | grep -c 'single copy from [0-9]* KiB: on')
 off=$(printf '%s\n' "$out" | grep -c 'single copy from [0-9]* KiB: off')
