@@ -10,10 +10,13 @@
 # A target is "not judged" when the 1-minute load average went above -L
 # during the run (default: 2 x cores): the figures are printed anyway.
 #
-#   contrib/bench/comm-vs-openmpi.sh [-b BUILD_DIR] [-B BASE_BUILD] [-r ROUNDS] [-n "2 4"]
-#                                    [-s "8 2097152 67108864"] [-i ITERS] [-L LOAD] [-m local|srun] [-P]
+#   contrib/bench/comm-vs-openmpi.sh [-b BUILD_DIR] [-B BASE_BUILD] [-E "VAR=VAL ..."] [-r ROUNDS]
+#                                    [-n "2 4"] [-s "8 2097152 67108864"] [-i ITERS] [-L LOAD]
+#                                    [-m local|srun] [-P]
 #
 # -B: also time another build (e.g. main's) in the same rounds ("base" columns).
+# -E: the base side runs with these variables (without -B: this build again),
+#     e.g. -E WHALE_SHM_CMA=0 times the slot path beside the single-copy one.
 # -P: run everything in a session of its own whose autogroup has nice -20
 #     (root only). On a machine shared with other sessions the kernel splits
 #     the CPU per session first, so a busy neighbour starves both sides
@@ -34,10 +37,12 @@ iters=20
 mode=local
 maxload=$(( 2 * $(nproc) ))
 prio=0
-while getopts "b:B:r:n:s:i:m:L:Ph" o; do
+base_env=""
+while getopts "b:B:E:r:n:s:i:m:L:Ph" o; do
   case $o in
     b) build=$OPTARG ;;
     B) base=$OPTARG ;;
+    E) base_env=$OPTARG ;;
     r) rounds=$OPTARG ;;
     n) ranks=$OPTARG ;;
     s) sizes=$OPTARG ;;
@@ -45,7 +50,7 @@ while getopts "b:B:r:n:s:i:m:L:Ph" o; do
     m) mode=$OPTARG ;;
     L) maxload=$OPTARG ;;
     P) prio=1 ;;
-    h) sed -n '2,27p' "$0"; exit 0 ;;
+    h) sed -n '2,30p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -57,6 +62,7 @@ if [ "$prio" = 1 ] && [ -z "${WHALE_BENCH_PRIO:-}" ]; then
     bash "$0" "$@"
 fi
 prio_note=""
+[ -n "$base_env" ] && [ -z "$base" ] && base=$build
 [ -n "${WHALE_BENCH_PRIO:-}" ] && prio_note=", -P: own session at nice -20"
 run=$build/runtime/tools/run/whale-run
 bench=$build/runtime/tools/bench/whale-bench
@@ -105,7 +111,8 @@ for ((r = 0; r < rounds; r++)); do
     # same conditions, rounds interleaved
     for s in $sizes; do
       whale_side "$bench" "$n" "$s" >> "$tmp/w$n" || echo "whale-bench failed: $n ranks, $s bytes" >&2
-      [ -z "$base" ] || whale_side "$base/runtime/tools/bench/whale-bench" "$n" "$s" >> "$tmp/b$n" || true
+      [ -z "$base" ] || ( for v in $base_env; do export "${v?}"; done
+                          whale_side "$base/runtime/tools/bench/whale-bench" "$n" "$s" ) >> "$tmp/b$n" || true
     done
     mpi_side "$n" >> "$tmp/m$n" || echo "Open MPI failed for $n ranks (see above)" >&2
     if [ "$mode" = local ] && [ "$big" -ge 1048576 ]; then
@@ -120,6 +127,7 @@ col() { awk -v s="$1" -v c="$2" '$1 == s {print $c}' "$3" 2>/dev/null; }
 printf '# allreduce float32 sum, %s, %d rounds of %d iterations (host %s, %s cores, load %s-%s%s)\n' \
   "$([ "$mode" = srun ] && echo "srun, one rank per node, TCP" || echo "one node, shared memory")" \
   "$rounds" "$iters" "$(hostname)" "$(nproc)" "$lmin" "$lmax" "$prio_note"
+[ -z "$base" ] || echo "# base columns: $base${base_env:+ with $base_env}"
 printf '# %5s %11s | %9s %9s %8s %6s | %9s %9s %8s | %8s %8s %8s | %8s' ranks bytes \
   whale_us best_us busbw algo ompi_us best_us busbw bw_ratio best lat_ratio copyring
 [ -z "$base" ] || printf ' | %8s %7s' base_bw vs_base

@@ -95,6 +95,11 @@ struct comm_shm_job {
     uint32_t nsteps, s1, s2, s3;
     int avg_div;
     bool balanced;         /* blocks: balanced partition of count (else q * count) */
+    /* the single-copy path (shm_cma.c): phase 0 publish, 1 wait for the
+     * peers' buffers, 2 reduce / read, 3 wait until no peer reads mine */
+    bool cma;
+    uint8_t phase;
+    uint32_t got[64];      /* [q] steps of peer q's block read so far (WHALE_SHM_MAX_RANKS) */
 };
 
 struct comm_stage {
@@ -184,6 +189,9 @@ struct whale_ctx {
     void *shm_wait;           /* struct comm_shm_bell a blocked shared-memory stage waits on (lock held) */
     uint32_t shm_wait_seen;   /* the bell's value before that stage looked at the flags */
     size_t shm_chunk;         /* WHALE_SHM_CHUNK: bytes of the vector per shared-memory step */
+    bool shm_cma;             /* WHALE_SHM_CMA: single-copy path for large vectors (shm_cma.c) */
+    size_t shm_cma_min;       /* WHALE_SHM_CMA_MIN: bytes from which it is taken */
+    size_t shm_cma_step;      /* WHALE_SHM_CMA_STEP: bytes of a block reduced per step */
     int window;               /* chains in flight */
     int forced_algo[COMM_COLL_COUNT_]; /* WHALE_COLL_ALGO */
     whale_group *world, *tp, *pp, *dp, *all;

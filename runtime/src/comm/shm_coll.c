@@ -78,6 +78,9 @@ int comm_shm_build(comm_op_t *op, struct comm_stage *stg, int coll, const void *
     j->cb = sh->slot / ((size_t)p * esz);
     if (!j->cb)
         return WHALE_EINVAL;
+    /* large vectors: straight from the peers' buffers (shm_cma.c) */
+    if (comm_shm_cma_build(sh, j, coll, esz) == 0)
+        goto gen;
     switch (coll) {
     case COMM_ALLREDUCE:
         if (count * esz <= SMALL_BYTES && count * esz <= sh->slot) {
@@ -239,6 +242,8 @@ int comm_shm_advance(comm_op_t *op, struct comm_stage *stg, int *events)
     const enum whale_op rop = op->rop == WHALE_AVG ? WHALE_SUM : op->rop;
     const bool has_in = j->kind != SHM_ALLGATHER;
     const bool has_out = j->kind == SHM_ALLREDUCE || j->kind == SHM_ALLGATHER;
+    if (j->cma)
+        return comm_shm_cma_advance(stg, op->dtype, rop, esz, events);
     struct comm_shm_flags *me = &sh->flags[sh->r];
     const uint64_t D = COMM_SHM_DEPTH;
     for (;;) {

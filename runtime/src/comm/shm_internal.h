@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/comm.h"
+
 #define COMM_SHM_DEPTH 4
 #define WHALE_SHM_MAX_RANKS 64 /* larger groups keep the schedules */
 #define COMM_SHM_LINE 64
@@ -22,8 +24,14 @@ struct comm_shm_flags {
     uint64_t cin;   /* my input slot of this generation is filled */
     uint64_t red;   /* I have reduced this generation (read every input slot) */
     uint64_t fin;   /* I have copied this generation's output slot out */
-    char pad[COMM_SHM_LINE - 3 * sizeof(uint64_t)];
+    /* the single-copy path (shm_cma.c): peers read my buffers directly */
+    uint64_t pid;   /* my getpid(), for process_vm_readv */
+    uint64_t probe; /* address of my probe word (shm_seg.c) */
+    uint64_t xgen;  /* the single-copy job starting at this generation published: */
+    uint64_t xsend; /*   its send buffer */
+    uint64_t xrecv; /*   and its receive buffer */
 };
+_Static_assert(sizeof(struct comm_shm_flags) == COMM_SHM_LINE, "one cache line per member");
 
 /* The doorbell (first line of the segment): every flag store rings it;
  * a member with nothing to do sleeps on it (futex) once it has spun a
@@ -47,7 +55,12 @@ struct comm_shm {
     char *out;                     /* [depth][slot] */
     uint64_t next_gen;             /* generation of the next step built (same on every member) */
     char name[80];
-    bool linked;                   /* the name still exists (creator, before everyone mapped it) */
+    bool linked;
+    /* single-copy path (shm_cma.c), agreed by every member at setup */
+    bool cma;                      /* process_vm_readv works between every pair */
+    size_t cma_min;                /* vectors of at least this many bytes take it */
+    size_t cma_step;               /* bytes of a block reduced per step (cache-sized) */
+    char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */                   /* the name still exists (creator, before everyone mapped it) */
 };
 
 static inline size_t comm_shm_bytes(int p, size_t slot)
@@ -60,5 +73,18 @@ static inline size_t comm_shm_bytes(int p, size_t slot)
  * bell still reads `seen` (shm_coll.c). */
 void comm_shm_ring(struct comm_shm_bell *d);
 void comm_shm_sleep(struct comm_shm_bell *d, uint32_t seen, long timeout_us);
+
+/* shm_cma.c: the single-copy path. comm_shm_cma_publish writes my pid and
+ * probe word into my flag line (permit: let peers read me where Yama
+ * restricts ptrace to ancestors); comm_shm_cma_probe checks that this
+ * member can read every peer's memory (after every member published); comm_shm_cma_build fills a job when the vector is large enough
+ * (returns 1 when it did not: take the slot path); comm_shm_cma_advance
+ * runs it like comm_shm_advance. */
+void comm_shm_cma_publish(struct comm_shm *sh, bool permit);
+bool comm_shm_cma_probe(const struct comm_shm *sh);
+struct comm_shm_job;
+int comm_shm_cma_build(struct comm_shm *sh, struct comm_shm_job *j, int coll, size_t esz);
+int comm_shm_cma_advance(struct comm_stage *stg, enum whale_dtype t, enum whale_op rop, size_t esz,
+                         int *events);
 
 #endif

@@ -10,6 +10,7 @@
  * allreduce over the group (members that see different /dev/shm, a full
  * tmpfs), so every member takes the same path afterwards. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
@@ -24,10 +26,42 @@
 #include "whale/error.h"
 #include "whale/log.h"
 
+/* A creator killed between creating its segment and unlinking it (the
+ * others never came) leaves the name in /dev/shm: the next creator on the
+ * node removes those whose creator is gone. The name says who made it (pid
+ * and start time); only segments a minute old are touched, in case this
+ * /dev/shm is shared with another pid namespace, where a live creator's
+ * pid would look gone from here. */
+static void reap_dead(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long pid, start;
+        unsigned gid, seq;
+        if (sscanf(e->d_name, "whale-coll-%lld-%lld-g%u-s%u", &pid, &start, &gid, &seq) != 4)
+            continue;
+        struct stat stb;
+        struct comm_proc_id id = { pid, start };
+        if (fstatat(dirfd(d), e->d_name, &stb, 0) != 0 || now - stb.st_mtime < 60 ||
+            comm_proc_alive(&id) != 0)
+            continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0)
+            whale_debug("removed %s: its creator (pid %lld) is gone", name, pid);
+    }
+    closedir(d);
+}
+
 static int map_segment(struct comm_shm *sh, bool create, const char **why)
 {
     int fd = -1;
     if (create) {
+        reap_dead();
         fd = shm_open(sh->name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0 && errno == EEXIST) {
             /* left by a killed creator with our pid and start time: cannot be
@@ -71,6 +105,7 @@ static int map_segment(struct comm_shm *sh, bool create, const char **why)
 
 static void drop(struct comm_shm *sh)
 {
+    free(sh->scratch);
     if (sh->base)
         munmap(sh->base, sh->len);
     if (sh->linked)
@@ -90,7 +125,8 @@ int comm_shm_prepare(whale_group *g)
     g->shm_state = COMM_SHM_SETUP; /* the agreement below takes the other paths */
     struct comm_shm *sh = calloc(1, sizeof *sh);
     /* the creator's step size wins: every member maps the same layout */
-    int64_t hdr[2] = { sh != NULL, (int64_t)ctx->shm_chunk };
+    int64_t hdr[4] = { sh != NULL, (int64_t)ctx->shm_chunk, (int64_t)ctx->shm_cma_min,
+                       (int64_t)ctx->shm_cma_step };
     const char *why = sh ? NULL : "out of memory";
     if (sh) {
         const struct comm_proc_id *lead = &ctx->procs[g->tasks[0]];
@@ -103,13 +139,17 @@ int comm_shm_prepare(whale_group *g)
         sh->slot = ctx->shm_chunk;
         sh->len = comm_shm_bytes(sh->p, sh->slot);
         hdr[0] = map_segment(sh, true, &why) == 0;
+        if (hdr[0])
+            comm_shm_cma_publish(sh, ctx->shm_cma);
     }
-    int rc = whale_broadcast(g, hdr, 2, WHALE_INT64, 0);
+    int rc = whale_broadcast(g, hdr, 4, WHALE_INT64, 0);
     if (!rc && g->rank != 0 && sh) {
         if (hdr[0]) {
             sh->slot = (size_t)hdr[1];
             sh->len = comm_shm_bytes(sh->p, sh->slot);
             hdr[0] = map_segment(sh, false, &why) == 0;
+            if (hdr[0])
+                comm_shm_cma_publish(sh, ctx->shm_cma);
         } else {
             why = "rank 0 could not create it";
         }
@@ -130,11 +170,26 @@ int comm_shm_prepare(whale_group *g)
         g->shm_state = COMM_SHM_OFF;
         return rc2;
     }
+    /* every member published its pid and probe word before the agreement
+     * above: now each checks it can read every peer, and all agree */
+    sh->cma_min = (size_t)hdr[2];
+    sh->cma_step = (size_t)hdr[3];
+    int32_t cma = ctx->shm_cma && sh->cma_step &&
+                  (sh->scratch = aligned_alloc(COMM_SHM_LINE, 2 * sh->cma_step)) != NULL &&
+                  comm_shm_cma_probe(sh);
+    int32_t cma_all = 0;
+    if ((rc = whale_allreduce(g, &cma, &cma_all, 1, WHALE_INT32, WHALE_MIN))) {
+        drop(sh);
+        g->shm_state = COMM_SHM_OFF;
+        return rc;
+    }
+    sh->cma = cma_all;
     sh->next_gen = 1;
     g->shm = sh;
     g->shm_state = COMM_SHM_READY;
-    whale_debug("shared-memory collectives on for a group of %d (%zu KiB steps, %zu KiB segment)",
-                g->size, sh->slot >> 10, sh->len >> 10);
+    whale_debug("shared-memory collectives on for a group of %d (%zu KiB steps, %zu KiB segment; "
+                "single copy from %zu KiB: %s)",
+                g->size, sh->slot >> 10, sh->len >> 10, sh->cma_min >> 10, sh->cma ? "on" : "off");
     return 0;
 }
 
