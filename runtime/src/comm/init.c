@@ -39,15 +39,17 @@ static int env_double(const char *name, double lo, double hi, double dflt, doubl
 
 static int read_knobs(whale_ctx *ctx)
 {
-    double t, chunk, window, shm_chunk;
+    double t, chunk, window, shm_chunk, sleep_after;
     bool shm;
     int rc;
     if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
         (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
         (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)) ||
         (rc = whale_env_bool("WHALE_SHM", true, &shm)) ||
-        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 256 << 10, &shm_chunk)))
+        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 256 << 10, &shm_chunk)) ||
+        (rc = env_double("WHALE_PROGRESS_SLEEP", 0, 1 << 20, COMM_SLEEP_AFTER, &sleep_after)))
         return rc;
+    ctx->sleep_after = (int)sleep_after;
     ctx->shm_mode = shm;
     ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces */
     ctx->peer_timeout = t;
