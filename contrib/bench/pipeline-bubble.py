@@ -31,7 +31,7 @@ time of the steps after the first:
   theory         = (p-1)/m (1F1B, GPipe) or (p-1)/(v m) (interleaved)
 
     python3 contrib/bench/pipeline-bubble.py [--build build] [--rounds 3]
-        [--part executor|training|both] [--pp 2] [--steps 8]
+        [--part executor|training|both] [--pp 2] [--steps 8] [--sleep-modes 0,32]
 """
 import argparse
 import json
@@ -49,11 +49,14 @@ def load1():
         return float(f.read().split()[0])
 
 
-def run_pp_sleep(build, p, m, sched, v, steps, extra):
+def run_pp_sleep(build, p, m, sched, v, steps, extra, sleep_mode=None):
+    env = dict(os.environ)
+    if sleep_mode is not None:
+        env["WHALE_PROGRESS_SLEEP"] = str(sleep_mode)
     cmd = [os.path.join(build, "runtime/tools/run/whale-run"), "-n", str(p), "--pp", str(p),
            "--no-label", "--timeout", "300", os.path.join(build, "tests/unit/parallel/pp_sleep"),
            "--schedule", sched, "--interleave", str(v), "-m", str(m), "--steps", str(steps)]
-    out = subprocess.run(cmd + extra, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd + extra, check=True, capture_output=True, text=True, env=env).stdout
     res = [l for l in out.splitlines() if l.startswith("RESULT ")]
     line = [l for l in out.splitlines() if l.startswith("pp_sleep: ")]
     kv = dict(x.split("=", 1) for x in res[-1].split()[1:])
@@ -63,10 +66,12 @@ def run_pp_sleep(build, p, m, sched, v, steps, extra):
 def executor_part(args):
     cores = os.cpu_count() or 1
     cases = []
+    modes = [None] if not args.sleep_modes else [int(x) for x in args.sleep_modes.split(",")]
     for p in (2, 4):
         for m in (4, 8, 16):
             for sched, v in (("1f1b", 1), ("interleaved", 2)):
-                cases.append((p, m, sched, v))
+                for mode in modes:
+                    cases.append((p, m, sched, v, mode))
     print("== executor: passes sleep F=%g ms / B=%g ms per stage (split over v chunks), "
           "%d steps per run, %d interleaved rounds; load %.1f on %d cores" % (
               args.fwd_ms, args.bwd_ms, args.exec_steps, args.rounds, load1(), cores))
@@ -75,20 +80,21 @@ def executor_part(args):
     extra = ["--fwd-ms", str(args.fwd_ms), "--bwd-ms", str(args.bwd_ms)]
     for r in range(args.rounds):
         for c in cases:
-            p, m, sched, v = c
+            p, m, sched, v, mode = c
             l0 = load1()
-            kv, line = run_pp_sleep(args.build, p, m, sched, v, args.exec_steps, extra)
+            kv, line = run_pp_sleep(args.build, p, m, sched, v, args.exec_steps, extra, mode)
             loads[c] += [l0, load1()]
             got[c].append(kv)
             if args.verbose:
                 print("  round %d: %s" % (r + 1, line))
             sys.stdout.flush()
-    print("%-12s %2s %2s %3s %8s %8s %8s %8s %7s %6s %6s %7s  %s" % (
-        "schedule", "p", "v", "m", "theory", "idle", "best", "nominal", "ratio", "waits",
+    print("%-12s %5s %2s %2s %3s %8s %8s %8s %8s %7s %6s %6s %7s  %s" % (
+        "schedule", "sleep", "p", "v", "m", "theory", "idle", "best", "nominal", "ratio", "waits",
         "preempt", "prog ms", "target idle <= 1.2 x theory"))
-    met = judged = 0
+    met = {}
+    judged = {}
     for c in cases:
-        p, m, sched, v = c
+        p, m, sched, v, mode = c
         rows = got[c]
         th = float(rows[0]["theory"])
         idle = statistics.median(float(k["idle"]) for k in rows)
@@ -102,13 +108,17 @@ def executor_part(args):
         if lmax > cores:
             verdict = "not judged (load up to %.1f)" % lmax
         else:
-            judged += 1
-            met += ok
+            judged[mode] = judged.get(mode, 0) + 1
+            met[mode] = met.get(mode, 0) + ok
             verdict = "met" if ok else "NOT MET"
-        print("%-12s %2d %2d %3d %8.3f %8.3f %8.3f %8.3f %6.2fx %6.1f %6.1f %7.1f  %s" % (
-            sched, p, v, m, th, idle, best, nom, idle / th, waits, pre, prog, verdict))
-    print("summary: %d of %d cases judged, %d met; %d not judged (load)" % (
-        judged, len(cases), met, len(cases) - judged))
+        print("%-12s %5s %2d %2d %3d %8.3f %8.3f %8.3f %8.3f %6.2fx %6.1f %6.1f %7.1f  %s" % (
+            sched, "dflt" if mode is None else mode, p, v, m, th, idle, best, nom, idle / th,
+            waits, pre, prog, verdict))
+    for mode in modes:
+        n = len(cases) // len(modes)
+        print("summary (WHALE_PROGRESS_SLEEP=%s): %d of %d cases judged, %d met; %d not judged "
+              "(load)" % ("default" if mode is None else mode, judged.get(mode, 0), n,
+                          met.get(mode, 0), n - judged.get(mode, 0)))
 
 
 def run_train(build, tmp, name, ntasks, pp, extra, steps, micro, m):
@@ -138,6 +148,10 @@ def main():
     ap.add_argument("--fwd-ms", type=float, default=10)
     ap.add_argument("--bwd-ms", type=float, default=20)
     ap.add_argument("-v", "--verbose", action="store_true", help="every pp_sleep line")
+    ap.add_argument("--sleep-modes", default="",
+                    help="comma list of WHALE_PROGRESS_SLEEP values to compare, rounds "
+                         "interleaved (0: the old yield loop; default 32: sleep on the UCX "
+                         "event fd); the 'prog ms' column is the progress thread's CPU per step")
     args = ap.parse_args()
     p = args.pp
     if args.part in ("executor", "both"):

@@ -160,6 +160,11 @@ struct comm_proc_id comm_proc_self(void);
 /* 1 alive, 0 gone, -1 cannot tell (not visible from here). */
 int comm_proc_alive(const struct comm_proc_id *id);
 
+/* Kernel sleeps of the progress engine (whale_progress_stats). */
+struct comm_sleep_stats {
+    uint64_t sleeps, woke_event, woke_wake, woke_timeout, busy;
+};
+
 struct whale_ctx {
     struct boot boot;
     pthread_mutex_t lock;
@@ -183,6 +188,9 @@ struct whale_ctx {
     double peer_timeout;      /* seconds */
     bool oversubscribed;      /* more tasks on this node than usable cores */
     int spin;                 /* idle polls before yielding the core */
+    int sleep_after;          /* WHALE_PROGRESS_SLEEP: yields before sleeping on the event fd, 0 never */
+    bool sleeping;            /* a thread sleeps in poll() on efd/wakefd (lock held to change) */
+    struct comm_sleep_stats sleep_stats[2]; /* progress_sleep.c: [0] progress thread, [1] waiters (lock held) */
     struct comm_link link[COMM_LINK_NCLASS];
     size_t chunk_bytes;       /* pipelining chunk of ring algorithms */
     int shm_mode;             /* WHALE_SHM: 0 off, 1 on where possible */
@@ -205,6 +213,24 @@ struct whale_ctx {
     int nregions;             /* registered RMA regions (rma.c) */
     struct comm_rmat *rmat;   /* RMA emulated over tags (rma_tag.c), or NULL */
 };
+
+/* progress_sleep.c: sleeping in the kernel while nothing moves. */
+/* Default of WHALE_PROGRESS_SLEEP: yields before a thread sleeps on the
+ * event fd (a few: a peer a step behind on another core usually answers
+ * within them; more only burn the core the compute threads need). */
+#define COMM_SLEEP_AFTER 32
+/* Seconds a sleep may last while operations are posted: the next heartbeat,
+ * the next pid check of the watchdog, a fraction of the peer timeout. <0:
+ * no bound (idle, nothing to check). lock held. */
+double comm_sleep_bound(whale_ctx *ctx);
+/* Arm the UCX worker and sleep in poll() on its event fd and the wake
+ * eventfd for at most max_s (<0: no bound). lock held on entry and exit,
+ * dropped while asleep. 1: slept; 0: did not (the worker had events:
+ * progress again; another thread sleeps already; no event fd). */
+int comm_sleep_armed(whale_ctx *ctx, double max_s, bool waiter);
+/* An operation completed or work arrived: end a sleep of another thread
+ * (the sleeper may be waiting for exactly this). lock held. */
+void comm_sleep_kick(whale_ctx *ctx);
 
 /* Wake the progress thread (new work, a waiter left, stop). lock held. */
 void comm_wake(whale_ctx *ctx);

@@ -3,8 +3,10 @@
  * Whoever holds ctx->lock may progress: a thread blocked in whale_wait (it
  * spins, so a blocking collective costs no thread hand-off) or the progress
  * thread, which only works while non-blocking requests are pending and no
- * caller is waiting, and backs off to short sleeps when nothing moves (the
- * CPU is shared with compute threads). */
+ * caller is waiting. When nothing moves, either backs off: a short spin, a
+ * few yields, then a sleep in the kernel on the UCX event fd
+ * (progress_sleep.c), so a posted receive costs no CPU the compute threads
+ * need. */
 #include <errno.h>
 #include <poll.h>
 #include <unistd.h>
@@ -209,8 +211,8 @@ static int op_advance(comm_op_t *op, int *events)
 
 static void complete(whale_ctx *ctx, comm_op_t *op)
 {
-    (void)ctx;
     atomic_store_explicit(&op->done, 1, memory_order_release);
+    comm_sleep_kick(ctx); /* a waiter asleep on its event fd may want this one */
     comm_op_unref(op); /* the engine's reference */
 }
 
@@ -306,6 +308,8 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
     }
     if (atomic_load(&ctx->nwaiters) == 0 && ctx->thread_running)
         comm_wake(ctx);
+    else
+        comm_sleep_kick(ctx); /* a sleeping waiter progresses for everyone */
     pthread_mutex_unlock(&ctx->lock);
     return 0;
 }
@@ -313,8 +317,10 @@ int comm_submit(whale_ctx *ctx, comm_op_t *op)
 /* Back-off while nothing moves. With at most one rank per core, spin
  * (yielding the core would hand it to another process for a whole time
  * slice and every rendezvous step would wait for it); with more ranks than
- * cores, yield soon so that the peer we wait for can run. After a long
- * quiet spell (a straggling peer) sleep briefly. */
+ * cores, yield soon so that the peer we wait for can run. After a few
+ * yields the caller sleeps on the event fd (try_sleep); where it cannot
+ * (WHALE_PROGRESS_SLEEP=0, no event fd) a long quiet spell (a straggling
+ * peer) ends in short sleeps. */
 static void relax(const whale_ctx *ctx, int idle, void *bell, uint32_t seen)
 {
     int spin = ctx->oversubscribed ? 16 : ctx->spin;
@@ -342,6 +348,23 @@ static void relax(const whale_ctx *ctx, int idle, void *bell, uint32_t seen)
     }
 }
 
+/* After spin polls and ctx->sleep_after yields without an event: sleep in
+ * the kernel until the worker signals, another thread kicks, or a deadline.
+ * lock held. 1: slept (progress again at once). */
+static int try_sleep(whale_ctx *ctx, int idle, int spin, bool waiter)
+{
+    if (ctx->sleep_after <= 0 || idle < spin + ctx->sleep_after || !ctx->nactive || ctx->stop)
+        return 0;
+    if (ctx->sleeping) {
+        /* the progress thread sleeps: a waiter progresses itself, so the
+         * thread would only wake to park; wake it now and sleep next */
+        if (waiter)
+            comm_sleep_kick(ctx);
+        return 0;
+    }
+    return comm_sleep_armed(ctx, comm_sleep_bound(ctx), waiter);
+}
+
 static int wait_counted(whale_req *req);
 
 int whale_wait(whale_req *req)
@@ -363,9 +386,12 @@ static int wait_counted(whale_req *req)
         int ev = comm_progress(ctx);
         void *bell = ctx->shm_wait;
         uint32_t seen = ctx->shm_wait_seen;
-        pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        relax(ctx, idle, ev ? NULL : bell, seen);
+        bool slept = !ev && !bell && !atomic_load_explicit(&req->done, memory_order_acquire) &&
+                     try_sleep(ctx, idle, ctx->oversubscribed ? 16 : ctx->spin, true);
+        pthread_mutex_unlock(&ctx->lock);
+        if (!slept)
+            relax(ctx, idle, ev ? NULL : bell, seen);
     }
     pthread_mutex_lock(&ctx->lock);
     int st = req->status;
@@ -438,8 +464,8 @@ void comm_wake(whale_ctx *ctx)
  * heartbeat is due. ctx->lock held on entry and exit. */
 static void idle_sleep(whale_ctx *ctx)
 {
-    double d = ctx->el ? el_next_deadline(ctx) : -1;
-    if (ctx->efd < 0) {
+    double d = comm_sleep_bound(ctx);
+    if (ctx->efd < 0 || ctx->wakefd < 0) {
         if (d < 0) {
             pthread_cond_wait(&ctx->cond, &ctx->lock);
         } else {
@@ -452,19 +478,8 @@ static void idle_sleep(whale_ctx *ctx)
         }
         return;
     }
-    /* Arm only once the worker has nothing left to do (else UCS_ERR_BUSY). */
-    if (ucp_worker_arm(ctx->worker) != UCS_OK)
-        return;
-    struct pollfd pf[2] = { { .fd = ctx->efd, .events = POLLIN }, { .fd = ctx->wakefd, .events = POLLIN } };
-    int ms = d < 0 ? -1 : (int)(d * 1000.0) + 1;
-    pthread_mutex_unlock(&ctx->lock);
-    int n = poll(pf, 2, ms);
-    if (n > 0 && (pf[1].revents & POLLIN)) {
-        uint64_t v;
-        ssize_t r = read(ctx->wakefd, &v, sizeof v);
-        (void)r;
-    }
-    pthread_mutex_lock(&ctx->lock);
+    /* busy (events left to progress): the caller loops */
+    comm_sleep_armed(ctx, d, false);
 }
 
 static void *progress_main(void *arg)
@@ -473,6 +488,8 @@ static void *progress_main(void *arg)
     /* Short sleeps should be short: the default 50 us slack would add
      * latency to every rendezvous step of a non-blocking transfer. */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    /* named, so that benchmarks can read its CPU time in /proc */
+    prctl(PR_SET_NAME, "whale-progress", 0, 0, 0);
     int idle = 0;
     pthread_mutex_lock(&ctx->lock);
     while (!ctx->stop) {
@@ -500,9 +517,14 @@ static void *progress_main(void *arg)
         int ev = comm_progress(ctx);
         void *bell = ctx->shm_wait;
         uint32_t seen = ctx->shm_wait_seen;
-        pthread_mutex_unlock(&ctx->lock);
         idle = ev ? 0 : idle + 1;
-        /* the thread shares cores with compute: always the polite policy */
+        /* the thread shares cores with compute: after 16 polls and a few
+         * yields, sleep until the worker signals (a pipeline receive posted
+         * for a whole pass costs no CPU) */
+        if (!ev && !bell && atomic_load(&ctx->nwaiters) == 0 && try_sleep(ctx, idle, 16, false))
+            continue;
+        pthread_mutex_unlock(&ctx->lock);
+        /* always the polite policy */
         relax(&(whale_ctx){ .oversubscribed = true }, idle, ev ? NULL : bell, seen);
         pthread_mutex_lock(&ctx->lock);
     }

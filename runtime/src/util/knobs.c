@@ -60,6 +60,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_PLAN", "contract", "", "the plan: inline JSON (starts with '{') or a path" },
     { "WHALE_PP", "contract", "", "pipeline-parallel degree" },
     { "WHALE_PP_RANK", "contract", "", "this rank's pipeline stage" },
+    { "WHALE_PROGRESS_SLEEP", "int", "32", "yields of a waiting thread before it sleeps on the UCX event fd (0..1048576, 0: never, yield and nap)" },
     { "WHALE_RANK", "contract", "", "logical rank of this task (-1 for a spare)" },
     { "WHALE_RANKMAP", "contract", "", "logical rank -> task id, compact, or @FILE" },
     { "WHALE_REDUNDANCY_EVERY", "int", "1", "elastic steps: refresh the in-memory copy every K steps (0: local rollback only)" },

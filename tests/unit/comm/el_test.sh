@@ -14,7 +14,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do runargs="$runargs $1"; shift; done
 out=$("$run" $runargs --keep-going --timeout 280 "$prog" "$@" 2>&1)
 rc=$?
 printf '%s\n' "$out" | grep -v ': trace:'
-ok=$(printf '%s\n' "$out" | grep -c 'el_check: .*OK')
+ok=$(printf '%s\n' "$out" | grep -c "$(basename "$prog"): .*OK")
 fail=0
 if [ "$rc" -ne "$want_rc" ]; then echo "el_test: whale-run exited $rc, want $want_rc"; fail=1; fi
 if [ "$ok" -ne "$want_ok" ]; then echo "el_test: $ok task(s) OK, want $want_ok"; fail=1; fi
