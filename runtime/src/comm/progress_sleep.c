@@ -14,6 +14,7 @@
  *
  * One thread sleeps at a time (ctx->sleeping): the eventfd wakes one
  * reader, and a second sleeper could miss a kick meant for it. */
+#define _GNU_SOURCE /* ppoll */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
