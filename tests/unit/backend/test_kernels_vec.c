@@ -1,0 +1,144 @@
+/* The vectorized CPU kernels (GELU, softmax rows, cross-entropy: spans
+ * compiled for AVX-512 / AVX2 / SSE2 in backend/kernels.c) give the same
+ * bits as the scalar loops they replaced, written out again here as the
+ * reference, for 1 and 2 threads and on values that hit k_exp's clamps. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kernels.h"
+#define TESTRAND_SEED 0x5eed5eed12345ULL
+#include "testrand.h"
+
+/* The scalar reference: kernels.c's k_exp and loops before vectorization. */
+static float ref_exp(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f;
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
+              r * (1.0f / 720))))));
+    union { float f; int32_t i; } u = { .f = p };
+    u.i += (int32_t)n * (1 << 23);
+    return u.f;
+}
+
+#define K 0.7978845608028654f
+
+static void ref_gelu_fwd(float *out, const float *inp, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = K * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + ref_exp(-2.0f * u));
+    }
+}
+
+static void ref_gelu_bwd(float *dinp, const float *inp, const float *dout, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = K * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + ref_exp(-2.0f * u));
+        float du = K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
+    }
+}
+
+static void ref_xent_fwd(float *probs, float *losses, const int32_t *targets, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        float *r = probs + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++)
+            mx = r[i] > mx ? r[i] : mx;
+        float sum = 0;
+        for (int i = 0; i < V; i++) {
+            float e = ref_exp(r[i] - mx);
+            r[i] = e;
+            sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++)
+            r[i] *= inv;
+        losses[n] = -logf(r[targets[n]] > 1e-30f ? r[targets[n]] : 1e-30f);
+    }
+}
+
+/* n values spread over [-60, 60] plus ones past the clamps, zeros and an
+ * odd length (a vector tail) */
+static float *inputs(int64_t n)
+{
+    float *x = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(x);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = 60.0f * frand();
+    const float edge[] = { 0.0f, -0.0f, 100.0f, -100.0f, 43.6f, -44.0f, 1e-20f, -1e-20f };
+    for (size_t k = 0; k < sizeof edge / sizeof edge[0] && (int64_t)k < n; k++)
+        x[k * 7 % n] = edge[k];
+    return x;
+}
+
+static void test_gelu_bits(void **state)
+{
+    (void)state;
+    const int64_t n = 100003;
+    float *x = inputs(n), *dy = inputs(n);
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int th = 1; th <= 2; th++) {
+        k_set_threads(th);
+        k_gelu_fwd(a, x, n);
+        ref_gelu_fwd(b, x, n);
+        assert_memory_equal(a, b, sizeof(float) * n);
+        k_gelu_bwd(a, x, dy, n);
+        ref_gelu_bwd(b, x, dy, n);
+        assert_memory_equal(a, b, sizeof(float) * n);
+    }
+    free(x);
+    free(dy);
+    free(a);
+    free(b);
+}
+
+static void test_xent_bits(void **state)
+{
+    (void)state;
+    const int N = 5, V = 50257; /* GPT-2's vocabulary: an odd row length */
+    float *lg = inputs((int64_t)N * V);
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    float la[5], lb[5];
+    int32_t tg[5] = { 0, 7, V - 1, 12345, 3 * 7 };
+    assert_non_null(a);
+    assert_non_null(b);
+    for (int th = 1; th <= 2; th++) {
+        k_set_threads(th);
+        memcpy(a, lg, sizeof(float) * N * V);
+        memcpy(b, lg, sizeof(float) * N * V);
+        k_softmax_xent_fwd(a, la, tg, N, V);
+        ref_xent_fwd(b, lb, tg, N, V);
+        assert_memory_equal(a, b, sizeof(float) * N * V);
+        assert_memory_equal(la, lb, sizeof la);
+    }
+    free(lg);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gelu_bits),
+        cmocka_unit_test(test_xent_bits),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
