@@ -65,9 +65,23 @@ struct eng_offload {
     struct eng_rparam *rp;
 };
 
+/* RMA transfers to / from the remote tier in flight, as pieces of at most
+ * 1 MiB (offload_rparams.c says why). */
+struct eng_rma_set {
+    struct whale_req **q;
+    int n, cap;
+};
+struct whale_remote;
+/* Appends the pieces of one transfer (get: remote -> local) to set. */
+int  eng_rma_post(struct eng_rma_set *set, struct whale_remote *r, bool get, size_t off,
+                  void *local, size_t len);
+/* Waits for every piece (the first error is returned); the time is added to *t. */
+int  eng_rma_wait(struct eng_rma_set *set, double *t);
+void eng_rma_free(struct eng_rma_set *set);
+
 /* One bucket's shard on its way from the remote tier (offload_rparams.c). */
 struct eng_rparam {
-    struct whale_req *get;
+    struct eng_rma_set get;
     void *send;
     size_t send_bytes;
 };

@@ -53,28 +53,78 @@ static size_t rp_where(const whale_engine *e, int b, size_t sb, bool is16, size_
     return is16 ? eng_off_rem16_at(e, bk->shard_off) : eng_off_rem_at(e, 0, bk->shard_off);
 }
 
+/* Transfers go as pieces of at most 1 MiB, all in flight at once: with the
+ * tag-emulated RMA between nodes (comm/rma_tag.c) one transfer above a few
+ * MiB fell off a cliff on a loaded node (whale-bench offload bw, load 27:
+ * 5-10 GB/s at 1-2 MiB, 0.01-0.02 GB/s at 4-8 MiB), and a bucket's shard is
+ * often larger; in pieces a 2-layer 768-wide params step went from 9.5 s
+ * to 6.9 s there. */
+#define RMA_PIECE ((size_t)1 << 20)
+
+int eng_rma_post(struct eng_rma_set *set, whale_remote *r, bool get, size_t off, void *local,
+                 size_t len)
+{
+    int need = set->n + (int)((len + RMA_PIECE - 1) / RMA_PIECE), rc = 0;
+    if (need > set->cap) {
+        whale_req **q = realloc(set->q, (size_t)need * sizeof *q);
+        if (!q)
+            return WHALE_ENOMEM;
+        set->q = q;
+        set->cap = need;
+    }
+    for (size_t at = 0; at < len && !rc; at += RMA_PIECE) {
+        size_t n = len - at < RMA_PIECE ? len - at : RMA_PIECE;
+        char *l = (char *)local + at;
+        rc = get ? whale_iget(r, off + at, l, n, &set->q[set->n])
+                 : whale_iput(r, off + at, l, n, &set->q[set->n]);
+        if (!rc)
+            set->n++;
+    }
+    return rc;
+}
+
+int eng_rma_wait(struct eng_rma_set *set, double *t)
+{
+    if (!set->n)
+        return 0;
+    double t0 = eng_now();
+    int rc = 0;
+    for (int i = 0; i < set->n; i++) {
+        int r2 = whale_wait(set->q[i]);
+        rc = rc ? rc : r2;
+    }
+    set->n = 0;
+    if (t)
+        *t += eng_now() - t0;
+    return rc;
+}
+
+void eng_rma_free(struct eng_rma_set *set)
+{
+    eng_rma_wait(set, NULL); /* a failed step: pieces may still land */
+    free(set->q);
+    *set = (struct eng_rma_set){ 0 };
+}
+
 int eng_off_rp_fetch(whale_engine *e, int b, void *dst, size_t sb, bool is16)
 {
     struct eng_rparam *rp = &e->off.rp[b];
     size_t len, off = rp_where(e, b, sb, is16, &len);
-    int rc = whale_iget(e->off.rem, off, dst, len, &rp->get);
+    int rc = eng_rma_post(&rp->get, e->off.rem, true, off, dst, len);
     if (rc) {
-        rp->get = NULL;
+        eng_rma_wait(&rp->get, NULL); /* the pieces already posted land before dst is freed */
         whale_error("offload: fetching bucket %d's weights (%zu B) from task %d: %s", b, len,
                     whale_remote_task(e->off.rem), whale_strerror(rc));
-        return rc;
     }
-    return 0;
+    return rc;
 }
 
 int eng_off_rp_wait(whale_engine *e, int b)
 {
-    if (!e->off.rp || !e->off.rp[b].get)
+    if (!e->off.rp || !e->off.rp[b].get.n)
         return 0;
-    double t0 = eng_now();
-    int rc = whale_wait(e->off.rp[b].get);
-    e->off.rp[b].get = NULL;
-    e->off.t_rma += eng_now() - t0; /* exposed: compute waits for it */
+    /* exposed: compute waits for it */
+    int rc = eng_rma_wait(&e->off.rp[b].get, &e->off.t_rma);
     if (rc)
         whale_error("offload: weights of bucket %d from task %d: %s", b,
                     whale_remote_task(e->off.rem), whale_strerror(rc));
@@ -115,8 +165,7 @@ void eng_off_rp_free(whale_engine *e)
     if (!e->off.rp)
         return;
     for (int b = 0; b < e->nb; b++) {
-        if (e->off.rp[b].get) /* a failed step: the get may still land */
-            whale_wait(e->off.rp[b].get);
+        eng_rma_free(&e->off.rp[b].get);
         eng_off_rp_done(e, b);
     }
     free(e->off.rp);

@@ -724,7 +724,7 @@ static void apply_adamw(whale_engine *e, float grad_mul)
  * each bucket's updated weights back while the next bucket is updated (and,
  * for buckets the next forward uses later, while that forward runs). */
 /* Remote tier: bucket k's master, M and V in staging set s. */
-static int rem_fetch(whale_engine *e, int k, float *st, whale_req **q)
+static int rem_fetch(whale_engine *e, int k, float *st, struct eng_rma_set *q)
 {
     struct eng_bucket *bk = &e->buckets[k];
     size_t lo, hi;
@@ -732,22 +732,14 @@ static int rem_fetch(whale_engine *e, int k, float *st, whale_req **q)
     size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
     int rc = 0;
     for (int w = 0; w < 3 && !rc; w++)
-        rc = whale_iget(e->off.rem, eng_off_rem_at(e, w, a), st + w * e->off.stage_n, len, &q[w]);
+        rc = eng_rma_post(q, e->off.rem, true, eng_off_rem_at(e, w, a), st + w * e->off.stage_n,
+                          len);
     return rc;
 }
 
-static int rem_waitall(whale_engine *e, whale_req **q, int n)
+static int rem_waitall(whale_engine *e, struct eng_rma_set *q)
 {
-    int rc = 0;
-    double t0 = eng_now();
-    for (int i = 0; i < n; i++)
-        if (q[i]) {
-            int r2 = whale_wait(q[i]);
-            q[i] = NULL;
-            rc = rc ? rc : r2;
-        }
-    e->off.t_rma += eng_now() - t0;
-    return rc;
+    return eng_rma_wait(q, &e->off.t_rma);
 }
 
 /* Optimizer state in another task's memory (RMA): per bucket, fetch master
@@ -775,21 +767,21 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
     /* params mode: the shard lives there too; 16-bit: the cast goes to a
      * fourth staging slot and from there to its slot in the region */
     const bool par = eng_off_rparams(e), par16 = par && lp;
-    const int nput = par16 ? 4 : 3;
-    whale_req *get[2][3] = { { 0 } }, *put[2][4] = { { 0 } };
-    int rc = rem_fetch(e, 0, o->stage, get[0]);
+    /* per staging set, the pieces of its gets and of its puts in flight */
+    struct eng_rma_set get[2] = { { 0 } }, put[2] = { { 0 } };
+    int rc = rem_fetch(e, 0, o->stage, &get[0]);
     for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         float *st = o->stage + (size_t)(k & 1) * o->stage_set;
         uint16_t *st16 = par16 ? (uint16_t *)(st + 3 * o->stage_n) : NULL;
         size_t lo, hi;
         shard_range(e, bk, &lo, &hi);
-        if ((rc = rem_waitall(e, get[k & 1], 3)))
+        if ((rc = rem_waitall(e, &get[k & 1])))
             break;
         if (k + 1 < e->nb) { /* the other set: its puts must be out first */
-            if ((rc = rem_waitall(e, put[(k + 1) & 1], nput)) ||
+            if ((rc = rem_waitall(e, &put[(k + 1) & 1])) ||
                 (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * o->stage_set,
-                                get[(k + 1) & 1])))
+                                &get[(k + 1) & 1])))
                 break;
         }
         eng_move_wait(e, &bk->gdown);
@@ -822,16 +814,18 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
             memcpy(dst, st, (hi - lo) * sizeof(float));
         }
         for (int w = 0; w < 3 && !rc; w++)
-            rc = whale_iput(o->rem, eng_off_rem_at(e, w, base), st + w * o->stage_n,
-                            (hi - lo) * sizeof(float), &put[k & 1][w]);
+            rc = eng_rma_post(&put[k & 1], o->rem, false, eng_off_rem_at(e, w, base),
+                              st + w * o->stage_n, (hi - lo) * sizeof(float));
         if (!rc && par16)
-            rc = whale_iput(o->rem, eng_off_rem16_at(e, base), st16,
-                            (hi - lo) * sizeof(uint16_t), &put[k & 1][3]);
+            rc = eng_rma_post(&put[k & 1], o->rem, false, eng_off_rem16_at(e, base), st16,
+                              (hi - lo) * sizeof(uint16_t));
     }
     for (int s = 0; s < 2; s++) {
-        int r2 = rem_waitall(e, get[s], 3);
-        int r3 = rem_waitall(e, put[s], nput);
+        int r2 = rem_waitall(e, &get[s]);
+        int r3 = rem_waitall(e, &put[s]);
         rc = rc ? rc : r2 ? r2 : r3;
+        eng_rma_free(&get[s]);
+        eng_rma_free(&put[s]);
     }
     if (!rc) {
         double t0 = eng_now();
