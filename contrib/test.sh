@@ -100,12 +100,16 @@ fi
 # wall time, not work, and the cluster cases mostly wait (slurmctld, srun,
 # PMIx wire-up, peer timeouts), so the two overlap instead of adding up
 # (the fuzz section took 170 s of a 31-minute fresh-clone run on its own).
-# One harness at a time leaves the other core to the cluster. The results
-# are counted after the cluster tests.
+# One harness at a time leaves the other core to the cluster, and the
+# fuzzers' session (its own autogroup) is lowered to nice 5, so the cluster
+# cases' heartbeats and timeouts win the CPU over the fuzz build and runs
+# (not lower: libFuzzer's -timeout is wall time, and a starved harness would
+# report a slow input that is not slow). The results are counted after the
+# cluster tests.
 FUZZ_PID=
 if [ "${WHALE_TEST_SKIP_FUZZ:-0}" != 1 ]; then
   section "fuzzing (libFuzzer + ASan + UBSan, ${WHALE_TEST_FUZZ_SECONDS:-15} s per parser): started beside the cluster tests"
-  WHALE_FUZZ_JOBS=${WHALE_FUZZ_JOBS:-1} setsid bash contrib/fuzz.sh "${WHALE_TEST_FUZZ_SECONDS:-15}" \
+  WHALE_FUZZ_JOBS=${WHALE_FUZZ_JOBS:-1} setsid bash -c 'echo 5 >/proc/self/autogroup 2>/dev/null; exec bash contrib/fuzz.sh "$1"' fuzz "${WHALE_TEST_FUZZ_SECONDS:-15}" \
     >"$LOGDIR/fuzz.log" 2>&1 </dev/null &
   FUZZ_PID=$!
 fi
