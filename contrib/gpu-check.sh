@@ -82,11 +82,11 @@ if [ "$SELFTEST" = 1 ]; then
   if WHALE_ENGINE_DEVICE_SELFTEST=1 WHALE_MODEL_PATH="$ROOT/config/models" \
        timeout 600 bash "$ROOT/tests/gpu/engine_device.sh" \
        "$BUILD/runtime/tools/train/whale-train" "$BUILD/runtime/tools/run/whale-run" \
-       >"$BUILD.selftest-engine.log" 2>&1; then
-    say "    tests/gpu/engine_device.sh command lines: ok ($(grep -c '^ok ' "$BUILD.selftest-engine.log") step comparisons, cpu on both sides)"
+       >"$BUILD/selftest-engine.log" 2>&1; then
+    say "    tests/gpu/engine_device.sh command lines: ok ($(grep -c '^ok ' "$BUILD/selftest-engine.log") step comparisons, cpu on both sides)"
   else
-    say "    tests/gpu/engine_device.sh FAILED on the cpu (details: $BUILD.selftest-engine.log):"
-    grep -E '^FAIL|^SKIP' "$BUILD.selftest-engine.log" | head -5 | tee -a "$SUMMARY"; bad=1
+    say "    tests/gpu/engine_device.sh FAILED on the cpu (details: $BUILD/selftest-engine.log):"
+    grep -E '^FAIL|^SKIP' "$BUILD/selftest-engine.log" | head -5 | tee -a "$SUMMARY"; bad=1
   fi
   say "## selftest: $([ $bad -eq 0 ] && echo PASS || echo FAIL)"
   exit $bad
