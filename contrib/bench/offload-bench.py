@@ -325,6 +325,9 @@ def adamw_section(args, env, sizes):
            "so at most %.2fx is possible at equal bytes; %s" % (
                ratio, bound / w, bound / best_torch, P * 28 / bound / 1e9, ceiling,
                load_note(load)))
+    if "median_s" not in torch_runs[0].get("fused", {}):
+        what += " [this torch has no CPU fused AdamW: -p PYTHON with torch >= 2.4 compares " \
+                "against it]"
     if ratio >= 1.5:
         v = "met"
     elif busy:
