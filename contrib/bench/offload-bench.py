@@ -8,7 +8,13 @@
    same thread count: the single-tensor loop (foreach=False), the
    multi-tensor path (foreach=True) and fused=True where this torch supports
    it on CPU (reported as unsupported otherwise). Target: whale >= 1.5x the
-   best PyTorch variant.
+   best PyTorch variant. Beside them, measured in the same run: the streaming
+   bound (a loop moving AdamW's 28 B/param without its arithmetic; every
+   AdamW is reported as a fraction of it, and the verdict says how much any
+   AdamW could gain over torch at equal bytes) and the arithmetic alone (data
+   in L2). Labelled apart: the step as training runs it (clip: whale folds the
+   clip coefficient, torch runs clip_grad_norm_ then AdamW; mixed bf16: whale
+   writes the bf16 copy in the same pass, torch copies after AdamW).
 2. Step-time overhead of each offload mode against none, and the fraction of
    transfers hidden: whale-train on the same model and batch with
    --offload none / optimizer (ZeRO 0) and none / optimizer / params (ZeRO 3),
@@ -24,11 +30,13 @@
   contrib/bench/offload-bench.py --build build [--model gpt2-124m] [--layers N]
       [--threads 2] [--reps 5] [--steps 4] [--seq 128] [--batch 4] [--skip-train]
       [--modes 0:none,0:optimizer,0:optimizer@memcpy,3:none,3:optimizer,3:params]
-      [--rounds 3] [--summary FILE]
+      [--rounds 3] [--adamw-rounds 3] [--torch-python PY] [--skip-adamw] [--summary FILE]
 
 PyTorch runs with OMP_WAIT_POLICY=passive (set before torch loads) and
-torch.set_num_threads(threads); the Debian python3-torch is used when the
-default python has no torch (/usr/bin/python3).
+torch.set_num_threads(threads); its interpreter is --torch-python, else
+WHALE_BENCH_TORCH_PYTHON, else /usr/bin/python3 (Debian's torch 1.13: no CPU
+fused AdamW). Inside a session raised to nice -20 (offload-bench.sh -q) the
+step-time targets are judged whatever the machine's load (shown beside).
 """
 import argparse
 import json
@@ -333,6 +341,9 @@ def adamw_section(args, env, sizes):
            "so at most %.2fx is possible at equal bytes; %s" % (
                ratio, bound / w, bound / best_torch, P * 28 / bound / 1e9, ceiling,
                load_note(load)))
+    if "median_s" not in torch_runs[0].get("fused", {}):
+        what += " [this torch has no CPU fused AdamW: -p PYTHON with torch >= 2.4 compares " \
+                "against it]"
     if ratio >= 1.5:
         v = "met"
     elif busy:

@@ -42,7 +42,7 @@ while getopts "b:m:L:t:s:r:R:e:M:S:B:p:Aqnh" o; do
     M) modes=$OPTARG ;; L) layers=$OPTARG ;; R) rounds=$OPTARG ;;
     b) build=$OPTARG ;; m) model=$OPTARG ;; t) threads=$OPTARG ;; s) steps=$OPTARG ;;
     r) reps=$OPTARG ;; e) max=$OPTARG ;; n) skip=--skip-train ;;
-    *) sed -n '2,33p' "$0"; exit 2 ;;
+    *) sed -n '2,/^set -e/p' "$0" | sed '$d'; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
