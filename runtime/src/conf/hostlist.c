@@ -233,7 +233,9 @@ static int expand_item(const char *item, size_t len, char ***names, int *n)
                 return WHALE_EINVAL;
             b = strtol(r, NULL, 10);
         }
-        if (b < a || b - a > 4096)
+        /* strtol saturates at LONG_MAX: a range ending there must not make
+         * v++ below overflow, so numbers are capped at 18 digits' worth */
+        if (a > 999999999999999999L || b > 999999999999999999L || b < a || b - a > 4096)
             return WHALE_EINVAL;
         for (long v = a; v <= b; v++) {
             char buf[256];
