@@ -16,6 +16,11 @@ load elastic_helpers
 
 TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
 STEPS=30
+# Faults from outside the processes (a node killed, a link cut) are applied
+# once 8 steps are done: the run must still be going then. 30 steps of this
+# model take ~1.3 s on a quiet machine, less than the fault takes to apply,
+# so those cases train longer (their own reference, "3d-long").
+LONG_STEPS=100
 
 setup_file() {
   : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
@@ -156,7 +161,8 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
 }
 
 @test "kill a whole node (slurmd and every process): the spare node takes over, srun exits 0" {
-  ref 3d "${L3D[@]}"
+  STEPS=$LONG_STEPS
+  ref 3d-long "${L3D[@]}"
   fault_run knode -- "${L3D[@]}"
   wait_for steps_done knode 8
   node=$(node_of_rank 3)
@@ -164,13 +170,14 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
   FAILED_NODES=$node
   "$MC" -i "$I" kill-node "$node"
   finish knode
-  check knode 3d replaced node 1e-6 0
+  check knode 3d-long replaced node 1e-6 0
   grep -q "Node failure on $node" "$TMPD/knode.out" || true  # Slurm says so only after SlurmdTimeout
   sinfo -h -n "$node" -o %E | grep -q "failed (node)"
 }
 
 @test "take one node's link down: the step goes on without it; the cut-off ranks stop by themselves" {
-  ref 3d "${L3D[@]}"
+  STEPS=$LONG_STEPS
+  ref 3d-long "${L3D[@]}"
   fault_run klink UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 -- "${L3D[@]}"
   wait_for steps_done klink 8
   node=$(node_of_rank 5)
@@ -181,7 +188,7 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
   # the cut-off minority stopped on its own: nothing of the step on it
   wait_for bash -c "! ip netns pids wmc$I-$node | xargs -r ps -o args= -p | grep -q whale-train"
   "$MC" -i "$I" link-up "$node"
-  check klink 3d replaced link 1e-6 0
+  check klink 3d-long replaced link 1e-6 0
 }
 
 @test "SIGSTOP one rank: detected as hung, replaced, and killed by its node's slurmstepd" {
