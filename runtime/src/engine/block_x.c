@@ -38,14 +38,6 @@
 #include "whale/modeldesc.h"
 
 #define F32 WHALE_FLOAT32
-/* A backend call: its error (already logged, with the kernel named) ends
- * the layer. */
-#define BK(call)                                                                             \
-    do {                                                                                     \
-        int bk_rc_ = (call);                                                                 \
-        if (bk_rc_)                                                                          \
-            return bk_rc_;                                                                   \
-    } while (0)
 
 /* out (N,C), mean and rstd (N): LayerNorm (b may be NULL: Bias=no) or
  * RMSNorm (mean unused) */

@@ -194,4 +194,13 @@ void eng_split(int64_t g, int tp, int rank, bool uneven, int64_t *off, int64_t *
  * independent of layout, so TP/PP/ZeRO runs start from the same model. */
 void eng_param_init(const struct eng_param *p, uint64_t seed, float *dst);
 
+/* A backend call inside a layer (block_x.c, layers.c): its error (already
+ * logged, with the kernel named) ends the layer. */
+#define BK(call)                                                                             \
+    do {                                                                                     \
+        int bk_rc_ = (call);                                                                 \
+        if (bk_rc_)                                                                          \
+            return bk_rc_;                                                                   \
+    } while (0)
+
 #endif

@@ -17,14 +17,6 @@
 #include "whale/modeldesc.h"
 
 #define F32 WHALE_FLOAT32
-/* A backend call inside a layer: its error (already logged, with the kernel
- * named) ends the layer. */
-#define BK(call)                                                                             \
-    do {                                                                                     \
-        int bk_rc_ = (call);                                                                 \
-        if (bk_rc_)                                                                          \
-            return bk_rc_;                                                                   \
-    } while (0)
 
 /* ---- parameter declarations -------------------------------------------- */
 

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <immintrin.h>
 
+#include "util/dtype_simd.h"
+
 struct opt_coef opt_coef_of(const struct whale_adamw *o, int64_t t, float grad_mul, bool decay)
 {
     struct opt_coef k;
@@ -90,19 +92,6 @@ __attribute__((target("avx2"))) static void upd_avx2(const struct opt_coef *k, f
     upd_scalar(k, w + i, g + i, m + i, v + i, n - i);
 }
 
-/* x (16 fp32 as bits) -> 16 bf16, as whale_float_to_bf16 */
-__attribute__((target("avx512f"))) static inline __m256i bf16_of(__m512 f)
-{
-    const __m512i x = _mm512_castps_si512(f);
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, absmask), inf);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-    __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
-}
-
 /* CAST is a compile-time constant at each call: three loops, no branch
  * inside. p16: (n) or unused. */
 __attribute__((target("avx512f"), always_inline)) static inline size_t
@@ -129,7 +118,7 @@ upd512(const struct opt_coef *k, float *w, const float *g, float *m, float *v, u
         __m512 wn = _mm512_sub_ps(wi, _mm512_mul_ps(lr, u));
         _mm512_storeu_ps(w + i, wn);
         if (cast == OPT_CAST_BF16)
-            _mm256_storeu_si256((__m256i *)(p16 + i), bf16_of(wn));
+            _mm256_storeu_si256((__m256i *)(p16 + i), util_bf16_round16(_mm512_castps_si512(wn)));
         else if (cast == OPT_CAST_FP16)
             _mm256_storeu_si256((__m256i *)(p16 + i),
                                 _mm512_cvtps_ph(wn, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

@@ -4,6 +4,7 @@
  * code, which handles the tails and CPUs without those units. */
 #include "whale/dtype.h"
 #include "util/dtype_internal.h"
+#include "util/dtype_simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -106,24 +107,13 @@ const char *whale_dtype_simd(void)
 
 #ifdef DT_X86
 /* ---- AVX-512 (16 lanes) ---- */
-__attribute__((target("avx512f"))) static inline __m256i bf16_round16(__m512i x)
-{
-    const __m512i absmask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, absmask), inf);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(
-        _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
-    __m512i q = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, q));
-}
-
 __attribute__((target("avx512f"))) static void f32_to_bf16_avx512(uint16_t *d, const float *s,
                                                                    size_t n, size_t *done)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(d + i),
-                            bf16_round16(_mm512_loadu_si512((const void *)(s + i))));
+                            util_bf16_round16(_mm512_loadu_si512((const void *)(s + i))));
     *done = i;
 }
 
@@ -142,7 +132,7 @@ __attribute__((target("avx512f"))) static void round_bf16_avx512(float *b, size_
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i h = bf16_round16(_mm512_loadu_si512((const void *)(b + i)));
+        __m256i h = util_bf16_round16(_mm512_loadu_si512((const void *)(b + i)));
         _mm512_storeu_si512((void *)(b + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
     *done = i;
