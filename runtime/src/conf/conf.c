@@ -238,15 +238,12 @@ static int parse_link_bw(const struct whale_kv_line *l, const struct whale_kv *k
     return rc;
 }
 
-static int check_hostlist(const struct whale_kv_line *l, const struct whale_kv *kv)
+static int check_hostlist(const struct whale_kv_line *l, const struct whale_kv *kv, long *budget)
 {
-    int n = conf_hostlist_count(kv->value);
-    if (n <= 0) {
-        whale_error("%s:%d: %s=%s: not a valid hostlist expression", l->file, l->line, kv->key,
-                    kv->value);
-        return WHALE_ECONF;
-    }
-    return 0;
+    int n = conf_hostlist_count(kv->value, budget);
+    if (n > 0)
+        return 0;
+    return conf_hostlist_error(l->file, l->line, kv->key, kv->value, n ? n : WHALE_EINVAL, budget);
 }
 
 static void nodeset_clear(struct whale_conf_nodeset *n)
@@ -282,16 +279,18 @@ static int conf_room(void **arr, int n, size_t elem)
 struct conf_parse {
     struct whale_conf *c;
     struct whale_nameidx gpus, domains;
+    long host_budget; /* hosts this file's hostlists may still expand to */
 };
 
-static int parse_node_line(struct whale_conf *c, const struct whale_kv_line *l)
+static int parse_node_line(struct conf_parse *cp, const struct whale_kv_line *l)
 {
+    struct whale_conf *c = cp->c;
     int rc = conf_check_keys(l, node_keys, "a NodeName line");
     if (rc)
         return rc;
     const struct whale_kv *name = whale_kv_find(l, "NodeName");
     bool is_default = !strcasecmp(name->value, "DEFAULT");
-    if (!is_default && (rc = check_hostlist(l, name)))
+    if (!is_default && (rc = check_hostlist(l, name, &cp->host_budget)))
         return rc;
     /* start from the DEFAULT line (as slurm.conf does) */
     struct whale_conf_nodeset ns;
@@ -420,7 +419,7 @@ static int parse_domain_line(struct conf_parse *cp, const struct whale_kv_line *
                     name->value);
         return WHALE_ECONF;
     }
-    if ((rc = check_hostlist(l, nodes)))
+    if ((rc = check_hostlist(l, nodes, &cp->host_budget)))
         return rc;
     if (whale_nameidx_find(&cp->domains, name->value) >= 0) {
         whale_error("%s:%d: NVLinkDomain=%s is defined twice", l->file, l->line, name->value);
@@ -496,7 +495,7 @@ static int conf_line(const struct whale_kv_line *l, void *user)
     struct whale_conf *c = cp->c;
     const char *first = l->kv[0].key;
     if (!strcasecmp(first, "NodeName"))
-        return parse_node_line(c, l);
+        return parse_node_line(cp, l);
     if (!strcasecmp(first, "GPUType") && l->n > 1)
         return parse_gpu_line(cp, l);
     if (!strcasecmp(first, "GPUType")) {
@@ -580,7 +579,7 @@ int whale_conf_load(const char *path, struct whale_conf **out)
         whale_conf_free(c);
         return WHALE_ENOMEM;
     }
-    struct conf_parse cp = { .c = c };
+    struct conf_parse cp = { .c = c, .host_budget = CONF_MAX_HOSTS_FILE };
     int rc = whale_kv_parse_file(path, conf_line, &cp);
     return conf_finish(&cp, rc, out);
 }
@@ -593,7 +592,7 @@ int whale_conf_parse_string(const char *text, const char *name, struct whale_con
         whale_conf_free(c);
         return WHALE_ENOMEM;
     }
-    struct conf_parse cp = { .c = c };
+    struct conf_parse cp = { .c = c, .host_budget = CONF_MAX_HOSTS_FILE };
     int rc = whale_kv_parse_string(text, c->path, conf_line, &cp);
     return conf_finish(&cp, rc, out);
 }

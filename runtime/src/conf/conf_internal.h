@@ -3,8 +3,12 @@
 #define WHALE_CONF_INTERNAL_H
 
 /* Most hosts one hostlist expression may expand to (a typo such as
- * n[0-999999999] must not take minutes and gigabytes). */
-#define CONF_MAX_HOSTS (1 << 20)
+ * n[0-999999999] must not take minutes and gigabytes), and all of one
+ * file's expressions together (a file of many such lines must not either:
+ * a 64 KiB whale.conf of 2^20-host lines took minutes under the fuzzer).
+ * The largest machines have tens of thousands of nodes. */
+#define CONF_MAX_HOSTS (1 << 16)
+#define CONF_MAX_HOSTS_FILE (1 << 18)
 
 #include <stdbool.h>
 
@@ -21,11 +25,20 @@ int conf_parse_bandwidth(const struct whale_kv_line *l, const struct whale_kv *k
 int conf_parse_price(const struct whale_kv_line *l, double *node_hour, double *gpu_hour);
 
 /* Slurm hostlist expressions through libslurm (resolved from the host
- * process inside srun/slurmstepd). Count: number of hosts, or -1 when the
- * expression is malformed. */
-int conf_hostlist_count(const char *expr);
+ * process inside srun/slurmstepd). budget (may be NULL): hosts the file
+ * may still expand; each expression's count is taken from it, and
+ * WHALE_ERANGE (nothing handed to fn) once it would go below 0, as for an
+ * expression of more than CONF_MAX_HOSTS.
+ * Count: number of hosts, WHALE_EINVAL when malformed, WHALE_ERANGE. */
+int conf_hostlist_count(const char *expr, long *budget);
 /* Call fn for each host name; stops at the first non-zero return. */
-int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user);
+int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user,
+                          long *budget);
+/* The message for a conf_hostlist_* error of key=value at file:line
+ * (WHALE_EINVAL, WHALE_ERANGE; budget as passed), returned as WHALE_ECONF;
+ * other codes (WHALE_ENOMEM, fn's) pass through unprinted. */
+int conf_hostlist_error(const char *file, int line, const char *key, const char *value, int rc,
+                        const long *budget);
 
 /* "mlx5_[0-3]:1,eth0" -> names (one bracket group per item, ranges and
  * commas inside it, zero padding kept). */

@@ -5,6 +5,7 @@
 #include "conf_internal.h"
 #include "whale/conf.h"
 #include "whale/error.h"
+#include "whale/log.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -154,7 +155,8 @@ static int hl_walk_all(struct hl_walk *w, const char *expr)
     return 0;
 }
 
-int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user)
+int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user,
+                          long *budget)
 {
     if (!expr || !*expr)
         return WHALE_EINVAL;
@@ -167,6 +169,11 @@ int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *us
     int rc = hl_walk_all(&w, expr);
     if (rc)
         return rc;
+    if (budget) {
+        *budget -= w.total;
+        if (*budget < 0)
+            return WHALE_ERANGE;
+    }
     w.count_only = false;
     rc = hl_walk_all(&w, expr);
     return rc ? rc : w.rc;
@@ -179,12 +186,27 @@ static int count_one(const char *h, void *user)
     return 0;
 }
 
-int conf_hostlist_count(const char *expr)
+int conf_hostlist_count(const char *expr, long *budget)
 {
     int n = 0;
-    if (conf_hostlist_foreach(expr, count_one, &n))
-        return -1;
-    return n;
+    int rc = conf_hostlist_foreach(expr, count_one, &n, budget);
+    return rc ? rc : n;
+}
+
+int conf_hostlist_error(const char *file, int line, const char *key, const char *value, int rc,
+                        const long *budget)
+{
+    if (rc == WHALE_ERANGE && budget && *budget < 0)
+        whale_error("%s:%d: %s=%s: this file's hostlists expand to more than %d hosts in all",
+                    file, line, key, value, CONF_MAX_HOSTS_FILE);
+    else if (rc == WHALE_ERANGE)
+        whale_error("%s:%d: %s=%s: expands to more than %d hosts", file, line, key, value,
+                    CONF_MAX_HOSTS);
+    else if (rc == WHALE_EINVAL)
+        whale_error("%s:%d: %s=%s: not a valid hostlist expression", file, line, key, value);
+    else
+        return rc;
+    return WHALE_ECONF;
 }
 
 static int push_name(char ***names, int *n, const char *s, size_t len)
@@ -313,7 +335,7 @@ static int expand_push(const char *host, void *user)
 int whale_hostlist_expand(const char *expr, char ***names, int *n)
 {
     struct expand_acc a = { 0 };
-    int rc = conf_hostlist_foreach(expr, expand_push, &a);
+    int rc = conf_hostlist_foreach(expr, expand_push, &a, NULL);
     if (rc) {
         for (int i = 0; i < a.n; i++)
             free(a.names[i]);

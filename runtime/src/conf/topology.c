@@ -21,6 +21,7 @@ struct topo_parse {
     const struct whale_kv_line *l;
     int sw;         /* current switch / domain */
     const char *what;
+    long host_budget; /* hosts this file's hostlists may still expand to */
 };
 
 static int add_leaf_node(const char *host, void *user)
@@ -68,12 +69,9 @@ static int add_domain_node(const char *host, void *user)
     return k < 0 ? k : 0;
 }
 
-static int hostlist_error(const struct whale_kv_line *l, const struct whale_kv *kv, int rc)
+static int hostlist_error(struct topo_parse *tp, const struct whale_kv *kv, int rc)
 {
-    if (rc == WHALE_EINVAL)
-        whale_error("%s:%d: %s=%s: not a valid hostlist expression", l->file, l->line, kv->key,
-                    kv->value);
-    return rc == WHALE_EINVAL ? WHALE_ECONF : rc;
+    return conf_hostlist_error(tp->l->file, tp->l->line, kv->key, kv->value, rc, &tp->host_budget);
 }
 
 static int topo_line(const struct whale_kv_line *l, void *user)
@@ -99,10 +97,10 @@ static int topo_line(const struct whale_kv_line *l, void *user)
             /* Slurm's LinkSpeed has no unit; sites use Gb/s by convention */
             t->switches[tp->sw].link_gbs = (double)v / 8.0;
         }
-        if (nodes && (rc = conf_hostlist_foreach(nodes->value, add_leaf_node, tp)))
-            return hostlist_error(l, nodes, rc);
-        if (sws && (rc = conf_hostlist_foreach(sws->value, add_child_switch, tp)))
-            return hostlist_error(l, sws, rc);
+        if (nodes && (rc = conf_hostlist_foreach(nodes->value, add_leaf_node, tp, &tp->host_budget)))
+            return hostlist_error(tp, nodes, rc);
+        if (sws && (rc = conf_hostlist_foreach(sws->value, add_child_switch, tp, &tp->host_budget)))
+            return hostlist_error(tp, sws, rc);
         return 0;
     }
     if (!strcasecmp(first, "BlockName")) {
@@ -117,8 +115,8 @@ static int topo_line(const struct whale_kv_line *l, void *user)
         tp->sw = whale_topo_add_domain(t, l->kv[0].value);
         if (tp->sw < 0)
             return tp->sw;
-        if ((rc = conf_hostlist_foreach(nodes->value, add_domain_node, tp)))
-            return hostlist_error(l, nodes, rc);
+        if ((rc = conf_hostlist_foreach(nodes->value, add_domain_node, tp, &tp->host_budget)))
+            return hostlist_error(tp, nodes, rc);
         return 0;
     }
     return conf_check_keys(l, topo_global_keys, tp->what);
@@ -126,14 +124,14 @@ static int topo_line(const struct whale_kv_line *l, void *user)
 
 int whale_topology_conf_parse(const char *path, struct whale_topo *t)
 {
-    struct topo_parse tp = { .t = t, .what = "topology.conf" };
+    struct topo_parse tp = { .t = t, .what = "topology.conf", .host_budget = CONF_MAX_HOSTS_FILE };
     int rc = whale_kv_parse_file(path, topo_line, &tp);
     return rc ? rc : whale_topo_finalize(t);
 }
 
 int whale_topology_conf_parse_string(const char *text, const char *name, struct whale_topo *t)
 {
-    struct topo_parse tp = { .t = t, .what = "topology.conf" };
+    struct topo_parse tp = { .t = t, .what = "topology.conf", .host_budget = CONF_MAX_HOSTS_FILE };
     int rc = whale_kv_parse_string(text, name, topo_line, &tp);
     return rc ? rc : whale_topo_finalize(t);
 }
@@ -253,7 +251,7 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
         struct apply a = { .t = t, .ns = &c->nodesets[i],
                            .gpu_type = conf_gpu_index(t, c->nodesets[i].gpu_type),
                            .file = c->path, .line = c->nodesets[i].line };
-        if ((rc = conf_hostlist_foreach(c->nodesets[i].hosts, apply_host, &a)))
+        if ((rc = conf_hostlist_foreach(c->nodesets[i].hosts, apply_host, &a, NULL)))
             goto fail;
     }
     for (int i = 0; i < c->ndomains; i++) {
@@ -262,7 +260,7 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
             rc = a.domain;
             goto fail;
         }
-        if ((rc = conf_hostlist_foreach(c->domains[i].hosts, domain_host, &a)))
+        if ((rc = conf_hostlist_foreach(c->domains[i].hosts, domain_host, &a, NULL)))
             goto fail;
     }
     /* bandwidth per link class: explicit LinkBandwidth wins; else NVLink of

@@ -120,7 +120,12 @@ void train_sysmon_init(struct train_sysmon *m)
     m->wall0 = mono_s();
     if (proc_cpu_s(&m->proc_cpu0))
         m->proc_cpu0 = -1;
-    m->have_stat = !node_stat(&m->node_total0, &m->node_idle0, &m->node_iowait0);
+    m->have_stat = !node_stat(&m->node_total0, &m->node_idle0, &m->node_iowait0) &&
+                   m->node_total0 > 0;
+    if (m->have_stat) {
+        m->node_util_last = 1.0 - (double)m->node_idle0 / (double)m->node_total0;
+        m->iowait_last = (double)m->node_iowait0 / (double)m->node_total0;
+    }
     m->have_net = !net_bytes(&m->net_tcp0, &m->net_lo0);
     m->nvml = train_nvml_open();
 }
@@ -137,14 +142,30 @@ void train_sysmon_sample(struct train_sysmon *m, struct train_sys *o)
     m->wall0 = now;
     o->rss_mb = rss_mb();
     uint64_t tot, idle, iow;
-    if (m->have_stat && !node_stat(&tot, &idle, &iow) && tot > m->node_total0) {
-        double d = (double)(tot - m->node_total0);
-        o->node_cpu_util = 1.0 - (double)(idle - m->node_idle0) / d;
-        o->iowait = (double)(iow - m->node_iowait0) / d;
-        o->have_node = o->node_cpu_util >= 0 && o->iowait >= 0;
-        m->node_total0 = tot;
-        m->node_idle0 = idle;
-        m->node_iowait0 = iow;
+    if (m->have_stat && !node_stat(&tot, &idle, &iow)) {
+        /* A window of fewer than 4 ticks per CPU is too coarse (and may hold
+         * none): keep it open and report the last full window's figures. */
+        if (tot < m->node_total0) {
+            /* counters went back (a CPU went offline): start a new window */
+            m->node_total0 = tot;
+            m->node_idle0 = idle;
+            m->node_iowait0 = iow;
+        } else if (tot >= m->node_total0 + 4 * (uint64_t)m->ncpu) {
+            double d = (double)(tot - m->node_total0);
+            /* idle and iowait come partly from nohz time, not from the same
+             * ticks as total, and proc(5) says iowait may even go back:
+             * signed differences, clamped */
+            double u = 1.0 - ((double)idle - (double)m->node_idle0) / d;
+            double w = ((double)iow - (double)m->node_iowait0) / d;
+            m->node_util_last = u < 0 ? 0 : u > 1 ? 1 : u;
+            m->iowait_last = w < 0 ? 0 : w > 1 ? 1 : w;
+            m->node_total0 = tot;
+            m->node_idle0 = idle;
+            m->node_iowait0 = iow;
+        }
+        o->node_cpu_util = m->node_util_last;
+        o->iowait = m->iowait_last;
+        o->have_node = true;
     }
     uint64_t tcp, lo;
     if (m->have_net && !net_bytes(&tcp, &lo)) {

@@ -15,6 +15,11 @@ struct train_sysmon {
     double wall0;            /* CLOCK_MONOTONIC seconds at the last sample */
     double proc_cpu0;        /* utime + stime of this process, seconds */
     uint64_t node_total0, node_idle0, node_iowait0; /* /proc/stat "cpu" jiffies */
+    /* The node figures of the last window that was long enough (or, before
+     * the first, since boot, as top's first frame): /proc/stat moves in
+     * 10 ms ticks per CPU, so a step shorter than a few ticks sees no or one
+     * tick and gets these instead of an absent or 0/1 figure. */
+    double node_util_last, iowait_last;
     uint64_t net_tcp0, net_lo0;                     /* /proc/net/dev bytes (rx + tx) */
     bool have_stat, have_net;
     int ncpu;

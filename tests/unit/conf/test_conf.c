@@ -88,6 +88,14 @@ static void test_parse_errors(void **st)
      * overflowed (UBSan); numbers that long are refused */
     expect_error("NodeName=a NICs=mlx5_[88888888888888888888888x]\n", "NICs=mlx5_[8888");
     expect_error("NodeName=a NICs=mlx5_[9223372036854775807]\n", "NICs=mlx5_[9223372036854775807]");
+    /* 2^16 hosts per expression, 2^18 per file (fuzz finding: two brackets
+     * multiply, and one 25-byte line expanded to a million names) */
+    expect_error("NodeName=gb[08-1027]b[08-1027]\n",
+                 ":1: NodeName=gb[08-1027]b[08-1027]: expands to more than 65536 hosts");
+    expect_error("NodeName=a[0-65535],b\n", "expands to more than 65536 hosts");
+    expect_error("NodeName=a[0-65535]\nNodeName=b[0-65535]\nNVLinkDomain=d Nodes=c[0-65535]\n"
+                 "NodeName=e[0-65535]\nNodeName=f[0]\n",
+                 ":5: NodeName=f[0]: this file's hostlists expand to more than 262144 hosts in all");
     expect_error("NVLinkDomain=r1\n", "needs Nodes=");
     expect_error("CheckpointRoot=relative/dir\n", "must be an absolute path");
     expect_error("AllowedOffload=none,disk\n", "'disk' is not one of");
@@ -170,6 +178,11 @@ static void test_topology_conf(void **st)
         "SwitchName=s0 Switches=s1\nSwitchName=s1 Switches=s0\n", /* cycle */
         "SwitchName=s0 Nodez=a\n",                                /* unknown key */
         "SwitchName=s0 Switches=s0\n",                            /* self */
+        "SwitchName=s0 Nodes=n[0-65536]\n",                       /* 2^16 + 1 hosts */
+        /* 2^18 + 1 hosts in all */
+        "SwitchName=s0 Nodes=a[0-65535]\nSwitchName=s1 Nodes=b[0-65535]\n"
+        "SwitchName=s2 Nodes=c[0-65535]\nSwitchName=s3 Nodes=d[0-65535]\n"
+        "SwitchName=s4 Switches=s[0-3] Nodes=e0\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         t = whale_topo_new();
