@@ -219,10 +219,5 @@ void eng_lp_store(const whale_engine *e, uint16_t *dst, const float *src, size_t
 void eng_lp_load(const whale_engine *e, float *dst, const uint16_t *src, size_t n);
 /* buf (n) = widen(round(buf)): an fp32 buffer holding 16-bit values */
 void eng_lp_round(const whale_engine *e, float *buf, size_t n);
-/* The optimizer of one contiguous range: AdamW on the fp32 master, then
- * the 16-bit param cast of the result (param may be NULL in fp32 mode,
- * where master is the param). Shapes: master, g, m, v, param all (n). */
-void eng_lp_adamw(const whale_engine *e, float *master, const float *g, float *m, float *v,
-                  uint16_t *param, size_t n, float grad_mul, bool decay);
 
 #endif

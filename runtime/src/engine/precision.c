@@ -11,7 +11,8 @@
  *  - gradients of parameters accumulate in fp32 (Megatron's main_grad).
  * This OpenBLAS build exports no cblas_sbgemm, so there is no bf16 GEMM on
  * the CPU path here; see README "Mixed precision". Every cast runs through
- * the engine's backend (whale_k_cast / whale_k_round / whale_k_adamw). */
+ * the engine's backend (whale_k_cast / whale_k_round; AdamW with
+ * the 16-bit cast in the same pass: step.c apply_adamw, whale_k_adamw). */
 #include "engine_internal.h"
 
 #include "whale/backend.h"
@@ -31,16 +32,4 @@ void eng_lp_load(const whale_engine *e, float *dst, const uint16_t *src, size_t 
 void eng_lp_round(const whale_engine *e, float *buf, size_t n)
 {
     whale_k_round(e->bk, NULL, buf, e->lp, (int64_t)n);
-}
-
-/* The backend's fused AdamW (whale_adamw_update's arithmetic, then the
- * 16-bit cast of the result in the same call): the same bits on cpu as
- * whale_adamw_update_mixed, element by element. */
-void eng_lp_adamw(const whale_engine *e, float *master, const float *g, float *m, float *v,
-                  uint16_t *param, size_t n, float grad_mul, bool decay)
-{
-    struct whale_adamw_piece pc = { .w = master, .g = g, .m = m, .v = v, .w16 = param, .n = n,
-                                    .decay = decay };
-    whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, &pc, 1,
-                  param ? e->lp : WHALE_BFLOAT16);
 }

@@ -697,8 +697,20 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
     *bad = b;
 }
 
-static void apply_adamw(whale_engine *e, float grad_mul)
+/* AdamW over every (param, range) this rank updates, in ONE backend call:
+ * on cpu that is one parallel region over all tensors (optim/adamw_multi.c)
+ * instead of one per parameter, on cuda one launch per 32 pieces. The
+ * pieces are independent, so the bits are those of the per-piece calls. */
+static int apply_adamw(whale_engine *e, float grad_mul)
 {
+    int np = 0;
+    size_t cap = 1;
+    for (int k = 0; k < e->nb; k++)
+        for (int li = e->buckets[k].l0; li < e->buckets[k].l1; li++)
+            cap += e->layers[li].nparams > 0 ? (size_t)e->layers[li].nparams : 0;
+    struct whale_adamw_piece *pc = malloc(cap * sizeof *pc);
+    if (!pc)
+        return WHALE_ENOMEM;
     for (int k = 0; k < e->nb; k++) {
         struct eng_bucket *bk = &e->buckets[k];
         size_t lo, hi;
@@ -712,11 +724,18 @@ static void apply_adamw(whale_engine *e, float grad_mul)
                 if (a >= z)
                     continue;
                 size_t o = mvoff(e, bk, lo, a);
-                eng_lp_adamw(e, wptr(e, bk, lo, a), gptr(e, bk, lo, a), e->M + o, e->V + o,
-                             w16ptr(e, bk, lo, a), z - a, grad_mul, p->decay);
+                pc[np++] = (struct whale_adamw_piece){ .w = wptr(e, bk, lo, a),
+                                                       .g = gptr(e, bk, lo, a),
+                                                       .m = e->M + o, .v = e->V + o,
+                                                       .w16 = w16ptr(e, bk, lo, a), .n = z - a,
+                                                       .decay = p->decay };
             }
         }
     }
+    int rc = whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, pc, np,
+                           eng_lp(e) ? e->lp : WHALE_BFLOAT16);
+    free(pc);
+    return rc;
 }
 
 /* Optimizer offload: AdamW on the host tier (vectorised, host threads),
@@ -937,7 +956,7 @@ static int allgather_weights(whale_engine *e)
     if ((z != 1 && z != 2) || e->dp.size == 1)
         return 0;
     int rc = 0;
-    void **reqs = calloc(e->nb, sizeof *reqs);
+    void **reqs = calloc(e->nb > 0 ? (size_t)e->nb : 1, sizeof *reqs);
     if (!reqs)
         return WHALE_ENOMEM;
     for (int k = 0; k < e->nb && !rc; k++) {
@@ -1092,7 +1111,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         if (e->off.mode)
             rc = off_apply(e, clip / scale_bw);
         else
-            apply_adamw(e, clip / scale_bw);
+            rc = apply_adamw(e, clip / scale_bw);
         if (!rc)
             rc = allgather_weights(e);
     } else {
