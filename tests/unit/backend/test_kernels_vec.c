@@ -1,7 +1,9 @@
 /* The vectorized CPU kernels (GELU, softmax rows, cross-entropy: spans
  * compiled for AVX-512 / AVX2 / SSE2 in backend/kernels.c) give the same
  * bits as the scalar loops they replaced, written out again here as the
- * reference, for 1 and 2 threads and on values that hit k_exp's clamps. */
+ * reference, for 1 and 2 threads and on values that hit k_exp's clamps.
+ * The bias gradient's column sums (k_linear_bwd's db, walked in contiguous
+ * column ranges per thread) keep the row order of the scalar loop. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -134,11 +136,52 @@ static void test_xent_bits(void **state)
     free(b);
 }
 
+/* db (OC) += column sums of dout (N,OC): each column from row 0 in order */
+static void ref_colsum(float *db, const float *dout, int N, int OC)
+{
+    for (int c = 0; c < OC; c++) {
+        float acc = 0.0f;
+        for (int n = 0; n < N; n++)
+            acc += dout[(size_t)n * OC + c];
+        db[c] += acc;
+    }
+}
+
+static void test_colsum_bits(void **state)
+{
+    (void)state;
+    /* a multiple of the sub-block, an odd width, GPT-2's vocabulary (many
+     * sub-blocks, a ragged last one) */
+    const int widths[] = { 3072, 1037, 50257 }, N = 37;
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+        const int OC = widths[k];
+        float *dy = inputs((int64_t)N * OC), *a = inputs(OC);
+        float *b = malloc(sizeof(float) * OC);
+        assert_non_null(b);
+        memcpy(b, a, sizeof(float) * OC);
+        ref_colsum(b, dy, N, OC);
+        float *start = malloc(sizeof(float) * OC);
+        assert_non_null(start);
+        memcpy(start, a, sizeof(float) * OC);
+        for (int th = 1; th <= 3; th++) {
+            k_set_threads(th);
+            memcpy(a, start, sizeof(float) * OC);
+            k_linear_bwd(WHALE_FLOAT32, NULL, NULL, a, dy, NULL, NULL, N, 1, OC, 0);
+            assert_memory_equal(a, b, sizeof(float) * OC);
+        }
+        free(dy);
+        free(a);
+        free(b);
+        free(start);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu_bits),
         cmocka_unit_test(test_xent_bits),
+        cmocka_unit_test(test_colsum_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
