@@ -16,6 +16,12 @@ step, median and best over all rounds, the load average beside each round.
   contrib/bench/train-vs-peers.py [--build build] [--launcher whale-run,srun]
       [--ranks 2,4] [--zero3-ranks 2] [--model gpt-small] [--batch 16]
       [--steps 8] [--rounds 3] [--threads 1] [--torch-python /usr/bin/python3]
+      [--raise]
+
+On a shared machine, raise both the script and its ranks (one benchmark at
+a time): flock LOCK setsid -w bash -c 'echo -20 > /proc/self/autogroup;
+exec contrib/bench/train-vs-peers.py --raise ...' (srun ranks live in their
+step's own scheduling group, which only --raise reaches).
 
 --torch-python picks the interpreter whose torch is the peer. Debian's
 torch 1.13 (/usr/bin/python3) cannot run FSDP on CPU; a torch >= 2.1 (a
@@ -67,9 +73,20 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
+# --raise: each rank raises its own scheduling group before it execs. Under
+# srun a task shares the autogroup of its step's slurmstepd (a session of
+# its own, gone with the step), not the caller's, so raising the calling
+# session (as comm-vs-openmpi.sh -P does) would not reach the ranks; under
+# whale-run the ranks are already in the caller's group and this is a no-op
+# beside its raise. Both sides get the same wrapper.
+RAISE = ["bash", "-c", 'echo -20 > /proc/self/autogroup 2>/dev/null; exec "$@"', "whale-raise"]
+
+
 def launch(a, launcher, n, argv, env_extra, srun_opts=()):
     """Command line that starts argv on n ranks with the given launcher."""
     env = ["env"] + ["%s=%s" % kv for kv in env_extra.items()]
+    if a.raise_ranks:
+        argv = RAISE + list(argv)
     if launcher == "whale-run":
         return [os.path.join(a.build, "runtime/tools/run/whale-run"), "-n", str(n), "--timeout",
                 str(a.timeout)] + env + argv
@@ -158,6 +175,10 @@ def main():
     ap.add_argument("--torch-python", default=PY,
                     help="interpreter whose torch is the peer (default %(default)s, Debian's torch 1.13, "
                          "which cannot run FSDP on CPU; a torch >= 2.1 venv can)")
+    ap.add_argument("--raise", dest="raise_ranks", action="store_true",
+                    help="each rank (both sides) raises its own scheduling group to nice -20 "
+                         "(/proc/self/autogroup) before it starts: quieter figures on a shared "
+                         "machine; run the script itself raised too (see --help)")
     ap.add_argument("--srun-ifname", default="eth0", help="gloo's interface under srun (eth0 on the minicluster)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
