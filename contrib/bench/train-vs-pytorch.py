@@ -20,7 +20,8 @@ whale's MFU against the best OpenBLAS sgemm rate whale-train measured in the
 same run, and whale's achieved GFLOP/s against OpenBLAS sgemm on the shape's
 own GEMMs (every forward and backward product of one step: the rate a
 perfect GEMM-bound step would reach; target >= 75 %), measured in a child
-process with the same threads and kernels.
+process with the same threads and kernels (best of 5 per shape, measured before and
+after each whale run, the faster of the two kept).
 
 Both sides use the same OpenBLAS kernels: whale-train and whale-bench switch
 OpenBLAS off its generic fallback on CPU models it does not know
@@ -100,7 +101,7 @@ for (M, Nn, K, ta, tb, cnt) in shapes:
     lda = M if ta else K
     ldb = K if tb else Nn
     best = 1e9
-    for r in range(3):
+    for r in range(5):
         t0 = time.perf_counter()
         ob.cblas_sgemm(101, 112 if ta else 111, 112 if tb else 111, M, Nn, K, ctypes.c_float(1.0), a, lda,
                        b, ldb, ctypes.c_float(0.0), c, Nn)
@@ -196,8 +197,12 @@ def main():
             for r in range(a.reps):
                 t, t_cpu = ([float("nan")], [float("nan")]) if a.no_torch else \
                     run_torch(shape, steps, a.threads, core)
+                # the sgemm reference right before and right after whale's run, the
+                # faster one kept: a load spike during one measurement must not
+                # lower the bar whale is held to
+                g0 = run_sgemm(shape, a.threads, core)
                 w, m, p, w_cpu, wcore = run_whale(a.build, shape, steps, a.threads, data, tmp)
-                g = run_sgemm(shape, a.threads, core)
+                g = max(g0, run_sgemm(shape, a.threads, core), key=lambda x: x["gflops"])
                 tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu; sg.append(g["gflops"])
                 wg += [x * p for x in m]   # achieved GFLOP/s of each step (MFU x peak)
                 print(f"{shape} rep {r + 1}: step tokens/s median pytorch {statistics.median(t):.0f}, "
