@@ -26,6 +26,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"
+#include "whale/trace.h"
 
 struct ctx {
     double fwd, bwd;
@@ -136,6 +137,9 @@ int main(int argc, char **argv)
         return 1;
     struct whale_par_comm pp;
     whale_par_comm_from_group(&pp, whale_pp_group(ctx));
+    /* WHALE_TRACE=FILE: the executor's spans (passes, receive waits, sends) */
+    if (whale_trace_init(whale_rank(ctx), whale_world_size(ctx)))
+        return 1;
     struct whale_pp_schedule s;
     int rc = whale_pp_schedule_build(kind, pp.size, v, m, pp.rank, &s);
     struct ctx x = { fwd_ms / 1e3 / v, bwd_ms / 1e3 / v, spin, (size_t)bytes, NULL, v, m };
@@ -226,6 +230,7 @@ int main(int argc, char **argv)
     }
     whale_pp_schedule_free(&s);
     free(x.buf);
+    whale_trace_close();
     whale_finalize(ctx);
     return rc ? 1 : 0;
 }
