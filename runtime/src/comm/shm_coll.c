@@ -221,14 +221,23 @@ static void reduce_step(const struct comm_shm *sh, const struct comm_shm_job *j,
         comm_avg(dst, n, t, j->avg_div);
 }
 
+/* A receive vector larger than the cache takes streaming stores
+ * (shm_copy.c): it is not read again during the collective, and ordinary
+ * stores would read each line of it from memory first and evict the slots. */
 static void copy_out(const struct comm_shm *sh, const struct comm_shm_job *j, size_t esz, uint32_t s)
 {
     const char *slot = out_slot(sh, j->gen0 + s);
-    for (int q = 0; q < sh->p; q++) {
-        size_t n = piece_len(j, sh->p, q, s);
-        if (n)
-            memcpy(j->recv + (blk_off(j, sh->p, q) + (size_t)s * j->cb) * esz,
-                   slot + (size_t)q * j->cb * esz, n * esz);
+    const int p = sh->p;
+    const bool stream = (blk_off(j, p, p - 1) + blk_len(j, p, p - 1)) * esz >= sh->stream_min;
+    for (int q = 0; q < p; q++) {
+        size_t n = piece_len(j, p, q, s);
+        if (!n)
+            continue;
+        char *dst = j->recv + (blk_off(j, p, q) + (size_t)s * j->cb) * esz;
+        if (stream)
+            comm_copy_stream(dst, slot + (size_t)q * j->cb * esz, n * esz);
+        else
+            memcpy(dst, slot + (size_t)q * j->cb * esz, n * esz);
     }
 }
 

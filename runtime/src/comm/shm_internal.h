@@ -55,12 +55,14 @@ struct comm_shm {
     char *out;                     /* [depth][slot] */
     uint64_t next_gen;             /* generation of the next step built (same on every member) */
     char name[80];
-    bool linked;
+    bool linked;                   /* the name still exists (creator, before everyone mapped it) */
     /* single-copy path (shm_cma.c), agreed by every member at setup */
     bool cma;                      /* process_vm_readv works between every pair */
     size_t cma_min;                /* vectors of at least this many bytes take it */
     size_t cma_step;               /* bytes of a block reduced per step (cache-sized) */
-    char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */                   /* the name still exists (creator, before everyone mapped it) */
+    char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */
+    size_t stream_min;             /* receive vectors of at least this many bytes are copied out
+                                    * with streaming stores (shm_copy.c) */
 };
 
 static inline size_t comm_shm_bytes(int p, size_t slot)
@@ -74,6 +76,11 @@ static inline size_t comm_shm_bytes(int p, size_t slot)
 void comm_shm_ring(struct comm_shm_bell *d);
 void comm_shm_sleep(struct comm_shm_bell *d, uint32_t seen, long timeout_us);
 
+/* shm_copy.c: memcpy with streaming stores (then a store fence), and the
+ * default of WHALE_SHM_STREAM_MIN from this core's L2 size. */
+void comm_copy_stream(void *dst, const void *src, size_t n);
+size_t comm_shm_stream_min_auto(void);
+
 /* shm_cma.c: the single-copy path. comm_shm_cma_publish writes my pid and
  * probe word into my flag line (permit: let peers read me where Yama
  * restricts ptrace to ancestors); comm_shm_cma_probe checks that this
@@ -83,6 +90,7 @@ void comm_shm_sleep(struct comm_shm_bell *d, uint32_t seen, long timeout_us);
 void comm_shm_cma_publish(struct comm_shm *sh, bool permit);
 bool comm_shm_cma_probe(const struct comm_shm *sh);
 struct comm_shm_job;
+struct comm_stage;
 int comm_shm_cma_build(struct comm_shm *sh, struct comm_shm_job *j, int coll, size_t esz);
 int comm_shm_cma_advance(struct comm_stage *stg, enum whale_dtype t, enum whale_op rop, size_t esz,
                          int *events);

@@ -172,6 +172,7 @@ int comm_shm_prepare(whale_group *g)
     }
     /* every member published its pid and probe word before the agreement
      * above: now each checks it can read every peer, and all agree */
+    sh->stream_min = ctx->shm_stream_min; /* local: the bits are the same either way */
     sh->cma_min = (size_t)hdr[2];
     sh->cma_step = (size_t)hdr[3];
     int32_t cma = ctx->shm_cma && sh->cma_step &&
@@ -188,8 +189,9 @@ int comm_shm_prepare(whale_group *g)
     g->shm = sh;
     g->shm_state = COMM_SHM_READY;
     whale_debug("shared-memory collectives on for a group of %d (%zu KiB steps, %zu KiB segment; "
-                "single copy from %zu KiB: %s)",
-                g->size, sh->slot >> 10, sh->len >> 10, sh->cma_min >> 10, sh->cma ? "on" : "off");
+                "single copy from %zu KiB: %s; streaming copy-out from %zu KiB)",
+                g->size, sh->slot >> 10, sh->len >> 10, sh->cma_min >> 10, sh->cma ? "on" : "off",
+                sh->stream_min >> 10);
     return 0;
 }
 

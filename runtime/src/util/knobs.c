@@ -71,6 +71,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_SHM_CMA", "bool", "0", "1: large shared-memory collectives read the peers' buffers directly (process_vm_readv, single copy) instead of going through the segment's slots (off by default: slower where page pinning is dear, e.g. in VMs)" },
     { "WHALE_SHM_CMA_MIN", "size", "1048576", "bytes of a vector from which the single-copy path is taken" },
     { "WHALE_SHM_CMA_STEP", "size", "131072", "bytes of a block reduced per single-copy step (4096..16777216)" },
+    { "WHALE_SHM_STREAM_MIN", "size", "twice the core's L2", "receive vectors of at least this many bytes leave shared-memory collectives with streaming (non-temporal) stores, which skip the read of each line and keep the slots in cache (0: always; a huge value: never)" },
     { "WHALE_SIMD", "enum", "best available", "host AdamW: force scalar, avx2 or avx512" },
     { "WHALE_SPARE", "contract", "", "1 for a hot-spare task, else 0" },
     { "WHALE_SPIN", "int", "16 (100000 when bound to a core)", "idle polls before a waiting rank yields its core" },
