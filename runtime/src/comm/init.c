@@ -47,7 +47,7 @@ static int read_knobs(whale_ctx *ctx)
         (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
         (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)) ||
         (rc = whale_env_bool("WHALE_SHM", true, &shm)) ||
-        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 256 << 10, &shm_chunk)) ||
+        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 0, &shm_chunk)) ||
         (rc = whale_env_bool("WHALE_SHM_CMA", false, &cma)) ||
         (rc = env_double("WHALE_SHM_CMA_MIN", 0, 1e15, 1 << 20, &cma_min)) ||
         (rc = env_double("WHALE_SHM_CMA_STEP", 4096, 16 << 20, 128 << 10, &cma_step)) ||
@@ -61,7 +61,7 @@ static int read_knobs(whale_ctx *ctx)
     ctx->shm_stream_min = (size_t)stream_min;
     ctx->sleep_after = (int)sleep_after;
     ctx->shm_mode = shm;
-    ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces */
+    ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces; 0: by group size */
     ctx->peer_timeout = t;
     ctx->chunk_bytes = (size_t)chunk;
     ctx->window = (int)window;

@@ -100,6 +100,15 @@ int comm_shm_build(comm_op_t *op, struct comm_stage *stg, int coll, const void *
         return WHALE_EINVAL;
     }
     size_t maxblock = j->balanced ? part_len(count, p, 0) : count;
+    /* Vectors of a few slots: smaller steps, so that the members' phases
+     * still overlap (copy in, reduce and copy out of neighbouring steps run
+     * at once on different cores); whole lines, so pieces stay aligned.
+     * Every member computes the same cb (count, p and min_steps agree). */
+    size_t line = COMM_SHM_LINE / esz;
+    size_t want = (maxblock + sh->min_steps - 1) / sh->min_steps;
+    want = (want + line - 1) / line * line;
+    if (want && want < j->cb)
+        j->cb = want;
     j->nsteps = (uint32_t)((maxblock + j->cb - 1) / j->cb);
 gen:
     j->gen0 = sh->next_gen;

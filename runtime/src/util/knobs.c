@@ -67,7 +67,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_REPORT", "contract", "", "FIFO of this node's slurmstepd for failure reports" },
     { "WHALE_RMA_PROTO", "enum", "auto", "one-sided transfers to remote peers: auto (tagged messages for PEER-mode peers), tag or ucx" },
     { "WHALE_SHM", "bool", "1", "allreduce, reduce-scatter and allgather of one-node groups through a shared segment (0: UCX messages only)" },
-    { "WHALE_SHM_CHUNK", "size", "262144", "bytes of the vector per shared-memory collective step (4096..67108864)" },
+    { "WHALE_SHM_CHUNK", "size", "1048576 (less from 16 ranks on)", "bytes of the vector per shared-memory collective step (4096..67108864); unset: 1 MiB, or 16 MiB / (ranks + 1) from 16 ranks on (at least 256 KiB); vectors of a few steps are cut into 8 (2 with more ranks than cores)" },
     { "WHALE_SHM_CMA", "bool", "0", "1: large shared-memory collectives read the peers' buffers directly (process_vm_readv, single copy) instead of going through the segment's slots (off by default: slower where page pinning is dear, e.g. in VMs)" },
     { "WHALE_SHM_CMA_MIN", "size", "1048576", "bytes of a vector from which the single-copy path is taken" },
     { "WHALE_SHM_CMA_STEP", "size", "131072", "bytes of a block reduced per single-copy step (4096..16777216)" },
