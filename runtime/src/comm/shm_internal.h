@@ -68,13 +68,15 @@ struct comm_shm {
 };
 
 /* WHALE_SHM_CHUNK unset: 1 MiB slots, smaller for large groups so that the
- * segment stays within 64 MiB (never under 256 KiB). Measured at 64 MiB on
+ * segment stays within 64 MiB (never under 256 KiB; shm_seg.c retries
+ * with 256 KiB where /dev/shm has no room for more). Measured at 64 MiB on
  * 2 and 4 ranks: 1 MiB steps 1.1-1.2x the 256 KiB ones (a quarter of the
  * flag hand-offs); larger ones were no faster. */
+#define COMM_SHM_SLOT_MIN (256 << 10)
 static inline size_t comm_shm_slot_auto(int p)
 {
     size_t s = ((size_t)16 << 20) / (size_t)(p + 1);
-    s = s > ((size_t)1 << 20) ? (size_t)1 << 20 : s < ((size_t)256 << 10) ? (size_t)256 << 10 : s;
+    s = s > ((size_t)1 << 20) ? (size_t)1 << 20 : s < COMM_SHM_SLOT_MIN ? COMM_SHM_SLOT_MIN : s;
     return s & ~(size_t)(COMM_SHM_LINE - 1);
 }
 

@@ -76,6 +76,17 @@ static int map_segment(struct comm_shm *sh, bool create, const char **why)
             close(fd);
             return -1;
         }
+        /* Take the pages now: a tmpfs too small for the segment (a
+         * container's 64 MiB /dev/shm) then fails here, where the group can
+         * still fall back, instead of with SIGBUS at the first store into
+         * a page that cannot be had. */
+        int e = fd >= 0 ? posix_fallocate(fd, 0, (off_t)sh->len) : 0;
+        if (e && e != EOPNOTSUPP && e != EINVAL) {
+            *why = "no room for it in /dev/shm";
+            errno = e;
+            close(fd);
+            return -1;
+        }
     } else {
         fd = shm_open(sh->name, O_RDWR, 0600);
         struct stat stb;
@@ -146,6 +157,18 @@ int comm_shm_prepare(whale_group *g)
         sh->slot = (size_t)hdr[1];
         sh->len = comm_shm_bytes(sh->p, sh->slot);
         hdr[0] = map_segment(sh, true, &why) == 0;
+        if (!hdr[0] && !ctx->shm_chunk && sh->slot > COMM_SHM_SLOT_MIN) {
+            /* the default slots did not fit: the smallest default ones may */
+            whale_debug("shared segment of %zu KiB: %s (%s); trying %d KiB steps", sh->len >> 10, why,
+                        strerror(errno), COMM_SHM_SLOT_MIN >> 10);
+            if (sh->linked)
+                shm_unlink(sh->name);
+            sh->linked = false;
+            sh->slot = COMM_SHM_SLOT_MIN;
+            sh->len = comm_shm_bytes(sh->p, sh->slot);
+            hdr[1] = (int64_t)sh->slot;
+            hdr[0] = map_segment(sh, true, &why) == 0;
+        }
         if (hdr[0])
             comm_shm_cma_publish(sh, ctx->shm_cma);
     }
