@@ -37,8 +37,10 @@ static void test_alignments_and_lengths(void **state)
     const size_t lens[] = { 0, 1, 63, 64, 255, 1023, 1024, 1025, 1087, 1088, 1279, 1280, 1281, 4096,
                             4097, 65536 + 200, 131072, 262144 - 1, (1u << 20) + 321 };
     const size_t maxn = (1u << 20) + 321;
-    unsigned char *sbuf = aligned_alloc(64, maxn + 128);
-    unsigned char *dbuf = aligned_alloc(64, maxn + 128 + 2 * GUARD);
+    /* aligned_alloc wants a multiple of the alignment */
+    const size_t sbytes = (maxn + 128 + 63) & ~(size_t)63, dbytes = (maxn + 128 + 2 * GUARD + 63) & ~(size_t)63;
+    unsigned char *sbuf = aligned_alloc(64, sbytes);
+    unsigned char *dbuf = aligned_alloc(64, dbytes);
     assert_non_null(sbuf);
     assert_non_null(dbuf);
     for (size_t i = 0; i < maxn + 128; i++)
