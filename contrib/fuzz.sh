@@ -15,6 +15,12 @@
 # longer run is e.g. `contrib/fuzz.sh 600` (10 minutes per harness) or
 # `contrib/fuzz.sh 3600 manifest`. WHALE_FUZZ_JOBS harnesses run at once
 # (default: one per core).
+# An input that runs longer than WHALE_FUZZ_TIMEOUT seconds (30) fails the
+# run as a hang. That is wall time, and the test command runs the fuzzers
+# beside the cluster tests at nice 5 on a busy machine, so it is a bound
+# for endless loops, not a speed test: inputs over WHALE_FUZZ_SLOW seconds
+# (1) are kept as build-fuzz/fuzz-artifacts/NAME-slow-unit-* and listed,
+# to be looked at (a parser that is slow on a short input is a finding).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
@@ -41,6 +47,7 @@ if ! ninja -C "$BUILD" fuzzers >"$BUILD/ninja-fuzz.log" 2>&1; then
 fi
 
 mkdir -p "$BUILD/fuzz-artifacts"
+touch "$BUILD/.fuzz-start" # slow inputs of this run are newer
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp:print_suppressions=0
@@ -53,7 +60,8 @@ fuzz_one() {
   local work=$BUILD/fuzz-corpus/$h log=$BUILD/fuzz-$h.log
   mkdir -p "$work"
   # -rss_limit_mb: a parser that allocates without bound is a finding too
-  "$bin" -max_total_time="$SECS" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
+  "$bin" -max_total_time="$SECS" -print_final_stats=1 -timeout="${WHALE_FUZZ_TIMEOUT:-30}" \
+    -report_slow_units="${WHALE_FUZZ_SLOW:-1}" -rss_limit_mb=2048 \
     -max_len=65536 -artifact_prefix="$BUILD/fuzz-artifacts/$h-" \
     "$work" "$ROOT/tests/fuzz/corpus/$h" >"$log" 2>&1
   local rc=$? execs cov
@@ -90,5 +98,7 @@ for h in "${HARNESSES[@]}"; do
   total=$((total + $(sed -n 's/^execs //p' "$out")))
   grep -qE '^fuzz [a-z_]+: (FAILED|no such)' "$out" && failed=$((failed + 1))
 done
+find "$BUILD/fuzz-artifacts" -name '*-slow-unit-*' -newer "$BUILD/.fuzz-start" | sort |
+  while read -r f; do echo "fuzz: slow input (over ${WHALE_FUZZ_SLOW:-1} s here, not a failure): $f"; done
 echo "fuzz: ${#HARNESSES[@]} harnesses, $total executions, $failed failed"
 [ "$failed" -eq 0 ]

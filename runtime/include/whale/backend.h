@@ -231,7 +231,8 @@ int whale_k_layernorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
  * `saved` is what backward needs besides qkv and out; its size in floats
  * depends on the backend: cpu keeps the probabilities (B,NH,T,T); cuda is
  * flash-style and keeps only the log-sum-exp of each score row (B,NH,T):
- * no T x T matrix exists in device memory at any time. */
+ * no T x T matrix exists in device memory at any time. b NULL: the cpu
+ * size (sizing without a backend, as the memory model does). */
 size_t whale_attention_saved_floats(const whale_backend *b, int B, int T, int NH, int hd);
 /* out may be NULL: only `saved` is (re)built (selective recompute). */
 int whale_k_attention_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
@@ -347,7 +348,7 @@ int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
 enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b);
 /* True when kernels may read host memory that did not come from the backend
  * (cpu). False on cuda even with host_coherent: inputs such as token ids
- * must be copied into backend memory first. */
+ * must be copied into backend memory first. NULL (no backend): true. */
 bool whale_backend_reads_host(const whale_backend *b);
 
 /* out (N,OC) += bias (OC) on every row (the bias of a row-parallel linear,

@@ -468,6 +468,8 @@ int whale_k_layernorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
 
 size_t whale_attention_saved_floats(const whale_backend *b, int B, int T, int NH, int hd)
 {
+    if (!b) /* sizing without a backend (memory model): the cpu layout */
+        return (size_t)B * (size_t)NH * (size_t)T * (size_t)T;
     return b->ops->attention_saved_floats(b, B, T, NH, hd);
 }
 
@@ -666,7 +668,7 @@ int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm)
 
 enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b) { return b->gemm_math; }
 
-bool whale_backend_reads_host(const whale_backend *b) { return b->device == WHALE_DEVICE_CPU; }
+bool whale_backend_reads_host(const whale_backend *b) { return !b || b->device == WHALE_DEVICE_CPU; }
 
 int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
                      const void *bias, int N, int OC)

@@ -198,7 +198,7 @@ static bool xb_gqa_plain(const struct eng_dims *d)
 }
 static bool xb_expand(const struct eng_dims *d)
 {
-    return xb_gqa_plain(d) && (!d->bk || whale_backend_reads_host(d->bk));
+    return xb_gqa_plain(d) && whale_backend_reads_host(d->bk); /* NULL bk: cpu */
 }
 
 /* ---- saved activations ------------------------------------------------------- */
@@ -229,8 +229,7 @@ static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s
     if (d->attn == WHALE_ATTN_FLASH)
         TAKE(lse, (size_t)d->B * d->NH * d->T);
     else if (keep_att) /* cpu: probabilities (B,NH,T,T); cuda: log-sum-exp (B,NH,T) */
-        TAKE(att, d->bk ? whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd)
-                        : (size_t)d->B * d->NH * d->T * d->T); /* no backend yet: cpu's */
+        TAKE(att, whale_attention_saved_floats(d->bk, d->B, d->T, d->NH, d->hd)); /* NULL bk: cpu's */
     TAKE(atty, N * Ct);
     TAKE(r1, Ns * C);
     TAKE(ln2, Ns * C);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "whale/conf.h"
@@ -17,8 +18,9 @@
 struct whale_offload_target {
     whale_ctx *ctx;
     bool spare;
-    void *mem;            /* spares: the memory they serve */
+    void *mem;            /* spares: the memory they serve (lend_alloc) */
     size_t bytes;
+    bool exchanged;       /* peers may hold an rkey to mem */
     whale_region *reg;
     whale_remote **rem;   /* [ntasks] from the exchange */
     int ntasks;
@@ -41,6 +43,34 @@ static bool in_list(const char *host, char **names, int n)
 
 static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool failed,
                        whale_offload_target **out);
+
+/* Lent memory is its own mapping, never the heap's: a worker's put may
+ * still be on its way when a spare gives up (a failed setup, a dead peer
+ * in the closing barrier). Over tcp the spare's own UCX worker writes
+ * that put's bytes at the address it names, registration or not, and over
+ * CMA the worker writes into this process directly; memory handed back to
+ * malloc or unmapped then turned into heap corruption or a SIGSEGV inside
+ * UCX progress (seen once). */
+static void *lend_alloc(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* quiesced: every peer is known to be done with the memory (the closing
+ * barrier passed, or the exchange never handed out its key): unmapped.
+ * Otherwise the pages go back to the kernel (MADV_DONTNEED: a late write
+ * faults in a zero page and lands harmlessly) and the address range stays
+ * reserved until the process ends. */
+static void lend_free(void *mem, size_t bytes, bool quiesced)
+{
+    if (!mem)
+        return;
+    if (quiesced)
+        munmap(mem, bytes);
+    else
+        madvise(mem, bytes, MADV_DONTNEED);
+}
 
 int whale_offload_target_open(whale_ctx *ctx, const char *target, whale_engine *e,
                               whale_offload_target **out)
@@ -135,7 +165,7 @@ static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool
     free(hosts);
     if (t->spare && load[me] > 0) {
         t->bytes = (size_t)load[me];
-        if (!(t->mem = calloc(1, t->bytes)) ||
+        if (!(t->mem = lend_alloc(t->bytes)) ||
             (rc = whale_region_register(ctx, t->mem, t->bytes, &t->reg))) {
             whale_error("spare task %d: cannot lend %.1f MiB of host memory for offloaded "
                         "state: %s", me, (double)t->bytes / (1 << 20),
@@ -146,6 +176,7 @@ static int target_open(whale_ctx *ctx, const char *target, whale_engine *e, bool
     free(load);
     /* everybody takes part in the exchange, even after a local failure, so
      * that no task is left waiting in it */
+    t->exchanged = t->reg != NULL;
     int rc2 = whale_region_exchange(all, t->reg, &t->rem);
     rc = rc ? rc : rc2;
     if (!rc && !t->spare && host_of[me] >= 0) {
@@ -176,7 +207,7 @@ done:
         if (t && t->reg)
             whale_region_free(t->reg);
         if (t)
-            free(t->mem);
+            lend_free(t->mem, t->bytes, !t->exchanged);
         free(t);
         return rc;
     }
@@ -184,27 +215,33 @@ done:
     return 0;
 }
 
+static void target_free(whale_offload_target *t, bool quiesced);
+
 int whale_offload_target_close(whale_offload_target *t)
 {
     if (!t)
         return 0;
     /* spares wait here (progressing RMA) until every worker has finished */
     int rc = whale_barrier(whale_all_tasks(t->ctx));
-    whale_offload_target_release(t);
+    target_free(t, rc == 0);
     return rc;
 }
 
-void whale_offload_target_release(whale_offload_target *t)
+static void target_free(whale_offload_target *t, bool quiesced)
 {
-    if (!t)
-        return;
     for (int i = 0; i < t->ntasks && t->rem; i++)
         whale_remote_free(t->rem[i]);
     free(t->rem);
     if (t->reg)
         whale_region_free(t->reg);
-    free(t->mem);
+    lend_free(t->mem, t->bytes, quiesced);
     free(t);
+}
+
+void whale_offload_target_release(whale_offload_target *t)
+{
+    if (t)
+        target_free(t, true); /* the caller's word: see whale/offload.h */
 }
 
 size_t whale_offload_target_bytes(const whale_offload_target *t)

@@ -201,6 +201,10 @@ static void test_hostlist_same_as_slurm(void **st)
         "node[1-3,7],x", "n[01-03,5],m", "a,b c\td", "n[3,1,2]", "r[1-2]n[3-4]",
         "gpu[001-004],cpu[1-2],gpu[009]", "x,,y", "n[7],n[7]",
         "n[01-03,5]x,m", "p[0-2]-s,q", /* libslurm 22.05 refuses a suffix */
+        /* several brackets multiply: conf/hostlist.c expands the first
+         * itself (range by range, through libslurm) */
+        "gb[08-10]b[08-10]", "r[01-02,5]n[3-4,7]x", "a[1]b[2]c[3-4],d", "x[9-11]y[0-1]z",
+        "r[8-10]-n[008-010,12]", "r[9-0011]n[1,00]", "r[01-1]s[00]t[099-101]", "r[1,1]n[2]",
     };
     for (size_t e = 0; e < sizeof exprs / sizeof *exprs; e++) {
         char **a, **b;
@@ -226,6 +230,16 @@ static void test_hostlist_same_as_slurm(void **st)
                                            "u[0-65535],v[0-65535],w[0-65535],x[0-65535],"
                                            "y[0-65535],z[0-65535],k[0-65535],l[0-65535],j[0]",
                                            &a, &na), WHALE_ERANGE);
+    /* fuzz finding: 18 bytes, a million names; refused before libslurm */
+    assert_int_equal(whale_hostlist_expand("gb[08-1027]b[08-1027]", &a, &na), WHALE_ERANGE);
+    /* 65536 one-host ranges: libslurm alone holds them all at once and is
+     * O(n^2) (0.8 s plain, minutes under a sanitizer); walked one
+     * first-bracket name at a time */
+    assert_int_equal(whale_hostlist_expand("gb[0-65535]b[1]", &a, &na), 0);
+    assert_int_equal(na, 65536);
+    assert_string_equal(a[0], "gb0b1");
+    assert_string_equal(a[65535], "gb65535b1");
+    free_names(a, na);
 }
 
 /* 50,000 distinct names in a comma list, and 50,000 single numbers in one
