@@ -15,9 +15,16 @@ m = 4, 8, 16, 1F1B and interleaved (v = 2), rounds interleaved. Per case:
   target  : idle <= 1.2 x theory (median of the rounds), judged only when the
             1-minute load average stayed at or below the core count.
 
+Passes sleep, then spin their last 0.3 ms, so they last what they should
+(--pass-mode loose: a plain nanosleep, which overshoots by the wake-up; on
+the peer that overshoot lands on rank 0's critical path and was counted as
+bubble; spin: busy passes).
+
 Also printed: blocking waits (voluntary context switches of the stepping
-thread), preemptions, and the CPU the process's other threads (UCX
-progress) burnt per step.
+thread), preemptions, "prog ms": the progress thread's CPU per step
+(whale_progress_stats' thread_cpu_s, the same figure whale-train reports),
+"other ms": the CPU of the process's remaining threads (UCX async, PMIx),
+and the progress thread's kernel sleeps per step.
 
 Part 2 (training): for each schedule and micro-batch count m, trains the same model and global
 batch (a) on one rank and (b) on a PP=p pipeline (whale-run, one compute
@@ -50,6 +57,7 @@ def load1():
 
 
 def run_pp_sleep(build, p, m, sched, v, steps, extra, sleep_mode=None):
+    """One pp_sleep run under whale-run; its RESULT line as a dict."""
     env = dict(os.environ)
     if sleep_mode is not None:
         env["WHALE_PROGRESS_SLEEP"] = str(sleep_mode)
@@ -78,6 +86,8 @@ def executor_part(args):
     got = {c: [] for c in cases}
     loads = {c: [] for c in cases}
     extra = ["--fwd-ms", str(args.fwd_ms), "--bwd-ms", str(args.bwd_ms)]
+    if args.pass_mode != "exact":
+        extra.append("--" + args.pass_mode)
     for r in range(args.rounds):
         for c in cases:
             p, m, sched, v, mode = c
@@ -88,9 +98,9 @@ def executor_part(args):
             if args.verbose:
                 print("  round %d: %s" % (r + 1, line))
             sys.stdout.flush()
-    print("%-12s %5s %2s %2s %3s %8s %8s %8s %8s %7s %6s %6s %7s  %s" % (
+    print("%-12s %5s %2s %2s %3s %8s %8s %8s %8s %7s %6s %6s %7s %7s %6s  %s" % (
         "schedule", "sleep", "p", "v", "m", "theory", "idle", "best", "nominal", "ratio", "waits",
-        "preempt", "prog ms", "target idle <= 1.2 x theory"))
+        "preempt", "prog ms", "oth ms", "sleeps", "target idle <= 1.2 x theory"))
     met = {}
     judged = {}
     for c in cases:
@@ -102,7 +112,12 @@ def executor_part(args):
         nom = statistics.median(float(k["bubble"]) for k in rows)
         waits = statistics.median(float(k.get("vcsw", "nan")) for k in rows)
         pre = statistics.median(float(k.get("ivcsw", "nan")) for k in rows)
-        prog = statistics.median(float(k.get("other_cpu_ms", "nan")) for k in rows)
+        # the progress thread's CPU (whale_progress_stats), and the rest of
+        # the process's other threads (before, the column was the sum)
+        prog = statistics.median(float(k.get("prog_cpu_ms", "nan")) for k in rows)
+        oth = statistics.median(float(k.get("other_cpu_ms", "nan")) -
+                                float(k.get("prog_cpu_ms", "nan")) for k in rows)
+        slp = statistics.median(float(k.get("sleeps", "nan")) for k in rows)
         lmax = max(loads[c])
         ok = idle <= 1.2 * th
         if lmax > cores:
@@ -111,9 +126,9 @@ def executor_part(args):
             judged[mode] = judged.get(mode, 0) + 1
             met[mode] = met.get(mode, 0) + ok
             verdict = "met" if ok else "NOT MET"
-        print("%-12s %5s %2d %2d %3d %8.3f %8.3f %8.3f %8.3f %6.2fx %6.1f %6.1f %7.1f  %s" % (
-            sched, "dflt" if mode is None else mode, p, v, m, th, idle, best, nom, idle / th,
-            waits, pre, prog, verdict))
+        print("%-12s %5s %2d %2d %3d %8.3f %8.3f %8.3f %8.3f %6.2fx %6.1f %6.1f %7.1f %7.1f %6.1f"
+              "  %s" % (sched, "dflt" if mode is None else mode, p, v, m, th, idle, best, nom,
+                        idle / th, waits, pre, prog, oth, slp, verdict))
     for mode in modes:
         n = len(cases) // len(modes)
         print("summary (WHALE_PROGRESS_SLEEP=%s): %d of %d cases judged, %d met; %d not judged "
@@ -147,11 +162,15 @@ def main():
     ap.add_argument("--exec-steps", type=int, default=4, help="pp_sleep steps per run")
     ap.add_argument("--fwd-ms", type=float, default=10)
     ap.add_argument("--bwd-ms", type=float, default=20)
+    ap.add_argument("--pass-mode", default="exact", choices=("exact", "loose", "spin"),
+                    help="passes sleep then spin the last 0.3 ms (exact, default), only sleep "
+                         "(loose: overshoots by the wake-up) or spin")
     ap.add_argument("-v", "--verbose", action="store_true", help="every pp_sleep line")
     ap.add_argument("--sleep-modes", default="",
                     help="comma list of WHALE_PROGRESS_SLEEP values to compare, rounds "
                          "interleaved (0: the old yield loop; default 32: sleep on the UCX "
-                         "event fd); the 'prog ms' column is the progress thread's CPU per step")
+                         "event fd); 'prog ms' is the progress thread's CPU per step "
+                         "(whale_progress_stats), 'oth ms' the other helper threads'")
     args = ap.parse_args()
     p = args.pp
     if args.part in ("executor", "both"):

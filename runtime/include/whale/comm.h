@@ -109,6 +109,10 @@ int whale_irecv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int
  * done, frees it and returns its status. */
 int whale_wait(whale_req *req);
 int whale_test(whale_req *req, bool *done);
+/* Whether req has completed, without progressing anything, taking a lock or
+ * freeing it (a wait or test still must): a poll that costs nothing while
+ * the progress thread moves the transfer. */
+bool whale_req_done(const whale_req *req);
 int whale_waitall(whale_req **reqs, int n);
 
 /* ---- additions (introspection, device buffers) ------------------------- */

@@ -32,6 +32,10 @@ struct whale_par_comm {
     /* Completion of any request of this table (p2p or collective). */
     int (*wait)(struct whale_par_comm *c, void *req);
     int (*test)(struct whale_par_comm *c, void *req, bool *done);
+    /* Optional (NULL: not offered): whether req has completed, without
+     * progressing, blocking or freeing it (test or wait still must). Lets a
+     * caller reap finished sends between compute passes for free. */
+    bool (*done)(struct whale_par_comm *c, void *req);
     /* Blocking fp32 allreduce in place (op: WHALE_SUM or WHALE_MAX). */
     int (*allreduce)(struct whale_par_comm *c, float *buf, size_t n, enum whale_op op);
     /* Non-blocking sums. buf (n) in place over the group. */

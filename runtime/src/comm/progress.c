@@ -420,6 +420,11 @@ int whale_test(whale_req *req, bool *done)
     return st;
 }
 
+bool whale_req_done(const whale_req *req)
+{
+    return req && atomic_load_explicit(&req->done, memory_order_acquire);
+}
+
 int whale_waitall(whale_req **reqs, int n)
 {
     int first = 0;

@@ -29,6 +29,12 @@ static int g_test(struct whale_par_comm *c, void *req, bool *done)
     return whale_test(req, done);
 }
 
+static bool g_done(struct whale_par_comm *c, void *req)
+{
+    (void)c;
+    return whale_req_done(req);
+}
+
 static int g_allreduce(struct whale_par_comm *c, float *buf, size_t n, enum whale_op op)
 {
     return whale_allreduce(c->impl, buf, buf, n, WHALE_FLOAT32, op);
@@ -171,7 +177,7 @@ void whale_par_comm_from_group(struct whale_par_comm *c, whale_group *g)
     }
     *c = (struct whale_par_comm){
         .rank = whale_group_rank(g), .size = whale_group_size(g), .impl = g,
-        .isend = g_isend, .irecv = g_irecv, .wait = g_wait, .test = g_test,
+        .isend = g_isend, .irecv = g_irecv, .wait = g_wait, .test = g_test, .done = g_done,
         .allreduce = g_allreduce, .iallreduce = g_iallreduce,
         .ireduce_scatter = g_ireduce_scatter, .iallgather = g_iallgather,
         .iallreduce16 = g_iallreduce16, .ireduce_scatter16 = g_ireduce_scatter16,

@@ -202,6 +202,18 @@ static int ip_test(struct whale_par_comm *c, void *req, bool *done)
     return st;
 }
 
+static bool ip_done(struct whale_par_comm *c, void *req)
+{
+    if (req == &coll_done)
+        return true;
+    struct inproc_world *w = c->impl;
+    struct ireq *r = req;
+    pthread_mutex_lock(&w->mu);
+    bool d = r->done;
+    pthread_mutex_unlock(&w->mu);
+    return d;
+}
+
 /* element i of a 16-bit buffer as fp32 / a fp32 value rounded back */
 static float get16(enum whale_dtype dt, const uint16_t *b, size_t i)
 {
@@ -355,7 +367,7 @@ void inproc_comm(struct inproc_world *w, int rank, struct whale_par_comm *out)
 {
     *out = (struct whale_par_comm){
         .rank = rank, .size = w->size, .impl = w, .isend = ip_isend, .irecv = ip_irecv,
-        .wait = ip_wait, .test = ip_test, .allreduce = ip_allreduce,
+        .wait = ip_wait, .test = ip_test, .done = ip_done, .allreduce = ip_allreduce,
         .iallreduce = ip_iallreduce, .ireduce_scatter = ip_ireduce_scatter,
         .iallgather = ip_iallgather,
         .iallreduce16 = w->offer16 ? ip_iallreduce16 : NULL,
