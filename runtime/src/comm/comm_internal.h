@@ -200,6 +200,7 @@ struct whale_ctx {
     bool shm_cma;             /* WHALE_SHM_CMA: single-copy path for large vectors (shm_cma.c) */
     size_t shm_cma_min;       /* WHALE_SHM_CMA_MIN: bytes from which it is taken */
     size_t shm_cma_step;      /* WHALE_SHM_CMA_STEP: bytes of a block reduced per step */
+    size_t shm_stream_min;    /* WHALE_SHM_STREAM_MIN: receive vectors copied out with streaming stores */
     int window;               /* chains in flight */
     int forced_algo[COMM_COLL_COUNT_]; /* WHALE_COLL_ALGO */
     whale_group *world, *tp, *pp, *dp, *all;

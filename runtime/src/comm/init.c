@@ -13,6 +13,7 @@
 
 #include "comm/comm_internal.h"
 #include "comm/el_internal.h"
+#include "comm/shm_internal.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
@@ -39,25 +40,28 @@ static int env_double(const char *name, double lo, double hi, double dflt, doubl
 
 static int read_knobs(whale_ctx *ctx)
 {
-    double t, chunk, window, shm_chunk, cma_min, cma_step, sleep_after;
+    double t, chunk, window, shm_chunk, cma_min, cma_step, sleep_after, stream_min;
     bool shm, cma;
     int rc;
     if ((rc = env_double("WHALE_PEER_TIMEOUT", 0.1, 3600, 5.0, &t)) ||
         (rc = env_double("WHALE_COLL_CHUNK", 4096, 1 << 30, 2 << 20, &chunk)) ||
         (rc = env_double("WHALE_COLL_WINDOW", 1, 64, 2, &window)) ||
         (rc = whale_env_bool("WHALE_SHM", true, &shm)) ||
-        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 256 << 10, &shm_chunk)) ||
+        (rc = env_double("WHALE_SHM_CHUNK", 4096, 64 << 20, 0, &shm_chunk)) ||
         (rc = whale_env_bool("WHALE_SHM_CMA", false, &cma)) ||
         (rc = env_double("WHALE_SHM_CMA_MIN", 0, 1e15, 1 << 20, &cma_min)) ||
         (rc = env_double("WHALE_SHM_CMA_STEP", 4096, 16 << 20, 128 << 10, &cma_step)) ||
+        (rc = env_double("WHALE_SHM_STREAM_MIN", 0, 1e15, (double)comm_shm_stream_min_auto(),
+                         &stream_min)) ||
         (rc = env_double("WHALE_PROGRESS_SLEEP", 0, 1 << 20, COMM_SLEEP_AFTER, &sleep_after)))
         return rc;
     ctx->shm_cma = cma;
     ctx->shm_cma_min = (size_t)cma_min;
     ctx->shm_cma_step = (size_t)cma_step & ~(size_t)63;
+    ctx->shm_stream_min = (size_t)stream_min;
     ctx->sleep_after = (int)sleep_after;
     ctx->shm_mode = shm;
-    ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces */
+    ctx->shm_chunk = (size_t)shm_chunk & ~(size_t)63; /* cache-line aligned pieces; 0: by group size */
     ctx->peer_timeout = t;
     ctx->chunk_bytes = (size_t)chunk;
     ctx->window = (int)window;

@@ -100,6 +100,15 @@ int comm_shm_build(comm_op_t *op, struct comm_stage *stg, int coll, const void *
         return WHALE_EINVAL;
     }
     size_t maxblock = j->balanced ? part_len(count, p, 0) : count;
+    /* Vectors of a few slots: smaller steps, so that the members' phases
+     * still overlap (copy in, reduce and copy out of neighbouring steps run
+     * at once on different cores); whole lines, so pieces stay aligned.
+     * Every member computes the same cb (count, p and min_steps agree). */
+    size_t line = COMM_SHM_LINE / esz;
+    size_t want = (maxblock + sh->min_steps - 1) / sh->min_steps;
+    want = (want + line - 1) / line * line;
+    if (want && want < j->cb)
+        j->cb = want;
     j->nsteps = (uint32_t)((maxblock + j->cb - 1) / j->cb);
 gen:
     j->gen0 = sh->next_gen;
@@ -221,14 +230,23 @@ static void reduce_step(const struct comm_shm *sh, const struct comm_shm_job *j,
         comm_avg(dst, n, t, j->avg_div);
 }
 
+/* A receive vector larger than the cache takes streaming stores
+ * (shm_copy.c): it is not read again during the collective, and ordinary
+ * stores would read each line of it from memory first and evict the slots. */
 static void copy_out(const struct comm_shm *sh, const struct comm_shm_job *j, size_t esz, uint32_t s)
 {
     const char *slot = out_slot(sh, j->gen0 + s);
-    for (int q = 0; q < sh->p; q++) {
-        size_t n = piece_len(j, sh->p, q, s);
-        if (n)
-            memcpy(j->recv + (blk_off(j, sh->p, q) + (size_t)s * j->cb) * esz,
-                   slot + (size_t)q * j->cb * esz, n * esz);
+    const int p = sh->p;
+    const bool stream = (blk_off(j, p, p - 1) + blk_len(j, p, p - 1)) * esz >= sh->stream_min;
+    for (int q = 0; q < p; q++) {
+        size_t n = piece_len(j, p, q, s);
+        if (!n)
+            continue;
+        char *dst = j->recv + (blk_off(j, p, q) + (size_t)s * j->cb) * esz;
+        if (stream)
+            comm_copy_stream(dst, slot + (size_t)q * j->cb * esz, n * esz);
+        else
+            memcpy(dst, slot + (size_t)q * j->cb * esz, n * esz);
     }
 }
 

@@ -49,19 +49,36 @@ struct comm_shm {
     struct comm_shm_bell *door;
     size_t len;
     int p, r;
-    size_t slot;                   /* bytes of one step */
+    size_t slot;                   /* bytes of one step (at most) */
+    uint32_t min_steps;            /* a vector is cut into at least this many steps where the
+                                    * slot allows (creator's choice, the same on every member) */
     struct comm_shm_flags *flags;  /* [p] */
     char *in;                      /* [p][depth][slot] */
     char *out;                     /* [depth][slot] */
     uint64_t next_gen;             /* generation of the next step built (same on every member) */
     char name[80];
-    bool linked;
+    bool linked;                   /* the name still exists (creator, before everyone mapped it) */
     /* single-copy path (shm_cma.c), agreed by every member at setup */
     bool cma;                      /* process_vm_readv works between every pair */
     size_t cma_min;                /* vectors of at least this many bytes take it */
     size_t cma_step;               /* bytes of a block reduced per step (cache-sized) */
-    char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */                   /* the name still exists (creator, before everyone mapped it) */
+    char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */
+    size_t stream_min;             /* receive vectors of at least this many bytes are copied out
+                                    * with streaming stores (shm_copy.c) */
 };
+
+/* WHALE_SHM_CHUNK unset: 1 MiB slots, smaller for large groups so that the
+ * segment stays within 64 MiB (never under 256 KiB; shm_seg.c retries
+ * with 256 KiB where /dev/shm has no room for more). Measured at 64 MiB on
+ * 2 and 4 ranks: 1 MiB steps 1.1-1.2x the 256 KiB ones (a quarter of the
+ * flag hand-offs); larger ones were no faster. */
+#define COMM_SHM_SLOT_MIN (256 << 10)
+static inline size_t comm_shm_slot_auto(int p)
+{
+    size_t s = ((size_t)16 << 20) / (size_t)(p + 1);
+    s = s > ((size_t)1 << 20) ? (size_t)1 << 20 : s < COMM_SHM_SLOT_MIN ? COMM_SHM_SLOT_MIN : s;
+    return s & ~(size_t)(COMM_SHM_LINE - 1);
+}
 
 static inline size_t comm_shm_bytes(int p, size_t slot)
 {
@@ -74,6 +91,11 @@ static inline size_t comm_shm_bytes(int p, size_t slot)
 void comm_shm_ring(struct comm_shm_bell *d);
 void comm_shm_sleep(struct comm_shm_bell *d, uint32_t seen, long timeout_us);
 
+/* shm_copy.c: memcpy with streaming stores (then a store fence), and the
+ * default of WHALE_SHM_STREAM_MIN from this core's L2 size. */
+void comm_copy_stream(void *dst, const void *src, size_t n);
+size_t comm_shm_stream_min_auto(void);
+
 /* shm_cma.c: the single-copy path. comm_shm_cma_publish writes my pid and
  * probe word into my flag line (permit: let peers read me where Yama
  * restricts ptrace to ancestors); comm_shm_cma_probe checks that this
@@ -83,6 +105,7 @@ void comm_shm_sleep(struct comm_shm_bell *d, uint32_t seen, long timeout_us);
 void comm_shm_cma_publish(struct comm_shm *sh, bool permit);
 bool comm_shm_cma_probe(const struct comm_shm *sh);
 struct comm_shm_job;
+struct comm_stage;
 int comm_shm_cma_build(struct comm_shm *sh, struct comm_shm_job *j, int coll, size_t esz);
 int comm_shm_cma_advance(struct comm_stage *stg, enum whale_dtype t, enum whale_op rop, size_t esz,
                          int *events);
