@@ -182,6 +182,7 @@ enum {
     WHALE_CAL_Z3_OVERLAP  = 1u << 9,
     WHALE_CAL_LINK0       = 1u << 10, /* << class: alpha/bw of that class present */
     WHALE_CAL_CPU         = 1u << 14, /* threads (and cores) the CPU peak was measured with */
+    WHALE_CAL_THREAD_SYNC = 1u << 15, /* CPU: fork/join cost per layer pass (ThreadSyncUs=) */
 };
 
 struct whale_calib {
@@ -197,17 +198,32 @@ struct whale_calib {
      * `threads` threads on a node of `cores_per_node` cores (Device line
      * keys Threads= and CoresPerNode=). whale_calib_apply turns them into a
      * per-rank rate for the cluster's ranks per node and threads per rank:
-     * rate = peak / threads x min(threads per rank, cores / ranks per node). */
-    double threads, cores_per_node;
+     * rate = peak x S(min(threads per rank, cores / ranks per node)) /
+     * S(threads), S(n) = 1 / ((1 - p) + p / n) (Amdahl) with p the
+     * measured parallel fraction of a step (ParallelFraction=; absent: 1,
+     * threads add linearly). Below one core a rank gets its time share. */
+    double threads, cores_per_node, parallel_fraction;
+    /* CPU: seconds a layer pass loses to waking and joining its threads
+     * (every kernel is one OpenMP region; idle threads sleep), per doubling
+     * of the threads a rank runs on its own cores: kernel overhead +=
+     * thread_sync x log2(n). Fitted from one layout at 1 thread and at all
+     * cores (contrib/bench/plan-calibration.sh). */
+    double thread_sync;
 };
 
 /* The share of the calibrated per-rank CPU rate that one of `ranks_per_node`
- * ranks gets (pure; 1 when the profile has no Threads=): min(threads per
- * rank, cores / ranks) / calibrated threads. threads_per_rank and
+ * ranks gets (pure; 1 when the profile has no Threads=): S(min(threads per
+ * rank, cores / ranks)) / S(calibrated threads), S as above (a fraction of
+ * a core below 1: that fraction of S(1)). threads_per_rank and
  * cores_per_node 0 take the profile's cores and whale-train's default
  * threads (cores / ranks, at least 1). */
 double whale_calib_cpu_share(const struct whale_calib *cal, int ranks_per_node, int cores_per_node,
                              int threads_per_rank);
+/* The threads one rank runs on cores of its own, n = min(threads per rank,
+ * cores / ranks per node) (same defaults as above; 1 when the profile has
+ * no Threads=): what ThreadSyncUs= is charged for. */
+double whale_calib_cpu_threads(const struct whale_calib *cal, int ranks_per_node,
+                               int cores_per_node, int threads_per_rank);
 
 int whale_calib_load(const char *path, struct whale_calib *out);
 int whale_calib_parse_string(const char *text, const char *origin, struct whale_calib *out);

@@ -87,10 +87,19 @@ static int cal_line(const struct whale_kv_line *l, void *user)
                 cal->has |= WHALE_CAL_CPU;
             } else if (!strcasecmp(kv->key, "CoresPerNode")) {
                 if ((rc = cal_num(l, kv, 1, 65536, &cal->cores_per_node))) return rc;
+            } else if (!strcasecmp(kv->key, "ThreadSyncUs")) {
+                if ((rc = cal_num(l, kv, 0, 1e6, &v))) return rc;
+                cal->thread_sync = v * 1e-6;
+                cal->has |= WHALE_CAL_THREAD_SYNC;
+            } else if (!strcasecmp(kv->key, "ParallelFraction")) {
+                if ((rc = cal_num(l, kv, 0, 1, &cal->parallel_fraction))) return rc;
+                if (cal->parallel_fraction == 0)
+                    cal->parallel_fraction = -1;   /* 0 is "unset" in the struct */
             } else {
                 whale_error("%s:%d: unknown key '%s' (Device line: PeakTFLOPS MemoryGiB "
                             "MemBandwidthGBs GemmEfficiency GemmHalfDim MemEfficiency "
-                            "KernelOverheadUs DPOverlap ZeRO3Overlap Threads CoresPerNode)",
+                            "KernelOverheadUs DPOverlap ZeRO3Overlap Threads CoresPerNode "
+                            "ParallelFraction ThreadSyncUs)",
                             l->file, l->line, kv->key);
                 return WHALE_ECONF;
             }
@@ -162,6 +171,9 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->has & WHALE_CAL_Z3_OVERLAP) fprintf(f, " ZeRO3Overlap=%.17g", cal->zero3_overlap);
         if (cal->has & WHALE_CAL_CPU) fprintf(f, " Threads=%.17g", cal->threads);
         if (cal->cores_per_node > 0) fprintf(f, " CoresPerNode=%.17g", cal->cores_per_node);
+        if (cal->has & WHALE_CAL_THREAD_SYNC) fprintf(f, " ThreadSyncUs=%.17g", cal->thread_sync * 1e6);
+        if (cal->parallel_fraction != 0)
+            fprintf(f, " ParallelFraction=%.17g", fmax(cal->parallel_fraction, 0));
         fputc('\n', f);
     }
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
@@ -189,23 +201,43 @@ int whale_calib_save(const char *path, const struct whale_calib *cal)
     return 0;
 }
 
-double whale_calib_cpu_share(const struct whale_calib *cal, int ranks_per_node, int cores_per_node,
-                             int threads_per_rank)
+/* Amdahl: a step's serial part (small kernels that do not split, OpenMP
+ * fork/join, the optimizer's per-tensor work) does not shrink with threads.
+ * n threads on n cores run 1 / ((1 - p) + p / n) times one thread. */
+static double cpu_speedup(const struct whale_calib *cal, double n)
+{
+    double p = cal->parallel_fraction > 0 ? cal->parallel_fraction
+             : cal->parallel_fraction < 0 ? 0 : 1;
+    return 1.0 / ((1 - p) + p / n);
+}
+
+double whale_calib_cpu_threads(const struct whale_calib *cal, int ranks_per_node,
+                               int cores_per_node, int threads_per_rank)
 {
     if (!(cal->has & WHALE_CAL_CPU) || cal->threads <= 0 || ranks_per_node < 1)
         return 1.0;
     double cores = cores_per_node > 0 ? cores_per_node : cal->cores_per_node;
     if (cores <= 0)   /* no core count anywhere: threads alone */
-        return threads_per_rank > 0 ? threads_per_rank / cal->threads : 1.0;
+        return threads_per_rank > 0 ? threads_per_rank : cal->threads;
     double per_rank = cores / ranks_per_node;
     double threads = threads_per_rank > 0 ? threads_per_rank : fmax(1, floor(per_rank));
     /* more threads than cores per rank time-share the cores: no gain */
-    return fmin(threads, per_rank) / cal->threads;
+    return fmin(threads, per_rank);
+}
+
+double whale_calib_cpu_share(const struct whale_calib *cal, int ranks_per_node, int cores_per_node,
+                             int threads_per_rank)
+{
+    if (!(cal->has & WHALE_CAL_CPU) || cal->threads <= 0 || ranks_per_node < 1)
+        return 1.0;
+    double n = whale_calib_cpu_threads(cal, ranks_per_node, cores_per_node, threads_per_rank);
+    return (n >= 1 ? cpu_speedup(cal, n) : n) / cpu_speedup(cal, cal->threads);
 }
 
 void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
 {
     bool mixed = whale_cluster_is_mixed(c);
+    double sync = 0;
     for (int i = 0; i < c->ngroups; i++) {
         struct whale_plan_device *g = &c->group[i].gpu;
         if (mixed && cal->device[0] && strcasecmp(cal->device, g->name))
@@ -218,11 +250,23 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
         if (cal->has & WHALE_CAL_MEM) g->mem_bytes = cal->mem_bytes;
         if (cal->has & WHALE_CAL_HBM) g->hbm_bw = cal->hbm_bw * share;
         else if (share != 1.0) g->hbm_bw *= share;
+        /* on the device, not only in c->eff: a measured 0 (flat, as
+         * OpenBLAS is from 64 to 1024) must not fall back to the
+         * catalogue's half-dimension */
+        if (cal->has & WHALE_CAL_GEMM_HALF) g->gemm_half = cal->gemm_half_dim;
+        if ((cal->has & WHALE_CAL_THREAD_SYNC) && !strcmp(g->name, "cpu")) {
+            double n = whale_calib_cpu_threads(cal, c->group[i].gpus_per_node,
+                                               c->cpu_cores_per_node, c->cpu_threads_per_rank);
+            if (n > 1)
+                sync = fmax(sync, cal->thread_sync * log2(n));
+        }
     }
     if (cal->has & WHALE_CAL_GEMM_EFF) c->eff.gemm_eff = cal->gemm_eff;
     if (cal->has & WHALE_CAL_GEMM_HALF) c->eff.gemm_half_dim = cal->gemm_half_dim;
     if (cal->has & WHALE_CAL_MEM_EFF) c->eff.mem_eff = cal->mem_eff;
     if (cal->has & WHALE_CAL_KERNEL_OVH) c->eff.kernel_overhead = cal->kernel_overhead;
+    /* one overhead per layer pass for the whole cluster: the slowest group's */
+    c->eff.kernel_overhead += sync;
     if (cal->has & WHALE_CAL_DP_OVERLAP) c->eff.dp_overlap = cal->dp_overlap;
     if (cal->has & WHALE_CAL_Z3_OVERLAP) c->eff.zero3_overlap = cal->zero3_overlap;
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)

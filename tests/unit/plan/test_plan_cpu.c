@@ -35,6 +35,23 @@ static void share(void **state)
     /* measured with 2 threads: per-thread rate is half the peak */
     cal.threads = 2;
     assert_true(whale_calib_cpu_share(&cal, 1, 0, 1) == 0.5);
+    /* Amdahl: with 60 % of the step parallel, 2 threads run 1 / (0.4 + 0.3)
+     * = 1.43 x one thread, 4 threads 1 / (0.4 + 0.15) = 1.82 x */
+    cal.threads = 1;
+    cal.parallel_fraction = 0.6;
+    assert_float_equal(whale_calib_cpu_share(&cal, 1, 2, 2), 1 / 0.7, 1e-12);
+    assert_float_equal(whale_calib_cpu_share(&cal, 1, 4, 4), 1 / 0.55, 1e-12);
+    /* threads beyond the rank's cores still add nothing */
+    assert_float_equal(whale_calib_cpu_share(&cal, 2, 2, 2), 1.0, 1e-12);
+    /* below one core: the time share of one thread's rate */
+    assert_float_equal(whale_calib_cpu_share(&cal, 4, 2, 1), 0.5, 1e-12);
+    /* a profile measured with 2 threads: 1 thread is 0.7 of it */
+    cal.threads = 2;
+    assert_float_equal(whale_calib_cpu_share(&cal, 1, 2, 1), 0.7, 1e-12);
+    /* ParallelFraction=0 (parsed as -1): threads add nothing */
+    cal.threads = 1;
+    cal.parallel_fraction = -1;
+    assert_float_equal(whale_calib_cpu_share(&cal, 1, 8, 8), 1.0, 1e-12);
 }
 
 static void profile_round_trip_and_apply(void **state)
@@ -53,6 +70,22 @@ static void profile_round_trip_and_apply(void **state)
     fclose(f);
     assert_non_null(strstr(buf, "Threads=1"));
     assert_non_null(strstr(buf, "CoresPerNode=2"));
+    /* ParallelFraction round-trips; out of [0, 1] is refused */
+    struct whale_calib pf;
+    assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu Threads=1 "
+                                              "ParallelFraction=0.625\n", "t", &pf), 0);
+    assert_true(pf.parallel_fraction == 0.625);
+    f = fmemopen(buf, sizeof buf, "w");
+    assert_non_null(f);
+    assert_int_equal(whale_calib_write(f, &pf), 0);
+    fclose(f);
+    assert_non_null(strstr(buf, "ParallelFraction=0.625"));
+    assert_int_not_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu ParallelFraction=1.5\n",
+                                                  "t", &pf), 0);
+    assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu Threads=1 "
+                                              "ParallelFraction=0 PeakTFLOPS=0.1 CoresPerNode=2\n",
+                                              "t", &pf), 0);
+    assert_true(whale_calib_cpu_share(&pf, 1, 2, 2) == 1.0);
     /* bad values name the key */
     struct whale_calib bad;
     assert_int_not_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu Threads=0\n", "t",
@@ -69,6 +102,39 @@ static void profile_round_trip_and_apply(void **state)
     c.cpu_threads_per_rank = 1;
     whale_calib_apply(&cal, &c);
     assert_true(c.group[0].gpu.peak_flops == 0.1e12);
+    /* a measured GemmHalfDim=0 (flat GEMM rate) reaches the device: it
+     * must not fall back to the catalogue's half-dimension */
+    struct whale_calib flat;
+    assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu PeakTFLOPS=0.1 "
+                                              "GemmHalfDim=0\n", "t", &flat), 0);
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    assert_true(c.group[0].gpu.gemm_half > 0);
+    whale_calib_apply(&flat, &c);
+    assert_true(c.group[0].gpu.gemm_half == 0);
+    /* ThreadSyncUs=: per layer pass and doubling of a rank's own threads,
+     * on top of the kernel overhead; nothing at one thread per rank */
+    struct whale_calib sy;
+    assert_int_equal(whale_calib_parse_string("Calibration=1\nDevice=cpu PeakTFLOPS=0.1 Threads=1 "
+                                              "CoresPerNode=4 KernelOverheadUs=10 "
+                                              "ThreadSyncUs=100\n", "t", &sy), 0);
+    assert_true(sy.has & WHALE_CAL_THREAD_SYNC);
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    c.cpu_threads_per_rank = 4;
+    whale_calib_apply(&sy, &c);
+    assert_float_equal(c.eff.kernel_overhead, 10e-6 + 2 * 100e-6, 1e-12);
+    assert_int_equal(whale_cluster_init(&c, 1, 4, "cpu"), 0);   /* 1 core per rank */
+    whale_calib_apply(&sy, &c);
+    assert_float_equal(c.eff.kernel_overhead, 10e-6, 1e-12);
+    assert_float_equal(whale_calib_cpu_threads(&sy, 2, 0, 0), 2.0, 1e-12);
+    assert_float_equal(whale_calib_cpu_threads(&sy, 8, 0, 2), 0.5, 1e-12);
+    f = fmemopen(buf, sizeof buf, "w");
+    assert_non_null(f);
+    assert_int_equal(whale_calib_write(f, &sy), 0);
+    fclose(f);
+    struct whale_calib back;
+    assert_int_equal(whale_calib_parse_string(buf, "t", &back), 0);
+    assert_true(back.has & WHALE_CAL_THREAD_SYNC);
+    assert_float_equal(back.thread_sync, 100e-6, 1e-15);
     /* GPUs are never scaled */
     assert_int_equal(whale_cluster_init(&c, 1, 8, "H100-80GB"), 0);
     double before = c.group[0].gpu.hbm_bw;
