@@ -8,11 +8,12 @@
 #     thread (two equations: the time model is linear in 1 / GEMM rate and
 #     1 / memory rate; the two models weigh them differently);
 #   - ParallelFraction p from the sgemm peak whale-train measures at all
-#     cores against one thread: a rank of n threads on its own cores runs
+#     cores against one thread (every one-rank run measures it): a rank of n threads on its own cores runs
 #     S(n) = 1 / ((1 - p) + p / n) times faster (Amdahl); ranks beyond the
 #     cores time-share them;
 #   - ThreadSyncUs, the waking and joining of a rank's threads per layer
-#     pass (per doubling of threads), from gpt-small at all cores.
+#     pass (per doubling of threads), from gpt-small at all cores (where
+#     that step beats the peaks' Amdahl, no sync and p fitted to it).
 # It takes the links whale-bench calib measured under whale-run -n 2 in the
 # same run (Link lines). Rounds interleave the cases (ROUNDS, default 5); a
 # run's figure is its median step (steps 3.. of STEPS). The table fits and
@@ -39,7 +40,7 @@ cat "$SRC"/runtime/src/*/*.c > "$TMP/corpus.txt"
 
 CORES=$(nproc)
 # measure NAME RANKS MODEL BATCH THREADS: median step_s of one whale-train run
-# (steps 3..); the sgemm peak that run measured goes to $TMP/NAME.peak
+# (steps 3..); the sgemm peak a one-rank run measured goes to $TMP/peak.tTHREADS
 measure() {
     name=$1 ranks=$2 model=$3 batch=$4 threads=$5
     rm -f "$TMP/$name".jsonl*
@@ -54,13 +55,20 @@ measure() {
     [ -f "$f" ] || f=$(ls "$TMP/$name".jsonl* 2>/dev/null | head -1)
     grep '"step":' "$f" | awk -v s=3 -F'"step":' '{split($2, a, ","); if (a[1] + 0 >= s) print}' \
         | sed 's/.*"step_s":\([0-9.eE+-]*\).*/\1/' | median
-    grep '"summary"' "$f" | sed 's/.*"peak_gflops":\([0-9.eE+-]*\).*/\1/' >> "$TMP/$name.peak" || true
+    # every single-rank run measures the sgemm peak at its thread count
+    if [ "$ranks" = 1 ]; then
+        grep '"summary"' "$f" | sed 's/.*"peak_gflops":\([0-9.eE+-]*\).*/\1/' \
+            >> "$TMP/peak.t$threads" || true
+    fi
 }
 median() {
     sort -g | awk '{a[NR] = $1} END {if (NR) print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 best() {
     sort -g | head -1
+}
+highest() {
+    sort -g | tail -1
 }
 calc() {
     awk "BEGIN { print $1 }"
@@ -111,7 +119,10 @@ predict() {
 fit() {
     st=$1
     for c in fit fittiny fitN; do $st < "$TMP/$c.runs" > "$TMP/$c.$st"; done
-    peak=$($st < "$TMP/fit.peak") peakN=$($st < "$TMP/fitN.peak")
+    # the sgemm peak over all one-rank runs at 1 and at all cores: median,
+    # or the highest for "best"
+    pst=$st; [ "$st" = best ] && pst=highest
+    peak=$($pst < "$TMP/peak.t1") peakN=$($pst < "$TMP/peak.t$CORES")
     # Amdahl from the sgemm peak at all cores against one thread, in [0, 1]
     p=$(calc "($CORES > 1) ? (1 - $peak / $peakN) / (1 - 1 / $CORES) : 1")
     p=$(calc "($p < 0) ? 0 : (($p > 1) ? 1 : $p)")
@@ -128,8 +139,13 @@ fit() {
     r1=$(calc "$(cat "$TMP/fit.$st") - $c1") r2=$(calc "$(cat "$TMP/fittiny.$st") - $c2")
     det=$(calc "$a1 * $b2 - $a2 * $b1")
     x=$(calc "($r1 * $b2 - $r2 * $b1) / $det") y=$(calc "($a1 * $r2 - $a2 * $r1) / $det")
-    if [ "$(calc "($x >= 1 && $y > 0) ? 1 : 0")" = 1 ]; then
+    if [ "$(calc "($x > 0 && $y > 0) ? 1 : 0")" = 1 ]; then
         ge=$(calc "1 / $x") bw=$(calc "$BW0 / $y")
+        # GEMMs ran faster than the sampled peak (a noisy sample): the rate
+        # peak x E is what counts, so raise the peak and keep E = 1
+        if [ "$(calc "($x < 1) ? 1 : 0")" = 1 ]; then
+            peak=$(calc "$peak / $x") ge=1
+        fi
     else
         # the two cases do not separate the rates (noise): one factor on both, from gpt-small
         echo "plan-calibration: $st: GEMM and memory rates not separable (x=$x y=$y);" \
@@ -147,7 +163,21 @@ fit() {
     sync=0
     [ "$(calc "($s1 > $s0) ? 1 : 0")" = 1 ] &&
         sync=$(calc "1000 * ($(cat "$TMP/fitN.$st") - $s0) / ($s1 - $s0)")
-    sync=$(calc "($sync < 0) ? 0 : $sync")
+    if [ "$(calc "($sync < 0) ? 1 : 0")" = 1 ]; then
+        # fitN ran faster than the sgemm peaks' Amdahl says (noisy peaks):
+        # no sync cost, and the parallel fraction that fits fitN, by bisection
+        sync=0 lo=$p hi=1 tn=$(cat "$TMP/fitN.$st")
+        for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do
+            mid=$(calc "($lo + $hi) / 2")
+            profile "$peak" "$mid" "$ge" "$bw" 0 > "$TMP/e.cal"
+            if [ "$(calc "($(predict "$TMP/e.cal" fitN) > $tn) ? 1 : 0")" = 1 ]; then
+                lo=$mid
+            else
+                hi=$mid
+            fi
+        done
+        p=$hi
+    fi
     profile "$peak" "$p" "$ge" "$bw" "$sync" > "$TMP/$st.cal"
 }
 fit median

@@ -3,6 +3,7 @@
  * by column so every element is summed by one thread in row order: the
  * result does not depend on the thread count. */
 #include "kernels.h"
+#include "kernels_vec.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -16,41 +17,8 @@
 /* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
 void openblas_set_num_threads(int num_threads);
 
-/* ---- vectorized element-wise spans ---------------------------------------------
- * GCC keeps k_exp's clamps as branches (and so leaves the loop scalar) under
- * -ftrapping-math; these spans are compiled without it. None of them reduces
- * and none contracts a*b+c into an FMA (fp-contract=off), so every element
- * gets exactly the operations of the scalar loop: the same bits at any
- * vector width. The widest of AVX-512 / AVX2 / SSE2 is picked when libwhale
- * is loaded (target_clones: an ifunc on the CPU's flags). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#pragma GCC push_options
-#pragma GCC optimize("no-trapping-math", "fp-contract=off")
-#define K_VEC __attribute__((target_clones("avx512f", "avx2", "default")))
-#define K_VEC_POP 1
-#else
-#define K_VEC
-#endif
-
-/* exp(x) for x in [-87, 88] with ~2 ulp error, written so loops that call it
- * vectorize (libm's expf/tanhf calls do not); defined inside the spans'
- * options so it inlines into them (GCC does not inline across different
- * -ftrapping-math): Cody-Waite reduction
- * x = n ln2 + r, degree-6 polynomial for e^r, 2^n built in the exponent. */
-static inline __attribute__((always_inline)) float k_exp(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    const float shift = 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
-    float t = x * 1.44269504088896341f + shift;
-    float n = t - shift;
-    float r = x - n * 0.693145751953125f - n * 1.428606765330187e-06f;
-    float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 +
-              r * (1.0f / 720))))));
-    union { float f; int32_t i; } u = { .f = p };
-    u.i += (int32_t)n * (1 << 23);
-    return u.f;
-}
+/* ---- vectorized element-wise spans (options and k_exp: kernels_vec.h) ---- */
+K_VEC_BEGIN
 
 /* out (n) = gelu_tanh(inp (n)) = x * sigmoid(2u), u = K (x + 0.044715 x^3) */
 K_VEC static void span_gelu_fwd(float *restrict out, const float *restrict inp, int64_t n)
@@ -94,9 +62,7 @@ K_VEC static void span_scale(float *restrict r, float a, int n)
         r[i] *= a;
 }
 
-#ifdef K_VEC_POP
-#pragma GCC pop_options
-#endif
+K_VEC_END
 
 /* Largest of r (n), -inf for n == 0 or all-NaN rows (NaNs are skipped, as the
  * scalar r > m ? r : m does). Eight running maxima instead of one break the
@@ -411,17 +377,6 @@ void k_attention_bwd(float *dqkv, const float *dout, const float *qkv, const flo
         free(dP);
     }
 }
-
-/* Static split of n elements over the threads, in 16-float (64-byte) units
- * so every thread's span starts on the same alignment. */
-#define K_SPLIT(n, lo, hi)                                                               \
-    int64_t lo = 0, hi = (n);                                                            \
-    do {                                                                                 \
-        int nt_ = omp_get_num_threads(), id_ = omp_get_thread_num();                     \
-        int64_t per_ = (((n) + nt_ - 1) / nt_ + 15) / 16 * 16;                           \
-        lo = per_ * id_ < (n) ? per_ * id_ : (n);                                        \
-        hi = lo + per_ < (n) ? lo + per_ : (n);                                          \
-    } while (0)
 
 void k_gelu_fwd(float *out, const float *inp, int64_t n)
 {

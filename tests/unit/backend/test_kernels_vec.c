@@ -1,5 +1,6 @@
 /* The vectorized CPU kernels (GELU, softmax rows, cross-entropy: spans
- * compiled for AVX-512 / AVX2 / SSE2 in backend/kernels.c) give the same
+ * compiled for AVX-512 / AVX2 / SSE2 in backend/kernels.c; SwiGLU and GeGLU
+ * in backend/kernels_llama.c) give the same
  * bits as the scalar loops they replaced, written out again here as the
  * reference, for 1 and 2 threads and on values that hit k_exp's clamps.
  * The bias gradient's column sums (k_linear_bwd's db, walked in contiguous
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "engine/kernels.h"
+#include "engine/kernels_llama.h"
 #define TESTRAND_SEED 0x5eed5eed12345ULL
 #include "testrand.h"
 
@@ -112,6 +114,62 @@ static void test_gelu_bits(void **state)
     free(b);
 }
 
+/* act(x), act'(x) of the gated MLP: SiLU, or tanh-GELU */
+static void ref_glu_act(enum k_glu act, float x, float *a, float *da)
+{
+    if (act == K_GLU_SILU) {
+        float s = 1.0f / (1.0f + ref_exp(-x));
+        *a = x * s;
+        *da = s * (1.0f + x * (1.0f - s));
+    } else {
+        float u = K * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + ref_exp(-2.0f * u));
+        float du = K * (1.0f + 3.0f * 0.044715f * x * x);
+        *a = x * s;
+        *da = s + 2.0f * x * s * (1.0f - s) * du;
+    }
+}
+
+static void test_glu_bits(void **state)
+{
+    (void)state;
+    const int64_t n = 100003;
+    float *g = inputs(n), *up = inputs(n), *dh = inputs(n);
+    float *h = malloc(sizeof(float) * n), *dg = malloc(sizeof(float) * n);
+    float *du = malloc(sizeof(float) * n), *rh = malloc(sizeof(float) * n);
+    float *rdg = malloc(sizeof(float) * n), *rdu = malloc(sizeof(float) * n);
+    assert_true(h && dg && du && rh && rdg && rdu);
+    for (int act = K_GLU_SILU; act <= K_GLU_GELU; act++)
+        for (int th = 1; th <= 2; th++) {
+            k_set_threads(th);
+            for (int64_t i = 0; i < n; i++) {
+                float a, da;
+                ref_glu_act((enum k_glu)act, g[i], &a, &da);
+                rh[i] = a * up[i];
+                rdu[i] = dh[i] * a;
+                rdg[i] = dh[i] * up[i] * da;
+            }
+            k_glu_fwd((enum k_glu)act, h, g, up, n);
+            assert_memory_equal(h, rh, sizeof(float) * n);
+            k_glu_bwd((enum k_glu)act, dg, du, dh, g, up, n);
+            assert_memory_equal(dg, rdg, sizeof(float) * n);
+            assert_memory_equal(du, rdu, sizeof(float) * n);
+            /* dgate may alias dh */
+            memcpy(dg, dh, sizeof(float) * n);
+            k_glu_bwd((enum k_glu)act, dg, du, dg, g, up, n);
+            assert_memory_equal(dg, rdg, sizeof(float) * n);
+        }
+    free(g);
+    free(up);
+    free(dh);
+    free(h);
+    free(dg);
+    free(du);
+    free(rh);
+    free(rdg);
+    free(rdu);
+}
+
 static void test_xent_bits(void **state)
 {
     (void)state;
@@ -180,6 +238,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gelu_bits),
+        cmocka_unit_test(test_glu_bits),
         cmocka_unit_test(test_xent_bits),
         cmocka_unit_test(test_colsum_bits),
     };
