@@ -9,6 +9,7 @@
  * so the dk/dv rows of a key/value head have one writer, and the order of
  * every sum is fixed: results do not depend on the thread count. */
 #include "attn_blocked.h"
+#include "kernels_vec.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -16,6 +17,32 @@
 #include <string.h>
 
 enum { BQ = K_FLASH_BLOCK, BK = K_FLASH_BLOCK };
+
+/* The exp of every score as vectorized spans (kernels_vec.h: k_exp, same
+ * bits at any vector width); the forward's row sum stays a scalar loop in
+ * column order, so the result does not depend on the vector width. */
+K_VEC_BEGIN
+
+/* s (n) = exp(s - m) */
+K_VEC static void span_exp_shift(float *restrict s, float m, int n)
+{
+#pragma omp simd
+    for (int c = 0; c < n; c++)
+        s[c] = k_exp(s[c] - m);
+}
+
+/* p (n) = exp(p - l) ; dp (n) = p * (dp - d): the probabilities and dS of
+ * one row of a block */
+K_VEC static void span_softmax_bwd(float *restrict p, float *restrict dp, float l, float d, int n)
+{
+#pragma omp simd
+    for (int c = 0; c < n; c++) {
+        p[c] = k_exp(p[c] - l);
+        dp[c] = p[c] * (dp[c] - d);
+    }
+}
+
+K_VEC_END
 
 int k_flash_fwd(float *out, int ldo, float *lse, const float *q, int ldq, const float *k,
                 int ldk, const float *v, int ldv, int B, int T, const struct k_attn_map *m)
@@ -56,10 +83,9 @@ int k_flash_fwd(float *out, int ldo, float *lse, const float *q, int ldq, const 
                         m1 = s[c] > m1 ? s[c] : m1;
                     const float corr = mx[r] == -INFINITY ? 0.0f : expf(mx[r] - m1);
                     float add = 0;
-                    for (int c = 0; c < lim; c++) {
-                        s[c] = expf(s[c] - m1);
+                    span_exp_shift(s, m1, lim);
+                    for (int c = 0; c < lim; c++)
                         add += s[c];
-                    }
                     for (int c = lim; c < nj; c++)
                         s[c] = 0;
                     sum[r] = sum[r] * corr + add;
@@ -147,10 +173,7 @@ int k_flash_bwd(float *dq, float *dk, float *dv, const float *dout, int ldo, con
                             int lim = i0 + r - j0 + 1;
                             lim = lim < 0 ? 0 : lim > nj ? nj : lim;
                             const float l = Lh[i0 + r], dd = Dh[i0 + r];
-                            for (int c = 0; c < lim; c++) {
-                                p[c] = expf(p[c] - l);
-                                dp[c] = p[c] * (dp[c] - dd); /* dS */
-                            }
+                            span_softmax_bwd(p, dp, l, dd, lim); /* P and dS */
                             for (int c = lim; c < nj; c++)
                                 p[c] = dp[c] = 0;
                         }

@@ -181,6 +181,16 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     double t_att_f, t_att_b, t_ew_att = 0;
     if (flash) {
         flash_time(x, g, heads, s, hd, &t_att_f, &t_att_b);
+        if (!(g->flash_eff > 0)) {
+            /* No fused kernel measured on this device (the CPU's blocked
+             * kernel, attn_blocked.c): the GEMMs of its blocks, and the
+             * softmax work on every score of the causal half (max, exp,
+             * rescale; backward: exp again and dS) at the element-wise
+             * rate, as plain attention's, without keeping the scores. */
+            t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s / 2);
+            t_att_f += t_ew_att;
+            t_att_b += 2 * t_ew_att;
+        }
     } else {
         t_att_f = gemm_time(x, g, heads, s, s, hd) + gemm_time(x, g, heads, s, hd, s);
         t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s);

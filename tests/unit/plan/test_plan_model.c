@@ -436,6 +436,35 @@ static void test_calibration_roundtrip(void **state)
     assert_int_equal(whale_calib_parse_string("Calibration=2\n", "x.cal", &bad), WHALE_ECONF);
 }
 
+/* Flash attention on a device without a measured fused kernel (the CPU's
+ * blocked kernel) pays the softmax work of the causal half of the scores at
+ * the element-wise rate, forward once and backward twice; with a fused
+ * kernel of the same GEMM efficiency, nothing more. */
+static void test_flash_without_fused_kernel(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("llama-tiny", &m), 0);
+    assert_int_equal(m.attention, WHALE_ATTN_FLASH);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    struct plan_ctx x;
+    plan_ctx_init(&x, &m, 32, &c);
+    struct whale_plan_device g = c.group[0].gpu;
+    assert_true(g.flash_eff == 0);
+    struct plan_layer_cost blocked, fused;
+    plan_layer_cost(&x, &g, 1, false, 32, &blocked);
+    g.flash_eff = c.eff.gemm_eff > 0 ? c.eff.gemm_eff : g.gemm_eff;
+    plan_layer_cost(&x, &g, 1, false, 32, &fused);
+    double scores = 32.0 * m.heads * m.seq * m.seq / 2;
+    double t = 9.0 * x.es * scores / (g.hbm_bw * c.eff.mem_eff);
+    assert_true(t > 0);
+    assert_true(fabs((blocked.fwd - fused.fwd) / t - 1) < 1e-9);
+    assert_true(fabs((blocked.bwd - fused.bwd) / (2 * t) - 1) < 1e-9);
+    /* nothing of it is kept: the activations are the same */
+    assert_float_equal(blocked.act[WHALE_RECOMPUTE_NONE], fused.act[WHALE_RECOMPUTE_NONE], 1e-6);
+}
+
 /* Mixed cluster (Whale's hardware-aware balancing): an uneven layer split
  * across stages and an uneven batch split across replicas beat the even
  * split. */
@@ -707,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_auto_and_planfile),
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_predict_plan),
+        cmocka_unit_test(test_flash_without_fused_kernel),
         cmocka_unit_test(test_limits_and_seqpar),
         cmocka_unit_test(test_pruning_is_exact),
     };
