@@ -166,7 +166,10 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
  * microseconds. Device: PeakTFLOPS = peak of the GEMM kernel used (the
  * model's GemmEfficiency multiplies it), MemBandwidthGBs = streaming
  * bandwidth, GemmHalfDim = matrix dimension at which efficiency halves per
- * dimension, KernelOverheadUs = per layer pass, DPOverlap and ZeRO3Overlap in [0,1].
+ * dimension (0: flat), KernelOverheadUs = per layer pass, DPOverlap and
+ * ZeRO3Overlap in [0,1]. CPU ranks: Threads and CoresPerNode (what the peak
+ * was measured with), ParallelFraction in [0,1] (Amdahl) and ThreadSyncUs
+ * (per layer pass and doubling of threads), see struct whale_calib.
  * Link: per-rank bus bandwidth and per-step latency of collectives on that
  * class (nvlink = inside a node/domain, leaf = between nodes under one
  * switch, spine = across switches). Unknown keys are errors (file:line). */
