@@ -186,6 +186,7 @@ enum {
     WHALE_CAL_LINK0       = 1u << 10, /* << class: alpha/bw of that class present */
     WHALE_CAL_CPU         = 1u << 14, /* threads (and cores) the CPU peak was measured with */
     WHALE_CAL_THREAD_SYNC = 1u << 15, /* CPU: fork/join cost per layer pass (ThreadSyncUs=) */
+    WHALE_CAL_PAR_FRAC    = 1u << 16, /* CPU: Amdahl parallel fraction (ParallelFraction=) */
 };
 
 struct whale_calib {

@@ -93,8 +93,7 @@ static int cal_line(const struct whale_kv_line *l, void *user)
                 cal->has |= WHALE_CAL_THREAD_SYNC;
             } else if (!strcasecmp(kv->key, "ParallelFraction")) {
                 if ((rc = cal_num(l, kv, 0, 1, &cal->parallel_fraction))) return rc;
-                if (cal->parallel_fraction == 0)
-                    cal->parallel_fraction = -1;   /* 0 is "unset" in the struct */
+                cal->has |= WHALE_CAL_PAR_FRAC;
             } else {
                 whale_error("%s:%d: unknown key '%s' (Device line: PeakTFLOPS MemoryGiB "
                             "MemBandwidthGBs GemmEfficiency GemmHalfDim MemEfficiency "
@@ -172,8 +171,7 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->has & WHALE_CAL_CPU) fprintf(f, " Threads=%.17g", cal->threads);
         if (cal->cores_per_node > 0) fprintf(f, " CoresPerNode=%.17g", cal->cores_per_node);
         if (cal->has & WHALE_CAL_THREAD_SYNC) fprintf(f, " ThreadSyncUs=%.17g", cal->thread_sync * 1e6);
-        if (cal->parallel_fraction != 0)
-            fprintf(f, " ParallelFraction=%.17g", fmax(cal->parallel_fraction, 0));
+        if (cal->has & WHALE_CAL_PAR_FRAC) fprintf(f, " ParallelFraction=%.17g", cal->parallel_fraction);
         fputc('\n', f);
     }
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
@@ -206,8 +204,7 @@ int whale_calib_save(const char *path, const struct whale_calib *cal)
  * n threads on n cores run 1 / ((1 - p) + p / n) times one thread. */
 static double cpu_speedup(const struct whale_calib *cal, double n)
 {
-    double p = cal->parallel_fraction > 0 ? cal->parallel_fraction
-             : cal->parallel_fraction < 0 ? 0 : 1;
+    double p = cal->has & WHALE_CAL_PAR_FRAC ? cal->parallel_fraction : 1;
     return 1.0 / ((1 - p) + p / n);
 }
 

@@ -38,6 +38,7 @@ static void share(void **state)
     /* Amdahl: with 60 % of the step parallel, 2 threads run 1 / (0.4 + 0.3)
      * = 1.43 x one thread, 4 threads 1 / (0.4 + 0.15) = 1.82 x */
     cal.threads = 1;
+    cal.has |= WHALE_CAL_PAR_FRAC;
     cal.parallel_fraction = 0.6;
     assert_float_equal(whale_calib_cpu_share(&cal, 1, 2, 2), 1 / 0.7, 1e-12);
     assert_float_equal(whale_calib_cpu_share(&cal, 1, 4, 4), 1 / 0.55, 1e-12);
@@ -48,9 +49,9 @@ static void share(void **state)
     /* a profile measured with 2 threads: 1 thread is 0.7 of it */
     cal.threads = 2;
     assert_float_equal(whale_calib_cpu_share(&cal, 1, 2, 1), 0.7, 1e-12);
-    /* ParallelFraction=0 (parsed as -1): threads add nothing */
+    /* ParallelFraction=0: threads add nothing */
     cal.threads = 1;
-    cal.parallel_fraction = -1;
+    cal.parallel_fraction = 0;
     assert_float_equal(whale_calib_cpu_share(&cal, 1, 8, 8), 1.0, 1e-12);
 }
 
