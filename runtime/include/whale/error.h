@@ -33,7 +33,8 @@ enum whale_err {
     WHALE_EOVERFLOW = -19,  /* numeric overflow (inf/NaN in gradients) */
     WHALE_EDONE     = -20,  /* the step ended normally (a waiting spare is released) */
     WHALE_EMINORITY = -21,  /* this process is cut off from the majority of the step: stop */
-    WHALE_ERR_MIN_  = -22
+    WHALE_ETOOLONG  = -22,  /* a name or string is longer than its limit */
+    WHALE_ERR_MIN_  = -23
 };
 
 /* Human-readable text for a WHALE_E* code (never NULL). */

@@ -9,6 +9,11 @@
  * The largest machines have tens of thousands of nodes. */
 #define CONF_MAX_HOSTS (1 << 16)
 #define CONF_MAX_HOSTS_FILE (1 << 18)
+/* Longest host name a hostlist may produce (a DNS name is at most 253).
+ * Without it the hosts bound above bounds names, not bytes: 65536 names
+ * of a 16 KB prefix are a gigabyte through libslurm, 8 s per line under
+ * ASan, and a fuzzer input of four such lines passed 40 s. */
+#define CONF_MAX_HOSTNAME 255
 
 #include <stdbool.h>
 
@@ -28,14 +33,17 @@ int conf_parse_price(const struct whale_kv_line *l, double *node_hour, double *g
  * process inside srun/slurmstepd). budget (may be NULL): hosts the file
  * may still expand; each expression's count is taken from it, and
  * WHALE_ERANGE (nothing handed to fn) once it would go below 0, as for an
- * expression of more than CONF_MAX_HOSTS.
- * Count: number of hosts, WHALE_EINVAL when malformed, WHALE_ERANGE. */
+ * expression of more than CONF_MAX_HOSTS; WHALE_ETOOLONG for an item whose
+ * names would be longer than CONF_MAX_HOSTNAME (checked on the text,
+ * before any expansion).
+ * Count: number of hosts, WHALE_EINVAL when malformed, WHALE_ERANGE,
+ * WHALE_ETOOLONG. */
 int conf_hostlist_count(const char *expr, long *budget);
 /* Call fn for each host name; stops at the first non-zero return. */
 int conf_hostlist_foreach(const char *expr, int (*fn)(const char *host, void *user), void *user,
                           long *budget);
 /* The message for a conf_hostlist_* error of key=value at file:line
- * (WHALE_EINVAL, WHALE_ERANGE; budget as passed), returned as WHALE_ECONF;
+ * (WHALE_EINVAL, WHALE_ERANGE, WHALE_ETOOLONG; budget as passed), returned as WHALE_ECONF;
  * other codes (WHALE_ENOMEM, fn's) pass through unprinted. */
 int conf_hostlist_error(const char *file, int line, const char *key, const char *value, int rc,
                         const long *budget);

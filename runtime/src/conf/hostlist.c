@@ -20,7 +20,10 @@ static int bad_name(const char *h)
 }
 
 /* Every [...] holds a non-empty list of N or N-M (digits, N <= M < N+64k),
- * brackets do not nest and are closed. */
+ * brackets do not nest and are closed. A number has at most HL_DIGITS
+ * digits: strtoul saturates longer ones at ULONG_MAX, and libslurm walks
+ * a range ending there for ever ("gb[<38 digits>]x[7]" hung the fuzzer). */
+#define HL_DIGITS 18
 static bool brackets_ok(const char *e)
 {
     for (const char *p = e; *p; p++) {
@@ -34,12 +37,16 @@ static bool brackets_ok(const char *e)
             if (*p < '0' || *p > '9')
                 return false;
             unsigned long lo = strtoul(p, &end, 10), hi = lo;
+            if (end - p > HL_DIGITS)
+                return false;
             p = end;
             if (*p == '-') {
                 p++;
                 if (*p < '0' || *p > '9')
                     return false;
                 hi = strtoul(p, &end, 10);
+                if (end - p > HL_DIGITS)
+                    return false;
                 p = end;
             }
             /* libslurm refuses ranges over 64k hosts (MAX_RANGE) */
@@ -250,11 +257,37 @@ out:
     return rc;
 }
 
+/* The longest name of an item from its first '[' lb to end, after pre
+ * bytes of literal prefix: the literal text plus, per bracket, its widest
+ * number (brackets_ok has checked the syntax: digits, '-' and ','). */
+static size_t name_len(const char *lb, const char *end, size_t pre)
+{
+    size_t n = pre;
+    for (const char *p = lb; p < end;) {
+        if (*p != '[') {
+            n++;
+            p++;
+            continue;
+        }
+        size_t widest = 0, run = 0;
+        for (p++; p < end && *p != ']'; p++) {
+            run = *p >= '0' && *p <= '9' ? run + 1 : 0;
+            if (run > widest)
+                widest = run;
+        }
+        n += widest;
+        p++; /* past ']' */
+    }
+    return n;
+}
+
 /* One item (no separator outside brackets), len bytes at item. */
 static int hl_item(struct hl_walk *w, const char *item, size_t len)
 {
     const char *lb = memchr(item, '[', len);
     if (!lb) {
+        if (len > CONF_MAX_HOSTNAME)
+            return WHALE_ETOOLONG;
         char *buf = strndup(item, len);
         if (!buf)
             return WHALE_ENOMEM;
@@ -265,6 +298,8 @@ static int hl_item(struct hl_walk *w, const char *item, size_t len)
     const char *rb = memchr(lb, ']', len - (size_t)(lb - item));
     if (!rb)
         return WHALE_EINVAL; /* brackets_ok refused it already */
+    if (name_len(lb, item + len, (size_t)(lb - item)) > CONF_MAX_HOSTNAME)
+        return WHALE_ETOOLONG;
     /* Brackets multiply: a[0-999]b[0-999] is a million names in 18 bytes.
      * Bound the product before libslurm sees any of it. */
     unsigned long prod = 1;
@@ -353,6 +388,9 @@ int conf_hostlist_error(const char *file, int line, const char *key, const char 
     else if (rc == WHALE_ERANGE)
         whale_error("%s:%d: %s=%s: expands to more than %d hosts", file, line, key, value,
                     CONF_MAX_HOSTS);
+    else if (rc == WHALE_ETOOLONG)
+        whale_error("%s:%d: %s=%.64s...: names a host longer than %d characters", file, line, key,
+                    value, CONF_MAX_HOSTNAME);
     else if (rc == WHALE_EINVAL)
         whale_error("%s:%d: %s=%s: not a valid hostlist expression", file, line, key, value);
     else

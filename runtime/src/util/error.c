@@ -25,6 +25,7 @@ const char *whale_strerror(int err)
     case WHALE_EOVERFLOW: return "numeric overflow";
     case WHALE_EDONE: return "the step ended (spare released)";
     case WHALE_EMINORITY: return "cut off from the majority of the step";
+    case WHALE_ETOOLONG:  return "name too long";
     default:              return "unknown error";
     }
 }

@@ -273,6 +273,62 @@ static void test_hostlist_long(void **st)
     free(y.s);
 }
 
+/* Host names over 255 characters are refused from the text, before any
+ * expansion: 65,536 names of a 16 KB prefix were a gigabyte through
+ * libslurm (a fuzz input of four such lines ran past 40 s under ASan).
+ * 255 itself is accepted, with the widest number of a bracket counted. */
+static void test_hostlist_long_names(void **st)
+{
+    (void)st;
+    char pre[300];
+    memset(pre, 'a', sizeof pre);
+    char expr[1024], text[1200];
+    char **a;
+    int na;
+    /* 251 + "[1-9999]" -> names of up to 255 characters: fine */
+    snprintf(expr, sizeof expr, "%.251s[1-9999]", pre);
+    assert_int_equal(whale_hostlist_expand(expr, &a, &na), 0);
+    assert_int_equal(na, 9999);
+    assert_int_equal((int)strlen(a[na - 1]), 255);
+    free_names(a, na);
+    /* one digit wider: 256 */
+    snprintf(expr, sizeof expr, "%.251s[1-10000]", pre);
+    assert_int_equal(whale_hostlist_expand(expr, &a, &na), WHALE_ETOOLONG);
+    assert_null(a);
+    /* a number padded wider than its value still counts the padding; a
+     * suffix after the brackets counts; a plain name counts */
+    snprintf(expr, sizeof expr, "r[1-2]%.240sn[00000000000001]z", pre);
+    assert_int_equal(whale_hostlist_expand(expr, &a, &na), WHALE_ETOOLONG);
+    snprintf(expr, sizeof expr, "ok,%.256s", pre);
+    assert_int_equal(whale_hostlist_expand(expr, &a, &na), WHALE_ETOOLONG);
+    snprintf(expr, sizeof expr, "ok,%.255s", pre);
+    assert_int_equal(whale_hostlist_expand(expr, &a, &na), 0);
+    assert_int_equal(na, 2);
+    free_names(a, na);
+
+    /* numbers: 18 digits are fine, 19 are refused (strtoul saturates past
+     * ULONG_MAX and libslurm walked such a range for ever) */
+    assert_int_equal(whale_hostlist_expand("n[999999999999999998-999999999999999999]", &a, &na), 0);
+    assert_int_equal(na, 2);
+    assert_string_equal(a[1], "n999999999999999999");
+    free_names(a, na);
+    assert_int_equal(whale_hostlist_expand("n[1-0000000000000000002]", &a, &na), WHALE_EINVAL);
+    assert_int_equal(whale_hostlist_expand("gb[77777777777777777777777777777777727]7[7]", &a, &na),
+                     WHALE_EINVAL);
+
+    /* whale.conf and topology.conf name the line, the key and the limit */
+    snprintf(text, sizeof text, "NodeName=n[1-2] GPUs=8\nNodeName=%.251s[0-65535] GPUs=8\n", pre);
+    expect_error(text, "whale.conf:2: NodeName=aaaa");
+    assert_non_null(strstr(last_err, "longer than 255 characters"));
+    snprintf(text, sizeof text, "SwitchName=s0 Nodes=n1,%.300s\n", pre);
+    struct whale_topo *t = whale_topo_new();
+    last_err[0] = '\0';
+    assert_int_not_equal(whale_topology_conf_parse_string(text, "topology.conf", t), 0);
+    assert_non_null(strstr(last_err, "topology.conf:1: Nodes="));
+    assert_non_null(strstr(last_err, "longer than 255 characters"));
+    whale_topo_free(t);
+}
+
 /* The map itself: 50,000 names in, each found, repointing, growth. */
 static void test_nameidx(void **st)
 {
@@ -305,6 +361,7 @@ int main(void)
         cmocka_unit_test_setup(test_price_many_nodes, setup),
         cmocka_unit_test_setup(test_hostlist_same_as_slurm, setup),
         cmocka_unit_test_setup(test_hostlist_long, setup),
+        cmocka_unit_test_setup(test_hostlist_long_names, setup),
         cmocka_unit_test_setup(test_nameidx, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
