@@ -392,8 +392,19 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
     int n = ctx->boot.ntasks;
     bool news = false;
     for (int t = 0; t < n; t++) {
-        if (!dead[t] || ctx->dead[t])
+        if (!dead[t])
             continue;
+        if (ctx->dead[t]) {
+            /* We saw its endpoint fail (CRASH), the reporter saw it hang:
+             * the hang is the cause. A task failed for no progress is told
+             * to leave (el_on_dead) and its leaving closes its endpoints,
+             * so whoever had not heard the verdict yet sees a crash (the
+             * el_busy test reported CRASH so, once in a loaded run). */
+            if (t != ctx->boot.task && el->how[t] == WHALE_DETECT_CRASH &&
+                how[t] == WHALE_DETECT_HANG)
+                el->how[t] = WHALE_DETECT_HANG;
+            continue;
+        }
         news |= el->st.member[t] != 0;
         if (t == ctx->boot.task) {
             if (!el->excluded)
