@@ -81,15 +81,27 @@ static double gemm_time(const struct plan_ctx *x, const struct whale_plan_device
     return count * 2 * M * N * K / (plan_peak(x, g) * eff);
 }
 
+/* Share of the s x s scores a causal blocked kernel computes: blocks on
+ * or below the diagonal, nb (nb + 1) / 2 of nb^2 with nb = ceil(s / B).
+ * Fused GPU kernels (flash_eff measured, tiles far below s) are counted
+ * at the exact half their efficiency was measured against. */
+static double causal_share(const struct whale_plan_device *g, double s)
+{
+    if (g->flash_eff > 0)
+        return 0.5;
+    double nb = ceil(s / PLAN_CPU_FLASH_BLOCK);
+    return nb < 1 ? 1 : (nb + 1) / (2 * nb);
+}
+
 /* Fused (flash) attention of `heads` heads of one sequence of s tokens,
- * head dim hd, forward + backward: the kernel skips the masked half of the
- * score blocks (causal) and its backward recomputes the scores (5 matmuls
+ * head dim hd, forward + backward: the kernel skips the masked score
+ * blocks (causal_share) and its backward recomputes the scores (5 matmuls
  * against the forward's 2). Returns forward seconds in *fwd, backward in
  * *bwd. Devices without a measured flash efficiency run it as GEMMs. */
 static void flash_time(const struct plan_ctx *x, const struct whale_plan_device *g, double heads,
                        double s, double hd, double *fwd, double *bwd)
 {
-    double f = 0.5 * 4 * heads * s * s * hd;   /* executed forward FLOPs, causal */
+    double f = causal_share(g, s) * 4 * heads * s * s * hd; /* executed forward FLOPs */
     double ge = x->c->eff.gemm_eff > 0 ? x->c->eff.gemm_eff : g->gemm_eff;
     double eff = g->flash_eff > 0 ? g->flash_eff : ge;
     *fwd = f / (plan_peak(x, g) * eff);
@@ -184,10 +196,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
         if (!(g->flash_eff > 0)) {
             /* No fused kernel measured on this device (the CPU's blocked
              * kernel, attn_blocked.c): the GEMMs of its blocks, and the
-             * softmax work on every score of the causal half (max, exp,
-             * rescale; backward: exp again and dS) at the element-wise
+             * softmax work on every score of the blocks it computes (max,
+             * exp, rescale; backward: exp again and dS) at the element-wise
              * rate, as plain attention's, without keeping the scores. */
-            t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s / 2);
+            t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s * causal_share(g, s));
             t_att_f += t_ew_att;
             t_att_b += 2 * t_ew_att;
         }

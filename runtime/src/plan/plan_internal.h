@@ -4,6 +4,11 @@
 
 #include "whale/plan.h"
 
+/* Query and key block edge of the CPU's blocked attention (K_FLASH_BLOCK
+ * of backend/attn_blocked.h; test_plan_model checks they agree): causal
+ * masking skips whole blocks only, so s <= 64 computes every score. */
+#define PLAN_CPU_FLASH_BLOCK 64
+
 /* Cost of one transformer layer for one micro-batch on one device type,
  * given (tp, sequence parallel, micro-batch). Times in seconds per GPU. */
 struct plan_layer_cost {

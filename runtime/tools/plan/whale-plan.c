@@ -265,8 +265,8 @@ static void print_model_constants(const struct whale_cluster *c)
     if (e->gemm_half_dim > 0)
         printf("    half = %.4g\n", e->gemm_half_dim);
     printf("  flash attention at the device's fused-kernel efficiency on the FLOPs it executes\n"
-           "  (causal half, backward 2.5x forward; a device without one, as the CPU, runs the\n"
-           "  blocks as GEMMs + the softmax traffic of the causal half of the scores); plain\n"
+           "  (causal half, backward 2.5x forward; a device without one, as the CPU, runs its\n"
+           "  64 x 64 blocks on or below the diagonal as GEMMs + their softmax traffic); plain\n"
            "  attention as GEMMs + softmax traffic\n"
            "  memory-bound kernels at %.3g x HBM bandwidth; %.3g us overhead per layer pass\n"
            "  collectives at %.3g x link rate; DP/ZeRO overlap %.3g, ZeRO-3 gathers hidden behind\n"

@@ -20,6 +20,7 @@
 #include "whale/plan.h"
 #include "whale/planfile.h"
 #include "plan/plan_internal.h"
+#include "backend/attn_blocked.h"
 
 static void model(struct whale_model_desc *m, int layers, int hidden, int heads, int seq)
 {
@@ -456,13 +457,30 @@ static void test_flash_without_fused_kernel(void **state)
     plan_layer_cost(&x, &g, 1, false, 32, &blocked);
     g.flash_eff = c.eff.gemm_eff > 0 ? c.eff.gemm_eff : g.gemm_eff;
     plan_layer_cost(&x, &g, 1, false, 32, &fused);
-    double scores = 32.0 * m.heads * m.seq * m.seq / 2;
+    /* seq 64 is one 64 x 64 block: the blocked kernel computes every
+     * score (GEMMs and softmax), a fused kernel the causal half */
+    assert_int_equal(PLAN_CPU_FLASH_BLOCK, K_FLASH_BLOCK);
+    assert_int_equal(m.seq, K_FLASH_BLOCK);
+    double scores = 32.0 * m.heads * m.seq * m.seq;
     double t = 9.0 * x.es * scores / (g.hbm_bw * c.eff.mem_eff);
-    assert_true(t > 0);
-    assert_true(fabs((blocked.fwd - fused.fwd) / t - 1) < 1e-9);
-    assert_true(fabs((blocked.bwd - fused.bwd) / (2 * t) - 1) < 1e-9);
+    double peak = x.fp32 && g.fp32_ratio > 0 ? g.peak_flops * g.fp32_ratio : g.peak_flops;
+    double f = 4.0 * scores * m.hidden / m.heads / (peak * g.flash_eff);
+    assert_true(t > 0 && f > 0);
+    assert_true(fabs((blocked.fwd - fused.fwd) / (t + f / 2) - 1) < 1e-6);
+    assert_true(fabs((blocked.bwd - fused.bwd) / (2 * t + 2.5 * f / 2) - 1) < 1e-6);
     /* nothing of it is kept: the activations are the same */
     assert_float_equal(blocked.act[WHALE_RECOMPUTE_NONE], fused.act[WHALE_RECOMPUTE_NONE], 1e-6);
+    /* seq 1024: 16 blocks a side, 136 of 256 computed */
+    m.seq = 1024;
+    plan_ctx_init(&x, &m, 32, &c);
+    g = c.group[0].gpu;
+    plan_layer_cost(&x, &g, 1, false, 32, &blocked);
+    g.flash_eff = c.eff.gemm_eff > 0 ? c.eff.gemm_eff : g.gemm_eff;
+    plan_layer_cost(&x, &g, 1, false, 32, &fused);
+    scores = 32.0 * m.heads * 1024.0 * 1024.0;
+    t = 9.0 * x.es * scores * 136 / 256 / (g.hbm_bw * c.eff.mem_eff);
+    f = 4.0 * scores * m.hidden / m.heads / (peak * g.flash_eff);
+    assert_true(fabs((blocked.fwd - fused.fwd) / (t + f * (136.0 / 256 - 0.5)) - 1) < 1e-6);
 }
 
 /* Mixed cluster (Whale's hardware-aware balancing): an uneven layer split
