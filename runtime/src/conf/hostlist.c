@@ -257,26 +257,24 @@ out:
     return rc;
 }
 
-/* The longest name of an item from its first '[' lb to end, after pre
- * bytes of literal prefix: the literal text plus, per bracket, its widest
- * number (brackets_ok has checked the syntax: digits, '-' and ','). */
-static size_t name_len(const char *lb, const char *end, size_t pre)
+/* The longest name item (len bytes) can produce: its literal text plus,
+ * per bracket, its widest number (brackets_ok has checked the syntax:
+ * digits, '-' and ','), counted on the text before anything expands. */
+static size_t name_len(const char *item, size_t len)
 {
-    size_t n = pre;
-    for (const char *p = lb; p < end;) {
-        if (*p != '[') {
+    size_t n = 0, widest = 0, run = 0;
+    bool in = false;
+    for (const char *p = item; p < item + len; p++) {
+        if (*p == '[' || *p == ']') {
+            in = *p == '[';
+            n += in ? 0 : widest;
+            widest = run = 0;
+        } else if (!in) {
             n++;
-            p++;
-            continue;
-        }
-        size_t widest = 0, run = 0;
-        for (p++; p < end && *p != ']'; p++) {
+        } else {
             run = *p >= '0' && *p <= '9' ? run + 1 : 0;
-            if (run > widest)
-                widest = run;
+            widest = run > widest ? run : widest;
         }
-        n += widest;
-        p++; /* past ']' */
     }
     return n;
 }
@@ -284,10 +282,10 @@ static size_t name_len(const char *lb, const char *end, size_t pre)
 /* One item (no separator outside brackets), len bytes at item. */
 static int hl_item(struct hl_walk *w, const char *item, size_t len)
 {
+    if (name_len(item, len) > CONF_MAX_HOSTNAME)
+        return WHALE_ETOOLONG;
     const char *lb = memchr(item, '[', len);
     if (!lb) {
-        if (len > CONF_MAX_HOSTNAME)
-            return WHALE_ETOOLONG;
         char *buf = strndup(item, len);
         if (!buf)
             return WHALE_ENOMEM;
@@ -298,8 +296,6 @@ static int hl_item(struct hl_walk *w, const char *item, size_t len)
     const char *rb = memchr(lb, ']', len - (size_t)(lb - item));
     if (!rb)
         return WHALE_EINVAL; /* brackets_ok refused it already */
-    if (name_len(lb, item + len, (size_t)(lb - item)) > CONF_MAX_HOSTNAME)
-        return WHALE_ETOOLONG;
     /* Brackets multiply: a[0-999]b[0-999] is a million names in 18 bytes.
      * Bound the product before libslurm sees any of it. */
     unsigned long prod = 1;
