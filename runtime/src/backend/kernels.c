@@ -13,6 +13,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 /* OpenBLAS extension (declared by its cblas.h, repeated for other BLAS). */
 void openblas_set_num_threads(int num_threads);
@@ -109,6 +112,30 @@ void k_set_threads(int n)
 #else
     k_nthreads = 1;
     openblas_set_num_threads(n);
+#endif
+}
+
+/* MXCSR's flush-to-zero (FTZ, bit 15) and denormals-are-zero (DAZ, bit 6). */
+#define K_MXCSR_FTZ_DAZ 0x8040u
+
+static void flush_this_thread(bool on)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? csr | K_MXCSR_FTZ_DAZ : csr & ~K_MXCSR_FTZ_DAZ);
+#else
+    (void)on;   /* other ISAs keep their default (IEEE subnormals) */
+#endif
+}
+
+void k_flush_denormals(bool on)
+{
+    flush_this_thread(on);
+#ifdef _OPENMP
+    /* the pool's threads exist already once a kernel ran: set each one;
+     * threads created later copy the FP state of the thread creating them */
+#pragma omp parallel num_threads(k_nthreads)
+    flush_this_thread(on);
 #endif
 }
 

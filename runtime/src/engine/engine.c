@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -505,6 +506,9 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     int rc = cfg_check(c, dps);
     if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)))
         return rc;
+    bool flush = true;   /* subnormals: kernels.h, k_flush_denormals */
+    if ((rc = whale_env_bool("WHALE_FLUSH_DENORMALS", true, &flush)))
+        return rc;
     whale_engine *e = calloc(1, sizeof *e);
     if (!e)
         return WHALE_ENOMEM;
@@ -536,6 +540,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
     e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
     k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
+    k_flush_denormals(flush);
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
     if (!blocks)
         rc = WHALE_ENOMEM;

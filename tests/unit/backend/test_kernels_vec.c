@@ -4,7 +4,8 @@
  * bits as the scalar loops they replaced, written out again here as the
  * reference, for 1 and 2 threads and on values that hit k_exp's clamps.
  * The bias gradient's column sums (k_linear_bwd's db, walked in contiguous
- * column ranges per thread) keep the row order of the scalar loop. */
+ * column ranges per thread) keep the row order of the scalar loop.
+ * k_flush_denormals reaches the caller and every thread of the pool. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -234,6 +235,41 @@ static void test_colsum_bits(void **state)
     }
 }
 
+/* k_flush_denormals: with it on, a subnormal input reads as 0 (DAZ) in the
+ * calling thread and in every thread of the pool (k_add splits its range
+ * over them); off, IEEE subnormals come back. x86 only (MXCSR). */
+static void test_flush_denormals(void **state)
+{
+    (void)state;
+#if defined(__x86_64__) || defined(__i386__)
+    enum { N = 4096 };
+    float *a = malloc(sizeof(float) * N), *z = calloc(N, sizeof(float)),
+          *out = malloc(sizeof(float) * N);
+    assert_true(a && z && out);
+    for (int i = 0; i < N; i++)
+        a[i] = 1e-40f;                   /* subnormal: below FLT_MIN 1.18e-38 */
+    assert_true(fpclassify(a[0]) == FP_SUBNORMAL);
+    for (int th = 1; th <= 3; th++) {
+        k_set_threads(th);
+        k_flush_denormals(true);
+        k_add(out, a, z, N);
+        for (int i = 0; i < N; i++)
+            assert_true(out[i] == 0.0f);
+        volatile float tiny = 1e-30f, scale = 1e-10f;
+        assert_true(tiny * scale == 0.0f); /* FTZ in this thread */
+        k_flush_denormals(false);
+        k_add(out, a, z, N);
+        for (int i = 0; i < N; i++)
+            assert_true(fpclassify(out[i]) == FP_SUBNORMAL);
+    }
+    free(a);
+    free(z);
+    free(out);
+#else
+    skip();
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -241,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_glu_bits),
         cmocka_unit_test(test_xent_bits),
         cmocka_unit_test(test_colsum_bits),
+        cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
