@@ -1,26 +1,34 @@
 #!/bin/sh
 # Planner vs whale-train on this machine: measure whale-train step times for
-# a few small configurations, calibrate the planner on three of them (the
+# a few small configurations, calibrate the planner on five of them (the
 # "fit" rows), and compare its predictions for the others with the
 # measurements of the same run. What is calibrated, on top of the sgemm
 # peak whale-train measures at one thread:
 #   - GemmEfficiency and MemBandwidthGBs from gpt-small and gpt-tiny at one
 #     thread (two equations: the time model is linear in 1 / GEMM rate and
 #     1 / memory rate; the two models weigh them differently);
-#   - ParallelFraction p from the sgemm peak whale-train measures at all
-#     cores against one thread (every one-rank run measures it): a rank of n threads on its own cores runs
-#     S(n) = 1 / ((1 - p) + p / n) times faster (Amdahl); ranks beyond the
-#     cores time-share them;
-#   - ThreadSyncUs, the waking and joining of a rank's threads per layer
-#     pass (per doubling of threads), from gpt-small at all cores (where
-#     that step beats the peaks' Amdahl, no sync and p fitted to it).
+#   - SpillFactor, how much slower a layer runs once its activations outgrow
+#     a core's L2 (CacheBytes, from getconf), from gpt-tiny at batch 64 (at
+#     batch 8 most of its activations stay in L2; gpt-small's never do);
+#   - ParallelFraction p and ThreadSyncUs from gpt-small and gpt-tiny at
+#     all cores: a rank of n threads on its own cores runs its kernels
+#     S(n) = 1 / ((1 - p) + p / n) times faster (Amdahl) and pays
+#     ThreadSyncUs x log2(n) per layer pass for waking and joining its
+#     threads; ranks beyond the cores time-share them.
 # It takes the links whale-bench calib measured under whale-run -n 2 in the
 # same run (Link lines). Rounds interleave the cases (ROUNDS, default 5); a
-# run's figure is its median step (steps 3.. of STEPS). The table fits and
+# run's figure is its fastest step (steps 3.. of STEPS: other tenants of the
+# machine only ever add time to a step, and on a quiet machine the fastest
+# and the median step agree within a few %; the tiny models, whose steps take
+# milliseconds, run 5 x STEPS). The table fits and
 # compares twice: on each case's median over rounds, and on its best (the
 # machine's noise only ever adds time).
 #
 #   contrib/bench/plan-calibration.sh [BUILD_DIR]     (default: build)
+#
+# KEEP=1 keeps the measurements (the folder is named on stderr); REFIT=DIR
+# fits and compares again on the measurements kept in DIR, measuring nothing
+# (after a change to the planner).
 set -eu
 BUILD=${1:-build}
 STEPS=${STEPS:-8}
@@ -34,17 +42,33 @@ for t in "$PLAN" "$TRAIN" "$RUN" "$BENCH"; do
     [ -x "$t" ] || { echo "plan-calibration: $t not built" >&2; exit 1; }
 done
 export WHALE_MODEL_PATH="$SRC/config/models" OMP_WAIT_POLICY=passive
-TMP=$(mktemp -d)
-[ -n "${KEEP:-}" ] && echo "plan-calibration: keeping $TMP" >&2 || trap 'rm -rf "$TMP"' EXIT
-cat "$SRC"/runtime/src/*/*.c > "$TMP/corpus.txt"
-
-CORES=$(nproc)
-# measure NAME RANKS MODEL BATCH THREADS: median step_s of one whale-train run
+if [ -n "${REFIT:-}" ]; then
+    TMP=$REFIT
+    [ -f "$TMP/cases" ] && [ -f "$TMP/fit.runs" ] ||
+        { echo "plan-calibration: $TMP holds no kept measurements (KEEP=1)" >&2; exit 1; }
+    CORES=$(cat "$TMP/cores")
+else
+    TMP=$(mktemp -d)
+    [ -n "${KEEP:-}" ] && echo "plan-calibration: keeping $TMP" >&2 || trap 'rm -rf "$TMP"' EXIT
+    cat "$SRC"/runtime/src/*/*.c > "$TMP/corpus.txt"
+    CORES=$(nproc)
+    echo "$CORES" > "$TMP/cores"
+    # the L2 one core works in (bytes; 0: unknown, no spill term)
+    c=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || true)
+    if [ -z "$c" ] || [ "$c" = 0 ] || [ "$c" = undefined ]; then
+        c=$(sed -n 's/^\([0-9]*\)K$/\1/p' /sys/devices/system/cpu/cpu0/cache/index2/size 2>/dev/null)
+        c=$(( ${c:-0} * 1024 ))
+    fi
+    echo "$c" > "$TMP/cache"
+fi
+CACHE=$(cat "$TMP/cache" 2>/dev/null || echo 0)
+# measure NAME RANKS MODEL BATCH THREADS: fastest step_s of one whale-train run
 # (steps 3..); the sgemm peak a one-rank run measured goes to $TMP/peak.tTHREADS
 measure() {
-    name=$1 ranks=$2 model=$3 batch=$4 threads=$5
+    name=$1 ranks=$2 model=$3 batch=$4 threads=$5 steps=$STEPS
+    case $model in *-tiny) steps=$((STEPS * 5)) ;; esac
     rm -f "$TMP/$name".jsonl*
-    args="--model $model --data $TMP/corpus.txt --format bytes --steps $STEPS --batch $batch
+    args="--model $model --data $TMP/corpus.txt --format bytes --steps $steps --batch $batch
           --no-progress --threads $threads --metrics $TMP/$name.jsonl"
     if [ "$ranks" = 1 ]; then
         "$TRAIN" $args > /dev/null 2>&1 || echo "plan-calibration: $name failed" >&2
@@ -54,7 +78,7 @@ measure() {
     f=$TMP/$name.jsonl
     [ -f "$f" ] || f=$(ls "$TMP/$name".jsonl* 2>/dev/null | head -1)
     grep '"step":' "$f" | awk -v s=3 -F'"step":' '{split($2, a, ","); if (a[1] + 0 >= s) print}' \
-        | sed 's/.*"step_s":\([0-9.eE+-]*\).*/\1/' | median
+        | sed 's/.*"step_s":\([0-9.eE+-]*\).*/\1/' | best
     # every single-rank run measures the sgemm peak at its thread count
     if [ "$ranks" = 1 ]; then
         grep '"summary"' "$f" | sed 's/.*"peak_gflops":\([0-9.eE+-]*\).*/\1/' \
@@ -74,6 +98,7 @@ calc() {
     awk "BEGIN { print $1 }"
 }
 
+if [ -z "${REFIT:-}" ]; then
 # the links between ranks of this node, measured the way training uses them
 "$RUN" -n 2 --timeout 300 "$BENCH" calib -o "$TMP/bench.cal" > /dev/null 2>&1 ||
     echo "plan-calibration: whale-bench calib failed; the planner keeps its default links" >&2
@@ -82,7 +107,9 @@ calc() {
 cat > "$TMP/cases" <<EOC
 fit 1 gpt-small 8 1
 fittiny 1 gpt-tiny 8 1
+fittinyL 1 gpt-tiny 64 1
 fitN 1 gpt-small 8 $CORES
+fittinyN 1 gpt-tiny 8 $CORES
 b16 1 gpt-small 16 1
 tiny32 1 gpt-tiny 32 1
 llama32 1 llama-tiny 32 1
@@ -98,14 +125,18 @@ while [ "$r" -le "$ROUNDS" ]; do
     done < "$TMP/cases"
     r=$((r + 1))
 done
+cut -d' ' -f1-3 /proc/loadavg > "$TMP/load"
+fi
 
-# profile PEAK_GFLOPS P GEMM_EFF MEM_GBS SYNC_US > FILE
+# profile PEAK_GFLOPS P GEMM_EFF MEM_GBS SYNC_US SPILL > FILE
 BW0=20
 profile() {
     printf 'Calibration=1 Source=plan-calibration.sh\n'
     printf 'Device=cpu PeakTFLOPS=%s GemmHalfDim=0 Threads=1 CoresPerNode=%s ParallelFraction=%s' \
         "$(calc "$1 / 1000")" "$CORES" "$2"
-    printf ' GemmEfficiency=%s MemBandwidthGBs=%s MemEfficiency=1 ThreadSyncUs=%s\n' "$3" "$4" "$5"
+    printf ' GemmEfficiency=%s MemBandwidthGBs=%s MemEfficiency=1 ThreadSyncUs=%s' "$3" "$4" "$5"
+    [ "$CACHE" -gt 0 ] && printf ' CacheBytes=%s SpillFactor=%s' "$CACHE" "$6"
+    printf '\n'
     grep '^Link=' "$TMP/bench.cal" 2>/dev/null || true
 }
 # predict PROFILE NAME: the planner's step time for case NAME
@@ -115,28 +146,22 @@ predict() {
         --threads "$6" --microbatch $(($5 / $3)) --zero 0 --recompute none -q |
         sed 's/.*step \([0-9.eE+-]*\) s.*/\1/'
 }
-# fit STAT (median|best): write $TMP/STAT.cal from each case's STAT over rounds
-fit() {
-    st=$1
-    for c in fit fittiny fitN; do $st < "$TMP/$c.runs" > "$TMP/$c.$st"; done
-    # the sgemm peak over all one-rank runs at 1 and at all cores: median,
-    # or the highest for "best"
-    pst=$st; [ "$st" = best ] && pst=highest
-    peak=$($pst < "$TMP/peak.t1") peakN=$($pst < "$TMP/peak.t$CORES")
-    # Amdahl from the sgemm peak at all cores against one thread, in [0, 1]
-    p=$(calc "($CORES > 1) ? (1 - $peak / $peakN) / (1 - 1 / $CORES) : 1")
-    p=$(calc "($p < 0) ? 0 : (($p > 1) ? 1 : $p)")
-    # single thread: t = a / E + b BW0 / BW + c; a, b, c per fit case from
-    # three evaluations, then two equations in x = 1 / E and y = BW0 / BW
+# rates STAT SPILL: GEMM efficiency and memory rate at one thread for a
+# given spill factor (sets peak, ge, bw). The step time is linear in
+# x = 1 / E and y = BW0 / BW: t = a x + b y + c per fit case from three
+# evaluations, then two equations (gpt-small and gpt-tiny weigh them
+# differently).
+rates() {
+    peak=$peak0
     for c in fit fittiny; do
-        profile "$peak" "$p" 1 "$BW0" 0 > "$TMP/e.cal"; t11=$(predict "$TMP/e.cal" $c)
-        profile "$peak" "$p" 0.5 "$BW0" 0 > "$TMP/e.cal"; t21=$(predict "$TMP/e.cal" $c)
-        profile "$peak" "$p" 1 "$(calc "$BW0 / 2")" 0 > "$TMP/e.cal"; t12=$(predict "$TMP/e.cal" $c)
+        profile "$peak" 1 1 "$BW0" 0 "$2" > "$TMP/e.cal"; t11=$(predict "$TMP/e.cal" $c)
+        profile "$peak" 1 0.5 "$BW0" 0 "$2" > "$TMP/e.cal"; t21=$(predict "$TMP/e.cal" $c)
+        profile "$peak" 1 1 "$(calc "$BW0 / 2")" 0 "$2" > "$TMP/e.cal"; t12=$(predict "$TMP/e.cal" $c)
         echo "$(calc "$t21 - $t11") $(calc "$t12 - $t11") $(calc "3 * $t11 - $t21 - $t12")" > "$TMP/$c.abc"
     done
     read -r a1 b1 c1 < "$TMP/fit.abc"
     read -r a2 b2 c2 < "$TMP/fittiny.abc"
-    r1=$(calc "$(cat "$TMP/fit.$st") - $c1") r2=$(calc "$(cat "$TMP/fittiny.$st") - $c2")
+    r1=$(calc "$(cat "$TMP/fit.$1") - $c1") r2=$(calc "$(cat "$TMP/fittiny.$1") - $c2")
     det=$(calc "$a1 * $b2 - $a2 * $b1")
     x=$(calc "($r1 * $b2 - $r2 * $b1) / $det") y=$(calc "($a1 * $r2 - $a2 * $r1) / $det")
     if [ "$(calc "($x > 0 && $y > 0) ? 1 : 0")" = 1 ]; then
@@ -147,38 +172,67 @@ fit() {
             peak=$(calc "$peak / $x") ge=1
         fi
     else
-        # the two cases do not separate the rates (noise): one factor on both, from gpt-small
-        echo "plan-calibration: $st: GEMM and memory rates not separable (x=$x y=$y);" \
-             "scaling both from the fit case" >&2
-        profile "$peak" "$p" 1 "$BW0" 0 > "$TMP/e.cal"
+        # the two cases do not separate the rates (noise): one factor on
+        # both, from gpt-small
+        profile "$peak" 1 1 "$BW0" 0 "$2" > "$TMP/e.cal"
         "$PLAN" -m gpt-small -b 8 -N 1 -g 1 -G cpu --calib "$TMP/e.cal" --microbatch 8 --zero 0 \
-            --recompute none --threads 1 --fit-step "$(cat "$TMP/fit.$st")" \
+            --recompute none --threads 1 --fit-step "$(cat "$TMP/fit.$1")" \
             --calib-out "$TMP/f1.cal" > /dev/null
         ge=$(sed -n 's/.*GemmEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")
         bw=$(calc "$BW0 * $(sed -n 's/.*MemEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")")
+        echo "y" > "$TMP/inseparable.$1"
     fi
-    # thread sync: what fitN takes beyond the Amdahl speed-up, per unit of overhead
-    profile "$peak" "$p" "$ge" "$bw" 0 > "$TMP/e.cal"; s0=$(predict "$TMP/e.cal" fitN)
-    profile "$peak" "$p" "$ge" "$bw" 1000 > "$TMP/e.cal"; s1=$(predict "$TMP/e.cal" fitN)
-    sync=0
-    [ "$(calc "($s1 > $s0) ? 1 : 0")" = 1 ] &&
-        sync=$(calc "1000 * ($(cat "$TMP/fitN.$st") - $s0) / ($s1 - $s0)")
-    if [ "$(calc "($sync < 0) ? 1 : 0")" = 1 ]; then
-        # fitN ran faster than the sgemm peaks' Amdahl says (noisy peaks):
-        # no sync cost, and the parallel fraction that fits fitN, by bisection
-        sync=0 lo=$p hi=1 tn=$(cat "$TMP/fitN.$st")
+}
+# fit STAT (median|best): write $TMP/STAT.cal from each case's STAT over rounds
+fit() {
+    st=$1
+    rm -f "$TMP/inseparable.$st"
+    for c in fit fittiny fittinyL fitN fittinyN; do $st < "$TMP/$c.runs" > "$TMP/$c.$st"; done
+    # the sgemm peak over all one-rank runs at 1 thread: median, or the
+    # highest for "best"
+    pst=$st; [ "$st" = best ] && pst=highest
+    peak0=$($pst < "$TMP/peak.t1") p=1 spill=0
+    # the spill factor that makes gpt-tiny at batch 64 (its activations 8x
+    # those of batch 8) come out right with the rates it implies, by
+    # bisection in [0, 20] (the larger batch gains the more from it)
+    if [ "$CACHE" -gt 0 ]; then
+        tl=$(cat "$TMP/fittinyL.$st") lo=0 hi=20
         for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do
-            mid=$(calc "($lo + $hi) / 2")
-            profile "$peak" "$mid" "$ge" "$bw" 0 > "$TMP/e.cal"
-            if [ "$(calc "($(predict "$TMP/e.cal" fitN) > $tn) ? 1 : 0")" = 1 ]; then
-                lo=$mid
+            spill=$(calc "($lo + $hi) / 2")
+            rates "$st" "$spill"
+            profile "$peak" 1 "$ge" "$bw" 0 "$spill" > "$TMP/e.cal"
+            if [ "$(calc "($(predict "$TMP/e.cal" fittinyL) > $tl) ? 1 : 0")" = 1 ]; then
+                hi=$spill
             else
-                hi=$mid
+                lo=$spill
             fi
         done
-        p=$hi
     fi
-    profile "$peak" "$p" "$ge" "$bw" "$sync" > "$TMP/$st.cal"
+    rates "$st" "$spill"
+    [ -f "$TMP/inseparable.$st" ] && echo "plan-calibration: $st: GEMM and memory rates not" \
+        "separable on some trials; both scaled from the fit case there" >&2
+    # threads: a rank of n threads runs the step S(n) = 1 / ((1 - p) + p / n)
+    # times faster (Amdahl) and pays ThreadSyncUs x log2(n) per layer pass
+    # (waking and joining its threads around every kernel). Two unknowns,
+    # two cases at all cores: gpt-small (long kernels: mostly p) and gpt-tiny
+    # (kernels of microseconds: mostly the sync). For a trial p, the sync that
+    # makes fitN come out right (the time is linear in it); the p whose sync
+    # also fits fittinyN, by bisection (a larger p asks more sync of fitN,
+    # which costs the tiny model more than its Amdahl part gains).
+    tn=$(cat "$TMP/fitN.$st") tt=$(cat "$TMP/fittinyN.$st") lo=0 hi=1 sync=0
+    for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+        p=$(calc "($lo + $hi) / 2")
+        profile "$peak" "$p" "$ge" "$bw" 0 "$spill" > "$TMP/e.cal"; s0=$(predict "$TMP/e.cal" fitN)
+        profile "$peak" "$p" "$ge" "$bw" 1000 "$spill" > "$TMP/e.cal"; s1=$(predict "$TMP/e.cal" fitN)
+        sync=$(calc "($s1 > $s0 && $tn > $s0) ? 1000 * ($tn - $s0) / ($s1 - $s0) : 0")
+        profile "$peak" "$p" "$ge" "$bw" "$sync" "$spill" > "$TMP/e.cal"
+        if [ "$(calc "($(predict "$TMP/e.cal" fittinyN) > $tt) ? 1 : 0")" = 1 ]; then
+            hi=$p
+        else
+            lo=$p
+        fi
+    done
+    profile "$peak" "$p" "$ge" "$bw" "$sync" "$spill" > "$TMP/$st.cal"
 }
 fit median
 fit best
@@ -199,4 +253,5 @@ while read -r name ranks model batch threads; do
     case $name in fit*) tag='  (fitted)' ;; *) tag='' ;; esac
     echo "$line  $(awk '{printf "%s%.4g", (NR > 1 ? " " : ""), $1}' "$TMP/$name.runs")$tag"
 done < "$TMP/cases"
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) (2 cores; other jobs distort the figures)"
+echo "load average at the end of the measurements: $(cat "$TMP/load" 2>/dev/null)" \
+     "($CORES cores; other jobs distort the figures)"

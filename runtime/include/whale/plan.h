@@ -54,6 +54,14 @@ struct whale_plan_device {
     double flash_eff;      /* fraction of peak a fused (flash) attention kernel sustains,
                               forward + backward, on the FLOPs it executes; 0 = as GEMMs */
     double fp32_ratio;     /* fp32 (TF32 tensor core) peak / peak_flops */
+    /* CPU (calibrated; 0 = no term): the cache one core's kernels work in
+     * (its L2) and how much slower memory-bound kernels run when a layer's
+     * activations outgrow it. A layer keeping W bytes of activations streams
+     * a share 1 - C/W of them from farther out (L3, DRAM): its memory-bound
+     * kernels run 1 + spill x (1 - C/W) times as long, its GEMMs as before
+     * (CacheBytes=, SpillFactor=). */
+    double cache_bytes;
+    double spill;
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
@@ -169,7 +177,9 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
  * dimension (0: flat), KernelOverheadUs = per layer pass, DPOverlap and
  * ZeRO3Overlap in [0,1]. CPU ranks: Threads and CoresPerNode (what the peak
  * was measured with), ParallelFraction in [0,1] (Amdahl) and ThreadSyncUs
- * (per layer pass and doubling of threads), see struct whale_calib.
+ * (per layer pass and doubling of threads), see struct whale_calib;
+ * CacheBytes (a core's L2) and SpillFactor >= 0 (both or neither), see
+ * struct whale_plan_device.
  * Link: per-rank bus bandwidth and per-step latency of collectives on that
  * class (nvlink = inside a node/domain, leaf = between nodes under one
  * switch, spine = across switches). Unknown keys are errors (file:line). */
@@ -187,6 +197,7 @@ enum {
     WHALE_CAL_CPU         = 1u << 14, /* threads (and cores) the CPU peak was measured with */
     WHALE_CAL_THREAD_SYNC = 1u << 15, /* CPU: fork/join cost per layer pass (ThreadSyncUs=) */
     WHALE_CAL_PAR_FRAC    = 1u << 16, /* CPU: Amdahl parallel fraction (ParallelFraction=) */
+    WHALE_CAL_SPILL       = 1u << 17, /* CPU: CacheBytes= and SpillFactor= */
 };
 
 struct whale_calib {
@@ -213,6 +224,7 @@ struct whale_calib {
      * thread_sync x log2(n). Fitted from one layout at 1 thread and at all
      * cores (contrib/bench/plan-calibration.sh). */
     double thread_sync;
+    double cache_bytes, spill;   /* CacheBytes=, SpillFactor= (struct whale_plan_device) */
 };
 
 /* The share of the calibrated per-rank CPU rate that one of `ranks_per_node`

@@ -94,14 +94,23 @@ static int cal_line(const struct whale_kv_line *l, void *user)
             } else if (!strcasecmp(kv->key, "ParallelFraction")) {
                 if ((rc = cal_num(l, kv, 0, 1, &cal->parallel_fraction))) return rc;
                 cal->has |= WHALE_CAL_PAR_FRAC;
+            } else if (!strcasecmp(kv->key, "CacheBytes")) {
+                if ((rc = cal_num(l, kv, 1024, 1e12, &cal->cache_bytes))) return rc;
+            } else if (!strcasecmp(kv->key, "SpillFactor")) {
+                if ((rc = cal_num(l, kv, 0, 100, &cal->spill))) return rc;
+                cal->has |= WHALE_CAL_SPILL;
             } else {
                 whale_error("%s:%d: unknown key '%s' (Device line: PeakTFLOPS MemoryGiB "
                             "MemBandwidthGBs GemmEfficiency GemmHalfDim MemEfficiency "
                             "KernelOverheadUs DPOverlap ZeRO3Overlap Threads CoresPerNode "
-                            "ParallelFraction ThreadSyncUs)",
+                            "ParallelFraction ThreadSyncUs CacheBytes SpillFactor)",
                             l->file, l->line, kv->key);
                 return WHALE_ECONF;
             }
+        }
+        if (!(cal->has & WHALE_CAL_SPILL) != !(cal->cache_bytes > 0)) {
+            whale_error("%s:%d: CacheBytes= and SpillFactor= go together", l->file, l->line);
+            return WHALE_ECONF;
         }
         return 0;
     }
@@ -172,6 +181,8 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
         if (cal->cores_per_node > 0) fprintf(f, " CoresPerNode=%.17g", cal->cores_per_node);
         if (cal->has & WHALE_CAL_THREAD_SYNC) fprintf(f, " ThreadSyncUs=%.17g", cal->thread_sync * 1e6);
         if (cal->has & WHALE_CAL_PAR_FRAC) fprintf(f, " ParallelFraction=%.17g", cal->parallel_fraction);
+        if (cal->has & WHALE_CAL_SPILL)
+            fprintf(f, " CacheBytes=%.17g SpillFactor=%.17g", cal->cache_bytes, cal->spill);
         fputc('\n', f);
     }
     for (int k = 0; k < WHALE_PLAN_NLINK; k++)
@@ -251,6 +262,10 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c)
          * OpenBLAS is from 64 to 1024) must not fall back to the
          * catalogue's half-dimension */
         if (cal->has & WHALE_CAL_GEMM_HALF) g->gemm_half = cal->gemm_half_dim;
+        if (cal->has & WHALE_CAL_SPILL) {
+            g->cache_bytes = cal->cache_bytes;
+            g->spill = cal->spill;
+        }
         if ((cal->has & WHALE_CAL_THREAD_SYNC) && !strcmp(g->name, "cpu")) {
             double n = whale_calib_cpu_threads(cal, c->group[i].gpus_per_node,
                                                c->cpu_cores_per_node, c->cpu_threads_per_rank);

@@ -108,6 +108,16 @@ static void flash_time(const struct plan_ctx *x, const struct whale_plan_device 
     *bwd = 2.5 * *fwd;
 }
 
+/* 1 + spill x (1 - C / W): the memory-bound kernels of a layer keeping W
+ * bytes of activations on a core whose cache holds C of them (struct
+ * whale_plan_device). */
+static double spill_slowdown(const struct whale_plan_device *g, double w)
+{
+    if (!(g->spill > 0 && g->cache_bytes > 0 && w > g->cache_bytes))
+        return 1.0;
+    return 1.0 + g->spill * (1.0 - g->cache_bytes / w);
+}
+
 static double mem_time(const struct whale_plan_device *g, const struct whale_eff_model *e,
                        double bytes)
 {
@@ -185,6 +195,22 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
                  + gemm_time(x, g, nmat - 1, M, f / t, h) + gemm_time(x, g, 1, M, h, f / t);
     double heads = b * a / t;
     double es = x->es;
+    /* Activations kept per layer (bytes), Korthikanti et al. with kv width
+     * and FFN width: replicated R = 10 s b h (norm inputs, QKV and FC1
+     * inputs, dropout masks), TP-sharded S = 4 s b h + 4 s b kv + 4 s b f
+     * (Q, K, V, projection input, FC2 input, GeLU input; a gated MLP keeps
+     * gate and up outputs and their product: 6 s b f), attention core
+     * A = 5 a s^2 b (plain) or the fp32 softmax statistics 4 a s b / 2
+     * element units (flash). With h = kv, f = 4h, plain: s b h (10 + 24/t +
+     * 5 a s/(h t)). */
+    /* On the CPU, activations past the core's cache slow the layer's
+     * memory-bound kernels: they stream them from L3 or DRAM instead of L2
+     * (whale_plan_device.spill). The GEMMs keep their rate: fitted on
+     * gpt-tiny, a spill term on them too asked for GEMMs above the sgemm
+     * peak. */
+    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + (gated ? 6 : 4) * M * f);
+    double A = flash ? 4.0 * a * M : es * 5 * a * s * s * b;
+    double slow = spill_slowdown(g, R / shard + S / t + A / t);
     /* Attention core. Plain: two batched GEMMs over the full s x s scores
      * plus scale+mask+softmax+dropout over the b a s^2 / t scores in memory
      * (read/write 2-byte values + 1-byte mask, ~9 bytes each); backward
@@ -199,13 +225,13 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
              * softmax work on every score of the blocks it computes (max,
              * exp, rescale; backward: exp again and dS) at the element-wise
              * rate, as plain attention's, without keeping the scores. */
-            t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s * causal_share(g, s));
+            t_ew_att = slow * mem_time(g, e, 9.0 * es * heads * s * s * causal_share(g, s));
             t_att_f += t_ew_att;
             t_att_b += 2 * t_ew_att;
         }
     } else {
         t_att_f = gemm_time(x, g, heads, s, s, hd) + gemm_time(x, g, heads, s, hd, s);
-        t_ew_att = mem_time(g, e, 9.0 * es * heads * s * s);
+        t_ew_att = slow * mem_time(g, e, 9.0 * es * heads * s * s);
         t_att_f += t_ew_att;
         t_att_b = 2 * t_att_f;
     }
@@ -217,7 +243,7 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     double ew_other = es * (22.0 * M * h / shard + (gated ? 6.0 : 4.0) * M * f / t);
     if (m->position == WHALE_POS_ROTARY)
         ew_other += es * 4.0 * M * (h + kv) / t;
-    double t_ew = mem_time(g, e, ew_other);
+    double t_ew = slow * mem_time(g, e, ew_other);
     double ovh = e->kernel_overhead;
 
     lc->fwd = t_lin + t_att_f + t_ew + ovh;
@@ -244,16 +270,6 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
         lc->last_bwd += one;       /* input gradient of the output layer */
     }
 
-    /* Activations kept per layer (bytes), Korthikanti et al. with kv width
-     * and FFN width: replicated R = 10 s b h (norm inputs, QKV and FC1
-     * inputs, dropout masks), TP-sharded S = 4 s b h + 4 s b kv + 4 s b f
-     * (Q, K, V, projection input, FC2 input, GeLU input; a gated MLP keeps
-     * gate and up outputs and their product: 6 s b f), attention core
-     * A = 5 a s^2 b (plain) or the fp32 softmax statistics 4 a s b / 2
-     * element units (flash). With h = kv, f = 4h, plain: s b h (10 + 24/t +
-     * 5 a s/(h t)). */
-    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + (gated ? 6 : 4) * M * f);
-    double A = flash ? 4.0 * a * M : es * 5 * a * s * s * b;
     lc->act_input = es * 2 * M * h / shard;
     lc->act[WHALE_RECOMPUTE_NONE] = R / shard + S / t + A / t;
     lc->act[WHALE_RECOMPUTE_SELECTIVE] = R / shard + S / t + (flash ? A / t : 0);

@@ -45,18 +45,18 @@
  *  fp32: TF32 tensor-core peak / bf16 peak (data sheets: 156/312, 495/989,
  *    1125/2250); CPU ranks measure fp32 directly. */
 static const struct whale_plan_device plan_devices[] = {
-    /* name          peak        mem          hbm        nvlink     nic        pcie      domain gemm  half flash fp32 */
-    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0,  0.69, 32, 0.30, 0.125 },
-    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.76, 40, 0.55, 0.5 },
-    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.76, 40, 0.55, 0.5 },
-    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.62, 64, 0.38, 0.5 },
-    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.62, 64, 0.38, 0.5 },
-    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  0,  0.56, 96, 0.45, 0.5 },
-    { "GB200",      2500 * TF,  186 * GB,    8000 * GB,  900 * GB,  50 * GB,  450 * GB, 72,  0.62, 96, 0.45, 0.5 },
+    /* name          peak        mem          hbm        nvlink     nic        pcie      domain gemm  half flash fp32  cache spill */
+    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0,  0.69, 32, 0.30, 0.125, 0, 0 },
+    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.76, 40, 0.55, 0.5, 0, 0 },
+    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.76, 40, 0.55, 0.5, 0, 0 },
+    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.62, 64, 0.38, 0.5, 0, 0 },
+    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.62, 64, 0.38, 0.5, 0, 0 },
+    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  0,  0.56, 96, 0.45, 0.5, 0, 0 },
+    { "GB200",      2500 * TF,  186 * GB,    8000 * GB,  900 * GB,  50 * GB,  450 * GB, 72,  0.62, 96, 0.45, 0.5, 0, 0 },
     /* One rank on a 2-core AVX-512 VM: ~0.2 TFLOP/s sgemm, shared-memory and
      * TCP "links" (see the machine baselines note); the GEMM figures are the
      * wave-1 defaults a whale-bench profile replaces. */
-    { "cpu",         0.2 * TF,    4 * GiB,     20 * GB,    8 * GB,   2 * GB,   20 * GB,  0,  0.74, 40, 0,    1 },
+    { "cpu",         0.2 * TF,    4 * GiB,     20 * GB,    8 * GB,   2 * GB,   20 * GB,  0,  0.74, 40, 0,    1, 0, 0 },
 };
 
 const struct whale_plan_device *whale_plan_devices(int *n)

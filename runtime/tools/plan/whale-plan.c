@@ -287,6 +287,10 @@ static void print_model_constants(const struct whale_cluster *c)
                g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
                g->nvlink_bw / 1e9, g->nic_bw / 1e9, "", g->gemm_eff, g->gemm_half, g->flash_eff,
                g->fp32_ratio);
+        if (g->spill > 0)
+            printf("  %-10s memory-bound kernels of a layer whose activations W outgrow"
+                   " %.4g MiB of cache: 1 + %.3g x (1 - C/W) times as long\n",
+                   "", g->cache_bytes / 1048576.0, g->spill);
     }
 }
 

@@ -483,6 +483,68 @@ static void test_flash_without_fused_kernel(void **state)
     assert_true(fabs((blocked.fwd - fused.fwd) / (t + f * (136.0 / 256 - 0.5)) - 1) < 1e-6);
 }
 
+/* CacheBytes= / SpillFactor= (CPU): the memory-bound kernels of a layer whose
+ * activations W outgrow the cache C run 1 + k (1 - C / W) times as long, its
+ * GEMMs and overhead as before; one that fits is unchanged; the keys go
+ * together and round-trip. */
+static void test_cache_spill(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-tiny", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    struct plan_ctx x;
+    plan_ctx_init(&x, &m, 32, &c);
+    struct whale_plan_device g = c.group[0].gpu;
+    assert_true(g.spill == 0 && g.cache_bytes == 0);
+    struct plan_layer_cost base, spilled, fits, nomem;
+    plan_layer_cost(&x, &g, 1, false, 32, &base);
+    double w = base.act[WHALE_RECOMPUTE_NONE];
+    assert_true(w > 4096);
+    /* the memory-bound part of the layer: what an endless bandwidth removes */
+    struct whale_plan_device inf = g;
+    inf.hbm_bw = 1e300;
+    plan_layer_cost(&x, &inf, 1, false, 32, &nomem);
+    double mem_f = base.fwd - nomem.fwd, mem_b = base.bwd - nomem.bwd;
+    assert_true(mem_f > 0 && mem_b > 0 && nomem.fwd > 0);
+    struct whale_calib cal;
+    char text[256];
+    snprintf(text, sizeof text, "Calibration=1\nDevice=cpu CacheBytes=%.17g SpillFactor=0.5\n",
+             w / 4);
+    assert_int_equal(whale_calib_parse_string(text, "t.cal", &cal), 0);
+    assert_true(cal.has & WHALE_CAL_SPILL);
+    whale_calib_apply(&cal, &c);
+    g = c.group[0].gpu;
+    assert_true(g.cache_bytes == w / 4 && g.spill == 0.5);
+    plan_layer_cost(&x, &g, 1, false, 32, &spilled);
+    double slow = 1 + 0.5 * (1 - 0.25);
+    assert_true(fabs((spilled.fwd - base.fwd) / ((slow - 1) * mem_f) - 1) < 1e-9);
+    assert_true(fabs((spilled.bwd - base.bwd) / ((slow - 1) * mem_b) - 1) < 1e-9);
+    assert_true(spilled.rc_cost[WHALE_RECOMPUTE_FULL] == spilled.fwd);
+    assert_true(spilled.act[WHALE_RECOMPUTE_NONE] == w);
+    g.cache_bytes = 2 * w;
+    plan_layer_cost(&x, &g, 1, false, 32, &fits);
+    assert_true(fits.fwd == base.fwd && fits.bwd == base.bwd);
+    /* round trip */
+    char buf[2048];
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    assert_non_null(f);
+    assert_int_equal(whale_calib_write(f, &cal), 0);
+    fclose(f);
+    struct whale_calib back;
+    assert_int_equal(whale_calib_parse_string(buf, "t.cal", &back), 0);
+    assert_true((back.has & WHALE_CAL_SPILL) && back.spill == 0.5 && back.cache_bytes == w / 4);
+    /* one without the other, or out of range, names the line */
+    struct whale_calib bad;
+    assert_int_equal(whale_calib_parse_string("Device=cpu SpillFactor=1\n", "t.cal", &bad),
+                     WHALE_ECONF);
+    assert_int_equal(whale_calib_parse_string("Device=cpu CacheBytes=2097152\n", "t.cal", &bad),
+                     WHALE_ECONF);
+    assert_int_not_equal(whale_calib_parse_string("Device=cpu CacheBytes=2097152 SpillFactor=-1\n",
+                                                  "t.cal", &bad), 0);
+}
+
 /* Mixed cluster (Whale's hardware-aware balancing): an uneven layer split
  * across stages and an uneven batch split across replicas beat the even
  * split. */
@@ -755,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_bad_configs),
         cmocka_unit_test(test_predict_plan),
         cmocka_unit_test(test_flash_without_fused_kernel),
+        cmocka_unit_test(test_cache_spill),
         cmocka_unit_test(test_limits_and_seqpar),
         cmocka_unit_test(test_pruning_is_exact),
     };
