@@ -539,8 +539,15 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
     e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
-    k_set_threads(c->threads > 0 ? c->threads : count_threads_default());
+    int share = count_threads_default();
+    k_set_threads(c->threads > 0 ? c->threads : share);
     k_flush_denormals(flush);
+    /* measured on 2 cores, DP 2: 2 threads per rank 0.28-0.40 s a step, 1
+     * thread 0.23-0.28 s (contrib/bench/plan-calibration.sh dp2t2, dp2) */
+    if (c->threads > share && (!ctx || whale_rank(ctx) <= 0))
+        whale_warn("%d threads per rank exceed a rank's share of the cores here (%d): the "
+                   "ranks' threads time-share cores and wait for each other at every kernel; "
+                   "steps are usually slower than with --threads %d", c->threads, share, share);
     int *blocks = calloc((size_t)(g->pp.size * e->nchunks), sizeof *blocks);
     if (!blocks)
         rc = WHALE_ENOMEM;

@@ -63,7 +63,8 @@ void train_usage(FILE *f)
 );
     train_areas_usage(f); /* each area's options */
     fprintf(f,
-"  --threads N          compute threads per rank (default CPUs / ranks on the node)\n"
+"  --threads N          compute threads per rank (default CPUs / ranks on the node;\n"
+"                       more time-share the cores and usually slow the step: a warning)\n"
 "  --metrics FILE       JSON-lines metrics (default whale-train-metrics.jsonl)\n"
 "  --log-every N        print a line every N steps when not on a terminal (10)\n"
 "  --peak-gflops X      peak for MFU (default: measured OpenBLAS sgemm)\n"
