@@ -196,7 +196,9 @@ static void w_release(whale_engine *e, int b)
         return;
     /* released before use (a failed step): a get into the buffers freed
      * here must have landed (a gather still in flight keeps its host copy:
-     * offload_rparams.c reuses or frees it) */
+     * offload_rparams.c reuses or frees it), and so must the local tier's
+     * fetch the mover thread may still be copying into wbuf */
+    eng_move_wait(e, &bk->wfetch);
     eng_off_rp_wait(e, b);
     if (!bk->wreq)
         eng_off_rp_done(e, b);
