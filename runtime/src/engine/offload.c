@@ -3,8 +3,6 @@
  * optimizer code. */
 #include "engine_internal.h"
 
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,158 +12,39 @@
 #include "whale/log.h"
 #include "whale/ltier.h"
 
-struct eng_mover {
-    /* the transport (whale/ltier.h): UCX RMA between the arena and the
-     * registered host tier; NULL: memcpy (WHALE_OFFLOAD_MOVER=memcpy, or
-     * UCX could not give a local endpoint, or a copy failed: said once) */
-    _Atomic(whale_ltier *) lt;
-    whale_ltier *lt_owned;    /* closed with the mover */
-    enum whale_ltier_mem mem; /* the arena's memory type */
-    pthread_t th;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work queued / stop */
-    pthread_cond_t done_cv; /* a move finished */
-    struct eng_move **q;
-    size_t cap, head, n;
-    bool stop, started;
-    double busy;            /* seconds spent copying since the last read */
-    int64_t bytes;
-};
-
-/* One move through the tier's transport. A UCX failure is not fatal to
- * the step: the bytes still arrive (memcpy: offload runs on host-addressable
- * memory only) and the mover stays on memcpy from then on, said once. */
-static void mv_copy(struct eng_mover *m, void *dst, const void *src, size_t len)
+/* One move through the tier's transport (the mover's copy function; ctx
+ * is the engine). A UCX failure is not fatal to the step: the bytes still
+ * arrive (memcpy: offload runs on host-addressable memory only) and the
+ * mover stays on memcpy from then on, said once. */
+static void off_copy(void *ctx, void *dst, const void *src, size_t len)
 {
-    whale_ltier *lt = m ? atomic_load(&m->lt) : NULL;
-    if (lt && !whale_ltier_copy(lt, dst, src, len, m->mem))
+    struct eng_offload *o = &((whale_engine *)ctx)->off;
+    whale_ltier *lt = atomic_load(&o->lt);
+    if (lt && !whale_ltier_copy(lt, dst, src, len, o->lt_mem))
         return;
-    if (lt && atomic_exchange(&m->lt, NULL))
+    if (lt && atomic_exchange(&o->lt, NULL))
         whale_warn("offload: the local tier's UCX transport failed; moving with memcpy from "
                    "now on");
     memcpy(dst, src, len);
 }
 
-static void *mover_main(void *arg)
-{
-    struct eng_mover *m = arg;
-    pthread_mutex_lock(&m->mu);
-    for (;;) {
-        while (!m->n && !m->stop)
-            pthread_cond_wait(&m->cv, &m->mu);
-        if (!m->n && m->stop)
-            break;
-        struct eng_move *mv = m->q[m->head];
-        m->head = (m->head + 1) % m->cap;
-        m->n--;
-        if (atomic_load(&mv->state) != 1)
-            continue; /* a waiter took it over (eng_move_wait) */
-        atomic_store(&mv->state, 3);
-        pthread_mutex_unlock(&m->mu);
-        double t0 = eng_now();
-        mv_copy(m, mv->dst, mv->src, mv->len);
-        double dt = eng_now() - t0;
-        pthread_mutex_lock(&m->mu);
-        m->busy += dt;
-        m->bytes += (int64_t)mv->len;
-        atomic_store(&mv->state, 2);
-        pthread_cond_broadcast(&m->done_cv);
-    }
-    pthread_mutex_unlock(&m->mu);
-    return NULL;
-}
-
-static int mover_create(size_t cap, struct eng_mover **out)
-{
-    struct eng_mover *m = calloc(1, sizeof *m);
-    if (!m || !(m->q = calloc(cap, sizeof *m->q))) {
-        free(m);
-        return WHALE_ENOMEM;
-    }
-    m->cap = cap;
-    pthread_mutex_init(&m->mu, NULL);
-    pthread_cond_init(&m->cv, NULL);
-    pthread_cond_init(&m->done_cv, NULL);
-    if (pthread_create(&m->th, NULL, mover_main, m)) {
-        free(m->q);
-        free(m);
-        return WHALE_ENOMEM;
-    }
-    m->started = true;
-    *out = m;
-    return 0;
-}
-
-static void mover_destroy(struct eng_mover *m)
-{
-    if (!m)
-        return;
-    pthread_mutex_lock(&m->mu);
-    m->stop = true;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
-    if (m->started)
-        pthread_join(m->th, NULL);
-    whale_ltier_close(m->lt_owned);
-    pthread_cond_destroy(&m->cv);
-    pthread_cond_destroy(&m->done_cv);
-    pthread_mutex_destroy(&m->mu);
-    free(m->q);
-    free(m);
-}
-
 void eng_move_post(whale_engine *e, struct eng_move *mv, void *dst, const void *src, size_t len)
 {
-    struct eng_mover *m = e->off.mv;
+    if (e->off.mv) {
+        eng_mover_post(e->off.mv, mv, dst, src, len);
+        return;
+    }
     mv->dst = dst;
     mv->src = src;
     mv->len = len;
-    if (!m || !len) {
-        if (len)
-            mv_copy(m, dst, src, len);
-        atomic_store(&mv->state, 2);
-        return;
-    }
-    atomic_store(&mv->state, 1);
-    pthread_mutex_lock(&m->mu);
-    if (m->n == m->cap) { /* cannot happen with 3 moves per bucket; stay correct anyway */
-        pthread_mutex_unlock(&m->mu);
-        mv_copy(m, dst, src, len);
-        atomic_store(&mv->state, 2);
-        return;
-    }
-    m->q[(m->head + m->n) % m->cap] = mv;
-    m->n++;
-    pthread_cond_signal(&m->cv);
-    pthread_mutex_unlock(&m->mu);
+    if (len)
+        off_copy(e, dst, src, len);
+    atomic_store(&mv->state, 2);
 }
 
 void eng_move_wait(whale_engine *e, struct eng_move *mv)
 {
-    int s = atomic_load(&mv->state);
-    if (s != 1 && s != 3)
-        return;
-    double t0 = eng_now();
-    struct eng_mover *m = e->off.mv;
-    pthread_mutex_lock(&m->mu);
-    if (atomic_load(&mv->state) == 1) {
-        /* still queued (the mover is behind or not scheduled on a busy
-         * machine): copy it here rather than wait for a thread wake-up; the
-         * mover skips it. Counts as exposed transfer time. */
-        atomic_store(&mv->state, 3);
-        pthread_mutex_unlock(&m->mu);
-        mv_copy(m, mv->dst, mv->src, mv->len);
-        double dt = eng_now() - t0;
-        pthread_mutex_lock(&m->mu);
-        m->busy += dt;
-        m->bytes += (int64_t)mv->len;
-        atomic_store(&mv->state, 2);
-        pthread_cond_broadcast(&m->done_cv);
-    }
-    while (atomic_load(&mv->state) == 3)
-        pthread_cond_wait(&m->done_cv, &m->mu);
-    pthread_mutex_unlock(&m->mu);
-    e->off.t_move_wait += eng_now() - t0;
+    e->off.t_move_wait += eng_mover_wait(e->off.mv, mv);
 }
 
 void eng_off_quiesce(whale_engine *e)
@@ -181,20 +60,7 @@ void eng_off_quiesce(whale_engine *e)
 
 double eng_off_take_busy(whale_engine *e, int64_t *bytes)
 {
-    struct eng_mover *m = e->off.mv;
-    if (!m) {
-        if (bytes)
-            *bytes = 0;
-        return 0;
-    }
-    pthread_mutex_lock(&m->mu);
-    double t = m->busy;
-    m->busy = 0;
-    if (bytes)
-        *bytes = m->bytes;
-    m->bytes = 0;
-    pthread_mutex_unlock(&m->mu);
-    return t;
+    return eng_mover_take_busy(e->off.mv, bytes);
 }
 
 float *eng_off_host_alloc(whale_engine *e, size_t n)
@@ -205,8 +71,8 @@ float *eng_off_host_alloc(whale_engine *e, size_t n)
 /* A host-tier buffer the mover moves to or from: unregistered, then freed. */
 static void host_free(whale_engine *e, void *p, size_t bytes)
 {
-    if (e->off.mv && e->off.mv->lt_owned)
-        whale_ltier_unregister(e->off.mv->lt_owned, p);
+    if (e->off.lt_owned)
+        whale_ltier_unregister(e->off.lt_owned, p);
     whale_arena_free(e->off.host, WHALE_MEM_OPTIM, p, bytes);
 }
 
@@ -240,10 +106,10 @@ static int ltier_setup(whale_engine *e)
         whale_ltier_close(lt);
         return 0;
     }
-    o->mv->lt_owned = lt;
-    atomic_store(&o->mv->lt, lt);
-    o->mv->mem = whale_backend_device(e->bk) == WHALE_DEVICE_CUDA ? WHALE_LTIER_CUDA
+    o->lt_owned = lt;
+    o->lt_mem = whale_backend_device(e->bk) == WHALE_DEVICE_CUDA ? WHALE_LTIER_CUDA
                                                                  : WHALE_LTIER_HOST;
+    atomic_store(&o->lt, lt);
     whale_debug("offload: local tier moves through UCX (%s)", whale_ltier_transport(lt));
     return 0;
 }
@@ -254,7 +120,7 @@ const char *whale_engine_offload_transport(const whale_engine *e)
         return "none";
     if (e->off.rem)
         return "ucx-rma (remote)";
-    whale_ltier *lt = e->off.mv ? atomic_load(&e->off.mv->lt) : NULL;
+    whale_ltier *lt = atomic_load(&((whale_engine *)e)->off.lt);
     return lt ? whale_ltier_transport(lt) : "memcpy";
 }
 
@@ -272,7 +138,8 @@ int eng_off_init(whale_engine *e)
         return WHALE_ENOMEM;
     if (eng_lp(e) && !(o->h16 = (uint16_t *)eng_off_host_alloc(e, o->U / 2 + 1)))
         return WHALE_ENOMEM;
-    if ((rc = mover_create((size_t)e->nb * 3 + 8, &o->mv)))
+    /* three moves per bucket (gdown, wup, wfetch), each queued at most once */
+    if ((rc = eng_mover_create((size_t)e->nb * 3 + 8, off_copy, e, &o->mv)))
         return rc;
     return ltier_setup(e);
 }
@@ -282,8 +149,11 @@ void eng_off_free(whale_engine *e)
     struct eng_offload *o = &e->off;
     if (!o->mode)
         return;
-    mover_destroy(o->mv);
+    eng_mover_destroy(o->mv);
     o->mv = NULL;
+    atomic_store(&o->lt, NULL);
+    whale_ltier_close(o->lt_owned);
+    o->lt_owned = NULL;
     if (o->host) {
         size_t n = o->U * sizeof(float);
         eng_off_rp_free(e);

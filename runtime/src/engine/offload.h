@@ -21,15 +21,9 @@
 
 #include "whale/arena.h"
 
-/* One asynchronous copy of len bytes. state: 0 idle, 1 queued, 3 copying, 2 done. */
-struct eng_move {
-    void *dst;
-    const void *src;
-    size_t len;
-    _Atomic int state;
-};
+#include "mover.h"
 
-struct eng_mover;
+struct whale_ltier;
 
 struct eng_offload {
     int mode;             /* enum whale_offload */
@@ -44,7 +38,13 @@ struct eng_offload {
      * the update range, moved back to W16 / W16sh per bucket (params mode:
      * W16sh points here, the shard lives in the host tier) */
     uint16_t *h16;
-    struct eng_mover *mv;
+    struct eng_mover *mv; /* mover.h */
+    /* the mover's transport (whale/ltier.h): UCX RMA between the arena and
+     * the registered host tier; NULL: memcpy (WHALE_OFFLOAD_MOVER=memcpy, or
+     * UCX gave no local endpoint, or a copy failed: said once) */
+    _Atomic(struct whale_ltier *) lt;
+    struct whale_ltier *lt_owned; /* closed after the mover */
+    int lt_mem;                   /* enum whale_ltier_mem: the arena's memory */
     bool resync;          /* the tensors were walked (maybe restored): refresh hW from W */
     bool last_micro;      /* the backward running now ends the step's accumulation */
     double t_move_wait;   /* engine thread blocked on moves this step */
