@@ -207,6 +207,10 @@ fit() {
                 lo=$spill
             fi
         done
+        # at the bound: the data put (nearly) all element-wise cost on the
+        # spilled bytes; MemBandwidthGBs then reads as the in-cache rate
+        [ "$(calc "($spill > 19.9) ? 1 : 0")" = 1 ] && echo "plan-calibration: $st: SpillFactor" \
+            "at its bound 20 (traffic within L2 next to free; spilled rate MemBandwidthGBs / 21)" >&2
     fi
     rates "$st" "$spill"
     [ -f "$TMP/inseparable.$st" ] && echo "plan-calibration: $st: GEMM and memory rates not" \
