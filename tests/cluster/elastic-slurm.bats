@@ -19,6 +19,7 @@ setup_file() {
 }
 
 setup() {
+  wait_cluster_idle
   D=$BATS_TEST_TMPDIR
   chmod 755 "$D"
   cat > "$D/task.sh" <<'EOF'
@@ -50,7 +51,12 @@ teardown() {
   true
 }
 
-all_started() { [ "$(ls "$D"/pid.* 2>/dev/null | wc -l)" -eq "$1" ]; }
+# every task wrote its pid and its "start" line reached srun's output (the
+# tests read the task -> node map from those lines; srun forwards them later
+# than the pid files appear)
+all_started() {
+  [ "$(ls "$D"/pid.* 2>/dev/null | wc -l)" -eq "$1" ] && [ "$(grep -c '^start ' "$D/out")" -eq "$1" ]
+}
 srun_done() { ! kill -0 "$SRUN_PID" 2>/dev/null; }
 
 # start_step: srun -N4 -n8 TP=2 DP=3 plus a spare node in the background.

@@ -5,6 +5,7 @@
 load spank_helpers
 
 setup_file() { spank_setup_file; }
+setup() { wait_cluster_idle; }
 teardown_file() { spank_teardown_file; }
 
 # Check one step's table (from whale_env_cmd): every working rank exactly
