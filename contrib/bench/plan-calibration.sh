@@ -8,9 +8,8 @@
 #     thread (two equations: the time model is linear in 1 / GEMM rate and
 #     1 / memory rate; the two models weigh them differently);
 #   - SpillFactor, how much slower a layer runs once its activations outgrow
-#     a core's cache (CacheBytes: its L2 or its share of the L3, from sysfs;
-#     the level that fits is kept), from gpt-tiny at batch 64 (its
-#     activations 8x those of batch 8);
+#     a core's L2 (CacheBytes, from getconf), from gpt-tiny at batch 64 (at
+#     batch 8 most of its activations stay in L2; gpt-small's never do);
 #   - ParallelFraction p and ThreadSyncUs from gpt-small and gpt-tiny at
 #     all cores: a rank of n threads on its own cores runs its kernels
 #     S(n) = 1 / ((1 - p) + p / n) times faster (Amdahl) and pays
@@ -54,28 +53,15 @@ else
     cat "$SRC"/runtime/src/*/*.c > "$TMP/corpus.txt"
     CORES=$(nproc)
     echo "$CORES" > "$TMP/cores"
-    # the caches a core's activations may live in (bytes; 0: unknown): its
-    # L2, and its share of the last-level cache (L3 over the CPUs sharing
-    # it). sysfs first: in a VM getconf may report the host's L3.
-    csize() { # INDEX: bytes of cpu0's cache INDEX, 0 when unknown
-        v=$(sed -n 's/^\([0-9]*\)K$/\1/p' "/sys/devices/system/cpu/cpu0/cache/index$1/size" 2>/dev/null)
-        echo $(( ${v:-0} * 1024 ))
-    }
-    c2=$(csize 2)
-    [ "$c2" -gt 0 ] || c2=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || echo 0)
-    case $c2 in '' | undefined) c2=0 ;; esac
-    c3=$(csize 3)
-    if [ "$c3" -gt 0 ]; then
-        n3=$(awk -F, '{n = 0; for (i = 1; i <= NF; i++) {k = split($i, r, "-"); n += k == 2 ? r[2] - r[1] + 1 : 1} print n}' \
-             /sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list 2>/dev/null)
-        c3=$(( c3 / ${n3:-$CORES} ))
+    # the L2 one core works in (bytes; 0: unknown, no spill term)
+    c=$(getconf LEVEL2_CACHE_SIZE 2>/dev/null || true)
+    if [ -z "$c" ] || [ "$c" = 0 ] || [ "$c" = undefined ]; then
+        c=$(sed -n 's/^\([0-9]*\)K$/\1/p' /sys/devices/system/cpu/cpu0/cache/index2/size 2>/dev/null)
+        c=$(( ${c:-0} * 1024 ))
     fi
-    [ "$c3" -gt "$c2" ] || c3=0
-    echo "$c2 $c3" > "$TMP/cache"
+    echo "$c" > "$TMP/cache"
 fi
-# one or two candidate cache sizes; fit() keeps the one that fits
-CACHES=$(cat "$TMP/cache" 2>/dev/null || echo 0)
-CACHE=0
+CACHE=$(cat "$TMP/cache" 2>/dev/null || echo 0)
 # measure NAME RANKS MODEL BATCH THREADS: fastest step_s of one whale-train run
 # (steps 3..); the sgemm peak a one-rank run measured goes to $TMP/peak.tTHREADS
 measure() {
@@ -189,18 +175,25 @@ rates() {
         # the two cases do not separate the rates (noise): one factor on
         # both, from gpt-small
         profile "$peak" 1 1 "$BW0" 0 "$2" > "$TMP/e.cal"
-        "$PLAN" -m gpt-small -b 8 -N 1 -g 1 -G cpu --calib "$TMP/e.cal" --microbatch 8 --zero 0 \
-            --recompute none --threads 1 --fit-step "$(cat "$TMP/fit.$1")" \
-            --calib-out "$TMP/f1.cal" > /dev/null
-        ge=$(sed -n 's/.*GemmEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")
-        bw=$(calc "$BW0 * $(sed -n 's/.*MemEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")")
+        rm -f "$TMP/f1.cal"
+        if "$PLAN" -m gpt-small -b 8 -N 1 -g 1 -G cpu --calib "$TMP/e.cal" --microbatch 8 \
+               --zero 0 --recompute none --threads 1 --fit-step "$(cat "$TMP/fit.$1")" \
+               --calib-out "$TMP/f1.cal" > /dev/null 2>&1; then
+            ge=$(sed -n 's/.*GemmEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")
+            bw=$(calc "$BW0 * $(sed -n 's/.*MemEfficiency=\([0-9.eE+-]*\).*/\1/p' "$TMP/f1.cal")")
+        else
+            # no efficiency fits (a trial spill factor too large: the
+            # memory part alone is slower than the step): full rates, so
+            # the trial predicts too slow a step and the bisection lowers it
+            ge=1 bw=$BW0
+        fi
         echo "y" > "$TMP/inseparable.$1"
     fi
 }
 # fit STAT (median|best): write $TMP/STAT.cal from each case's STAT over rounds
 fit() {
     st=$1
-    rm -f "$TMP/inseparable.$st" "$TMP/spill.$st"
+    rm -f "$TMP/inseparable.$st"
     for c in fit fittiny fittinyL fitN fittinyN; do $st < "$TMP/$c.runs" > "$TMP/$c.$st"; done
     # the sgemm peak over all one-rank runs at 1 thread: median, or the
     # highest for "best"
@@ -208,16 +201,9 @@ fit() {
     peak0=$($pst < "$TMP/peak.t1") p=1 spill=0
     # the spill factor that makes gpt-tiny at batch 64 (its activations 8x
     # those of batch 8) come out right with the rates it implies, by
-    # bisection in [0, 20] (the larger batch gains the more from it), for
-    # each candidate cache (L2, the core's share of L3): the one whose fit
-    # misses gpt-tiny at batch 64 the least is kept, a fit inside the bound
-    # before one at it. Which one a machine's
-    # kernels feel depends on its cache sizes and prefetchers; a single
-    # level is all three one-thread cases can separate.
-    best_c=0 best_k=0 best_miss=
-    for cand in $CACHES; do
-        [ "$cand" -gt 0 ] || continue
-        CACHE=$cand tl=$(cat "$TMP/fittinyL.$st") lo=0 hi=20
+    # bisection in [0, 20] (the larger batch gains the more from it)
+    if [ "$CACHE" -gt 0 ]; then
+        tl=$(cat "$TMP/fittinyL.$st") lo=0 hi=20
         for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16; do
             spill=$(calc "($lo + $hi) / 2")
             rates "$st" "$spill"
@@ -228,20 +214,11 @@ fit() {
                 lo=$spill
             fi
         done
-        r=$(calc "$(predict "$TMP/e.cal" fittinyL) / $tl")
-        # a fit at the bound ranks after every fit inside it
-        miss=$(calc "($spill > 19.9 ? 1 : 0) + ($r < 1 ? 1 - $r : $r - 1)")
-        echo "$cand $spill $r" >> "$TMP/spill.$st"
-        if [ -z "$best_miss" ] || [ "$(calc "($miss < $best_miss) ? 1 : 0")" = 1 ]; then
-            best_c=$cand best_k=$spill best_miss=$miss
-        fi
-    done
-    CACHE=$best_c spill=$best_k
-    # at the bound: the data put (nearly) all element-wise cost on the
-    # spilled bytes; MemBandwidthGBs then reads as the in-cache rate
-    [ "$CACHE" -gt 0 ] && [ "$(calc "($spill > 19.9) ? 1 : 0")" = 1 ] && echo "plan-calibration:" \
-        "$st: SpillFactor at its bound 20 (traffic within the cache next to free; spilled rate" \
-        "MemBandwidthGBs / 21)" >&2
+        # at the bound: the data put (nearly) all element-wise cost on the
+        # spilled bytes; MemBandwidthGBs then reads as the in-cache rate
+        [ "$(calc "($spill > 19.9) ? 1 : 0")" = 1 ] && echo "plan-calibration: $st: SpillFactor" \
+            "at its bound 20 (traffic within L2 next to free; spilled rate MemBandwidthGBs / 21)" >&2
+    fi
     rates "$st" "$spill"
     [ -f "$TMP/inseparable.$st" ] && echo "plan-calibration: $st: GEMM and memory rates not" \
         "separable on some trials; both scaled from the fit case there" >&2
@@ -273,8 +250,6 @@ fit best
 for st in median best; do
     echo "profile fitted on each case's $st over $ROUNDS rounds:"
     grep -v '^#' "$TMP/$st.cal" | sed 's/^/    /'
-    [ -s "$TMP/spill.$st" ] && awk '{printf "    cache %.4g MiB: SpillFactor %.3g, gpt-tiny b64 predicted %.3fx%s\n",
-        $1 / 1048576, $2, $3, ($2 > 19.9 ? " (at the bound)" : "")}' "$TMP/spill.$st"
 done
 printf '\n%-9s %-10s %5s %5s %7s %23s %23s %s\n' "" "" "" "" "" "---- median of runs ----" \
     "----- best of runs -----" ""

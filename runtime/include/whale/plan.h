@@ -55,8 +55,7 @@ struct whale_plan_device {
                               forward + backward, on the FLOPs it executes; 0 = as GEMMs */
     double fp32_ratio;     /* fp32 (TF32 tensor core) peak / peak_flops */
     /* CPU (calibrated; 0 = no term): the cache one core's kernels work in
-     * (its L2, or its share of the L3: the calibration keeps the level that
-     * fits) and how much slower memory-bound kernels run when a layer's
+     * (its L2) and how much slower memory-bound kernels run when a layer's
      * activations outgrow it. A layer keeping W bytes of activations streams
      * a share 1 - C/W of them from farther out (L3, DRAM): its memory-bound
      * kernels run 1 + spill x (1 - C/W) times as long, its GEMMs as before
@@ -179,7 +178,7 @@ void whale_cluster_describe(const struct whale_cluster *c, char *buf, size_t len
  * ZeRO3Overlap in [0,1]. CPU ranks: Threads and CoresPerNode (what the peak
  * was measured with), ParallelFraction in [0,1] (Amdahl) and ThreadSyncUs
  * (per layer pass and doubling of threads), see struct whale_calib;
- * CacheBytes (a core's L2 or L3 share) and SpillFactor >= 0 (both or neither), see
+ * CacheBytes (a core's L2) and SpillFactor >= 0 (both or neither), see
  * struct whale_plan_device.
  * Link: per-rank bus bandwidth and per-step latency of collectives on that
  * class (nvlink = inside a node/domain, leaf = between nodes under one
