@@ -21,16 +21,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "whale/clock.h"
 
 static struct whale_plan g_plan;
 static double g_work_ms; /* time spent in the plugin's srun callbacks */
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 int whale_local_init_post_opt(spank_t sp, int ac, char **av)
 {
@@ -39,7 +33,7 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     (void)av;
     if (!whale_opts.enabled)
         return 0;
-    double t0 = now_ms();
+    double t0 = whale_now_ms();
     if (whale_mpi_check())
         return -1;
     if (whale_site_load())
@@ -53,7 +47,7 @@ int whale_local_init_post_opt(spank_t sp, int ac, char **av)
     struct whale_submit sub;
     if (!whale_submit_from_self(&sub) && whale_submit_check(&sub, true))
         return -1;
-    g_work_ms += now_ms() - t0;
+    g_work_ms += whale_now_ms() - t0;
     return 0;
 }
 
@@ -125,7 +119,7 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
     if (!whale_opts.enabled)
         return 0;
     int rv = -1;
-    double t0 = now_ms();
+    double t0 = whale_now_ms();
     struct whale_step step = { 0 };
     char *json = NULL;
     uint32_t jobid = 0, uid = 0;
@@ -187,7 +181,7 @@ int whale_local_user_init(spank_t sp, int ac, char **av)
         slurm_error(PLUGIN_NAME ": cannot export %s", WHALE_SPANK_PLAN_ENV);
         goto fail;
     }
-    g_work_ms += now_ms() - t0;
+    g_work_ms += whale_now_ms() - t0;
     slurm_verbose(PLUGIN_NAME ": %d ranks laid out on %d node(s); plugin time in srun %.2f ms",
                   step.layout.world, step.nnodes, g_work_ms);
     rv = 0;

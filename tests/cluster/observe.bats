@@ -337,7 +337,7 @@ PY
   [[ "$output" == *"--train-tokens needs a price"* ]]
   run "$PLAN" -m gpt-tiny -N 1 -b 8 --price-per-node-hour abc
   [ "$status" -eq 2 ]
-  [[ "$output" == *"--price-per-node-hour=abc: expected a number in [0, 1e+06]"* ]]
+  [[ "$output" == *"--price-per-node-hour=abc: expected a number in 0..1e+06"* ]]
 }
 
 @test "scaling tool under srun: measured beside predicted, strong and weak efficiency drawn" {

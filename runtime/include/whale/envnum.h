@@ -16,6 +16,14 @@ extern "C" {
 int whale_parse_long(const char *s, long lo, long hi, long *out);
 int whale_parse_double(const char *s, double lo, double hi, double *out);
 
+/* A command-line option's value: the checked parsers above, and on error the
+ * message "TOOL: --OPT=VALUE: expected an integer in LO..HI" on stderr (tools
+ * print before logging is set up). A bare OPT gets its leading "--". */
+int whale_opt_long(const char *tool, const char *opt, const char *s, long lo, long hi, long *out);
+int whale_opt_int(const char *tool, const char *opt, const char *s, int lo, int hi, int *out);
+int whale_opt_double(const char *tool, const char *opt, const char *s, double lo, double hi,
+                     double *out);
+
 /* Unset or empty: *out = dflt. Else an integer in [lo, hi] (decimal), or
  * WHALE_EINVAL with the message logged. */
 int whale_env_long(const char *name, long lo, long hi, long dflt, long *out);

@@ -14,6 +14,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 #ifdef WHALE_HAVE_CUDA
 #pragma GCC diagnostic push
@@ -25,13 +26,6 @@
 struct whale_nccl {
     int ngroups;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double watchdog_s(void)
 {
@@ -79,13 +73,13 @@ static void abort_comm(whale_group *g, const char *why)
 static int settle(whale_group *g, ncclResult_t r, const char *what)
 {
     ncclComm_t c = g->nccl_comm;
-    double deadline = now_s() + watchdog_s();
+    double deadline = whale_now_s() + watchdog_s();
     while (r == ncclInProgress) {
         if (g->failed) {
             abort_comm(g, "a peer failed");
             return WHALE_EPEER;
         }
-        if (now_s() > deadline) {
+        if (whale_now_s() > deadline) {
             abort_comm(g, "timeout");
             return WHALE_ETIMEDOUT;
         }
@@ -217,7 +211,7 @@ int whale_dev_sync(whale_group *g, void *stream)
     if (!g || !g->nccl_comm)
         return g && g->nccl_broken ? WHALE_EPEER : 0;
     whale_ctx *ctx = g->ctx;
-    double deadline = now_s() + watchdog_s();
+    double deadline = whale_now_s() + watchdog_s();
     for (;;) {
         cudaError_t ce = cudaStreamQuery((cudaStream_t)stream);
         if (ce == cudaSuccess)
@@ -241,7 +235,7 @@ int whale_dev_sync(whale_group *g, void *stream)
             abort_comm(g, "a peer failed (host failure detector)");
             return WHALE_EPEER;
         }
-        if (now_s() > deadline) {
+        if (whale_now_s() > deadline) {
             abort_comm(g, "watchdog timeout (WHALE_NCCL_TIMEOUT)");
             return WHALE_ETIMEDOUT;
         }
@@ -254,8 +248,8 @@ void comm_nccl_group_free(whale_group *g)
         return;
     ncclComm_t c = g->nccl_comm;
     ncclResult_t r = ncclCommFinalize(c);
-    double deadline = now_s() + 10.0;
-    while (r == ncclInProgress && now_s() < deadline)
+    double deadline = whale_now_s() + 10.0;
+    while (r == ncclInProgress && whale_now_s() < deadline)
         ncclCommGetAsyncError(c, &r);
     if (r == ncclSuccess)
         ncclCommDestroy(c);

@@ -25,18 +25,12 @@
 #include "comm/el_internal.h"
 #include "whale/error.h"
 #include "whale/progress.h"
+#include "whale/clock.h"
 
 /* Upper bound of one sleep with operations posted: events the worker does
  * not signal (a UCX protocol that only advances when polled) cost at most
  * this much latency. */
 #define SLEEP_CAP_S 0.05
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 double comm_sleep_bound(whale_ctx *ctx)
 {
@@ -44,7 +38,7 @@ double comm_sleep_bound(whale_ctx *ctx)
     if (ctx->nactive) {
         d = ctx->peer_timeout / 5 < SLEEP_CAP_S ? ctx->peer_timeout / 5 : SLEEP_CAP_S;
         if (ctx->watch) {
-            double w = ctx->next_watch - mono_now();
+            double w = ctx->next_watch - whale_now_s();
             if (w < d)
                 d = w < 0 ? 0 : w;
         }

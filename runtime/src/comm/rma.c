@@ -16,6 +16,7 @@
 #include "comm/comm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 struct whale_region {
     whale_ctx *ctx;
@@ -42,13 +43,6 @@ struct rma_desc {
     uint64_t len;
     uint64_t rkey_len;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int whale_region_register(whale_ctx *ctx, void *buf, size_t len, whale_region **out)
 {
@@ -433,14 +427,14 @@ int whale_remote_flush(whale_remote *rem)
     } else {
         /* The flush of a live but stalled target over TCP would never end:
          * bound the time without any progress by WHALE_PEER_TIMEOUT. */
-        double last = now_s();
+        double last = whale_now_s();
         int idle = 0;
         while ((st = c->st) == UCS_INPROGRESS) {
             int ev = comm_progress(ctx);
             comm_watchdog(ctx);
             if (ctx->dead[rem->task])
                 break;
-            double t = now_s();
+            double t = whale_now_s();
             idle = ev ? 0 : idle + 1;
             if (ev)
                 last = t;

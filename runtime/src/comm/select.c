@@ -19,6 +19,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 static const char *const algo_names[COMM_ALGO_COUNT_] = { "auto", "ring", "rd", "raben", "hier",
                                                           "tree", "shm" };
@@ -308,19 +309,12 @@ int comm_parse_model_env(const char *s, struct comm_link *link)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Ping-pong between world rank 0 and peer: returns one-way seconds. */
 static double pingpong(whale_group *w, int peer, void *buf, size_t bytes, int iters, bool lead)
 {
     double best = INFINITY;
     for (int i = 0; i < iters; i++) {
-        double t0 = now_s();
+        double t0 = whale_now_s();
         if (lead) {
             if (whale_send(w, buf, bytes, WHALE_UINT8, peer, 0x77) ||
                 whale_recv(w, buf, bytes, WHALE_UINT8, peer, 0x77))
@@ -330,7 +324,7 @@ static double pingpong(whale_group *w, int peer, void *buf, size_t bytes, int it
                 whale_send(w, buf, bytes, WHALE_UINT8, 0, 0x77))
                 return INFINITY;
         }
-        double dt = (now_s() - t0) / 2;
+        double dt = (whale_now_s() - t0) / 2;
         if (dt < best)
             best = dt;
     }
@@ -497,9 +491,9 @@ int comm_probe(whale_ctx *ctx, bool measure)
             if (x && y) {
                 double best = INFINITY;
                 for (int i = 0; i < 3; i++) {
-                    double t0 = now_s();
+                    double t0 = whale_now_s();
                     comm_reduce(x, x, y, n, WHALE_FLOAT32, WHALE_SUM);
-                    double dt = now_s() - t0;
+                    double dt = whale_now_s() - t0;
                     best = dt < best ? dt : best;
                 }
                 if (best > 0)
@@ -510,9 +504,9 @@ int comm_probe(whale_ctx *ctx, bool measure)
                  * UCX shm message is two of them) */
                 best = INFINITY;
                 for (int i = 0; i < 20; i++) {
-                    double t0 = now_s();
+                    double t0 = whale_now_s();
                     memcpy(x, y, big);
-                    double dt = now_s() - t0;
+                    double dt = whale_now_s() - t0;
                     best = dt < best ? dt : best;
                 }
                 if (best > 0)

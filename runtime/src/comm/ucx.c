@@ -12,6 +12,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 /* Tag layout (64 bits):
  *   63     p2p flag
@@ -228,13 +229,6 @@ static void connect_rcb(void *req, ucs_status_t st, const ucp_tag_recv_info_t *i
     *out = st;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Endpoints to every task, then one small message each way so that every
  * endpoint is wired up (keepalive then watches all peers, not only those a
  * ring happens to talk to). Called with ctx->lock held, before any op. */
@@ -306,7 +300,7 @@ int comm_ucx_connect(whale_ctx *ctx, void **addrs)
         }
     }
     /* Everyone passed the PMIx fence, so all peers are up: a generous bound. */
-    double deadline = now_s() + 30.0 + ctx->peer_timeout;
+    double deadline = whale_now_s() + 30.0 + ctx->peer_timeout;
     for (;;) {
         ucp_worker_progress(ctx->worker);
         int pending = 0;
@@ -315,7 +309,7 @@ int comm_ucx_connect(whale_ctx *ctx, void **addrs)
                 pending++;
         if (!pending)
             break;
-        if (now_s() > deadline) {
+        if (whale_now_s() > deadline) {
             whale_error("connecting to peers timed out after %.0f s", 30.0 + ctx->peer_timeout);
             rc = WHALE_ETIMEDOUT;
             break;
@@ -381,8 +375,8 @@ void comm_ucx_fini(whale_ctx *ctx, bool clean)
                     reqs[t] = r;
             }
         }
-        double deadline = now_s() + ctx->peer_timeout;
-        while (left > 0 && now_s() < deadline)
+        double deadline = whale_now_s() + ctx->peer_timeout;
+        while (left > 0 && whale_now_s() < deadline)
             ucp_worker_progress(ctx->worker);
         for (int t = 0; reqs && t < ctx->boot.ntasks; t++)
             if (reqs[t] && left == 0)

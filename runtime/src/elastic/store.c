@@ -20,13 +20,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "whale/clock.h"
 
 bool whale_red_piece_replicated(const struct whale_tensor_piece *p, int dp, int zero)
 {
@@ -223,7 +217,7 @@ int whale_red_flush(whale_red *r)
         r->req[0] = r->req[1] = NULL;
         return 0;
     }
-    double t0 = now_s();
+    double t0 = whale_now_s();
     for (int i = 0; i < 2; i++)
         if (r->req[i]) {
             int wrc = r->tgt.wait(r->tgt.u, r->req[i]);
@@ -231,7 +225,7 @@ int whale_red_flush(whale_red *r)
             if (wrc && !rc)
                 rc = wrc;
         }
-    r->stats.t_wait += now_s() - t0;
+    r->stats.t_wait += whale_now_s() - t0;
     if (rc)
         r->put_failed = true;
     return rc;
@@ -248,7 +242,7 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
         whale_warn("redundancy: refresh of step %lld to the holder failed: %s (the local "
                    "rollback image is kept)", (long long)r->slot_step[r->newest < 0 ? 0 : r->newest],
                    whale_strerror(prc));
-    double t0 = now_s();
+    double t0 = whale_now_s();
     /* the older slot (K may change between snapshots: never by step) */
     int s = r->newest < 0 ? 0 : 1 - r->newest;
     unsigned char *img = r->slot[s];
@@ -274,7 +268,7 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
     r->newest = s;
     r->stats.snapshots++;
     r->stats.local_bytes = r->local_bytes;
-    r->stats.t_serialize += now_s() - t0;
+    r->stats.t_serialize += whale_now_s() - t0;
     if (!r->have_tgt || prc)
         return prc;
     /* 3. the puts overlap the next step */

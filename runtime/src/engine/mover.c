@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "whale/error.h"
+#include "whale/clock.h"
 
 struct eng_mover {
     eng_copy_fn copy;
@@ -22,13 +23,6 @@ struct eng_mover {
     int64_t bytes;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Under m->mu, with mv in state 3 (owned by the caller): copy it unlocked,
  * then mark it done. */
 static void run_move(struct eng_mover *m, struct eng_move *mv)
@@ -37,9 +31,9 @@ static void run_move(struct eng_mover *m, struct eng_move *mv)
     const void *src = mv->src;
     size_t len = mv->len;
     pthread_mutex_unlock(&m->mu);
-    double t0 = now_s();
+    double t0 = whale_now_s();
     m->copy(m->ctx, dst, src, len);
-    double dt = now_s() - t0;
+    double dt = whale_now_s() - t0;
     pthread_mutex_lock(&m->mu);
     m->busy += dt;
     m->bytes += (int64_t)len;
@@ -148,7 +142,7 @@ double eng_mover_wait(struct eng_mover *m, struct eng_move *mv)
     int s = atomic_load(&mv->state);
     if (!m || (s != 1 && s != 3))
         return 0;
-    double t0 = now_s();
+    double t0 = whale_now_s();
     pthread_mutex_lock(&m->mu);
     if (atomic_load(&mv->state) == 1) {
         /* still queued: copy it here rather than wait for a thread wake-up */
@@ -158,7 +152,7 @@ double eng_mover_wait(struct eng_mover *m, struct eng_move *mv)
     while (atomic_load(&mv->state) == 3)
         pthread_cond_wait(&m->done_cv, &m->mu);
     pthread_mutex_unlock(&m->mu);
-    return now_s() - t0;
+    return whale_now_s() - t0;
 }
 
 double eng_mover_take_busy(struct eng_mover *m, int64_t *bytes)

@@ -16,19 +16,13 @@
 #include "whale/log.h"
 #include "whale/pipeline.h"
 #include "whale/trace.h"
+#include "whale/clock.h"
 
 struct inflight {
     void *req;
     int kind, chunk, mb;
     uint64_t t0;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Reap completed sends (all of them, blocking, when `all`). */
 static int reap_sends(struct whale_par_comm *c, const struct whale_pp_hooks *h,
@@ -39,9 +33,9 @@ static int reap_sends(struct whale_par_comm *c, const struct whale_pp_hooks *h,
         bool done = false;
         int e;
         if (all) {
-            double w0 = now_s();
+            double w0 = whale_now_s();
             e = c->wait(c, snd[i].req);
-            st->t_wait += now_s() - w0;
+            st->t_wait += whale_now_s() - w0;
             done = true;
         } else if (c->done && !c->done(c, snd[i].req)) {
             /* still moving: leave it to the progress thread. A test here
@@ -130,10 +124,10 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
         }
         if (rreq[i]) {
             uint64_t t0 = whale_trace_now();
-            double w0 = now_s();
+            double w0 = whale_now_s();
             rc = c->wait(c, rreq[i]);
             rreq[i] = NULL;
-            st.t_wait += now_s() - w0;
+            st.t_wait += whale_now_s() - w0;
             st.bytes_recv += (int64_t)h->msg_bytes;
             if (whale_trace_on())
                 whale_trace_span("recv", o->kind ? "recv grad" : "recv act", t0, o->chunk, o->mb);
@@ -159,12 +153,12 @@ int whale_pp_run(struct whale_par_comm *c, const struct whale_pp_schedule *s,
                 h->sent(h->user, (enum whale_pp_kind)o->kind, pc, o->mb);
         }
         uint64_t t0 = whale_trace_now();
-        double c0 = now_s();
+        double c0 = whale_now_s();
         if (o->kind == WHALE_PP_FORWARD)
             rc = h->forward(h->user, o->chunk, o->mb, flags[i]);
         else
             rc = h->backward(h->user, o->chunk, o->mb, flags[i]);
-        st.t_compute += now_s() - c0;
+        st.t_compute += whale_now_s() - c0;
         if (whale_trace_on())
             whale_trace_span(o->kind ? "backward" : "forward", o->kind ? "backward" : "forward",
                              t0, o->chunk, o->mb);

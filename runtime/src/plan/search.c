@@ -9,6 +9,7 @@
 #include "plan_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -26,13 +27,6 @@ void whale_plan_request_init(struct whale_plan_request *r)
     r->max_zero = -1;
     r->precision = -1;
     r->topk = 8;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static bool same_layout(const struct whale_plan_config *a, const struct whale_plan_config *b)
@@ -172,7 +166,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     }
     if (whale_cluster_validate(rq->cluster) || whale_model_desc_validate(rq->model, "plan"))
         return WHALE_EINVAL;
-    double t0 = now_s();
+    double t0 = whale_now_s();
     struct search_state *st = calloc(1, sizeof *st);
     if (!st)
         return WHALE_ENOMEM;
@@ -400,7 +394,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         }
         whale_error("%s", res->why_none);
     }
-    res->search_seconds = now_s() - t0;
+    res->search_seconds = whale_now_s() - t0;
     free(st);
     return rc;
 }

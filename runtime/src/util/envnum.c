@@ -7,6 +7,7 @@
 #include "whale/outfile.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,42 @@ int whale_parse_double(const char *s, double lo, double hi, double *out)
     if (!s || errno || end == s || *end || !(v >= lo && v <= hi)) /* NaN fails too */
         return WHALE_EINVAL;
     *out = v;
+    return 0;
+}
+
+/* A bare option name is printed with its leading "--", as the user typed it. */
+static const char *dashes(const char *opt)
+{
+    return opt[0] == '-' ? "" : "--";
+}
+
+int whale_opt_long(const char *tool, const char *opt, const char *s, long lo, long hi, long *out)
+{
+    if (whale_parse_long(s, lo, hi, out)) {
+        fprintf(stderr, "%s: %s%s=%s: expected an integer in %ld..%ld\n", tool, dashes(opt), opt,
+                s ? s : "", lo, hi);
+        return WHALE_EINVAL;
+    }
+    return 0;
+}
+
+int whale_opt_int(const char *tool, const char *opt, const char *s, int lo, int hi, int *out)
+{
+    long v;
+    int rc = whale_opt_long(tool, opt, s, lo, hi, &v);
+    if (!rc)
+        *out = (int)v;
+    return rc;
+}
+
+int whale_opt_double(const char *tool, const char *opt, const char *s, double lo, double hi,
+                     double *out)
+{
+    if (whale_parse_double(s, lo, hi, out)) {
+        fprintf(stderr, "%s: %s%s=%s: expected a number in %g..%g\n", tool, dashes(opt), opt,
+                s ? s : "", lo, hi);
+        return WHALE_EINVAL;
+    }
     return 0;
 }
 

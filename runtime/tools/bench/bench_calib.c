@@ -24,14 +24,8 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/plan.h"
+#include "whale/clock.h"
 #include "whale_config.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {
@@ -64,9 +58,9 @@ static double gemm_rate(int d, int iters)
     }
     double best = 1e30;
     for (int it = 0; it < iters + 1; it++) {
-        double t = now_s();
+        double t = whale_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0f, a, d, b, d, 0.0f, c, d);
-        t = now_s() - t;
+        t = whale_now_s() - t;
         if (it > 0 && t < best) /* the first call warms up */
             best = t;
     }
@@ -90,10 +84,10 @@ static int allreduce_time(whale_group *w, size_t bytes, int iters, double *out)
     int rc = whale_allreduce(w, buf, buf, count, WHALE_FLOAT32, WHALE_SUM); /* warm-up */
     for (int i = 0; !rc && i < iters; i++) {
         rc = whale_barrier(w);
-        double s = now_s();
+        double s = whale_now_s();
         if (!rc)
             rc = whale_allreduce(w, buf, buf, count, WHALE_FLOAT32, WHALE_SUM);
-        double e = now_s() - s;
+        double e = whale_now_s() - s;
         /* the slowest rank decides when the collective is done (fp32 is
          * ample for a time: the API has no fp64) */
         float ef = (float)e, emax = 0;

@@ -28,6 +28,7 @@
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 static const char *const colls[] = { "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce" };
 static const char *const ops[] = { "sum", "avg", "max", "min" };
@@ -91,13 +92,6 @@ static int parse_dtype(const char *s, enum whale_dtype *t)
             return 0;
         }
     return -1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Small integer test values: exact in every dtype, order-independent sums. */
@@ -400,10 +394,10 @@ static int run_size(const struct cfg *c, struct bench *b, size_t bytes, double *
         rc = run_op(b->g, c, b->send, b->recv, count);
     if (!rc)
         rc = whale_barrier(b->g);
-    double t0 = now_s();
+    double t0 = whale_now_s();
     for (int k = 0; k < c->iters && !rc; k++)
         rc = run_op(b->g, c, b->send, b->recv, count);
-    double dt = (now_s() - t0) / c->iters, tmax = 0;
+    double dt = (whale_now_s() - t0) / c->iters, tmax = 0;
     if (rc) {
         fprintf(stderr, "whale-bench comm: %s of %zu bytes failed: %s\n", colls[c->coll], bytes,
                 whale_strerror(rc));

@@ -26,15 +26,9 @@
 #include "whale/ltier.h"
 #include "whale/modeldesc.h"
 #include "whale/optim.h"
+#include "whale/clock.h"
 #include "bench_roofline.h"
 #include <math.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmpd(const void *a, const void *b)
 {
@@ -170,7 +164,7 @@ static int bench_adamw(int argc, char **argv)
     };
     for (size_t impl = 0; impl < sizeof impls / sizeof impls[0]; impl++) {
         for (int r = 0; r < reps + 1; r++) { /* the first run warms up */
-            double t0 = now();
+            double t0 = whale_now_s();
             size_t off = 0;
             int rc = 0;
             switch (impl) {
@@ -204,7 +198,7 @@ static int bench_adamw(int argc, char **argv)
                 return 1;
             }
             if (r > 0)
-                t[r - 1] = now() - t0;
+                t[r - 1] = whale_now_s() - t0;
         }
         qsort(t, (size_t)reps, sizeof *t, cmpd);
         printf("%-18s %12.5f %12.5f %14.4g %8.2f\n", impls[impl].name, t[0], t[reps / 2],
@@ -296,22 +290,22 @@ static int bench_bw(int argc, char **argv)
         }
         for (int r = 0; r < reps && !rc; r++) {
             if (me == 0) {
-                double t0 = now();
+                double t0 = whale_now_s();
                 memcpy(dst, src, (size_t)n);
-                double t1 = now();
+                double t1 = whale_now_s();
                 tm[r] = t1 - t0;
                 for (int k = 0; k < 4 && !rc; k++) {
                     if (k >= 2 && nt < 2)
                         break;
                     if (k < 2 && !lt)
                         continue;
-                    t0 = now();
+                    t0 = whale_now_s();
                     if (k < 2) /* put src -> dst, get dst -> src */
                         rc = k ? whale_ltier_copy(lt, src, dst, (size_t)n, WHALE_LTIER_HOST)
                                : whale_ltier_copy(lt, dst, src, (size_t)n, WHALE_LTIER_HOST);
                     else
                         rc = xfer(rem[1], k & 1, src, (size_t)n);
-                    tm[(size_t)(1 + k) * reps + r] = now() - t0;
+                    tm[(size_t)(1 + k) * reps + r] = whale_now_s() - t0;
                 }
             }
             /* the target progresses RMA (tcp) while it waits here */

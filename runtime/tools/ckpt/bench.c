@@ -24,13 +24,7 @@
 #include "synth.h"
 #include "whale/ckpt.h"
 #include "whale/error.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "whale/clock.h"
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -52,8 +46,8 @@ static long compute(double ms)
     for (int i = 0; i < 256; i++)
         a[i] = (float)i * 1e-3f;
     long it = 0;
-    double t_end = now() + ms * 1e-3;
-    while (now() < t_end) {
+    double t_end = whale_now_s() + ms * 1e-3;
+    while (whale_now_s() < t_end) {
         for (int r = 0; r < 64; r++)
             for (int i = 0; i < 256; i++)
                 a[i] = a[i] * 0.999f + 1e-4f;
@@ -158,15 +152,15 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
                 meta.step += 100;
             }
             sync();
-            double t0 = now();
+            double t0 = whale_now_s();
             rc = whale_ckpt_save(ck, &meta, p, n, NULL);
-            double t1 = now();
+            double t1 = whale_now_s();
             long it = 0;
             if (c.async)
                 it = compute(compute_ms); /* forward + backward of the next step */
-            double t2 = now();
+            double t2 = whale_now_s();
             whale_ckpt_fence(ck);        /* before the optimizer step */
-            double t3 = now();
+            double t3 = whale_now_s();
             if (!rc)
                 rc = whale_ckpt_wait(ck);
             whale_ckpt_stats s;

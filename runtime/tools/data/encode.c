@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "whale/clock.h"
 
 /* documents are handed out in chunks of about this many bytes: large
  * enough to keep the shared counter cold, small enough to balance */
@@ -95,13 +96,6 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void show(size_t done, size_t total, double t, bool final)
 {
     double mb = done / 1048576.0, tot = total / 1048576.0;
@@ -136,7 +130,7 @@ int wd_encode_all(const wd_spm *s, const struct wd_corpus *c, int threads, bool 
             acc = 0;
         }
     }
-    double t0 = now_s();
+    double t0 = whale_now_s();
     int started = 0;
     for (int i = 0; i < threads; i++, started++)
         if (pthread_create(&th[i], NULL, worker, &p))
@@ -150,13 +144,13 @@ int wd_encode_all(const wd_spm *s, const struct wd_corpus *c, int threads, bool 
     }
     if (progress) { /* the main thread only reports */
         while (atomic_load(&p.next) < p.nchunks + (size_t)started && !atomic_load(&p.failed)) {
-            show(atomic_load(&p.bytes_done), c->bytes, now_s() - t0, false);
+            show(atomic_load(&p.bytes_done), c->bytes, whale_now_s() - t0, false);
             usleep(200000);
         }
     }
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
-    *seconds = now_s() - t0;
+    *seconds = whale_now_s() - t0;
     if (progress && !p.failed)
         show(atomic_load(&p.bytes_done), c->bytes, *seconds, true);
     free(th);

@@ -77,25 +77,6 @@ static void usage(FILE *f)
 "Tokenizer library: SentencePiece %s (C++ API).\n", wd_spm_version());
 }
 
-/* util's checked parsers (whale/envnum.h) with this tool's message */
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    if (whale_parse_long(s, lo, hi, out)) {
-        ERR("%s=%s: expected an integer in %ld..%ld", opt, s, lo, hi);
-        return 1;
-    }
-    return 0;
-}
-
-static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    if (whale_parse_double(s, lo, hi, out)) {
-        ERR("%s=%s: expected a number in %g..%g", opt, s, lo, hi);
-        return 1;
-    }
-    return 0;
-}
-
 /* the training sentences: non-empty lines of the training documents */
 struct sent_it {
     const struct wd_corpus *c;
@@ -295,7 +276,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->jsonl = optarg;
             break;
         case O_TOK: o->tokenizer = optarg; break;
-        case O_VOCAB: bad |= parse_long("--vocab-size", optarg, 64, 65536, &o->vocab); vocab_set = 1; break;
+        case O_VOCAB: bad |= whale_opt_long("whale-data", "--vocab-size", optarg, 64, 65536, &o->vocab); vocab_set = 1; break;
         case O_TYPE:
             if (strcmp(optarg, "bpe") && strcmp(optarg, "unigram")) {
                 ERR("--model-type=%s: expected bpe or unigram", optarg);
@@ -303,16 +284,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
             }
             o->model_type = optarg;
             break;
-        case O_COV: bad |= parse_double("--character-coverage", optarg, 0.98, 1.0, &o->coverage); break;
-        case O_TRS: bad |= parse_long("--train-sentences", optarg, 0, 1L << 40, &o->train_sentences); break;
-        case O_VF: bad |= parse_double("--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
-        case O_VD: bad |= parse_long("--val-docs", optarg, 1, 1L << 40, &o->val_docs); break;
-        case O_ST: bad |= parse_long("--shard-tokens", optarg, 1024, INT32_MAX, &o->shard_tokens); break;
-        case O_TH: bad |= parse_long("--threads", optarg, 1, 1024, &o->threads); break;
+        case O_COV: bad |= whale_opt_double("whale-data", "--character-coverage", optarg, 0.98, 1.0, &o->coverage); break;
+        case O_TRS: bad |= whale_opt_long("whale-data", "--train-sentences", optarg, 0, 1L << 40, &o->train_sentences); break;
+        case O_VF: bad |= whale_opt_double("whale-data", "--val-fraction", optarg, 0, 0.5, &o->val_fraction); break;
+        case O_VD: bad |= whale_opt_long("whale-data", "--val-docs", optarg, 1, 1L << 40, &o->val_docs); break;
+        case O_ST: bad |= whale_opt_long("whale-data", "--shard-tokens", optarg, 1024, INT32_MAX, &o->shard_tokens); break;
+        case O_TH: bad |= whale_opt_long("whale-data", "--threads", optarg, 1, 1024, &o->threads); break;
         case O_FORCE: o->force = 1; break;
         case O_NOPROG: o->progress = 0; break;
         case O_VERB: o->verbose = 1; break;
-        case O_SHUF: bad |= parse_long("--shuffle", optarg, 0, LONG_MAX, &o->shuffle); break;
+        case O_SHUF: bad |= whale_opt_long("whale-data", "--shuffle", optarg, 0, LONG_MAX, &o->shuffle); break;
         case O_NOSHUF: o->shuffle = -1; break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-data %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;

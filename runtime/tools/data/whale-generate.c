@@ -23,6 +23,7 @@
 #include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
+#include "whale/envnum.h"
 #include "whale_config.h"
 
 #define ERR(...) (fprintf(stderr, "whale-generate: " __VA_ARGS__), fputc('\n', stderr))
@@ -51,19 +52,6 @@ static void usage(FILE *f)
 "\n"
 "No KV cache yet: each new token runs the model over the whole window again.\n"
 "Output: the prompt and its continuation on stdout; timing on stderr.\n");
-}
-
-static int num(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        ERR("%s=%s: expected an integer in %ld..%ld", opt, s, lo, hi);
-        return 1;
-    }
-    *out = v;
-    return 0;
 }
 
 static int check_hash(const char *path, const char *want)
@@ -155,16 +143,16 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
         switch (c) {
         case O_CKPT: o->ckpt = optarg; break;
         case O_PROMPT: o->prompt = optarg; break;
-        case O_TOKENS: bad |= num("--tokens", optarg, 1, 1 << 20, &o->ntok); break;
+        case O_TOKENS: bad |= whale_opt_long("whale-generate", "--tokens", optarg, 1, 1 << 20, &o->ntok); break;
         case O_TEMP: bad |= parse_temp(optarg, &o->temp); break;
-        case O_TOPK: bad |= num("--top-k", optarg, 0, 1 << 24, &o->topk); break;
+        case O_TOPK: bad |= whale_opt_long("whale-generate", "--top-k", optarg, 0, 1 << 24, &o->topk); break;
         case O_GREEDY: o->temp = 0; break;
-        case O_SEED: bad |= num("--seed", optarg, 0, LONG_MAX, &o->seed); break;
+        case O_SEED: bad |= whale_opt_long("whale-generate", "--seed", optarg, 0, LONG_MAX, &o->seed); break;
         case O_TOK: o->tok_arg = optarg; break;
         case O_MODEL: o->model_arg = optarg; break;
-        case O_VOCAB: bad |= num("--vocab", optarg, 1, 1 << 24, &o->vocab); break;
-        case O_SEQ: bad |= num("--seq", optarg, 1, 1 << 20, &o->seq); break;
-        case O_THREADS: bad |= num("--threads", optarg, 1, 4096, &o->threads); break;
+        case O_VOCAB: bad |= whale_opt_long("whale-generate", "--vocab", optarg, 1, 1 << 24, &o->vocab); break;
+        case O_SEQ: bad |= whale_opt_long("whale-generate", "--seq", optarg, 1, 1 << 20, &o->seq); break;
+        case O_THREADS: bad |= whale_opt_long("whale-generate", "--threads", optarg, 1, 4096, &o->threads); break;
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-generate %s (sentencepiece %s)\n", WHALE_VERSION, wd_spm_version()); return 0;
         default: usage(stderr); return 2;

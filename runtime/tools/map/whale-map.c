@@ -53,18 +53,6 @@ static void usage(FILE *f)
         WHALE_CONF_DEFAULT_PATH);
 }
 
-/* whale/envnum.h's checked parser, with the option named */
-static int parse_int(const char *opt, const char *s, int min, int max, int *out)
-{
-    long v;
-    if (whale_parse_long(s, min, max, &v)) {
-        fprintf(stderr, "whale-map: --%s=%s: expected an integer %d..%d\n", opt, s, min, max);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
-
 static int print_env(const char *name, const char *value, void *u)
 {
     (void)u;
@@ -182,12 +170,12 @@ static int parse_args(int argc, char **argv, struct map_opts *o)
             }
             o->dist = optarg;
             break;
-        case O_TP: if (parse_int("tp", optarg, 1, 1 << 20, &o->tp)) return 2; break;
-        case O_PP: if (parse_int("pp", optarg, 1, 1 << 20, &o->pp)) return 2; break;
-        case O_DP: if (parse_int("dp", optarg, 1, 1 << 24, &o->dp)) return 2; break;
-        case O_SPARES: if (parse_int("spares", optarg, 0, 1 << 20, &o->spares)) return 2; break;
-        case O_BENCH: if (parse_int("bench", optarg, 1, 100000, &o->bench)) return 2; break;
-        case O_ENV: if (parse_int("env", optarg, 0, 1 << 30, &o->env_task)) return 2; break;
+        case O_TP: if (whale_opt_int("whale-map", "tp", optarg, 1, 1 << 20, &o->tp)) return 2; break;
+        case O_PP: if (whale_opt_int("whale-map", "pp", optarg, 1, 1 << 20, &o->pp)) return 2; break;
+        case O_DP: if (whale_opt_int("whale-map", "dp", optarg, 1, 1 << 24, &o->dp)) return 2; break;
+        case O_SPARES: if (whale_opt_int("whale-map", "spares", optarg, 0, 1 << 20, &o->spares)) return 2; break;
+        case O_BENCH: if (whale_opt_int("whale-map", "bench", optarg, 1, 100000, &o->bench)) return 2; break;
+        case O_ENV: if (whale_opt_int("whale-map", "env", optarg, 0, 1 << 30, &o->env_task)) return 2; break;
         case O_MAP: {
             enum whale_map_policy m;
             if (whale_map_policy_parse(optarg, &m)) {
@@ -367,7 +355,7 @@ static int resolve_nodes(const struct map_opts *o, struct whale_conf *conf, stru
         return 1;
     if (strspn(o->tpn, "0123456789") == strlen(o->tpn)) {
         int v;
-        if (parse_int("tasks-per-node", o->tpn, 1, 1 << 16, &v))
+        if (whale_opt_int("whale-map", "tasks-per-node", o->tpn, 1, 1 << 16, &v))
             return 2;
         for (int i = 0; i < n->nnodes; i++)
             n->ntasks[i] = v;

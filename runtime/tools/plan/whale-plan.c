@@ -112,25 +112,6 @@ static void usage(FILE *f)
         WHALE_PLAN_TOPK);
 }
 
-/* whale/envnum.h's checked parsers, with the option named */
-static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    if (whale_parse_long(s, lo, hi, out)) {
-        fprintf(stderr, "whale-plan: --%s=%s: expected an integer in [%ld, %ld]\n", opt, s, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
-static int parse_dbl(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    if (whale_parse_double(s, lo, hi, out)) {
-        fprintf(stderr, "whale-plan: --%s=%s: expected a number in [%g, %g]\n", opt, s, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
 enum {
     O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
@@ -626,14 +607,14 @@ static int parse_constraint(int c, const char *arg, struct whale_plan_request *r
 {
     long v;
     switch (c) {
-    case O_TP: if (parse_int("tp", arg, 1, 1024, &v)) return 2; rq->tp = (int)v; break;
-    case O_PP: if (parse_int("pp", arg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq->pp = (int)v; break;
-    case O_DP: if (parse_int("dp", arg, 1, INT_MAX, &v)) return 2; rq->dp = (int)v; break;
-    case O_MB: if (parse_int("microbatch", arg, 1, 1 << 20, &v)) return 2; rq->microbatch = (int)v; break;
-    case O_V: if (parse_int("interleave", arg, 1, 1024, &v)) return 2; rq->interleave = (int)v; break;
-    case O_ZERO: if (parse_int("zero", arg, 0, 3, &v)) return 2; rq->zero = (int)v; break;
-    case O_MAXMB: if (parse_int("max-microbatch", arg, 1, 1 << 20, &v)) return 2; rq->max_microbatch = (int)v; break;
-    case O_IDLE: if (parse_dbl("max-idle", arg, 0, 0.99, &rq->max_idle)) return 2; break;
+    case O_TP: if (whale_opt_long("whale-plan", "tp", arg, 1, 1024, &v)) return 2; rq->tp = (int)v; break;
+    case O_PP: if (whale_opt_long("whale-plan", "pp", arg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq->pp = (int)v; break;
+    case O_DP: if (whale_opt_long("whale-plan", "dp", arg, 1, INT_MAX, &v)) return 2; rq->dp = (int)v; break;
+    case O_MB: if (whale_opt_long("whale-plan", "microbatch", arg, 1, 1 << 20, &v)) return 2; rq->microbatch = (int)v; break;
+    case O_V: if (whale_opt_long("whale-plan", "interleave", arg, 1, 1024, &v)) return 2; rq->interleave = (int)v; break;
+    case O_ZERO: if (whale_opt_long("whale-plan", "zero", arg, 0, 3, &v)) return 2; rq->zero = (int)v; break;
+    case O_MAXMB: if (whale_opt_long("whale-plan", "max-microbatch", arg, 1, 1 << 20, &v)) return 2; rq->max_microbatch = (int)v; break;
+    case O_IDLE: if (whale_opt_double("whale-plan", "max-idle", arg, 0, 0.99, &rq->max_idle)) return 2; break;
     case O_RC: case O_OFF: case O_SP: case O_PREC: return parse_mode(c, arg, rq);
     default: return -1;
     }
@@ -645,23 +626,23 @@ static int parse_constraint(int c, const char *arg, struct whale_plan_request *r
 static int parse_number(int c, const char *arg, struct plan_opts *o)
 {
     switch (c) {
-    case 'b': return parse_int("batch", arg, 1, INT_MAX, &o->batch) ? 2 : 0;
-    case O_TOKENS: return parse_int("tokens", arg, 1, LONG_MAX, &o->tokens) ? 2 : 0;
-    case 'N': return parse_int("nodes", arg, 1, 10000000, &o->nodes) ? 2 : 0;
+    case 'b': return whale_opt_long("whale-plan", "batch", arg, 1, INT_MAX, &o->batch) ? 2 : 0;
+    case O_TOKENS: return whale_opt_long("whale-plan", "tokens", arg, 1, LONG_MAX, &o->tokens) ? 2 : 0;
+    case 'N': return whale_opt_long("whale-plan", "nodes", arg, 1, 10000000, &o->nodes) ? 2 : 0;
     case 'g':
-        if (parse_int("gpus-per-node", arg, 1, 1024, &o->gpn)) return 2;
+        if (whale_opt_long("whale-plan", "gpus-per-node", arg, 1, 1024, &o->gpn)) return 2;
         o->gpn_given = true;
         return 0;
-    case O_DOMAIN: return parse_int("nvlink-domain", arg, 1, 100000, &o->domain) ? 2 : 0;
-    case O_LEAF: return parse_int("nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
-    case O_OVERSUB: return parse_dbl("spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
-    case O_CORES: return parse_int("cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
-    case O_THREADS: return parse_int("threads", arg, 1, 4096, &o->threads) ? 2 : 0;
-    case O_FIT: return parse_dbl("fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
-    case 't': return parse_int("top", arg, 1, WHALE_PLAN_TOPK, &o->top) ? 2 : 0;
-    case O_TRAIN_TOKENS: return parse_dbl("train-tokens", arg, 1, 1e18, &o->train_tokens) ? 2 : 0;
-    case O_PRICE_NODE: return parse_dbl("price-per-node-hour", arg, 0, 1e6, &o->price.node_hour) ? 2 : 0;
-    case O_PRICE_GPU: return parse_dbl("price-per-gpu-hour", arg, 0, 1e6, &o->price.gpu_hour) ? 2 : 0;
+    case O_DOMAIN: return whale_opt_long("whale-plan", "nvlink-domain", arg, 1, 100000, &o->domain) ? 2 : 0;
+    case O_LEAF: return whale_opt_long("whale-plan", "nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
+    case O_OVERSUB: return whale_opt_double("whale-plan", "spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
+    case O_CORES: return whale_opt_long("whale-plan", "cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
+    case O_THREADS: return whale_opt_long("whale-plan", "threads", arg, 1, 4096, &o->threads) ? 2 : 0;
+    case O_FIT: return whale_opt_double("whale-plan", "fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
+    case 't': return whale_opt_long("whale-plan", "top", arg, 1, WHALE_PLAN_TOPK, &o->top) ? 2 : 0;
+    case O_TRAIN_TOKENS: return whale_opt_double("whale-plan", "train-tokens", arg, 1, 1e18, &o->train_tokens) ? 2 : 0;
+    case O_PRICE_NODE: return whale_opt_double("whale-plan", "price-per-node-hour", arg, 0, 1e6, &o->price.node_hour) ? 2 : 0;
+    case O_PRICE_GPU: return whale_opt_double("whale-plan", "price-per-gpu-hour", arg, 0, 1e6, &o->price.gpu_hour) ? 2 : 0;
     default: return parse_constraint(c, arg, &o->rq);
     }
 }

@@ -31,6 +31,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 #include "whale_config.h"
 
 extern char **environ;
@@ -189,13 +190,6 @@ static void read_fd(struct child *c, int which, bool label)
     }
     c->len[which] += (size_t)n;
     drain(c, which, label, false);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void signal_all(struct child *ch, int n, int sig)
@@ -413,7 +407,7 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
     const int timeout = o->timeout;
     int live = started, user_sig = 0, nsig = 0;
     bool stopping = rc != 0, timed_out = false;
-    double kill_at = 0, all_exited_at = 0, deadline = timeout ? now_s() + timeout : 0;
+    double kill_at = 0, all_exited_at = 0, deadline = timeout ? whale_now_s() + timeout : 0;
     const double grace = 3.0;
     struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
     int *who = calloc((size_t)(2 * n + 1), sizeof *who);
@@ -434,8 +428,8 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
          * output open: give it a moment, then stop it (like Slurm's
          * process tracking does at step end). */
         if (live == 0 && !all_exited_at)
-            all_exited_at = now_s();
-        if (live == 0 && now_s() - all_exited_at > 1.0) {
+            all_exited_at = whale_now_s();
+        if (live == 0 && whale_now_s() - all_exited_at > 1.0) {
             for (int t = 0; t < n; t++) {
                 if (ch[t].pid > 0)
                     kill(-ch[t].pid, SIGKILL);
@@ -474,7 +468,7 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
                         fprintf(stderr, "whale-run: got signal %d, stopping %d task(s)\n", s, live);
                         signal_all(ch, n, s == SIGHUP ? SIGTERM : s);
                         stopping = true;
-                        kill_at = now_s() + grace;
+                        kill_at = whale_now_s() + grace;
                     } else {
                         signal_all(ch, n, SIGKILL);
                     }
@@ -506,7 +500,7 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
                         fprintf(stderr, "whale-run: stopping the other %d task(s)\n", live);
                         signal_all(ch, n, SIGTERM);
                         stopping = true;
-                        kill_at = now_s() + grace;
+                        kill_at = whale_now_s() + grace;
                     }
                 }
             }
@@ -516,11 +510,11 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
         if (aborted && !stopping) {
             signal_all(ch, n, SIGTERM);
             stopping = true;
-            kill_at = now_s() + grace;
+            kill_at = whale_now_s() + grace;
             if (!rc)
                 rc = ast;
         }
-        double t = now_s();
+        double t = whale_now_s();
         if (deadline && t > deadline && !timed_out && live > 0) {
             fprintf(stderr, "whale-run: --timeout %d s reached, stopping %d task(s)\n", timeout, live);
             timed_out = true;

@@ -97,25 +97,6 @@ void train_usage(FILE *f)
 "makes them owner-only too. Numeric WHALE_* variables must be integers in range.\n");
 }
 
-/* whale/envnum.h's checked parsers, with the option named */
-static int parse_long(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    if (whale_parse_long(s, lo, hi, out)) {
-        fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
-static int parse_double(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    if (whale_parse_double(s, lo, hi, out)) {
-        fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
 
 void train_defaults(struct train *t)
 {
@@ -196,20 +177,20 @@ int train_parse_args(struct train *t, int argc, char **argv)
         switch (c) {
         case 'm': t->o.model = optarg; break;
         case 'd': t->o.data = optarg; break;
-        case 's': bad |= parse_long("--steps", optarg, 0, 1L << 40, &t->o.steps); break;
-        case 'b': bad |= parse_long("--batch", optarg, 1, 1 << 20, &t->o.batch); t->o.batch_set = true; break;
+        case 's': bad |= whale_opt_long("whale-train", "--steps", optarg, 0, 1L << 40, &t->o.steps); break;
+        case 'b': bad |= whale_opt_long("whale-train", "--batch", optarg, 1, 1 << 20, &t->o.batch); t->o.batch_set = true; break;
         case 'p': t->o.plan = optarg; break;
-        case 't': bad |= parse_long("--seq", optarg, 1, 1 << 20, &t->o.seq); break;
-        case 'l': bad |= parse_double("--lr", optarg, 0, 10, &t->o.lr); break;
-        case 'S': bad |= parse_long("--seed", optarg, 0, LONG_MAX, &t->o.seed); break;
-        case O_MICRO: bad |= parse_long("--micro-batch", optarg, 1, 1 << 20, &t->o.micro); break;
-        case O_ACCUM: bad |= parse_long("--grad-accum", optarg, 1, 1 << 20, &t->o.accum); break;
-        case O_MINLR: bad |= parse_double("--min-lr", optarg, 0, 10, &t->o.min_lr); break;
-        case O_WARM: bad |= parse_long("--warmup", optarg, 0, 1L << 40, &t->o.warmup); break;
-        case O_WD: bad |= parse_double("--weight-decay", optarg, 0, 10, &t->o.wd); break;
-        case O_CLIP: bad |= parse_double("--grad-clip", optarg, 0, 1e9, &t->o.clip); break;
-        case O_ZERO: bad |= parse_long("--zero", optarg, 0, 3, &t->o.zero); break;
-        case O_BUCKET: bad |= parse_double("--bucket-mb", optarg, 0.001, 65536, &t->o.bucket_mb); break;
+        case 't': bad |= whale_opt_long("whale-train", "--seq", optarg, 1, 1 << 20, &t->o.seq); break;
+        case 'l': bad |= whale_opt_double("whale-train", "--lr", optarg, 0, 10, &t->o.lr); break;
+        case 'S': bad |= whale_opt_long("whale-train", "--seed", optarg, 0, LONG_MAX, &t->o.seed); break;
+        case O_MICRO: bad |= whale_opt_long("whale-train", "--micro-batch", optarg, 1, 1 << 20, &t->o.micro); break;
+        case O_ACCUM: bad |= whale_opt_long("whale-train", "--grad-accum", optarg, 1, 1 << 20, &t->o.accum); break;
+        case O_MINLR: bad |= whale_opt_double("whale-train", "--min-lr", optarg, 0, 10, &t->o.min_lr); break;
+        case O_WARM: bad |= whale_opt_long("whale-train", "--warmup", optarg, 0, 1L << 40, &t->o.warmup); break;
+        case O_WD: bad |= whale_opt_double("whale-train", "--weight-decay", optarg, 0, 10, &t->o.wd); break;
+        case O_CLIP: bad |= whale_opt_double("whale-train", "--grad-clip", optarg, 0, 1e9, &t->o.clip); break;
+        case O_ZERO: bad |= whale_opt_long("whale-train", "--zero", optarg, 0, 3, &t->o.zero); break;
+        case O_BUCKET: bad |= whale_opt_double("whale-train", "--bucket-mb", optarg, 0.001, 65536, &t->o.bucket_mb); break;
         case O_NOOVL: t->o.overlap = 0; break;
         case O_LS: t->o.loss_scale = 1; break;
         case O_NOLS: t->o.loss_scale = 0; break;
@@ -231,16 +212,16 @@ int train_parse_args(struct train *t, int argc, char **argv)
                 bad = 1;
             }
             break;
-        case O_INJECT: bad |= parse_long("--inject-overflow", optarg, 1, 1L << 40, &t->o.inject_overflow); break;
-        case O_THREADS: bad |= parse_long("--threads", optarg, 1, 4096, &t->o.threads); break;
+        case O_INJECT: bad |= whale_opt_long("whale-train", "--inject-overflow", optarg, 1, 1L << 40, &t->o.inject_overflow); break;
+        case O_THREADS: bad |= whale_opt_long("whale-train", "--threads", optarg, 1, 4096, &t->o.threads); break;
         case O_METRICS: t->o.metrics = optarg; break;
-        case O_LOGEVERY: bad |= parse_long("--log-every", optarg, 1, 1L << 30, &t->o.log_every); break;
-        case O_PEAK: bad |= parse_double("--peak-gflops", optarg, 0.001, 1e9, &t->o.peak_gflops); break;
+        case O_LOGEVERY: bad |= whale_opt_long("whale-train", "--log-every", optarg, 1, 1L << 30, &t->o.log_every); break;
+        case O_PEAK: bad |= whale_opt_double("whale-train", "--peak-gflops", optarg, 0.001, 1e9, &t->o.peak_gflops); break;
         case O_NOPROG: t->o.progress = 0; break;
         case O_RESUME: t->o.resume = optarg; break;
         case O_CKDIR: t->o.ckpt_dir = optarg; break;
         case O_CKEVERY: t->o.ckpt_every = optarg; break;
-        case O_CKKEEP: bad |= parse_long("--ckpt-keep", optarg, 0, 1000000, &t->o.ckpt_keep); break;
+        case O_CKKEEP: bad |= whale_opt_long("whale-train", "--ckpt-keep", optarg, 0, 1000000, &t->o.ckpt_keep); break;
         case O_SCHED: {
             enum whale_schedule k;
             if (whale_schedule_parse(optarg, &k)) {
@@ -251,7 +232,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
             t->o.schedule = optarg;
             break;
         }
-        case O_INTERLEAVE: bad |= parse_long("--interleave", optarg, 1, 64, &t->o.interleave); break;
+        case O_INTERLEAVE: bad |= whale_opt_long("whale-train", "--interleave", optarg, 1, 64, &t->o.interleave); break;
         case O_RECOMPUTE: {
             enum whale_recompute k;
             if (whale_recompute_parse(optarg, &k) || k == WHALE_RECOMPUTE_LAYERS) {
@@ -262,7 +243,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
             t->o.recompute = optarg;
             break;
         }
-        case O_ACTBUDGET: bad |= parse_double("--act-budget-mb", optarg, 0.001, 1e9, &t->o.act_budget_mb); break;
+        case O_ACTBUDGET: bad |= whale_opt_double("whale-train", "--act-budget-mb", optarg, 0.001, 1e9, &t->o.act_budget_mb); break;
         case O_FORMAT:
             if (!strcmp(optarg, "auto")) t->o.format = WHALE_DATA_AUTO;
             else if (!strcmp(optarg, "llmc")) t->o.format = WHALE_DATA_LLMC;

@@ -13,6 +13,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/envnum.h"
 
 void train_data_usage(FILE *f)
 {
@@ -29,27 +30,14 @@ void train_data_usage(FILE *f)
 "                       checkpoints for whale-generate\n");
 }
 
-static int num(const char *opt, const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) {
-        fprintf(stderr, "whale-train: %s=%s: expected an integer in %ld..%ld\n", opt, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 void train_data_opt(struct train_data *t, int which, const char *arg)
 {
     int rc = 0;
     switch (which) {
     case TRAIN_DATA_VAL: t->val = arg; break;
-    case TRAIN_DATA_EVERY: rc = num("--eval-every", arg, 1, 1L << 40, &t->every); break;
-    case TRAIN_DATA_BATCHES: rc = num("--eval-batches", arg, 1, 1 << 20, &t->batches); break;
-    case TRAIN_DATA_VOCAB: rc = num("--vocab", arg, 1, 1 << 24, &t->vocab); break;
+    case TRAIN_DATA_EVERY: rc = whale_opt_long("whale-train", "--eval-every", arg, 1, 1L << 40, &t->every); break;
+    case TRAIN_DATA_BATCHES: rc = whale_opt_long("whale-train", "--eval-batches", arg, 1, 1 << 20, &t->batches); break;
+    case TRAIN_DATA_VOCAB: rc = whale_opt_long("whale-train", "--vocab", arg, 1, 1 << 24, &t->vocab); break;
     case TRAIN_DATA_TOKENIZER: t->tokenizer = arg; break;
     }
     if (rc)

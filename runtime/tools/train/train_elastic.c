@@ -42,6 +42,7 @@
 #include "whale/knobs.h"
 #include "whale/log.h"
 #include "whale/redundancy.h"
+#include "whale/clock.h"
 
 struct train_elastic {
     whale_ctx *ctx;
@@ -80,13 +81,6 @@ struct train_elastic {
     double redo_t0;
     FILE *mf;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *detect_name(enum whale_detect d)
 {
@@ -636,7 +630,7 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
     te->mf = job->metrics ? *job->metrics : NULL;
     if (te->promoted) {
         /* the failed rank's place: its state from the copy / the replica */
-        double t0 = now_s();
+        double t0 = whale_now_s();
         int64_t R = -1;
         const char *src = "memory";
         int rc = restore(te, ctx, *job->e, true, te->ev.agreed_step, &R, &src);
@@ -665,16 +659,16 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
         te->rep.detect_s = te->ev.detect_s;
         te->rep.agree_s = te->ev.agree_s;
         te->rep.rebuild_s = te->ev.rebuild_s;
-        te->rep.transfer_s = now_s() - t0;
+        te->rep.transfer_s = whale_now_s() - t0;
         te->rep.source = src;
         whale_degrees(ctx, &te->rep.tp, &te->rep.pp, &te->rep.dp);
         te->pending = true;
-        te->redo_t0 = now_s();
+        te->redo_t0 = whale_now_s();
         if ((rc = new_store(te, ctx, *job->e)))
             return rc;
         te_attach(te, whale_rank(ctx), whale_task_id(ctx));
         whale_info("elastic: took rank %d's place at step %lld (state from %s, %.2f s)",
-                   whale_rank(ctx), (long long)R, src, now_s() - t0);
+                   whale_rank(ctx), (long long)R, src, whale_now_s() - t0);
         rc = whale_red_snapshot(te->red, *job->e);
         whale_red_get_stats(te->red, &te->prev);
         return rc;
@@ -721,7 +715,7 @@ void te_ckpt_started(struct train_elastic *te, int64_t step1)
  * on the largest K any of them wants (all must snapshot the same steps). */
 static void te_adapt(struct train_elastic *te, int64_t step, bool refreshed)
 {
-    double t = now_s();
+    double t = whale_now_s();
     if (te->t_last > 0) {
         double it = t - te->t_last;
         te->avg_step = te->avg_step > 0 ? 0.7 * te->avg_step + 0.3 * it : it;
@@ -775,7 +769,7 @@ int te_step_done(struct train_elastic *te, whale_engine *e)
         rc = 0;
     }
     if (te->pending && ts.step >= te->rep.failed_step) {
-        te->rep.redo_s = now_s() - te->redo_t0;
+        te->rep.redo_s = whale_now_s() - te->redo_t0;
         te->pending = false;
         write_event(te, te->mf);
     }
@@ -843,7 +837,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
                      "shrink)", NULL);
         return -1;
     }
-    const double t0 = now_s();
+    const double t0 = whale_now_s();
     struct whale_membership_event ev;
     memset(&ev, 0, sizeof ev);
     int rc = whale_elastic_recover(ctx, te->last_done, &ev);
@@ -861,7 +855,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     }
     te->ev = ev;
     train_report_failures(&ev); /* Slurm: drain, stop, exit status */
-    const double t_agreed = now_s();
+    const double t_agreed = whale_now_s();
     memset(&te->rep, 0, sizeof te->rep);
     te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";
     te->rep.how = detect_name(ev.how);
@@ -930,14 +924,14 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     }
     job->ec->tp = *job->tp;
     job->ec->pp = *job->pp;
-    const double t_rb0 = now_s();
+    const double t_rb0 = whale_now_s();
     if ((rc = whale_engine_create(job->ec, ctx, job->e))) {
         stop_message(te, job, failed_step1, "the engine could not be rebuilt on the new groups",
                      &ev);
         return -1;
     }
     whale_engine_set_phase_hook(*job->e, on_phase, te);
-    const double t_rb1 = now_s();
+    const double t_rb1 = whale_now_s();
     int64_t R = -1;
     const char *src = "memory";
     rc = restore(te, ctx, *job->e, false, ev.agreed_step, &R, &src);
@@ -953,7 +947,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
                      &ev);
         return -1;
     }
-    te->rep.transfer_s = now_s() - t_rb1;
+    te->rep.transfer_s = whale_now_s() - t_rb1;
     te->rep.rebuild_s += t_rb1 - t_rb0;
     te->rep.source = src;
     te->rep.rollback_step = R;
@@ -978,7 +972,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     whale_red_get_stats(te->red, &te->prev);
     te->last_done = R;
     te->pending = true;
-    te->redo_t0 = now_s();
+    te->redo_t0 = whale_now_s();
     (void)t0;
     (void)t_agreed;
     *redo_from = R;

@@ -12,6 +12,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/clock.h"
 
 #include "train.h"
 #include "train_areas.h"
@@ -52,13 +53,6 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* After step `step1` (1-based): save when due. Returns 0 and the seconds
  * the save stalled the step in *t_ck, or 1 (stop). */
 static int step_checkpoint(struct train *t, long step1, double *t_ck)
@@ -71,7 +65,7 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
         return 1;
     if (!due)
         return 0;
-    double t0 = now_s();
+    double t0 = whale_now_s();
     bool skipped = false;
     int sv = whale_ckpt_save_engine(t->ck, t->e, t->plan_json, &skipped);
     te_ckpt_started(t->te, step1); /* WHALE_FAULT phase=ckpt: save in flight */
@@ -80,7 +74,7 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
                     step1);
         return 1;
     }
-    *t_ck = now_s() - t0;
+    *t_ck = whale_now_s() - t0;
     if (!skipped) {
         t->tot.nsaves++;
         t->tot.ckpt_stall += *t_ck;
@@ -181,10 +175,10 @@ int train_loop(struct train *t)
     t->tot.first_loss = t->tot.last_loss = NAN;
     for (long step = first_step; step < t->o.steps && !stop_requested; step++) {
         whale_engine_get_state(t->e, &ts);
-        double t_data = now_s();
+        double t_data = whale_now_s();
         if (whale_data_next(t->data, ts.samples, t->in, t->tg))
             return 1;
-        t->data_wait_s = now_s() - t_data; /* the data loader's stall of this step */
+        t->data_wait_s = whale_now_s() - t_data; /* the data loader's stall of this step */
         struct whale_step_stats st;
         /* copy snapshot: nothing to wait for; deferred: the fence is in the
          * optimizer phase (train_elastic.c), so the copy overlaps this

@@ -12,6 +12,7 @@
 
 #include "whale/log.h"
 #include "whale/outfile.h"
+#include "whale/clock.h"
 #include "train_prom.h"
 
 void train_observe_usage(FILE *f)
@@ -92,13 +93,6 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
     }
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* "run.jsonl" -> "run-rank3.jsonl" (the trace files' naming) */
 static void rank_path(char *out, size_t n, const char *metrics, int rank)
 {
@@ -154,7 +148,7 @@ int train_observe_start(struct train_observe *o, int rank, int world, int nnodes
     snprintf(o->job, sizeof o->job, "%s", job ? job : "");
     snprintf(o->stepid, sizeof o->stepid, "%s", st ? st : "");
     train_prom_labels(o->labels, sizeof o->labels, o->job, o->stepid, rank, o->node);
-    o->t0 = mono_s();
+    o->t0 = whale_now_s();
     train_sysmon_init(&o->sys);
     if (rank == 0)
         o->usd_per_hour = train_cost_price(o, o->price_src, sizeof o->price_src);
@@ -221,7 +215,7 @@ static void prom_update(struct train_observe *o, const struct train_sys *sys)
         train_prom_metric(&t, "whale_gpu_memory_used_bytes", "gauge", "Device memory used on this rank's GPU.", L, sys->gpu_mem_mb * 1048576.0);
     }
     if (o->usd_per_hour >= 0)
-        train_prom_metric(&t, "whale_cost_dollars", "gauge", "Cost of the run so far (price per hour x wall time).", L, o->usd_per_hour * (mono_s() - o->t0) / 3600.0);
+        train_prom_metric(&t, "whale_cost_dollars", "gauge", "Cost of the run so far (price per hour x wall time).", L, o->usd_per_hour * (whale_now_s() - o->t0) / 3600.0);
     if (t.oom || !t.buf) {
         free(t.buf);
         return;
@@ -338,7 +332,7 @@ static void fmt_count(char *b, size_t n, double v)
 void train_observe_summary(struct train_observe *o, json_t *sm, const char *metrics_path,
                            double mfu, double overlap, int ckpt_saves, double ckpt_stall)
 {
-    double wall = mono_s() - o->t0;
+    double wall = whale_now_s() - o->t0;
     struct scan sc;
     scan_metrics(metrics_path, &sc);
     struct train_sys sys;

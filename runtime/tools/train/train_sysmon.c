@@ -8,13 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "whale/clock.h"
 
 /* utime + stime (fields 14 and 15 of /proc/self/stat), in seconds. The
  * command name (field 2) may hold spaces and ')': parse after the last ')'. */
@@ -117,7 +111,7 @@ void train_sysmon_init(struct train_sysmon *m)
     m->ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (m->ncpu < 1)
         m->ncpu = 1;
-    m->wall0 = mono_s();
+    m->wall0 = whale_now_s();
     if (proc_cpu_s(&m->proc_cpu0))
         m->proc_cpu0 = -1;
     m->have_stat = !node_stat(&m->node_total0, &m->node_idle0, &m->node_iowait0) &&
@@ -133,7 +127,7 @@ void train_sysmon_init(struct train_sysmon *m)
 void train_sysmon_sample(struct train_sysmon *m, struct train_sys *o)
 {
     memset(o, 0, sizeof *o);
-    double now = mono_s(), dt = now - m->wall0, cpu;
+    double now = whale_now_s(), dt = now - m->wall0, cpu;
     o->cpu_util = -1;
     if (m->proc_cpu0 >= 0 && !proc_cpu_s(&cpu) && dt > 0) {
         o->cpu_util = (cpu - m->proc_cpu0) / dt;
