@@ -4,8 +4,6 @@
  * runs once all of them are resolved (train_setup, after the engine's
  * configuration) so that no source is missed, and names the source of a
  * refused value. */
-#include <stdlib.h>
-
 #include "whale/env.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -37,14 +35,15 @@ int train_check_site_limits(const struct train *t)
     const struct whale_engine_config *ec = &t->ec;
     const struct train_opts *o = &t->o;
     const char *layout = "the step's layout (" WHALE_ENV_TP "/" WHALE_ENV_PP "/" WHALE_ENV_DP ")";
-    const char *ntasks = whale_knob_getenv(WHALE_ENV_NTASKS);
-    long spares = ntasks ? strtol(ntasks, NULL, 10) - t->world : 0;
     int bad = 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_TP, t->tp, layout) != 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_PP, t->pp, layout) != 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_DP, t->dp, layout) != 0;
-    bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_SPARES, spares > 0 ? spares : 0,
-                                   "the step's tasks (" WHALE_ENV_NTASKS ")") != 0;
+    /* MaxSpares counts spare nodes, which only the plan records (a task
+     * sees its own node's tasks, not how many nodes are spares) */
+    if (t->have_plan)
+        bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_SPARES, t->plan.spares,
+                                       t->plan_src) != 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_ZERO, ec->zero_stage, t->src_zero) != 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_MAX_MICROBATCH, t->micro, t->src_micro) != 0;
     bad |= whale_site_limits_check(&l, WHALE_LIMIT_ALLOWED_OFFLOAD, ec->offload,

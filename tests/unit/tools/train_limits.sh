@@ -19,10 +19,10 @@ check() { # name, condition (as a command)
 for i in $(seq 400); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done > "$T/data.txt"
 common=(--model gpt-tiny --data "$T/data.txt" --batch 2 --seq 16 --steps 1 --threads 1 --no-progress)
 conf=$T/whale.conf
-printf '# site limits\nTopologyFile=none\nMaxZero=1\nAllowedOffload=none\nMinCkptEvery=50\n' > "$conf"
+printf '# site limits\nTopologyFile=none\nMaxZero=1\nAllowedOffload=none\nMinCkptEvery=50\nMaxSpares=1\n' > "$conf"
 # what slurmstepd writes for it
 cat > "$T/limits" <<J
-{"conf":"$conf","limits":{"AllowedOffload":{"line":4,"value":["none"]},"MaxZero":{"line":3,"value":1},"MinCkptEvery":{"line":5,"value":50}},"version":1}
+{"conf":"$conf","limits":{"AllowedOffload":{"line":4,"value":["none"]},"MaxZero":{"line":3,"value":1},"MinCkptEvery":{"line":5,"value":50},"MaxSpares":{"line":6,"value":1}},"version":1}
 J
 chmod 444 "$T/limits"
 export WHALE_SITE_LIMITS=$T/limits WHALE_CONF=$conf
@@ -56,6 +56,14 @@ echo "{\"version\":1,\"ckpt_every\":1,\"ckpt_dir\":\"$T/ck\"}" > "$T/plan.json"
 run --plan "$T/plan.json"
 check "plan ckpt_every=1 refused" '[ $rc -eq 1 ] && [[ "$out" == *"ckpt_every=1 (from --plan $T/plan.json)"* ]]'
 check "nothing saved" '[ ! -e "$T/ck" ] || [ -z "$(ls -A "$T/ck")" ]'
+
+# MaxSpares counts spare nodes: the plan's, not the tasks
+echo '{"version":1,"spares":2}' > "$T/plan.json"
+run --plan "$T/plan.json"
+check "plan spares=2 refused" '[ $rc -eq 1 ] && [[ "$out" == *"spares=2 (from --plan $T/plan.json) exceeds the site limit MaxSpares=1 ($conf:6)"* ]]'
+echo '{"version":1,"spares":1}' > "$T/plan.json"
+run --plan "$T/plan.json"
+check "plan spares=1 runs" '[ $rc -eq 0 ]'
 
 run --zero 1 --whale-ckpt-dir "$T/ck" --whale-ckpt-every 50
 check "values within the limits run" '[ $rc -eq 0 ]'
