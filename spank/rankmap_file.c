@@ -8,6 +8,7 @@
 #include "trust.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int whale_private_file_write(const char *base, const char *name, const char *text, uid_t uid,
-                             gid_t gid, struct whale_private_file *out)
+/* give: hand the directory and file to uid/gid (a file the task may own);
+ * else keep them root's, readable by all but writable by root alone (a
+ * record the task must not change) */
+static int write_file(const char *base, const char *name, const char *text, uid_t uid, gid_t gid,
+                      bool give, struct whale_private_file *out)
 {
     memset(out, 0, sizeof *out);
     out->parent_fd = out->dir_fd = -1;
@@ -50,9 +54,15 @@ int whale_private_file_write(const char *base, const char *name, const char *tex
     snprintf(out->path, sizeof out->path, "%s/%s", out->dir, name);
     /* root (slurmstepd before it drops privileges): hand both to the user
      * whose tasks read the file */
-    if (geteuid() == 0 && (fchown(out->dir_fd, uid, gid) || fchown(fd, uid, gid))) {
+    if (give && geteuid() == 0 && (fchown(out->dir_fd, uid, gid) || fchown(fd, uid, gid))) {
         slurm_error(PLUGIN_NAME ": cannot give %s to uid %u: %s", out->path, (unsigned)uid,
                     strerror(errno));
+        goto fail;
+    }
+    /* the task's user passes through the directory (no listing) and reads
+     * the file; only root writes either */
+    if (!give && (fchmod(out->dir_fd, 0711) || fchmod(fd, 0444))) {
+        slurm_error(PLUGIN_NAME ": cannot make %s readable: %s", out->path, strerror(errno));
         goto fail;
     }
     size_t len = strlen(text), off = 0;
@@ -78,6 +88,18 @@ fail:
         close(fd);
     whale_private_file_remove(out);
     return -1;
+}
+
+int whale_private_file_write(const char *base, const char *name, const char *text, uid_t uid,
+                             gid_t gid, struct whale_private_file *out)
+{
+    return write_file(base, name, text, uid, gid, true, out);
+}
+
+int whale_private_file_write_readonly(const char *base, const char *name, const char *text,
+                                      struct whale_private_file *out)
+{
+    return write_file(base, name, text, 0, 0, false, out);
 }
 
 void whale_private_file_remove(struct whale_private_file *f)

@@ -10,6 +10,7 @@
 #include "trust.h"
 #include "whale/env.h"
 #include "whale/log.h"
+#include "whale/sitelimits.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -29,7 +30,9 @@ static struct {
     char *plan_json;
     char *rankmap;         /* inline list or "@file" */
     struct whale_private_file rankmap_file;
-} g = { .rankmap_file = { .parent_fd = -1, .dir_fd = -1 } };
+    struct whale_private_file limits_file; /* the site limits record (whale/sitelimits.h) */
+} g = { .rankmap_file = { .parent_fd = -1, .dir_fd = -1 },
+        .limits_file = { .parent_fd = -1, .dir_fd = -1 } };
 
 /* A variable of the step's environment, at most max bytes (the user sets
  * it: slurmstepd must not grow without bound). */
@@ -52,6 +55,21 @@ static char *step_getenv(spank_t sp, const char *name, size_t max)
 
 /* Long rank maps: a 0600 file in a fresh 0700 directory under the job's
  * TMPDIR (else /tmp), created without following links (trust.h). */
+/* The site limits for the runtime: root's read-only record in a private
+ * directory under /tmp (sticky: nobody else can move the directory), so
+ * the task reads the limits slurmstepd used and cannot change them. */
+static int write_limits_file(void)
+{
+    char *text = whale_site_limits_to_json(whale_site.conf);
+    if (!text) {
+        slurm_error(PLUGIN_NAME ": out of memory for the site limits record");
+        return -1;
+    }
+    int rc = whale_private_file_write_readonly("/tmp", "limits", text, &g.limits_file);
+    free(text);
+    return rc;
+}
+
 static int write_rankmap_file(spank_t sp, const char *text)
 {
     uid_t uid = 0;
@@ -147,7 +165,7 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
                     g.step.layout.dp, g.plan.dp);
         goto out;
     }
-    if (check_layout_digest(sp))
+    if (check_layout_digest(sp) || write_limits_file())
         goto out;
     char *enc = whale_rankmap_encode(g.step.layout.task_of_rank, g.step.layout.world);
     if (!enc)
@@ -248,6 +266,8 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     spank_unsetenv(sp, WHALE_SPANK_LAYOUT_ENV);
     if (whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp))
         return -1;
+    if (set_task_env(WHALE_ENV_SITE_LIMITS, g.limits_file.path, sp))
+        return -1;
     const char *report = whale_report_path();
     if (report && set_task_env(WHALE_ENV_REPORT, report, sp))
         return -1;
@@ -298,6 +318,8 @@ int whale_remote_exit(spank_t sp, int ac, char **av)
     whale_report_close();
     if (g.rankmap_file.dir[0])
         whale_private_file_remove(&g.rankmap_file);
+    if (g.limits_file.dir[0])
+        whale_private_file_remove(&g.limits_file);
     if (g.ready || g.step.nodes)
         whale_step_free(&g.step);
     whale_plan_free(&g.plan);
@@ -305,6 +327,7 @@ int whale_remote_exit(spank_t sp, int ac, char **av)
     free(g.rankmap);
     memset(&g, 0, sizeof g);
     g.rankmap_file.parent_fd = g.rankmap_file.dir_fd = -1;
+    g.limits_file.parent_fd = g.limits_file.dir_fd = -1;
     whale_site_free();
     return 0;
 }

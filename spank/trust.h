@@ -38,6 +38,10 @@ struct whale_private_file {
 };
 int whale_private_file_write(const char *base, const char *name, const char *text, uid_t uid,
                              gid_t gid, struct whale_private_file *out);
+/* The same, kept root's: directory 0711, file 0444 (the site limits record:
+ * the task reads it and cannot change it). */
+int whale_private_file_write_readonly(const char *base, const char *name, const char *text,
+                                      struct whale_private_file *out);
 void whale_private_file_remove(struct whale_private_file *f);
 
 #endif

@@ -138,3 +138,39 @@ nodes_not_completing() {
   [ -z "$(ls -d "$BATS_TEST_TMPDIR"/tmp/whale.* 2>/dev/null)" ]
   [ "$(cat "$BATS_TEST_TMPDIR/victim")" = victim ]
 }
+
+@test "site limits bind whale-train's own flags, WHALE_* variables and plan files" {
+  printf 'MaxZero=1\nAllowedOffload=none\nMinCkptEvery=50\n' >> "$SITE_CONF"
+  local zl ol cl
+  zl=$(grep -n '^MaxZero=1$' "$SITE_CONF" | tail -1 | cut -d: -f1)
+  ol=$(grep -n '^AllowedOffload=none$' "$SITE_CONF" | tail -1 | cut -d: -f1)
+  cl=$(grep -n '^MinCkptEvery=50$' "$SITE_CONF" | tail -1 | cut -d: -f1)
+  local train="$WHALE_BUILD_DIR/runtime/tools/train/whale-train" d=$BATS_TEST_TMPDIR
+  for i in $(seq 400); do echo "the quick brown fox jumps over the lazy dog $i"; done > "$d/data.txt"
+  local common=(--model gpt-tiny --data "$d/data.txt" --steps 2 --batch 4 --seq 16 --threads 1
+                --no-progress --whale-ckpt-dir "$d/ck")
+  # the reproducer: only --whale-* options are given to the plugin
+  run timeout 300 srun -N2 --whale-dp=2 "$train" "${common[@]}" --zero 3 --offload optimizer \
+      --whale-ckpt-every 1
+  [ "$status" -ne 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"zero=3 (from --zero) exceeds the site limit MaxZero=1 ($SITE_CONF:$zl)"* ]] || { echo "$output"; false; }
+  [[ "$output" == *"offload=optimizer (from --offload) is not allowed on this site: AllowedOffload=none ($SITE_CONF:$ol)"* ]] || { echo "$output"; false; }
+  [[ "$output" == *"ckpt_every=1 (from --whale-ckpt-every) checkpoints more often than this site allows: MinCkptEvery=50 ($SITE_CONF:$cl)"* ]] || { echo "$output"; false; }
+  [ -z "$(ls -A "$d/ck" 2>/dev/null)" ] # nothing saved
+  # a WHALE_* variable and a plan file are bound the same way
+  WHALE_ZERO=2 run timeout 300 srun -N2 --whale-dp=2 "$train" "${common[@]}"
+  [ "$status" -ne 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"zero=2 (from WHALE_ZERO) exceeds the site limit MaxZero=1"* ]] || { echo "$output"; false; }
+  echo '{"version":1,"dp":2,"offload":"optimizer"}' > "$d/plan.json"
+  run timeout 300 srun -N2 --whale-dp=2 "$train" "${common[@]}" --plan "$d/plan.json"
+  [ "$status" -ne 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"offload=optimizer (from --plan $d/plan.json) is not allowed"* ]] || { echo "$output"; false; }
+  # the record: root's, read-only, in a private directory
+  run timeout 60 srun -N1 --whale /bin/sh -c \
+      'echo "$(stat -c "%u %a" "$WHALE_SITE_LIMITS") $(stat -c "%u %a" "$(dirname "$WHALE_SITE_LIMITS")")"'
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [ "$output" = "0 444 0 711" ] || { echo "$output"; false; }
+  # values within the limits run
+  run timeout 300 srun -N2 --whale-dp=2 "$train" "${common[@]}" --zero 1 --whale-ckpt-every 50
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+}

@@ -87,3 +87,15 @@ assert s["tp"] * s["pp"] * s["dp"] == 8, s
 ' "$TMP/m.jsonl"
   [ "$status" -eq 0 ]
 }
+
+@test "whale-train refuses an auto plan made for another model or batch, naming both" {
+  cat "$WHALE_SRC_DIR"/runtime/src/*/*.c > "$TMP/corpus.txt"
+  run timeout 300 srun -N4 -n8 --whale-plan=auto --whale-model=gpt-tiny --whale-batch=8 \
+      "$TRAIN" --model gpt-small --data "$TMP/corpus.txt" --steps 1 --threads 1 --no-progress
+  [ "$status" -ne 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"was made for model gpt-tiny but --model gives gpt-small"* ]] || { echo "$output"; false; }
+  run timeout 300 srun -N4 -n8 --whale-plan=auto --whale-model=gpt-tiny --whale-batch=8 \
+      "$TRAIN" --batch 16 --data "$TMP/corpus.txt" --steps 1 --threads 1 --no-progress
+  [ "$status" -ne 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"was made for global batch 8 but --batch gives 16"* ]] || { echo "$output"; false; }
+}

@@ -39,6 +39,25 @@ struct whale_conf_domain {
     int line;
 };
 
+/* The site limits of whale.conf, in the order whale.conf(5) lists them.
+ * They bind the --whale-* options (the plugin) and, through the record the
+ * plugin hands each task (whale/sitelimits.h), the runtime's own flags,
+ * WHALE_* variables and plan files. */
+enum whale_conf_limit {
+    WHALE_LIMIT_MAX_TP,
+    WHALE_LIMIT_MAX_PP,
+    WHALE_LIMIT_MAX_DP,
+    WHALE_LIMIT_MAX_SPARES,
+    WHALE_LIMIT_MAX_MICROBATCH,
+    WHALE_LIMIT_MAX_ZERO,
+    WHALE_LIMIT_MIN_CKPT_EVERY,
+    WHALE_LIMIT_ALLOWED_OFFLOAD,
+    WHALE_LIMIT_ALLOWED_RECOMPUTE,
+    WHALE_LIMIT_N
+};
+/* The whale.conf key of a limit ("MaxZero"); NULL out of range. */
+const char *whale_conf_limit_key(enum whale_conf_limit l);
+
 struct whale_conf {
     char *path;               /* file it came from ("<string>" for tests) */
 
@@ -56,6 +75,7 @@ struct whale_conf {
     unsigned allowed_recompute; /* bit (1 << enum whale_recompute) */
     int max_zero;             /* highest ZeRO stage allowed (3) */
     bool allow_user_config;   /* --whale-conf=FILE accepted */
+    int limit_line[WHALE_LIMIT_N]; /* line that set each limit; 0: the default */
 
     /* per-task environment */
     bool set_cuda_visible_devices;

@@ -454,6 +454,10 @@ static int parse_global_line(struct whale_conf *c, const struct whale_kv_line *l
         whale_error("%s:%d: DefaultMap=%s: expected topo or block", l->file, l->line, kv->value);
         return WHALE_ECONF;
     }
+    /* where each limit was set, for the messages that refuse a value */
+    for (int i = 0; i < WHALE_LIMIT_N; i++)
+        if (whale_kv_find(l, whale_conf_limit_key((enum whale_conf_limit)i)))
+            c->limit_line[i] = l->line;
     if ((rc = get_int(l, "MaxSpares", 0, 1 << 20, &c->max_spares)) ||
         (rc = get_int(l, "MaxTP", 1, 1 << 20, &c->max_tp)) ||
         (rc = get_int(l, "MaxPP", 1, 1 << 20, &c->max_pp)) ||

@@ -74,6 +74,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_SHM_CMA_STEP", "size", "131072", "bytes of a block reduced per single-copy step (4096..16777216)" },
     { "WHALE_SHM_STREAM_MIN", "size", "twice the core's L2", "receive vectors of at least this many bytes leave shared-memory collectives with streaming (non-temporal) stores, which skip the read of each line and keep the slots in cache (0: always; a huge value: never)" },
     { "WHALE_SIMD", "enum", "best available", "host AdamW: force scalar, avx2 or avx512" },
+    { "WHALE_SITE_LIMITS", "contract", "", "the site limits record slurmstepd wrote (root's, read-only; whale.conf(5), SITE LIMITS)" },
     { "WHALE_SPARE", "contract", "", "1 for a hot-spare task, else 0" },
     { "WHALE_SPIN", "int", "16 (100000 when bound to a core)", "idle polls before a waiting rank yields its core" },
     { "WHALE_SRUN_RESULT", "contract", "", "where slurmstepd reports an elastic step's result to srun" },

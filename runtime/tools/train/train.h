@@ -72,6 +72,9 @@ struct train {
     bool have_plan;
     char *plan_json;          /* recorded in checkpoints */
     char plan_ckpt_dir[1024], plan_ckpt_every[32];
+    char plan_src[1100];      /* "--plan FILE" or "WHALE_PLAN", for messages */
+    /* where the knobs the site limits bound came from (train_limits.c) */
+    const char *src_zero, *src_micro, *src_ckpt;
     struct whale_model_desc md;
     long micro, accum, gbatch, seq;
     bool finetune;            /* --resume of weights without a train state */
@@ -104,6 +107,10 @@ void train_usage(FILE *f);
 int train_resolve_config(struct train *t);      /* flags > env > plan; the model */
 int train_resolve_layout(struct train *t);      /* after whale_init: batch split, seq */
 int train_engine_config(struct train *t);       /* fills t->ec (areas' configure hooks) */
+/* train_limits.c: where a knob came from, and the site limits over all of them */
+const char *train_source(const struct train *t, bool flag, const char *flag_name, const char *env,
+                         bool plan);
+int train_check_site_limits(const struct train *t);
 long train_finetune_warmup(long steps);
 /* train_setup.c */
 int train_setup(struct train *t);

@@ -14,6 +14,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"
+#include "whale/planjob.h"
 
 #include "train.h"
 #include "train_areas.h"
@@ -51,9 +52,11 @@ static int load_plan(struct train *t)
     const char *pv = whale_knob_getenv("WHALE_PLAN");
     int prc = 0;
     if (t->o.plan) {
+        snprintf(t->plan_src, sizeof t->plan_src, "--plan %s", t->o.plan);
         prc = whale_plan_load_file(t->o.plan, &t->plan);
         t->have_plan = true;
     } else if (pv && *pv) {
+        snprintf(t->plan_src, sizeof t->plan_src, "WHALE_PLAN");
         prc = whale_plan_from_env_value(pv, &t->plan);
         t->have_plan = true;
     }
@@ -74,6 +77,18 @@ int train_resolve_config(struct train *t)
     bool plan_micro = have_plan && !(plan->unset & WHALE_PLAN_UNSET_MICRO_BATCH);
     bool plan_accum = have_plan && !(plan->unset & WHALE_PLAN_UNSET_NUM_MICRO);
     bool plan_global = have_plan && !(plan->unset & WHALE_PLAN_UNSET_GLOBAL_BATCH);
+    /* a plan made for another model or batch is refused, not half-applied
+     * (its degrees are compared once the step's are known) */
+    struct whale_plan_job job = { .model = o->model, .model_from = "--model",
+                                  .batch = o->batch_set ? o->batch : 0, .batch_from = "--batch" };
+    if (have_plan && whale_plan_check_job(plan, t->plan_src, &job))
+        return 2;
+    t->src_zero = train_source(t, o->zero >= 0, "--zero", "WHALE_ZERO", have_plan);
+    t->src_micro = o->micro ? "--micro-batch"
+                   : train_source(t, false, NULL, "WHALE_MICRO_BATCH",
+                                  plan_micro && o->accum == 0 && !o->batch_set);
+    if (!strcmp(t->src_micro, "the default"))
+        t->src_micro = "--batch / (DP x grad-accum)";
     /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
     if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
         return 2;
@@ -128,12 +143,9 @@ int train_resolve_layout(struct train *t)
                             "engine splits the global batch evenly; refusing before any step");
                 return 1;
             }
-        if (plan->dp != t->dp || plan->tp != t->tp || plan->pp != t->pp) {
-            whale_error("the plan says TP=%d PP=%d DP=%d but this step runs TP=%d PP=%d DP=%d; "
-                        "refusing before any step", plan->tp, plan->pp, plan->dp, t->tp, t->pp,
-                        t->dp);
+        struct whale_plan_job job = { .tp = t->tp, .pp = t->pp, .dp = t->dp };
+        if (whale_plan_check_job(plan, t->plan_src, &job))
             return 1;
-        }
     }
     t->accum = o->accum > 0 ? o->accum : 1;
     t->micro = o->micro;

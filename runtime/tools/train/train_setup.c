@@ -55,6 +55,8 @@ static int checkpoint_config(struct train *t)
     const struct train_opts *o = &t->o;
     whale_ckpt_config *ckc = &t->ckc;
     whale_ckpt_config_default(ckc);
+    t->src_ckpt = train_source(t, o->ckpt_every, "--whale-ckpt-every", "WHALE_CKPT_EVERY",
+                               t->plan_ckpt_every[0]);
     if (!o->ckpt_dir && !whale_knob_getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
         ckc->root = t->plan_ckpt_dir;
     if (!o->ckpt_every && !whale_knob_getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
@@ -198,6 +200,10 @@ int train_setup(struct train *t)
         return rc;
     if ((rc = train_engine_config(t)) != TRAIN_GO)
         return rc;
+    /* every knob is resolved now, from whichever source: the site's limits
+     * bind them all (before the engine allocates anything) */
+    if (train_check_site_limits(t))
+        return 1;
     if (t->finetune && t->o.warmup < 0 && t->rank == 0)
         whale_info("fine-tuning (weights without a train state): AdamW starts afresh, warmup "
                    "%lld steps (--warmup N to change)", (long long)t->ec.warmup_steps);
