@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Watching a run (issue 18): the summary for people, system metrics per rank,
+# Watching a run: the summary for people, system metrics per rank,
 # Prometheus output (parsed by the prometheus_client package), the cost
 # against a hand calculation, whale-report rendered in headless Chromium,
 # the layout a checkpoint records, trace span names, the process name.

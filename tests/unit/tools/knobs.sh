@@ -1,5 +1,5 @@
 #!/bin/sh
-# One declaration per knob (issue 19): every "WHALE_..." name the code uses
+# One declaration per knob: every "WHALE_..." name the code uses
 # is in the knob table (runtime/src/util/knobs.c), whale-train and whale-run
 # print that table with --help-env, and the README's table is exactly it.
 # usage: knobs.sh SOURCE_ROOT WHALE_TRAIN WHALE_RUN
