@@ -104,18 +104,21 @@ NGPU=$(nvidia-smi -L | wc -l)
 ARCHS=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d '.' | sort -u | paste -sd, -)
 
 say "## build (cuda enabled, gpu_arch=$ARCHS)"
+# the logs live inside the build directory: "$BUILD.x.log" left files beside
+# it, at the top of the source tree, where a "git add -A" picked them up
+mkdir -p "$BUILD"
 if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Dcuda=enabled -Dgpu_arch="$ARCHS" >"$BUILD.setup.log" 2>&1 \
-    || { say "meson setup failed (see $BUILD.setup.log)"; exit 1; }
+  meson setup "$BUILD" -Dcuda=enabled -Dgpu_arch="$ARCHS" >"$BUILD/gpu-check-setup.log" 2>&1 \
+    || { say "meson setup failed (see $BUILD/gpu-check-setup.log)"; exit 1; }
 else
   meson configure "$BUILD" -Dcuda=enabled -Dgpu_arch="$ARCHS" >/dev/null
 fi
-if ! timeout 300 ninja -C "$BUILD" >"$BUILD.ninja.log" 2>&1; then
-  tail -n 30 "$BUILD.ninja.log"
-  say "build FAILED (see $BUILD.ninja.log)"
+if ! timeout 300 ninja -C "$BUILD" >"$BUILD/gpu-check-ninja.log" 2>&1; then
+  tail -n 30 "$BUILD/gpu-check-ninja.log"
+  say "build FAILED (see $BUILD/gpu-check-ninja.log)"
   exit 1
 fi
-nwarn=$(grep -c "warning:" "$BUILD.ninja.log")
+nwarn=$(grep -c "warning:" "$BUILD/gpu-check-ninja.log")
 say "build ok in $(elapsed) s, $nwarn compiler warnings"
 [ "$nwarn" -eq 0 ] || status=1
 
@@ -130,12 +133,12 @@ tests=(backend backend_llama backend_device backend_minigpt gpu_kernels gpu_llam
 [ "$NGPU" -lt 4 ] && [ "$NGPU" -ge 2 ] && say "    fewer than 4 GPUs: the TP x DP NCCL test (4 ranks) is not run"
 # what is left of the 8 minutes, less a minute for the throughput runs (at least 60 s)
 tleft=$(( 420 - $(elapsed) )); [ "$tleft" -lt 60 ] && tleft=60
-timeout "$tleft" meson test -C "$BUILD" --print-errorlogs "${tests[@]}" >"$BUILD.test.log" 2>&1
-grep -E '^ *[0-9]+/[0-9]+ ' "$BUILD.test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
-if grep -qE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR)' "$BUILD.test.log" \
-   || ! grep -q '^Ok:' "$BUILD.test.log"; then
+timeout "$tleft" meson test -C "$BUILD" --print-errorlogs "${tests[@]}" >"$BUILD/gpu-check-test.log" 2>&1
+grep -E '^ *[0-9]+/[0-9]+ ' "$BUILD/gpu-check-test.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+if grep -qE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR)' "$BUILD/gpu-check-test.log" \
+   || ! grep -q '^Ok:' "$BUILD/gpu-check-test.log"; then
   status=1
-  say "tests FAILED (details: $BUILD.test.log)"
+  say "tests FAILED (details: $BUILD/gpu-check-test.log)"
 fi
 # the checks inside the GPU tests, and the CUDA-vs-CPU loss per step
 LOG=$BUILD/meson-logs/testlog.txt

@@ -101,7 +101,7 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
     if (o->given[OPT_ZERO])
         p->zero = o->zero;
     /* batch sizes the user did not give stay unset: whale-train's own
-     * defaults apply, as under whale-run (issue 19) */
+     * defaults apply, as under whale-run */
     p->unset = WHALE_PLAN_UNSET_BATCH;
     if (o->given[OPT_MICROBATCH]) {
         p->micro_batch = o->microbatch;

@@ -1,7 +1,7 @@
 /* sbatch/salloc: what the job's sruns will start is partly known at
  * submission (-n, -N, --ntasks-per-node on the command line or in #SBATCH
  * lines); degrees that cannot fit it are refused now, not when the job's
- * first srun fails hours later (issue 19, rough edge 3). */
+ * first srun fails hours later. */
 #ifndef SPANK_WHALE_SUBMIT_CHECK_H
 #define SPANK_WHALE_SUBMIT_CHECK_H
 

@@ -11,7 +11,7 @@
 
 /* srun -> slurmstepd: the plan as inline JSON. A SLURM_* name, because
  * srun keeps SLURM_* variables in the launch environment even with
- * --export=NONE (issue 20.6); the plugin removes it from each task's
+ * --export=NONE; the plugin removes it from each task's
  * environment and sets WHALE_PLAN instead. */
 #define WHALE_SPANK_PLAN_ENV "SLURM_WHALE_PLAN"
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Checkpoint benchmark (issue 17 item 4). Figures, with the competitor
+# Checkpoint benchmark. Figures, with the competitor
 # measured in the same run, rounds interleaved, load average beside each:
 #   - training stall per checkpoint: async (snapshot copy, deferred snapshot)
 #     vs a synchronous save of the same tensors      target: stall <= 5 % of sync

@@ -4,7 +4,7 @@
 # same session, alternating R rounds; and beside the copy bound: a ring of
 # processes copying through shared memory (shm_copy_ring.c), measured in the
 # same rounds. Prints median and best of each side, the ratios, the load
-# average, and one summary line per issue-17 target:
+# average, and one summary line per target:
 #   64 MiB: busbw >= 3x Open MPI and >= 50 % of the copy ring; 2 MiB: >= 1x;
 #   8 B: time <= 2x Open MPI's; -m srun (TCP across nodes): >= 1.2x.
 # A target is "not judged" when the 1-minute load average went above -L
@@ -151,7 +151,7 @@ for n in $ranks; do
       printf ' | %8.2f %7.2f' "$bb" "$(ratio "$wb" "$bb")"
     fi
     printf '\n'
-    # targets (issue 17 item 1)
+    # the targets listed at the top
     if [ "$mode" = srun ]; then
       [ "$s" = "$big" ] && echo "tcp $n $s bw>=1.2x_ompi $bwr 1.2 ge" >> "$tmp/summary"
     elif [ "$s" -ge 67108864 ]; then

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Redundancy overhead per step (issue 11): the in-memory copy of every
+# Redundancy overhead per step: the in-memory copy of every
 # rank's unique state, refreshed every K steps by puts that overlap the next
 # step, against the same run without copies. Runs under whale-run (one task
 # per emulated node, so copies cross "nodes" over UCX), rounds interleaved

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Elastic recovery under srun on the minicluster (issue 11's closing note).
+# Elastic recovery under srun on the minicluster.
 # For each model shape, in one run:
 #   1. baseline: the layout without spares (no in-memory copies)     -> step time
 #   2. the same layout + 1 spare node, uninterrupted                  -> step time,

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Elastic training benchmark (issue 11). Figures, each from runs made here:
+# Elastic training benchmark. Figures, each from runs made here:
 #   - redundancy overhead per step: the per-step snapshot + refresh of the
 #     in-memory copy (redundancy_s in the metrics) against the step time,
 #     and the step time of the same run without copies (interleaved runs),

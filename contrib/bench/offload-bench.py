@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host offload benchmark (issue 12), every competitor measured in the same run.
+"""Host offload benchmark, every competitor measured in the same run.
 
 1. Host AdamW: one optimizer step over the parameter tensors of a preset
    (default gpt2-124m: 148 tensors, 124.4 M parameters) with whale's host

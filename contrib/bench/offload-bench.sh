@@ -1,5 +1,5 @@
 #!/bin/bash
-# Host offload benchmark (issue 12): one command, a summary of the targets at
+# Host offload benchmark: one command, a summary of the targets at
 # the end. Figures, each beside its competitor measured in the same run:
 #   - host AdamW vs torch.optim.AdamW (single-tensor, foreach, fused where the
 #     CPU torch has it) on gpt2-124m's tensors          target: >= 1.5x

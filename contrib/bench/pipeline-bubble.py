@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pipeline bubble, measured against (p-1)/m (1F1B) and (p-1)/(v m) (interleaved).
 
-Part 1 (executor, the target of issue 17 item 3): pp_sleep runs the pipeline
+Part 1 (executor: idle within 1.2 x the theoretical bubble): pp_sleep runs the pipeline
 executor over real processes (whale-run, UCX send/recv) with passes that
 sleep F / B ms, so CPU contention does not blur the figure, for p = 2, 4,
 m = 4, 8, 16, 1F1B and interleaved (v = 2), rounds interleaved. Per case:

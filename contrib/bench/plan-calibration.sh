@@ -94,8 +94,11 @@ best() {
 highest() {
     sort -g | tail -1
 }
+# The expression is assigned before it is printed: inside a print statement
+# awk reads a bare ">" as output redirection, so "print $p > 1 ? 1 : $p"
+# wrote $p into a file named "1" in the current directory.
 calc() {
-    awk "BEGIN { print $1 }"
+    awk "BEGIN { v = $1; print v }"
 }
 
 if [ -z "${REFIT:-}" ]; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Text to tokens to a model and back (issue 16): whale-data makes a
+# Text to tokens to a model and back: whale-data makes a
 # tokenizer and shards from this project's sources, whale-train trains with
 # --val-data under several layouts (whale-run TP x PP, DP with ZeRO 3, srun
 # DP across nodes), the validation loss of every evaluation equals the

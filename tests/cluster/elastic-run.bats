@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Elastic training under whale-run (issue 11, state half): WHALE_FAULT
+# Elastic training under whale-run: WHALE_FAULT
 # injection, in-memory copies that never change a loss, the clear stop when
 # nothing can take a failed rank's place, and recovery on a hot spare:
 # every requested step completes, every step's loss equals the

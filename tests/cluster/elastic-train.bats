@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Elastic training end to end (issue 11's test list): whale-train under srun
+# Elastic training end to end: whale-train under srun
 # with a hot-spare node (TP=2 x PP=2 x DP=2 + 1 spare node = -N5 -n10), a
 # fault injected with WHALE_FAULT or with the minicluster's kill-node /
 # link-down, and every case checks that
@@ -210,8 +210,8 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
 
 @test "no spare left at DP=2: the run goes on at DP=1 with the same loss curve" {
   # ZeRO 0: each replica holds all state. (A shrink at ZeRO >= 1 needs the
-  # dropped replica's optimizer shard from its holder: el-perf's part of
-  # issue 11; without it the state comes from disk, the next case.)
+  # dropped replica's optimizer shard from its holder; without it the state
+  # comes from disk, the next case.)
   ref dp2 -N2 -n2 --whale-dp=2
   fault_run kshrink WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=1:step=12 -- -N2 -n2 --whale-dp=2 \
     --no-kill --kill-on-bad-exit=0 --wait=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Issue 20 on a real slurmstepd: what a hostile user controls (srun's
+# The trust model on a real slurmstepd: what a hostile user controls (srun's
 # environment, srun's own process, files under /tmp, the plan) cannot
 # block a node, bypass the site limits or redirect the plugin's writes,
 # and Whale steps work with --export=NONE.

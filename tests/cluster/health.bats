@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Rough edges a new user hit (issue 19), each reproduced on the real
+# Rough edges a new user hit, each reproduced on the real
 # minicluster: the same command trains the same global batch under srun and
 # whale-run; a node that computes another layout than srun fails its tasks.
 

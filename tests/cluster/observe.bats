@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Watching a run (issue 18): the summary for people, system metrics per rank,
+# Watching a run: the summary for people, system metrics per rank,
 # Prometheus output (parsed by the prometheus_client package), the cost
 # against a hand calculation, whale-report rendered in headless Chromium,
 # the layout a checkpoint records, trace span names, the process name.
@@ -208,16 +208,16 @@ PY
   [ "$status" -eq 0 ]
 }
 
-@test "trace span names are the README's; selective recompute has spans and recompute_s" {
+@test "trace span names are those docs/observability.md lists; selective recompute has spans and recompute_s" {
   run timeout 300 env WHALE_TRACE="$TMPD/sel.json" "$RUN" -n 1 --timeout 280 "$TRAIN" \
     --model gpt-tiny --data "$TMPD/corpus.txt" --steps 3 --batch 4 --seq 64 --threads 1 \
     --no-progress --recompute selective --metrics "$TMPD/sel.jsonl"
   [ "$status" -eq 0 ]
-  run python3 - "$WHALE_SRC_DIR/README.md" "$TMPD" <<'PY'
+  run python3 - "$WHALE_SRC_DIR/docs/observability.md" "$TMPD" <<'PY'
 import glob, json, re, sys
-readme = open(sys.argv[1]).read()
-after = readme.split("The\n  spans, by name")[1]
-table = "\n".join(l for l in after.split("\n\n")[1].splitlines() if l.startswith("  |"))
+doc = open(sys.argv[1]).read()
+after = doc.split("spans, by name")[1]
+table = "\n".join(l for l in after.split("\n\n")[1].splitlines() if l.lstrip().startswith("|"))
 documented = set(re.findall(r"`([a-z][a-z ]*)`", table))
 seen = set()
 for p in glob.glob(sys.argv[2] + "/trace-rank*.json") + [sys.argv[2] + "/sel.json"]:
@@ -225,7 +225,7 @@ for p in glob.glob(sys.argv[2] + "/trace-rank*.json") + [sys.argv[2] + "/sel.jso
     evs = t["traceEvents"] if isinstance(t, dict) else t
     seen |= {e["name"] for e in evs if e.get("ph") == "X"}
 extra = seen - documented
-assert not extra, ("spans the README does not list", extra)
+assert not extra, ("spans docs/observability.md does not list", extra)
 assert "recompute" in seen and "dp wait" in seen, seen
 rs = [json.loads(l)["recompute_s"] for l in open(sys.argv[2] + "/sel.jsonl") if l.startswith('{"step"')]
 assert all(r > 0 for r in rs), rs

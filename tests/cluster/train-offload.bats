@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# Host offload (issue 12) end to end: whale-train with --offload
+# Host offload end to end: whale-train with --offload
 # optimizer|params (flag, WHALE_PLAN from the plugin's --whale-offload) gives
 # the single-rank, no-offload losses over 20 steps under whale-run and under
 # srun across namespace nodes (also with the state, params mode included,

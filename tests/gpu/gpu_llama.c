@@ -1,5 +1,5 @@
 /* The cuda backend's Llama-block kernels against the cpu backend on the
- * same inputs (whale/backend.h, wave 4): RMSNorm forward/backward, SwiGLU
+ * same inputs (whale/backend.h): RMSNorm forward/backward, SwiGLU
  * and GeGLU, rotary (forward and its inverse, on a strided q|k|v buffer),
  * grouped-query flash attention forward/backward (4 query heads on 2 KV
  * heads, multi-query, a TP rank's slice of the head map), strided bias
@@ -139,8 +139,8 @@ static void colsum_embed(enum whale_dtype t)
     RUN(whale_k_embed_bwd_rows(C_, NULL, t, dwte, d, tok, v0, V, N, Cc));
     RUN(whale_k_embed_bwd_rows(G_, NULL, t, gdwte, gd, gtok, v0, V, N, Cc));
     CMP("embed bwd rows", dwte, gdwte, WHALE_FLOAT32, (size_t)V * Cc, 1e-4);
-    /* wave 5: out rows ld apart, columns [0,OC) = bias; the columns between
-     * stay as they were (a copy: exact on both backends, tolerance 0) */
+    /* whale_k_bias_fill: out rows ld apart, columns [0,OC) = bias; the
+     * columns between stay as they were (a copy: exact on both backends, tolerance 0) */
     void *bias = mk(t, OC, 1), *gb = UP(bias, SZ(t, OC));
     void *o = mk(t, (size_t)N * ld, 1), *go = UP(o, SZ(t, (size_t)N * ld));
     RUN(whale_k_bias_fill(C_, NULL, t, o, ld, bias, N, OC));

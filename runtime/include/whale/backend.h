@@ -11,6 +11,10 @@
  * offload) stays backend-neutral: it allocates through whale_mem_alloc,
  * moves bytes with whale_memcpy, and calls the kernels below.
  *
+ * Sections: choosing and opening a backend (with host access and execution
+ * order), memory, streams and events, GEMM, the kernels of a GPT block,
+ * casts / reductions / the optimizer, the kernels of a Llama-style block.
+ *
  * ---- Conventions shared by every call --------------------------------------
  * - Return 0 or a negative WHALE_E* code; the failing call (CUDA / cuBLASLt
  *   name and error string) and the rank are logged where it failed. A kernel
@@ -78,6 +82,16 @@ bool whale_device_available(enum whale_device d);
  * cpu and auto: 1). */
 int whale_device_count(enum whale_device d);
 
+/* Resolves what a run asks for (--device, WHALE_DEVICE) against this build
+ * and what the process sees: *out is cpu or cuda and why (len bytes) says
+ * in words why that one. auto: cuda when a GPU was bound to the task
+ * (CUDA_VISIBLE_DEVICES, set by the plugin), the build has the cuda backend
+ * and a device answers; else cpu. cuda asked for but unusable: WHALE_ENOTSUP
+ * and why names the reason (not built with CUDA, no device, driver error).
+ * Logs nothing: the caller says what it chose. */
+int whale_device_resolve(enum whale_device asked, enum whale_device *out, char *why,
+                         size_t len);
+
 struct whale_backend_opts {
     enum whale_device device;
     /* cuda: device ordinal among the visible ones; -1 chooses: the plugin
@@ -93,11 +107,11 @@ struct whale_backend_opts {
      * the engine runs on a GPU while its host paths (data, checkpoints,
      * host collectives) still touch engine memory directly. cpu: unused. */
     bool host_coherent;
-    /* appended in wave 5. cuda with host_coherent: calls do NOT wait for
-     * their stream (stream-ordered execution; managed memory prefers the
-     * device and is prefetched there); the caller makes every point where
-     * host code touches backend memory explicit with
-     * whale_backend_host_access. Default false (one sync per call). */
+    /* cuda with host_coherent: calls do NOT wait for their stream
+     * (stream-ordered execution; managed memory prefers the device and is
+     * prefetched there); the caller makes every point where host code
+     * touches backend memory explicit with whale_backend_host_access.
+     * Default false (one sync per call). */
     bool stream_ordered;
 };
 /* Fills the defaults: device AUTO, ordinal -1, threads 0, no TF32. */
@@ -114,6 +128,22 @@ enum whale_device whale_backend_device(const whale_backend *b);
 const char *whale_backend_describe(const whale_backend *b);
 /* True when device memory can be read and written by host code (cpu). */
 bool whale_backend_host_addressable(const whale_backend *b);
+
+/* Host access and execution order. */
+/* True when kernels may read host memory that did not come from the backend
+ * (cpu). False on cuda even with host_coherent: inputs such as token ids
+ * must be copied into backend memory first. NULL (no backend): true. */
+bool whale_backend_reads_host(const whale_backend *b);
+/* A host-access point of stream-ordered execution: waits until every call
+ * enqueued on the backend's device (all its streams, NCCL's included) has
+ * finished, so host code may then read or write backend memory; reports the
+ * first asynchronous error. A no-op (0) on cpu and on a backend whose calls
+ * already complete before they return (host_coherent without
+ * stream_ordered). */
+int whale_backend_host_access(whale_backend *b);
+/* True when calls return before their work is done (cuda stream_ordered):
+ * host code must then call whale_backend_host_access first. */
+bool whale_backend_stream_ordered(const whale_backend *b);
 
 /* ---- memory ------------------------------------------------------------------ */
 
@@ -202,6 +232,17 @@ int  whale_event_elapsed_ms(whale_event *start, whale_event *end, float *ms);
 int whale_gemm(whale_backend *b, whale_stream *s, bool transA, bool transB, int M, int N, int K,
                float alpha, const void *A, int lda, const void *B, int ldb,
                enum whale_dtype ab_type, float beta, void *C, int ldc, enum whale_dtype c_type);
+
+/* Arithmetic of GEMMs whose operands are STORED in fp32 (whale_gemm with
+ * ab_type float32, linear kernels with t = float32). WHALE_FLOAT32: exact
+ * fp32 (TF32 only with allow_tf32); WHALE_BFLOAT16 / WHALE_FLOAT16: the
+ * operands are rounded to that type and the products summed in fp32 (the
+ * engine's mixed precision keeps fp32 activations and multiplies in 16
+ * bits). cpu: k_gemm_mm of backend/kernels_lp.c (bf16 where the CPU has
+ * AVX512_BF16, else exact fp32: the engine asks only for what it can get);
+ * cuda: CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F. Default WHALE_FLOAT32. */
+int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
+enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b);
 
 /* ---- kernels of a GPT block (t: dtype of weights and activations) ----------- */
 
@@ -298,6 +339,29 @@ int whale_k_softmax_xent_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dt
                                 void *probs, const int32_t *targets, int v0, float dloss, int N,
                                 int V);
 
+/* Biases of linears whose bias is not fused into the GEMM (row-parallel
+ * outputs, strided q/k/v column ranges). */
+
+/* out (N,OC) += bias (OC) on every row (the bias of a row-parallel linear,
+ * added once after the tensor-parallel sum). */
+int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                     const void *bias, int N, int OC);
+/* out rows ldo elements apart, columns [0, OC) of each of N rows = bias (OC):
+ * the first half of a strided linear (out = bias, then whale_gemm with
+ * beta 1 adds inp @ w^T), so the bias is summed in the order the cpu
+ * kernels sum it. */
+int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
+                      const void *bias, int N, int OC);
+/* db (OC) fp32 += column sums of x (N rows ld elements apart, OC columns):
+ * the bias gradient of a linear whose output is a column range. */
+int whale_k_colsum_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, float *db,
+                       const void *x, int ld, int N, int OC);
+
+/* Embedding gradient without positions (rotary): dwte (V,C) fp32 += rows of
+ * dout (N,C) for the tokens (N, int32) in [v0, v0+V) */
+int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
+                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+
 /* ---- casts, reductions, optimizer ------------------------------------------- */
 
 /* dst (n) in dt = src (n) in st; f32 <-> bf16 <-> f16, round to nearest
@@ -305,6 +369,9 @@ int whale_k_softmax_xent_bwd_tp(whale_backend *b, whale_stream *s, enum whale_dt
  * when both dtypes have the same size. */
 int whale_k_cast(whale_backend *b, whale_stream *s, void *dst, enum whale_dtype dt,
                  const void *src, enum whale_dtype st, int64_t n);
+/* x (n) fp32, in place: each value rounded to dtype t (bf16 / fp16, nearest
+ * even) and widened back: an fp32 buffer holding what a 16-bit tensor would. */
+int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype t, int64_t n);
 /* x (n) fp32 *= a (gradient unscaling, clipping). */
 int whale_k_scale(whale_backend *b, whale_stream *s, float *x, float a, int64_t n);
 /* Host results: these wait for s. *sumsq = sum of g[i]^2 in double, in a
@@ -334,43 +401,7 @@ int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o
                   float grad_mul, const struct whale_adamw_piece *pieces, int np,
                   enum whale_dtype w16_type);
 
-/* ---- appended in wave 3 (engine routed through the backend) ---------------- */
-
-/* Arithmetic of GEMMs whose operands are STORED in fp32 (whale_gemm with
- * ab_type float32, linear kernels with t = float32). WHALE_FLOAT32: exact
- * fp32 (TF32 only with allow_tf32); WHALE_BFLOAT16 / WHALE_FLOAT16: the
- * operands are rounded to that type and the products summed in fp32 (the
- * engine's mixed precision keeps fp32 activations and multiplies in 16
- * bits). cpu: k_gemm_mm of backend/kernels_lp.c (bf16 where the CPU has
- * AVX512_BF16, else exact fp32: the engine asks only for what it can get);
- * cuda: CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F. Default WHALE_FLOAT32. */
-int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
-enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b);
-/* True when kernels may read host memory that did not come from the backend
- * (cpu). False on cuda even with host_coherent: inputs such as token ids
- * must be copied into backend memory first. NULL (no backend): true. */
-bool whale_backend_reads_host(const whale_backend *b);
-
-/* out (N,OC) += bias (OC) on every row (the bias of a row-parallel linear,
- * added once after the tensor-parallel sum). */
-int whale_k_bias_add(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
-                     const void *bias, int N, int OC);
-/* x (n) fp32, in place: each value rounded to dtype t (bf16 / fp16, nearest
- * even) and widened back: an fp32 buffer holding what a 16-bit tensor would. */
-int whale_k_round(whale_backend *b, whale_stream *s, float *x, enum whale_dtype t, int64_t n);
-
-/* Resolves what a run asks for (--device, WHALE_DEVICE) against this build
- * and what the process sees: *out is cpu or cuda and why (len bytes) says
- * in words why that one. auto: cuda when a GPU was bound to the task
- * (CUDA_VISIBLE_DEVICES, set by the plugin), the build has the cuda backend
- * and a device answers; else cpu. cuda asked for but unusable: WHALE_ENOTSUP
- * and why names the reason (not built with CUDA, no device, driver error).
- * Logs nothing: the caller says what it chose. */
-int whale_device_resolve(enum whale_device asked, enum whale_device *out, char *why,
-                         size_t len);
-
-
-/* ---- appended in wave 4: the Llama block (RMSNorm, gated MLP, rotary, GQA) --
+/* ---- kernels of a Llama-style block (RMSNorm, gated MLP, rotary, GQA) ------
  * The kernels engine/block_x.c needs besides the GPT ones above, so a
  * Llama-style block can run on either backend. cpu: backend/kernels_llama.c
  * and backend/attn_blocked.c called unchanged for fp32 (same bits as calling
@@ -429,35 +460,6 @@ int whale_k_attention_gqa_bwd(whale_backend *b, whale_stream *s, enum whale_dtyp
                               const float *lse, const void *q, int ldq, const void *k, int ldk,
                               const void *v, int ldv, int B, int T,
                               const struct whale_attn_heads *m);
-
-/* db (OC) fp32 += column sums of x (N rows ld elements apart, OC columns):
- * the bias gradient of a linear whose output is a column range. */
-int whale_k_colsum_acc(whale_backend *b, whale_stream *s, enum whale_dtype t, float *db,
-                       const void *x, int ld, int N, int OC);
-/* Embedding gradient without positions (rotary): dwte (V,C) fp32 += rows of
- * dout (N,C) for the tokens (N, int32) in [v0, v0+V) */
-int whale_k_embed_bwd_rows(whale_backend *b, whale_stream *s, enum whale_dtype t, float *dwte,
-                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
-
-/* ---- appended in wave 5 ------------------------------------------------------ */
-
-/* out rows ldo elements apart, columns [0, OC) of each of N rows = bias (OC):
- * the first half of a strided linear (out = bias, then whale_gemm with
- * beta 1 adds inp @ w^T), so the bias is summed in the order the cpu
- * kernels sum it. */
-int whale_k_bias_fill(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out, int ldo,
-                      const void *bias, int N, int OC);
-
-/* A host-access point of stream-ordered execution: waits until every call
- * enqueued on the backend's device (all its streams, NCCL's included) has
- * finished, so host code may then read or write backend memory; reports the
- * first asynchronous error. A no-op (0) on cpu and on a backend whose calls
- * already complete before they return (host_coherent without
- * stream_ordered). */
-int whale_backend_host_access(whale_backend *b);
-/* True when calls return before their work is done (cuda stream_ordered):
- * host code must then call whale_backend_host_access first. */
-bool whale_backend_stream_ordered(const whale_backend *b);
 
 #ifdef __cplusplus
 }

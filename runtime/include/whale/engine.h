@@ -144,7 +144,7 @@ struct whale_engine_config {
     int64_t act_budget_bytes;       /* with AUTO: activation memory budget of this rank
                                        (0: half of what no recomputation keeps) */
 
-    /* memory and offload (issue 12) */
+    /* memory and offload */
     int64_t device_mem;    /* arena budget in bytes for this rank (0: unlimited) */
     int offload;           /* enum whale_offload: none | optimizer | params (params: ZeRO 3) */
     int offload_prefetch;  /* ZeRO 3: layers whose weights are fetched ahead (0: 1) */

@@ -1,7 +1,7 @@
 /* The environment contract between the SPANK plugin (and whale-run) and
  * every task. This header is the single source of truth for the names; what
  * each means is in spank_whale(8), "ENVIRONMENT OF EACH TASK" (man/), and
- * the README ("Running a step with Whale").
+ * docs/running.md.
  *
  * Logical rank order (Megatron convention, TP fastest, PP slowest):
  *     rank = ((pp * DP) + dp) * TP + tp

@@ -1,7 +1,7 @@
 /* Every WHALE_* environment variable in one table (name, type, default,
  * meaning): the code reads them through whale_knob_getenv(), the tools
- * print the table (whale-train --help-env, whale-run --help-env) and the
- * README's table is checked against it (tests/unit/tools/knobs.sh, which
+ * print the table (whale-train --help-env, whale-run --help-env) and
+ * whale-train(1)'s table is checked against it (tests/unit/tools/knobs.sh, which
  * also fails on a "WHALE_..." literal in the code that is not declared
  * here). The contract names (rank, degrees, plan: whale/env.h) are in the
  * table too, as type "contract": the plugin or whale-run sets them. */
@@ -29,7 +29,7 @@ const struct whale_knob *whale_knob_find(const char *name);
 /* getenv() of a declared knob; an undeclared name is a bug (logged once at
  * warning level) and still read. */
 const char *whale_knob_getenv(const char *name);
-/* The table as text (markdown: a README table), knobs whose name starts
+/* The table as text (markdown: a table for documents), knobs whose name starts
  * with prefix (NULL: all). */
 void whale_knobs_print(FILE *f, const char *prefix, int markdown);
 

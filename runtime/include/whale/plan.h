@@ -340,7 +340,7 @@ struct whale_plan_prediction {
 int whale_plan_eval(const struct whale_model_desc *model, long global_batch,
                     const struct whale_cluster *c, struct whale_plan_config *cfg,
                     struct whale_plan_prediction *pred);
-/* How much larger a model fits with offload (issue 12): the largest models
+/* How much larger a model fits with offload: the largest models
  * of `model`'s width (layers grown) that fit cfg without offload and with
  * it (cfg's offload, or optimizer / params with ZeRO 3 when cfg has none),
  * as parameter counts. Returns the offload mode compared. */

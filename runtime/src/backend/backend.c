@@ -653,7 +653,7 @@ int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o
     return np ? fin(b, s, b->ops->adamw(b, native_of(b, s), o, t, grad_mul, pieces, np, w16_type)) : 0;
 }
 
-/* ---- appended in wave 3 ------------------------------------------------------------- */
+/* ---- GEMM math of fp32 operands, host reads, bias add, rounding ------------------- */
 
 int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm)
 {

@@ -97,11 +97,12 @@ struct bk_ops {
     int (*adamw)(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
                  float grad_mul, const struct whale_adamw_piece *p, int np,
                  enum whale_dtype w16t);
-    /* appended in wave 3 (never reorder: implementations fill by position) */
+    /* bias add and rounding to 16-bit values. Never reorder the entries: the cuda
+     * backend fills this table by position */
     int (*bias_add)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                     const void *bias, int N, int OC);
     int (*round16)(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
-    /* appended in wave 4: the Llama block (whale/backend.h) */
+    /* the Llama block (whale/backend.h) */
     int (*rmsnorm_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
                        const void *inp, const void *w, int N, int C);
     int (*rmsnorm_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -127,7 +128,7 @@ struct bk_ops {
                       const void *x, int ld, int N, int OC);
     int (*embed_bwd_rows)(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                           const void *dout, const int32_t *tok, int v0, int V, int N, int C);
-    /* appended in wave 5 */
+    /* strided bias of q/k/v column ranges */
     int (*bias_fill)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                      const void *bias, int N, int OC);
     /* wait for all device work (whale_backend_host_access); NULL: nothing to wait for */

@@ -1,4 +1,4 @@
-/* Public entry points of the Llama-block kernels (whale/backend.h, wave 4):
+/* Public entry points of the Llama-block kernels (whale/backend.h):
  * the same checks as backend.c's (dtype, sizes, NULLs, head layout) once for
  * both backends, then the implementation's operation. */
 #include "backend/backend_internal.h"

@@ -217,7 +217,7 @@ static const struct bk_ops cpu_ops = {
     .adamw = bkc_adamw,
     .bias_add = bkc_bias_add,
     .round16 = bkc_round16,
-    /* wave 4: the Llama block (cpu_llama.c) */
+    /* the Llama block (cpu_llama.c) */
     .rmsnorm_fwd = bkc_rmsnorm_fwd,
     .rmsnorm_bwd = bkc_rmsnorm_bwd,
     .glu_fwd = bkc_glu_fwd,
@@ -227,7 +227,7 @@ static const struct bk_ops cpu_ops = {
     .attention_gqa_bwd = bkc_attention_gqa_bwd,
     .colsum_acc = bkc_colsum_acc,
     .embed_bwd_rows = bkc_embed_bwd_rows,
-    /* wave 5 */
+    /* strided bias of q/k/v column ranges (cpu_llama.c) */
     .bias_fill = bkc_bias_fill,
 };
 

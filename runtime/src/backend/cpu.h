@@ -58,7 +58,7 @@ int bkc_has_inf_nan(whale_backend *b, bk_stream s, const float *g, int64_t n, bo
 int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
               float grad_mul, const struct whale_adamw_piece *p, int np, enum whale_dtype w16t);
 
-/* appended in wave 3 */
+/* bias add and rounding to 16-bit values (cpu_kernels.c) */
 int bkc_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
                  int N, int OC);
 int bkc_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);

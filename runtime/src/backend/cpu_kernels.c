@@ -445,7 +445,7 @@ int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_
     return rc;
 }
 
-/* ---- appended in wave 3 ------------------------------------------------------------ */
+/* ---- bias add and rounding to 16-bit values ----------------------------------------- */
 
 int bkc_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
                  int N, int OC)

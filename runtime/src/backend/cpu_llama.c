@@ -1,4 +1,4 @@
-/* cpu backend: the Llama-block operations (whale/backend.h, wave 4). fp32
+/* cpu backend: the Llama-block operations (whale/backend.h). fp32
  * calls go straight to backend/kernels_llama.c and backend/attn_blocked.c
  * with the same arguments the engine passes them, so results are
  * bit-identical to calling those kernels. 16-bit operands are widened to

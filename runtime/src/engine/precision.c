@@ -10,7 +10,7 @@
  *    overflows, which the loss scaler then sees);
  *  - gradients of parameters accumulate in fp32 (Megatron's main_grad).
  * This OpenBLAS build exports no cblas_sbgemm, so there is no bf16 GEMM on
- * the CPU path here; see README "Mixed precision". Every cast runs through
+ * the CPU path here; see docs/precision.md. Every cast runs through
  * the engine's backend (whale_k_cast / whale_k_round; AdamW with
  * the 16-bit cast in the same pass: step.c apply_adamw, whale_k_adamw). */
 #include "engine_internal.h"

@@ -1,4 +1,4 @@
-/* Offload in the planner (issue 12): the exposed time of optimizer and
+/* Offload in the planner: the exposed time of optimizer and
  * parameter offload as the engine runs them, and how much larger a model
  * fits with offload than without.
  *

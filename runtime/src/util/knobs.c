@@ -1,5 +1,5 @@
 /* The WHALE_* variables (whale/knobs.h). Keep the list sorted by name; one
- * line of meaning each (the README's table is this table). */
+ * line of meaning each (whale-train(1)'s ENVIRONMENT table is this table). */
 #include "whale/knobs.h"
 
 #include <stdatomic.h>
@@ -64,7 +64,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_PROGRESS_SLEEP", "int", "32", "yields of a waiting thread before it sleeps on the UCX event fd (0..1048576, 0: never, yield and nap)" },
     { "WHALE_RANK", "contract", "", "logical rank of this task (-1 for a spare)" },
     { "WHALE_RANKMAP", "contract", "", "logical rank -> task id, compact, or @FILE" },
-    { "WHALE_REDUNDANCY_EVERY", "int", "1", "elastic steps: refresh the in-memory copy every K steps (0: local rollback only)" },
+    { "WHALE_REDUNDANCY_EVERY", "spec", "auto", "elastic steps: refresh the in-memory copy every K steps (0..1000000; 0: local rollback only), or auto: K starts at 1 and rises so that a refresh blocks at most 5 % of a step" },
     { "WHALE_REPORT", "contract", "", "FIFO of this node's slurmstepd for failure reports" },
     { "WHALE_RMA_PROTO", "enum", "auto", "one-sided transfers to remote peers: auto (tagged messages for PEER-mode peers), tag or ucx" },
     { "WHALE_SHM", "bool", "1", "allreduce, reduce-scatter and allgather of one-node groups through a shared segment (0: UCX messages only)" },

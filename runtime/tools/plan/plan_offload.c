@@ -1,4 +1,4 @@
-/* whale-plan: what offload buys (issue 12). The library's
+/* whale-plan: what offload buys. The library's
  * whale_plan_offload_gain compares one layout with and without offload; a
  * user asks something wider: does anything fit without offload at all, and
  * how much larger a model fits when offload is allowed, any layout. That is

@@ -1,4 +1,4 @@
-/* whale-plan: what offload buys (issue 12). */
+/* whale-plan: what offload buys. */
 #ifndef WHALE_PLAN_OFFLOAD_TOOL_H
 #define WHALE_PLAN_OFFLOAD_TOOL_H
 

@@ -482,7 +482,7 @@ static int report(const struct report_args *a, const struct whale_plan_request *
     } else if (!a->quiet) {
         whale_plan_explain(rq, res, buf, len);
         fputs(buf, human);
-        plan_offload_report(rq, res, human); /* issue 12: what offload buys here */
+        plan_offload_report(rq, res, human); /* what offload buys here */
     }
     if (a->evaluate && !res->found && a->nofit)
         evaluate_nofit(rq, res, buf, len, human);

@@ -1,4 +1,4 @@
-/* whale-train's offload and device-memory knobs (issue 12), kept apart from
+/* whale-train's offload and device-memory knobs, kept apart from
  * the rest of the tool: options, their sources (flag > WHALE_* variable >
  * plan), and the metrics they add. */
 #ifndef WHALE_TRAIN_OFFLOAD_OPTS_H

@@ -1,4 +1,4 @@
-/* The data area (issue 16) plugged into whale-train's hooks: --val-data,
+/* The data area plugged into whale-train's hooks: --val-data,
  * --eval-every, --eval-batches, --vocab, --tokenizer. The logic lives in
  * train_data.c; this file maps it onto the area interface (train_areas.h)
  * plus two calls from the core: the checkpoint record once the saver is

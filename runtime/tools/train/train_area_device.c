@@ -1,4 +1,4 @@
-/* The device area (issue 14) plugged into whale-train's hooks: --device
+/* The device area plugged into whale-train's hooks: --device
  * cpu|cuda|auto (else WHALE_DEVICE, else auto) resolved before the engine
  * is created. The logic lives in train_device.c. */
 #include "train_areas.h"

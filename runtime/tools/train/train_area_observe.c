@@ -1,4 +1,4 @@
-/* The observability area (issue 18) plugged into whale-train's hooks: its
+/* The observability area plugged into whale-train's hooks: its
  * options and help, system metrics and Prometheus every step, the summary
  * for people and the cost at the end. The logic lives in train_observe.c
  * (and train_sysmon.c, train_nvml.c, train_prom.c, train_cost.c); the

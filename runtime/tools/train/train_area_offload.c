@@ -1,4 +1,4 @@
-/* The offload area (issue 12) plugged into whale-train's hooks: its options,
+/* The offload area plugged into whale-train's hooks: its options,
  * help text, configuration, setup collective, per-step figures, summary and
  * end. The logic lives in offload_opts.c; a spare lends memory through
  * train_offload_lend before the elastic wait, or train_offload_spare in a

@@ -1,4 +1,4 @@
-/* whale-train's data side beyond the training stream (issue 16):
+/* whale-train's data side beyond the training stream:
  *  - --vocab N: the model's vocabulary for a tokenizer of N tokens;
  *  - the tokenizer the data was made with (whale-data.json beside the first
  *    --data file, or --tokenizer FILE), checked against the model and

@@ -1,4 +1,4 @@
-/* whale-train's recovery loop (issue 11, state half).
+/* whale-train's recovery loop.
  *
  * Setup (collective over every task, spares included, when the step is
  * elastic: it has spare tasks, or WHALE_ELASTIC=1, or WHALE_REDUNDANCY_EVERY

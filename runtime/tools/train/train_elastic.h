@@ -1,4 +1,4 @@
-/* whale-train's side of elastic training (issue 11, state half): fault
+/* whale-train's side of elastic training: fault
  * injection points, the per-step in-memory copy, the spare's wait and
  * promotion, and the recovery loop after a failed step. whale-train.c only
  * calls these hooks; see train_elastic.c. */

@@ -1,4 +1,4 @@
-/* whale-train's model area (issue 16) in the area hooks of train_areas.h:
+/* whale-train's model area in the area hooks of train_areas.h:
  * --seqpar (Megatron sequence parallelism, or the plan's
  * sequence_parallel) into the engine configuration and the summary. */
 #include "train_models.h"

@@ -1,4 +1,4 @@
-/* whale-train's model area (issue 16): sequence parallelism. The block
+/* whale-train's model area: sequence parallelism. The block
  * architecture itself (GPT-2 or Llama-style) comes from --model's
  * description and needs no option. */
 #ifndef TRAIN_MODELS_H

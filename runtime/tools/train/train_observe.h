@@ -1,4 +1,4 @@
-/* whale-train's observability (issue 18): system metrics per rank, the
+/* whale-train's observability: system metrics per rank, the
  * closing summary for people, Prometheus output and the cost of the run.
  * whale-train calls these hooks; everything else lives in train_observe.c,
  * train_sysmon.c, train_nvml.c, train_prom.c and train_cost.c. */

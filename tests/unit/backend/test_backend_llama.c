@@ -1,4 +1,4 @@
-/* The cpu backend's Llama-block operations (whale/backend.h, wave 4):
+/* The cpu backend's Llama-block operations (whale/backend.h):
  * fp32 calls give exactly the bits of the kernels they wrap (RMSNorm,
  * SwiGLU/GeGLU, rotary, blocked GQA attention, strided column sums,
  * positionless embedding gradient), so routing the engine through them
@@ -168,8 +168,8 @@ static void test_colsum_embed_rows(void **st)
     whale_backend_close(b);
 }
 
-/* wave 5: out rows ldo apart, columns [0,OC) = bias; the columns between
- * the rows keep their bytes (fp32 and bf16), and the engine's strided
+/* whale_k_bias_fill: out rows ldo apart, columns [0,OC) = bias; the columns
+ * between the rows keep their bytes (fp32 and bf16), and the engine's strided
  * linear (bias rows, then whale_gemm with beta 1) gives the bits of the
  * memcpy-and-GEMM it replaced. */
 static void test_bias_fill(void **st)
@@ -207,8 +207,9 @@ static void test_bias_fill(void **st)
     whale_backend_close(b);
 }
 
-/* wave 5: the cpu backend completes every call, so it is never stream-
- * ordered and a host-access point is a no-op, whatever the options say */
+/* whale_backend_host_access: the cpu backend completes every call, so it
+ * is never stream-ordered and a host-access point is a no-op, whatever the
+ * options say */
 static void test_host_access_cpu(void **st)
 {
     (void)st;

@@ -1,5 +1,5 @@
 /* Checkpoints written (or edited) by someone else: every manifest and
- * safetensors field is untrusted (issue 20, cases 1, 8 and 9). Each test
+ * safetensors field is untrusted. Each test
  * saves a small real checkpoint, tampers with one field the way an
  * attacker would, and expects a refusal that names the problem instead of
  * a heap overflow, an overflowing product or a read outside the

@@ -64,7 +64,7 @@ int main(int argc, char **argv)
         }
     }
     double took = t1 - t0;
-    /* No timing assert (issue 19: CI is a busy 2-core machine): the call
+    /* No timing assert (CI is a busy 2-core machine): the call
      * must fail with WHALE_EPEER instead of hanging (a hang is caught by the
      * test's timeout); the time against the bound is printed for reading. */
     int ok = rc == WHALE_EPEER;

@@ -142,7 +142,7 @@ int main(int argc, char **argv)
                 err = whale_remote_flush(rem[victim]);
         }
         double took = now_s() - t0;
-        /* no timing assert (issue 19): an error instead of a hang; the
+        /* no timing assert: an error instead of a hang; the
          * time against the bound is printed for reading */
         bool ok = err == WHALE_EPEER || err == WHALE_ETIMEDOUT;
         printf("rma_check: task %d: put to the dead task %d gave %s after %.2f s (bound %.1f s): %s\n",

@@ -1,5 +1,5 @@
 /* A one-sided transfer cut short by its sender's death must not hurt the
- * target (issue 11: over UCX 1.13's tcp, a software-emulated put whose
+ * target (over UCX 1.13's tcp, a software-emulated put whose
  * origin died made the target abort in ucp_put_handler, "unexpected error:
  * Endpoint timeout", because the target's completion ack to the dead origin
  * is a fatal error inside UCX).

@@ -1,4 +1,4 @@
-/* A data file truncated while it is memory-mapped (issue 20, case 10):
+/* A data file truncated while it is memory-mapped:
  * the copy is guarded against SIGBUS, and the loader names the file. */
 #define _GNU_SOURCE
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Llama-style blocks (issue 16): finite-difference gradient checks of the
+/* Llama-style blocks: finite-difference gradient checks of the
  * new kernels (RMSNorm, SwiGLU/GeGLU, rotary, blocked attention with GQA)
  * and of every layer of engines built from Llama-style descriptions, the
  * blocked attention against the plain one, and a GPT-2 model trained with

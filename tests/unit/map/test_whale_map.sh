@@ -59,7 +59,7 @@ grep -q "across nodes" "$TMP/err" || fail "block refusal"
 expect_rc 0 "$MAP" -w 'n[1-4]' -t 2 --tp 2 --distribution cyclic --rankmap
 grep -q "^WHALE_RANKMAP=0,4,1,5,2,6,3,7$" "$TMP/out" || fail "cyclic rankmap $(grep RANKMAP "$TMP/out")"
 
-# site limits (issue 19): what the plugin would refuse is not drawn either
+# site limits: what the plugin would refuse is not drawn either
 printf 'MaxTP=2\nMaxSpares=0\n' > "$TMP/lim.conf"
 expect_rc 1 "$MAP" -c "$TMP/lim.conf" -w 'n[1-4]' -t 4 --tp 4
 grep -q "tp=4 exceeds the site limit MaxTP=2" "$TMP/err" || fail "MaxTP not applied: $(cat "$TMP/err")"
@@ -70,7 +70,7 @@ printf 'MaxDP=2\n' > "$TMP/limdp.conf"
 expect_rc 1 "$MAP" -c "$TMP/limdp.conf" -w 'n[1-4]' -t 2 --tp 2
 grep -q "dp=4 exceeds the site limit MaxDP=2" "$TMP/err" || fail "MaxDP (derived dp) not applied"
 
-# readable SVGs (issue 19): 4 nodes leave room for the title and legend; 128
+# readable SVGs: 4 nodes leave room for the title and legend; 128
 # nodes of 8 tasks wrap into rows instead of one 25,000 px line
 svg_check() { # file max_width
   python3 - "$1" "$2" <<'PY2'

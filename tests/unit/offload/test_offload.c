@@ -1,4 +1,4 @@
-/* Host offload (issue 12), in one process (DP ranks are threads, see
+/* Host offload, in one process (DP ranks are threads, see
  * ../inproc/inproc.h):
  *  - the arena refuses what exceeds its budget and accounts per category;
  *  - host AdamW (scalar / AVX2 / AVX-512, whatever this CPU runs) is

@@ -1,5 +1,5 @@
 #!/bin/sh
-# whale-plan and offload (issue 12): it picks offload when nothing fits
+# whale-plan and offload: it picks offload when nothing fits
 # without it, says so with the reason, and how much larger a model of the
 # same width fits with offload than without (any layout, the search itself);
 # a model that fits without offload gets a plan without it and no such

@@ -1,4 +1,4 @@
-/* Planner v2 (issue 15): the extended model description, flash attention,
+/* Planner v2: the extended model description, flash attention,
  * uneven interleaving, precision in the time model, ZeRO-3 latency, the
  * model / hardware FLOP labels and the four defects the issue lists. */
 #include <setjmp.h>

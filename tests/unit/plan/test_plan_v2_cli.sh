@@ -1,6 +1,6 @@
 #!/bin/sh
-# Planner v2 on the command line: labelled MFU/HFU rates, the defects of
-# issue 15 (--evaluate of a configuration that does not fit, --explain-model
+# Planner v2 on the command line: labelled MFU/HFU rates, what once went
+# wrong there (--evaluate of a configuration that does not fit, --explain-model
 # without --nodes, --seqpar yes with --tp 1), --precision, Llama-style
 # presets, and whale-train refusing a model description the engine cannot
 # run (naming the model file field).
@@ -80,7 +80,7 @@ expect 1 "whale-train, alibi model" -- "$TRAIN" --model "$TMP/alibi.conf" --data
 has "$TMP/err" "alibi.conf: Position=alibi" "refusal names the model file field"
 
 # a mixed cluster's uneven batch split is predicted, but the plan file gets
-# the even split whale-train runs (issue 19: never a plan whale-train refuses)
+# the even split whale-train runs (never a plan whale-train refuses)
 expect 0 "mixed cluster plan file" -- "$P" -m gpt-3.6b -b 512 -N 2 -G H100-80GB --group 2:8:A100-80GB \
     --json "$TMP/mixed.json"
 python3 - "$TMP/mixed.json" <<'PY2' || { echo "FAIL: mixed plan file has an uneven or inconsistent batch"; fails=$((fails + 1)); }

@@ -289,7 +289,7 @@ static void test_pmix_plugin_lookup(void **st)
 }
 
 /* sbatch/salloc: degrees that cannot fit the job's task count are refused at
- * submission (issue 19, rough edge 3). */
+ * submission. */
 static void test_submit_check(void **st)
 {
     (void)st;
@@ -333,7 +333,7 @@ static void test_submit_check(void **st)
 }
 
 /* The plugin's plan leaves batch fields the user did not set out of the
- * JSON, so whale-train's own defaults hold (issue 19, rough edge 11). */
+ * JSON, so whale-train's own defaults hold. */
 static void test_plan_batch_unset(void **st)
 {
     (void)st;

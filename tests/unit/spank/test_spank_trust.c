@@ -1,4 +1,4 @@
-/* What slurmstepd accepts from srun (issue 20, cases 2, 3, 5 and 7), run
+/* What slurmstepd accepts from srun, run
  * outside Slurm with stubs of the few Slurm functions involved. The
  * cluster tests (tests/cluster/hardening.bats) show the same on a real
  * slurmstepd. */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# whale-bench offload adamw (issue 12): every row the offload benchmark
+# whale-bench offload adamw: every row the offload benchmark
 # parses is printed with a positive time, on every SIMD path this CPU runs,
 # and bad options are refused with a message naming them. Figures are not
 # judged here (no timing asserts: CI is a busy 2-core machine); one OpenMP

@@ -1,6 +1,6 @@
 #!/bin/sh
-# whale-bench comm honours WHALE_COLL_ALGO as training does (issue 19, rough
-# edge 4): without -a the variable's algorithm is used; -a overrides it.
+# whale-bench comm honours WHALE_COLL_ALGO as training does: without -a the
+# variable's algorithm is used; -a overrides it.
 # usage: bench_algo_env.sh WHALE_RUN WHALE_BENCH
 set -u
 RUN=$1 BENCH=$2

@@ -1,7 +1,7 @@
 #!/bin/sh
-# One declaration per knob (issue 19): every "WHALE_..." name the code uses
+# One declaration per knob: every "WHALE_..." name the code uses
 # is in the knob table (runtime/src/util/knobs.c), whale-train and whale-run
-# print that table with --help-env, and the README's table is exactly it.
+# print that table with --help-env, and whale-train(1)'s table is exactly it.
 # usage: knobs.sh SOURCE_ROOT WHALE_TRAIN WHALE_RUN
 set -u
 ROOT=$1 TRAIN=$2 RUN=$3
@@ -28,17 +28,29 @@ bare=$(find "$ROOT/runtime" "$ROOT/spank" \( -name '*.[ch]' -o -name '*.cu' \) -
   xargs -0 grep -nE '(^|[^_a-z])getenv\("WHALE_' | sed "s|^$ROOT/||" || true)
 if [ -z "$bare" ]; then echo "ok - every WHALE_* variable is read through the knob table"
 else echo "FAILED - getenv(\"WHALE_...\") bypasses whale_knob_getenv (whale/knobs.h):"; echo "$bare"; fails=1; fi
-# the README's table is the table
+# whale-train(1)'s ENVIRONMENT table is the table: the same names, types,
+# defaults and meanings, in order (the guides in docs/ do not repeat it)
 "$TRAIN" --help-env=markdown > "$tmp/md"
-if python3 - "$ROOT/README.md" "$tmp/md" <<'PY'
+if python3 - "$ROOT/man/whale-train.1" "$tmp/md" "$tmp/roff" <<'PY'
 import sys
-readme, table = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-sys.exit(0 if table in readme else 1)
+man, md, out = sys.argv[1:4]
+lines = []
+for l in open(md):
+    if not l.startswith("| `"):
+        continue
+    name, typ, dflt, meaning = l.strip()[2:-2].split(" | ", 3)
+    head = "(%s)" % typ if dflt == "-" else "(%s; default: %s)" % (typ, dflt)
+    text = (head + " " + meaning).replace("\\", "\\e")
+    lines += [".TP", ".B " + name.strip("`"), text]
+block = "\n".join(lines) + "\n"
+open(out, "w").write(block)
+sys.exit(0 if block in open(man).read() else 1)
 PY
-then echo "ok - the README's knob table is whale-train --help-env=markdown"
+then echo "ok - whale-train(1)'s table of variables is whale-train --help-env"
 else
-  echo "FAILED - README.md's table (section \"Environment variables\") differs from"
-  echo "         whale-train --help-env=markdown; paste its output there"
+  echo "FAILED - man/whale-train.1's table (ENVIRONMENT, \"Every WHALE_* variable\") differs"
+  echo "         from whale-train --help-env; the table it should hold:"
+  cat "$tmp/roff"
   fails=1
 fi
 echo "$fails failure(s)"

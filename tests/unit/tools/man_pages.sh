@@ -1,11 +1,11 @@
 #!/bin/sh
-# Every page a man page, the README or a tool's --help cites as NAME(N) for a
+# Every page a man page, the README, a guide in docs/ or a tool's --help cites as NAME(N) for a
 # Whale program exists under man/, is installed (man/meson.build), and
-# renders without groff warnings. usage: man_pages.sh SOURCE_ROOT
+# renders without groff warnings or empty .TP entries. usage: man_pages.sh SOURCE_ROOT
 set -u
 ROOT=$1
 fails=0
-cited=$(cat "$ROOT"/man/*.[158] "$ROOT"/README.md "$ROOT"/runtime/tools/*/*.c 2>/dev/null |
+cited=$(cat "$ROOT"/man/*.[158] "$ROOT"/README.md "$ROOT"/docs/*.md "$ROOT"/runtime/tools/*/*.c 2>/dev/null |
   sed 's/\\f[BIRP]//g; s/\\-/-/g' |
   grep -oE '(whale-[a-z]+|spank_whale|whale\.conf) ?\(\\?[158]\)' | tr -d ' \\' | sort -u)
 [ -n "$cited" ] || { echo "FAILED - found no citations (the pattern is broken)"; exit 1; }
@@ -19,6 +19,11 @@ for c in $cited; do
   fi
 done
 for f in "$ROOT"/man/*.[158]; do
+  # a .TP directly followed by another paragraph macro is an empty entry,
+  # which groff renders without a warning
+  e=$(awk 'prev == ".TP" && /^\.(TP|PP|P|LP|IP|SH|SS)( |$)/ { print FILENAME ":" NR - 1 ": .TP with no tag" }
+           { prev = $0 }' "$f")
+  if [ -n "$e" ]; then echo "FAILED - $e"; fails=$((fails + 1)); fi
   w=$(LC_ALL=C.UTF-8 groff -man -ww -z -Tutf8 "$f" 2>&1)
   if [ -n "$w" ]; then echo "FAILED - $f: $w"; fails=$((fails + 1)); else echo "ok - $(basename "$f")"; fi
 done

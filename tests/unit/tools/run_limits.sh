@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# whale-run and the descriptor limit (issue 20, case 11): too many tasks
+# whale-run and the descriptor limit: too many tasks
 # for the limit fail before any task starts, with the numbers and the fix;
 # a soft limit below the hard one is raised instead of failing.
 # usage: run_limits.sh WHALE_RUN

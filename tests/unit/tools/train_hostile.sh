@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# whale-train against bad input and a hostile environment (issue 20, case
-# 10): no step to run, a strict environment, file modes, a data file
-# truncated while training. Each check prints what it saw on failure.
+# whale-train against bad input and a hostile environment: no step to run,
+# a strict environment, file modes, a data file truncated while training.
+# Each check prints what it saw on failure.
 # usage: train_hostile.sh WHALE_TRAIN
 set -u
 TRAIN=$1

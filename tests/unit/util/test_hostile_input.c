@@ -1,6 +1,6 @@
-/* Outside input that used to hang, flood or overflow (issue 20, cases 4, 7
- * and 8): files that are FIFOs or devices, unit suffixes on negative
- * numbers, plans and model files whose products overflow. Each case names
+/* Outside input that used to hang, flood or overflow: files that are FIFOs
+ * or devices, unit suffixes on negative numbers, plans and model files
+ * whose products overflow. Each case names
  * the problem in its message and fails without undefined behaviour. */
 #define _GNU_SOURCE
 #include <stdarg.h>

@@ -296,7 +296,7 @@ static const bk_ops cuda_ops = {
     bkg_adamw,
     bkg_bias_add,
     bkg_round16,
-    // wave 4: the Llama block (llama.cu, attention.cu)
+    // the Llama block (llama.cu, attention.cu)
     bkg_rmsnorm_fwd,
     bkg_rmsnorm_bwd,
     bkg_glu_fwd,
@@ -306,7 +306,7 @@ static const bk_ops cuda_ops = {
     bkg_attention_gqa_bwd,
     bkg_colsum_acc_ld,
     bkg_embed_bwd_rows,
-    // wave 5
+    // strided bias of q/k/v column ranges; host-access points
     bkg_bias_fill,
     g_host_access,
 };

@@ -80,7 +80,7 @@ bool bkg_attention_tc_takes(const whale_backend *b, enum whale_dtype t, int hd);
 int bkg_attention_fwd_tc(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                          float *lse, const void *qkv, int B, int Tn, int NH, int hd);
 
-/* kernels.cu, appended in wave 3 */
+/* kernels.cu: bias add and rounding to 16-bit values */
 int bkg_bias_add(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, const void *bias,
                  int N, int OC);
 int bkg_round16(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
@@ -92,7 +92,7 @@ int bkg_attention_bwd_tc(whale_backend *b, bk_stream s, enum whale_dtype t, void
                          const void *dout, const void *qkv, const void *out, const float *lse,
                          int B, int Tn, int NH, int hd);
 
-/* llama.cu and attention.cu, appended in wave 4 (the Llama block) */
+/* llama.cu and attention.cu: the Llama block */
 int bkg_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
                     const void *inp, const void *w, int N, int C);
 int bkg_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
@@ -117,7 +117,7 @@ int bkg_colsum_acc_ld(whale_backend *b, bk_stream s, enum whale_dtype t, float *
                       const void *x, int ld, int N, int OC);
 int bkg_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                        const void *dout, const int32_t *tok, int v0, int V, int N, int C);
-/* llama.cu, wave 5: out rows ldo apart, columns [0,OC) = bias (OC) */
+/* llama.cu: out rows ldo apart, columns [0,OC) = bias (OC) */
 int bkg_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                   const void *bias, int N, int OC);
 

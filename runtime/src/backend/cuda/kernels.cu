@@ -671,7 +671,7 @@ extern "C" int bkg_has_inf_nan(whale_backend *b, bk_stream s, const float *g, in
     return 0;
 }
 
-// ---- appended in wave 3 -------------------------------------------------------------
+// ---- bias add and rounding to 16-bit values -------------------------------------------
 
 // out (N,OC) += bias (OC) on every row; fp32 arithmetic, one rounding on store
 template <typename T>
