@@ -643,10 +643,16 @@ def png(page, out, height):
 
 
 def scaling(args):
-    """Rows from contrib/bench/scale.sh: {"mode": "strong"|"weak", "ranks": N,
+    """Rows from contrib/bench/scale.py (DIR/scale.jsonl, or DIR itself): {"mode": "strong"|"weak", "ranks": N,
     "layout": "...", "step_s": measured, "pred_step_s": whale-plan's}."""
     rows = []
     for p in args.metrics:
+        # scale.py -o DIR writes DIR/scale.jsonl: the directory names its results
+        if os.path.isdir(p):
+            p = os.path.join(p, "scale.jsonl")
+            if not os.path.isfile(p):
+                sys.exit("whale-report --scaling: %s is a directory without scale.jsonl "
+                         "(contrib/bench/scale.py -o DIR writes DIR/scale.jsonl)" % os.path.dirname(p))
         with open(p, encoding="utf-8") as f:
             for line in f:
                 try:
@@ -704,7 +710,7 @@ def main(argv=None):
     ap.add_argument("--trace", nargs="+", metavar="FILE", help="Chrome traces (WHALE_TRACE's trace-rank<R>.json)")
     ap.add_argument("--title", help="page title")
     ap.add_argument("--png", metavar="FILE", help="also a PNG of the whole page (needs chromium)")
-    ap.add_argument("--scaling", action="store_true", help="the inputs are scaling results (contrib/bench/scale.sh): draw strong/weak scaling efficiency")
+    ap.add_argument("--scaling", action="store_true", help="the inputs are scaling results: contrib/bench/scale.py's output directory (-o DIR) or its DIR/scale.jsonl; draw strong/weak scaling efficiency")
     ap.add_argument("-V", "--version", action="version", version="whale-report " + VERSION)
     args = ap.parse_args(argv)
     try:
