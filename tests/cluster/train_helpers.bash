@@ -78,7 +78,8 @@ if saves is not None:
 PY
 }
 
-# committed LOG: how many checkpoints the run's log says were committed
+# committed ROOT: how many checkpoints were committed under ROOT (a run
+# with --ckpt-keep 0: none pruned)
 committed() {
-  grep -o "checkpoint step [0-9]* committed" "$1" | sort -u | wc -l
+  find "$1" -mindepth 1 -maxdepth 1 -type d -name 'step-*' | wc -l
 }

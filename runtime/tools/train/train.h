@@ -64,6 +64,7 @@ struct train_totals {
     long done, n_tps;  /* done: steps computed, a redone step again */
     long start_step;   /* the step the run began at (0, or the resumed one) */
     int nsaves;
+    long last_save;    /* step of the last save started (0: none) */
     double ckpt_stall;
     double hist_stall; /* checkpoint stall before this process joined */
     bool joined;       /* history taken from the survivors (a promoted spare) */

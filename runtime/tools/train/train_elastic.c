@@ -80,7 +80,6 @@ struct train_elastic {
     struct whale_recovery_report rep;
     double redo_t0;
     FILE *mf;
-    int dropped_saves;       /* saves in flight at a failure, never completed */
 };
 
 static const char *detect_name(enum whale_detect d)
@@ -435,11 +434,9 @@ static void ckpt_restart(struct train_elastic *te, whale_ctx *ctx, struct train_
         return;
     if (survivor && whale_rank(ctx) == 0 && job->ckc->root)
         mark_failed_shards(job->ckc->root, &te->ev);
-    if (whale_ckpt_close(*job->ck)) {
+    if (whale_ckpt_close(*job->ck))
         whale_warn("elastic: the checkpoint in flight at the failure was dropped (the earlier "
                    "ones are intact)");
-        te->dropped_saves++;
-    }
     *job->ck = NULL;
     const char *base = whale_knob_getenv("WHALE_CKPT_RUN_ID"), *job_id = getenv("SLURM_JOB_ID");
     char b[256];
@@ -620,15 +617,6 @@ void te_set_metrics(struct train_elastic *te, FILE *mf)
 {
     if (te)
         te->mf = mf;
-}
-
-int te_take_dropped_saves(struct train_elastic *te)
-{
-    if (!te)
-        return 0;
-    int n = te->dropped_saves;
-    te->dropped_saves = 0;
-    return n;
 }
 
 double te_take_ckpt_fence_s(struct train_elastic *te)

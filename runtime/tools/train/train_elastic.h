@@ -53,9 +53,6 @@ double te_peak(const struct train_elastic *te); /* 0: unknown */
 /* The metrics file the recovery record goes to (rank 0's; NULL elsewhere):
  * rank 0 may change with a recovery. */
 void te_set_metrics(struct train_elastic *te, FILE *mf);
-/* Checkpoint saves dropped by recoveries since the last call (they were
- * started but never completed). */
-int te_take_dropped_saves(struct train_elastic *te);
 /* Every working rank once its engine and data exist (a promoted spare:
  * takes the failed rank's state here). 0 or < 0. */
 int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);

@@ -77,6 +77,7 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
     *t_ck = whale_now_s() - t0;
     if (!skipped) {
         t->tot.nsaves++;
+        t->tot.last_save = step1;
         t->tot.ckpt_stall += *t_ck;
     }
     return 0;

@@ -15,7 +15,7 @@
  * A rank that joins a running job (a promoted spare) or becomes rank 0
  * after a recovery reports for the whole run: at every recovery the
  * members of the new world take the run's history (start step, first
- * loss, steps computed, checkpoints saved) from the lowest surviving rank,
+ * loss, steps computed, checkpoints committed) from the lowest surviving rank,
  * and rank 0 (whoever it is now) keeps appending to the metrics file. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "whale/error.h"
 #include "whale/log.h"
@@ -111,15 +112,26 @@ static void follow_metrics(struct train *t)
     te_set_metrics(t->te, t->mf);
 }
 
+/* Did the last save this rank started commit? One in flight when a rank
+ * died is dropped (the recovery closed every checkpointer, rank 0's waits
+ * for its commit, so it is decided by now). A committed save is the
+ * directory step-<N> under the root (pruning removes only older ones). */
+static bool save_committed(const struct train *t)
+{
+    if (t->tot.last_save <= 0 || !t->ckc.root)
+        return true;
+    char p[4096];
+    int n = snprintf(p, sizeof p, "%s/step-%08ld", t->ckc.root, t->tot.last_save);
+    return n < 0 || (size_t)n >= sizeof p || access(p, F_OK) == 0;
+}
+
 enum { H_START, H_LOSS, H_DONE, H_SAVES, H_STALL_US, H_WALL_US, H_N };
 
 int train_history_agree(struct train *t, bool joined)
 {
     struct train_totals *r = &t->tot;
-    if (!joined) /* a save in flight at the failure was dropped: not saved */
-        r->nsaves -= te_take_dropped_saves(t->te);
-    if (r->nsaves < 0)
-        r->nsaves = 0;
+    if (!joined && !save_committed(t))
+        r->nsaves--, r->last_save = 0;
     int32_t root = joined ? INT32_MAX : t->rank;
     whale_group *w = whale_world(t->ctx);
     int rc = whale_allreduce(w, &root, &root, 1, WHALE_INT32, WHALE_MIN);
