@@ -259,7 +259,8 @@ PY
   # replica 1's ranks are renumbered 0..3 and old rank 0 leaves; the
   # metrics must go on, written by the new rank 0
   run timeout 400 env WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=4,5:step=6 "$RUN" -n 8 --nodes 4 \
-    --tp 2 --pp 2 --dp 2 --keep-going --timeout 380 "$TRAIN" $(t4args) --metrics "$TMPD/pp.jsonl"
+    --tp 2 --pp 2 --dp 2 --keep-going --timeout 380 "$TRAIN" $(t4args) --metrics "$TMPD/pp.jsonl" \
+    --price-per-node-hour 2
   echo "$output" > "$TMPD/pp.out"
   echo "$output" | tail -20
   grep '"event":"recovery"' "$TMPD/pp.jsonl" | grep -q '"kind":"shrunk"'
@@ -269,6 +270,8 @@ PY
   run run_numbers "$TMPD/pp.jsonl" $STEPS 256
   echo "$output"
   [ "$status" -eq 0 ]
+  # the price was given to every rank: the new rank 0 prices the run too
+  tail -1 "$TMPD/pp.jsonl" | grep -q '"cost":{"usd":'
   nothing_left
 }
 

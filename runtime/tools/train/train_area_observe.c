@@ -84,7 +84,10 @@ void train_area_observe_rebase(double elapsed)
 
 static void report(struct train *t, json_t *summary)
 {
-    state()->world = t->world; /* a shrink changed it */
+    struct train_observe *o = state();
+    o->world = t->world; /* a shrink changed it */
+    if (o->rank != 0) /* rank 0 since a recovery: the price was looked up on rank 0 only */
+        o->usd_per_hour = train_cost_price(o, o->price_src, sizeof o->price_src);
     double mfu = json_number_value(json_object_get(summary, "mfu"));
     double ovl = json_number_value(json_object_get(summary, "comm_overlap"));
     train_observe_summary(state(), summary, t->o.metrics, mfu, ovl, t->tot.nsaves,
