@@ -223,6 +223,10 @@ TOK=512
   echo "$output"
   [ "$status" -eq 0 ]
   echo "$output" | grep -q "redone [1-9]"
+  # and whale-report's summary says so
+  python3 "$WHALE_BUILD_DIR/runtime/tools/report/whale-report" "$TMPD/redo.jsonl" \
+    -o "$TMPD/redo.html"
+  grep -q "$STEPS ([1-9] redone after a recovery)" "$TMPD/redo.html"
 }
 
 @test "resume: the summary counts from the resumed step, MFU <= 1" {

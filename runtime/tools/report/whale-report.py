@@ -513,7 +513,10 @@ def summary_rows(summary, steps, events):
     def add(k, v):
         if v is not None and v != "":
             rows.append((k, v))
-    add("steps", s.get("steps", len(steps)))
+    n = s.get("steps", len(steps))
+    redone = s.get("redone_steps")
+    # a step computed again after a recovery counts once (whale-train(1))
+    add("steps", "%s (%s redone after a recovery)" % (n, redone) if finite(redone) and redone > 0 else n)
     add("layout", "TP %s x PP %s x DP %s, ZeRO %s, %s, recompute %s" % (s.get("tp", "?"), s.get("pp", "?"), s.get("dp", "?"), s.get("zero", "?"), s.get("precision", "?"), s.get("recompute", "?")) if s else None)
     if finite(s.get("wall_s")):
         add("wall time", "%.1f s" % s["wall_s"])
