@@ -294,3 +294,21 @@ PY
   [ "$status" -eq 0 ]
   nothing_left
 }
+
+@test "rank 0 killed: the promoted spare's summary is the whole run's (steps, first loss, checkpoints)" {
+  # the save of step 10 may be in flight when rank 0 (its committer) dies:
+  # the summary counts what was committed (WHALE_CKPT_KEEP=0 keeps them all)
+  fault_run kr0 WHALE_FAULT=kill:rank=0:step=12 WHALE_CKPT_KEEP=0 -- "${L3D[@]}" \
+    --whale-ckpt-dir="$TMPD/ckr0" \
+    --whale-ckpt-every=5
+  finish kr0
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  run recovery_event "$TMPD/kr0.jsonl" replaced any
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/kr0.jsonl" $STEPS 256 "$(committed "$TMPD/ckr0")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  grep -q "steps  *$STEPS on 8 ranks" "$TMPD/kr0.out"
+  nothing_left
+}
