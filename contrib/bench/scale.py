@@ -15,7 +15,8 @@ every other case with the same layout.
                          [--model gpt-tiny] [--batch 8] [--seq 64] [--steps 8] [-o DIR]
 
 Writes DIR/scale.jsonl (one row per case) and DIR/scale.html with the
-efficiency curves (SVG in DIR/svg). Timings on a shared 2-core machine are
+efficiency curves (SVG in DIR/svg); `whale-report --scaling DIR` redraws them.
+Timings on a shared 2-core machine are
 noisy: the figures say what this machine did, not what a cluster would.
 """
 import argparse

@@ -15,6 +15,7 @@ STEPS=12
 setup_file() {
   export TMPD=$(mktemp -d)
   make_corpus "$TMPD"
+  printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$TMPD/t4.conf"
   # uninterrupted references (DP = 2 on one rank each: the same global batch)
   for z in 0 1 3; do
     timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(targs) --zero $z \
@@ -27,7 +28,8 @@ teardown_file() {
 }
 
 targs() {
-  echo --model gpt-tiny --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --threads 1 --no-progress
+  echo --model gpt-tiny --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --threads 1 --no-progress \
+    ${TARGS_EXTRA:-}
 }
 
 # same_curve REF OTHER [TOL]: every step 1..STEPS present in OTHER (a redone
@@ -131,6 +133,7 @@ recover_case() {
   run timeout 400 env WHALE_FAULT="$fault" "$RUN" "$@" --keep-going --timeout 380 "$TRAIN" \
     $(targs) --zero $z --metrics "$TMPD/$name.jsonl" --whale-ckpt-dir "$TMPD/ck-$name" \
     --whale-ckpt-every 3
+  echo "$output" > "$TMPD/$name.out"
   echo "$output" | tail -30
   echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":"
   echo "$output" | grep -q "recovery: rank"
@@ -192,4 +195,105 @@ recover_case() {
     "kill:rank=1,2:step=7" -n 4 --nodes 4
   grep '"event":"recovery"' "$TMPD/disk.jsonl" | grep -q '"source":"disk"'
   grep '"event":"recovery"' "$TMPD/disk.jsonl" | grep -q '"kind":"restored"'
+}
+
+# The numbers a run reports are the whole run's and measured ones (see
+# run_numbers in train_helpers.bash): gpt-tiny, batch 8 x seq 64 tokens a step.
+TOK=512
+
+@test "rank 0 killed: the promoted spare's summary is the whole run's (steps, first loss, checkpoints, MFU <= 1)" {
+  # the save of step 3 may be in flight when rank 0 dies (then it is lost):
+  # the summary counts the checkpoints committed (--ckpt-keep 0: all kept)
+  TARGS_EXTRA="--ckpt-keep 0" recover_case r0 1 kill:rank=0:step=5 -n 3 --nodes 3 --spares 1
+  grep -q "hot spare: promoted to rank 0" "$TMPD/r0.out"
+  run run_numbers "$TMPD/r0.jsonl" $STEPS $TOK "$(committed "$TMPD/ck-r0")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  # the people's summary says the same
+  grep -q "steps  *$STEPS on 2 ranks" "$TMPD/r0.out"
+}
+
+@test "redone steps: counted once in the summary, their time and work both in its rates" {
+  # copies every 4 steps: the failure at step 7 rolls back to step 4 and
+  # steps 5 and 6 are computed again
+  WHALE_REDUNDANCY_EVERY=4 TARGS_EXTRA="--ckpt-keep 0" recover_case redo 1 kill:rank=1:step=7 \
+    -n 3 --nodes 3 --spares 1
+  grep '"event":"recovery"' "$TMPD/redo.jsonl" | grep -q '"steps_lost":[1-9]'
+  run run_numbers "$TMPD/redo.jsonl" $STEPS $TOK "$(committed "$TMPD/ck-redo")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  echo "$output" | grep -q "redone [1-9]"
+  # and whale-report's summary says so
+  python3 "$WHALE_BUILD_DIR/runtime/tools/report/whale-report" "$TMPD/redo.jsonl" \
+    -o "$TMPD/redo.html"
+  grep -q "$STEPS ([1-9] redone after a recovery)" "$TMPD/redo.html"
+}
+
+@test "resume: the summary counts from the resumed step, MFU <= 1" {
+  run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(targs) --steps 6 --zero 1 \
+    --metrics "$TMPD/half.jsonl" --whale-ckpt-dir "$TMPD/ck-half" --whale-ckpt-every 3
+  [ "$status" -eq 0 ]
+  run timeout 300 "$RUN" -n 2 --timeout 280 "$TRAIN" $(targs) --zero 1 \
+    --metrics "$TMPD/resume.jsonl" --whale-ckpt-dir "$TMPD/ck-half" --resume latest
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/resume.jsonl" $((STEPS - 6)) $TOK
+  echo "$output"
+  [ "$status" -eq 0 ]
+  head -1 "$TMPD/resume.jsonl" | grep -q '^{"step":7,'
+}
+
+# t4 at TP 2 x PP 2 x DP 2: batch 8 x seq 32 tokens a step
+t4args() {
+  echo --model "$TMPD/t4.conf" --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --seq 32 \
+    --grad-accum 2 --threads 1 --no-progress
+}
+
+# all_steps METRICS: every step 1..STEPS has a line
+all_steps() {
+  python3 - "$1" $STEPS <<'PY'
+import json, sys
+st = {json.loads(l)["step"] for l in open(sys.argv[1]) if l.startswith('{"step"')}
+missing = [s for s in range(1, int(sys.argv[2]) + 1) if s not in st]
+assert not missing, "steps missing from the metrics: %s" % missing
+PY
+}
+
+@test "shrink with PP = 2: the new rank 0 appends the metrics, with the recovery record" {
+  # ranks 4 and 5 (PP stage 1 of DP replica 0) die: replica 0 is dropped,
+  # replica 1's ranks are renumbered 0..3 and old rank 0 leaves; the
+  # metrics must go on, written by the new rank 0
+  run timeout 400 env WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=4,5:step=6 "$RUN" -n 8 --nodes 4 \
+    --tp 2 --pp 2 --dp 2 --keep-going --timeout 380 "$TRAIN" $(t4args) --metrics "$TMPD/pp.jsonl" \
+    --price-per-node-hour 2
+  echo "$output" > "$TMPD/pp.out"
+  echo "$output" | tail -20
+  grep '"event":"recovery"' "$TMPD/pp.jsonl" | grep -q '"kind":"shrunk"'
+  run all_steps "$TMPD/pp.jsonl"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/pp.jsonl" $STEPS 256
+  echo "$output"
+  [ "$status" -eq 0 ]
+  # the price was given to every rank: the new rank 0 prices the run too
+  tail -1 "$TMPD/pp.jsonl" | grep -q '"cost":{"usd":'
+  nothing_left
+}
+
+@test "replace then shrink with PP = 2: the metrics go on to the end" {
+  # the spare node's two tasks take ranks 0 and 1 (one TP group); then
+  # ranks 6 and 7 die with no spare left: DP 2 -> 1
+  run timeout 500 env WHALE_ELASTIC=1 WHALE_FAULT="kill:rank=0,1:step=4;kill:rank=6,7:step=8" \
+    "$RUN" -n 10 --nodes 5 --spares 1 --tp 2 --pp 2 --dp 2 --keep-going --timeout 480 \
+    "$TRAIN" $(t4args) --metrics "$TMPD/rs.jsonl"
+  echo "$output" > "$TMPD/rs.out"
+  echo "$output" | tail -20
+  [ "$(grep -c '"event":"recovery"' "$TMPD/rs.jsonl")" -ge 2 ]
+  grep '"event":"recovery"' "$TMPD/rs.jsonl" | grep -q '"kind":"shrunk"'
+  run all_steps "$TMPD/rs.jsonl"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/rs.jsonl" $STEPS 256
+  echo "$output"
+  [ "$status" -eq 0 ]
+  nothing_left
 }

@@ -245,3 +245,70 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
     FAILED_NODES=
   done
 }
+
+# all_steps RUN: every step 1..STEPS has a line in RUN's metrics
+all_steps() {
+  python3 - "$TMPD/$1.jsonl" $STEPS <<'PY'
+import json, sys
+st = {json.loads(l)["step"] for l in open(sys.argv[1]) if l.startswith('{"step"')}
+missing = [s for s in range(1, int(sys.argv[2]) + 1) if s not in st]
+assert not missing, "steps missing from the metrics: %s" % missing
+PY
+}
+
+@test "shrink with PP=2: the new rank 0 keeps writing the metrics, recovery record included, MFU <= 100 %" {
+  # ranks 4 and 5 (stage 1 of DP replica 0) die without a spare: replica 0
+  # is dropped, replica 1 is renumbered 0..3 and the task that was rank 0
+  # leaves; whoever is rank 0 now appends to the metrics
+  fault_run kpp WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=4,5:step=15 -- -N4 -n8 --whale-tp=2 \
+    --whale-pp=2 --whale-dp=2 --no-kill --kill-on-bad-exit=0 --wait=0
+  finish kpp
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  run recovery_event "$TMPD/kpp.jsonl" shrunk any
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run all_steps kpp
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/kpp.jsonl" $STEPS 256 # batch 8 x seq 32
+  echo "$output"
+  [ "$status" -eq 0 ]
+  ! grep -E "MFU ([1-9][0-9]{2,}|[2-9][0-9]{2})%" "$TMPD/kpp.out"
+  nothing_left
+}
+
+@test "replace, then shrink with PP=2: the metrics go on to the end" {
+  # the spare node's two tasks take ranks 0 and 1 (one TP group, rank 0's
+  # metrics file with it); then ranks 6 and 7 die with no spare left
+  fault_run krs "WHALE_ELASTIC=1" "WHALE_FAULT=kill:rank=0,1:step=8;kill:rank=6,7:step=18" -- \
+    "${L3D[@]}" --no-kill --kill-on-bad-exit=0 --wait=0
+  finish krs
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  [ "$(grep -c '^{"event":"recovery"' "$TMPD/krs.jsonl")" -ge 2 ]
+  grep '^{"event":"recovery"' "$TMPD/krs.jsonl" | grep -q '"kind":"shrunk"'
+  run all_steps krs
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/krs.jsonl" $STEPS 256
+  echo "$output"
+  [ "$status" -eq 0 ]
+  nothing_left
+}
+
+@test "rank 0 killed: the promoted spare's summary is the whole run's (steps, first loss, checkpoints)" {
+  # the save of step 10 may be in flight when rank 0 (its committer) dies:
+  # the summary counts what was committed (WHALE_CKPT_KEEP=0 keeps them all)
+  fault_run kr0 WHALE_FAULT=kill:rank=0:step=12 WHALE_CKPT_KEEP=0 -- "${L3D[@]}" \
+    --whale-ckpt-dir="$TMPD/ckr0" \
+    --whale-ckpt-every=5
+  finish kr0
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  run recovery_event "$TMPD/kr0.jsonl" replaced any
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run run_numbers "$TMPD/kr0.jsonl" $STEPS 256 "$(committed "$TMPD/ckr0")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  grep -q "steps  *$STEPS on 8 ranks" "$TMPD/kr0.out"
+  nothing_left
+}

@@ -513,7 +513,10 @@ def summary_rows(summary, steps, events):
     def add(k, v):
         if v is not None and v != "":
             rows.append((k, v))
-    add("steps", s.get("steps", len(steps)))
+    n = s.get("steps", len(steps))
+    redone = s.get("redone_steps")
+    # a step computed again after a recovery counts once (whale-train(1))
+    add("steps", "%s (%s redone after a recovery)" % (n, redone) if finite(redone) and redone > 0 else n)
     add("layout", "TP %s x PP %s x DP %s, ZeRO %s, %s, recompute %s" % (s.get("tp", "?"), s.get("pp", "?"), s.get("dp", "?"), s.get("zero", "?"), s.get("precision", "?"), s.get("recompute", "?")) if s else None)
     if finite(s.get("wall_s")):
         add("wall time", "%.1f s" % s["wall_s"])
@@ -643,10 +646,16 @@ def png(page, out, height):
 
 
 def scaling(args):
-    """Rows from contrib/bench/scale.sh: {"mode": "strong"|"weak", "ranks": N,
+    """Rows from contrib/bench/scale.py (DIR/scale.jsonl, or DIR itself): {"mode": "strong"|"weak", "ranks": N,
     "layout": "...", "step_s": measured, "pred_step_s": whale-plan's}."""
     rows = []
     for p in args.metrics:
+        # scale.py -o DIR writes DIR/scale.jsonl: the directory names its results
+        if os.path.isdir(p):
+            p = os.path.join(p, "scale.jsonl")
+            if not os.path.isfile(p):
+                sys.exit("whale-report --scaling: %s is a directory without scale.jsonl "
+                         "(contrib/bench/scale.py -o DIR writes DIR/scale.jsonl)" % os.path.dirname(p))
         with open(p, encoding="utf-8") as f:
             for line in f:
                 try:
@@ -704,7 +713,7 @@ def main(argv=None):
     ap.add_argument("--trace", nargs="+", metavar="FILE", help="Chrome traces (WHALE_TRACE's trace-rank<R>.json)")
     ap.add_argument("--title", help="page title")
     ap.add_argument("--png", metavar="FILE", help="also a PNG of the whole page (needs chromium)")
-    ap.add_argument("--scaling", action="store_true", help="the inputs are scaling results (contrib/bench/scale.sh): draw strong/weak scaling efficiency")
+    ap.add_argument("--scaling", action="store_true", help="the inputs are scaling results: contrib/bench/scale.py's output directory (-o DIR) or its DIR/scale.jsonl; draw strong/weak scaling efficiency")
     ap.add_argument("-V", "--version", action="version", version="whale-report " + VERSION)
     args = ap.parse_args(argv)
     try:

@@ -56,13 +56,19 @@ struct train_opts {
     bool batch_set;       /* --batch given */
 };
 
-/* Run totals the summary reports. */
+/* Run totals the summary reports (train_totals.c). t_run, tok_run and
+ * flops_run are one window: the n_tps steps this process timed. */
 struct train_totals {
-    double t_run, tok_run, first_loss, last_loss, sum_tps;
-    double sum_comm, sum_wait, sum_flops;
-    long done, n_tps;
+    double t_run, tok_run, flops_run, first_loss, last_loss;
+    double sum_comm, sum_wait;
+    long done, n_tps;  /* done: steps computed, a redone step again */
+    long start_step;   /* the step the run began at (0, or the resumed one) */
     int nsaves;
+    long last_save;    /* step of the last save started (0: none) */
     double ckpt_stall;
+    double hist_stall; /* checkpoint stall before this process joined */
+    bool joined;       /* history taken from the survivors (a promoted spare) */
+    bool peak_raised;  /* a step beat the peak: it was raised (train_mfu) */
 };
 
 struct train {
@@ -123,6 +129,19 @@ bool train_stop_requested(void); /* a SIGINT/SIGTERM came */
 /* train_summary.c */
 int train_summary(struct train *t);
 int train_teardown(struct train *t, int rc);
+
+/* train_totals.c: rates from (work, measured seconds) of the same steps */
+double train_rate(double work, double seconds);
+/* flops done in seconds against t->peak, raising the peak to what was
+ * achieved when a step beats it: never above 1 */
+double train_mfu(struct train *t, double flops, double seconds);
+void train_account(struct train *t, bool timed, const struct whale_step_stats *st,
+                   double tokens);
+/* every rank gets rank 0's peak (collective over the working ranks) */
+int train_share_peak(struct train *t);
+/* after a recovery, every member of the new world (joined: a promoted
+ * spare): the run's history from the survivors, rank 0's metrics file */
+int train_history_agree(struct train *t, bool joined);
 
 /* Shared helpers (train_loop.c). */
 json_t *train_json_num(double v); /* null where not finite: JSON has no NaN */

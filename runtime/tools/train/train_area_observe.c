@@ -62,8 +62,8 @@ static void step(struct train *t, const struct whale_step_stats *st, json_t *lin
     double tokens = (double)t->gbatch * t->seq;
     struct train_obs_step os = {
         .step = (long)ts.step, .loss = st->loss, .grad_norm = st->grad_norm, .lr = st->lr,
-        .tokens = tokens, .tokens_per_s = tokens / st->t_total,
-        .mfu = st->flops / st->t_total / (t->peak * 1e9), .step_s = st->t_total,
+        .tokens = tokens, .tokens_per_s = train_rate(tokens, st->t_total),
+        .mfu = train_mfu(t, st->flops, st->t_total), .step_s = st->t_total,
         .compute_s = st->t_compute, .comm_s = st->t_comm, .wait_s = st->t_wait,
         .pipe_wait_s = st->t_pipe_wait, .recompute_s = st->t_recompute,
         .data_wait_s = t->data_wait_s, .ckpt_s = t->tot.ckpt_stall - ckpt_seen,
@@ -72,12 +72,26 @@ static void step(struct train *t, const struct whale_step_stats *st, json_t *lin
     train_observe_step(state(), line, &os);
 }
 
+double train_area_observe_elapsed(void)
+{
+    return train_observe_elapsed(state());
+}
+
+void train_area_observe_rebase(double elapsed)
+{
+    train_observe_rebase(state(), elapsed);
+}
+
 static void report(struct train *t, json_t *summary)
 {
+    struct train_observe *o = state();
+    o->world = t->world; /* a shrink changed it */
+    if (o->rank != 0) /* rank 0 since a recovery: the price was looked up on rank 0 only */
+        o->usd_per_hour = train_cost_price(o, o->price_src, sizeof o->price_src);
     double mfu = json_number_value(json_object_get(summary, "mfu"));
     double ovl = json_number_value(json_object_get(summary, "comm_overlap"));
     train_observe_summary(state(), summary, t->o.metrics, mfu, ovl, t->tot.nsaves,
-                          t->tot.ckpt_stall);
+                          t->tot.ckpt_stall + t->tot.hist_stall);
 }
 
 static int teardown(struct train *t, int rc)

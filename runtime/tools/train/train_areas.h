@@ -61,5 +61,8 @@ extern const struct train_area train_area_data;
 /* The data area's two calls from the core (train_area_data.c). */
 int train_area_data_ckpt(struct train *t);
 const char *train_area_data_progress(char *buf, size_t n);
+/* The observe area's wall clock (train_totals.c hands it to a promoted spare). */
+double train_area_observe_elapsed(void);
+void train_area_observe_rebase(double elapsed);
 
 #endif

@@ -613,6 +613,12 @@ static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
     return whale_red_create(e, &rc, &te->red);
 }
 
+void te_set_metrics(struct train_elastic *te, FILE *mf)
+{
+    if (te)
+        te->mf = mf;
+}
+
 double te_take_ckpt_fence_s(struct train_elastic *te)
 {
     double s = te->ck_fence_s;

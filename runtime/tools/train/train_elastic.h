@@ -50,6 +50,9 @@ bool te_elastic(const struct train_elastic *te);
  * instead of measuring again (seconds of GEMMs that would stall the redo). */
 void te_set_peak(struct train_elastic *te, double gflops);
 double te_peak(const struct train_elastic *te); /* 0: unknown */
+/* The metrics file the recovery record goes to (rank 0's; NULL elsewhere):
+ * rank 0 may change with a recovery. */
+void te_set_metrics(struct train_elastic *te, FILE *mf);
 /* Every working rank once its engine and data exist (a promoted spare:
  * takes the failed rank's state here). 0 or < 0. */
 int  te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job);

@@ -77,6 +77,7 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
     *t_ck = whale_now_s() - t0;
     if (!skipped) {
         t->tot.nsaves++;
+        t->tot.last_save = step1;
         t->tot.ckpt_stall += *t_ck;
     }
     return 0;
@@ -146,25 +147,6 @@ static void step_progress(struct train *t, long step, long first_step,
                 (double)st->lr, tps, 100 * mfu, eta);
 }
 
-/* Counts a completed step into the run totals. */
-static void step_account(struct train *t, long step, long first_step,
-                         const struct whale_step_stats *st, double tokens, double tps)
-{
-    struct train_totals *r = &t->tot;
-    if (step > first_step || t->o.steps - first_step == 1) { /* the first step warms caches */
-        r->t_run += st->t_total;
-        r->tok_run += tokens;
-        r->sum_tps += tps;
-        r->n_tps++;
-    }
-    r->sum_comm += st->t_comm;
-    r->sum_wait += st->t_wait;
-    r->sum_flops += st->flops;
-    if (isnan(r->first_loss))
-        r->first_loss = st->loss;
-    r->last_loss = st->loss;
-}
-
 int train_loop(struct train *t)
 {
     signal(SIGINT, on_signal);
@@ -172,7 +154,11 @@ int train_loop(struct train *t)
     struct whale_train_state ts;
     whale_engine_get_state(t->e, &ts);
     const long first_step = (long)ts.step;
-    t->tot.first_loss = t->tot.last_loss = NAN;
+    if (!t->tot.joined) { /* a promoted spare has the run's history already */
+        t->tot.start_step = first_step;
+        t->tot.first_loss = NAN;
+    }
+    t->tot.last_loss = NAN;
     for (long step = first_step; step < t->o.steps && !stop_requested; step++) {
         whale_engine_get_state(t->e, &ts);
         double t_data = whale_now_s();
@@ -199,6 +185,8 @@ int train_loop(struct train *t)
             int trc = te_recover(t->te, t->ctx, &t->job, src, step + 1, &redo);
             if (trc)
                 return trc > 0 ? 0 : 1;
+            if (train_history_agree(t, false))
+                return 1;
             step = (long)redo - 1; /* the loop's step++ makes it redo */
             continue;
         }
@@ -206,7 +194,6 @@ int train_loop(struct train *t)
             return 1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
         double cpu_s = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;
-        t->tot.done++;
         double t_ck = 0;
         /* the previous save's deferred snapshot, waited for before this
          * step's optimizer: part of that checkpoint's stall */
@@ -215,9 +202,11 @@ int train_loop(struct train *t)
         if (t->ck && step_checkpoint(t, step + 1, &t_ck))
             return 1;
         double tokens = (double)t->gbatch * t->seq;
-        double tps = tokens / st.t_total;
-        double mfu = st.flops / st.t_total / (t->peak * 1e9);
-        step_account(t, step, first_step, &st, tokens, tps);
+        double tps = train_rate(tokens, st.t_total);
+        double mfu = train_mfu(t, st.flops, st.t_total);
+        /* the summary's window: every step after the first (which warms
+         * caches), unless the run is one step */
+        train_account(t, step > first_step || t->o.steps - first_step == 1, &st, tokens);
         json_t *line = step_line(t, step + 1, &st, tps, mfu, t_ck, cpu_s);
         if (line && t_fence > 0)
             json_object_set_new(line, "ckpt_fence_s", json_real(t_fence));

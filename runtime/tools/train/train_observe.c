@@ -333,13 +333,21 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
                            double mfu, double overlap, int ckpt_saves, double ckpt_stall)
 {
     double wall = whale_now_s() - o->t0;
+    /* the run's figures are the summary's (whale-train's totals, which a
+     * promoted spare or a renumbered rank 0 took from the survivors), not
+     * what this process saw: steps it computed, its first loss */
+    long steps = (long)json_integer_value(json_object_get(sm, "steps"));
+    json_t *fl = json_object_get(sm, "first_loss"), *ll = json_object_get(sm, "final_loss");
+    double first_loss = json_is_number(fl) ? json_number_value(fl) : NAN;
+    double last_loss = json_is_number(ll) ? json_number_value(ll) : NAN;
+    double tokens = steps > 0 ? steps * o->last.tokens : 0; /* global batch x seq per step */
     struct scan sc;
     scan_metrics(metrics_path, &sc);
     struct train_sys sys;
     train_sysmon_sample(&o->sys, &sys);
     prom_update(o, &sys); /* the final figures */
     json_object_set_new(sm, "wall_s", json_real(wall));
-    json_object_set_new(sm, "tokens", json_real(o->tokens));
+    json_object_set_new(sm, "tokens", json_real(tokens));
     json_object_set_new(sm, "nodes", json_integer(o->nnodes));
     json_object_set_new(sm, "ranks", json_integer(o->world));
     json_object_set_new(sm, "data_wait_s", json_real(o->data_wait_s));
@@ -359,7 +367,7 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
         json_object_set_new(sm, "final_val_loss", json_real(sc.last_val));
     }
     struct train_cost c;
-    train_cost_compute(o->usd_per_hour, wall, o->tokens, o->first_loss, o->last_loss, &c);
+    train_cost_compute(o->usd_per_hour, wall, tokens, first_loss, last_loss, &c);
     if (c.usd >= 0) {
         json_t *cj = json_pack("{sfsfss}", "usd", c.usd, "usd_per_hour", o->usd_per_hour,
                                "price", o->price_src);
@@ -372,15 +380,15 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
     /* for people: aligned lines on stderr, before the JSON line */
     char a[64], b[64], d[64];
     fmt_dur(a, sizeof a, wall);
-    fmt_count(b, sizeof b, o->tokens);
+    fmt_count(b, sizeof b, tokens);
     fprintf(stderr, "\nwhale-train summary\n");
-    fprintf(stderr, "  %-20s %ld on %d rank%s, %d node%s\n", "steps", o->steps, o->world,
+    fprintf(stderr, "  %-20s %ld on %d rank%s, %d node%s\n", "steps", steps, o->world,
             o->world == 1 ? "" : "s", o->nnodes, o->nnodes == 1 ? "" : "s");
     fprintf(stderr, "  %-20s %s\n", "wall time", a);
     fprintf(stderr, "  %-20s %s: %.0f tokens/s over the timed steps, %.0f over the wall time\n",
             "tokens", b, json_number_value(json_object_get(sm, "tokens_per_s")),
-            wall > 0 ? o->tokens / wall : 0.0);
-    fprintf(stderr, "  %-20s first %.4f, final %.4f\n", "loss", o->first_loss, o->last_loss);
+            wall > 0 ? tokens / wall : 0.0);
+    fprintf(stderr, "  %-20s first %.4f, final %.4f\n", "loss", first_loss, last_loss);
     if (!isnan(sc.best_val))
         fprintf(stderr, "  %-20s best %.4f (step %ld), final %.4f\n", "validation loss",
                 sc.best_val, sc.best_val_step, sc.last_val);
@@ -405,6 +413,17 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
         fprintf(stderr, "  %-20s no price (--price-per-node-hour, or PricePerNodeHour in "
                 "whale.conf)\n", "cost");
     }
+}
+
+double train_observe_elapsed(const struct train_observe *o)
+{
+    return o->t0 > 0 ? whale_now_s() - o->t0 : 0;
+}
+
+void train_observe_rebase(struct train_observe *o, double elapsed)
+{
+    if (elapsed > 0 && isfinite(elapsed))
+        o->t0 = whale_now_s() - elapsed;
 }
 
 void train_observe_close(struct train_observe *o)

@@ -79,4 +79,10 @@ void train_cost_compute(double usd_per_hour, double wall_s, double tokens, doubl
  * < 0 when nothing gives a price; src describes where it came from. */
 double train_cost_price(const struct train_observe *o, char *src, size_t n);
 
+/* Wall seconds since train_observe_start; a process that joined a running
+ * job (a promoted spare) takes the survivors' figure so that the summary's
+ * wall time and cost cover the whole run. */
+double train_observe_elapsed(const struct train_observe *o);
+void train_observe_rebase(struct train_observe *o, double elapsed);
+
 #endif

@@ -241,14 +241,17 @@ int train_setup(struct train *t)
     t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
               : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
                                                      : 1;
-    te_set_peak(t->te, t->peak);
+    if (!te_promoted(t->te)) /* a promoted spare holds rank 0's from the exchange */
+        te_set_peak(t->te, t->peak);
     if (t->rank == 0)
         whale_info("OpenBLAS kernels: %s%s", whale_blas_corename(),
                    getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     if (te_start(t->te, t->ctx, &t->job))
         return 1;
-    if (te_promoted(t->te) && t->o.peak_gflops <= 0 && te_peak(t->te) > 0)
-        t->peak = te_peak(t->te);
+    /* every rank: --rank-metrics report MFU too, and any rank may become
+     * rank 0 after a recovery */
+    if (te_promoted(t->te) ? train_history_agree(t, true) : train_share_peak(t))
+        return 1;
     struct whale_engine_memory mem;
     whale_engine_memory(t->e, &mem);
     t->tty = t->o.progress != 0 && t->rank == 0 && isatty(STDERR_FILENO);

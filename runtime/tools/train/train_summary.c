@@ -19,14 +19,21 @@ static json_t *summary_object(struct train *t)
 {
     const struct train_totals *r = &t->tot;
     const struct whale_engine_config *ec = &t->ec;
-    double tps = r->t_run > 0 ? r->tok_run / r->t_run : 0;
-    double mfu = r->t_run > 0 ? (r->sum_flops / r->done) * r->n_tps / r->t_run / (t->peak * 1e9)
-                              : 0;
+    /* rates over one window (train_totals.c): the steps this process timed */
+    double tps = train_rate(r->tok_run, r->t_run);
+    double mfu = train_mfu(t, r->flops_run, r->t_run);
     double ovl = r->sum_comm > 0 ? 1 - r->sum_wait / r->sum_comm : 0;
+    /* steps: how far the run got from where it began; a step redone after a
+     * recovery is one step (its second computation is in redone_steps) */
+    struct whale_train_state ts;
+    whale_engine_get_state(t->e, &ts);
+    long steps = (long)ts.step - r->start_step;
+    if (steps < 0 || steps > r->done)
+        steps = r->done;
     /* no step run (--steps 0, resumed at the end): the losses are NaN,
      * which JSON cannot hold: null (json_real(NaN) fails) */
     json_t *j = json_pack("{s{sIsososfsfsfsfsfsisisi}}", "summary",
-                          "steps", (json_int_t)r->done, "first_loss",
+                          "steps", (json_int_t)steps, "first_loss",
                           train_json_num(r->first_loss), "final_loss",
                           train_json_num(r->last_loss), "tokens_per_s", tps, "mfu", mfu,
                           "comm_overlap", ovl < 0 ? 0.0 : ovl, "peak_rss_mb",
@@ -39,6 +46,8 @@ static json_t *summary_object(struct train *t)
         json_object_set_new(sm, "first_loss", json_null());
         json_object_set_new(sm, "final_loss", json_null());
     }
+    if (r->done > steps)
+        json_object_set_new(sm, "redone_steps", json_integer(r->done - steps));
     json_object_set_new(sm, "tp", json_integer(t->tp));
     json_object_set_new(sm, "pp", json_integer(t->pp));
     json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec->schedule)));
@@ -57,7 +66,8 @@ static json_t *summary_object(struct train *t)
     train_areas_report(t, sm);
     if (r->nsaves)
         json_object_set_new(sm, "checkpoints",
-                            json_pack("{sisf}", "saves", r->nsaves, "stall_s", r->ckpt_stall));
+                            json_pack("{sisf}", "saves", r->nsaves, "stall_s",
+                                      r->ckpt_stall + r->hist_stall));
     return j;
 }
 
