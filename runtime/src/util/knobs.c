@@ -81,7 +81,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_TASK_ID", "contract", "", "Slurm/whale-run task id of this task" },
     { "WHALE_TP", "contract", "", "tensor-parallel degree" },
     { "WHALE_TP_RANK", "contract", "", "this rank's tensor-parallel index" },
-    { "WHALE_TRACE", "path", "", "write a Chrome/Perfetto trace per rank to PATH-rank<R>.json" },
+    { "WHALE_TRACE", "path", "", "write a Chrome/Perfetto trace per rank: the rank goes before the extension (trace.json -> trace-rank0.json), or replaces %r" },
     { "WHALE_TRAIN_REEXEC", "contract", "", "internal: whale-train re-executed itself with OMP_WAIT_POLICY=passive and/or OPENBLAS_CORETYPE" },
     { "WHALE_UCX_PEER_MODE", "bool", "0", "1: UCX peer error handling for every endpoint, also on this node" },
     { "WHALE_WORLD", "contract", "", "working ranks = TP x PP x DP" },
