@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct whale_opts whale_opts = { .tp = 1, .pp = 1 };
+struct whale_opts whale_opts = { .tp = 1, .pp = 1, .cp = 1 };
 
 enum opt_kind { K_FLAG, K_INT, K_ENUM, K_STR };
 

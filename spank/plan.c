@@ -93,8 +93,7 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
             return -1;
         return 0;
     }
-    p->tp = o->tp;
-    p->pp = o->pp;
+    p->grid = o->grid;
     p->dp = o->given[OPT_DP] ? o->dp : 0; /* 0 until the step's tasks are known */
     p->spares = o->spares;
     p->map = o->given[OPT_MAP] ? o->map : c->default_map;

@@ -45,7 +45,8 @@ enum whale_opt_id {
 struct whale_opts {
     bool enabled;              /* any --whale* option given */
     bool given[OPT_COUNT_];    /* which options the user set */
-    int tp, pp, dp, spares;
+    WHALE_GRID(grid);
+    int spares;
     enum whale_map_policy map;
     char plan_file[1024];
     int zero, microbatch;

@@ -55,8 +55,7 @@ struct whale_map_traffic {
 };
 
 struct whale_map_input {
-    int tp, pp;        /* >= 1 */
-    int dp;            /* >= 1, or 0: derived = working tasks / (tp * pp) */
+    WHALE_GRID(grid);  /* >= 1; dp 0: derived = working tasks / (tp * pp) */
     int spares;        /* whole spare nodes held back (>= 0) */
     enum whale_map_policy policy;
     int nnodes;
@@ -76,7 +75,8 @@ struct whale_map_cost {
 };
 
 struct whale_layout {
-    int tp, pp, dp, world;     /* world = tp * pp * dp working ranks */
+    WHALE_GRID(grid);
+    int world;                 /* world = tp * pp * dp working ranks */
     int ntasks, nnodes, nspare_nodes;
     enum whale_map_policy policy; /* policy actually used */
     int *rank_of_task;         /* [ntasks] logical rank, -1 for a spare task */
@@ -104,15 +104,6 @@ int whale_map_cost(const struct whale_map_input *in, const struct whale_layout *
  * class. max_nodes > 0 truncates. Malloc'd; NULL on ENOMEM. */
 char *whale_layout_describe(const struct whale_map_input *in, const struct whale_layout *l,
                             int max_nodes);
-
-/* Logical coordinates of a rank. */
-static inline void whale_rank_coords(int rank, int tp, int dp, int *tp_rank, int *dp_rank,
-                                     int *pp_rank)
-{
-    *tp_rank = rank % tp;
-    *dp_rank = (rank / tp) % dp;
-    *pp_rank = rank / (tp * dp);
-}
 
 /* WHALE_RANKMAP: logical rank -> task id for ranks 0..world-1, as a
  * comma-separated list of items "A" or "A-B" (A, A+1, ..., B; or descending

@@ -109,9 +109,9 @@ char *whale_layout_describe(const struct whale_map_input *in, const struct whale
             if (r < 0) {
                 sb_printf(&b, " task%d=spare", t);
             } else {
-                int tp, dp, pp;
-                whale_rank_coords(r, l->tp, l->dp, &tp, &dp, &pp);
-                sb_printf(&b, " task%d=r%d(t%d,d%d,p%d)", t, r, tp, dp, pp);
+                struct whale_coords co;
+                whale_grid_coords(&l->grid, r, &co);
+                sb_printf(&b, " task%d=r%d(t%d,d%d,p%d)", t, r, co.tp, co.dp, co.pp);
             }
         }
         sb_printf(&b, "\n");

@@ -74,30 +74,31 @@ static int print_env(const char *name, const char *value, void *u)
 
 static void list_groups(const struct whale_map_input *in, const struct whale_layout *l)
 {
-    const char *kind[3] = { "TP", "DP", "PP" };
-    for (int g = 0; g < 3; g++) {
-        int size = g == 0 ? l->tp : g == 1 ? l->dp : l->pp;
+    static const struct { const char *name; enum whale_axis axis; } kind[] = {
+        { "TP", WHALE_AXIS_TP }, { "DP", WHALE_AXIS_DP }, { "PP", WHALE_AXIS_PP } };
+    int *members = malloc((size_t)l->world * sizeof *members);
+    if (!members)
+        return;
+    for (size_t g = 0; g < sizeof kind / sizeof kind[0]; g++) {
+        int size = whale_grid_group(&l->grid, kind[g].axis, 0, NULL);
         int count = l->world / size;
         if (size < 2)
             continue;
-        printf("%s groups (%d of %d ranks):\n", kind[g], count, size);
-        for (int q = 0; q < count; q++) {
-            /* the q-th group of this kind: fixed other coordinates */
-            printf("  %s%-5d", kind[g], q);
+        printf("%s groups (%d of %d ranks):\n", kind[g].name, count, size);
+        /* groups in the order of their first rank (the one at coordinate 0) */
+        for (int r0 = 0, q = 0; r0 < l->world; r0++) {
+            if (whale_grid_group_index(&l->grid, kind[g].axis, r0))
+                continue;
+            whale_grid_group(&l->grid, kind[g].axis, r0, members);
+            printf("  %s%-5d", kind[g].name, q++);
             for (int k = 0; k < size; k++) {
-                int r;
-                if (g == 0)
-                    r = q * l->tp + k;
-                else if (g == 1) /* q = pp * TP + tp */
-                    r = ((q / l->tp) * l->dp + k) * l->tp + q % l->tp;
-                else             /* q = dp * TP + tp */
-                    r = k * l->tp * l->dp + q;
-                int t = l->task_of_rank[r];
-                printf(" r%d@%s", r, in->nodes[l->node_of_task[t]]);
+                int t = l->task_of_rank[members[k]];
+                printf(" r%d@%s", members[k], in->nodes[l->node_of_task[t]]);
             }
             printf("\n");
         }
     }
+    free(members);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -136,7 +137,8 @@ static int run_bench(const struct whale_map_input *in, int n)
 /* What the command line asked for. */
 struct map_opts {
     const char *nodes_expr, *tpn, *conf_path, *topo_path, *svg, *dist;
-    int tp, pp, dp, spares, policy, env_task;
+    WHALE_GRID(grid);
+    int spares, policy, env_task;
     int groups, summary, compare, rankmap, bench;
 };
 #define MAP_GO (-1) /* go on; anything else is the exit status */
@@ -399,7 +401,7 @@ int main(int argc, char **argv)
         goto out;
     rc = 1;
     struct whale_map_input in = {
-        .tp = o.tp, .pp = o.pp, .dp = o.dp, .spares = o.spares,
+        .grid = o.grid, .spares = o.spares,
         .policy = o.policy >= 0 ? (enum whale_map_policy)o.policy : conf->default_map,
         .nnodes = n.nnodes, .nodes = (const char *const *)n.nodes, .ntasks = n.ntasks,
         .task_ids = n.ids, .topo = topo,

@@ -239,7 +239,9 @@ static const int g_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
-    struct run_layout_opts lo = { .ntasks = 0, .tp = 1, .pp = 1, .dp = 0, .spares = 0, .nodes = 1 };
+    struct run_layout_opts lo = { .ntasks = 0, .spares = 0, .nodes = 1 };
+    whale_grid_init(&lo.grid);
+    lo.dp = 0; /* derived from the working tasks */
     bool label = true, keep_going = false;
     int timeout = 0;
     bool bind = true;

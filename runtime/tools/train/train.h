@@ -78,7 +78,9 @@ struct train {
     struct whale_engine_config ec;
     /* the ranks */
     whale_ctx *ctx;
-    int rank, world, tp, pp, dp, dp_rank;
+    int rank, world;
+    WHALE_GRID(grid);
+    int dp_rank;
     /* what the run holds */
     whale_engine *e;
     whale_data *data;
