@@ -39,6 +39,7 @@ enum whale_opt_id {
     OPT_BATCH,        /* --whale-batch (planner) */
     OPT_OFFLOAD_TARGET, /* --whale-offload-target (exported as WHALE_OFFLOAD_TARGET) */
     OPT_PRECISION,    /* --whale-precision */
+    OPT_EP,           /* --whale-ep */
     OPT_COUNT_
 };
 

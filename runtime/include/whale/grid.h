@@ -7,6 +7,18 @@
  *     rank = ((pp * DP) + dp) * TP + tp
  * world = TP * PP * DP working ranks.
  *
+ * Expert parallelism (EP) does not add ranks: EP divides DP and the expert
+ * groups are carved out of the data-parallel ranks, as in Megatron-Core's
+ * expert-parallel groups. For a rank at (tp, pp, dp):
+ *     EP group            same (tp, pp), dp' = (dp / EP) * EP + i, i = 0..EP-1
+ *                         (EP consecutive DP ranks; its index in it: dp % EP)
+ *     expert-data-parallel group
+ *                         same (tp, pp), dp' = i * EP + dp % EP, i = 0..DP/EP-1
+ *                         (the ranks that hold the same experts; its index
+ *                         in it: dp / EP); expert gradients are reduced here.
+ * With EP = 1 the EP group is the rank alone and the expert-data-parallel
+ * group is its DP group.
+ *
  * Context parallelism (cp) has its place in the type but is not used yet:
  * it is fixed at 1, takes no part in the rank order and is not exported.
  *
@@ -16,7 +28,7 @@
  * place is what makes a new axis a local change.
  *
  * A degree of 0 in a zero-initialised struct reads as 1 for the axes that
- * have a default (cp); the parsers (plan file, environment, options) never
+ * have a default (ep, cp); the parsers (plan file, environment, options) never
  * produce 0, and whale_grid_check refuses it. */
 #ifndef WHALE_GRID_H
 #define WHALE_GRID_H
@@ -27,7 +39,7 @@
 extern "C" {
 #endif
 
-#define WHALE_GRID_MEMBERS int tp, pp, dp, cp
+#define WHALE_GRID_MEMBERS int tp, pp, dp, ep, cp
 
 struct whale_grid {
     WHALE_GRID_MEMBERS;
@@ -51,6 +63,8 @@ enum whale_axis {
     WHALE_AXIS_TP = 0,   /* same (pp, dp), tp = 0..TP-1 */
     WHALE_AXIS_PP,       /* same (dp, tp), pp = 0..PP-1 */
     WHALE_AXIS_DP,       /* same (pp, tp), dp = 0..DP-1 */
+    WHALE_AXIS_EP,       /* same (pp, tp), EP consecutive DP ranks (see above) */
+    WHALE_AXIS_EDP,      /* same (pp, tp), DP ranks EP apart: the expert-data-parallel group */
     WHALE_AXIS_COUNT_
 };
 
@@ -77,13 +91,19 @@ int whale_grid_group(const struct whale_grid *d, enum whale_axis axis, int rank,
 /* Position of `rank` in its group along `axis`. */
 int whale_grid_group_index(const struct whale_grid *d, enum whale_axis axis, int rank);
 
-/* Each degree in its range and, when world > 0, TP*PP*DP == world. On
+/* The expert-parallel degree, 1 for a zero-initialised struct. */
+int whale_grid_ep(const struct whale_grid *d);
+
+/* Each degree in its range, EP divides DP and, when world > 0, TP*PP*DP == world. On
  * failure returns WHALE_EINVAL and writes into msg a sentence naming the
  * degree (prefix + name, e.g. "--whale-" + "dp" or "" + "dp") and its
  * allowed values; nothing is logged (the plugin and the library report
  * through different channels). */
 int whale_grid_check(const struct whale_grid *d, int world, const char *prefix, char *msg,
                         size_t msgsz);
+
+/* The values EP may take with this DP (its divisors: "1, 2, 4"), into buf. */
+void whale_grid_ep_choices(int dp, char *buf, size_t n);
 
 /* The contract's names (WHALE_TP, ...) and values of the exported degrees,
  * for each: fn(name, value, user); stops at the first non-zero return. */

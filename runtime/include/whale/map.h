@@ -28,6 +28,12 @@
  * link class between the two nodes (node, nvl, leaf, spine, core); the
  * scalar cost is sum(bytes[class] / bandwidth[class]) over classes.
  *
+ * EP groups (whale/grid.h: EP consecutive DP ranks) are not placed on their
+ * own: WHALE_MAP_TOPO puts the DP ranks of a stage on TP groups in switch-
+ * tree order, so consecutive DP ranks, and with them an EP group, share an
+ * NVLink domain whenever the domain holds EP whole TP groups at that
+ * position. whale_layout_ep_crossings counts the EP groups that do not.
+ *
  * Spare nodes (whole nodes, WHALE_SPARE=1 on all their tasks): taken one per
  * leaf switch, round-robin over the leaves that hold the most step nodes
  * (so that the most ranks have a replacement under their own leaf), the
@@ -98,6 +104,11 @@ void whale_layout_free(struct whale_layout *l);
 /* Cost of a layout (also stored in out->cost by whale_map_compute). */
 int whale_map_cost(const struct whale_map_input *in, const struct whale_layout *l,
                    struct whale_map_cost *cost);
+
+/* EP groups that span more than one NVLink domain (0 when EP = 1); the
+ * first such group's lowest rank in *first_rank (-1 none; may be NULL). */
+int whale_layout_ep_crossings(const struct whale_map_input *in, const struct whale_layout *l,
+                              int *first_rank);
 
 /* Multi-line description: one line per node (switch, NVLink domain, each
  * task's rank and TP/DP/PP coordinates, SPARE), then the cost per link

@@ -9,6 +9,8 @@
  *   "version": 1,
  *   "model": "gpt-tiny",            preset name or path ("" = given to the tool)
  *   "tp": 2, "pp": 2, "dp": 2, "spares": 0,
+ *   "ep": 1,                        expert-parallel degree, divides dp (optional;
+ *                                   written only when > 1)
  *   "map": "topo",                  topo | block
  *   "micro_batch": 4,               sequences per micro-batch
  *   "num_micro_batches": 8,         micro-batches per DP replica per step

@@ -130,7 +130,9 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
         }
         if (left == 0)
             break;
-        if (DP - ndropped <= 1) {
+        /* with EP > 1 one replica less would leave a DP that EP does not
+         * divide (expert groups are EP consecutive DP ranks): spares only */
+        if (DP - ndropped <= 1 || whale_grid_ep(g) > 1) {
             rc = WHALE_ENOFIT;
             break;
         }

@@ -130,6 +130,8 @@ static int check_degrees(struct map_ctx *c)
     }
     long tpp = (long)in->tp * in->pp;
     c->grid = in->grid;
+    c->grid.ep = whale_grid_ep(&in->grid); /* zero-initialised input: dense */
+    c->grid.cp = 1;
     if (in->dp == 0) {
         if (work % tpp) {
             whale_error("%ld working tasks (%d tasks - %ld on %d spare node(s)) are not a "
@@ -151,6 +153,13 @@ static int check_degrees(struct map_ctx *c)
                         in->spares);
             return WHALE_EINVAL;
         }
+    }
+    if (c->dp % c->ep) {
+        char ok[256];
+        whale_grid_ep_choices(c->dp, ok, sizeof ok);
+        whale_error("EP=%d does not divide DP=%d: expert groups are carved out of the "
+                    "data-parallel ranks (allowed EP: %s)", c->ep, c->dp, ok);
+        return WHALE_EINVAL;
     }
     c->world = (int)work;
     return 0;

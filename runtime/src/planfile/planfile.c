@@ -202,6 +202,7 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
         else if (!strcmp(key, "tp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_TP, &p->tp);
         else if (!strcmp(key, "pp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_PP, &p->pp);
         else if (!strcmp(key, "dp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_DP, &p->dp);
+        else if (!strcmp(key, "ep")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_DP, &p->ep);
         else if (!strcmp(key, "spares")) rc = get_int(v, key, origin, 0, 1 << 20, &p->spares);
         else if (!strcmp(key, "map"))
             rc = get_enum(v, key, origin, ENUM_ARGS(whale_map_policy_parse), &p->map, "topo|block");
@@ -346,6 +347,8 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
     json_object_set_new(o, "tp", json_integer(p->tp));
     json_object_set_new(o, "pp", json_integer(p->pp));
     json_object_set_new(o, "dp", json_integer(p->dp));
+    if (whale_grid_ep(&p->grid) > 1) /* only when set: plans of dense steps stay as they were */
+        json_object_set_new(o, "ep", json_integer(p->ep));
     json_object_set_new(o, "spares", json_integer(p->spares));
     json_object_set_new(o, "map", json_string(whale_map_policy_name(p->map)));
     /* batch fields nobody chose stay out: the reader's default applies */

@@ -11,7 +11,12 @@
 
 void whale_grid_init(struct whale_grid *d)
 {
-    d->tp = d->pp = d->dp = d->cp = 1;
+    d->tp = d->pp = d->dp = d->ep = d->cp = 1;
+}
+
+int whale_grid_ep(const struct whale_grid *d)
+{
+    return d->ep > 0 ? d->ep : 1;
 }
 
 int whale_grid_world(const struct whale_grid *d)
@@ -37,6 +42,8 @@ static int axis_size(const struct whale_grid *d, enum whale_axis axis)
     switch (axis) {
     case WHALE_AXIS_TP: return d->tp;
     case WHALE_AXIS_PP: return d->pp;
+    case WHALE_AXIS_EP: return whale_grid_ep(d);
+    case WHALE_AXIS_EDP: return d->dp / whale_grid_ep(d);
     default: return d->dp;
     }
 }
@@ -49,6 +56,8 @@ static int axis_member(const struct whale_grid *d, enum whale_axis axis,
     switch (axis) {
     case WHALE_AXIS_TP: x.tp = i; break;
     case WHALE_AXIS_PP: x.pp = i; break;
+    case WHALE_AXIS_EP: x.dp = c->dp / whale_grid_ep(d) * whale_grid_ep(d) + i; break;
+    case WHALE_AXIS_EDP: x.dp = i * whale_grid_ep(d) + c->dp % whale_grid_ep(d); break;
     default: x.dp = i; break;
     }
     return whale_grid_rank(d, &x);
@@ -73,8 +82,27 @@ int whale_grid_group_index(const struct whale_grid *d, enum whale_axis axis, int
     switch (axis) {
     case WHALE_AXIS_TP: return c.tp;
     case WHALE_AXIS_PP: return c.pp;
+    case WHALE_AXIS_EP: return c.dp % whale_grid_ep(d);
+    case WHALE_AXIS_EDP: return c.dp / whale_grid_ep(d);
     default: return c.dp;
     }
+}
+
+void whale_grid_ep_choices(int dp, char *buf, size_t n)
+{
+    /* divisors in ascending order: i <= sqrt(dp) forward, dp / i backward */
+    size_t len = 0;
+    int hi[32], nhi = 0, shown = 0;
+    buf[0] = '\0';
+    for (int i = 1; (long)i * i <= dp && shown < 24; i++)
+        if (dp % i == 0) {
+            len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%d", shown ? ", " : "", i);
+            shown++;
+            if (i != dp / i && nhi < 32)
+                hi[nhi++] = dp / i;
+        }
+    for (int k = nhi - 1; k >= 0 && len < n; k--)
+        len += (size_t)snprintf(buf + len, n - len, ", %d", hi[k]);
 }
 
 int whale_grid_check(const struct whale_grid *d, int world, const char *prefix, char *msg,
@@ -94,6 +122,18 @@ int whale_grid_check(const struct whale_grid *d, int world, const char *prefix, 
                      deg[i].max);
             return WHALE_EINVAL;
         }
+    }
+    if (d->ep < 0 || d->ep > WHALE_GRID_MAX_DP) {
+        snprintf(msg, msgsz, "%sep=%d is out of range: allowed 1..%d", prefix, d->ep,
+                 WHALE_GRID_MAX_DP);
+        return WHALE_EINVAL;
+    }
+    if (d->dp % whale_grid_ep(d)) {
+        char ok[256];
+        whale_grid_ep_choices(d->dp, ok, sizeof ok);
+        snprintf(msg, msgsz, "%sep=%d must divide %sdp=%d: expert groups are carved out of the "
+                 "data-parallel ranks (allowed: %s)", prefix, d->ep, prefix, d->dp, ok);
+        return WHALE_EINVAL;
     }
     if (d->cp != 0 && d->cp != 1) {
         snprintf(msg, msgsz, "%scp=%d: context parallelism is not supported yet (allowed: 1)", prefix,
@@ -119,15 +159,18 @@ int whale_grid_check(const struct whale_grid *d, int world, const char *prefix, 
 #define EXPORTED(X)                                  \
     X(WHALE_ENV_TP, tp, WHALE_GRID_MAX_TP)         \
     X(WHALE_ENV_PP, pp, WHALE_GRID_MAX_PP)         \
-    X(WHALE_ENV_DP, dp, WHALE_GRID_MAX_DP)
+    X(WHALE_ENV_DP, dp, WHALE_GRID_MAX_DP)         \
+    X(WHALE_ENV_EP, ep, WHALE_GRID_MAX_DP)
 
 int whale_grid_to_env(const struct whale_grid *d,
                          int (*fn)(const char *name, const char *value, void *user), void *user)
 {
     char buf[24];
     int rc;
+    struct whale_grid n = *d; /* zero-initialised axes export their default */
+    n.ep = whale_grid_ep(d);
 #define SET(env, m, max)                          \
-    snprintf(buf, sizeof buf, "%d", d->m);        \
+    snprintf(buf, sizeof buf, "%d", n.m);         \
     if ((rc = fn(env, buf, user)))                \
         return rc;
     EXPORTED(SET)

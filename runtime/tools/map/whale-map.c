@@ -33,6 +33,7 @@ static void usage(FILE *f)
         "      --distribution block|cyclic   task id order (default block)\n"
         "Degrees:\n"
         "      --tp N  --pp N  --dp N  degrees (dp default: working tasks / (tp*pp))\n"
+        "      --ep N                  expert-parallel degree, divides dp (default 1)\n"
         "      --spares N              hot-spare nodes (default 0)\n"
         "      --map topo|block        placement policy (default: the config's DefaultMap)\n"
         "Site:\n"
@@ -145,7 +146,7 @@ struct map_opts {
 
 static int parse_args(int argc, char **argv, struct map_opts *o)
 {
-    enum { O_TP = 256, O_PP, O_DP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
+    enum { O_TP = 256, O_PP, O_DP, O_EP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
            O_RANKMAP, O_ENV, O_SVG, O_DIST, O_BENCH };
     static const struct option lo[] = {
         { "nodes", required_argument, 0, 'w' },
@@ -153,7 +154,7 @@ static int parse_args(int argc, char **argv, struct map_opts *o)
         { "distribution", required_argument, 0, O_DIST },
         { "tp", required_argument, 0, O_TP },
         { "pp", required_argument, 0, O_PP },
-        { "dp", required_argument, 0, O_DP },
+        { "dp", required_argument, 0, O_DP }, { "ep", required_argument, 0, O_EP },
         { "spares", required_argument, 0, O_SPARES },
         { "map", required_argument, 0, O_MAP },
         { "conf", required_argument, 0, 'c' },
@@ -187,6 +188,7 @@ static int parse_args(int argc, char **argv, struct map_opts *o)
         case O_TP: if (parse_int("tp", optarg, 1, 1 << 20, &o->tp)) return 2; break;
         case O_PP: if (parse_int("pp", optarg, 1, 1 << 20, &o->pp)) return 2; break;
         case O_DP: if (parse_int("dp", optarg, 1, 1 << 24, &o->dp)) return 2; break;
+        case O_EP: if (parse_int("ep", optarg, 1, 1 << 24, &o->ep)) return 2; break;
         case O_SPARES: if (parse_int("spares", optarg, 0, 1 << 20, &o->spares)) return 2; break;
         case O_BENCH: if (parse_int("bench", optarg, 1, 100000, &o->bench)) return 2; break;
         case O_ENV: if (parse_int("env", optarg, 0, 1 << 30, &o->env_task)) return 2; break;

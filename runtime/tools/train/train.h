@@ -50,6 +50,7 @@ struct train_opts {
     int progress; /* -1 auto */
     const char *schedule, *recompute, *precision;
     long interleave;
+    long ep;              /* --ep: expert-parallel degree (0: the step's) */
     long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
     int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;

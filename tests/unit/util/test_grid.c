@@ -82,6 +82,68 @@ static void test_groups_match_old_arithmetic(void **state)
             }
 }
 
+/* EP groups: EP consecutive DP ranks at the same (pp, tp); expert-data-
+ * parallel groups: the DP ranks EP apart. Together they tile the DP group. */
+static void test_ep_groups(void **state)
+{
+    (void)state;
+    int ep_ranks[64], edp_ranks[64], dp_ranks[64];
+    for (int tp = 1; tp <= 3; tp++)
+        for (int pp = 1; pp <= 3; pp++)
+            for (int dp = 1; dp <= 8; dp++)
+                for (int ep = 1; ep <= dp; ep++) {
+                    if (dp % ep)
+                        continue;
+                    struct whale_grid g = grid(tp, pp, dp);
+                    g.ep = ep;
+                    for (int r = 0; r < tp * pp * dp; r++) {
+                        struct whale_coords c;
+                        whale_grid_coords(&g, r, &c);
+                        assert_int_equal(whale_grid_group(&g, WHALE_AXIS_EP, r, ep_ranks), ep);
+                        assert_int_equal(whale_grid_group(&g, WHALE_AXIS_EDP, r, edp_ranks), dp / ep);
+                        whale_grid_group(&g, WHALE_AXIS_DP, r, dp_ranks);
+                        for (int i = 0; i < ep; i++) /* consecutive DP ranks */
+                            assert_int_equal(ep_ranks[i], dp_ranks[(c.dp / ep) * ep + i]);
+                        for (int i = 0; i < dp / ep; i++) /* EP apart */
+                            assert_int_equal(edp_ranks[i], dp_ranks[i * ep + c.dp % ep]);
+                        int ei = whale_grid_group_index(&g, WHALE_AXIS_EP, r);
+                        int di = whale_grid_group_index(&g, WHALE_AXIS_EDP, r);
+                        assert_int_equal(ep_ranks[ei], r);
+                        assert_int_equal(edp_ranks[di], r);
+                        assert_int_equal(di * ep + ei, c.dp);
+                    }
+                }
+    /* zero-initialised EP: dense, the EP group is the rank alone */
+    struct whale_grid z = { .tp = 2, .pp = 1, .dp = 4 };
+    assert_int_equal(whale_grid_ep(&z), 1);
+    assert_int_equal(whale_grid_group(&z, WHALE_AXIS_EP, 5, ep_ranks), 1);
+    assert_int_equal(ep_ranks[0], 5);
+    assert_int_equal(whale_grid_group(&z, WHALE_AXIS_EDP, 5, NULL), 4);
+}
+
+static void test_ep_check(void **state)
+{
+    (void)state;
+    char msg[256];
+    struct whale_grid g = grid(1, 1, 12);
+    g.ep = 4;
+    assert_int_equal(whale_grid_check(&g, 12, "", msg, sizeof msg), 0);
+    g.ep = 5;
+    assert_int_equal(whale_grid_check(&g, 12, "--whale-", msg, sizeof msg), WHALE_EINVAL);
+    assert_string_equal(msg, "--whale-ep=5 must divide --whale-dp=12: expert groups are carved "
+                             "out of the data-parallel ranks (allowed: 1, 2, 3, 4, 6, 12)");
+    g.ep = -1;
+    assert_int_equal(whale_grid_check(&g, 0, "", msg, sizeof msg), WHALE_EINVAL);
+    assert_non_null(strstr(msg, "ep=-1 is out of range"));
+    char ok[64];
+    whale_grid_ep_choices(16, ok, sizeof ok);
+    assert_string_equal(ok, "1, 2, 4, 8, 16");
+    whale_grid_ep_choices(7, ok, sizeof ok);
+    assert_string_equal(ok, "1, 7");
+    whale_grid_ep_choices(1, ok, sizeof ok);
+    assert_string_equal(ok, "1");
+}
+
 static void test_check(void **state)
 {
     (void)state;
@@ -164,18 +226,24 @@ static void test_env(void **state)
     struct whale_grid g = grid(2, 3, 4), back;
     char msg[256];
     assert_int_equal(whale_grid_to_env(&g, put, &e), 0);
-    assert_int_equal(e.n, 3);
+    assert_int_equal(e.n, 4);
     assert_string_equal(e.k[0], WHALE_ENV_TP);
     assert_string_equal(e.v[0], "2");
     assert_string_equal(e.k[1], WHALE_ENV_PP);
     assert_string_equal(e.v[1], "3");
     assert_string_equal(e.k[2], WHALE_ENV_DP);
     assert_string_equal(e.v[2], "4");
+    assert_string_equal(e.k[3], WHALE_ENV_EP);
+    assert_string_equal(e.v[3], "1");
     assert_int_equal(whale_grid_from_env(&back, get, &e, msg, sizeof msg), 0);
     assert_int_equal(back.tp, 2);
     assert_int_equal(back.pp, 3);
     assert_int_equal(back.dp, 4);
+    assert_int_equal(back.ep, 1);
     assert_int_equal(back.cp, 1);
+    struct kv ep2 = { .n = 2, .k = { WHALE_ENV_DP, WHALE_ENV_EP }, .v = { "4", "2" } };
+    assert_int_equal(whale_grid_from_env(&back, get, &ep2, msg, sizeof msg), 0);
+    assert_int_equal(back.ep, 2);
 
     /* unset: 1, DP 0 (derived by the caller) */
     struct kv none = { .n = 0 };
@@ -194,6 +262,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_groups_match_old_arithmetic),
+        cmocka_unit_test(test_ep_groups),
+        cmocka_unit_test(test_ep_check),
         cmocka_unit_test(test_check),
         cmocka_unit_test(test_embedded),
         cmocka_unit_test(test_env),
