@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct whale_opts whale_opts = { .tp = 1, .pp = 1 };
+struct whale_opts whale_opts = { .tp = 1, .pp = 1, .ep = 1, .cp = 1 };
 
 enum opt_kind { K_FLAG, K_INT, K_ENUM, K_STR };
 
@@ -72,6 +72,9 @@ static const struct optdef optdefs[] = {
       &whale_opts.pp },
     { OPT_DP, "whale-dp", "N", "Data-parallel degree (default: working tasks / (TP*PP)).", K_INT, 1,
       1 << 24, NULL, NULL, &whale_opts.dp },
+    { OPT_EP, "whale-ep", "N",
+      "Expert-parallel degree (default 1): divides DP; each expert group is EP consecutive DP "
+      "ranks.", K_INT, 1, 1 << 24, NULL, NULL, &whale_opts.ep },
     { OPT_SPARES, "whale-spares", "N", "Hot-spare nodes held back inside the step (default 0).",
       K_INT, 0, 65536, NULL, NULL, &whale_opts.spares },
     { OPT_MAP, "whale-map", "topo|block",

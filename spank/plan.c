@@ -65,7 +65,7 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
         if (o->given[OPT_CKPT_DIR] && expand_ckpt(o->ckpt_dir, user, jobid, ckpt, sizeof ckpt))
             return -1;
         if (contradicts(OPT_TP, o->tp, p->tp, f) || contradicts(OPT_PP, o->pp, p->pp, f) ||
-            contradicts(OPT_DP, o->dp, p->dp, f) || contradicts(OPT_SPARES, o->spares, p->spares, f) ||
+            contradicts(OPT_DP, o->dp, p->dp, f) || contradicts(OPT_EP, o->ep, p->ep, f) || contradicts(OPT_SPARES, o->spares, p->spares, f) ||
             contradicts(OPT_ZERO, o->zero, p->zero, f) ||
             contradicts(OPT_MICROBATCH, o->microbatch, p->micro_batch, f) ||
             contradicts(OPT_CKPT_EVERY, o->ckpt_every, p->ckpt_every, f) ||
@@ -93,8 +93,7 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
             return -1;
         return 0;
     }
-    p->tp = o->tp;
-    p->pp = o->pp;
+    p->grid = o->grid;
     p->dp = o->given[OPT_DP] ? o->dp : 0; /* 0 until the step's tasks are known */
     p->spares = o->spares;
     p->map = o->given[OPT_MAP] ? o->map : c->default_map;

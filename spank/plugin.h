@@ -39,13 +39,15 @@ enum whale_opt_id {
     OPT_BATCH,        /* --whale-batch (planner) */
     OPT_OFFLOAD_TARGET, /* --whale-offload-target (exported as WHALE_OFFLOAD_TARGET) */
     OPT_PRECISION,    /* --whale-precision */
+    OPT_EP,           /* --whale-ep */
     OPT_COUNT_
 };
 
 struct whale_opts {
     bool enabled;              /* any --whale* option given */
     bool given[OPT_COUNT_];    /* which options the user set */
-    int tp, pp, dp, spares;
+    WHALE_GRID(grid);
+    int spares;
     enum whale_map_policy map;
     char plan_file[1024];
     int zero, microbatch;

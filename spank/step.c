@@ -104,9 +104,7 @@ int whale_step_layout(struct whale_step *s, const struct whale_plan *plan)
         whale_layout_free(&s->layout);
         s->have_layout = false;
     }
-    s->in.tp = plan->tp;
-    s->in.pp = plan->pp;
-    s->in.dp = plan->dp;
+    s->in.grid = plan->grid;
     s->in.spares = plan->spares;
     s->in.policy = plan->map;
     s->in.nnodes = s->nnodes;

@@ -126,10 +126,28 @@ int whale_submit_from_self(struct whale_submit *out)
     return 0;
 }
 
+/* EP divides DP (expert groups are carved out of the data-parallel ranks):
+ * checked as soon as DP is known, given or derived from the task count. */
+static int check_ep(const struct whale_opts *o, long dp, bool derived)
+{
+    struct whale_grid g = o->grid;
+    g.dp = (int)dp;
+    if (!o->given[OPT_EP] || dp < 1 || dp > WHALE_GRID_MAX_DP || dp % whale_grid_ep(&g) == 0)
+        return 0;
+    char ok[256];
+    whale_grid_ep_choices((int)dp, ok, sizeof ok);
+    slurm_error(PLUGIN_NAME ": --whale-ep=%d must divide the data-parallel degree %s%ld: expert "
+                "groups are carved out of the data-parallel ranks (allowed --whale-ep: %s)",
+                o->ep, derived ? "DP = " : "--whale-dp=", dp, ok);
+    return -1;
+}
+
 int whale_submit_check(const struct whale_submit *s, bool is_srun)
 {
     const char *who = is_srun ? "the step has" : "the job's sruns have";
     const struct whale_opts *o = &whale_opts;
+    if (o->given[OPT_DP] && !o->given[OPT_PLAN] && check_ep(o, o->dp, false))
+        return -1;
     long tasks = s->ntasks;
     if (!tasks && s->nodes && s->per_node)
         tasks = s->nodes * s->per_node;
@@ -145,6 +163,8 @@ int whale_submit_check(const struct whale_submit *s, bool is_srun)
     long tp = o->tp > 0 ? o->tp : 1, pp = o->pp > 0 ? o->pp : 1;
     long world = tp * pp * (o->given[OPT_DP] ? o->dp : 1);
     bool bad = o->given[OPT_DP] ? world != working : working % world != 0;
+    if (!bad && working > 0 && !o->given[OPT_DP] && check_ep(o, working / world, true))
+        return -1;
     if (!bad || working <= 0)
         return 0;
     /* the wording of the step's own check (map.c), so that srun says the

@@ -217,3 +217,32 @@ for g in (0, 4):
   [ "$status" -ne 0 ]
   [[ "$output" == *"block order puts TP group 0 (tasks 0-1) across nodes node1 and node2"* ]]
 }
+
+@test "--whale-ep=2 --whale-dp=2: every task gets WHALE_EP=2; an EP that does not divide DP is refused at submission" {
+  run bash -c "timeout 300 srun -N2 -n2 --whale-ep=2 --whale-dp=2 bash -c 'echo \$WHALE_EP \$WHALE_DP \$WHALE_WORLD' | sort -u"
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [ "$output" = "2 2 2" ] || { echo "$output"; false; }
+  # a dense step exports the default
+  run bash -c "timeout 300 srun -N2 -n2 --whale-dp=2 printenv WHALE_EP | sort -u"
+  [ "$output" = "1" ] || { echo "$output"; false; }
+  mark="$BATS_TEST_TMPDIR/ran"
+  run timeout 300 srun -N2 -n3 --whale-ep=2 --whale-dp=3 touch "$mark"
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"--whale-ep=2 must divide the data-parallel degree --whale-dp=3"* ]] || { echo "$output"; false; }
+  [[ "$output" == *"allowed --whale-ep: 1, 3"* ]] || { echo "$output"; false; }
+  [ ! -e "$mark" ]
+  # DP derived from the task count
+  run timeout 300 srun -N2 -n6 --whale-tp=2 --whale-ep=2 touch "$mark"
+  [ "$status" -ne 0 ]
+  [[ "$output" == *"--whale-ep=2 must divide the data-parallel degree DP = 3"* ]] || { echo "$output"; false; }
+  [ ! -e "$mark" ]
+}
+
+@test "--whale-ep with --whale-verbose says whether each expert group stays in an NVLink domain" {
+  run timeout 300 srun -N4 -n8 --whale-ep=2 --whale-verbose true
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"EP=2: each of the 4 expert group(s) inside one NVLink domain"* ]] || { echo "$output"; false; }
+  run timeout 300 srun -N4 -n8 --whale-ep=4 --whale-verbose true
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  [[ "$output" == *"EP=4: 2 of 2 expert group(s) span more than one NVLink domain"* ]] || { echo "$output"; false; }
+}

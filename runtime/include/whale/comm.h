@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/grid.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,6 +57,8 @@ int  whale_rank(const whale_ctx *ctx);        /* logical rank, -1 for a spare */
 int  whale_world_size(const whale_ctx *ctx);  /* working ranks */
 bool whale_is_spare(const whale_ctx *ctx);
 void whale_degrees(const whale_ctx *ctx, int *tp, int *pp, int *dp);
+/* The step's parallel layout (all degrees; whale/grid.h). */
+void whale_ctx_grid(const whale_ctx *ctx, struct whale_grid *g);
 void whale_coords(const whale_ctx *ctx, int *tp_rank, int *pp_rank, int *dp_rank);
 
 whale_group *whale_world(whale_ctx *ctx);

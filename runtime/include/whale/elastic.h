@@ -114,6 +114,7 @@
 #include <stdint.h>
 
 #include "whale/comm.h"
+#include "whale/grid.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -136,8 +137,8 @@ struct whale_membership_event {
     int replacement_task[WHALE_MAX_FAILED]; /* task now holding the rank (same logical
                                                rank for REPLACED); -1 when its DP replica
                                                was dropped */
-    int tp, pp, dp;                 /* degrees after the event */
-    int old_tp, old_pp, old_dp;     /* degrees before (dp differs after SHRUNK) */
+    WHALE_GRID(grid);               /* degrees after the event */
+    struct whale_grid old_grid;     /* degrees before (dp differs after SHRUNK) */
     int dropped_dp;                 /* old dp index of the (first) dropped replica, -1 none */
     int ndropped;                   /* replicas dropped */
     int dropped[WHALE_MAX_FAILED];  /* their old dp indices, ascending */

@@ -12,6 +12,7 @@
 #define WHALE_ENV_TP        "WHALE_TP"        /* tensor-parallel degree */
 #define WHALE_ENV_PP        "WHALE_PP"        /* pipeline-parallel degree */
 #define WHALE_ENV_DP        "WHALE_DP"        /* data-parallel degree */
+#define WHALE_ENV_EP        "WHALE_EP"        /* expert-parallel degree (divides DP; whale/grid.h) */
 #define WHALE_ENV_RANK      "WHALE_RANK"      /* logical rank of this task (-1 for a spare) */
 #define WHALE_ENV_WORLD     "WHALE_WORLD"     /* number of working ranks = TP*PP*DP */
 #define WHALE_ENV_TP_RANK   "WHALE_TP_RANK"

@@ -28,6 +28,12 @@
  * link class between the two nodes (node, nvl, leaf, spine, core); the
  * scalar cost is sum(bytes[class] / bandwidth[class]) over classes.
  *
+ * EP groups (whale/grid.h: EP consecutive DP ranks) are not placed on their
+ * own: WHALE_MAP_TOPO puts the DP ranks of a stage on TP groups in switch-
+ * tree order, so consecutive DP ranks, and with them an EP group, share an
+ * NVLink domain whenever the domain holds EP whole TP groups at that
+ * position. whale_layout_ep_crossings counts the EP groups that do not.
+ *
  * Spare nodes (whole nodes, WHALE_SPARE=1 on all their tasks): taken one per
  * leaf switch, round-robin over the leaves that hold the most step nodes
  * (so that the most ranks have a replacement under their own leaf), the
@@ -55,8 +61,7 @@ struct whale_map_traffic {
 };
 
 struct whale_map_input {
-    int tp, pp;        /* >= 1 */
-    int dp;            /* >= 1, or 0: derived = working tasks / (tp * pp) */
+    WHALE_GRID(grid);  /* >= 1; dp 0: derived = working tasks / (tp * pp) */
     int spares;        /* whole spare nodes held back (>= 0) */
     enum whale_map_policy policy;
     int nnodes;
@@ -76,7 +81,8 @@ struct whale_map_cost {
 };
 
 struct whale_layout {
-    int tp, pp, dp, world;     /* world = tp * pp * dp working ranks */
+    WHALE_GRID(grid);
+    int world;                 /* world = tp * pp * dp working ranks */
     int ntasks, nnodes, nspare_nodes;
     enum whale_map_policy policy; /* policy actually used */
     int *rank_of_task;         /* [ntasks] logical rank, -1 for a spare task */
@@ -99,20 +105,16 @@ void whale_layout_free(struct whale_layout *l);
 int whale_map_cost(const struct whale_map_input *in, const struct whale_layout *l,
                    struct whale_map_cost *cost);
 
+/* EP groups that span more than one NVLink domain (0 when EP = 1); the
+ * first such group's lowest rank in *first_rank (-1 none; may be NULL). */
+int whale_layout_ep_crossings(const struct whale_map_input *in, const struct whale_layout *l,
+                              int *first_rank);
+
 /* Multi-line description: one line per node (switch, NVLink domain, each
  * task's rank and TP/DP/PP coordinates, SPARE), then the cost per link
  * class. max_nodes > 0 truncates. Malloc'd; NULL on ENOMEM. */
 char *whale_layout_describe(const struct whale_map_input *in, const struct whale_layout *l,
                             int max_nodes);
-
-/* Logical coordinates of a rank. */
-static inline void whale_rank_coords(int rank, int tp, int dp, int *tp_rank, int *dp_rank,
-                                     int *pp_rank)
-{
-    *tp_rank = rank % tp;
-    *dp_rank = (rank / tp) % dp;
-    *pp_rank = rank / (tp * dp);
-}
 
 /* WHALE_RANKMAP: logical rank -> task id for ranks 0..world-1, as a
  * comma-separated list of items "A" or "A-B" (A, A+1, ..., B; or descending

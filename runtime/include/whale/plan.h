@@ -273,7 +273,7 @@ void whale_calib_apply(const struct whale_calib *cal, struct whale_cluster *c);
 /* One configuration. Zero in tp/pp/dp/microbatch/interleave means "free"
  * for the search; whale_plan_eval needs them all set. */
 struct whale_plan_config {
-    int tp, pp, dp;
+    WHALE_GRID(grid);
     int microbatch;        /* sequences per micro-batch, b */
     int nmicro;            /* micro-batches per step per replica, m (derived: B / (dp b)) */
     int interleave;        /* virtual stages per rank, v (1 = plain 1F1B) */
@@ -367,7 +367,8 @@ struct whale_plan_request {
     long global_batch;                /* sequences per step */
     const struct whale_cluster *cluster;
     /* Constraints: 0 / -1 = free. */
-    int tp, pp, dp, microbatch, interleave;
+    WHALE_GRID(grid);
+    int microbatch, interleave;
     int zero;                         /* -1 free */
     int recompute;                    /* -1 free */
     int offload;                      /* -1 free */

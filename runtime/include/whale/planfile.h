@@ -9,6 +9,8 @@
  *   "version": 1,
  *   "model": "gpt-tiny",            preset name or path ("" = given to the tool)
  *   "tp": 2, "pp": 2, "dp": 2, "spares": 0,
+ *   "ep": 1,                        expert-parallel degree, divides dp (optional;
+ *                                   written only when > 1)
  *   "map": "topo",                  topo | block
  *   "micro_batch": 4,               sequences per micro-batch
  *   "num_micro_batches": 8,         micro-batches per DP replica per step
@@ -34,6 +36,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "whale/grid.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,7 +45,7 @@ extern "C" {
 
 /* Bounds on untrusted plans: a plan travels in one environment string
  * (Linux caps one at 128 KiB) and sizes per-rank tables. */
-#define WHALE_PLAN_MAX_WORLD (1 << 24)      /* tp*pp*dp */
+#define WHALE_PLAN_MAX_WORLD WHALE_GRID_MAX_WORLD /* tp*pp*dp */
 #define WHALE_PLAN_MAX_LIST 65536           /* entries of any array */
 #define WHALE_PLAN_MAX_PREDICTION 16384     /* bytes of "prediction" */
 #define WHALE_PLAN_MAX_FILE ((size_t)4 << 20) /* bytes of a plan file */
@@ -62,7 +65,8 @@ enum whale_map_policy { WHALE_MAP_TOPO = 0, WHALE_MAP_BLOCK };
 
 struct whale_plan {
     char model[256];
-    int tp, pp, dp, spares;
+    WHALE_GRID(grid);
+    int spares;
     enum whale_map_policy map;
     int micro_batch;
     int num_micro_batches;

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "whale/engine.h"
+#include "whale/grid.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -155,7 +156,7 @@ bool whale_red_piece_replicated(const struct whale_tensor_piece *p, int dp, int 
  *      -> holder = that working rank. */
 #define WHALE_RED_NO_HOLDER  INT32_MIN
 struct whale_red_layout {
-    int tp, pp, dp;            /* working ranks = tp * pp * dp, Megatron order */
+    WHALE_GRID(grid);          /* working ranks = tp * pp * dp, Megatron order */
     int zero;                  /* ZeRO stage */
     const int *rank_node;      /* [tp*pp*dp] node index of each working rank */
     int nspares;
@@ -225,7 +226,7 @@ struct whale_recovery_report {
     int64_t failed_step;       /* step that was running (1-based) */
     int64_t rollback_step;     /* completed step everybody went back to */
     int64_t steps_lost;        /* steps computed again */
-    int tp, pp, dp;            /* layout after recovery */
+    WHALE_GRID(grid);          /* layout after recovery */
     double detect_s, agree_s, transfer_s, rebuild_s, redo_s;
     const char *source;        /* "memory" | "replica" | "disk" */
     /* appended: the failed tasks (Slurm task ids), when tasks_known */

@@ -10,10 +10,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "whale/grid.h"
 struct boot {
     int ntasks;            /* all tasks of the step, spares included */
     int task;              /* my task id (= PMIx rank) */
-    int tp, pp, dp, world; /* degrees, working ranks */
+    WHALE_GRID(grid);      /* degrees */
+    int world;             /* working ranks */
     int rank;              /* logical rank, -1 for a spare */
     int tp_rank, pp_rank, dp_rank;
     bool spare;

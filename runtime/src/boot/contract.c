@@ -43,16 +43,23 @@ int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_
     int *map = NULL;
     const char *cw = get(WHALE_ENV_WORLD, user), *ct = get(WHALE_ENV_TP, user);
     const bool have_contract = (cw && *cw) || (ct && *ct);
-    int ntasks, task, tp, pp, dp, world;
+    int ntasks, task, world;
+    struct whale_grid g;
+    char msg[256];
 
     if ((rc = get_int(get, user, WHALE_ENV_NTASKS, 1, INT_MAX, pmix_size > 0 ? pmix_size : 1, &ntasks)) ||
-        (rc = get_int(get, user, WHALE_ENV_TASK_ID, 0, INT_MAX, pmix_rank > 0 ? pmix_rank : 0, &task)) ||
-        (rc = get_int(get, user, WHALE_ENV_TP, 1, INT_MAX, 1, &tp)) ||
-        (rc = get_int(get, user, WHALE_ENV_PP, 1, INT_MAX, 1, &pp)) ||
-        (rc = get_int(get, user, WHALE_ENV_WORLD, 1, INT_MAX, ntasks, &world)))
+        (rc = get_int(get, user, WHALE_ENV_TASK_ID, 0, INT_MAX, pmix_rank > 0 ? pmix_rank : 0, &task)))
         return rc;
-    if ((rc = get_int(get, user, WHALE_ENV_DP, 1, INT_MAX, world / (tp * pp) > 0 ? world / (tp * pp) : 1, &dp)))
+    if (whale_grid_from_env(&g, get, user, msg, sizeof msg)) {
+        whale_error("%s", msg);
+        return WHALE_EINVAL;
+    }
+    const int tp = g.tp, pp = g.pp;
+    if ((rc = get_int(get, user, WHALE_ENV_WORLD, 1, INT_MAX, ntasks, &world)))
         return rc;
+    if (!g.dp) /* not exported: every working rank not in TP*PP is a replica */
+        g.dp = world / ((long)tp * pp) > 0 ? (int)(world / ((long)tp * pp)) : 1;
+    const int dp = g.dp;
     if (pmix_size > 0 && ntasks != pmix_size) {
         whale_error("%s=%d but the launcher (PMIx) started %d tasks: was the step launched with "
                     "other options than the ones that planned it?", WHALE_ENV_NTASKS, ntasks, pmix_size);
@@ -127,18 +134,18 @@ int boot_read_contract(struct boot *b, boot_getenv_fn get, void *user, int pmix_
     }
     b->ntasks = ntasks;
     b->task = task;
-    b->tp = tp;
-    b->pp = pp;
-    b->dp = dp;
+    b->grid = g;
     b->world = world;
     b->rank = rank;
     b->spare = rank < 0;
     b->task_of_rank = map;
     b->rank_of_task = rot;
     if (rank >= 0) {
-        b->tp_rank = rank % tp;
-        b->dp_rank = (rank / tp) % dp;
-        b->pp_rank = rank / (tp * dp);
+        struct whale_coords c;
+        whale_grid_coords(&g, rank, &c);
+        b->tp_rank = c.tp;
+        b->dp_rank = c.dp;
+        b->pp_rank = c.pp;
     } else {
         b->tp_rank = b->dp_rank = b->pp_rank = -1;
     }

@@ -26,12 +26,14 @@
 
 static size_t state_size(int n)
 {
-    return 4 * sizeof(int32_t) + (size_t)n * (sizeof(int32_t) + 1);
+    return EL_STATE_HEAD + (size_t)n * (sizeof(int32_t) + 1);
 }
 
 static void put_state(uint8_t *p, const struct el_state *s)
 {
-    int32_t deg[4] = { s->tp, s->pp, s->dp, s->world };
+    int32_t deg[EL_GRID_INTS + 1];
+    memcpy(deg, &s->grid, sizeof s->grid);
+    deg[EL_GRID_INTS] = s->world;
     memcpy(p, deg, sizeof deg);
     p += sizeof deg;
     for (int i = 0; i < s->ntasks; i++) {
@@ -45,12 +47,13 @@ int el_get_state(const uint8_t *p, size_t left, int n, uint64_t epoch, struct el
 {
     if (left < state_size(n))
         return WHALE_EDATA;
-    int32_t deg[4];
+    int32_t deg[EL_GRID_INTS + 1];
     memcpy(deg, p, sizeof deg);
-    if (deg[0] < 1 || deg[1] < 1 || deg[2] < 1 || deg[3] != deg[0] * deg[1] * deg[2] || deg[3] > n)
+    struct el_state t = { .epoch = epoch, .ntasks = n, .world = deg[EL_GRID_INTS] };
+    memcpy(&t.grid, deg, sizeof t.grid);
+    char why[160];
+    if (whale_grid_check(&t.grid, t.world, "", why, sizeof why) || t.world > n)
         return WHALE_EDATA;
-    struct el_state t = { .epoch = epoch, .ntasks = n, .tp = deg[0], .pp = deg[1], .dp = deg[2],
-                          .world = deg[3] };
     t.rank_of_task = malloc(sizeof(int) * (size_t)n);
     t.member = malloc((size_t)n);
     if (!t.rank_of_task || !t.member) {
@@ -239,8 +242,8 @@ static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
     whale_log(lvl, "elastic: epoch %llu %s: %s; detect %.2f s, agree %.2f s, rebuild %.2f s; "
               "agreed step %s; TPxPPxDP %dx%dx%d (was %dx%dx%d)",
               (unsigned long long)ev->epoch, whale_recovery_name(ev->kind), buf, ev->detect_s,
-              ev->agree_s, ev->rebuild_s, step, ev->tp, ev->pp, ev->dp, ev->old_tp, ev->old_pp,
-              ev->old_dp);
+              ev->agree_s, ev->rebuild_s, step, ev->tp, ev->pp, ev->dp, ev->old_grid.tp, ev->old_grid.pp,
+              ev->old_grid.dp);
 }
 
 /* Apply the decision held in el->decide_msg: 0 applied, or WHALE_EMINORITY
@@ -294,15 +297,15 @@ static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
     b->task_of_rank = tor;
     memcpy(b->rank_of_task, ns.rank_of_task, sizeof(int) * (size_t)n);
     b->world = ns.world;
-    b->tp = ns.tp;
-    b->pp = ns.pp;
-    b->dp = ns.dp;
+    b->grid = ns.grid;
     b->rank = ns.rank_of_task[me];
     b->spare = b->rank < 0;
     if (b->rank >= 0) {
-        b->tp_rank = b->rank % b->tp;
-        b->dp_rank = (b->rank / b->tp) % b->dp;
-        b->pp_rank = b->rank / (b->tp * b->dp);
+        struct whale_coords c;
+        whale_grid_coords(&b->grid, b->rank, &c);
+        b->tp_rank = c.tp;
+        b->dp_rank = c.dp;
+        b->pp_rank = c.pp;
     } else {
         b->tp_rank = b->dp_rank = b->pp_rank = -1;
     }
@@ -329,9 +332,7 @@ static void merge_event(const struct whale_membership_event *acc, struct whale_m
     m.epoch = ev->epoch;
     if (ev->kind == WHALE_RECOVERY_SHRUNK)
         m.kind = WHALE_RECOVERY_SHRUNK;
-    m.tp = ev->tp;
-    m.pp = ev->pp;
-    m.dp = ev->dp;
+    m.grid = ev->grid;
     int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
     for (int i = 0; i < k; i++) {
         bool was_replacement = false;

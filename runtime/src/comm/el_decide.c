@@ -47,13 +47,14 @@ static int assign(const struct el_state *b, const int *task_of_rank, const uint8
                   const uint8_t *dropped, const uint8_t *alive, el_class_fn cls, void *user,
                   int *assigned)
 {
-    int n = b->ntasks, TP = b->tp, DP = b->dp, left = 0;
+    int n = b->ntasks, left = 0;
+    const struct whale_grid *g = &b->grid;
     uint8_t *used = calloc((size_t)n, 1);
     if (!used)
         return -1;
     /* pool: alive spares and healthy members of dropped replicas */
     for (int r = 0; r < b->world; r++) {
-        int d = (r / TP) % DP;
+        int d = whale_grid_group_index(g, WHALE_AXIS_DP, r);
         assigned[r] = -1;
         if (dropped[d])
             continue;
@@ -64,7 +65,7 @@ static int assign(const struct el_state *b, const int *task_of_rank, const uint8
         }
     }
     for (int r = 0; r < b->world; r++) {
-        int d = (r / TP) % DP;
+        int d = whale_grid_group_index(g, WHALE_AXIS_DP, r);
         if (dropped[d] || assigned[r] >= 0)
             continue;
         int ft = task_of_rank[r], best = -1, bestc = INT_MAX;
@@ -72,7 +73,7 @@ static int assign(const struct el_state *b, const int *task_of_rank, const uint8
             if (!alive[t] || used[t])
                 continue;
             int rt = b->rank_of_task[t];
-            bool pool = rt < 0 || dropped[(rt / TP) % DP];
+            bool pool = rt < 0 || dropped[whale_grid_group_index(g, WHALE_AXIS_DP, rt)];
             if (!pool)
                 continue;
             int c = ft >= 0 && cls ? cls(ft, t, user) : 0;
@@ -95,7 +96,8 @@ static int assign(const struct el_state *b, const int *task_of_rank, const uint8
 int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how, el_class_fn cls,
               void *user, struct el_state *out, struct whale_membership_event *ev)
 {
-    int n = b->ntasks, TP = b->tp, PP = b->pp, DP = b->dp, W = b->world;
+    int n = b->ntasks, DP = b->dp, W = b->world;
+    const struct whale_grid *g = &b->grid;
     memset(ev, 0, sizeof *ev);
     int *task_of_rank = malloc(sizeof(int) * (size_t)(W > 0 ? W : 1));
     int *assigned = malloc(sizeof(int) * (size_t)(W > 0 ? W : 1));
@@ -118,7 +120,7 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
     }
     for (int r = 0; r < W; r++)
         if (task_of_rank[r] < 0 || gone[task_of_rank[r]])
-            nfail_d[(r / TP) % DP]++;
+            nfail_d[whale_grid_group_index(g, WHALE_AXIS_DP, r)]++;
     int ndropped = 0;
     for (;;) {
         int left = assign(b, task_of_rank, gone, dropped, alive, cls, user, assigned);
@@ -128,7 +130,9 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
         }
         if (left == 0)
             break;
-        if (DP - ndropped <= 1) {
+        /* with EP > 1 one replica less would leave a DP that EP does not
+         * divide (expert groups are EP consecutive DP ranks): spares only */
+        if (DP - ndropped <= 1 || whale_grid_ep(g) > 1) {
             rc = WHALE_ENOFIT;
             break;
         }
@@ -142,11 +146,8 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
     /* the event */
     ev->epoch = b->epoch + 1;
     ev->kind = ndropped ? WHALE_RECOVERY_SHRUNK : WHALE_RECOVERY_REPLACED;
-    ev->old_tp = TP;
-    ev->old_pp = PP;
-    ev->old_dp = DP;
-    ev->tp = TP;
-    ev->pp = PP;
+    ev->old_grid = *g;
+    ev->grid = *g;
     ev->dp = DP - ndropped;
     ev->dropped_dp = -1;
     ev->agreed_step = INT64_MAX;
@@ -167,7 +168,8 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
             ev->failed_rank[k] = r;
             ev->failed_task[k] = t;
             ev->failed_how[k] = t >= 0 && how[t] ? (enum whale_detect)how[t] : WHALE_DETECT_CRASH;
-            ev->replacement_task[k] = dropped[(r / TP) % DP] ? -1 : assigned[r];
+            ev->replacement_task[k] =
+                dropped[whale_grid_group_index(g, WHALE_AXIS_DP, r)] ? -1 : assigned[r];
             if (k == 0)
                 ev->how = ev->failed_how[k];
         }
@@ -195,16 +197,18 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
         newdp[d] = dropped[d] ? -1 : k++;
     out->epoch = b->epoch + 1;
     out->dp = NDP;
-    out->world = TP * PP * NDP;
+    out->world = whale_grid_world(&out->grid);
     for (int t = 0; t < n; t++) {
         out->member[t] = alive[t];
         out->rank_of_task[t] = -1;
     }
     for (int r = 0; r < W; r++) {
-        int tp = r % TP, d = (r / TP) % DP, pp = r / (TP * DP);
-        if (dropped[d] || assigned[r] < 0)
+        struct whale_coords c;
+        whale_grid_coords(g, r, &c);
+        if (dropped[c.dp] || assigned[r] < 0)
             continue;
-        out->rank_of_task[assigned[r]] = ((pp * NDP) + newdp[d]) * TP + tp;
+        c.dp = newdp[c.dp]; /* same (pp, tp), renumbered among the kept replicas */
+        out->rank_of_task[assigned[r]] = whale_grid_rank(&out->grid, &c);
     }
     free(newdp);
 out:

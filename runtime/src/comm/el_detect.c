@@ -30,7 +30,7 @@
 size_t el_msg_size(int type, int n)
 {
     size_t h = sizeof(struct el_hdr), vec = (size_t)n * (2 + sizeof(float));
-    size_t st = 4 * sizeof(int32_t) + (size_t)n * (sizeof(int32_t) + 1);
+    size_t st = EL_STATE_HEAD + (size_t)n * (sizeof(int32_t) + 1);
     switch (type) {
     case EL_HB:
     case EL_DONE: return h;
@@ -137,9 +137,7 @@ int el_init(whale_ctx *ctx)
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
     el->st.ntasks = n;
-    el->st.tp = ctx->boot.tp;
-    el->st.pp = ctx->boot.pp;
-    el->st.dp = ctx->boot.dp;
+    el->st.grid = ctx->boot.grid;
     el->st.world = ctx->boot.world;
     double now = el_now();
     for (int t = 0; t < n; t++) {

@@ -36,7 +36,8 @@ enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 struct el_state {
     uint64_t epoch;
     int ntasks;
-    int tp, pp, dp, world;
+    WHALE_GRID(grid);
+    int world;
     int *rank_of_task;      /* [ntasks] logical rank, -1 spare or gone */
     uint8_t *member;        /* [ntasks] 1 still in the step (working or spare) */
 };
@@ -46,8 +47,14 @@ struct el_state {
  *   NOTICE  dead[ntasks] how[ntasks] float lat[ntasks]
  *   PROPOSE dead[ntasks] how[ntasks] float lat[ntasks], state
  *   DECIDE  state, struct whale_membership_event
- * state = tp pp dp world (int32 x4), rank_of_task[ntasks] (int32),
- *         member[ntasks] (uint8); its epoch is the header's. */
+ * state = the degrees (struct whale_grid as int32s), world (int32),
+ *         rank_of_task[ntasks] (int32), member[ntasks] (uint8); its epoch
+ *         is the header's. Every process of a step runs one build, so the
+ *         grid's members travel as they are. */
+#define EL_GRID_INTS ((int)(sizeof(struct whale_grid) / sizeof(int32_t)))
+_Static_assert(sizeof(struct whale_grid) % sizeof(int32_t) == 0 && sizeof(int) == sizeof(int32_t),
+               "struct whale_grid travels as int32s");
+#define EL_STATE_HEAD ((size_t)(EL_GRID_INTS + 1) * sizeof(int32_t))
 struct el_hdr {
     uint32_t magic;
     uint8_t type, flags;

@@ -181,22 +181,17 @@ int comm_std_groups(whale_ctx *ctx, uint16_t gid_base, const uint8_t *member)
     }
     if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + GID_WORLD), tasks, wr, b->world, false, &ctx->world)))
         goto out;
-    const int TP = b->tp, DP = b->dp, PP = b->pp;
-#define RANK(pp, dp, tp) ((((pp) * DP) + (dp)) * TP + (tp))
-    struct { int gid, n; whale_group **out; } kinds[3] = {
-        { GID_TP, TP, &ctx->tp }, { GID_PP, PP, &ctx->pp }, { GID_DP, DP, &ctx->dp } };
+    struct { int gid; enum whale_axis axis; whale_group **out; } kinds[3] = {
+        { GID_TP, WHALE_AXIS_TP, &ctx->tp }, { GID_PP, WHALE_AXIS_PP, &ctx->pp },
+        { GID_DP, WHALE_AXIS_DP, &ctx->dp } };
     for (int k = 0; k < 3; k++) {
-        for (int i = 0; i < kinds[k].n; i++) {
-            int r = k == 0 ? RANK(b->pp_rank, b->dp_rank, i)
-                  : k == 1 ? RANK(i, b->dp_rank, b->tp_rank) : RANK(b->pp_rank, i, b->tp_rank);
-            wr[i] = r;
-            tasks[i] = b->task_of_rank[r];
-        }
-        if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + kinds[k].gid), tasks, wr, kinds[k].n,
-                                 false, kinds[k].out)))
+        int gn = whale_grid_group(&b->grid, kinds[k].axis, b->rank, wr);
+        for (int i = 0; i < gn; i++)
+            tasks[i] = b->task_of_rank[wr[i]];
+        if ((rc = comm_group_new(ctx, (uint16_t)(gid_base + kinds[k].gid), tasks, wr, gn, false,
+                                 kinds[k].out)))
             goto out;
     }
-#undef RANK
 out:
     free(tasks);
     free(wr);
@@ -370,6 +365,11 @@ void whale_degrees(const whale_ctx *ctx, int *tp, int *pp, int *dp)
         *pp = ctx->boot.pp;
     if (dp)
         *dp = ctx->boot.dp;
+}
+
+void whale_ctx_grid(const whale_ctx *ctx, struct whale_grid *g)
+{
+    *g = ctx->boot.grid;
 }
 
 void whale_coords(const whale_ctx *ctx, int *tp_rank, int *pp_rank, int *dp_rank)

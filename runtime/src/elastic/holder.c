@@ -15,7 +15,7 @@ int whale_red_holders(const struct whale_red_layout *l, int *holder)
                     l->pp, l->dp, l->zero, l->nspares);
         return WHALE_EINVAL;
     }
-    const int world = l->tp * l->pp * l->dp;
+    const int world = whale_grid_world(&l->grid);
     if (l->zero == 0 && l->dp > 1) {
         /* every DP replica holds the weights, moments and scalars */
         for (int r = 0; r < world; r++)
@@ -39,8 +39,10 @@ int whale_red_holders(const struct whale_red_layout *l, int *holder)
             holder[r] = -(1 + pick);
             continue;
         }
-        const int tp = r % l->tp, dp = (r / l->tp) % l->dp, pp = r / (l->tp * l->dp);
-        int cand = (pp * l->dp + (dp + 1) % l->dp) * l->tp + tp;
+        struct whale_coords co; /* same (tp, pp) in the next DP replica */
+        whale_grid_coords(&l->grid, r, &co);
+        co.dp = (co.dp + 1) % l->dp;
+        int cand = whale_grid_rank(&l->grid, &co);
         if (cand == r || l->rank_node[cand] == node) {
             cand = -1;
             for (int k = 1; k < world && cand < 0; k++)
@@ -56,7 +58,7 @@ int whale_red_holders(const struct whale_red_layout *l, int *holder)
 
 int whale_red_owned_by(const struct whale_red_layout *l, int me, int *owners, int max)
 {
-    const int world = l->tp * l->pp * l->dp;
+    const int world = whale_grid_world(&l->grid);
     int *h = malloc((size_t)world * sizeof *h);
     if (!h)
         return WHALE_ENOMEM;

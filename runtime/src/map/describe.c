@@ -61,6 +61,43 @@ static const char *domain_name(const struct whale_map_input *in, const struct wh
     return in->topo->domains[in->topo->nodes[k].domain].name;
 }
 
+/* NVLink domain key of node i: the topology's domain, else the node alone. */
+static int domain_key(const struct whale_map_input *in, const struct whale_layout *l, int i)
+{
+    int k = l->topo_node ? l->topo_node[i] : -1;
+    if (in->topo && k >= 0 && in->topo->nodes[k].domain >= 0)
+        return in->topo->nodes[k].domain;
+    return (in->topo ? in->topo->ndomains : 0) + i;
+}
+
+int whale_layout_ep_crossings(const struct whale_map_input *in, const struct whale_layout *l,
+                              int *first_rank)
+{
+    int ep = whale_grid_ep(&l->grid), n = 0;
+    if (first_rank)
+        *first_rank = -1;
+    if (ep < 2)
+        return 0;
+    int *members = malloc((size_t)ep * sizeof *members);
+    if (!members)
+        return 0;
+    for (int r = 0; r < l->world; r++) {
+        if (whale_grid_group_index(&l->grid, WHALE_AXIS_EP, r))
+            continue; /* each group once, from its first member */
+        whale_grid_group(&l->grid, WHALE_AXIS_EP, r, members);
+        int d0 = domain_key(in, l, l->node_of_task[l->task_of_rank[members[0]]]);
+        for (int k = 1; k < ep; k++)
+            if (domain_key(in, l, l->node_of_task[l->task_of_rank[members[k]]]) != d0) {
+                if (!n && first_rank)
+                    *first_rank = r;
+                n++;
+                break;
+            }
+    }
+    free(members);
+    return n;
+}
+
 static void human_bytes(double b, char *buf, size_t n)
 {
     const char *u[] = { "B", "KB", "MB", "GB", "TB", "PB" };
@@ -109,12 +146,23 @@ char *whale_layout_describe(const struct whale_map_input *in, const struct whale
             if (r < 0) {
                 sb_printf(&b, " task%d=spare", t);
             } else {
-                int tp, dp, pp;
-                whale_rank_coords(r, l->tp, l->dp, &tp, &dp, &pp);
-                sb_printf(&b, " task%d=r%d(t%d,d%d,p%d)", t, r, tp, dp, pp);
+                struct whale_coords co;
+                whale_grid_coords(&l->grid, r, &co);
+                sb_printf(&b, " task%d=r%d(t%d,d%d,p%d)", t, r, co.tp, co.dp, co.pp);
             }
         }
         sb_printf(&b, "\n");
+    }
+    if (whale_grid_ep(&l->grid) > 1) {
+        int first_r, n = whale_layout_ep_crossings(in, l, &first_r);
+        int groups = l->world / whale_grid_ep(&l->grid);
+        if (n)
+            sb_printf(&b, "EP=%d: %d of %d expert group(s) span more than one NVLink domain "
+                          "(the first holds rank %d): EP*TP = %d tasks do not fit one domain at "
+                          "their place\n", l->grid.ep, n, groups, first_r, l->grid.ep * l->tp);
+        else
+            sb_printf(&b, "EP=%d: each of the %d expert group(s) inside one NVLink domain\n",
+                      l->grid.ep, groups);
     }
     sb_printf(&b, "cost per step:");
     for (int k = 0; k < WHALE_LINK_NCLASS; k++) {

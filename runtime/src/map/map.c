@@ -129,8 +129,9 @@ static int check_degrees(struct map_ctx *c)
             work += c->in->ntasks[i];
     }
     long tpp = (long)in->tp * in->pp;
-    c->tp = in->tp;
-    c->pp = in->pp;
+    c->grid = in->grid;
+    c->grid.ep = whale_grid_ep(&in->grid); /* zero-initialised input: dense */
+    c->grid.cp = 1;
     if (in->dp == 0) {
         if (work % tpp) {
             whale_error("%ld working tasks (%d tasks - %ld on %d spare node(s)) are not a "
@@ -152,6 +153,13 @@ static int check_degrees(struct map_ctx *c)
                         in->spares);
             return WHALE_EINVAL;
         }
+    }
+    if (c->dp % c->ep) {
+        char ok[256];
+        whale_grid_ep_choices(c->dp, ok, sizeof ok);
+        whale_error("EP=%d does not divide DP=%d: expert groups are carved out of the "
+                    "data-parallel ranks (allowed EP: %s)", c->ep, c->dp, ok);
+        return WHALE_EINVAL;
     }
     c->world = (int)work;
     return 0;
@@ -232,21 +240,28 @@ void map_cost_slots(const struct map_ctx *c, const int *slot_of_rank, struct wha
     if (tr.tp_bytes == 0 && tr.dp_bytes == 0 && tr.pp_bytes == 0)
         map_default_traffic(c->tp, c->pp, c->dp, &tr);
     memset(cost, 0, sizeof *cost);
-    int tp = c->tp, dp = c->dp, pp = c->pp;
+    const struct whale_grid *g = &c->grid;
     for (int r = 0; r < c->world; r++) {
-        int t = r % tp, d = (r / tp) % dp, p = r / (tp * dp);
+        struct whale_coords x, nx;
+        whale_grid_coords(g, r, &x);
         int na = c->slot_node[slot_of_rank[r]];
-        if (tp > 1) { /* ring over the TP group */
-            int nx = r - t + (t + 1) % tp;
-            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[nx]])] += tr.tp_bytes;
+        if (g->tp > 1) { /* ring over the TP group */
+            nx = x;
+            nx.tp = (x.tp + 1) % g->tp;
+            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[whale_grid_rank(g, &nx)]])] +=
+                tr.tp_bytes;
         }
-        if (dp > 1) { /* ring over the DP group (same pp, tp) */
-            int nx = (p * dp + (d + 1) % dp) * tp + t;
-            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[nx]])] += tr.dp_bytes;
+        if (g->dp > 1) { /* ring over the DP group (same pp, tp) */
+            nx = x;
+            nx.dp = (x.dp + 1) % g->dp;
+            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[whale_grid_rank(g, &nx)]])] +=
+                tr.dp_bytes;
         }
-        if (p + 1 < pp) { /* to the next pipeline stage */
-            int nx = r + tp * dp;
-            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[nx]])] += tr.pp_bytes;
+        if (x.pp + 1 < g->pp) { /* to the next pipeline stage */
+            nx = x;
+            nx.pp = x.pp + 1;
+            cost->bytes[link_of(c, na, c->slot_node[slot_of_rank[whale_grid_rank(g, &nx)]])] +=
+                tr.pp_bytes;
         }
     }
     static const double dflt[WHALE_LINK_NCLASS] = { 450, 450, 50, 25, 12.5 };
@@ -291,9 +306,7 @@ static int fill_layout(struct map_ctx *c, const int *slot_of_rank, enum whale_ma
                        struct whale_layout *out)
 {
     memset(out, 0, sizeof *out);
-    out->tp = c->tp;
-    out->pp = c->pp;
-    out->dp = c->dp;
+    out->grid = c->grid;
     out->world = c->world;
     out->ntasks = c->ntasks;
     out->nnodes = c->nnodes;
@@ -429,9 +442,7 @@ int whale_map_cost(const struct whale_map_input *in, const struct whale_layout *
     int *slots = NULL;
     if (rc)
         goto done;
-    c.tp = l->tp;
-    c.pp = l->pp;
-    c.dp = l->dp;
+    c.grid = l->grid;
     c.world = l->world;
     int *slot_of_tid = malloc((size_t)c.ntasks * sizeof(int));
     slots = malloc((size_t)l->world * sizeof(int));

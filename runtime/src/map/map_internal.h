@@ -16,7 +16,8 @@ struct map_ctx {
     int *dom;            /* [nnodes] NVLink domain key: topo domain, else ndomains + node */
     int *leaf;           /* [nnodes] leaf switch or -1 */
     unsigned char *spare;/* [nnodes] */
-    int tp, pp, dp, world;
+    WHALE_GRID(grid);
+    int world;
 };
 
 /* Default per-rank traffic of a mid-size GPT for the given degrees. */

@@ -544,8 +544,10 @@ int map_topo(struct map_ctx *c, const int *order, int norder, int *slot_of_rank)
     for (int p = 0; p < c->pp; p++)
         for (int d = 0; d < dp; d++) {
             int u = cv.stage_units[st[p].start + d];
-            for (int x = 0; x < tp; x++)
-                slot_of_rank[(p * dp + d) * tp + x] = slots[u * tp + x];
+            for (int x = 0; x < tp; x++) {
+                struct whale_coords co = { .tp = x, .pp = p, .dp = d };
+                slot_of_rank[whale_grid_rank(&c->grid, &co)] = slots[u * tp + x];
+            }
         }
 done:
     free(slots);

@@ -44,14 +44,13 @@ int whale_map_task_env(const struct whale_map_input *in, const struct whale_layo
     int rank = l->rank_of_task[task_id];
     int node = l->node_of_task[task_id];
     int local = l->local_of_task[task_id];
-    int tpr = -1, dpr = -1, ppr = -1;
+    struct whale_coords co = { .tp = -1, .pp = -1, .dp = -1 };
     if (rank >= 0)
-        whale_rank_coords(rank, l->tp, l->dp, &tpr, &dpr, &ppr);
+        whale_grid_coords(&l->grid, rank, &co);
+    const int tpr = co.tp, dpr = co.dp, ppr = co.pp;
     int rc;
 #define TRY(x) do { if ((rc = (x))) return rc; } while (0)
-    TRY(set_int(fn, user, WHALE_ENV_TP, l->tp));
-    TRY(set_int(fn, user, WHALE_ENV_PP, l->pp));
-    TRY(set_int(fn, user, WHALE_ENV_DP, l->dp));
+    TRY(whale_grid_to_env(&l->grid, fn, user));
     TRY(set_int(fn, user, WHALE_ENV_WORLD, l->world));
     TRY(set_int(fn, user, WHALE_ENV_RANK, rank));
     TRY(set_int(fn, user, WHALE_ENV_TP_RANK, tpr));

@@ -57,7 +57,7 @@ DEF_PARSE(whale_map_policy_parse, enum whale_map_policy, map_names)
 void whale_plan_init(struct whale_plan *p)
 {
     memset(p, 0, sizeof *p);
-    p->tp = p->pp = p->dp = 1;
+    whale_grid_init(&p->grid);
     p->micro_batch = 1;
     p->num_micro_batches = 1;
     p->interleave = 1;
@@ -199,9 +199,10 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
                 rc = WHALE_EDATA;
             }
         } else if (!strcmp(key, "model")) rc = get_str(v, key, origin, p->model, sizeof p->model);
-        else if (!strcmp(key, "tp")) rc = get_int(v, key, origin, 1, 1 << 20, &p->tp);
-        else if (!strcmp(key, "pp")) rc = get_int(v, key, origin, 1, 1 << 20, &p->pp);
-        else if (!strcmp(key, "dp")) rc = get_int(v, key, origin, 1, 1 << 24, &p->dp);
+        else if (!strcmp(key, "tp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_TP, &p->tp);
+        else if (!strcmp(key, "pp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_PP, &p->pp);
+        else if (!strcmp(key, "dp")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_DP, &p->dp);
+        else if (!strcmp(key, "ep")) rc = get_int(v, key, origin, 1, WHALE_GRID_MAX_DP, &p->ep);
         else if (!strcmp(key, "spares")) rc = get_int(v, key, origin, 0, 1 << 20, &p->spares);
         else if (!strcmp(key, "map"))
             rc = get_enum(v, key, origin, ENUM_ARGS(whale_map_policy_parse), &p->map, "topo|block");
@@ -265,10 +266,9 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
                (json_object_get(root, "global_batch") ? 0 : WHALE_PLAN_UNSET_GLOBAL_BATCH);
     /* each degree is in range alone; their product must be too (it sizes
      * every rank table downstream) */
-    int w;
-    if (!whale_mul_int(p->tp, p->pp, &w) || !whale_mul_int(w, p->dp, &w) || w > WHALE_PLAN_MAX_WORLD) {
-        whale_error("%s: tp*pp*dp = %d*%d*%d is more than %d ranks", origin, p->tp, p->pp, p->dp,
-                    WHALE_PLAN_MAX_WORLD);
+    char why[256];
+    if (whale_grid_check(&p->grid, 0, "", why, sizeof why)) {
+        whale_error("%s: %s", origin, why);
         return WHALE_EDATA;
     }
     return 0;
@@ -347,6 +347,8 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
     json_object_set_new(o, "tp", json_integer(p->tp));
     json_object_set_new(o, "pp", json_integer(p->pp));
     json_object_set_new(o, "dp", json_integer(p->dp));
+    if (whale_grid_ep(&p->grid) > 1) /* only when set: plans of dense steps stay as they were */
+        json_object_set_new(o, "ep", json_integer(p->ep));
     json_object_set_new(o, "spares", json_integer(p->spares));
     json_object_set_new(o, "map", json_string(whale_map_policy_name(p->map)));
     /* batch fields nobody chose stay out: the reader's default applies */
@@ -386,16 +388,9 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
 /* ---- validation -------------------------------------------------------------- */
 int whale_plan_validate(const struct whale_plan *p, int world, int layers, const char *origin)
 {
-    int64_t ranks;
-    if (!whale_mul_i64(p->tp, p->pp, &ranks) || !whale_mul_i64(ranks, p->dp, &ranks) ||
-        ranks > WHALE_PLAN_MAX_WORLD) {
-        whale_error("%s: tp*pp*dp = %d*%d*%d is more than %d ranks", origin, p->tp, p->pp, p->dp,
-                    WHALE_PLAN_MAX_WORLD);
-        return WHALE_EINVAL;
-    }
-    if (world > 0 && ranks != world) {
-        whale_error("%s: tp*pp*dp = %d*%d*%d = %lld does not match the %d working ranks", origin,
-                    p->tp, p->pp, p->dp, (long long)ranks, world);
+    char why[256];
+    if (whale_grid_check(&p->grid, world, "", why, sizeof why)) {
+        whale_error("%s: %s", origin, why);
         return WHALE_EINVAL;
     }
     if (p->schedule != WHALE_SCHED_INTERLEAVED && p->interleave != 1) {

@@ -38,6 +38,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_DP", "contract", "", "data-parallel degree" },
     { "WHALE_DP_RANK", "contract", "", "this rank's data-parallel index" },
     { "WHALE_ELASTIC", "bool", "0", "1: heartbeats and failure agreement without spares too (a DP > 1 step may shrink)" },
+    { "WHALE_EP", "contract", "", "expert-parallel degree: divides DP, expert groups of EP consecutive DP ranks" },
     { "WHALE_FAULT", "spec", "", "testing: kill|hang:rank=R:step=S[:phase=P][;...] fails a rank (see whale-train(1))" },
     { "WHALE_FLUSH_DENORMALS", "bool", "1", "CPU kernels flush subnormal floats to zero (FTZ/DAZ; 0: keep IEEE subnormals, slower where values near 0 occur)" },
     { "WHALE_GENERATE_REEXEC", "contract", "", "internal: whale-generate re-executed itself with OMP_WAIT_POLICY=passive" },

@@ -146,10 +146,13 @@ int64_t synth_numel(const struct synth_model *m)
 
 void synth_layout_of(int tp, int pp, int dp, int zero, int rank, struct synth_layout *o)
 {
+    struct whale_coords co;
+    whale_grid_init(&o->grid);
     o->tp = tp; o->pp = pp; o->dp = dp; o->zero = zero;
-    o->tp_rank = rank % tp;
-    o->dp_rank = (rank / tp) % dp;
-    o->pp_rank = rank / (tp * dp);
+    whale_grid_coords(&o->grid, rank, &co);
+    o->tp_rank = co.tp;
+    o->dp_rank = co.dp;
+    o->pp_rank = co.pp;
 }
 
 /* Calls the element visitor with (local index, global flat index). */

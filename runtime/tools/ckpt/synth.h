@@ -11,13 +11,15 @@
 
 #include "whale/ckpt.h"
 
+#include "whale/grid.h"
 struct synth_model {
     int layers, hidden, vocab, seq;
     int frozen;      /* layers [0, frozen) do not change between steps */
 };
 
 struct synth_layout {
-    int tp, pp, dp, zero;    /* degrees and ZeRO stage */
+    WHALE_GRID(grid);        /* degrees */
+    int zero;                /* ZeRO stage */
     int tp_rank, pp_rank, dp_rank;
 };
 

@@ -95,10 +95,10 @@ static void draw_row_leaves(FILE *f, const struct whale_topo *t, const struct wh
 
 static void color_of(const struct whale_layout *l, int rank, char *buf, size_t n)
 {
-    int tp, dp, pp;
-    whale_rank_coords(rank, l->tp, l->dp, &tp, &dp, &pp);
-    int hue = l->pp > 1 ? (pp * 360 / l->pp + 200) % 360 : 210;
-    int light = l->dp > 1 ? 40 + (dp * 35) / (l->dp - 1) : 55;
+    struct whale_coords co;
+    whale_grid_coords(&l->grid, rank, &co);
+    int hue = l->pp > 1 ? (co.pp * 360 / l->pp + 200) % 360 : 210;
+    int light = l->dp > 1 ? 40 + (co.dp * 35) / (l->dp - 1) : 55;
     snprintf(buf, n, "hsl(%d,65%%,%d%%)", hue, light);
 }
 
@@ -277,9 +277,9 @@ int map_svg_write(FILE *f, const struct whale_map_input *in, const struct whale_
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\">"
                        "<title>task %d", cx + 1, cy, CELL - 2, CELL - 2, col, task);
             if (r >= 0) {
-                int tp, dp, pp;
-                whale_rank_coords(r, l->tp, l->dp, &tp, &dp, &pp);
-                fprintf(f, " rank %d tp %d dp %d pp %d", r, tp, dp, pp);
+                struct whale_coords co;
+                whale_grid_coords(&l->grid, r, &co);
+                fprintf(f, " rank %d tp %d dp %d pp %d", r, co.tp, co.dp, co.pp);
             } else {
                 fputs(" spare", f);
             }

@@ -33,6 +33,7 @@ static void usage(FILE *f)
         "      --distribution block|cyclic   task id order (default block)\n"
         "Degrees:\n"
         "      --tp N  --pp N  --dp N  degrees (dp default: working tasks / (tp*pp))\n"
+        "      --ep N                  expert-parallel degree, divides dp (default 1)\n"
         "      --spares N              hot-spare nodes (default 0)\n"
         "      --map topo|block        placement policy (default: the config's DefaultMap)\n"
         "Site:\n"
@@ -62,30 +63,31 @@ static int print_env(const char *name, const char *value, void *u)
 
 static void list_groups(const struct whale_map_input *in, const struct whale_layout *l)
 {
-    const char *kind[3] = { "TP", "DP", "PP" };
-    for (int g = 0; g < 3; g++) {
-        int size = g == 0 ? l->tp : g == 1 ? l->dp : l->pp;
+    static const struct { const char *name; enum whale_axis axis; } kind[] = {
+        { "TP", WHALE_AXIS_TP }, { "DP", WHALE_AXIS_DP }, { "PP", WHALE_AXIS_PP } };
+    int *members = malloc((size_t)l->world * sizeof *members);
+    if (!members)
+        return;
+    for (size_t g = 0; g < sizeof kind / sizeof kind[0]; g++) {
+        int size = whale_grid_group(&l->grid, kind[g].axis, 0, NULL);
         int count = l->world / size;
         if (size < 2)
             continue;
-        printf("%s groups (%d of %d ranks):\n", kind[g], count, size);
-        for (int q = 0; q < count; q++) {
-            /* the q-th group of this kind: fixed other coordinates */
-            printf("  %s%-5d", kind[g], q);
+        printf("%s groups (%d of %d ranks):\n", kind[g].name, count, size);
+        /* groups in the order of their first rank (the one at coordinate 0) */
+        for (int r0 = 0, q = 0; r0 < l->world; r0++) {
+            if (whale_grid_group_index(&l->grid, kind[g].axis, r0))
+                continue;
+            whale_grid_group(&l->grid, kind[g].axis, r0, members);
+            printf("  %s%-5d", kind[g].name, q++);
             for (int k = 0; k < size; k++) {
-                int r;
-                if (g == 0)
-                    r = q * l->tp + k;
-                else if (g == 1) /* q = pp * TP + tp */
-                    r = ((q / l->tp) * l->dp + k) * l->tp + q % l->tp;
-                else             /* q = dp * TP + tp */
-                    r = k * l->tp * l->dp + q;
-                int t = l->task_of_rank[r];
-                printf(" r%d@%s", r, in->nodes[l->node_of_task[t]]);
+                int t = l->task_of_rank[members[k]];
+                printf(" r%d@%s", members[k], in->nodes[l->node_of_task[t]]);
             }
             printf("\n");
         }
     }
+    free(members);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -124,14 +126,15 @@ static int run_bench(const struct whale_map_input *in, int n)
 /* What the command line asked for. */
 struct map_opts {
     const char *nodes_expr, *tpn, *conf_path, *topo_path, *svg, *dist;
-    int tp, pp, dp, spares, policy, env_task;
+    WHALE_GRID(grid);
+    int spares, policy, env_task;
     int groups, summary, compare, rankmap, bench;
 };
 #define MAP_GO (-1) /* go on; anything else is the exit status */
 
 static int parse_args(int argc, char **argv, struct map_opts *o)
 {
-    enum { O_TP = 256, O_PP, O_DP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
+    enum { O_TP = 256, O_PP, O_DP, O_EP, O_SPARES, O_MAP, O_TOPO, O_GROUPS, O_SUMMARY, O_COMPARE,
            O_RANKMAP, O_ENV, O_SVG, O_DIST, O_BENCH };
     static const struct option lo[] = {
         { "nodes", required_argument, 0, 'w' },
@@ -139,7 +142,7 @@ static int parse_args(int argc, char **argv, struct map_opts *o)
         { "distribution", required_argument, 0, O_DIST },
         { "tp", required_argument, 0, O_TP },
         { "pp", required_argument, 0, O_PP },
-        { "dp", required_argument, 0, O_DP },
+        { "dp", required_argument, 0, O_DP }, { "ep", required_argument, 0, O_EP },
         { "spares", required_argument, 0, O_SPARES },
         { "map", required_argument, 0, O_MAP },
         { "conf", required_argument, 0, 'c' },
@@ -173,6 +176,7 @@ static int parse_args(int argc, char **argv, struct map_opts *o)
         case O_TP: if (whale_opt_int("whale-map", "tp", optarg, 1, 1 << 20, &o->tp)) return 2; break;
         case O_PP: if (whale_opt_int("whale-map", "pp", optarg, 1, 1 << 20, &o->pp)) return 2; break;
         case O_DP: if (whale_opt_int("whale-map", "dp", optarg, 1, 1 << 24, &o->dp)) return 2; break;
+        case O_EP: if (whale_opt_int("whale-map", "ep", optarg, 1, 1 << 24, &o->ep)) return 2; break;
         case O_SPARES: if (whale_opt_int("whale-map", "spares", optarg, 0, 1 << 20, &o->spares)) return 2; break;
         case O_BENCH: if (whale_opt_int("whale-map", "bench", optarg, 1, 100000, &o->bench)) return 2; break;
         case O_ENV: if (whale_opt_int("whale-map", "env", optarg, 0, 1 << 30, &o->env_task)) return 2; break;
@@ -387,7 +391,7 @@ int main(int argc, char **argv)
         goto out;
     rc = 1;
     struct whale_map_input in = {
-        .tp = o.tp, .pp = o.pp, .dp = o.dp, .spares = o.spares,
+        .grid = o.grid, .spares = o.spares,
         .policy = o.policy >= 0 ? (enum whale_map_policy)o.policy : conf->default_map,
         .nnodes = n.nnodes, .nodes = (const char *const *)n.nodes, .ntasks = n.ntasks,
         .task_ids = n.ids, .topo = topo,

@@ -70,6 +70,7 @@ static void usage(FILE *f)
             "      --tp N          tensor-parallel degree (default 1)\n"
             "      --pp N          pipeline-parallel degree (default 1)\n"
             "      --dp N          data-parallel degree (default: working tasks / (tp*pp))\n"
+            "      --ep N          expert-parallel degree, divides DP (default 1)\n"
             "      --nodes K       simulate K nodes: tasks split in blocks, WHALE_NODE=node<i> (default 1)\n"
             "      --spares S      hold back the last S simulated nodes as hot spares (default 0)\n"
             "      --plan PLAN     value of WHALE_PLAN (path or inline JSON)\n"
@@ -233,15 +234,18 @@ static const int g_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
-    struct run_layout_opts lo = { .ntasks = 0, .tp = 1, .pp = 1, .dp = 0, .spares = 0, .nodes = 1 };
+    struct run_layout_opts lo = { .ntasks = 0, .spares = 0, .nodes = 1 };
+    whale_grid_init(&lo.grid);
+    lo.dp = 0; /* derived from the working tasks */
     bool label = true, keep_going = false;
     int timeout = 0;
     bool bind = true;
-    enum { O_TP = 256, O_PP, O_DP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND,
+    enum { O_TP = 256, O_PP, O_DP, O_EP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND,
            O_HELPENV };
     static const struct option opts[] = {
         { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
         { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
+        { "ep", required_argument, NULL, O_EP },
         { "nodes", required_argument, NULL, O_NODES }, { "spares", required_argument, NULL, O_SPARES },
         { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
         { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
@@ -255,6 +259,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         case O_TP: bad = parse_pos("--tp", optarg, 1, &lo.tp); break;
         case O_PP: bad = parse_pos("--pp", optarg, 1, &lo.pp); break;
         case O_DP: bad = parse_pos("--dp", optarg, 1, &lo.dp); break;
+        case O_EP: bad = parse_pos("--ep", optarg, 1, &lo.ep); break;
         case O_NODES: bad = parse_pos("--nodes", optarg, 1, &lo.nodes); break;
         case O_SPARES: bad = parse_pos("--spares", optarg, 0, &lo.spares); break;
         case O_PLAN: lo.plan = optarg; break;

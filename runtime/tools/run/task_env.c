@@ -93,7 +93,7 @@ int run_layout_new(const struct run_layout_opts *o, struct run_layout **out)
         }
     }
     l->in = (struct whale_map_input){
-        .tp = o->tp, .pp = o->pp, .dp = o->dp, .spares = o->spares, .policy = WHALE_MAP_BLOCK,
+        .grid = o->grid, .spares = o->spares, .policy = WHALE_MAP_BLOCK,
         .nnodes = o->nodes, .nodes = (const char *const *)l->node_names, .ntasks = l->ntasks,
         .task_ids = NULL, .topo = NULL,
     };

@@ -3,9 +3,11 @@
 #ifndef WHALE_RUN_TASK_ENV_H
 #define WHALE_RUN_TASK_ENV_H
 
+#include "whale/grid.h"
+
 struct run_layout_opts {
     int ntasks;       /* tasks to start */
-    int tp, pp, dp;   /* dp 0: derived */
+    WHALE_GRID(grid); /* dp 0: derived */
     int spares;       /* spare nodes (whole simulated nodes) */
     int nodes;        /* simulated nodes (tasks split in blocks), >= 1 */
     const char *plan; /* WHALE_PLAN or NULL */

@@ -50,6 +50,7 @@ struct train_opts {
     int progress; /* -1 auto */
     const char *schedule, *recompute, *precision;
     long interleave;
+    long ep;              /* --ep: expert-parallel degree (0: the step's) */
     long inject_overflow; /* step (1-based) whose gradient gets an inf; 0: none */
     int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;
@@ -87,7 +88,9 @@ struct train {
     struct whale_engine_config ec;
     /* the ranks */
     whale_ctx *ctx;
-    int rank, world, tp, pp, dp, dp_rank;
+    int rank, world;
+    WHALE_GRID(grid);
+    int dp_rank;
     /* what the run holds */
     whale_engine *e;
     whale_data *data;

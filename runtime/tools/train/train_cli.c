@@ -42,6 +42,8 @@ void train_usage(FILE *f)
 "  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
 "  --seed N             model and data seed (1337)\n"
 "  --plan FILE          plan JSON (default: $WHALE_PLAN from the plugin or whale-run)\n"
+"  --ep N               expert-parallel degree (default: WHALE_EP, the plan's, or 1);\n"
+"                       more than 1 needs a model with MoE layers\n"
 "  --schedule S         pipeline schedule: 1f1b, interleaved, gpipe (plan or 1f1b)\n"
 "  --interleave V       model chunks per pipeline rank with the interleaved schedule\n"
 "  --recompute P        none, selective, full or auto (plan or none)\n"
@@ -121,7 +123,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED,
+           O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP,
            O_HELPENV,
            O_AREA /* .. the areas' options, in registry order */ };
     static const struct option core[] = {
@@ -149,6 +151,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "precision", required_argument, 0, O_PREC }, { "no-loss-scale", no_argument, 0, O_NOLS },
         { "inject-overflow", required_argument, 0, O_INJECT },
         { "grad-reduce", required_argument, 0, O_GRED },
+        { "ep", required_argument, 0, O_EP },
         { "help-env", optional_argument, 0, O_HELPENV },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
     };
@@ -236,6 +239,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
             break;
         }
         case O_INTERLEAVE: bad |= whale_opt_long("whale-train", "--interleave", optarg, 1, 64, &t->o.interleave); break;
+        case O_EP: bad |= whale_opt_long("whale-train", "--ep", optarg, 1, WHALE_GRID_MAX_DP, &t->o.ep); break;
         case O_RECOMPUTE: {
             enum whale_recompute k;
             if (whale_recompute_parse(optarg, &k) || k == WHALE_RECOMPUTE_LAYERS) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/knobs.h"
 #include "whale/error.h"
@@ -61,6 +62,44 @@ static int load_plan(struct train *t)
         t->have_plan = true;
     }
     return prc ? 1 : TRAIN_GO;
+}
+
+/* Expert parallelism needs experts to shard: the model format has no MoE
+ * layers yet, so every model is dense. */
+static bool model_has_moe(const struct whale_model_desc *m)
+{
+    (void)m;
+    return false;
+}
+
+/* EP from --ep, else WHALE_EP, else the plan: more than 1 with a dense model
+ * is refused before any rank starts, instead of silently training dense. */
+static int check_ep(const struct train *t)
+{
+    long ep = t->o.ep, env_ep;
+    char from[64];
+    if (whale_env_long(WHALE_ENV_EP, 1, WHALE_GRID_MAX_DP, 0, &env_ep))
+        return 2;
+    if (ep && env_ep && ep != env_ep) { /* the step's layout is fixed by its launcher */
+        fprintf(stderr, "whale-train: --ep %ld but this step runs %s=%ld\n", ep, WHALE_ENV_EP,
+                env_ep);
+        return 2;
+    }
+    snprintf(from, sizeof from, "--ep %ld", ep);
+    if (!ep) {
+        ep = env_ep;
+        snprintf(from, sizeof from, "%s=%ld", WHALE_ENV_EP, ep);
+    }
+    if (!ep && t->have_plan) {
+        ep = whale_grid_ep(&t->plan.grid);
+        snprintf(from, sizeof from, "the plan's \"ep\": %ld", ep);
+    }
+    if (ep > 1 && !model_has_moe(&t->md)) {
+        fprintf(stderr, "whale-train: %s needs a model with MoE layers; %s has none\n", from,
+                t->o.model);
+        return 2;
+    }
+    return TRAIN_GO;
 }
 
 /* Before whale_init: the plan, the WHALE_* knobs, the model. */
@@ -125,7 +164,7 @@ int train_resolve_config(struct train *t)
         return 1;
     if (whale_engine_model_check(&t->md)) /* what the engine does not run, named by key */
         return 1;
-    return TRAIN_GO;
+    return check_ep(t);
 }
 
 /* The plan must describe the step that runs; then the batch split and the

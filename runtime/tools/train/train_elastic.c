@@ -205,9 +205,9 @@ static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot,
 {
     whale_group *all = whale_all_tasks(ctx);
     const int n = whale_ntasks(ctx), me = whale_task_id(ctx);
-    int tp, pp, dp;
-    whale_degrees(ctx, &tp, &pp, &dp);
-    const int world = tp * pp * dp;
+    struct whale_grid g;
+    whale_ctx_grid(ctx, &g);
+    const int world = whale_grid_world(&g);
     int64_t peak_bits = 0;
     memcpy(&peak_bits, &te->peak, sizeof peak_bits);
     int64_t mine[NX] = { (int64_t)node_hash(), whale_rank(ctx), (int64_t)my_slot, zero, peak_bits };
@@ -260,7 +260,7 @@ static int te_exchange(struct train_elastic *te, whale_ctx *ctx, size_t my_slot,
             whale_error("elastic setup: no task holds logical rank %d", r);
             rc = WHALE_EINVAL;
         }
-    struct whale_red_layout l = { .tp = tp, .pp = pp, .dp = dp, .zero = te->zero,
+    struct whale_red_layout l = { .grid = g, .zero = te->zero,
                                   .rank_node = rank_node, .nspares = ns,
                                   .spare_node = spare_node };
     if (!rc)
@@ -604,11 +604,11 @@ static int restore_disk(whale_engine *e, const char *root, int64_t *R)
 
 static int new_store(struct train_elastic *te, whale_ctx *ctx, whale_engine *e)
 {
-    int tp, pp, dp;
-    whale_degrees(ctx, &tp, &pp, &dp);
+    struct whale_grid g;
+    whale_ctx_grid(ctx, &g);
     whale_red_destroy(te->red);
     te->red = NULL;
-    struct whale_red_config rc = { .dp = dp, .zero = te->zero, .every = te->every ? te->every : 1 };
+    struct whale_red_config rc = { .dp = g.dp, .zero = te->zero, .every = te->every ? te->every : 1 };
     memset(&te->prev, 0, sizeof te->prev);
     return whale_red_create(e, &rc, &te->red);
 }
@@ -667,7 +667,7 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
         te->rep.rebuild_s = te->ev.rebuild_s;
         te->rep.transfer_s = whale_now_s() - t0;
         te->rep.source = src;
-        whale_degrees(ctx, &te->rep.tp, &te->rep.pp, &te->rep.dp);
+        whale_ctx_grid(ctx, &te->rep.grid);
         te->pending = true;
         te->redo_t0 = whale_now_s();
         if ((rc = new_store(te, ctx, *job->e)))
@@ -813,9 +813,7 @@ static void stop_message(struct train_elastic *te, struct train_job *job, int64_
         r.detect_s = ev->detect_s;
         r.agree_s = ev->agree_s;
         r.rebuild_s = ev->rebuild_s;
-        r.tp = ev->tp;
-        r.pp = ev->pp;
-        r.dp = ev->dp;
+        r.grid = ev->grid;
     }
     FILE *mf = job->metrics ? *job->metrics : NULL;
     if (mf) {
@@ -895,24 +893,24 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     }
     /* the new layout */
     int tpr, ppr;
-    whale_degrees(ctx, job->tp, job->pp, job->dp);
+    whale_ctx_grid(ctx, job->grid);
     whale_coords(ctx, &tpr, &ppr, job->dp_rank);
     *job->rank = whale_rank(ctx);
     *job->world = whale_world_size(ctx);
-    if (ev.kind == WHALE_RECOVERY_SHRUNK && ev.old_dp != *job->dp) {
-        long acc = *job->accum * ev.old_dp;
-        if (acc % *job->dp) {
+    if (ev.kind == WHALE_RECOVERY_SHRUNK && ev.old_grid.dp != job->grid->dp) {
+        long acc = *job->accum * ev.old_grid.dp;
+        if (acc % job->grid->dp) {
             stop_message(te, job, failed_step1, "after dropping a DP replica the global batch "
                          "does not split over the remaining replicas", &ev);
             return -1;
         }
-        *job->accum = acc / *job->dp;
+        *job->accum = acc / job->grid->dp;
         job->ec->grad_accum = (int)*job->accum;
         whale_data_close(*job->data);
         *job->data = NULL;
         job->dc->local_batch = job->ec->micro_batch * (int)*job->accum;
         job->dc->dp_rank = *job->dp_rank;
-        job->dc->dp_size = *job->dp;
+        job->dc->dp_size = job->grid->dp;
         size_t bt = (size_t)job->dc->local_batch * job->dc->seq;
         int32_t *in = realloc(*job->in, bt * sizeof(int32_t));
         if (in)
@@ -926,10 +924,10 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
             return -1;
         }
         whale_info("elastic: DP %d -> %d, %ld micro-batches per replica (global batch kept)",
-                   ev.old_dp, *job->dp, *job->accum);
+                   ev.old_grid.dp, job->grid->dp, *job->accum);
     }
-    job->ec->tp = *job->tp;
-    job->ec->pp = *job->pp;
+    job->ec->tp = job->grid->tp;
+    job->ec->pp = job->grid->pp;
     const double t_rb0 = whale_now_s();
     if ((rc = whale_engine_create(job->ec, ctx, job->e))) {
         stop_message(te, job, failed_step1, "the engine could not be rebuilt on the new groups",
@@ -958,9 +956,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.source = src;
     te->rep.rollback_step = R;
     te->rep.steps_lost = (failed_step1 - 1) - R > 0 ? (failed_step1 - 1) - R : 0;
-    te->rep.tp = *job->tp;
-    te->rep.pp = *job->pp;
-    te->rep.dp = *job->dp;
+    te->rep.grid = *job->grid;
     ckpt_restart(te, ctx, job, true);
     if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK) {
         /* a new layout (or disk state): images of the old one are useless */

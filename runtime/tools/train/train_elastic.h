@@ -25,7 +25,9 @@ struct train_job {
     struct whale_data_config *dc;
     int32_t **in, **tg;
     long *accum;
-    int *rank, *world, *tp, *pp, *dp, *dp_rank;
+    int *rank, *world;
+    struct whale_grid *grid;
+    int *dp_rank;
     FILE **metrics;         /* rank 0's metrics file (NULL elsewhere) */
     const char *metrics_path;
     const char *ckpt_root;  /* for the in-step restore from disk (NULL: none) */

@@ -38,7 +38,7 @@ static int setup_ranks(struct train *t)
             return src > 0 ? 0 : 1;
     }
     int tpr, ppr;
-    whale_degrees(t->ctx, &t->tp, &t->pp, &t->dp);
+    whale_ctx_grid(t->ctx, &t->grid);
     whale_coords(t->ctx, &tpr, &ppr, &t->dp_rank);
     t->world = whale_world_size(t->ctx);
     t->rank = whale_rank(t->ctx);
@@ -231,8 +231,8 @@ int train_setup(struct train *t)
         return rc;
     t->job = (struct train_job){ .e = &t->e, .ec = &t->ec, .data = &t->data, .dc = &t->dc,
                                  .in = &t->in, .tg = &t->tg, .accum = &t->accum,
-                                 .rank = &t->rank, .world = &t->world, .tp = &t->tp,
-                                 .pp = &t->pp, .dp = &t->dp, .dp_rank = &t->dp_rank,
+                                 .rank = &t->rank, .world = &t->world, .grid = &t->grid,
+                                 .dp_rank = &t->dp_rank,
                                  .metrics = &t->mf, .metrics_path = t->o.metrics,
                                  .ckpt_root = t->ckc.root, .ck = &t->ck, .ckc = &t->ckc };
     /* MFU is reported by rank 0 only: the other ranks skip the measurement

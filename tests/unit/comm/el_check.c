@@ -126,7 +126,7 @@ static void print_event(whale_ctx *ctx, const struct whale_membership_event *ev)
     printf("el_check: task %d event epoch %llu %s how %s failed [%s] spares-failed %d "
            "dp %d->%d agreed_step %lld detect %.3f s agree %.3f s rebuild %.3f s -> rank %d\n",
            g_task, (unsigned long long)ev->epoch, whale_recovery_name(ev->kind),
-           whale_detect_name(ev->how), fl, ev->nfailed_spares, ev->old_dp, ev->dp,
+           whale_detect_name(ev->how), fl, ev->nfailed_spares, ev->old_grid.dp, ev->dp,
            (long long)ev->agreed_step, ev->detect_s, ev->agree_s, ev->rebuild_s, whale_rank(ctx));
     fflush(stdout);
 }

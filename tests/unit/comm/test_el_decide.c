@@ -116,7 +116,7 @@ static void shrink_reuses_dropped_replica(void **state)
     assert_int_equal(el_decide(&b, gone, how, cls, &f, &n, &ev), 0);
     assert_int_equal(ev.kind, WHALE_RECOVERY_SHRUNK);
     assert_int_equal(ev.dp, 1);
-    assert_int_equal(ev.old_dp, 2);
+    assert_int_equal(ev.old_grid.dp, 2);
     assert_int_equal(ev.dropped_dp, 1);
     assert_int_equal(ev.ndropped, 1);
     assert_int_equal(n.world, 2);

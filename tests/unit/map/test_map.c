@@ -373,6 +373,56 @@ static void run_props(struct whale_topo *t, int want_nodes, int tpn, int tp, int
     synth_free(&s);
 }
 
+/* EP through the map: exported as WHALE_EP, refused unless it divides DP,
+ * and the EP groups that leave an NVLink domain are counted and described. */
+static void test_ep(void **st)
+{
+    (void)st;
+    whale_log_set_sink(sink, NULL);
+    const char *nodes[] = { "a", "b" };
+    int nt[] = { 4, 4 };
+    struct whale_map_input in = { .tp = 1, .pp = 1, .nnodes = 2, .nodes = nodes, .ntasks = nt };
+    struct whale_layout l;
+    struct envcap c = { 0 };
+    /* not given: dense, WHALE_EP=1 */
+    assert_int_equal(whale_map_compute(&in, &l), 0);
+    assert_int_equal(whale_map_task_env(&in, &l, 0, NULL, cap_env, &c), 0);
+    assert_string_equal(env_get(&c, WHALE_ENV_EP), "1");
+    assert_int_equal(whale_layout_ep_crossings(&in, &l, NULL), 0);
+    whale_layout_free(&l);
+    /* EP=2 over DP=8: pairs of consecutive ranks, each on one node */
+    in.ep = 2;
+    assert_int_equal(whale_map_compute(&in, &l), 0);
+    memset(&c, 0, sizeof c);
+    assert_int_equal(whale_map_task_env(&in, &l, 3, NULL, cap_env, &c), 0);
+    assert_string_equal(env_get(&c, WHALE_ENV_EP), "2");
+    assert_string_equal(env_get(&c, WHALE_ENV_DP), "8");
+    int first = 0;
+    assert_int_equal(whale_layout_ep_crossings(&in, &l, &first), 0);
+    assert_int_equal(first, -1);
+    char *d = whale_layout_describe(&in, &l, 0);
+    assert_non_null(strstr(d, "EP=2: each of the 4 expert group(s) inside one NVLink domain"));
+    free(d);
+    whale_layout_free(&l);
+    /* TP=2 x EP=4: 8 tasks per expert group, nodes of 4: it cannot fit */
+    in.tp = 2;
+    in.ep = 4;
+    assert_int_equal(whale_map_compute(&in, &l), 0);
+    assert_int_equal(whale_layout_ep_crossings(&in, &l, &first), 2);
+    assert_int_equal(first, 0);
+    d = whale_layout_describe(&in, &l, 0);
+    assert_non_null(strstr(d, "EP=4: 2 of 2 expert group(s) span more than one NVLink domain"));
+    free(d);
+    whale_layout_free(&l);
+    /* EP must divide DP */
+    in.tp = 1;
+    in.ep = 3;
+    assert_int_equal(whale_map_compute(&in, &l), WHALE_EINVAL);
+    assert_non_null(strstr(last_err, "EP=3 does not divide DP=8"));
+    assert_non_null(strstr(last_err, "(allowed EP: 1, 2, 4, 8)"));
+    whale_log_set_sink(NULL, NULL);
+}
+
 static void test_props_fat_tree(void **st)
 {
     (void)st;
@@ -474,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_tasks_per_node),
         cmocka_unit_test(test_rankmap_roundtrip),
         cmocka_unit_test(test_task_env),
+        cmocka_unit_test(test_ep),
         cmocka_unit_test(test_garbage_strings),
         cmocka_unit_test(test_props_fat_tree),
         cmocka_unit_test(test_props_nvl72),

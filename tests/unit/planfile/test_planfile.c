@@ -88,6 +88,40 @@ static void test_errors(void **st)
     whale_log_set_sink(NULL, NULL);
 }
 
+/* "ep": optional (1), range-checked, must divide dp, written only when > 1. */
+static void test_ep(void **st)
+{
+    (void)st;
+    whale_log_set_sink(sink, NULL);
+    struct whale_plan p;
+    assert_int_equal(whale_plan_from_json("{\"version\":1,\"dp\":4}", "x", &p), 0);
+    assert_int_equal(p.ep, 1);
+    char *s = whale_plan_to_json(&p, 0);
+    assert_null(strstr(s, "\"ep\"")); /* dense plans stay as they were */
+    free(s);
+    whale_plan_free(&p);
+    assert_int_equal(whale_plan_from_json("{\"version\":1,\"dp\":4,\"ep\":2}", "x", &p), 0);
+    assert_int_equal(p.ep, 2);
+    assert_int_equal(whale_plan_validate(&p, 4, 0, "x"), 0);
+    s = whale_plan_to_json(&p, 0);
+    assert_non_null(strstr(s, "\"ep\":2"));
+    struct whale_plan q;
+    assert_int_equal(whale_plan_from_json(s, "y", &q), 0);
+    assert_int_equal(q.ep, 2);
+    free(s);
+    whale_plan_free(&q);
+    p.ep = 3;
+    assert_int_equal(whale_plan_validate(&p, 4, 0, "x"), WHALE_EINVAL);
+    assert_non_null(strstr(last, "x: ep=3 must divide dp=4"));
+    whale_plan_free(&p);
+    assert_int_equal(whale_plan_from_json("{\"version\":1,\"dp\":4,\"ep\":3}", "f.json", &p),
+                     WHALE_EDATA);
+    assert_non_null(strstr(last, "f.json: ep=3 must divide dp=4"));
+    assert_int_equal(whale_plan_from_json("{\"version\":1,\"ep\":0}", "f.json", &p), WHALE_EDATA);
+    assert_non_null(strstr(last, "plan key \"ep\" = 0 out of range"));
+    whale_log_set_sink(NULL, NULL);
+}
+
 static void test_env_inline(void **st)
 {
     (void)st;
@@ -107,6 +141,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_env_inline),
+        cmocka_unit_test(test_ep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

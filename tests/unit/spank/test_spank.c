@@ -332,6 +332,56 @@ static void test_submit_check(void **st)
     assert_int_equal(whale_submit_check(&job, false), 0);
 }
 
+/* --whale-ep: a degree like the others, and EP must divide DP as soon as
+ * DP is known (given, or derived from the task count). */
+static void test_ep_option(void **st)
+{
+    (void)st;
+    assert_int_equal(opt("whale-ep", "0"), -1);
+    assert_string_equal(last_err, "whale: --whale-ep=0: out of range (allowed 1..16777216)");
+    assert_int_equal(opt("whale-ep", "two"), -1);
+    assert_non_null(strstr(last_err, "--whale-ep=two: not an integer"));
+    assert_int_equal(opt("whale-ep", "2"), 0);
+    assert_true(whale_opts.given[OPT_EP]);
+    assert_int_equal(whale_opts.ep, 2);
+    /* DP given: checked even before the task count is known */
+    struct whale_submit unknown = { 0 };
+    assert_int_equal(opt("whale-dp", "2"), 0);
+    assert_int_equal(whale_submit_check(&unknown, true), 0);
+    assert_int_equal(opt("whale-dp", "3"), 0);
+    assert_int_equal(whale_submit_check(&unknown, true), -1);
+    assert_string_equal(last_err, "whale: --whale-ep=2 must divide the data-parallel degree "
+                                  "--whale-dp=3: expert groups are carved out of the "
+                                  "data-parallel ranks (allowed --whale-ep: 1, 3)");
+    /* DP derived: -n6 with TP=2 gives DP=3 */
+    whale_opts.given[OPT_DP] = false;
+    assert_int_equal(opt("whale-tp", "2"), 0);
+    struct whale_submit six = { .ntasks = 6 };
+    assert_int_equal(whale_submit_check(&six, true), -1);
+    assert_non_null(strstr(last_err, "--whale-ep=2 must divide the data-parallel degree DP = 3"));
+    struct whale_submit eight = { .ntasks = 8 };
+    assert_int_equal(whale_submit_check(&eight, true), 0);
+    /* the plan carries it */
+    char cpath[256];
+    write_file("site.conf", "\n", cpath, sizeof cpath);
+    snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", cpath);
+    assert_int_equal(whale_site_load(), 0);
+    struct whale_plan p;
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "1", &p), 0);
+    assert_int_equal(p.ep, 2);
+    whale_plan_free(&p);
+    /* a plan file that says otherwise is contradicted by name */
+    whale_opts.given[OPT_TP] = false;
+    char plan[256];
+    write_file("plan.json", "{\"version\":1,\"dp\":4,\"ep\":4}", plan, sizeof plan);
+    assert_int_equal(opt("whale-plan", plan), 0);
+    assert_int_equal(whale_plan_from_options(whale_site.conf, NULL, "u", "1", &p), -1);
+    assert_non_null(strstr(last_err, "--whale-ep=2 contradicts the plan file"));
+    whale_plan_free(&p);
+    unlink(plan);
+    unlink(cpath);
+}
+
 /* The plugin's plan leaves batch fields the user did not set out of the
  * JSON, so whale-train's own defaults hold. */
 static void test_plan_batch_unset(void **st)
@@ -380,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_pmix_plugin_lookup),
         cmocka_unit_test_setup_teardown(test_submit_check, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan_batch_unset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ep_option, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);
