@@ -73,6 +73,9 @@ typedef struct whale_ckpt_piece {
     void *data;                         /* row-major contents of the region */
     bool device;                        /* data is CUDA device memory (CUDA builds): saved
                                          * through a pinned host buffer, restored by copy */
+    bool transient;                     /* data is valid only until whale_ckpt_save returns
+                                         * (e.g. an engine walk's buffers): copied before it
+                                         * returns, whatever the snapshot mode */
 } whale_ckpt_piece;
 
 /* Fill a piece that covers the whole tensor / a box / a flat range. */
