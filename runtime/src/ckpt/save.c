@@ -237,6 +237,7 @@ struct stored {
     size_t len;      /* stored bytes */
     size_t enc_len;  /* bytes after encoding, before zstd */
     int shuffle;     /* byte-shuffle width applied before zstd (0: none) */
+    XXH128_hash_t content; /* of the encoded bytes, before shuffle and zstd */
     void *own;
     bool raw;        /* data is the chunk's source, alive until the save ends */
 };
@@ -254,6 +255,8 @@ static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
         ckpt_encode(x->enc, p->dtype, x->raw, x->n, ck->cfg.quant_block, s->own);
         s->data = s->own;
     }
+    /* raw: the data itself, already hashed for deduplication */
+    s->content = x->enc == CKPT_ENC_RAW ? x->h : XXH3_128bits(s->data, s->enc_len);
     s->raw = s->data == x->raw;
     if (ck->cfg.zstd_level <= 0)
         return 0;
@@ -341,7 +344,9 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
     char hx[33];
     ckpt_hex128(&can, hx);
     bool z = ck->cfg.zstd_level > 0;
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s}",
+    char cx[33];
+    ckpt_content_hash(s->content, p->dtype, x->enc, ck->cfg.quant_block, &x->reg, cx);
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s, s:s}",
                      "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
                      "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
                              : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
@@ -350,7 +355,8 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
                      "shape", shape_json(p->reg.ndim, p->reg.shape), "region",
                      region_json(&x->reg), "enc", ckpt_enc_name(x->enc), "block",
                      ck->cfg.quant_block, "zstd", (json_int_t)(z ? s->enc_len : 0), "shuffle",
-                     z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx);
+                     z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx,
+                     "content_xxh3_128", cx);
 }
 
 /* Chunks whose stored bytes can go to the file straight from their
