@@ -699,7 +699,7 @@ static void copy_run(int64_t s, int64_t d, int64_t len, void *u)
 
 int64_t ckpt_reader_held(const whale_ckpt_reader *r, size_t i)
 {
-    int64_t have = 0; /* chunks never overlap (one writer per element) */
+    int64_t have = 0; /* replicas saved by several ranks count more than once */
     for (size_t k = 0; i < r->nt && k < r->t[i].nc; k++)
         have += ckpt_region_numel(&r->t[i].c[k].reg);
     return have;
