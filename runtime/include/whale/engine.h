@@ -82,6 +82,12 @@ typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);
  * stops the walk and is returned. Pieces point at live buffers: call
  * between steps only. */
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user);
+/* The parameters of model m as the engine declares them (one TP rank:
+ * global shapes), without building an engine: fn(name, ndim, shape, user)
+ * for each, in the engine's order. A non-zero return of fn stops and is
+ * returned; WHALE_EINVAL for a model without heads. */
+typedef int (*whale_param_fn)(const char *name, int ndim, const int64_t *shape, void *user);
+int whale_model_params(const struct whale_model_desc *m, whale_param_fn fn, void *user);
 /* The same walk, then done(user) before the walk ends, while every piece
  * (transient ones included) is still valid: for callers that collect the
  * pieces first and use them together (a checkpoint save or load). A

@@ -122,6 +122,12 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
 
 int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step)
 {
+    return whale_ckpt_import_safetensors_checked(path, cfg, step, NULL);
+}
+
+int whale_ckpt_import_safetensors_checked(const char *path, const whale_ckpt_config *cfg,
+                                          int64_t step, const whale_ckpt_import_check *chk)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         whale_error("import: %s: %s", path, strerror(errno));
@@ -135,9 +141,15 @@ int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg
         close(fd);
         return rc;
     }
+    /* the caller's checks first: nothing is read or written for a file
+     * it refuses */
+    for (size_t i = 0; i < n && !rc && chk && chk->tensor; i++)
+        rc = chk->tensor(chk->user, e[i].name, e[i].dtype, e[i].ndim, e[i].shape);
+    if (!rc && chk && chk->end)
+        rc = chk->end(chk->user);
     whale_ckpt_piece *p = calloc(n + 1, sizeof *p);
     void **bufs = calloc(n + 1, sizeof *bufs);
-    if (!p || !bufs)
+    if (!rc && (!p || !bufs))
         rc = WHALE_ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
         if ((int)e[i].dtype == (int)CKPT_INT8) {
