@@ -1,6 +1,7 @@
 #!/bin/bash
 # --resume of a checkpoint already at (or past) --steps: a clear note,
-# exit 0, and no summary of zero steps ("loss first nan, final nan").
+# exit 0, and of the summary only the JSON line (the lines for people
+# said "loss first nan, final nan").
 # Usage: resume_past_steps.sh WHALE_TRAIN SRC_DIR
 set -u
 train=$1 src=$2
@@ -18,5 +19,6 @@ for steps in 4 3; do
         || fail "--steps $steps: no note: $out"
     echo "$out" | grep -qi "nan" && fail "--steps $steps: a nan summary: $out"
     echo "$out" | grep -q "whale-train summary" && fail "--steps $steps: a summary: $out"
+    echo "$out" | grep -q '"summary":{"steps":0,' || fail "--steps $steps: no JSON summary: $out"
     echo "ok: --steps $steps after a checkpoint at step 4"
 done
