@@ -372,7 +372,7 @@ summary_field() {
     echo "$output" | tail -5
     [ "$status" -eq 0 ]
     # a crash the spare covered would show as a recovery
-    ! echo "$output" | grep -q "recovery:"
+    [ -z "$(echo "$output" | grep "recovery:")" ]
     [ "$(summary_field "$TMPD/spck-$mode.jsonl" recoveries)" = 0 ]
     run "$CKPT" verify --which 20 "$TMPD/spck-$mode"
     [ "$status" -eq 0 ]
