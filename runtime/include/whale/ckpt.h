@@ -73,6 +73,9 @@ typedef struct whale_ckpt_piece {
     void *data;                         /* row-major contents of the region */
     bool device;                        /* data is CUDA device memory (CUDA builds): saved
                                          * through a pinned host buffer, restored by copy */
+    bool transient;                     /* data is valid only until whale_ckpt_save returns
+                                         * (e.g. an engine walk's buffers): copied before it
+                                         * returns, whatever the snapshot mode */
 } whale_ckpt_piece;
 
 /* Fill a piece that covers the whole tensor / a box / a flat range. */
@@ -263,6 +266,18 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
  * (e.g. a model to fine-tune): one rank, tensor names kept, kinds from
  * whale_ckpt_kind_from_name. Supported dtypes: F32, BF16, F16, I32, I64, U8. */
 int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step);
+/* The same, with the file's tensors checked before anything is written:
+ * tensor() for each (a non-zero return refuses the file; the callback
+ * logs why), then end() (e.g. for tensors the file lacks). Either may be
+ * NULL. */
+typedef struct whale_ckpt_import_check {
+    int (*tensor)(void *user, const char *name, enum whale_dtype dtype, int ndim,
+                  const int64_t *shape);
+    int (*end)(void *user);
+    void *user;
+} whale_ckpt_import_check;
+int whale_ckpt_import_safetensors_checked(const char *path, const whale_ckpt_config *cfg,
+                                          int64_t step, const whale_ckpt_import_check *chk);
 
 /* ---- the training engine ------------------------------------------------------
  * Names on disk: parameters under their engine name, AdamW moments as

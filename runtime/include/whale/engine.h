@@ -68,6 +68,12 @@ struct whale_tensor_piece {
      * first and last stage). Exactly one holder of each distinct piece has
      * writer = true; every holder must be restored on load. */
     bool writer;
+    /* data lives only during this walk: with a remote offload tier the
+     * optimizer state (and with offloaded params the master weights) is
+     * fetched into buffers that the end of the walk writes back and frees.
+     * Read or write such pieces in fn or in the done hook of
+     * whale_engine_tensors_then, never after it returns. */
+    bool transient;
 };
 
 typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);
@@ -76,6 +82,19 @@ typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);
  * stops the walk and is returned. Pieces point at live buffers: call
  * between steps only. */
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user);
+/* The parameters of model m as the engine declares them (one TP rank:
+ * global shapes), without building an engine: fn(name, ndim, shape, user)
+ * for each, in the engine's order. A non-zero return of fn stops and is
+ * returned; WHALE_EINVAL for a model without heads. */
+typedef int (*whale_param_fn)(const char *name, int ndim, const int64_t *shape, void *user);
+int whale_model_params(const struct whale_model_desc *m, whale_param_fn fn, void *user);
+/* The same walk, then done(user) before the walk ends, while every piece
+ * (transient ones included) is still valid: for callers that collect the
+ * pieces first and use them together (a checkpoint save or load). A
+ * non-zero return of done is returned. */
+typedef int (*whale_tensor_done_fn)(void *user);
+int whale_engine_tensors_then(whale_engine *e, whale_tensor_fn fn, whale_tensor_done_fn done,
+                              void *user);
 /* The precision the engine trains in. fp32: PARAM pieces are fp32 and there
  * are no MASTER pieces. bf16 / fp16: PARAM pieces are 16-bit (what the
  * model computes with, rounded from the master) and MASTER pieces hold the

@@ -7,6 +7,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+#include <xxhash.h>
+
 #include "whale/ckpt.h"
 
 /* ---- dtypes (safetensors names) ------------------------------------------ */
@@ -136,6 +139,15 @@ void  ckpt_dev_stream_destroy(void *stream);
 
 /* ---- hashing ---------------------------------------------------------------- */
 void ckpt_hex128(const void *hash16, char out[33]);
+/* A chunk's content_xxh3_128 (digest.c): the hash of its encoded bytes
+ * (after zstd and unshuffle, before decoding) bound to the dtype, enc,
+ * block and region that give them their meaning. */
+void ckpt_content_hash(XXH128_hash_t bytes, enum whale_dtype dt, enum ckpt_enc enc, int block,
+                       const ckpt_region *reg, char out[33]);
+/* The manifest's own digest (stored under CKPT_DIGEST_KEY): xxh3-128 of
+ * its canonical JSON without that key. 0, or -1 out of memory. */
+#define CKPT_DIGEST_KEY "manifest_xxh3_128"
+int  ckpt_manifest_digest(json_t *man, char out[33]);
 
 /* Confinement of names read from a manifest ("files", chunk "file"): a
  * relative path without ".." components whose real location stays inside
@@ -144,6 +156,11 @@ void ckpt_hex128(const void *hash16, char out[33]);
 int  ckpt_name_confined(const char *dir, const char *name, const char *origin);
 /* Opens dir/name read-only after ckpt_name_confined. */
 int  ckpt_open_confined(const char *dir, const char *name, const char *origin, int *fd);
+
+/* Elements of tensor i that the reader's chunks hold (load.c). */
+int64_t ckpt_reader_held(const whale_ckpt_reader *r, size_t i);
+/* "[a, b, c]" */
+void ckpt_fmt_shape(char *b, size_t n, int nd, const int64_t *s);
 
 /* whale_ckpt_resolve, optionally without logging (an empty root is normal) */
 int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);

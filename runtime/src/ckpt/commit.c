@@ -209,6 +209,12 @@ static int merge(whale_ckpt *ck, struct job *j, struct persist *ps, json_t **out
     json_object_set_new(man, "tensors", tensors);
     json_object_set_new(man, "files", files);
     json_decref(idx0);
+    char dg[33];
+    if (ckpt_manifest_digest(man, dg)) {
+        json_decref(man);
+        return WHALE_ENOMEM;
+    }
+    json_object_set_new(man, CKPT_DIGEST_KEY, json_string(dg));
     *out = man;
     return 0;
 }

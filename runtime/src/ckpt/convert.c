@@ -38,7 +38,20 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
             continue;
         if (to_dtype >= 0 && ckpt_dtype_is_float(dt))
             dt = (enum whale_dtype)to_dtype;
-        uint64_t bytes = (uint64_t)ckpt_shape_numel(nd, shape) * ckpt_dtype_size(dt);
+        /* the whole tensor is allocated below: first check the checkpoint
+         * holds all of it, so a wrong shape (2^31 rows) is named, not an
+         * allocation that fails */
+        int64_t numel = ckpt_shape_numel(nd, shape), held = ckpt_reader_held(r, i);
+        if (held < numel) { /* more: replicas saved by several ranks */
+            char sh[128];
+            ckpt_fmt_shape(sh, sizeof sh, nd, shape);
+            whale_error("consolidate: %s: tensor %s: shape %s has %lld elements but the "
+                        "checkpoint holds %lld of them (a partial save, or a changed shape)",
+                        in->dir, name, sh, (long long)numel, (long long)held);
+            free(e);
+            return WHALE_EDATA;
+        }
+        uint64_t bytes = (uint64_t)numel * ckpt_dtype_size(dt);
         e[ne] = (ckpt_st_entry){.name = (char *)name, .dtype = dt, .ndim = nd, .begin = off,
                                 .end = off + bytes};
         memcpy(e[ne].shape, shape, sizeof shape);
@@ -78,6 +91,10 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
         size_t bytes = e[i].end - e[i].begin;
         void *buf = malloc(bytes ? bytes : 1);
         if (!buf) {
+            char sh[128];
+            ckpt_fmt_shape(sh, sizeof sh, e[i].ndim, e[i].shape);
+            whale_error("consolidate: tensor %s (shape %s): out of memory for %zu bytes",
+                        e[i].name, sh, bytes);
             rc = WHALE_ENOMEM;
             break;
         }
@@ -105,6 +122,12 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
 
 int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg, int64_t step)
 {
+    return whale_ckpt_import_safetensors_checked(path, cfg, step, NULL);
+}
+
+int whale_ckpt_import_safetensors_checked(const char *path, const whale_ckpt_config *cfg,
+                                          int64_t step, const whale_ckpt_import_check *chk)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         whale_error("import: %s: %s", path, strerror(errno));
@@ -118,9 +141,15 @@ int whale_ckpt_import_safetensors(const char *path, const whale_ckpt_config *cfg
         close(fd);
         return rc;
     }
+    /* the caller's checks first: nothing is read or written for a file
+     * it refuses */
+    for (size_t i = 0; i < n && !rc && chk && chk->tensor; i++)
+        rc = chk->tensor(chk->user, e[i].name, e[i].dtype, e[i].ndim, e[i].shape);
+    if (!rc && chk && chk->end)
+        rc = chk->end(chk->user);
     whale_ckpt_piece *p = calloc(n + 1, sizeof *p);
     void **bufs = calloc(n + 1, sizeof *bufs);
-    if (!p || !bufs)
+    if (!rc && (!p || !bufs))
         rc = WHALE_ENOMEM;
     for (size_t i = 0; i < n && !rc; i++) {
         if ((int)e[i].dtype == (int)CKPT_INT8) {

@@ -19,6 +19,10 @@ struct collect {
     char (*names)[128];
     size_t n, cap;
     bool writers_only;
+    /* what to do with the pieces before the walk ends: with a remote
+     * offload tier some of them live only until then (transient) */
+    int (*use)(struct collect *c);
+    void *ctx;
 };
 
 static int collect_fn(const struct whale_tensor_piece *t, void *user)
@@ -48,25 +52,95 @@ static int collect_fn(const struct whale_tensor_piece *t, void *user)
     whale_ckpt_piece_box_flat(&c->p[c->n], NULL, t->dtype, t->ndim, t->global_shape,
                               t->tp_offset, t->tp_shape, t->flat_begin, t->flat_end, t->data);
     c->p[c->n].kind = kinds[k];
+    c->p[c->n].transient = t->transient;
     c->n++;
     return 0;
 }
 
-static int collect_all(whale_engine *e, bool writers_only, struct collect *c)
+static int collect_done(void *user)
 {
-    memset(c, 0, sizeof *c);
-    c->writers_only = writers_only;
-    int rc = whale_engine_tensors(e, collect_fn, c);
+    struct collect *c = user;
     for (size_t i = 0; i < c->n; i++) /* names array may have moved while growing */
         c->p[i].name = c->names[i];
+    return c->use(c);
+}
+
+/* Collects this rank's pieces and calls use(c) while they are all valid
+ * (inside the engine's walk); frees the lists after. */
+static int collect_use(whale_engine *e, bool writers_only, int (*use)(struct collect *c),
+                       void *ctx)
+{
+    struct collect c;
+    memset(&c, 0, sizeof c);
+    c.writers_only = writers_only;
+    c.use = use;
+    c.ctx = ctx;
+    int rc = whale_engine_tensors_then(e, collect_fn, collect_done, &c);
+    free(c.p);
+    free(c.names);
     return rc;
+}
+
+struct save_ctx {
+    whale_ckpt *ck;
+    const whale_ckpt_meta *m;
+    bool *skipped;
+};
+
+static int save_use(struct collect *c)
+{
+    struct save_ctx *s = c->ctx;
+    return whale_ckpt_save(s->ck, s->m, c->p, c->n, s->skipped);
+}
+
+/* weights only (no train state): the optimizer starts afresh */
+static int load_weights_use(struct collect *c)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        if (!strncmp(c->p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX)))
+            c->p[i].name += strlen(MASTER_PREFIX); /* 16-bit run: master = the weights */
+        else if (!strncmp(c->p[i].name, "opt.", 4))
+            continue;
+        c->p[k++] = c->p[i];
+    }
+    return whale_ckpt_read(c->ctx, c->p, k);
+}
+
+struct load_ctx {
+    whale_ckpt_reader *r;
+    const char *dir;
+    enum whale_precision ckp, ep;
+};
+
+static int load_all_use(struct collect *c)
+{
+    struct load_ctx *l = c->ctx;
+    if ((l->ckp == WHALE_PREC_FP32) != (l->ep == WHALE_PREC_FP32)) {
+        /* switching between fp32 and 16-bit training: the fp32 weights of
+         * one are the master weights of the other */
+        whale_info("checkpoint %s was trained in %s, resuming in %s: %s", l->dir,
+                   whale_precision_name(l->ckp), whale_precision_name(l->ep),
+                   l->ep == WHALE_PREC_FP32 ? "weights from its fp32 master weights"
+                                            : "master weights from its fp32 weights");
+        for (size_t i = 0; i < c->n; i++) {
+            bool master = !strncmp(c->p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX));
+            if (l->ep != WHALE_PREC_FP32 && master)
+                c->p[i].name += strlen(MASTER_PREFIX);
+            else if (l->ep == WHALE_PREC_FP32 && strncmp(c->p[i].name, "opt.", 4)) {
+                char tmp[128];
+                snprintf(tmp, sizeof tmp, "%s%s", MASTER_PREFIX, c->p[i].name);
+                memcpy(c->names[i], tmp, sizeof tmp);
+                c->p[i].name = c->names[i];
+            }
+        }
+    }
+    return whale_ckpt_read(l->r, c->p, c->n);
 }
 
 int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_json,
                            bool *skipped)
 {
-    struct collect c;
-    int rc = collect_all(e, true, &c);
     struct whale_train_state ts;
     whale_engine_get_state(e, &ts);
     char extra[576];
@@ -77,15 +151,10 @@ int whale_ckpt_save_engine(whale_ckpt *ck, whale_engine *e, const char *plan_jso
              whale_precision_name(whale_engine_precision(e)), (long long)ts.step,
              (long long)ts.adam_t, (long long)ts.samples, (unsigned long long)ts.seed, (unsigned long long)ts.rng_counter,
              (double)ts.loss_scale, (int)ts.scaler_good_steps, (long long)ts.scaler_skipped);
-    if (!rc) {
-        whale_ckpt_meta m = {.step = ts.step, .samples = ts.samples,
-                             .loss_scale = ts.loss_scale, .plan_json = plan_json,
-                             .extra_json = extra};
-        rc = whale_ckpt_save(ck, &m, c.p, c.n, skipped);
-    }
-    free(c.p);
-    free(c.names);
-    return rc;
+    whale_ckpt_meta m = {.step = ts.step, .samples = ts.samples, .loss_scale = ts.loss_scale,
+                         .plan_json = plan_json, .extra_json = extra};
+    struct save_ctx sc = {.ck = ck, .m = &m, .skipped = skipped};
+    return collect_use(e, true, save_use, &sc);
 }
 
 int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
@@ -99,20 +168,7 @@ int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
         /* not saved by the engine (e.g. imported with whale-ckpt convert
          * --from-safetensors): take the weights, start the optimizer afresh */
         json_decref(x);
-        struct collect c;
-        int rc = collect_all(e, false, &c);
-        size_t k = 0;
-        for (size_t i = 0; i < c.n; i++) {
-            if (!strncmp(c.p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX)))
-                c.p[i].name += strlen(MASTER_PREFIX); /* 16-bit run: master = the weights */
-            else if (!strncmp(c.p[i].name, "opt.", 4))
-                continue;
-            c.p[k++] = c.p[i];
-        }
-        if (!rc)
-            rc = whale_ckpt_read(r, c.p, k);
-        free(c.p);
-        free(c.names);
+        int rc = collect_use(e, false, load_weights_use, r);
         if (!rc)
             whale_info("initialized the weights from %s (no train state: optimizer and step "
                        "start afresh)", in->dir);
@@ -139,32 +195,8 @@ int whale_ckpt_load_engine(whale_ckpt_reader *r, whale_engine *e)
     }
     json_decref(x);
 
-    struct collect c;
-    int rc = collect_all(e, false, &c);
-    enum whale_precision ep = whale_engine_precision(e);
-    if (!rc && (ckp == WHALE_PREC_FP32) != (ep == WHALE_PREC_FP32)) {
-        /* switching between fp32 and 16-bit training: the fp32 weights of
-         * one are the master weights of the other */
-        whale_info("checkpoint %s was trained in %s, resuming in %s: %s", in->dir,
-                   whale_precision_name(ckp), whale_precision_name(ep),
-                   ep == WHALE_PREC_FP32 ? "weights from its fp32 master weights"
-                                         : "master weights from its fp32 weights");
-        for (size_t i = 0; i < c.n; i++) {
-            bool master = !strncmp(c.p[i].name, MASTER_PREFIX, strlen(MASTER_PREFIX));
-            if (ep != WHALE_PREC_FP32 && master)
-                c.p[i].name += strlen(MASTER_PREFIX);
-            else if (ep == WHALE_PREC_FP32 && strncmp(c.p[i].name, "opt.", 4)) {
-                char tmp[128];
-                snprintf(tmp, sizeof tmp, "%s%s", MASTER_PREFIX, c.p[i].name);
-                memcpy(c.names[i], tmp, sizeof tmp);
-                c.p[i].name = c.names[i];
-            }
-        }
-    }
-    if (!rc)
-        rc = whale_ckpt_read(r, c.p, c.n);
-    free(c.p);
-    free(c.names);
+    struct load_ctx lc = {.r = r, .dir = in->dir, .ckp = ckp, .ep = whale_engine_precision(e)};
+    int rc = collect_use(e, false, load_all_use, &lc);
     if (!rc)
         rc = whale_engine_set_state(e, &ts);
     if (!rc)

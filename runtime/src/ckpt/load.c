@@ -6,6 +6,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/checked.h"
+#include "whale/nameidx.h"
 #include "whale/readfile.h"
 
 #include <dirent.h>
@@ -29,6 +30,7 @@ typedef struct rchunk {
     uint64_t begin, nbytes, zraw;
     int shuffle;         /* byte-shuffle width applied before zstd (0/1: none) */
     const char *xxh;     /* xxh3-128 of the stored bytes, hex */
+    const char *cxxh;    /* content_xxh3_128 (digest.c), hex; NULL in older manifests */
 } rchunk;
 
 typedef struct rtensor {
@@ -47,6 +49,8 @@ struct whale_ckpt_reader {
     size_t nt;
     whale_ckpt_info info;
     char *plan, *data, *extra;
+    struct whale_nameidx idx; /* tensor name -> index into t */
+    bool digest_bad;          /* open_all: the manifest failed its digest (verify counts it) */
 };
 
 /* ---- resolve -------------------------------------------------------------- */
@@ -261,6 +265,7 @@ void whale_ckpt_reader_close(whale_ckpt_reader *r)
     for (size_t i = 0; i < r->nt; i++)
         free(r->t[i].c);
     free(r->t);
+    whale_nameidx_free(&r->idx);
     json_decref(r->man);
     free(r->plan);
     free(r->data);
@@ -337,7 +342,31 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
         whale_ckpt_reader_close(r);
         return WHALE_EDATA;
     }
+    /* the manifest's own digest: any edited field (an older manifest has
+     * none and is accepted with a warning, since users have them) */
+    json_t *dg = json_object_get(r->man, CKPT_DIGEST_KEY);
+    char want[33];
+    if (!dg) {
+        whale_warn("checkpoint: %s has no %s (written by an older whale): its fields cannot "
+                   "be checked; a new save of this run will have it", mp, CKPT_DIGEST_KEY);
+    } else if (ckpt_manifest_digest(r->man, want)) {
+        rc = WHALE_ENOMEM;
+    } else if (!json_is_string(dg) || strcmp(json_string_value(dg), want)) {
+        whale_error("checkpoint: %s: field %s does not match the manifest's content: the "
+                    "manifest was edited or damaged after it was written%s", mp,
+                    CKPT_DIGEST_KEY, strict ? "; refusing it" : "");
+        if (strict)
+            rc = WHALE_ECORRUPT;
+        r->digest_bad = true;
+    }
+    if (rc) {
+        free(mp);
+        whale_ckpt_reader_close(r);
+        return rc;
+    }
     json_t *tensors = json_object_get(r->man, "tensors");
+    if (whale_nameidx_reserve(&r->idx, json_object_size(tensors)))
+        rc = WHALE_ENOMEM;
     r->t = calloc(json_object_size(tensors) + 1, sizeof *r->t);
     if (!r->t)
         rc = WHALE_ENOMEM;
@@ -370,6 +399,7 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
             rc = WHALE_ENOMEM;
             break;
         }
+        whale_nameidx_insert(&r->idx, name, (int)r->nt); /* keys are unique in an object */
         r->nt++;
         size_t k;
         json_t *c;
@@ -384,10 +414,14 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
             json_int_t zr = json_integer_value(json_object_get(c, "zstd"));
             json_int_t sh = json_integer_value(json_object_get(c, "shuffle"));
             const char *xs = json_string_value(json_object_get(c, "xxh3_128"));
+            json_t *cj = json_object_get(c, "content_xxh3_128");
             y->xxh = xs;
+            y->cxxh = json_string_value(cj);
             const char *why = NULL;
             if (!y->file || !xs || strlen(xs) != 32)
                 why = "missing file or xxh3_128";
+            else if (cj && (!y->cxxh || strlen(y->cxxh) != 32))
+                why = "content_xxh3_128 is not 32 hex digits";
             else if (ckpt_name_confined(r->dir, y->file, name))
                 why = "file outside the checkpoint";
             else if (ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc))
@@ -472,10 +506,7 @@ int whale_ckpt_reader_tensor(const whale_ckpt_reader *r, size_t i, const char **
 
 long whale_ckpt_reader_find(const whale_ckpt_reader *r, const char *name)
 {
-    for (size_t i = 0; i < r->nt; i++)
-        if (!strcmp(r->t[i].name, name))
-            return (long)i;
-    return -1;
+    return whale_nameidx_find(&r->idx, name); /* a scan per piece was O(n^2) */
 }
 
 int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_t cap,
@@ -609,6 +640,22 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         free(raw);
         return WHALE_ECORRUPT;
     }
+    if (c->cxxh) {
+        /* the manifest's fields must still mean what was saved: a changed
+         * shuffle, dtype, region, enc or block decodes intact bytes into
+         * other values */
+        char cx[33];
+        ckpt_content_hash(XXH3_128bits(enc, enc_len), t->dtype, c->enc, c->block, &c->reg, cx);
+        if (strcmp(cx, c->cxxh)) {
+            whale_error("checkpoint: %s: tensor %s: the chunk at bytes [%llu, %llu) does not "
+                        "decode to what was saved (content_xxh3_128 mismatch): its manifest "
+                        "record (dtype, shape, region, enc, block, zstd or shuffle) was changed",
+                        path, t->name, (unsigned long long)c->begin,
+                        (unsigned long long)(c->begin + c->nbytes));
+            free(enc);
+            return WHALE_ECORRUPT;
+        }
+    }
     if (c->enc == CKPT_ENC_RAW) {
         *out = enc;
         return 0;
@@ -650,7 +697,15 @@ static void copy_run(int64_t s, int64_t d, int64_t len, void *u)
     }
 }
 
-static void fmt_shape(char *b, size_t n, int nd, const int64_t *s)
+int64_t ckpt_reader_held(const whale_ckpt_reader *r, size_t i)
+{
+    int64_t have = 0; /* replicas saved by several ranks count more than once */
+    for (size_t k = 0; i < r->nt && k < r->t[i].nc; k++)
+        have += ckpt_region_numel(&r->t[i].c[k].reg);
+    return have;
+}
+
+void ckpt_fmt_shape(char *b, size_t n, int nd, const int64_t *s)
 {
     size_t o = (size_t)snprintf(b, n, "[");
     for (int d = 0; d < nd && o < n; d++)
@@ -675,8 +730,8 @@ int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t
             same_shape = t->shape[d] == p->shape[d];
         if (!same_shape) {
             char a[128], b[128];
-            fmt_shape(a, sizeof a, t->ndim, t->shape);
-            fmt_shape(b, sizeof b, p->ndim, p->shape);
+            ckpt_fmt_shape(a, sizeof a, t->ndim, t->shape);
+            ckpt_fmt_shape(b, sizeof b, p->ndim, p->shape);
             whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
                         p->name, a, b);
             return WHALE_EINVAL;
@@ -751,7 +806,7 @@ int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
 {
     /* shard files (confined, headers, sizes), then every chunk's checksum */
     char *mp = ckpt_path(r->dir, CKPT_MANIFEST);
-    int bad = check_files(r, mp ? mp : r->dir);
+    int bad = check_files(r, mp ? mp : r->dir) + r->digest_bad;
     free(mp);
     for (size_t i = 0; i < r->nt; i++) {
         const rtensor *t = &r->t[i];

@@ -16,6 +16,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/nameidx.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -151,6 +152,9 @@ static bool same_group(const char *a, const char *b)
 static int plan_bundles(whale_ckpt *ck, chunk *c, size_t nc, bundle **out, size_t *nout)
 {
     bundle *b = calloc(nc ? nc : 1, sizeof *b);
+    /* the names in the current bundle: a scan per chunk made a bundle of
+     * many small tensors O(n^2) (100k tensors: most of a 47 s import) */
+    struct whale_nameidx names = {0};
     if (!b)
         return WHALE_ENOMEM;
     size_t nb = 0;
@@ -158,17 +162,24 @@ static int plan_bundles(whale_ckpt *ck, chunk *c, size_t nc, bundle **out, size_
         size_t bytes = (size_t)c[i].n * ckpt_dtype_size(c[i].p->dtype);
         bool fits = nb > 0 && b[nb - 1].raw_bytes + bytes <= ck->cfg.chunk_bytes &&
                     same_group(c[i - 1].p->name, c[i].p->name);
-        if (fits) /* one entry per tensor name in a safetensors file */
-            for (size_t k = b[nb - 1].first; k < i; k++)
-                if (!strcmp(c[k].p->name, c[i].p->name))
-                    fits = false;
+        /* one entry per tensor name in a safetensors file */
+        if (fits && whale_nameidx_find(&names, c[i].p->name) >= 0)
+            fits = false;
         if (!fits) {
             b[nb].first = i;
             nb++;
+            whale_nameidx_free(&names); /* a new bundle: no names yet */
+        }
+        if (whale_nameidx_find(&names, c[i].p->name) < 0 &&
+            whale_nameidx_add(&names, c[i].p->name, (int)i)) {
+            whale_nameidx_free(&names);
+            free(b);
+            return WHALE_ENOMEM;
         }
         b[nb - 1].count++;
         b[nb - 1].raw_bytes += bytes;
     }
+    whale_nameidx_free(&names);
     *out = b;
     *nout = nb;
     return 0;
@@ -217,10 +228,23 @@ static void bundle_key(whale_ckpt *ck, chunk *c, bundle *b)
 
 static const struct prev_bundle *prev_find(whale_ckpt *ck, const char *key)
 {
-    for (size_t i = 0; i < ck->nprev; i++)
-        if (!strcmp(ck->prev[i].key, key))
-            return &ck->prev[i];
-    return NULL;
+    int i = whale_nameidx_find(&ck->prev_idx, key);
+    return i >= 0 ? &ck->prev[i] : NULL;
+}
+
+/* Index the keys of ck->prev (a scan per bundle was O(n^2) with many
+ * bundles); the first of equal keys wins. Out of memory: no index, so
+ * nothing is linked this time, which is only slower. */
+static void prev_set(whale_ckpt *ck, struct prev_bundle *pb, size_t n)
+{
+    ckpt_prev_clear(ck);
+    ck->prev = pb;
+    ck->nprev = n;
+    if (whale_nameidx_reserve(&ck->prev_idx, n))
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (whale_nameidx_find(&ck->prev_idx, pb[i].key) < 0)
+            whale_nameidx_insert(&ck->prev_idx, pb[i].key, (int)i);
 }
 
 static int errno_to_whale(int e)
@@ -237,6 +261,7 @@ struct stored {
     size_t len;      /* stored bytes */
     size_t enc_len;  /* bytes after encoding, before zstd */
     int shuffle;     /* byte-shuffle width applied before zstd (0: none) */
+    XXH128_hash_t content; /* of the encoded bytes, before shuffle and zstd */
     void *own;
     bool raw;        /* data is the chunk's source, alive until the save ends */
 };
@@ -254,6 +279,8 @@ static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
         ckpt_encode(x->enc, p->dtype, x->raw, x->n, ck->cfg.quant_block, s->own);
         s->data = s->own;
     }
+    /* raw: the data itself, already hashed for deduplication */
+    s->content = x->enc == CKPT_ENC_RAW ? x->h : XXH3_128bits(s->data, s->enc_len);
     s->raw = s->data == x->raw;
     if (ck->cfg.zstd_level <= 0)
         return 0;
@@ -341,7 +368,9 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
     char hx[33];
     ckpt_hex128(&can, hx);
     bool z = ck->cfg.zstd_level > 0;
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s}",
+    char cx[33];
+    ckpt_content_hash(s->content, p->dtype, x->enc, ck->cfg.quant_block, &x->reg, cx);
+    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s, s:s}",
                      "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
                      "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
                              : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
@@ -350,7 +379,8 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
                      "shape", shape_json(p->reg.ndim, p->reg.shape), "region",
                      region_json(&x->reg), "enc", ckpt_enc_name(x->enc), "block",
                      ck->cfg.quant_block, "zstd", (json_int_t)(z ? s->enc_len : 0), "shuffle",
-                     z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx);
+                     z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx,
+                     "content_xxh3_128", cx);
 }
 
 /* Chunks whose stored bytes can go to the file straight from their
@@ -583,14 +613,14 @@ static bool link_bundle(whale_ckpt *ck, struct persist *ps, const bundle *b, con
 
 /* The incremental map entry of a bundle of this save, for the next one. */
 static void remember_bundle(struct persist *ps, const bundle *b, const char *fname,
-                            uint64_t fbytes, json_t *chunks, struct prev_bundle *np)
+                            uint64_t fbytes, json_t *chunks, size_t from,
+                            struct prev_bundle *np)
 {
+    /* this bundle's records are the ones appended since `from` (a scan of
+     * all records per bundle was O(n^2) with many bundles) */
     json_t *mine = json_array();
-    size_t k;
-    json_t *r;
-    json_array_foreach(chunks, k, r)
-        if (!strcmp(json_string_value(json_object_get(r, "file")), fname))
-            json_array_append(mine, r);
+    for (size_t k = from; k < json_array_size(chunks); k++)
+        json_array_append(mine, json_array_get(chunks, k));
     memcpy(np->key, b->key, sizeof np->key);
     char fp[4096];
     snprintf(fp, sizeof fp, "%s/%s", ps->final_name, fname);
@@ -685,6 +715,7 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
         char fname[128];
         snprintf(fname, sizeof fname, "%s/%06zu.safetensors", rdir, i);
         uint64_t fbytes = 0;
+        size_t from = json_array_size(chunks);
         bool linked = link_bundle(ck, ps, &b[i], fname, chunks, &fbytes);
         if (linked) {
             st->bytes_linked += fbytes;
@@ -697,7 +728,7 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
             st->files_written++;
         }
         st->bytes_stored += fbytes;
-        remember_bundle(ps, &b[i], fname, fbytes, chunks, &np[nnp++]);
+        remember_bundle(ps, &b[i], fname, fbytes, chunks, from, &np[nnp++]);
         json_array_append_new(files, json_pack("{s:s, s:I, s:s, s:b}", "file", fname, "bytes",
                                                (json_int_t)fbytes, "key", b[i].key,
                                                "linked", linked));
@@ -713,9 +744,7 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
         rc = publish_index(ck, j, ps, st, chunks, files);
     }
     if (!rc) { /* the new map replaces the previous one */
-        ckpt_prev_clear(ck);
-        ck->prev = np;
-        ck->nprev = nnp;
+        prev_set(ck, np, nnp);
         np = NULL;
         nnp = 0;
     }
@@ -739,6 +768,7 @@ void ckpt_prev_clear(whale_ckpt *ck)
     free(ck->prev);
     ck->prev = NULL;
     ck->nprev = 0;
+    whale_nameidx_free(&ck->prev_idx);
 }
 
 /* Seed the incremental map from the newest committed checkpoint of this
@@ -758,6 +788,11 @@ void ckpt_prev_from_latest(whale_ckpt *ck)
     json_t *f;
     size_t cap = json_object_size(files), n = 0;
     struct prev_bundle *pb = calloc(cap ? cap : 1, sizeof *pb);
+    struct whale_nameidx byfile = {0}; /* file name -> index into pb */
+    if (pb && whale_nameidx_reserve(&byfile, cap)) {
+        free(pb);
+        pb = NULL;
+    }
     char mine[64];
     snprintf(mine, sizeof mine, "rank-%05d/", ck->cfg.rank);
     json_object_foreach(files, fname, f) {
@@ -772,31 +807,34 @@ void ckpt_prev_from_latest(whale_ckpt *ck)
         pb[n].path = strdup(p);
         pb[n].bytes = (uint64_t)json_integer_value(json_object_get(f, "bytes"));
         pb[n].chunks = json_array();
-        const char *tn;
-        json_t *t;
-        json_object_foreach(tensors, tn, t) {
-            size_t k;
-            json_t *r;
-            json_array_foreach(json_object_get(t, "chunks"), k, r) {
-                const char *rf = json_string_value(json_object_get(r, "file"));
-                if (rf && !strcmp(rf, fname)) {
-                    json_t *copy = json_deep_copy(r);
-                    json_object_del(copy, "rank");
-                    json_object_set_new(copy, "tensor", json_string(tn));
-                    json_object_set(copy, "dtype", json_object_get(t, "dtype"));
-                    json_object_set(copy, "shape", json_object_get(t, "shape"));
-                    json_object_set(copy, "kind", json_object_get(t, "kind"));
-                    json_array_append_new(pb[n].chunks, copy);
-                }
-            }
-        }
+        whale_nameidx_insert(&byfile, fname, (int)n); /* keys of an object: unique */
         n++;
     }
+    /* one pass over the chunk records (one per file was O(n^2)) */
+    const char *tn;
+    json_t *t;
+    json_object_foreach(tensors, tn, t) {
+        size_t k;
+        json_t *r;
+        json_array_foreach(json_object_get(t, "chunks"), k, r) {
+            int fi = pb ? whale_nameidx_find(&byfile,
+                                             json_string_value(json_object_get(r, "file")))
+                        : -1;
+            if (fi < 0)
+                continue;
+            json_t *copy = json_deep_copy(r);
+            json_object_del(copy, "rank");
+            json_object_set_new(copy, "tensor", json_string(tn));
+            json_object_set(copy, "dtype", json_object_get(t, "dtype"));
+            json_object_set(copy, "shape", json_object_get(t, "shape"));
+            json_object_set(copy, "kind", json_object_get(t, "kind"));
+            json_array_append_new(pb[fi].chunks, copy);
+        }
+    }
+    whale_nameidx_free(&byfile); /* before m: it points at m's keys */
     json_decref(m);
     free(dir);
-    ckpt_prev_clear(ck);
-    ck->prev = pb;
-    ck->nprev = n;
+    prev_set(ck, pb, n);
     if (n)
         whale_debug("checkpoint: %zu bundles of the previous checkpoint can be linked", n);
 }

@@ -4,6 +4,7 @@
 #define WHALE_CKPT_SAVE_INTERNAL_H
 
 #include "ckpt_internal.h"
+#include "whale/nameidx.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -138,6 +139,7 @@ struct whale_ckpt {
 
     struct prev_bundle *prev;
     size_t nprev;
+    struct whale_nameidx prev_idx; /* bundle key -> index into prev */
 
     double last_save_time;
 };

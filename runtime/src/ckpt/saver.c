@@ -292,7 +292,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         return WHALE_ENOMEM;
     j.n = n;
     size_t total = 0;
-    bool any_device = false;
+    bool any_device = false, any_transient = false;
     whale_ckpt_stats st;
     memset(&st, 0, sizeof st);
     for (size_t i = 0; i < n; i++) {
@@ -306,6 +306,7 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         q->src = pieces[i].data;
         q->device = pieces[i].device;
         any_device |= q->device;
+        any_transient |= pieces[i].transient;
         total += ckpt_snap_stride(q->bytes);
         st.bytes_logical += q->bytes;
         if (!q->name) {
@@ -347,7 +348,10 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
             return WHALE_ENOMEM;
         }
     }
-    bool snap_now = ck->cfg.snapshot == WHALE_CKPT_SNAPSHOT_COPY || !ck->cfg.async;
+    /* transient pieces go away when this returns: a deferred snapshot
+     * would read freed memory, so they are copied now in every mode */
+    bool snap_now = ck->cfg.snapshot == WHALE_CKPT_SNAPSHOT_COPY || !ck->cfg.async ||
+                    any_transient;
     /* an async copy of host pieces: the save thread copies slices alongside
      * this one (a deferred snapshot fenced before returning), about half
      * the stall on two cores */

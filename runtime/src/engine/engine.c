@@ -818,6 +818,12 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r);
 
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 {
+    return whale_engine_tensors_then(e, fn, NULL, user);
+}
+
+int whale_engine_tensors_then(whale_engine *e, whale_tensor_fn fn, whale_tensor_done_fn done,
+                              void *user)
+{
     const int r = e->dp.size > 1 ? e->dp.rank : 0;
     /* offload: moves finished, and the caller may write the pieces (restore):
      * the host master is refreshed from the weights before the next update */
@@ -829,6 +835,8 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
         return wrc;
     }
     int rc = walk(e, fn, user, r);
+    if (!rc && done)
+        rc = done(user); /* transient pieces are still live: the walk has not ended */
     wrc = eng_off_walk_end(e);
     return rc ? rc : wrc;
 }
@@ -886,6 +894,7 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
                 t.writer = tp_writer;
             }
             t.data = b16 ? (void *)(b16 + off) : (void *)(f32 + off);
+            t.transient = eng_off_walk_owns(e, b16 ? (const void *)b16 : (const void *)f32);
             int rc = fn(&t, user);
             if (rc)
                 return rc;

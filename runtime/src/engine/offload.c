@@ -369,6 +369,15 @@ int eng_off_walk_end(whale_engine *e)
     return rc;
 }
 
+bool eng_off_walk_owns(const whale_engine *e, const void *base)
+{
+    if (!e->off.rem || !base)
+        return false;
+    whale_engine *m = (whale_engine *)e; /* master_slot only reads here */
+    return base == e->M || base == e->V || (walk_master(e) && base == *master_slot(m)) ||
+           (walk_16(e) && base == e->W16sh);
+}
+
 int64_t eng_off_host_bytes(const whale_engine *e)
 {
     if (!e->off.host)

@@ -105,6 +105,8 @@ int64_t eng_off_host_bytes(const struct whale_engine *e);
  * them back (and release the buffers) after it. */
 int  eng_off_walk_begin(struct whale_engine *e);
 int  eng_off_walk_end(struct whale_engine *e);
+/* Is base one of the buffers eng_off_walk_begin made (freed by walk_end)? */
+bool eng_off_walk_owns(const struct whale_engine *e, const void *base);
 /* Bytes of the remote tier at off (master, M or V: which = 0, 1, 2) of
  * update-range element a. */
 size_t eng_off_rem_at(const struct whale_engine *e, int which, size_t a);

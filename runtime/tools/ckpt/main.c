@@ -25,8 +25,12 @@ static void usage(FILE *f)
         "      check every file and chunk checksum; names the file and tensor of each problem\n"
         "  convert DIR OUT.safetensors [--which W] [--dtype f32|bf16|fp16] [--params-only]\n"
         "      consolidate into one plain safetensors file (whole, decoded tensors)\n"
-        "  convert --from-safetensors IN.safetensors ROOT [--step N]\n"
-        "      make a one-rank checkpoint from a plain safetensors model (to fine-tune it)\n"
+        "  convert --from-safetensors IN.safetensors ROOT --model M [--step N]\n"
+        "      make a one-rank checkpoint from a safetensors file of model M's weights (to\n"
+        "      fine-tune it): every tensor must be a parameter of M by whale's names (as\n"
+        "      convert --params-only writes them), with M's shape and a float dtype, and\n"
+        "      none may be missing; --any-names instead of --model stores any tensors\n"
+        "      unchecked (for programs of your own; whale-train cannot resume from them)\n"
         "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|persist|incremental|compression]\n"
         "      synthetic checkpoint benchmark: sync vs async stall (copy, deferred), the\n"
         "      background persist bandwidth of an async save (share written in place),\n"
@@ -199,15 +203,17 @@ int main(int argc, char **argv)
         {"dir", required_argument, 0, 'D'},  {"mb", required_argument, 0, 'm'},
         {"repeat", required_argument, 0, 'r'}, {"compute-ms", required_argument, 0, 'c'},
         {"part", required_argument, 0, 'P'},
+        {"model", required_argument, 0, 'M'}, {"any-names", no_argument, 0, 'A'},
         {0, 0, 0, 0}};
-    const char *which = "latest", *bdir = NULL, *part = NULL;
+    const char *which = "latest", *bdir = NULL, *part = NULL, *model = NULL;
     bool tensors = false, as_json = false, params_only = false, from_st = false;
+    bool any_names = false;
     int dtype = -1, repeat = 3;
     long long step = 0;
     double mb = 256, compute_ms = 300;
     optind = 2;
     int o;
-    while ((o = getopt_long(argc, argv, "hVvw:tjd:pfs:D:m:r:c:P:", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "hVvw:tjd:pfs:D:m:r:c:P:M:A", opts, NULL)) != -1) {
         char *end;
         switch (o) {
         case 'h': usage(stdout); return 0;
@@ -219,6 +225,8 @@ int main(int argc, char **argv)
         case 'p': params_only = true; break;
         case 'f': from_st = true; break;
         case 'D': bdir = optarg; break;
+        case 'M': model = optarg; break;
+        case 'A': any_names = true; break;
         case 'P':
             if (strcmp(optarg, "stall") && strcmp(optarg, "incremental") &&
                 strcmp(optarg, "compression") && strcmp(optarg, "persist") && strcmp(optarg, "none")) {
@@ -275,13 +283,22 @@ int main(int argc, char **argv)
         return cmd_verify(pos[0], which);
     if (!strcmp(cmd, "convert") && npos == 2) {
         if (from_st) {
-            whale_ckpt_config c;
-            whale_ckpt_config_default(&c);
-            c.root = pos[1];
-            if (whale_ckpt_import_safetensors(pos[0], &c, step))
+            if (!model == !any_names) {
+                fprintf(stderr, "whale-ckpt: convert --from-safetensors needs --model M (the "
+                        "model whose weights %s holds: its tensors are checked against it) "
+                        "or --any-names (store them unchecked), not %s\n", pos[0],
+                        model ? "both" : "neither");
+                return 2;
+            }
+            if (ckpt_tool_import(pos[0], pos[1], step, model))
                 return 1;
             printf("%s -> %s/step-%08lld\n", pos[0], pos[1], step);
             return 0;
+        }
+        if (model || any_names) {
+            fprintf(stderr, "whale-ckpt: --model and --any-names go with convert "
+                    "--from-safetensors\n");
+            return 2;
         }
         whale_ckpt_reader *r;
         if (open_reader(pos[0], which, &r))

@@ -159,6 +159,15 @@ int train_loop(struct train *t)
         t->tot.first_loss = NAN;
     }
     t->tot.last_loss = NAN;
+    if (first_step >= t->o.steps && t->rank == 0) {
+        /* a finished run resumed again (a requeued job script): success
+         * with nothing to do; the summary keeps only its JSON line */
+        if (first_step > 0)
+            whale_info("checkpoint is at step %ld >= --steps %ld: nothing to train (raise "
+                       "--steps to continue)", first_step, t->o.steps);
+        else
+            whale_info("--steps %ld: nothing to train", t->o.steps);
+    }
     for (long step = first_step; step < t->o.steps && !stop_requested; step++) {
         whale_engine_get_state(t->e, &ts);
         double t_data = whale_now_s();

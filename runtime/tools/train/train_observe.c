@@ -377,7 +377,10 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
             json_object_set_new(cj, "usd_per_0.1_loss", json_real(c.usd_per_01_loss));
         json_object_set_new(sm, "cost", cj);
     }
-    /* for people: aligned lines on stderr, before the JSON line */
+    /* for people: aligned lines on stderr, before the JSON line; none
+     * after zero steps (train_loop said why), whose losses would read nan */
+    if (steps == 0)
+        return;
     char a[64], b[64], d[64];
     fmt_dur(a, sizeof a, wall);
     fmt_count(b, sizeof b, tokens);

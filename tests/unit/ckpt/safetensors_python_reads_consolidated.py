@@ -174,7 +174,7 @@ def main():
         src = os.path.join(tmp, "plain.safetensors")
         save_file(plain, src)
         root3 = os.path.join(tmp, "imported")
-        run(TOOL, "convert", "--from-safetensors", src, root3, "--step", "3")
+        run(TOOL, "convert", "--from-safetensors", src, root3, "--step", "3", "--any-names")
         run(TOOL, "verify", root3)
         back = os.path.join(tmp, "back.safetensors")
         run(TOOL, "convert", root3, back)

@@ -83,8 +83,13 @@ static json_t *man_load(const char *dir)
     return m;
 }
 
+/* Stores an edited manifest without its digest, as an older whale wrote
+ * them: the digest would refuse every edit at once, and these cases check
+ * the field checks that still guard such manifests (the digest itself is
+ * tested by manifest_tamper.sh). */
 static void man_store(const char *dir, json_t *m)
 {
+    json_object_del(m, "manifest_xxh3_128");
     char p[4096];
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     assert_int_equal(json_dump_file(m, p, JSON_COMPACT), 0);

@@ -70,7 +70,7 @@ compare "$d/ref.jsonl" "$d/c.jsonl" 11 2e-2 || fail "compressed resume drifted"
 # fine-tune from a plain safetensors model: export the weights of step 10,
 # import them as a new checkpoint, start from it (optimizer afresh)
 "$tool" convert "$d/ck" "$d/w.safetensors" --which 10 --params-only >/dev/null || fail "export"
-"$tool" convert --from-safetensors "$d/w.safetensors" "$d/ft" >/dev/null || fail "import"
+"$tool" convert --from-safetensors "$d/w.safetensors" "$d/ft" --model gpt-tiny >/dev/null || fail "import"
 "$train" "${args[@]}" --steps 3 --metrics "$d/ft.jsonl" --resume "$d/ft" >"$d/ft.out" 2>&1 \
     || fail "fine-tune start: $(tail -3 "$d/ft.out")"
 grep -q "initialized the weights from" "$d/ft.out" || fail "no init line: $(cat "$d/ft.out")"
