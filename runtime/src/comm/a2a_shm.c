@@ -1,0 +1,206 @@
+/* All-to-all through a one-node group's shared segment (shm_internal.h),
+ * run in the caller's thread.
+ *
+ * Step s moves piece s (`pb` bytes) of every block: I copy piece s of my
+ * block for each peer q into part q of my input slot (and, in step 0, the
+ * byte length of each of those blocks into the slot's header), publish cin,
+ * then copy part `me` of every peer's input slot into my receive buffer and
+ * publish red and fin. Two copies per byte, both of cache-sized pieces,
+ * and one flag hand-off per step; members run up to COMM_SHM_DEPTH steps
+ * apart, as on the other segment paths, and the generation flags move as
+ * theirs do (nsteps generations reserved on every member), so all-to-all
+ * mixes with the other collectives on the group.
+ *
+ * Why not the single-copy path (peers read my send buffer with
+ * process_vm_readv): all-to-all has no reduction to overlap it with, and on
+ * the machines it was measured on that read pins every page and ran at
+ * half of memcpy's rate (shm_cma.c), which is what the two copies here cost
+ * while their pieces stay in cache. Why not UCX's shared-memory transport:
+ * one rendezvous per peer and per call, where this path waits on one flag
+ * line per step.
+ *
+ * The header lets a receiver check that its sender agrees on the block
+ * length; a mismatch still runs every step (the peers keep their flags
+ * moving) and returns WHALE_EINVAL naming both ranks. */
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+#include "comm/a2a.h"
+#include "comm/shm_internal.h"
+#include "whale/error.h"
+#include "whale/log.h"
+
+static inline uint64_t ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+static inline char *in_slot(const struct comm_shm *sh, int q, uint64_t gen)
+{
+    return sh->in + ((size_t)q * COMM_SHM_DEPTH + gen % COMM_SHM_DEPTH) * sh->slot;
+}
+
+/* Every peer's flag at byte offset `field` of its line has reached want. */
+static bool peers_reached(const struct comm_shm *sh, size_t field, uint64_t want)
+{
+    if (want == 0 || (int64_t)want < 0)
+        return true;
+    for (int q = 0; q < sh->p; q++) {
+        if (q == sh->r)
+            continue;
+        if (ld((const uint64_t *)((const char *)&sh->flags[q] + field)) < want)
+            return false;
+    }
+    return true;
+}
+
+/* Bytes of a block of `len` in step s of pb-byte pieces. */
+static inline size_t piece(size_t len, size_t pb, uint32_t s)
+{
+    size_t lo = (size_t)s * pb;
+    return len <= lo ? 0 : len - lo < pb ? len - lo : pb;
+}
+
+/* Nothing moved: spin a little, then yield or sleep on the doorbell; now
+ * and then run the progress engine (heartbeats, the watchdog that fails
+ * the group when a member dies). */
+static int idle(whale_group *g, struct comm_shm *sh, uint32_t seen, unsigned *n)
+{
+    whale_ctx *ctx = g->ctx;
+    unsigned spin = ctx->oversubscribed ? 64 : 4096;
+    ++*n;
+    if (*n % 256 == 0 || *n > spin) {
+        pthread_mutex_lock(&ctx->lock);
+        comm_progress(ctx);
+        bool failed = g->failed;
+        pthread_mutex_unlock(&ctx->lock);
+        if (failed)
+            return WHALE_EPEER;
+    }
+    if (*n <= spin) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    } else if (ctx->oversubscribed && *n <= spin + 64) {
+        sched_yield();
+    } else {
+        comm_shm_sleep(sh->door, seen, 1000);
+    }
+    return 0;
+}
+
+/* Operations queued on the group come first (issue order): drive them to
+ * completion before reserving generations after theirs. */
+static int drain(whale_group *g)
+{
+    whale_ctx *ctx = g->ctx;
+    for (;;) {
+        pthread_mutex_lock(&ctx->lock);
+        bool busy = g->head != NULL && !g->failed;
+        if (busy)
+            comm_progress(ctx);
+        bool failed = g->failed;
+        pthread_mutex_unlock(&ctx->lock);
+        if (failed)
+            return WHALE_EPEER;
+        if (!busy)
+            return 0;
+        sched_yield();
+    }
+}
+
+int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
+{
+    whale_ctx *ctx = g->ctx;
+    struct comm_shm *sh = g->shm;
+    const int p = sh->p, r = sh->r;
+    const size_t hdr = ((size_t)p * sizeof(uint64_t) + COMM_SHM_LINE - 1) & ~(size_t)(COMM_SHM_LINE - 1);
+    const size_t pb = ((sh->slot - hdr) / (size_t)p) & ~(size_t)(COMM_SHM_LINE - 1);
+    if (!pb) {
+        whale_error("%s on a group of %d: shared-memory steps of %zu bytes are too small", a->what, p,
+                    sh->slot);
+        return WHALE_EINVAL;
+    }
+    int rc = drain(g);
+    if (rc)
+        return rc;
+    const uint32_t nsteps = (uint32_t)((a->maxlen + pb - 1) / pb);
+    /* my own block does not go through the segment */
+    if (a->rlen[r])
+        memcpy(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
+    if (!nsteps)
+        return 0;
+    pthread_mutex_lock(&ctx->lock);
+    uint64_t gen0 = sh->next_gen;
+    sh->next_gen += nsteps;
+    g->seq++;
+    pthread_mutex_unlock(&ctx->lock);
+    struct comm_shm_flags *me = &sh->flags[r];
+    const size_t F_CIN = offsetof(struct comm_shm_flags, cin);
+    const size_t F_RED = offsetof(struct comm_shm_flags, red);
+    uint32_t s1 = 0, s2 = 0;
+    unsigned n = 0;
+    int bad = -1;
+    size_t bad_len = 0;
+    while (s2 < nsteps) {
+        bool moved = false;
+        uint32_t seen = __atomic_load_n(&sh->door->bell, __ATOMIC_SEQ_CST);
+        /* copy in: my slot of gen is free once every peer read gen - depth */
+        while (s1 < nsteps && s1 < s2 + COMM_SHM_DEPTH &&
+               peers_reached(sh, F_RED, gen0 + s1 - COMM_SHM_DEPTH)) {
+            char *slot = in_slot(sh, r, gen0 + s1);
+            for (int q = 0; q < p; q++) {
+                if (q == r)
+                    continue;
+                size_t b = piece(a->slen[q], pb, s1);
+                if (b)
+                    memcpy(slot + hdr + (size_t)q * pb, a->send + a->soff[q] + (size_t)s1 * pb, b);
+                if (s1 == 0)
+                    ((uint64_t *)slot)[q] = a->slen[q];
+            }
+            st(&me->cin, gen0 + s1);
+            s1++;
+            moved = true;
+        }
+        /* copy out: every peer's slot of gen is filled */
+        while (s2 < s1 && peers_reached(sh, F_CIN, gen0 + s2)) {
+            for (int q = 0; q < p; q++) {
+                if (q == r)
+                    continue;
+                const char *slot = in_slot(sh, q, gen0 + s2);
+                size_t want = a->rlen[q];
+                if (s2 == 0) {
+                    uint64_t sent = ((const uint64_t *)slot)[r];
+                    if (sent != want && bad < 0) {
+                        bad = q;
+                        bad_len = (size_t)sent;
+                    }
+                }
+                size_t b = piece(want, pb, s2);
+                if (b)
+                    memcpy(a->recv + a->roff[q] + (size_t)s2 * pb, slot + hdr + (size_t)r * pb, b);
+            }
+            st(&me->red, gen0 + s2);
+            st(&me->fin, gen0 + s2);
+            s2++;
+            moved = true;
+        }
+        if (moved) {
+            comm_shm_ring(sh->door);
+            n = 0;
+            continue;
+        }
+        rc = idle(g, sh, seen, &n);
+        if (rc) {
+            whale_log(ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                      "%s on a group of %d ranks: %s is dead (%s)", a->what, p, comm_blame(g),
+                      whale_strerror(rc));
+            return rc;
+        }
+    }
+    if (bad >= 0) {
+        whale_error("%s (rank %d of %d): expects %zu bytes from rank %d, which sends %zu", a->what, r,
+                    p, a->rlen[bad], bad, bad_len);
+        return WHALE_EINVAL;
+    }
+    return 0;
+}
