@@ -59,7 +59,7 @@ SIZES="0,1,7,1001,65537"
     [ "$status" -eq 0 ]
     [[ "$output" == *"whale-bench comm $coll: 4 ranks, 2 node(s)"* ]]
     [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/ && ($9 != 0 || $10 != "pairwise")' | wc -l)" -eq 0 ]
-    [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/' | wc -l)" -eq 5 ]
+    [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/' | wc -l)" -eq 6 ]
   done
 }
 

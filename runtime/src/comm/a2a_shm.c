@@ -19,6 +19,11 @@
  * one rendezvous per peer and per call, where this path waits on one flag
  * line per step.
  *
+ * A receive buffer larger than the cache (WHALE_SHM_STREAM_MIN, as on the
+ * other segment paths) is written with streaming stores: it is not read
+ * again here, and ordinary stores would first read each line of it from
+ * memory and evict the slots the peers are filling.
+ *
  * The header lets a receiver check that its sender agrees on the block
  * length; a mismatch still runs every step (the peers keep their flags
  * moving) and returns WHALE_EINVAL naming both ranks. */
@@ -134,6 +139,10 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
     sh->next_gen += nsteps;
     g->seq++;
     pthread_mutex_unlock(&ctx->lock);
+    size_t total = 0;
+    for (int q = 0; q < p; q++)
+        total += q == r ? 0 : a->rlen[q];
+    const bool stream = total >= sh->stream_min;
     struct comm_shm_flags *me = &sh->flags[r];
     const size_t F_CIN = offsetof(struct comm_shm_flags, cin);
     const size_t F_RED = offsetof(struct comm_shm_flags, red);
@@ -176,8 +185,11 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
                     }
                 }
                 size_t b = piece(want, pb, s2);
-                if (b)
-                    memcpy(a->recv + a->roff[q] + (size_t)s2 * pb, slot + hdr + (size_t)r * pb, b);
+                char *dst = a->recv + a->roff[q] + (size_t)s2 * pb;
+                if (b && stream)
+                    comm_copy_stream(dst, slot + hdr + (size_t)r * pb, b);
+                else if (b)
+                    memcpy(dst, slot + hdr + (size_t)r * pb, b);
             }
             st(&me->red, gen0 + s2);
             st(&me->fin, gen0 + s2);
