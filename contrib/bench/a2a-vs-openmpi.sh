@@ -98,7 +98,7 @@ for n in $ranks; do
 done
 echo "# summary (medians; load average ${lmin}-${lmax}, judged up to $maxload)"
 while read -r n s what got want; do
-  verdict=$(awk -v g="$got" -v w="$want" 'BEGIN {print g >= w ? "met" : "not met"}')
+  verdict=$(awk -v g="$got" -v w="$want" 'BEGIN {print (g >= w ? "met" : "not met")}')
   if awk -v l="$lmax" -v m="$maxload" 'BEGIN {exit !(l > m)}'; then
     verdict="not judged: load $lmax ($verdict at this load)"
   fi
