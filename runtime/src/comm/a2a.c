@@ -2,11 +2,15 @@
  * and the pairwise exchange over UCX.
  *
  * Transports: a group of one copies its block; a group on one node with a
- * shared segment takes it (a2a_shm.c) when the cost model says so (at every
- * size it does with the default model: two cache-sized copies per byte and
- * one flag hand-off per step against a UCX rendezvous per peer); every
- * other group runs the pairwise exchange below (WHALE_COLL_ALGO
- * alltoall=ring forces it, alltoall=shm the segment where there is one).
+ * shared segment takes it (a2a_shm.c) when the cost model says so (select.c:
+ * one flag hand-off and two copies per byte through the segment, against
+ * p - 1 messages and one transfer per byte over UCX's shared-memory
+ * transport, with the link parameters measured at init or given in
+ * WHALE_COLL_MODEL); every other group runs the pairwise exchange below
+ * (WHALE_COLL_ALGO alltoall=ring forces it, alltoall=shm the segment where
+ * there is one). All members choose alike: from the group's structure and
+ * the largest block in the group (alltoallv agrees on it first, with a
+ * one-element allreduce, where the segment is a candidate).
  *
  * Both are byte moves: the dtype only sizes the blocks. In place (send ==
  * recv) is refused, as overlapping blocks would be overwritten before they
@@ -92,7 +96,7 @@ static int run(whale_group *g, struct comm_a2a *a, bool equal)
             mine = a->rlen[q] > mine ? a->rlen[q] : mine;
         }
     a->maxlen = mine;
-    if (g->shm_state == COMM_SHM_READY && !equal) {
+    if (g->shm_state == COMM_SHM_READY && !equal && ctx->forced_algo[COMM_ALLTOALL] != COMM_ALGO_RING) {
         /* the segment path cuts blocks into steps: every member needs the
          * same number of them, hence the largest block of the group */
         int64_t v = (int64_t)mine, m = 0;

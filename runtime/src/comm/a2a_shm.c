@@ -11,12 +11,18 @@
  * theirs do (nsteps generations reserved on every member), so all-to-all
  * mixes with the other collectives on the group.
  *
- * Why not the single-copy path (peers read my send buffer with
- * process_vm_readv): all-to-all has no reduction to overlap it with, and on
- * the machines it was measured on that read pins every page and ran at
- * half of memcpy's rate (shm_cma.c), which is what the two copies here cost
- * while their pieces stay in cache. Why not UCX's shared-memory transport:
- * one rendezvous per peer and per call, where this path waits on one flag
+ * Where the group's single-copy path is on (WHALE_SHM_CMA=1, agreed at
+ * setup: shm_cma.c) and the exchange is at least WHALE_SHM_CMA_MIN bytes
+ * (largest block x p: the same on every member), one generation instead:
+ * each member writes the address and length of its block for every peer
+ * into its slot's header, and every member reads its blocks straight out
+ * of the peers' send buffers with process_vm_readv (one copy per byte
+ * instead of two), then waits until no peer reads its buffer any more.
+ * Off by default like the other single-copy collectives: on the machines
+ * they were measured on, that read pins every page and ran at about half
+ * of memcpy's rate, which is what the two copies here cost while their
+ * pieces stay in cache. Why not UCX's shared-memory transport: one
+ * rendezvous per peer and per call, where this path waits on one flag
  * line per step.
  *
  * A receive buffer larger than the cache (WHALE_SHM_STREAM_MIN, as on the
@@ -27,9 +33,12 @@
  * The header lets a receiver check that its sender agrees on the block
  * length; a mismatch still runs every step (the peers keep their flags
  * moving) and returns WHALE_EINVAL naming both ranks. */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #include "comm/a2a.h"
 #include "comm/shm_internal.h"
@@ -93,6 +102,24 @@ static int idle(whale_group *g, struct comm_shm *sh, uint32_t seen, unsigned *n)
     return 0;
 }
 
+/* len bytes at the peer's address src into dst; 0 or an errno. */
+static int cma_read(uint64_t pid, void *dst, uint64_t src, size_t len)
+{
+    char *d = dst;
+    while (len) {
+        struct iovec l = { d, len }, r = { (void *)(uintptr_t)src, len };
+        ssize_t n = process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EFAULT;
+        d += n;
+        src += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 /* Operations queued on the group come first (issue order): drive them to
  * completion before reserving generations after theirs. */
 static int drain(whale_group *g)
@@ -113,6 +140,77 @@ static int drain(whale_group *g)
     }
 }
 
+static int wait_peers(whale_group *g, struct comm_shm *sh, size_t field, uint64_t want,
+                      const char *what)
+{
+    unsigned n = 0;
+    for (;;) {
+        uint32_t seen = __atomic_load_n(&sh->door->bell, __ATOMIC_SEQ_CST);
+        if (peers_reached(sh, field, want))
+            return 0;
+        int rc = idle(g, sh, seen, &n);
+        if (rc) {
+            whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                      "%s on a group of %d ranks: %s is dead (%s)", what, sh->p, comm_blame(g),
+                      whale_strerror(rc));
+            return rc;
+        }
+    }
+}
+
+/* The single-copy exchange in generation gen (see the top). */
+static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a, uint64_t gen)
+{
+    const int p = sh->p, r = sh->r;
+    struct comm_shm_flags *me = &sh->flags[r];
+    int rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, red), gen - COMM_SHM_DEPTH, a->what);
+    if (rc)
+        return rc;
+    uint64_t *hd = (uint64_t *)in_slot(sh, r, gen);
+    for (int q = 0; q < p; q++) {
+        hd[2 * q] = (uint64_t)(uintptr_t)(a->send + a->soff[q]);
+        hd[2 * q + 1] = a->slen[q];
+    }
+    st(&me->cin, gen);
+    comm_shm_ring(sh->door);
+    if ((rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, cin), gen, a->what)))
+        return rc;
+    int bad = -1, err = 0;
+    size_t bad_len = 0;
+    /* from the next rank on, so that the members do not all read one peer */
+    for (int k = 1; k < p && !err; k++) {
+        int q = (r + k) % p;
+        const uint64_t *qh = (const uint64_t *)in_slot(sh, q, gen);
+        uint64_t addr = qh[2 * r], len = qh[2 * r + 1];
+        if (len != a->rlen[q] && bad < 0) {
+            bad = q;
+            bad_len = (size_t)len;
+        }
+        size_t n = len < a->rlen[q] ? (size_t)len : a->rlen[q];
+        if (n)
+            err = cma_read(ld(&sh->flags[q].pid), a->recv + a->roff[q], addr, n);
+        if (err)
+            whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                      "%s on a group of %d: reading member %d's buffer failed: %s", a->what, p, q,
+                      strerror(err));
+    }
+    /* the headers are read and nothing of the peers' is read any more */
+    st(&me->red, gen);
+    st(&me->fin, gen);
+    comm_shm_ring(sh->door);
+    if (err)
+        return err == ESRCH || err == EFAULT ? WHALE_EPEER : WHALE_EIO;
+    /* my send buffer goes back to the caller once no peer reads it */
+    if ((rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, fin), gen, a->what)))
+        return rc;
+    if (bad >= 0) {
+        whale_error("%s (rank %d of %d): expects %zu bytes from rank %d, which sends %zu", a->what, r,
+                    p, a->rlen[bad], bad, bad_len);
+        return WHALE_EINVAL;
+    }
+    return 0;
+}
+
 int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
 {
     whale_ctx *ctx = g->ctx;
@@ -128,7 +226,9 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
     int rc = drain(g);
     if (rc)
         return rc;
-    const uint32_t nsteps = (uint32_t)((a->maxlen + pb - 1) / pb);
+    const bool cma = sh->cma && a->maxlen && a->maxlen * (size_t)p >= sh->cma_min &&
+                     (size_t)p * 2 * sizeof(uint64_t) <= sh->slot;
+    const uint32_t nsteps = cma ? 1 : (uint32_t)((a->maxlen + pb - 1) / pb);
     /* my own block does not go through the segment */
     if (a->rlen[r])
         memcpy(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
@@ -139,6 +239,8 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
     sh->next_gen += nsteps;
     g->seq++;
     pthread_mutex_unlock(&ctx->lock);
+    if (cma)
+        return cma_job(g, sh, a, gen0);
     size_t total = 0;
     for (int q = 0; q < p; q++)
         total += q == r ? 0 : a->rlen[q];
