@@ -6,6 +6,7 @@
 CHECK="$WHALE_BUILD_DIR/tests/unit/comm/comm_check"
 FAIL="$WHALE_BUILD_DIR/tests/unit/comm/comm_fail"
 BENCH="$WHALE_BUILD_DIR/runtime/tools/bench/whale-bench"
+A2A="$WHALE_BUILD_DIR/tests/unit/comm/a2a_check"
 SIZES="0,1,7,1001,65537"
 
 @test "comm_check: 6 ranks on 3 nodes, TP=2 (hierarchical + TP/DP groups)" {
@@ -46,6 +47,31 @@ SIZES="0,1,7,1001,65537"
   # every data line: 0 wrong
   [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/ && $9 != 0' | wc -l)" -eq 0 ]
   [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/' | wc -l)" -eq 6 ]
+}
+
+# All-to-all across 2 nodes: the pairwise exchange over UCX (TCP), with
+# the correctness check on (every element against its source, destination
+# and index), equal and uneven (some empty) blocks.
+@test "whale-bench comm alltoall/alltoallv under srun on 2 nodes over UCX: no wrong results" {
+  for coll in alltoall alltoallv; do
+    UCX_TLS=tcp,self run timeout 300 srun -N 2 -n 4 "$BENCH" comm "$coll" -b 64 -e 4M -f 8 -n 3 -w 1 -c 1 -d bfloat16
+    echo "$output"
+    [ "$status" -eq 0 ]
+    [[ "$output" == *"whale-bench comm $coll: 4 ranks, 2 node(s)"* ]]
+    [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/ && ($9 != 0 || $10 != "pairwise")' | wc -l)" -eq 0 ]
+    [ "$(echo "$output" | awk '$1 ~ /^[0-9]+$/' | wc -l)" -eq 6 ]
+  done
+}
+
+@test "a2a_check: 5 ranks on 3 nodes over TCP, and 4 ranks on 2 nodes over shared memory" {
+  UCX_TLS=tcp,self run timeout 600 srun -N 3 -n 5 "$A2A" --sizes 0,1,7,1001,65537 --expect ring
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"a2a_check: OK"*"on 5 ranks"* ]]
+  run timeout 600 srun -N 2 -n 4 "$A2A" --sizes 0,1,7,1001,65537 --expect ring
+  echo "$output" | tail -20
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"a2a_check: OK"*"on 4 ranks"* ]]
 }
 
 @test "a rank killed during a 16 MiB allreduce: survivors on other nodes get WHALE_EPEER in time" {

@@ -89,6 +89,22 @@ int whale_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t,
 int whale_reduce(whale_group *g, const void *send, void *recv, size_t count,
                  enum whale_dtype t, enum whale_op op, int root);
 int whale_barrier(whale_group *g);
+/* All-to-all: block q of send (count elements at q * count) goes to rank q;
+ * block q of recv comes from rank q. Every rank passes the same count.
+ * Not in place: send == recv (with bytes to move) is WHALE_EINVAL. Inside
+ * one node through the group's shared segment, else a pairwise exchange
+ * over UCX (WHALE_COLL_ALGO alltoall=ring|shm forces one). A byte move: any
+ * dtype; count 0 allowed; a group of one copies. */
+int whale_alltoall(whale_group *g, const void *send, void *recv, size_t count, enum whale_dtype t);
+/* Per-peer counts and displacements in elements ([group size] each): the
+ * block for rank q is sendcounts[q] elements at send + sdispls[q], the
+ * block from q lands at recv + rdispls[q] (recvcounts[q] elements).
+ * sendcounts[q] on rank r must equal recvcounts[r] on rank q; where they
+ * differ the receiver returns WHALE_EINVAL naming both ranks (or the
+ * transfer fails) once every rank has finished. Counts of 0 allowed. */
+int whale_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
+                    const size_t *sdispls, void *recv, const size_t *recvcounts,
+                    const size_t *rdispls, enum whale_dtype t);
 /* Point to point between group ranks; tag separates concurrent streams. */
 int whale_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer, int tag);
 int whale_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer, int tag);
@@ -131,7 +147,7 @@ double whale_peer_timeout(const whale_ctx *ctx);   /* seconds (WHALE_PEER_TIMEOU
 
 enum whale_coll {
     WHALE_COLL_ALLREDUCE = 0, WHALE_COLL_REDUCE_SCATTER, WHALE_COLL_ALLGATHER,
-    WHALE_COLL_BROADCAST, WHALE_COLL_REDUCE, WHALE_COLL_BARRIER
+    WHALE_COLL_BROADCAST, WHALE_COLL_REDUCE, WHALE_COLL_BARRIER, WHALE_COLL_ALLTOALL
 };
 /* Name of the algorithm the cost model (or WHALE_COLL_ALGO) picks for this
  * call on this group: "ring", "rd", "raben", "hier", "tree". count as in the
@@ -167,6 +183,13 @@ int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dty
                    void *stream);
 int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
                    void *stream);
+/* All-to-all(v) of device buffers: one NCCL group of send/recv pairs
+ * (arguments as whale_alltoall / whale_alltoallv). */
+int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t count,
+                       enum whale_dtype t, void *stream);
+int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
+                        const size_t *sdispls, void *recv, const size_t *recvcounts,
+                        const size_t *rdispls, enum whale_dtype t, void *stream);
 /* Group device send/recv calls so that a pipeline exchange does not deadlock. */
 int whale_dev_group_start(void);
 int whale_dev_group_end(void);

@@ -95,7 +95,7 @@ const char *whale_coll_algorithm(whale_group *g, enum whale_coll c, size_t count
     if (!g || (unsigned)c >= COMM_COLL_COUNT_ || (unsigned)t >= WHALE_DTYPE_COUNT_)
         return "?";
     size_t bytes = count * whale_dtype_size(t);
-    if (c == WHALE_COLL_REDUCE_SCATTER || c == WHALE_COLL_ALLGATHER)
+    if (c == WHALE_COLL_REDUCE_SCATTER || c == WHALE_COLL_ALLGATHER || c == WHALE_COLL_ALLTOALL)
         bytes *= (size_t)g->size;
     if (c == WHALE_COLL_BARRIER)
         return "dissemination";

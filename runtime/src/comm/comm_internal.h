@@ -38,7 +38,7 @@ enum comm_algo {
 
 enum comm_coll {
     COMM_ALLREDUCE = 0, COMM_REDUCE_SCATTER, COMM_ALLGATHER, COMM_BROADCAST, COMM_REDUCE,
-    COMM_BARRIER, COMM_COLL_COUNT_
+    COMM_BARRIER, COMM_ALLTOALL, COMM_COLL_COUNT_
 };
 
 const char *comm_algo_name(int algo);

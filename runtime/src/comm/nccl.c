@@ -195,6 +195,54 @@ int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, 
     return settle(g, ncclRecv(buf, count, dt, peer, comm, (cudaStream_t)stream), "ncclRecv");
 }
 
+/* One NCCL group of a send and a receive per peer (self included: NCCL
+ * copies it); zero counts are no-ops on both sides. Byte counts so that any
+ * dtype moves, displacements in elements of t. */
+static int dev_a2a(whale_group *g, const char *send, const size_t *sc, const size_t *sd, char *recv,
+                   const size_t *rc, const size_t *rd, enum whale_dtype t, void *stream, const char *what)
+{
+    PREP(g, t);
+    (void)dt;
+    size_t esz = whale_dtype_size(t);
+    ncclResult_t r = ncclGroupStart();
+    for (int q = 0; q < g->size && r == ncclSuccess; q++) {
+        r = ncclSend(send + sd[q] * esz, sc[q] * esz, ncclUint8, q, comm, (cudaStream_t)stream);
+        if (r == ncclSuccess)
+            r = ncclRecv(recv + rd[q] * esz, rc[q] * esz, ncclUint8, q, comm, (cudaStream_t)stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    return settle(g, r != ncclSuccess ? r : e, what);
+}
+
+int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t count,
+                       enum whale_dtype t, void *stream)
+{
+    if (!g || g->rank < 0)
+        return WHALE_EINVAL;
+    size_t *tab = malloc(sizeof(size_t) * 2 * (size_t)g->size);
+    if (!tab)
+        return WHALE_ENOMEM;
+    for (int q = 0; q < g->size; q++) {
+        tab[q] = count;
+        tab[g->size + q] = (size_t)q * count;
+    }
+    int rc = dev_a2a(g, send, tab, tab + g->size, recv, tab, tab + g->size, t, stream, "ncclSend/ncclRecv (alltoall)");
+    free(tab);
+    return rc;
+}
+
+int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
+                        const size_t *sdispls, void *recv, const size_t *recvcounts,
+                        const size_t *rdispls, enum whale_dtype t, void *stream)
+{
+    if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
+        whale_error("alltoallv (device): NULL count or displacement table");
+        return WHALE_EINVAL;
+    }
+    return dev_a2a(g, send, sendcounts, sdispls, recv, recvcounts, rdispls, t, stream,
+                   "ncclSend/ncclRecv (alltoallv)");
+}
+
 int whale_dev_group_start(void)
 {
     return ncclGroupStart() == ncclSuccess ? 0 : WHALE_ENCCL;
@@ -302,6 +350,14 @@ int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dty
 int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
                    void *stream)
 { (void)g; (void)buf; (void)count; (void)t; (void)peer; (void)stream; return nocuda(); }
+int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t count,
+                       enum whale_dtype t, void *stream)
+{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)stream; return nocuda(); }
+int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
+                        const size_t *sdispls, void *recv, const size_t *recvcounts,
+                        const size_t *rdispls, enum whale_dtype t, void *stream)
+{ (void)g; (void)send; (void)sendcounts; (void)sdispls; (void)recv; (void)recvcounts; (void)rdispls;
+  (void)t; (void)stream; return nocuda(); }
 int whale_dev_group_start(void) { return nocuda(); }
 int whale_dev_group_end(void) { return nocuda(); }
 int whale_dev_sync(whale_group *g, void *stream) { (void)g; (void)stream; return 0; }

@@ -25,7 +25,7 @@ static const char *const algo_names[COMM_ALGO_COUNT_] = { "auto", "ring", "rd", 
                                                           "tree", "shm" };
 static const char *const coll_names[COMM_COLL_COUNT_] = { "allreduce", "reduce_scatter",
                                                           "allgather", "broadcast", "reduce",
-                                                          "barrier" };
+                                                          "barrier", "alltoall" };
 
 const char *comm_algo_name(int algo)
 {
@@ -125,6 +125,8 @@ static double shm_cost(const whale_group *g, int coll, double n)
         return c.alpha + (double)(p - 1) / p * n * (c.beta + g_gamma);
     case COMM_ALLGATHER:
         return 2 * c.alpha + (1.0 + 1.0 / p) * n * c.beta;
+    case COMM_ALLTOALL: /* n = total bytes; a2a_shm.c: copy in and out */
+        return c.alpha + 2.0 * (p - 1) / p * n * c.beta;
     default:
         return INFINITY;
     }
@@ -214,6 +216,8 @@ static double cost(const whale_group *g, int coll, int algo, double n)
         }
     case COMM_BARRIER:
         return algo == COMM_ALGO_RD ? 0 : inf;
+    case COMM_ALLTOALL: /* n = total bytes; pairwise exchange (a2a.c) */
+        return algo == COMM_ALGO_RING ? (p - 1) * l.alpha + (double)(p - 1) / p * n * l.beta : inf;
     }
     return inf;
 }
@@ -263,7 +267,7 @@ int comm_parse_algo_env(const char *s, int forced[COMM_COLL_COUNT_])
                     coll = c;
             if (coll < 0) {
                 whale_error("WHALE_COLL_ALGO: unknown collective '%s' (allreduce, reduce_scatter, "
-                            "allgather, broadcast, reduce)", tok);
+                            "allgather, broadcast, reduce, alltoall)", tok);
                 rc = WHALE_EINVAL;
                 break;
             }

@@ -65,6 +65,8 @@ struct comm_shm {
     char *scratch;                 /* [2][cma_step]: peers' pieces read in, the running sum */
     size_t stream_min;             /* receive vectors of at least this many bytes are copied out
                                     * with streaming stores (shm_copy.c) */
+    int8_t a2a_cma;                /* all-to-all reads the peers' buffers (a2a_shm.c): 0 not
+                                    * agreed yet, 1 yes, -1 no */
 };
 
 /* WHALE_SHM_CHUNK unset: 1 MiB slots, smaller for large groups so that the

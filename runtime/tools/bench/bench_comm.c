@@ -1,7 +1,7 @@
 /* whale-bench comm: nccl-tests' command line and columns over Whale's
  * collectives, plus the algorithm the cost model chose.
  *
- *   whale-bench comm [allreduce|reduce_scatter|allgather|broadcast|reduce]
+ *   whale-bench comm [allreduce|reduce_scatter|allgather|broadcast|reduce|alltoall|alltoallv]
  *                    [-b MIN] [-e MAX] [-f FACTOR | -i INCR] [-n ITERS] [-w WARMUP]
  *                    [-c 0|1] [-o sum|avg|max|min] [-d TYPE] [-a ALGO] [-g GROUP] [-r ROOT]
  *                    [-N]
@@ -9,8 +9,10 @@
  * size is the bytes of the full vector (nccl-tests convention: for
  * reduce-scatter the send size, for allgather the receive size); time is
  * the slowest rank's mean per iteration; busbw = algbw x 2(p-1)/p for
- * allreduce, (p-1)/p for reduce-scatter and allgather, 1 for broadcast and
- * reduce. */
+ * allreduce, (p-1)/p for reduce-scatter, allgather and all-to-all, 1 for
+ * broadcast and reduce. All-to-all: size is one rank's send buffer (count:
+ * its elements, size/p to each peer); alltoallv sends uneven blocks, some
+ * empty (a2a_count), within that size, whose nominal value algbw uses. */
 #include "bench_comm.h"
 
 #include <errno.h>
@@ -30,7 +32,15 @@
 #include "whale/log.h"
 #include "whale/clock.h"
 
-static const char *const colls[] = { "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce" };
+static const char *const colls[] = { "allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+                                     "alltoall", "alltoallv" };
+enum { C_ALLTOALL = 5, C_ALLTOALLV = 6, NCOLLS = 7 };
+
+/* The library's name for collective k (the bench's index). */
+static enum whale_coll lib_coll(int k)
+{
+    return k >= C_ALLTOALL ? WHALE_COLL_ALLTOALL : (enum whale_coll)k;
+}
 static const char *const ops[] = { "sum", "avg", "max", "min" };
 
 void bench_comm_usage(void *stream)
@@ -38,7 +48,8 @@ void bench_comm_usage(void *stream)
     fprintf(stream,
             "Usage: whale-bench comm [COLLECTIVE] [options]\n"
             "Collective bandwidth/latency with nccl-tests' options and columns.\n"
-            "COLLECTIVE: allreduce (default), reduce_scatter, allgather, broadcast, reduce\n"
+            "COLLECTIVE: allreduce (default), reduce_scatter, allgather, broadcast, reduce,\n"
+            "            alltoall, alltoallv\n"
             "\n"
             "  -b, --minbytes N     smallest size (K, M, G suffixes; default 8)\n"
             "  -e, --maxbytes N     largest size (default 64M)\n"
@@ -152,11 +163,53 @@ struct cfg {
     bool nonblocking;
 };
 
+/* Elements rank s sends to rank d in an alltoallv of about `base` per
+ * peer: uneven (1/(p+1) to 2p/(p+1) of base), and none where s + d is a
+ * multiple of p (s != d), so empty blocks are exercised; at most p * base
+ * per rank in all. */
+static size_t a2a_count(int p, int s, int d, size_t base)
+{
+    int k = (s + d) % p;
+    if (k == 0 && s != d)
+        return 0;
+    return base * 2 * (size_t)(k + 1) / (size_t)(p + 1);
+}
+
+/* The tables of one alltoallv: packed blocks in rank order. */
+struct a2a_tab {
+    size_t *sc, *sd, *rc, *rd;
+};
+
+static void a2a_tables(struct a2a_tab *t, int p, int me, size_t base)
+{
+    size_t so = 0, ro = 0;
+    for (int q = 0; q < p; q++) {
+        t->sc[q] = a2a_count(p, me, q, base);
+        t->rc[q] = a2a_count(p, q, me, base);
+        t->sd[q] = so;
+        t->rd[q] = ro;
+        so += t->sc[q];
+        ro += t->rc[q];
+    }
+}
+
+/* Value of element i of the block rank s sends to rank d: exact in every
+ * dtype, different for a neighbouring block or offset. */
+static double a2a_val(int s, int d, size_t i) { return (double)((s * 5 + d * 3 + (int)(i % 11)) % 32); }
+
+static struct a2a_tab g_tab; /* alltoallv tables of the current size */
+
 static int run_op(whale_group *g, const struct cfg *c, void *send, void *recv, size_t count)
 {
     whale_req *req = NULL;
     int rc;
     switch (c->coll) {
+    case C_ALLTOALL:
+        rc = whale_alltoall(g, send, recv, count, c->t);
+        break;
+    case C_ALLTOALLV:
+        rc = whale_alltoallv(g, send, g_tab.sc, g_tab.sd, recv, g_tab.rc, g_tab.rd, c->t);
+        break;
     case 0:
         rc = c->nonblocking ? whale_iallreduce(g, send, recv, count, c->t, c->op, &req)
                             : whale_allreduce(g, send, recv, count, c->t, c->op);
@@ -251,7 +304,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
     }
     if (optind < argc) {
         c->coll = -1;
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < NCOLLS; k++)
             if (!strcasecmp(argv[optind], colls[k]) ||
                 (k == 1 && !strcasecmp(argv[optind], "reducescatter")) ||
                 (k == 0 && !strcasecmp(argv[optind], "all_reduce")) ||
@@ -259,7 +312,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
                 c->coll = k;
         if (c->coll < 0 || optind + 1 < argc) {
             fprintf(stderr, "whale-bench comm: unknown collective '%s' (allreduce, reduce_scatter, "
-                            "allgather, broadcast, reduce)\n", argv[optind]);
+                            "allgather, broadcast, reduce, alltoall, alltoallv)\n", argv[optind]);
             return 2;
         }
     }
@@ -302,7 +355,7 @@ static int setup(const struct cfg *c, struct bench *b)
         return spare ? 0 : 2;
     }
     /* no -a: whatever WHALE_COLL_ALGO (read by whale_init) chose stands */
-    if (c->algo && whale_coll_set_algorithm(ctx, (enum whale_coll)c->coll, c->algo)) {
+    if (c->algo && whale_coll_set_algorithm(ctx, lib_coll(c->coll), c->algo)) {
         whale_finalize(ctx);
         return 2;
     }
@@ -315,7 +368,7 @@ static int setup(const struct cfg *c, struct bench *b)
     }
     b->esz = whale_dtype_size(c->t);
     b->reduces = c->coll == 0 || c->coll == 1 || c->coll == 4;
-    b->unit = b->esz * (c->coll == 1 || c->coll == 2 ? (size_t)b->p : 1);
+    b->unit = b->esz * (c->coll == 1 || c->coll == 2 || c->coll >= C_ALLTOALL ? (size_t)b->p : 1);
     size_t maxcount = c->maxb / b->unit + 1;
     b->wr = malloc(sizeof(int) * (size_t)b->p);
     if (!b->wr || posix_memalign(&b->send, 64, maxcount * b->unit + 64) ||
@@ -326,6 +379,12 @@ static int setup(const struct cfg *c, struct bench *b)
     }
     for (int k = 0; k < b->p; k++)
         b->wr[k] = whale_group_world_rank(b->g, k);
+    size_t *tab = calloc(4 * (size_t)b->p, sizeof(size_t));
+    if (!tab) {
+        whale_finalize(ctx);
+        return 1;
+    }
+    g_tab = (struct a2a_tab){ tab, tab + b->p, tab + 2 * b->p, tab + 3 * b->p };
     memset(b->send, 0, maxcount * b->unit + 64);
     memset(b->recv, 0, maxcount * b->unit + 64);
     return -1;
@@ -344,8 +403,44 @@ static void print_header(const struct cfg *c, const struct bench *b)
 
 /* Elements of the output that differ from the exact result, after one
  * more run on fresh inputs (a stale buffer cannot pass). */
+/* The all-to-all inputs: block for rank d holds a2a_val(me, d, i). */
+static void a2a_fill(const struct cfg *c, struct bench *b, size_t count)
+{
+    for (int d = 0; d < b->p; d++) {
+        size_t n = c->coll == C_ALLTOALL ? count : g_tab.sc[d];
+        size_t off = c->coll == C_ALLTOALL ? (size_t)d * count : g_tab.sd[d];
+        for (size_t i = 0; i < n; i++)
+            put(b->send, off + i, c->t, a2a_val(b->me, d, i));
+    }
+}
+
+/* Every received element against (source, me, index). */
+static int64_t a2a_wrong(const struct cfg *c, struct bench *b, size_t count, int *rc)
+{
+    size_t total = c->coll == C_ALLTOALL ? count * (size_t)b->p : 0;
+    for (int s = 0; c->coll == C_ALLTOALLV && s < b->p; s++)
+        total += g_tab.rc[s];
+    a2a_fill(c, b, count);
+    memset(b->recv, 0xCD, total * b->esz);
+    *rc = run_op(b->g, c, b->send, b->recv, count);
+    int64_t wrong = 0;
+    for (int s = 0; !*rc && s < b->p; s++) {
+        size_t n = c->coll == C_ALLTOALL ? count : g_tab.rc[s];
+        size_t off = c->coll == C_ALLTOALL ? (size_t)s * count : g_tab.rd[s];
+        for (size_t i = 0; i < n; i++) {
+            char tmp[8];
+            put(tmp, 0, c->t, a2a_val(s, b->me, i));
+            if (get(b->recv, off + i, c->t) != get(tmp, 0, c->t))
+                wrong++;
+        }
+    }
+    return wrong;
+}
+
 static int64_t count_wrong(const struct cfg *c, struct bench *b, size_t count, int *rc)
 {
+    if (c->coll >= C_ALLTOALL)
+        return a2a_wrong(c, b, count, rc);
     size_t in_n = c->coll == 1 ? count * (size_t)b->p : count;
     size_t out_n = c->coll == 2 ? count * (size_t)b->p : count;
     int64_t wrong = 0;
@@ -382,10 +477,14 @@ static int64_t count_wrong(const struct cfg *c, struct bench *b, size_t count, i
  * collective failed. */
 static int run_size(const struct cfg *c, struct bench *b, size_t bytes, double *busbw)
 {
-    size_t count = bytes / b->unit; /* per-rank block count for RS/AG */
-    size_t in_n = c->coll == 1 ? count * (size_t)b->p : count;
+    size_t count = bytes / b->unit; /* per-rank block count for RS/AG, per-peer for all-to-all */
+    size_t in_n = c->coll == 1 ? count * (size_t)b->p : c->coll >= C_ALLTOALL ? 0 : count;
     for (size_t i = 0; i < in_n; i++)
         put(b->send, i, c->t, val(b->wr[b->me], i));
+    if (c->coll >= C_ALLTOALL) {
+        a2a_tables(&g_tab, b->p, b->me, count);
+        a2a_fill(c, b, count);
+    }
     if (c->coll == 3)
         for (size_t i = 0; i < count; i++)
             put(b->recv, i, c->t, val(b->wr[c->root], i));
@@ -418,15 +517,18 @@ static int run_size(const struct cfg *c, struct bench *b, size_t bytes, double *
     int p = b->p;
     size_t tot = count * b->unit;
     double algbw = tot / tmax / 1e9;
-    double factor = c->coll == 0 ? 2.0 * (p - 1) / p : c->coll <= 2 ? (double)(p - 1) / p : 1.0;
+    bool a2a = c->coll >= C_ALLTOALL;
+    double factor = c->coll == 0 ? 2.0 * (p - 1) / p : c->coll <= 2 || a2a ? (double)(p - 1) / p : 1.0;
     if (p == 1)
-        factor = c->coll <= 2 ? 0 : 1;
+        factor = c->coll <= 2 || a2a ? 0 : 1;
+    const char *algo = whale_coll_algorithm(b->g, lib_coll(c->coll), count, c->t);
+    if (a2a && !strcmp(algo, "ring"))
+        algo = "pairwise";
     if (whale_rank(b->ctx) == 0)
         printf("  %10zu %12zu %9s %6s %6d %10.2f %8.2f %8.2f %6lld  %s\n", tot,
-               c->coll == 1 || c->coll == 2 ? count * (size_t)p : count, whale_dtype_name(c->t),
-               b->reduces ? ops[c->op] : "none", c->coll >= 3 ? c->root : -1, tmax * 1e6, algbw,
-               algbw * factor, (long long)allwrong,
-               whale_coll_algorithm(b->g, (enum whale_coll)c->coll, count, c->t));
+               c->coll == 1 || c->coll == 2 || a2a ? count * (size_t)p : count, whale_dtype_name(c->t),
+               b->reduces ? ops[c->op] : "none", c->coll == 3 || c->coll == 4 ? c->root : -1, tmax * 1e6,
+               algbw, algbw * factor, (long long)allwrong, algo);
     fflush(stdout);
     *busbw = algbw * factor;
     return allwrong ? 1 : 0;
@@ -472,6 +574,7 @@ int bench_comm_main(int argc, char **argv)
     free(b.send);
     free(b.recv);
     free(b.wr);
+    free(g_tab.sc);
     int rc = whale_finalize(b.ctx);
     return status || rc ? 1 : 0;
 }

@@ -1,7 +1,7 @@
 /* Device collectives over NCCL, run under whale-run on a machine with GPUs
  * (one per rank, or several ranks sharing one): allreduce (every op, fp32
  * and bf16), reduce-scatter, allgather, broadcast, reduce, send/recv around
- * a ring. Exits 77 (skipped) where no GPU is present. */
+ * a ring, all-to-all(v). Exits 77 (skipped) where no GPU is present. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +106,40 @@ int main(void)
             rc = whale_dev_sync(w, st);
         cudaMemcpy(hr, dr, n * sizeof(float), cudaMemcpyDeviceToHost);
         CHECK(rc == 0 && hr[5] == (float)((me + p - 1) % p), "send/recv: %s %g", whale_strerror(rc), hr[5]);
+    }
+    /* all-to-all: element i of the block for rank d from rank s = s * 1000 + d */
+    for (int d = 0; d < p; d++)
+        for (size_t i = 0; i < n; i++)
+            h[(size_t)d * n + i] = (float)(me * 1000 + d);
+    cudaMemcpy(ds, h, n * p * sizeof(float), cudaMemcpyHostToDevice);
+    rc = whale_dev_alltoall(w, ds, dr, n, WHALE_FLOAT32, st);
+    if (!rc)
+        rc = whale_dev_sync(w, st);
+    cudaMemcpy(hr, dr, n * p * sizeof(float), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; !rc && i < n * p; i++)
+        if (hr[i] != (float)((int)(i / n) * 1000 + me)) {
+            CHECK(0, "alltoall: element %zu = %g", i, hr[i]);
+            break;
+        }
+    CHECK(rc == 0, "alltoall: %s", whale_strerror(rc));
+    /* alltoallv: rank s sends s + 1 elements to everyone (some ranks more) */
+    if (p > 1) {
+        size_t *t = calloc(4 * (size_t)p, sizeof(size_t));
+        for (int q = 0; q < p; q++) {
+            t[q] = (size_t)me + 1;                     /* sendcounts */
+            t[p + q] = (size_t)q * n;                  /* sdispls */
+            t[2 * p + q] = (size_t)q + 1;              /* recvcounts */
+            t[3 * p + q] = (size_t)q * n;              /* rdispls */
+        }
+        rc = whale_dev_alltoallv(w, ds, t, t + p, dr, t + 2 * p, t + 3 * p, WHALE_FLOAT32, st);
+        if (!rc)
+            rc = whale_dev_sync(w, st);
+        cudaMemcpy(hr, dr, n * p * sizeof(float), cudaMemcpyDeviceToHost);
+        for (int q = 0; !rc && q < p; q++)
+            CHECK(hr[(size_t)q * n + (size_t)q] == (float)(q * 1000 + me), "alltoallv: block from %d = %g",
+                  q, hr[(size_t)q * n + (size_t)q]);
+        CHECK(rc == 0, "alltoallv: %s", whale_strerror(rc));
+        free(t);
     }
     cudaFree(ds);
     cudaFree(dr);

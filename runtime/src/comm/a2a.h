@@ -1,0 +1,32 @@
+/* All-to-all (a2a.c, a2a_shm.c): every member sends block q of its send
+ * buffer to member q and receives block q of its receive buffer from q.
+ * Internally a pure byte move: offsets and lengths in bytes, per peer. */
+#ifndef WHALE_COMM_A2A_H
+#define WHALE_COMM_A2A_H
+
+#include <stddef.h>
+
+#include "comm/comm_internal.h"
+
+struct comm_a2a {
+    const char *send;
+    char *recv;
+    size_t *soff, *slen;   /* [p] bytes: my block for member q */
+    size_t *roff, *rlen;   /* [p] bytes: the block from member q */
+    size_t maxlen;         /* the largest block between two different members, over the
+                            * whole group (agreed: every member computes the same) */
+    const char *what;      /* "alltoall" / "alltoallv", for messages */
+};
+
+/* Pairwise exchange over tagged messages: step k sends to (r + k) % p and
+ * receives from (r - k) % p; one chain per step, so at most the engine's
+ * window of steps are in flight. Pure (tests simulate it). */
+void build_alltoall_pairwise(struct sched *s, const struct comm_a2a *a);
+
+/* Through the group's shared segment (g->shm_state READY), in the caller's
+ * thread: 0 done, <0 error (a count mismatch between a sender and its
+ * receiver is WHALE_EINVAL on the receiver, after the exchange completed
+ * on every member). */
+int comm_a2a_shm(whale_group *g, const struct comm_a2a *a);
+
+#endif
