@@ -318,9 +318,9 @@ static void test_fifo_name_not_predictable(void **st)
     snprintf(planted, sizeof planted, "%s/whale-report.42.7.%s", dir, host);
     assert_int_equal(mkfifo(planted, 0666), 0);
     bool root = geteuid() == 0;
-    uid_t other = 65534; /* nobody */
+    uid_t other = 65534, attacker = 65533; /* the job's user, another one */
     if (root)
-        assert_int_equal(chown(planted, other, other), 0);
+        assert_int_equal(chown(planted, attacker, attacker), 0);
     assert_int_equal(whale_report_open(dir, 42, 7, root ? other : getuid(),
                                        root ? other : getgid(), &step), 0);
     const char *path = whale_report_path();
