@@ -3,10 +3,12 @@
 #include "train_observe.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -162,7 +164,7 @@ int train_observe_start(struct train_observe *o, int rank, int world, int nnodes
         char p[4096];
         rank_path(p, sizeof p, metrics_path, rank);
         if (!(o->rank_mf = whale_fopen_output(p, whale_output_private()))) {
-            whale_error("--rank-metrics: cannot write %s: %s", p, strerror(errno));
+            whale_error("--rank-metrics: cannot write %s: %s", p, whale_output_strerror(errno));
             return 1;
         }
     }
@@ -262,7 +264,7 @@ void train_observe_step(struct train_observe *o, json_t *j, const struct train_o
             train_sys_json(&sys, r);
             json_dumpf(r, o->rank_mf, JSON_COMPACT);
             fputc('\n', o->rank_mf);
-            fflush(o->rank_mf);
+            whale_output_flush(o->rank_mf);
             json_decref(r);
         }
     }
@@ -284,9 +286,20 @@ static void scan_metrics(const char *path, struct scan *sc)
     sc->best_val = sc->last_val = NAN;
     sc->best_val_step = 0;
     sc->recoveries = 0;
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    if (!f)
+    /* only a regular file is read back: a device (/dev/full reads zeros
+     * forever) or a FIFO named as --metrics would never end, or block */
+    int fd = path && *path ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY) : -1;
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, f) > 0) {
@@ -416,7 +429,7 @@ void train_observe_summary(struct train_observe *o, json_t *sm, const char *metr
 void train_observe_close(struct train_observe *o)
 {
     if (o->rank_mf)
-        fclose(o->rank_mf);
+        whale_output_close(o->rank_mf);
     o->rank_mf = NULL;
     if (o->prom_path[0] && o->steps % o->prom_every) /* ranks > 0: their last figures */
         prom_update(o, &(struct train_sys){ .cpu_util = -1, .rss_mb = -1 });
