@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "train_observe.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/envnum.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
 #include "train_prom.h"
@@ -26,7 +28,7 @@ void train_observe_usage(FILE *f)
 "  --prom-every N       steps between Prometheus updates (10)\n"
 "  --prom-port P        serve the same text on http://127.0.0.1:P/metrics from rank 0\n"
 "                       (0: any free port, logged)\n"
-"  --prom-bind ADDR     address of that endpoint (127.0.0.1; anyone who can reach it\n"
+"  --prom-bind ADDR     IPv4 address of that endpoint (127.0.0.1; anyone who can reach it\n"
 "                       reads the run's metrics)\n"
 "  --price-per-node-hour X  dollars per node-hour for the cost in the summary\n"
 "                       (default: PricePerNodeHour/PricePerGPUHour in whale.conf)\n"
@@ -74,14 +76,23 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
         o->prom_every = (long)v;
         return 0;
     case TRAIN_OBS_PROM_PORT:
-        if (num("--prom-port", arg, 0, 65535, &v) || v != floor(v))
-            return v != floor(v) ? (fprintf(stderr, "whale-train: --prom-port=%s: expected an "
-                                            "integer in 0..65535\n", arg), 1) : 1;
-        o->prom_port = (long)v;
+        /* decimal only: strtod read 0x10 as port 16 */
+        if (whale_parse_long(arg, 0, 65535, &o->prom_port)) {
+            fprintf(stderr, "whale-train: --prom-port=%s: expected a number in 0..65535 (decimal; "
+                    "0: any free port)\n", arg);
+            return 1;
+        }
         return 0;
-    case TRAIN_OBS_PROM_BIND:
+    case TRAIN_OBS_PROM_BIND: {
+        struct in_addr a;
+        if (inet_pton(AF_INET, arg, &a) != 1) {
+            fprintf(stderr, "whale-train: --prom-bind=%s: expected an IPv4 address such as "
+                    "127.0.0.1 or 0.0.0.0 (the port is --prom-port)\n", arg);
+            return 1;
+        }
         o->prom_bind = arg;
         return 0;
+    }
     case TRAIN_OBS_PRICE_NODE:
         return num("--price-per-node-hour", arg, 0, 1e6, &o->price_node_hour);
     case TRAIN_OBS_PRICE_GPU:
@@ -140,6 +151,16 @@ static int expand_prom(char *out, size_t n, const char *p, int rank, const char 
         k += l;
     }
     out[k] = '\0';
+    return 0;
+}
+
+int train_observe_check(const struct train_observe *o)
+{
+    if (o->prom_bind && o->prom_port < 0) {
+        fprintf(stderr, "whale-train: --prom-bind=%s needs --prom-port P (it is the address of "
+                "that endpoint)\n", o->prom_bind);
+        return 1;
+    }
     return 0;
 }
 
