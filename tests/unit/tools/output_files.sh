@@ -3,9 +3,9 @@
 # user's, in /tmp) is refused with a message and its target left untouched;
 # a metrics file that cannot be written (full disk) is warned about, naming
 # the file and the reason, and training goes on.
-# usage: output_files.sh WHALE_TRAIN WHALE_RUN WHALE_REPORT WHALE_MAP WHALE_PLAN WHALE_BENCH
+# usage: output_files.sh WHALE_TRAIN WHALE_RUN WHALE_REPORT WHALE_MAP WHALE_PLAN WHALE_BENCH WHALE_CKPT
 set -u
-TRAIN=$1 RUN=$2 REPORT=$3 MAP=$4 PLAN=$5 BENCH=$6
+TRAIN=$1 RUN=$2 REPORT=$3 MAP=$4 PLAN=$5 BENCH=$6 CKPT=$7
 T=$(mktemp -d /tmp/whale-output-files-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0
@@ -65,6 +65,13 @@ canary "$T/bcal.txt"
 out=$("$BENCH" calib -o "$T/bcal.txt" -s 64K -n 1 2>&1); rc=$?
 check "whale-bench calib -o: a link is refused" \
   '[ $rc -ne 0 ] && [[ "$out" == *"$T/bcal.txt"*"$LINKMSG"* ]] && untouched "$T/bcal.txt"'
+
+# whale-ckpt convert writes OUT.tmp, then renames it to OUT
+"$TRAIN" "${common[@]}" --whale-ckpt-dir "$T/ck" --whale-ckpt-every 1 > /dev/null 2>&1
+canary "$T/c.safetensors.tmp"
+out=$("$CKPT" convert "$T/ck" "$T/c.safetensors" 2>&1); rc=$?
+check "whale-ckpt convert: a link at OUT.tmp is refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"$T/c.safetensors.tmp"*"$LINKMSG"* ]] && untouched "$T/c.safetensors.tmp"'
 
 # an ordinary file under a planted name's place still works (and is replaced)
 rm -f "$T/m.jsonl"
