@@ -45,7 +45,9 @@
 #define MAX_DRAINED 64
 
 static struct {
-    char path[1024];
+    char path[1100];      /* dir/report, handed to the tasks as WHALE_REPORT */
+    char dir[1024];       /* the private directory (mkdtemp) */
+    int parent_fd, dir_fd; /* kept: removal never follows a path swapped meanwhile */
     bool running;
     atomic_bool stopping;  /* close() asks the reader to return */
     pthread_t thread;
@@ -58,7 +60,9 @@ static struct {
     pthread_mutex_t lock; /* pid_of_task */
     char drained[MAX_DRAINED][64];
     int ndrained;
-} g = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} g = { .lock = PTHREAD_MUTEX_INITIALIZER, .parent_fd = -1, .dir_fd = -1 };
+
+#define FIFO_NAME "report"
 
 static const char *const kinds[] = { "crash", "node", "link", "hang" };
 
@@ -229,13 +233,13 @@ static void handle(const char *line)
 }
 
 /* O_RDWR: open never blocks and read never sees end-of-file when the last
- * writer closes; O_NOFOLLOW + fstat: the path is in a user's directory.
+ * writer closes; O_NOFOLLOW + fstat: the directory may be the user's.
  * Opened before the reader thread starts, so that a task's report written
  * right after the step starts never finds the FIFO without a reader
  * (a non-blocking writer then gets ENXIO and the report would be lost). */
 static int open_fifo(void)
 {
-    int fd = open(g.path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    int fd = openat(g.dir_fd, FIFO_NAME, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISFIFO(st.st_mode)) {
         if (fd >= 0)
@@ -279,6 +283,55 @@ static void *reader(void *arg)
     return NULL;
 }
 
+/* Undo what whale_report_open made, through the directory descriptors. */
+static void remove_fifo_dir(void)
+{
+    if (g.dir_fd >= 0) {
+        unlinkat(g.dir_fd, FIFO_NAME, 0);
+        close(g.dir_fd);
+    }
+    if (g.parent_fd >= 0) {
+        const char *b = strrchr(g.dir, '/');
+        if (g.dir[0] && b)
+            unlinkat(g.parent_fd, b + 1, AT_REMOVEDIR);
+        close(g.parent_fd);
+    }
+    g.parent_fd = g.dir_fd = -1;
+    g.dir[0] = '\0';
+}
+
+/* The FIFO lives in a fresh directory of an unpredictable name (mkdtemp):
+ * a fixed name in /tmp let any user create it first (mkfifo) and so turn
+ * off the drain of another user's step. As root the directory stays
+ * root's with mode 0711 - the tasks reach the FIFO by its full name but
+ * cannot list, rename or replace anything in it - and only the FIFO is
+ * given to the job's user, who writes it. */
+static int make_fifo(const char *base, uid_t uid, gid_t gid)
+{
+    g.parent_fd = open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (g.parent_fd < 0)
+        return -1;
+    if ((size_t)snprintf(g.dir, sizeof g.dir, "%s/whale.XXXXXX", base) >= sizeof g.dir) {
+        g.dir[0] = '\0';
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (!mkdtemp(g.dir)) { /* mode 0700 */
+        g.dir[0] = '\0';
+        return -1;
+    }
+    g.dir_fd = open(g.dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (g.dir_fd < 0)
+        return -1;
+    snprintf(g.path, sizeof g.path, "%s/" FIFO_NAME, g.dir);
+    if (mkfifoat(g.dir_fd, FIFO_NAME, 0600))
+        return -1;
+    if (geteuid() == 0 && (fchmod(g.dir_fd, 0711) ||
+                           fchownat(g.dir_fd, FIFO_NAME, uid, gid, AT_SYMLINK_NOFOLLOW)))
+        return -1;
+    return 0;
+}
+
 int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid, gid_t gid,
                       const struct whale_step *s)
 {
@@ -287,28 +340,10 @@ int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid,
         snprintf(host, sizeof host, "node");
     snprintf(g.host, sizeof g.host, "%s", host);
     g.uid = uid;
-    snprintf(g.path, sizeof g.path, "%s/whale-report.%u.%u.%s", dir && *dir ? dir : "/tmp", job,
-             stepid, host);
-    /* mkfifo never follows a link; a stale FIFO of an earlier step with the
-     * same ids (a crashed slurmstepd) is replaced */
-    if (mkfifo(g.path, 0600)) {
-        struct stat st;
-        if (errno != EEXIST)
-            goto fail;
-        if (lstat(g.path, &st) || !S_ISFIFO(st.st_mode) ||
-            (st.st_uid != geteuid() && st.st_uid != uid)) {
-            errno = EEXIST;
-            goto fail;
-        }
-        unlink(g.path);
-        if (mkfifo(g.path, 0600))
-            goto fail;
-    }
-    /* the step's tasks write it: theirs when we run as root here */
-    if (geteuid() == 0 && lchown(g.path, uid, gid)) {
-        unlink(g.path);
+    const char *base = dir && *dir ? dir : "/tmp";
+    g.path[0] = '\0';
+    if (make_fifo(base, uid, gid))
         goto fail;
-    }
     g.step = s;
     g.job = job;
     g.stepid = stepid;
@@ -322,15 +357,16 @@ int whale_report_open(const char *dir, unsigned job, unsigned stepid, uid_t uid,
             close(fd);
         free(g.pid_of_task);
         g.pid_of_task = NULL;
-        unlink(g.path);
         errno = e;
         goto fail;
     }
     g.running = true;
     return 0;
-fail:
+fail:;
+    int e = errno;
     slurm_error(PLUGIN_NAME ": cannot create the failure report FIFO %s: %s (failed nodes "
-                "will not be drained)", g.path, strerror(errno));
+                "will not be drained)", g.path[0] ? g.path : g.dir[0] ? g.dir : base, strerror(e));
+    remove_fifo_dir();
     g.path[0] = '\0';
     return -1;
 }
@@ -363,7 +399,7 @@ void whale_report_close(void)
     /* wake the reader with an empty line (no pthread_cancel: a cancelled
      * thread in slurmstepd could hold one of its locks) */
     atomic_store(&g.stopping, true);
-    int fd = open(g.path, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    int fd = openat(g.dir_fd, FIFO_NAME, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
         if (write(fd, "\n", 1) < 0)
             slurm_verbose(PLUGIN_NAME ": cannot wake the report reader: %s", strerror(errno));
@@ -372,7 +408,7 @@ void whale_report_close(void)
     } else {
         pthread_detach(g.thread); /* its FIFO is gone: it exits with the process */
     }
-    unlink(g.path);
+    remove_fifo_dir();
     free(g.pid_of_task);
     g.pid_of_task = NULL;
     g.running = false;

@@ -174,3 +174,34 @@ nodes_not_completing() {
   run timeout 300 srun -N2 --whale-dp=2 "$train" "${common[@]}" --zero 1 --whale-ckpt-every 50
   [ "$status" -eq 0 ] || { echo "$output"; false; }
 }
+
+@test "case 8: another user's FIFOs at the old report names do not turn the drain channel off" {
+  mkdir -p "$BATS_TEST_TMPDIR/tmp"
+  chmod 1777 "$BATS_TEST_TMPDIR/tmp"
+  # the old predictable names (whale-report.JOB.STEP.NODE) for the next job
+  # ids, created first by another user (nobody): slurmstepd used to give up
+  # ("cannot create the failure report FIFO ... File exists") and the step
+  # ran without WHALE_REPORT, so its failed nodes were never drained
+  local last
+  last=$(timeout 60 srun -N1 /bin/sh -c 'echo $SLURM_JOB_ID')
+  for j in $(seq $((last + 1)) $((last + 5))); do
+    for n in $(sinfo -h -N -o %N | sort -u); do
+      mkfifo "$BATS_TEST_TMPDIR/tmp/whale-report.$j.0.$n"
+      chown nobody "$BATS_TEST_TMPDIR/tmp/whale-report.$j.0.$n"
+    done
+  done
+  run env TMPDIR="$BATS_TEST_TMPDIR/tmp" timeout 60 srun -N2 -n2 --whale \
+      /bin/sh -c 'f=$WHALE_REPORT; echo "${f:-none} $(stat -c "%F %a %U" "$f") $(stat -c "%a %U" "$(dirname "$f")")"'
+  [ "$status" -eq 0 ] || { echo "$output"; false; }
+  echo "$output"
+  while read -r f ftype mode owner dmode downer; do
+    [[ "$f" == "$BATS_TEST_TMPDIR/tmp/whale."??????"/report" ]] || { echo "$f"; false; }
+    [ "$ftype" = fifo ] || { echo "$f: $ftype"; false; }
+    [ "$mode" = 600 ] && [ "$owner" = "$(id -un)" ] || { echo "$f $mode $owner"; false; }
+    # slurmstepd's own directory: the tasks can reach the FIFO, nobody can list or swap it
+    [ "$dmode" = 711 ] && [ "$downer" = root ] || { echo "$f $dmode $downer"; false; }
+  done <<< "$output"
+  # removed at the end of the step (bound against a hang only)
+  for _ in $(seq 600); do [ -z "$(ls -d "$BATS_TEST_TMPDIR"/tmp/whale.* 2>/dev/null)" ] && break; sleep 0.1; done
+  [ -z "$(ls -d "$BATS_TEST_TMPDIR"/tmp/whale.* 2>/dev/null)" ]
+}

@@ -301,10 +301,14 @@ PY
   run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --price-per-node-hour -3
   [ "$status" -eq 2 ]
   [[ "$output" == *"--price-per-node-hour=-3: expected a number in 0..1e+06"* ]]
-  run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 --prom-port 1 --prom-bind 10.1.2.3.4 \
+  run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --prom-port 1 --prom-bind 10.1.2.3.4
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"--prom-bind=10.1.2.3.4: expected an IPv4 address"* ]]
+  # a well-formed address that is not this host's (TEST-NET-1): refused at the bind
+  run "$TRAIN" --model gpt-tiny --data "$TMPD/corpus.txt" --steps 1 --prom-port 1 --prom-bind 192.0.2.1 \
     --metrics "$TMPD/bad.jsonl"
   [ "$status" -eq 1 ]
-  [[ "$output" == *"--prom-port=1 --prom-bind=10.1.2.3.4: cannot listen"* ]]
+  [[ "$output" == *"--prom-port=1 --prom-bind=192.0.2.1: cannot listen"* ]]
 }
 
 @test "whale-plan --train-tokens: cost of the chosen plan, by hand (flag price and whale.conf's)" {

@@ -7,10 +7,18 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* How much of a key or value an error message echoes: a longer one is cut
+ * (and marked with "...") so that a line of many KiB cannot push the
+ * reason out of the log line. Use as
+ *     whale_error("%s:%d: " WHALE_KV_ECHO_FMT ": reason", f, n, WHALE_KV_ECHO_ARG(s)); */
+#define WHALE_KV_ECHO_FMT "%.64s%s"
+#define WHALE_KV_ECHO_ARG(s) (s), (strlen(s) > 64 ? "..." : "")
 
 struct whale_kv {
     char *key;

@@ -15,6 +15,8 @@ extern "C" {
 
 /* Default cap for text files (configs, plans, models, profiles). */
 #define WHALE_READ_MAX_TEXT ((size_t)16 << 20)
+/* Cap for tokenizer models (SentencePiece .model files are a few MiB). */
+#define WHALE_READ_MAX_TOKENIZER ((size_t)256 << 20)
 
 enum whale_read_flags {
     WHALE_READ_NOFOLLOW = 1, /* refuse a symbolic link as the last component */

@@ -77,9 +77,14 @@ int whale_ckpt_consolidate(whale_ckpt_reader *r, const char *out_path, int to_dt
     }
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
+    /* O_NOFOLLOW: OUT.tmp is a name anyone can guess (a link planted there
+     * would have the write truncate its target); the rename below replaces
+     * a link at OUT instead of following it */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0664);
     if (fd < 0) {
-        whale_error("consolidate: cannot create %s: %s", tmp, strerror(errno));
+        whale_error("consolidate: cannot create %s: %s", tmp,
+                    errno == ELOOP ? "it is a symbolic link (output files are never written "
+                                     "through a link)" : strerror(errno));
         free(hdr);
         free(e);
         return WHALE_EIO;

@@ -4,6 +4,7 @@
  * so the inputs are only group structure, message size and the model
  * parameters, which rank 0 measures (or reads from WHALE_COLL_MODEL) and
  * broadcasts at init. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,9 +380,15 @@ static void cache_write(const char *path, const double p[MODEL_N])
 {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    /* exclusive and never through a link; rename then replaces a link at
+     * path instead of following it */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     fprintf(f, "shm %.6g %.6g net %.6g %.6g gamma %.6g copy %.6g %.6g\n", p[0], p[1], p[2], p[3],
             p[4], p[5], p[6]);
     if (fclose(f) == 0)

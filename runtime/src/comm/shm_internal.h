@@ -56,7 +56,7 @@ struct comm_shm {
     char *in;                      /* [p][depth][slot] */
     char *out;                     /* [depth][slot] */
     uint64_t next_gen;             /* generation of the next step built (same on every member) */
-    char name[80];
+    char name[128];
     bool linked;                   /* the name still exists (creator, before everyone mapped it) */
     /* single-copy path (shm_cma.c), agreed by every member at setup */
     bool cma;                      /* process_vm_readv works between every pair */

@@ -4,7 +4,10 @@
  * allgather, by group rank 0; the others map it by name. The name carries
  * the creator's pid and start time, the group id and the group's operation
  * number, so two steps (or two groups, or a recycled pid) on one node never
- * meet. It is unlinked as soon as every member has mapped it (or failed to):
+ * meet, and 64 random bits of the creator's that the others learn from the
+ * group's setup broadcast: every other part can be read from /proc, and
+ * another user who created the names first would have turned the step's
+ * shared memory off. It is unlinked as soon as every member has mapped it (or failed to):
  * a task killed afterwards leaves nothing in /dev/shm, the mapping goes
  * with the last process. Whether the segment works is agreed by a small
  * allreduce over the group (members that see different /dev/shm, a full
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,17 +61,31 @@ static void reap_dead(void)
     closedir(d);
 }
 
-static int map_segment(struct comm_shm *sh, bool create, const char **why)
+static void seg_name(struct comm_shm *sh, const struct comm_proc_id *lead, unsigned gid,
+                     unsigned seq, uint64_t token)
+{
+    snprintf(sh->name, sizeof sh->name, "/whale-coll-%lld-%lld-g%u-s%u-%016llx",
+             (long long)lead->pid, (long long)lead->start, gid, seq, (unsigned long long)token);
+}
+
+/* create: pick the random part (*token) and make the segment under it. */
+static int map_segment(struct comm_shm *sh, bool create, const struct comm_proc_id *lead,
+                       unsigned gid, unsigned seq, uint64_t *token, const char **why)
 {
     int fd = -1;
     if (create) {
         reap_dead();
-        fd = shm_open(sh->name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0 && errno == EEXIST) {
-            /* left by a killed creator with our pid and start time: cannot be
-             * a live step's, take it over */
-            shm_unlink(sh->name);
+        /* O_EXCL: never someone else's segment; glibc's shm_open adds
+         * O_NOFOLLOW. A name taken already (by chance, 2^-64) gets another. */
+        for (int tries = 0; tries < 4 && fd < 0; tries++) {
+            if (getrandom(token, sizeof *token, 0) != (ssize_t)sizeof *token) {
+                *why = "no random bytes for its name (getrandom)";
+                return -1;
+            }
+            seg_name(sh, lead, gid, seq, *token);
             fd = shm_open(sh->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+            if (fd < 0 && errno != EEXIST)
+                break;
         }
         if (fd >= 0)
             sh->linked = true;
@@ -88,10 +106,16 @@ static int map_segment(struct comm_shm *sh, bool create, const char **why)
             return -1;
         }
     } else {
+        seg_name(sh, lead, gid, seq, *token);
         fd = shm_open(sh->name, O_RDWR, 0600);
         struct stat stb;
         if (fd >= 0 && (fstat(fd, &stb) != 0 || (size_t)stb.st_size != sh->len)) {
             *why = "size differs";
+            close(fd);
+            return -1;
+        }
+        if (fd >= 0 && (stb.st_uid != geteuid() || (stb.st_mode & 077))) {
+            *why = "not the creator's private segment (owner or mode)";
             close(fd);
             return -1;
         }
@@ -141,22 +165,23 @@ int comm_shm_prepare(whale_group *g)
      * cores every hand-off may cost a context switch, and 2 steps were
      * the fastest and steadiest (2 MiB on 4 ranks, 2 cores: 2.7-3.0 GB/s
      * against 1.3-2.8 with 8). */
-    int64_t hdr[5] = { sh != NULL,
+    /* hdr[5]: the random part of the segment's name, rank 0's */
+    int64_t hdr[6] = { sh != NULL,
                        (int64_t)(ctx->shm_chunk ? ctx->shm_chunk : comm_shm_slot_auto(g->size)),
                        (int64_t)ctx->shm_cma_min, (int64_t)ctx->shm_cma_step,
-                       ctx->oversubscribed ? 2 : 8 };
+                       ctx->oversubscribed ? 2 : 8, 0 };
     const char *why = sh ? NULL : "out of memory";
+    const struct comm_proc_id *lead = &ctx->procs[g->tasks[0]];
+    unsigned gid = (unsigned)g->gid, seq = (unsigned)g->seq;
+    uint64_t token = 0;
     if (sh) {
-        const struct comm_proc_id *lead = &ctx->procs[g->tasks[0]];
-        snprintf(sh->name, sizeof sh->name, "/whale-coll-%lld-%lld-g%u-s%u", (long long)lead->pid,
-                 (long long)lead->start, (unsigned)g->gid, (unsigned)g->seq);
         sh->p = g->size;
         sh->r = g->rank;
     }
     if (g->rank == 0 && sh) {
         sh->slot = (size_t)hdr[1];
         sh->len = comm_shm_bytes(sh->p, sh->slot);
-        hdr[0] = map_segment(sh, true, &why) == 0;
+        hdr[0] = map_segment(sh, true, lead, gid, seq, &token, &why) == 0;
         if (!hdr[0] && !ctx->shm_chunk && sh->slot > COMM_SHM_SLOT_MIN) {
             /* the default slots did not fit: the smallest default ones may */
             whale_debug("shared segment of %zu KiB: %s (%s); trying %d KiB steps", sh->len >> 10, why,
@@ -167,17 +192,19 @@ int comm_shm_prepare(whale_group *g)
             sh->slot = COMM_SHM_SLOT_MIN;
             sh->len = comm_shm_bytes(sh->p, sh->slot);
             hdr[1] = (int64_t)sh->slot;
-            hdr[0] = map_segment(sh, true, &why) == 0;
+            hdr[0] = map_segment(sh, true, lead, gid, seq, &token, &why) == 0;
         }
         if (hdr[0])
             comm_shm_cma_publish(sh, ctx->shm_cma);
+        hdr[5] = (int64_t)token;
     }
-    int rc = whale_broadcast(g, hdr, 5, WHALE_INT64, 0);
+    int rc = whale_broadcast(g, hdr, 6, WHALE_INT64, 0);
     if (!rc && g->rank != 0 && sh) {
         if (hdr[0]) {
             sh->slot = (size_t)hdr[1];
             sh->len = comm_shm_bytes(sh->p, sh->slot);
-            hdr[0] = map_segment(sh, false, &why) == 0;
+            token = (uint64_t)hdr[5];
+            hdr[0] = map_segment(sh, false, lead, gid, seq, &token, &why) == 0;
             if (hdr[0])
                 comm_shm_cma_publish(sh, ctx->shm_cma);
         } else {
@@ -192,9 +219,11 @@ int comm_shm_prepare(whale_group *g)
         sh->linked = false;
     }
     if (rc2 || !all) {
+        /* a warning: the step runs on, slower, and the user should know why */
         if (!rc2 && g->rank == 0)
-            whale_debug("shared-memory collectives off for a group of %d: %s (%s)", g->size,
-                        why ? why : "a member could not map the segment", strerror(errno));
+            whale_warn("shared-memory collectives off for a group of %d on this node: %s (%s); "
+                       "its collectives go through the network transport instead", g->size,
+                       why ? why : "a member could not map the segment", strerror(errno));
         if (sh)
             drop(sh);
         g->shm_state = COMM_SHM_OFF;

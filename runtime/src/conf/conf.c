@@ -75,15 +75,17 @@ int conf_check_keys(const struct whale_kv_line *l, const char *const *allowed, c
                 }
             }
             if (best)
-                whale_error("%s:%d: unknown key '%s' in %s (did you mean '%s'?)", l->file,
-                            l->line, k, what, best);
+                whale_error("%s:%d: unknown key '" WHALE_KV_ECHO_FMT "' in %s (did you mean "
+                            "'%s'?)", l->file, l->line, WHALE_KV_ECHO_ARG(k), what, best);
             else
-                whale_error("%s:%d: unknown key '%s' in %s", l->file, l->line, k, what);
+                whale_error("%s:%d: unknown key '" WHALE_KV_ECHO_FMT "' in %s", l->file, l->line,
+                            WHALE_KV_ECHO_ARG(k), what);
             return WHALE_ECONF;
         }
         for (int j = 0; j < i; j++)
             if (!strcasecmp(k, l->kv[j].key)) {
-                whale_error("%s:%d: key '%s' given twice on one line", l->file, l->line, k);
+                whale_error("%s:%d: key '" WHALE_KV_ECHO_FMT "' given twice on one line", l->file,
+                            l->line, WHALE_KV_ECHO_ARG(k));
                 return WHALE_ECONF;
             }
     }
@@ -112,9 +114,10 @@ int conf_parse_bandwidth(const struct whale_kv_line *l, const struct whale_kv *k
     *gbs = bits ? v / 8.0 : v;
     return 0;
 bad:
-    whale_error("%s:%d: %s=%s: expected a positive bandwidth such as 400Gb or 50GB "
-                "(GB/s), bare numbers are %s",
-                l->file, l->line, kv->key, kv->value, bits_default ? "Gb/s" : "GB/s");
+    whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": expected a positive bandwidth such as 400Gb or "
+                "50GB (GB/s), bare numbers are %s",
+                l->file, l->line, kv->key, WHALE_KV_ECHO_ARG(kv->value),
+                bits_default ? "Gb/s" : "GB/s");
     return WHALE_ECONF;
 }
 
@@ -135,8 +138,8 @@ static int parse_gib(const struct whale_kv_line *l, const struct whale_kv *kv, d
         goto bad;
     return 0;
 bad:
-    whale_error("%s:%d: %s=%s: expected a memory size such as 80G", l->file, l->line, kv->key,
-                kv->value);
+    whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": expected a memory size such as 80G", l->file,
+                l->line, kv->key, WHALE_KV_ECHO_ARG(kv->value));
     return WHALE_ECONF;
 }
 
@@ -179,8 +182,9 @@ static int parse_name_set(const struct whale_kv_line *l, const struct whale_kv *
     for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int v;
         if (parse(tok, &v)) {
-            whale_error("%s:%d: %s=%s: '%s' is not one of %s", l->file, l->line, kv->key,
-                        kv->value, tok, allowed);
+            whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": '" WHALE_KV_ECHO_FMT "' is not one of %s",
+                        l->file, l->line, kv->key, WHALE_KV_ECHO_ARG(kv->value),
+                        WHALE_KV_ECHO_ARG(tok), allowed);
             free(dup);
             return WHALE_ECONF;
         }

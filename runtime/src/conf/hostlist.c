@@ -379,16 +379,18 @@ int conf_hostlist_error(const char *file, int line, const char *key, const char 
                         const long *budget)
 {
     if (rc == WHALE_ERANGE && budget && *budget < 0)
-        whale_error("%s:%d: %s=%s: this file's hostlists expand to more than %d hosts in all",
-                    file, line, key, value, CONF_MAX_HOSTS_FILE);
+        whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": this file's hostlists expand to more than "
+                    "%d hosts in all", file, line, key, WHALE_KV_ECHO_ARG(value),
+                    CONF_MAX_HOSTS_FILE);
     else if (rc == WHALE_ERANGE)
-        whale_error("%s:%d: %s=%s: expands to more than %d hosts", file, line, key, value,
-                    CONF_MAX_HOSTS);
+        whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": expands to more than %d hosts", file, line,
+                    key, WHALE_KV_ECHO_ARG(value), CONF_MAX_HOSTS);
     else if (rc == WHALE_ETOOLONG)
         whale_error("%s:%d: %s=%.64s...: names a host longer than %d characters", file, line, key,
                     value, CONF_MAX_HOSTNAME);
     else if (rc == WHALE_EINVAL)
-        whale_error("%s:%d: %s=%s: not a valid hostlist expression", file, line, key, value);
+        whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": not a valid hostlist expression", file, line,
+                    key, WHALE_KV_ECHO_ARG(value));
     else
         return rc;
     return WHALE_ECONF;

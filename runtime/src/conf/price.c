@@ -22,8 +22,9 @@ static int one_price(const struct whale_kv_line *l, const struct whale_kv *kv, d
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !isfinite(v) || v < 0 || v > 1e6) {
-        whale_error("%s:%d: %s=%s: expected a price in dollars per hour, 0..1000000 "
-                    "(e.g. %s=32.77)", l->file, l->line, kv->key, kv->value, kv->key);
+        whale_error("%s:%d: %s=" WHALE_KV_ECHO_FMT ": expected a price in dollars per hour, "
+                    "0..1000000 (e.g. %s=32.77)", l->file, l->line, kv->key,
+                    WHALE_KV_ECHO_ARG(kv->value), kv->key);
         return WHALE_ECONF;
     }
     *out = v;

@@ -45,7 +45,9 @@ struct whale_data {
 
 static int open_one(struct dfile *f, const struct whale_data_config *cfg)
 {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named as data would otherwise block the open until
+     * a writer comes; the regular-file check then refuses it */
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (f->fd < 0) {
         whale_error("data file %s: %s", f->path, strerror(errno));
         return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
@@ -55,6 +57,7 @@ static int open_one(struct dfile *f, const struct whale_data_config *cfg)
         whale_error("data file %s: not a regular file", f->path);
         return WHALE_EDATA;
     }
+    fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
     if (sb.st_size == 0) {
         whale_error("data file %s: empty file", f->path);
         return WHALE_EDATA;

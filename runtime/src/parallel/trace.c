@@ -156,10 +156,10 @@ int whale_trace_open(const char *path, int rank, int world)
     /* Fail now, not at the end of a long run. */
     FILE *f = whale_fopen_output(trace_file, whale_output_private());
     if (!f) {
-        whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, strerror(errno));
+        whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, whale_output_strerror(errno));
         return WHALE_EIO;
     }
-    fclose(f);
+    whale_output_close(f);
     trace_rank = rank;
     atomic_store(&trace_enabled, true);
     whale_trace_thread_name("main");
@@ -202,7 +202,7 @@ int whale_trace_close(void)
     int rc = 0;
     FILE *f = whale_fopen_output(trace_file, whale_output_private());
     if (!f) {
-        whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, strerror(errno));
+        whale_error("WHALE_TRACE: cannot write %s: %s", trace_file, whale_output_strerror(errno));
         rc = WHALE_EIO;
     } else {
         fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
@@ -239,10 +239,8 @@ int whale_trace_close(void)
             }
         }
         fprintf(f, "\n]}\n");
-        if (ferror(f) | (fclose(f) != 0)) {
-            whale_error("WHALE_TRACE: writing %s failed", trace_file);
+        if (whale_output_close(f)) /* warns with the file and the reason */
             rc = WHALE_EIO;
-        }
         if (dropped)
             whale_warn("WHALE_TRACE: %llu spans dropped (buffer limit or out of memory)",
                        (unsigned long long)dropped);

@@ -5,6 +5,7 @@
 #include "whale/error.h"
 #include "whale/kv.h"
 #include "whale/log.h"
+#include "whale/outfile.h"
 
 #include <errno.h>
 #include <math.h>
@@ -197,13 +198,13 @@ int whale_calib_write(FILE *f, const struct whale_calib *cal)
 
 int whale_calib_save(const char *path, const struct whale_calib *cal)
 {
-    FILE *f = fopen(path, "w");
+    FILE *f = whale_fopen_output(path, whale_output_private());
     if (!f) {
-        whale_error("cannot write calibration profile %s: %s", path, strerror(errno));
+        whale_error("cannot write calibration profile %s: %s", path, whale_output_strerror(errno));
         return WHALE_EIO;
     }
     int rc = whale_calib_write(f, cal);
-    if (fclose(f) || rc) {
+    if (whale_output_close(f) || rc) {
         whale_error("writing calibration profile %s failed", path);
         return WHALE_EIO;
     }

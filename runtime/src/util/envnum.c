@@ -1,5 +1,5 @@
-/* Strict environment numbers and output files (whale/envnum.h,
- * whale/outfile.h). */
+/* Strict environment numbers (whale/envnum.h) and whale_output_private
+ * (whale/outfile.h; the files themselves: outfile.c). */
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
@@ -128,21 +128,4 @@ bool whale_output_private(void)
     if (whale_env_bool("WHALE_CKPT_PRIVATE", false, &p))
         return true;
     return p;
-}
-
-FILE *whale_fopen_output(const char *path, bool priv)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, priv ? 0600 : 0644);
-    if (fd < 0)
-        return NULL;
-    /* an existing file keeps its mode on O_TRUNC: make private ones so */
-    if (priv)
-        fchmod(fd, 0600);
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        int e = errno;
-        close(fd);
-        errno = e;
-    }
-    return f;
 }

@@ -66,7 +66,8 @@ static int kv_tokenize(char *s, struct whale_kv_line *l)
             char *kend = p;
             char save = *kend;
             *kend = '\0';
-            whale_error("%s:%d: '%s' is not of the form Key=Value", l->file, l->line, kstart);
+            whale_error("%s:%d: '" WHALE_KV_ECHO_FMT "' is not of the form Key=Value", l->file,
+                        l->line, WHALE_KV_ECHO_ARG(kstart));
             *kend = save;
             return WHALE_ECONF;
         }
@@ -82,8 +83,8 @@ static int kv_tokenize(char *s, struct whale_kv_line *l)
             while (*p && *p != '"')
                 p++;
             if (*p != '"') {
-                whale_error("%s:%d: unterminated quoted value for key '%.*s'", l->file, l->line,
-                            (int)klen, kstart);
+                whale_error("%s:%d: unterminated quoted value for key '%.*s%s'", l->file,
+                            l->line, (int)(klen > 64 ? 64 : klen), kstart, klen > 64 ? "..." : "");
                 return WHALE_ECONF;
             }
             val = strndup(vs, (size_t)(p - vs));
@@ -222,10 +223,12 @@ int whale_kv_to_long(const struct whale_kv_line *l, const struct whale_kv *kv,
     *out = v;
     return 0;
 bad:
-    whale_error("%s:%d: %s=%s: not an integer", l->file, l->line, kv->key, s);
+    whale_error("%s:%d: " WHALE_KV_ECHO_FMT "=" WHALE_KV_ECHO_FMT ": not an integer", l->file,
+                l->line, WHALE_KV_ECHO_ARG(kv->key), WHALE_KV_ECHO_ARG(s));
     return WHALE_ECONF;
 range:
-    whale_error("%s:%d: %s=%s: out of range [%ld, %ld]", l->file, l->line, kv->key, s, min, max);
+    whale_error("%s:%d: " WHALE_KV_ECHO_FMT "=" WHALE_KV_ECHO_FMT ": out of range [%ld, %ld]",
+                l->file, l->line, WHALE_KV_ECHO_ARG(kv->key), WHALE_KV_ECHO_ARG(s), min, max);
     return WHALE_ECONF;
 }
 
@@ -236,11 +239,13 @@ int whale_kv_to_double(const struct whale_kv_line *l, const struct whale_kv *kv,
     errno = 0;
     double v = strtod(kv->value, &end);
     if (end == kv->value || *end || errno == ERANGE || !isfinite(v)) {
-        whale_error("%s:%d: %s=%s: not a number", l->file, l->line, kv->key, kv->value);
+        whale_error("%s:%d: " WHALE_KV_ECHO_FMT "=" WHALE_KV_ECHO_FMT ": not a number", l->file,
+                    l->line, WHALE_KV_ECHO_ARG(kv->key), WHALE_KV_ECHO_ARG(kv->value));
         return WHALE_ECONF;
     }
     if (v < min || v > max) {
-        whale_error("%s:%d: %s=%s: out of range [%g, %g]", l->file, l->line, kv->key, kv->value,
+        whale_error("%s:%d: " WHALE_KV_ECHO_FMT "=" WHALE_KV_ECHO_FMT ": out of range [%g, %g]",
+                    l->file, l->line, WHALE_KV_ECHO_ARG(kv->key), WHALE_KV_ECHO_ARG(kv->value),
                     min, max);
         return WHALE_ECONF;
     }
@@ -259,6 +264,7 @@ int whale_kv_to_bool(const struct whale_kv_line *l, const struct whale_kv *kv, b
         *out = false;
         return 0;
     }
-    whale_error("%s:%d: %s=%s: expected yes or no", l->file, l->line, kv->key, s);
+    whale_error("%s:%d: " WHALE_KV_ECHO_FMT "=" WHALE_KV_ECHO_FMT ": expected yes or no", l->file,
+                l->line, WHALE_KV_ECHO_ARG(kv->key), WHALE_KV_ECHO_ARG(s));
     return WHALE_ECONF;
 }

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "whale/ckpt.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale_config.h"
@@ -249,24 +250,26 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'm':
-            mb = strtod(optarg, &end);
-            if (*end || mb < 1 || mb > 65536) {
-                fprintf(stderr, "whale-ckpt: --mb %s: expected 1..65536\n", optarg);
+        case 'm': /* the checked parser: NaN, inf and trailing junk are refused */
+            if (whale_parse_double(optarg, 1, 65536, &mb)) {
+                fprintf(stderr, "whale-ckpt: --mb %s: expected a number in 1..65536\n", optarg);
                 return 2;
             }
             break;
-        case 'r':
-            repeat = (int)strtol(optarg, &end, 10);
-            if (*end || repeat < 1 || repeat > 100) {
-                fprintf(stderr, "whale-ckpt: --repeat %s: expected 1..100\n", optarg);
+        case 'r': {
+            long v;
+            if (whale_parse_long(optarg, 1, 100, &v)) {
+                fprintf(stderr, "whale-ckpt: --repeat %s: expected an integer in 1..100\n",
+                        optarg);
                 return 2;
             }
+            repeat = (int)v;
             break;
+        }
         case 'c':
-            compute_ms = strtod(optarg, &end);
-            if (*end || compute_ms < 0 || compute_ms > 600000) {
-                fprintf(stderr, "whale-ckpt: --compute-ms %s: expected 0..600000\n", optarg);
+            if (whale_parse_double(optarg, 0, 600000, &compute_ms)) {
+                fprintf(stderr, "whale-ckpt: --compute-ms %s: expected a number in 0..600000\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -310,8 +313,8 @@ int main(int argc, char **argv)
         return rc ? 1 : 0;
     }
     if (!strcmp(cmd, "bench") && npos == 0) {
-        if (!bdir) {
-            fprintf(stderr, "whale-ckpt: bench needs --dir DIR (a scratch directory)\n");
+        if (!bdir || !*bdir) {
+            fprintf(stderr, "whale-ckpt: bench needs --dir DIR (a scratch directory, not empty)\n");
             return 2;
         }
         return ckpt_tool_bench(bdir, mb, repeat, compute_ms, part) ? 1 : 0;

@@ -70,7 +70,9 @@ FILE *wd_out_open(struct wd_out *o, const char *name)
         free(fin);
         return NULL;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    /* never through a link planted under the temporary name; the rename
+     * below replaces a link at the final name instead of following it */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
     FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!fp) {
         ERR("cannot write %s: %s", tmp, strerror(errno));

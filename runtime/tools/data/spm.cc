@@ -132,23 +132,6 @@ extern "C" int wd_spm_train(const struct wd_spm_train_opts *o, char **model, siz
     return 0;
 }
 
-extern "C" int wd_spm_load_file(const char *path, wd_spm **out, char *err, size_t errlen)
-{
-    *out = nullptr;
-    wd_spm *s = new (std::nothrow) wd_spm;
-    if (!s) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    auto st = s->sp.Load(path);
-    if (!st.ok()) {
-        set_err(err, errlen, st.ToString());
-        delete s;
-        return -1;
-    }
-    return finish_load(s, out);
-}
-
 extern "C" int wd_spm_load_bytes(const void *buf, size_t len, wd_spm **out, char *err,
                                  size_t errlen)
 {

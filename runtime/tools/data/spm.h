@@ -39,7 +39,8 @@ struct wd_spm_train_opts {
 int wd_spm_train(const struct wd_spm_train_opts *o, char **model, size_t *model_len,
                  char *err, size_t errlen);
 
-int wd_spm_load_file(const char *path, wd_spm **out, char *err, size_t errlen);
+/* From the bytes of a .model file (read with whale_read_file: bounded,
+ * never blocking on a FIFO; there is no loader by path on purpose). */
 int wd_spm_load_bytes(const void *buf, size_t len, wd_spm **out, char *err, size_t errlen);
 void wd_spm_free(wd_spm *s);
 

@@ -21,6 +21,7 @@
 #include "outdir.h"
 #include "spm.h"
 #include "whale/envnum.h"
+#include "whale/readfile.h"
 #include "whale_config.h"
 
 #define ERR(...) (fprintf(stderr, "whale-data: " __VA_ARGS__), fputc('\n', stderr))
@@ -108,24 +109,15 @@ static int next_sentence(void *user, const char **s, size_t *len)
     return 1;
 }
 
+/* Bounded and non-blocking (whale/readfile.h): a FIFO or /dev/zero named
+ * as the tokenizer is refused with the reason instead of hanging. */
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        ERR("--tokenizer %s: %s", path, strerror(errno));
+    char *b = NULL;
+    if (whale_read_file(path, WHALE_READ_MAX_TOKENIZER, 0, &b, len)) {
+        ERR("--tokenizer %s: cannot use it (see the line above)", path);
         return NULL;
     }
-    struct stat sb;
-    char *b = NULL;
-    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (b = malloc(sb.st_size + 1)) &&
-        fread(b, 1, sb.st_size, f) == (size_t)sb.st_size) {
-        *len = (size_t)sb.st_size;
-    } else {
-        ERR("--tokenizer %s: cannot read it (not a regular file?)", path);
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
     return b;
 }
 

@@ -24,6 +24,7 @@
 #include "whale/log.h"
 #include "whale/modeldesc.h"
 #include "whale/envnum.h"
+#include "whale/readfile.h"
 #include "whale_config.h"
 
 #define ERR(...) (fprintf(stderr, "whale-generate: " __VA_ARGS__), fputc('\n', stderr))
@@ -54,21 +55,10 @@ static void usage(FILE *f)
 "Output: the prompt and its continuation on stdout; timing on stderr.\n");
 }
 
-static int check_hash(const char *path, const char *want)
+static int check_hash(const char *buf, size_t len, const char *want)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return -1;
-    XXH64_state_t *st = XXH64_createState();
-    XXH64_reset(st, 0);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0)
-        XXH64_update(st, buf, n);
-    fclose(f);
     char got[17];
-    snprintf(got, sizeof got, "%016llx", (unsigned long long)XXH64_digest(st));
-    XXH64_freeState(st);
+    snprintf(got, sizeof got, "%016llx", (unsigned long long)XXH64(buf, len, 0));
     return strcmp(got, want) ? 1 : 0;
 }
 
@@ -221,18 +211,27 @@ static int open_tokenizer(const struct gen_opts *o, struct gen_run *r)
         return -1;
     }
     const char *want = json_string_value(json_object_get(tj, "xxh64"));
-    int h = !o->tok_arg && want ? check_hash(tpath, want) : 0;
-    if (h < 0) {
-        ERR("the checkpoint's tokenizer %s cannot be read (%s); give --tokenizer FILE", tpath,
-            strerror(errno));
+    /* read once, bounded and non-blocking (whale/readfile.h): /dev/zero or
+     * a FIFO is refused with the reason instead of growing or hanging */
+    char *model = NULL;
+    size_t mlen = 0;
+    if (whale_read_file(tpath, WHALE_READ_MAX_TOKENIZER, 0, &model, &mlen)) {
+        if (o->tok_arg)
+            ERR("--tokenizer %s: cannot use it (see the line above)", tpath);
+        else
+            ERR("the checkpoint's tokenizer %s cannot be read (see the line above); give "
+                "--tokenizer FILE", tpath);
         return -1;
     }
-    if (h > 0) {
+    if (!o->tok_arg && want && check_hash(model, mlen, want)) {
         ERR("the tokenizer %s changed since training (xxh64 differs from the checkpoint's "
             "%s); give --tokenizer FILE to use it anyway", tpath, want);
+        free(model);
         return -1;
     }
-    if (wd_spm_load_file(tpath, &r->sp, err, sizeof err)) {
+    int lrc = wd_spm_load_bytes(model, mlen, &r->sp, err, sizeof err);
+    free(model);
+    if (lrc) {
         ERR("tokenizer %s: %s", tpath, err);
         return -1;
     }

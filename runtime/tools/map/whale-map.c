@@ -15,6 +15,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/map.h"
+#include "whale/outfile.h"
 #include "whale_config.h"
 
 static void usage(FILE *f)
@@ -269,13 +270,14 @@ static int print_outputs(const struct map_opts *o, const struct whale_conf *conf
             return -1;
     }
     if (o->svg) {
-        FILE *f = fopen(o->svg, "w");
+        FILE *f = whale_fopen_output(o->svg, whale_output_private());
         if (!f) {
-            fprintf(stderr, "whale-map: cannot write %s: %s\n", o->svg, strerror(errno));
+            fprintf(stderr, "whale-map: --svg: cannot write %s: %s\n", o->svg,
+                    whale_output_strerror(errno));
             return -1;
         }
         int src = map_svg_write(f, in, l);
-        if (fclose(f) || src) {
+        if (whale_output_close(f) || src) {
             fprintf(stderr, "whale-map: writing %s failed\n", o->svg);
             return -1;
         }

@@ -18,6 +18,7 @@
 #include "plan_offload.h"
 #include "whale/conf.h"
 #include "whale/topo.h"
+#include "whale/outfile.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -215,15 +216,15 @@ static int write_json(const char *path, const struct whale_model_desc *m, long b
     whale_plan_free(&p);
     if (!js)
         return WHALE_ENOMEM;
-    FILE *f = strcmp(path, "-") ? fopen(path, "w") : stdout;
+    FILE *f = strcmp(path, "-") ? whale_fopen_output(path, whale_output_private()) : stdout;
     if (!f) {
-        fprintf(stderr, "whale-plan: cannot write %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "whale-plan: cannot write %s: %s\n", path, whale_output_strerror(errno));
         free(js);
         return WHALE_EIO;
     }
     fprintf(f, "%s\n", js);
     free(js);
-    if (f != stdout && fclose(f)) {
+    if (f != stdout && whale_output_close(f)) {
         fprintf(stderr, "whale-plan: writing %s failed\n", path);
         return WHALE_EIO;
     }

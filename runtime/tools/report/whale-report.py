@@ -9,6 +9,7 @@ dependency, and it runs where the metrics are looked at (a login node, a
 laptop), not inside the training step. See whale-report(1).
 """
 import argparse
+import errno
 import html
 import json
 import math
@@ -197,7 +198,7 @@ def load_metrics(paths):
                     continue
                 try:
                     r = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # RecursionError: nested too deeply
                     bad += 1
                     continue
                 if not isinstance(r, dict):
@@ -218,7 +219,7 @@ def load_metrics(paths):
                     else:
                         ranks.setdefault(int(rk), {})[s] = r
     if bad:
-        print("whale-report: skipped %d line(s) that are not JSON" % bad, file=sys.stderr)
+        print("whale-report: skipped %d line(s) that are not JSON (or nested too deeply)" % bad, file=sys.stderr)
     return steps, ranks, events, summary
 
 
@@ -421,8 +422,8 @@ def load_traces(paths):
         with open(p, encoding="utf-8", errors="replace") as f:
             try:
                 t = json.load(f)
-            except ValueError:
-                print("whale-report: %s: not a JSON trace, skipped" % p, file=sys.stderr)
+            except (ValueError, RecursionError):
+                print("whale-report: %s: not a JSON trace (or nested too deeply), skipped" % p, file=sys.stderr)
                 continue
         evs = t.get("traceEvents", []) if isinstance(t, dict) else t
         spans = [e for e in evs if isinstance(e, dict) and e.get("ph") == "X" and finite(e.get("ts")) and finite(e.get("dur"))]
@@ -617,13 +618,29 @@ def report(args):
     write_out(args, title, figs, summary_rows(summary, steps, events), notes)
 
 
+def open_output(path):
+    """A file to write, never through a symbolic link (one planted under the
+    name in /tmp would redirect the write to the file it points at)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            sys.exit("whale-report: cannot write %s: it is a symbolic link (output files are never "
+                     "written through a link)" % path)
+        raise
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 def write_out(args, title, figs, srows, notes):
-    with open(args.output, "w", encoding="utf-8") as f:
+    if args.png and os.path.islink(args.png):  # chromium would follow it
+        sys.exit("whale-report: cannot write %s: it is a symbolic link (output files are never "
+                 "written through a link)" % args.png)
+    with open_output(args.output) as f:
         f.write(page(title, figs, srows, notes))
     if args.svg_dir:
         os.makedirs(args.svg_dir, exist_ok=True)
         for name, p, _ in figs:
-            with open(os.path.join(args.svg_dir, name + ".svg"), "w", encoding="utf-8") as f:
+            with open_output(os.path.join(args.svg_dir, name + ".svg")) as f:
                 f.write(p.svg())
     print("whale-report: wrote %s (%d figures%s)" % (args.output, len(figs),
           ", SVGs in %s" % args.svg_dir if args.svg_dir else ""), file=sys.stderr)
@@ -660,7 +677,7 @@ def scaling(args):
             for line in f:
                 try:
                     r = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if isinstance(r, dict) and finite(r.get("ranks")) and finite(r.get("step_s")):
                     rows.append(r)
@@ -723,6 +740,8 @@ def main(argv=None):
             report(args)
     except OSError as e:
         sys.exit("whale-report: %s" % e)
+    except RecursionError:  # a JSON input nested deeper than Python's parser goes
+        sys.exit("whale-report: an input is nested too deeply to read")
     return 0
 
 

@@ -46,6 +46,12 @@ static const struct train_opt observe_opts[] = {
     { NULL, 0, NULL },
 };
 
+static int configure(struct train *t)
+{
+    (void)t;
+    return train_observe_check(state()) ? 2 : TRAIN_GO;
+}
+
 static double ckpt_seen; /* t->tot.ckpt_stall at the previous step */
 
 static int setup(struct train *t)
@@ -105,6 +111,7 @@ const struct train_area train_area_observe = {
     .name = "observe",
     .opts = observe_opts,
     .usage = train_observe_usage,
+    .configure = configure,
     .setup = setup,
     .step = step,
     .report = report,

@@ -14,6 +14,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/envnum.h"
+#include "whale/readfile.h"
 
 void train_data_usage(FILE *f)
 {
@@ -44,26 +45,19 @@ void train_data_opt(struct train_data *t, int which, const char *arg)
         t->bad = true;
 }
 
+/* Bounded and non-blocking (whale/readfile.h): /dev/zero or a FIFO named
+ * as the tokenizer is refused with the reason (logged) instead of being
+ * read forever or blocking the open. */
 static int hash_file(const char *path, char out[17], long *bytes)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    char *buf = NULL;
+    size_t len = 0;
+    if (whale_read_file(path, WHALE_READ_MAX_TOKENIZER, 0, &buf, &len))
         return -1;
-    XXH64_state_t *st = XXH64_createState();
-    XXH64_reset(st, 0);
-    char buf[65536];
-    size_t n;
-    long tot = 0;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        XXH64_update(st, buf, n);
-        tot += (long)n;
-    }
-    int err = ferror(f);
-    fclose(f);
-    snprintf(out, 17, "%016llx", (unsigned long long)XXH64_digest(st));
-    XXH64_freeState(st);
-    *bytes = tot;
-    return err ? -1 : 0;
+    snprintf(out, 17, "%016llx", (unsigned long long)XXH64(buf, len, 0));
+    free(buf);
+    *bytes = (long)len;
+    return 0;
 }
 
 /* whale-data.json in the folder of the first data file: the tokenizer and
@@ -129,8 +123,12 @@ int train_data_model(struct train_data *t, const char *model_arg, const char *da
     t->data_rec = data;
     if (t->tok_path[0]) {
         char *tp = realpath(t->tok_path, NULL);
-        if (!tp || hash_file(tp, t->tok_hash, &t->tok_bytes)) {
+        if (!tp) {
             whale_error("tokenizer %s: %s", t->tok_path, strerror(errno));
+            return -1;
+        }
+        if (hash_file(tp, t->tok_hash, &t->tok_bytes)) {
+            whale_error("tokenizer %s: cannot use it (see the line above)", t->tok_path);
             free(tp);
             return -1;
         }

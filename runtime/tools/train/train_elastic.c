@@ -43,6 +43,7 @@
 #include "whale/log.h"
 #include "whale/redundancy.h"
 #include "whale/clock.h"
+#include "whale/outfile.h"
 
 struct train_elastic {
     whale_ctx *ctx;
@@ -389,7 +390,7 @@ static void write_event(struct train_elastic *te, FILE *mf)
     char *s = whale_recovery_json(&te->rep);
     if (s) {
         fprintf(mf, "%s\n", s);
-        fflush(mf);
+        whale_output_flush(mf);
         free(s);
     }
 }
@@ -820,7 +821,7 @@ static void stop_message(struct train_elastic *te, struct train_job *job, int64_
         char *s = whale_recovery_json(&r);
         if (s) {
             fprintf(mf, "%s\n", s);
-            fflush(mf);
+            whale_output_flush(mf);
             free(s);
         }
     }

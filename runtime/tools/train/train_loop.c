@@ -13,6 +13,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/clock.h"
+#include "whale/outfile.h"
 
 #include "train.h"
 #include "train_areas.h"
@@ -125,7 +126,7 @@ static void write_line(struct train *t, json_t *j)
         return;
     json_dumpf(j, t->mf, JSON_COMPACT);
     fputc('\n', t->mf);
-    fflush(t->mf);
+    whale_output_flush(t->mf);
     json_decref(j);
 }
 

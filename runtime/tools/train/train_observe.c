@@ -2,14 +2,18 @@
 #define _GNU_SOURCE
 #include "train_observe.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/envnum.h"
 #include "whale/log.h"
 #include "whale/outfile.h"
 #include "whale/clock.h"
@@ -25,7 +29,7 @@ void train_observe_usage(FILE *f)
 "  --prom-every N       steps between Prometheus updates (10)\n"
 "  --prom-port P        serve the same text on http://127.0.0.1:P/metrics from rank 0\n"
 "                       (0: any free port, logged)\n"
-"  --prom-bind ADDR     address of that endpoint (127.0.0.1; anyone who can reach it\n"
+"  --prom-bind ADDR     IPv4 address of that endpoint (127.0.0.1; anyone who can reach it\n"
 "                       reads the run's metrics)\n"
 "  --price-per-node-hour X  dollars per node-hour for the cost in the summary\n"
 "                       (default: PricePerNodeHour/PricePerGPUHour in whale.conf)\n"
@@ -73,14 +77,23 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
         o->prom_every = (long)v;
         return 0;
     case TRAIN_OBS_PROM_PORT:
-        if (num("--prom-port", arg, 0, 65535, &v) || v != floor(v))
-            return v != floor(v) ? (fprintf(stderr, "whale-train: --prom-port=%s: expected an "
-                                            "integer in 0..65535\n", arg), 1) : 1;
-        o->prom_port = (long)v;
+        /* decimal only: strtod read 0x10 as port 16 */
+        if (whale_parse_long(arg, 0, 65535, &o->prom_port)) {
+            fprintf(stderr, "whale-train: --prom-port=%s: expected a number in 0..65535 (decimal; "
+                    "0: any free port)\n", arg);
+            return 1;
+        }
         return 0;
-    case TRAIN_OBS_PROM_BIND:
+    case TRAIN_OBS_PROM_BIND: {
+        struct in_addr a;
+        if (inet_pton(AF_INET, arg, &a) != 1) {
+            fprintf(stderr, "whale-train: --prom-bind=%s: expected an IPv4 address such as "
+                    "127.0.0.1 or 0.0.0.0 (the port is --prom-port)\n", arg);
+            return 1;
+        }
         o->prom_bind = arg;
         return 0;
+    }
     case TRAIN_OBS_PRICE_NODE:
         return num("--price-per-node-hour", arg, 0, 1e6, &o->price_node_hour);
     case TRAIN_OBS_PRICE_GPU:
@@ -135,6 +148,16 @@ static int expand_prom(char *out, size_t n, const char *p, int rank, const char 
     return 0;
 }
 
+int train_observe_check(const struct train_observe *o)
+{
+    if (o->prom_bind && o->prom_port < 0) {
+        fprintf(stderr, "whale-train: --prom-bind=%s needs --prom-port P (it is the address of "
+                "that endpoint)\n", o->prom_bind);
+        return 1;
+    }
+    return 0;
+}
+
 int train_observe_start(struct train_observe *o, int rank, int world, int nnodes,
                         const char *metrics_path)
 {
@@ -156,7 +179,7 @@ int train_observe_start(struct train_observe *o, int rank, int world, int nnodes
         char p[4096];
         rank_path(p, sizeof p, metrics_path, rank);
         if (!(o->rank_mf = whale_fopen_output(p, whale_output_private()))) {
-            whale_error("--rank-metrics: cannot write %s: %s", p, strerror(errno));
+            whale_error("--rank-metrics: cannot write %s: %s", p, whale_output_strerror(errno));
             return 1;
         }
     }
@@ -256,7 +279,7 @@ void train_observe_step(struct train_observe *o, json_t *j, const struct train_o
             train_sys_json(&sys, r);
             json_dumpf(r, o->rank_mf, JSON_COMPACT);
             fputc('\n', o->rank_mf);
-            fflush(o->rank_mf);
+            whale_output_flush(o->rank_mf);
             json_decref(r);
         }
     }
@@ -278,9 +301,20 @@ static void scan_metrics(const char *path, struct scan *sc)
     sc->best_val = sc->last_val = NAN;
     sc->best_val_step = 0;
     sc->recoveries = 0;
-    FILE *f = path && *path ? fopen(path, "r") : NULL;
-    if (!f)
+    /* only a regular file is read back: a device (/dev/full reads zeros
+     * forever) or a FIFO named as --metrics would never end, or block */
+    int fd = path && *path ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY) : -1;
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+        close(fd);
+        fd = -1;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     char *line = NULL;
     size_t cap = 0;
     while (getline(&line, &cap, f) > 0) {
@@ -432,7 +466,7 @@ void train_observe_rebase(struct train_observe *o, double elapsed)
 void train_observe_close(struct train_observe *o)
 {
     if (o->rank_mf)
-        fclose(o->rank_mf);
+        whale_output_close(o->rank_mf);
     o->rank_mf = NULL;
     if (o->prom_path[0] && o->steps % o->prom_every) /* ranks > 0: their last figures */
         prom_update(o, &(struct train_sys){ .cpu_util = -1, .rss_mb = -1 });

@@ -55,6 +55,8 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
 /* After the ranks are known. metrics_path: --metrics (for the per-rank
  * file names). 0, or 1 after logging the reason (a file or port that
  * cannot be opened). */
+/* Options that only make sense together (after all flags): 0, or 1 said. */
+int train_observe_check(const struct train_observe *o);
 int train_observe_start(struct train_observe *o, int rank, int world, int nnodes,
                         const char *metrics_path);
 /* After each completed step: adds system metrics and data_wait_s to j (rank

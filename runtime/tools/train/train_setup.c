@@ -181,9 +181,9 @@ static int setup_buffers(struct train *t)
      * took rank 0's place appends to the file rank 0 began */
     const char *mpath = t->o.metrics;
     if (t->rank == 0 && mpath && *mpath &&
-        !(t->mf = te_promoted(t->te) ? fopen(mpath, "a")
+        !(t->mf = te_promoted(t->te) ? whale_fopen_append(mpath, whale_output_private())
                                      : whale_fopen_output(mpath, whale_output_private()))) {
-        whale_error("cannot write metrics file %s: %s", mpath, strerror(errno));
+        whale_error("--metrics: cannot write %s: %s", mpath, whale_output_strerror(errno));
         return 1;
     }
     return TRAIN_GO;

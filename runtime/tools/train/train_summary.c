@@ -11,6 +11,7 @@
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/parallel.h"
+#include "whale/outfile.h"
 
 #include "train.h"
 #include "train_areas.h"
@@ -111,7 +112,7 @@ int train_teardown(struct train *t, int rc)
     whale_trace_close();
     whale_plan_free(&t->plan);
     if (t->mf)
-        fclose(t->mf);
+        whale_output_close(t->mf);
     free(t->in);
     free(t->tg);
     whale_data_close(t->data);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -205,7 +206,9 @@ static void test_fifo_end_to_end(void **st)
     whale_report_this_node("node2");
     const char *path = whale_report_path();
     assert_non_null(path);
-    assert_non_null(strstr(path, "whale-report.42.7."));
+    /* DIR/whale.XXXXXX/report: a private directory of its own */
+    assert_int_equal(strncmp(path, dir, strlen(dir)), 0);
+    assert_non_null(strstr(path + strlen(dir), "/whale."));
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_true(S_ISFIFO(sb.st_mode));
@@ -287,13 +290,62 @@ static void test_fifo_end_to_end(void **st)
     assert_int_equal(wait_for(&nerr, before + 1), 0);
     assert_int_equal(ndrain, 2);
 
+    char pdir[1100];
+    snprintf(pdir, sizeof pdir, "%s", path);
+    *strrchr(pdir, '/') = '\0';
     whale_report_close();
     assert_null(whale_report_path());
     assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(access(pdir, F_OK), -1); /* the private directory too */
     /* no reader any more: the runtime goes on */
     assert_int_equal(whale_report_failure("node2", "node", 2, 2), 0);
     unsetenv(WHALE_ENV_REPORT);
     rmdir(dir);
+}
+
+/* Another user who creates the names the FIFO once had (a FIFO of theirs
+ * at DIR/whale-report.JOB.STEP.HOST) must not keep the step from opening
+ * its own: the name is not predictable. As root the directory is root's
+ * (0711) and only the FIFO is the job user's. */
+static void test_fifo_name_not_predictable(void **st)
+{
+    (void)st;
+    make_step();
+    char dir[] = "/tmp/whale-elastic-test-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char host[256] = "", planted[512];
+    gethostname(host, sizeof host - 1);
+    snprintf(planted, sizeof planted, "%s/whale-report.42.7.%s", dir, host);
+    assert_int_equal(mkfifo(planted, 0666), 0);
+    bool root = geteuid() == 0;
+    uid_t other = 65534, attacker = 65533; /* the job's user, another one */
+    if (root)
+        assert_int_equal(chown(planted, attacker, attacker), 0);
+    assert_int_equal(whale_report_open(dir, 42, 7, root ? other : getuid(),
+                                       root ? other : getgid(), &step), 0);
+    const char *path = whale_report_path();
+    assert_non_null(path);
+    assert_string_not_equal(path, planted);
+    char first[1100], pdir[1100];
+    snprintf(first, sizeof first, "%s", path);
+    snprintf(pdir, sizeof pdir, "%s", path);
+    *strrchr(pdir, '/') = '\0';
+    struct stat sb;
+    assert_int_equal(lstat(pdir, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    assert_int_equal(sb.st_uid, geteuid());
+    assert_int_equal(sb.st_mode & 0777, root ? 0711 : 0700);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(sb.st_uid, root ? other : getuid());
+    whale_report_close();
+    /* a second step gets another name */
+    assert_int_equal(whale_report_open(dir, 42, 7, getuid(), getgid(), &step), 0);
+    assert_string_not_equal(whale_report_path(), first);
+    whale_report_close();
+    /* only the planted FIFO is left: both private directories are gone */
+    assert_int_equal(unlink(planted), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 /* The judge alone: what slurmstepd does for each claim and evidence. */
@@ -383,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_judge),
         cmocka_unit_test(test_fifo_end_to_end),
+        cmocka_unit_test(test_fifo_name_not_predictable),
         cmocka_unit_test(test_report_args),
         cmocka_unit_test(test_result_status),
     };
