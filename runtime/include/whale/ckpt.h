@@ -209,6 +209,9 @@ int  whale_ckpt_set_data_json(whale_ckpt *ck, const char *json);
  * a checkpoint directory; *out is malloc'd. A dangling `latest` falls back
  * to the newest step directory with a readable manifest (warned). */
 int whale_ckpt_resolve(const char *root, const char *which, char **out);
+/* The same without a word: WHALE_ENOENT when nothing resolves (a run that
+ * resumes "latest" on its first start), for a caller that says it itself. */
+int whale_ckpt_resolve_quiet(const char *root, const char *which, char **out);
 
 typedef struct whale_ckpt_reader whale_ckpt_reader;
 

@@ -189,6 +189,11 @@ int whale_ckpt_resolve(const char *root, const char *which, char **out)
     return ckpt_resolve(root, which, out, false);
 }
 
+int whale_ckpt_resolve_quiet(const char *root, const char *which, char **out)
+{
+    return ckpt_resolve(root, which, out, true);
+}
+
 int whale_ckpt_resolve_strict(const char *root, const char *which, char **out)
 {
     int rc = ckpt_resolve(root, which, out, false);

@@ -90,9 +90,14 @@ static int resume_dir(struct train *t, char **dir)
 {
     bool latest = !strcmp(t->o.resume, "latest");
     *dir = NULL;
-    int lrc = whale_ckpt_resolve(latest ? t->ckc.root : t->o.resume, "latest", dir);
+    const char *where = latest ? t->ckc.root : t->o.resume;
+    /* --resume latest on a job's first start finds nothing: not an error,
+     * and resume() says so once (rank 0) instead of every rank twice */
+    int lrc = whale_ckpt_resolve_quiet(where, "latest", dir);
     if (lrc == WHALE_ENOENT && latest)
         return TRAIN_GO;
+    if (lrc) /* again, aloud, for the reason */
+        lrc = whale_ckpt_resolve(where, "latest", dir);
     return lrc ? 1 : TRAIN_GO;
 }
 
