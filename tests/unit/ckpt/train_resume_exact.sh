@@ -53,6 +53,8 @@ compare "$d/ref.jsonl" "$d/b.jsonl" 11 1e-6 || fail "resumed losses differ"
 out=$("$train" "${args[@]}" --steps 2 --metrics "" --whale-ckpt-dir "$d/empty" --resume latest 2>&1) \
     || fail "--resume latest on an empty root: $out"
 echo "$out" | grep -q "no checkpoint under .* yet, starting at step 0" || fail "no fresh-start note: $out"
+[ "$(echo "$out" | grep -c "no checkpoint under")" -eq 1 ] || fail "fresh start said more than once: $out"
+echo "$out" | grep -q "error" && fail "fresh start logged an error: $out"
 # a bad path: named, non-zero
 out=$("$train" "${args[@]}" --metrics "" --resume "$d/nope" 2>&1) && fail "bad --resume accepted"
 echo "$out" | grep -q "$d/nope" || fail "bad --resume not named: $out"
