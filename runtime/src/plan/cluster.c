@@ -66,6 +66,10 @@ int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node, co
         c->link[WHALE_PLAN_LINK_NVLINK].alpha = 2e-6;
         c->link[WHALE_PLAN_LINK_LEAF].alpha = 40e-6;
         c->link[WHALE_PLAN_LINK_SPINE].alpha = 50e-6;
+    } else {
+        /* fitted with the GPU model (plan_internal.h) */
+        c->eff.coll_eff = PLAN_FIT_COLL_EFF;
+        c->eff.zero3_overlap = PLAN_FIT_Z3_OVERLAP;
     }
     c->nvlink_domain = c->group[0].gpu.domain > gpus_per_node ? c->group[0].gpu.domain : gpus_per_node;
     if (c->group[0].gpu.domain > 0 && (int64_t)nodes * gpus_per_node < c->nvlink_domain)
@@ -145,7 +149,9 @@ int whale_cluster_validate(const struct whale_cluster *c)
     const struct whale_eff_model *e = &c->eff;
     if (!(e->gemm_eff >= 0 && e->gemm_eff <= 1) || e->zero3_msgs < 0 || !(e->mem_eff > 0 && e->mem_eff <= 1) ||
         !(e->coll_eff > 0 && e->coll_eff <= 1) || e->dp_overlap < 0 || e->dp_overlap > 1 ||
-        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0)) {
+        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0) ||
+        e->gemm_scale < 0 || e->gemm_scale > 1.5 || e->lat_scale < 0 || e->tp_overlap < 0 || e->tp_overlap > 1 ||
+        e->dp_bucket < 0) {
         whale_error("cluster: efficiency constants out of range (efficiencies in (0,1], GEMM "
                     "efficiency 0 = the device's)");
         return WHALE_EINVAL;
