@@ -475,9 +475,13 @@ static int report(const struct report_args *a, const struct whale_plan_request *
     FILE *human = a->json && !strcmp(a->json, "-") ? stderr : stdout;
     if (a->quiet && res->found) {
         whale_plan_format_config(&res->best.cfg, buf, len);
-        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%)  %.1f GiB\n",
+        char range[48] = "";
+        double lo, hi;
+        if (!whale_plan_range(cl, &res->best.cfg, &lo, &hi))
+            snprintf(range, sizeof range, " (%+.0f %% / %+.0f %%)", 100 * lo, 100 * hi);
+        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device%s (MFU %.0f%%)  %.1f GiB\n",
                 buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
-                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
+                res->best.pred.model_tflops_per_gpu, range, 100 * res->best.pred.mfu,
                 res->best.pred.mem_total / 1073741824.0);
     } else if (!a->quiet) {
         whale_plan_explain(rq, res, buf, len);
