@@ -133,6 +133,8 @@ struct whale_eff_model {
                               (Megatron-Core --tp-comm-overlap); default 0 */
     double dp_bucket;      /* parameters per DP gradient bucket (each bucket pays the
                               collective's latency); 0 = 40M (Megatron / PyTorch DDP) */
+    int innet_reduce;      /* 1: all-reduces reduce in the network (NVLS inside the NVLink
+                              domain, InfiniBand SHARP across it; whale-plan --sharp) */
 };
 
 struct whale_cluster {

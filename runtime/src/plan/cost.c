@@ -152,6 +152,14 @@ double plan_allreduce(int p, double bytes, double alpha, double bw)
     return fmin(ring, tree);
 }
 
+double plan_allreduce_net(const struct plan_ctx *x, int p, double bytes, double alpha, double bw)
+{
+    double t = plan_allreduce(p, bytes, alpha, bw);
+    if (p > 1 && bytes > 0 && x->gpu_model && x->c->eff.innet_reduce)
+        t = fmin(t, 2.0 * ceil(log2(p)) * alpha + bytes / bw);
+    return t;
+}
+
 double plan_allgather(int p, double bytes, double alpha, double bw)
 {
     if (p <= 1 || bytes <= 0)
@@ -281,7 +289,7 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     if (tp > 1) {
         double al, bw;
         plan_group_link(x, 1, tp, &al, &bw);
-        double one = plan_allreduce(tp, 2.0 * es * M * h, al, bw);
+        double one = plan_allreduce_net(x, tp, 2.0 * es * M * h, al, bw);
         /* Megatron-Core's TP communication overlap splits the GEMMs next
          * to each collective into chunks and hides the collective behind
          * them (tp_overlap of it); the hidden part still costs overlap_cost */

@@ -301,7 +301,7 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
     double exposed;
     switch (cfg->zero) {
     case 0:   /* all-reduce once per step, overlapped with the last backward */
-        *total = nb * plan_allreduce(cfg->dp, grad / nb, al, bw);
+        *total = nb * plan_allreduce_net(x, cfg->dp, grad / nb, al, bw);
         exposed = fmax(0, *total - ov * so->t_bwd - slack);
         break;
     case 1:   /* reduce-scatter once + all-gather of updated weights after the step */

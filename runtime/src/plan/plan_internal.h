@@ -81,6 +81,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
 /* Collectives (alpha-beta; the faster of ring and tree as NCCL would pick). */
 double plan_allreduce(int p, double bytes, double alpha, double bw);
 double plan_allgather(int p, double bytes, double alpha, double bw); /* bytes = full result */
+/* plan_allreduce, or in-network reduction where the cluster has it (GPU
+ * clusters with eff.innet_reduce): every GPU sends its bytes up the
+ * switch tree once and receives the result once, log2(p) switch levels. */
+double plan_allreduce_net(const struct plan_ctx *x, int p, double bytes, double alpha, double bw);
 
 /* Link class and effective per-rank bus bandwidth of a group of `size`
  * ranks spaced `stride` logical ranks apart under the contract's rank

@@ -53,6 +53,9 @@ static void usage(FILE *f)
 "      --nvlink-domain N      GPUs per NVLink domain (default: node, or 72 for GB200)\n"
 "      --nodes-per-leaf N     nodes under one leaf switch (default 32; 0 = one switch)\n"
 "      --spine-oversub X      bandwidth divisor across leaf switches (default 1)\n"
+"      --sharp                all-reduces reduce in the network (NVLink SHARP / NVLS\n"
+"                             inside the NVLink domain, InfiniBand SHARP across it):\n"
+"                             each GPU sends and receives its bytes once\n"
 "      --conf FILE --nodelist HOSTS\n"
 "                             the cluster as the plugin sees it: whale.conf (+ its\n"
 "                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
@@ -113,7 +116,7 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
+    O_TOKENS = 256, O_SHARP, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
     O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS
 };
@@ -129,6 +132,7 @@ static const struct option longopts[] = {
     { "nvlink-domain", required_argument, 0, O_DOMAIN },
     { "nodes-per-leaf", required_argument, 0, O_LEAF },
     { "spine-oversub", required_argument, 0, O_OVERSUB },
+    { "sharp", no_argument, 0, O_SHARP },
     { "calib", required_argument, 0, O_CALIB },
     { "cores-per-node", required_argument, 0, O_CORES },
     { "threads", required_argument, 0, O_THREADS },
@@ -374,6 +378,7 @@ struct cluster_args {
     const char *conf_path, *nodelist, *gpu;
     long nodes, gpn, domain, leaf;
     bool gpn_given, constants_only; /* constants_only: --explain-model without --model */
+    bool sharp;
     double oversub;
     const struct group_arg *groups;
     int ngroups;
@@ -409,6 +414,8 @@ static int resolve_cluster(const struct cluster_args *a, struct whale_cluster *c
     if (a->leaf >= 0)
         cl->nodes_per_leaf = (int)a->leaf;
     cl->spine_oversub = a->oversub;
+    if (a->sharp)
+        cl->eff.innet_reduce = 1;
     return 0;
 }
 
@@ -478,10 +485,10 @@ static int report(const struct report_args *a, const struct whale_plan_request *
         char range[48] = "";
         double lo, hi;
         if (!whale_plan_range(cl, &res->best.cfg, &lo, &hi))
-            snprintf(range, sizeof range, " (%+.0f %% / %+.0f %%)", 100 * lo, 100 * hi);
-        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device%s (MFU %.0f%%)  %.1f GiB\n",
+            snprintf(range, sizeof range, "; rate %+.0f %% / %+.0f %%", 100 * lo, 100 * hi);
+        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%%s)  %.1f GiB\n",
                 buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
-                res->best.pred.model_tflops_per_gpu, range, 100 * res->best.pred.mfu,
+                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu, range,
                 res->best.pred.mem_total / 1073741824.0);
     } else if (!a->quiet) {
         whale_plan_explain(rq, res, buf, len);
@@ -518,7 +525,7 @@ struct plan_opts {
     double oversub;
     double train_tokens; /* --train-tokens: the cost of the whole run */
     struct plan_price price;
-    bool evaluate, quiet, list, explain_model;
+    bool evaluate, quiet, list, explain_model, sharp;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
     int ngroups;
     struct whale_plan_request rq; /* the search constraints (--tp, --zero, ...) */
@@ -640,6 +647,7 @@ static int parse_number(int c, const char *arg, struct plan_opts *o)
     case O_DOMAIN: return whale_opt_long("whale-plan", "nvlink-domain", arg, 1, 100000, &o->domain) ? 2 : 0;
     case O_LEAF: return whale_opt_long("whale-plan", "nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
     case O_OVERSUB: return whale_opt_double("whale-plan", "spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
+    case O_SHARP: o->sharp = true; return 0;
     case O_CORES: return whale_opt_long("whale-plan", "cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
     case O_THREADS: return whale_opt_long("whale-plan", "threads", arg, 1, 4096, &o->threads) ? 2 : 0;
     case O_FIT: return whale_opt_double("whale-plan", "fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
@@ -714,7 +722,7 @@ static int setup_cluster(const struct plan_opts *o, struct whale_cluster *cl,
 {
     struct cluster_args ca = { .conf_path = o->conf_path, .nodelist = o->nodelist, .gpu = o->gpu,
                                .nodes = o->nodes, .gpn = o->gpn, .gpn_given = o->gpn_given,
-                               .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub,
+                               .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub, .sharp = o->sharp,
                                .groups = o->groups, .ngroups = o->ngroups,
                                .constants_only = o->explain_model && !o->model };
     int crc = resolve_cluster(&ca, cl);
