@@ -19,14 +19,18 @@
 #define TF 1e12
 
 /* Kernel efficiencies, measured in public:
- *  gemm: best-shape fraction of the dense bf16 peak ("maximum achievable
- *    matmul FLOPS", MAMF, burst clock: S. Bekman, ml-engineering,
- *    compute/accelerator/README.md, mamf-finder.py): A100 267.9/312 = 0.86,
- *    H100 SXM 792/989 = 0.80 (H200: the same GH100 die), B200 1746/2250 =
- *    0.78, GB200 (the B200 die at 1200 W) 0.80, V100 cuBLAS fp16 ~100/125 =
- *    0.80. What a training stack reaches of it (power-capped clocks, kernels
- *    other than cuBLAS's best, launch gaps) is the fitted gemm_scale of
- *    struct whale_eff_model, one constant for every generation.
+ *  gemm: best-shape fraction of the dense bf16 peak at the clock a GPU
+ *    holds under sustained GEMM load ("maximum achievable matmul FLOPS",
+ *    MAMF, power-saturated: S. Bekman, ml-engineering,
+ *    compute/accelerator/README.md and benchmarks/README.md, mamf-finder.py).
+ *    H100/H200 (one GH100 die at 700 W) 703/989 = 0.71 with all 8 GPUs busy
+ *    (792 = 0.80 burst); B200 1439/2250 = 0.64 (1746 burst); GB200 runs the
+ *    B200 die at 1200 W instead of 1000 W: 0.70; A100 SXM 267.9/312 = 0.86
+ *    burst on a 400 W part that holds its clock: 0.82 sustained; V100 cuBLAS
+ *    fp16 ~100/125 burst: 0.78. Training runs at the sustained clock. What a
+ *    training stack reaches of it (kernels other than cuBLAS's best, launch
+ *    gaps) is the fitted gemm_scale of struct whale_eff_model, one constant
+ *    for every generation.
  *  sms, tile: streaming multiprocessors and the output tile of the large
  *    bf16 GEMM kernels (cuBLAS/CUTLASS: 128x128 on Volta, 128x256 on Ampere
  *    and Hopper, 256x256 2-CTA tiles on Blackwell). A GEMM of T tiles fills
@@ -46,13 +50,13 @@
  *    1125/2250); CPU ranks measure fp32 directly. */
 static const struct whale_plan_device plan_devices[] = {
     /* name          peak        mem          hbm        nvlink     nic        pcie      domain gemm  half flash fp32  cache spill sms tile_m tile_n */
-    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0,  0.80, 32, 0.30, 0.125, 0, 0,  80, 128, 128 },
-    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.86, 40, 0.55, 0.5, 0, 0, 108, 128, 256 },
-    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.86, 40, 0.55, 0.5, 0, 0, 108, 128, 256 },
-    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.80, 64, 0.45, 0.5, 0, 0, 132, 128, 256 },
-    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.80, 64, 0.45, 0.5, 0, 0, 132, 128, 256 },
-    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  0,  0.78, 96, 0.45, 0.5, 0, 0, 148, 256, 256 },
-    { "GB200",      2500 * TF,  186 * GB,    8000 * GB,  900 * GB,  50 * GB,  450 * GB, 72,  0.80, 96, 0.45, 0.5, 0, 0, 148, 256, 256 },
+    { "V100-32GB",   125 * TF,   32 * GiB,    900 * GB,  150 * GB,  12.5 * GB, 12 * GB,  0,  0.78, 32, 0.30, 0.125, 0, 0,  80, 128, 128 },
+    { "A100-40GB",   312 * TF,   40 * GiB,   1555 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.82, 40, 0.55, 0.5, 0, 0, 108, 128, 256 },
+    { "A100-80GB",   312 * TF,   80 * GiB,   2039 * GB,  300 * GB,  25 * GB,   25 * GB,  0,  0.82, 40, 0.55, 0.5, 0, 0, 108, 128, 256 },
+    { "H100-80GB",   989 * TF,   80 * GiB,   3350 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.71, 64, 0.45, 0.5, 0, 0, 132, 128, 256 },
+    { "H200",        989 * TF,  141 * GB,    4800 * GB,  450 * GB,  50 * GB,   50 * GB,  0,  0.71, 64, 0.45, 0.5, 0, 0, 132, 128, 256 },
+    { "B200",       2250 * TF,  180 * GB,    8000 * GB,  900 * GB,  50 * GB,   50 * GB,  0,  0.64, 96, 0.45, 0.5, 0, 0, 148, 256, 256 },
+    { "GB200",      2500 * TF,  186 * GB,    8000 * GB,  900 * GB,  50 * GB,  450 * GB, 72,  0.70, 96, 0.45, 0.5, 0, 0, 148, 256, 256 },
     /* One rank on a 2-core AVX-512 VM: ~0.2 TFLOP/s sgemm, shared-memory and
      * TCP "links" (see the machine baselines note); the GEMM figures are the
      * wave-1 defaults a whale-bench profile replaces. */

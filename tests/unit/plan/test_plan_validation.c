@@ -48,7 +48,7 @@
 #define HELD_OUT_WITHIN 0.80
 
 /* The grid of the free constants (struct whale_eff_model). */
-static const double G_GEMM[] = { 0.70, 0.725, 0.75, 0.775, 0.80, 0.825, 0.85, 0.875, 0.90, 0.925, 0.95, 0.975, 1.0 };
+static const double G_GEMM[] = { 0.75, 0.775, 0.80, 0.825, 0.85, 0.875, 0.90, 0.925, 0.95, 0.975, 1.0 };
 static const double G_COLL[] = { 0.6, 0.7, 0.8, 0.9 };
 static const double G_LAT[] = { 1 };   /* fixed: NCCL's own latency model (cluster.c) */
 static const double G_Z3[] = { 0, 0.2, 0.4, 0.6, 0.8, 1.0 };
