@@ -88,7 +88,10 @@ static double gemm_time(const struct plan_ctx *x, const struct whale_plan_device
         /* `count` GEMMs of one shape run as one batched kernel (attention
          * heads; gate and up of a gated MLP): their tiles share the waves */
         double T = count * (M / g->tile_m) * (N / g->tile_n);
-        eff = ge * plan_gemm_scale(e) * T / (T + 0.5 * g->sms) * dim_eff(K, half);
+        /* a calibrated efficiency (whale-bench, --fit-step) is already what
+         * this stack achieves: the fitted share applies to the catalogue's */
+        double share = e->gemm_eff > 0 ? 1.0 : plan_gemm_scale(e);
+        eff = ge * share * T / (T + 0.5 * g->sms) * dim_eff(K, half);
     } else {
         eff = ge * dim_eff(M, half) * dim_eff(N, half) * dim_eff(K, half);
     }
