@@ -244,7 +244,10 @@ static void print_model_constants(const struct whale_cluster *c)
                e->gemm_half_dim > 0 ? "set" : "the device's");
     else
         printf("  GEMM: time = 2MNK / (peak x E x f(M) f(N) f(K)), f(d) = d / (d + half), E and half\n"
-               "  per device type (measured sustained GEMM efficiency, below)\n");
+               "  per device type (measured sustained GEMM efficiency, below); GPU types instead:\n"
+               "  2MNK / (peak x E x s x T / (T + SMs/2) x f(K)), T = output tiles of the GEMM,\n"
+               "  E the best-shape rate at the sustained clock, s the stack's share of it (%s)\n",
+               e->gemm_scale > 0 ? "set" : "gemm_scale, fitted on published runs: docs/planning.md");
     if (e->gemm_eff > 0)
         printf("    E = %.4g\n", e->gemm_eff);
     if (e->gemm_half_dim > 0)
@@ -272,6 +275,8 @@ static void print_model_constants(const struct whale_cluster *c)
                g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
                g->nvlink_bw / 1e9, g->nic_bw / 1e9, "", g->gemm_eff, g->gemm_half, g->flash_eff,
                g->fp32_ratio);
+        if (g->sms > 0)
+            printf("  %-10s %d SMs, %gx%g output tiles\n", "", g->sms, g->tile_m, g->tile_n);
         if (g->spill > 0)
             printf("  %-10s memory-bound kernels of a layer whose activations W outgrow"
                    " %.4g MiB of cache: 1 + %.3g x (1 - C/W) times as long\n",
