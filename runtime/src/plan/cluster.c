@@ -27,14 +27,14 @@ void plan_eff_defaults(struct whale_eff_model *e)
                                   (nccl-tests: ~190 of 240 GB/s on A100 NVLink) */
     e->dp_overlap = 0.8;       /* share of the DP reduction hidden behind backward */
     e->overlap_cost = 0.15;    /* NCCL kernels take SMs/HBM from overlapped compute */
-    /* ZeRO-3 as measured: DeepSpeed stage 3 at 384-1536 A100s (Megatron-LM
-     * SC'21 table 2) and PyTorch FSDP on 8-64 GPUs (MosaicML llm-foundry
-     * tables) both behave as if every parameter tensor is gathered on its
-     * own and the gathers are not hidden behind compute (NCCL's kernels
-     * contend with the GEMMs for SMs and HBM): with prefetch credited, the
-     * model overpredicts those runs by 10-250 %. A runtime that does hide
-     * them (calibration ZeRO3Overlap=, zero3_msgs = 1 for one flat buffer
-     * per layer) can say so. */
+    /* ZeRO-3: every collective's ring latency is on the critical path and
+     * the gathers' bandwidth is not hidden behind compute (zero3_overlap 0:
+     * the fit on the published DeepSpeed and FSDP runs,
+     * tests/data/plan-validation.txt, finds no hiding). DeepSpeed ZeRO-3 (as
+     * of Megatron-LM SC'21 table 2) issues one collective per parameter
+     * tensor (zero3_msgs 0, the default); PyTorch FSDP one flat buffer per
+     * layer (zero3_msgs 1). A calibration profile (ZeRO3Overlap=) can say
+     * what a runtime hides. */
     e->zero3_overlap = 0;
     e->zero3_msgs = 0;         /* 0 = one collective per parameter tensor of the block */
     e->offload_overlap = 0.3;  /* offload=params: host fetches hidden behind 30 % of compute
