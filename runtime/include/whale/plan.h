@@ -62,6 +62,14 @@ struct whale_plan_device {
      * (CacheBytes=, SpillFactor=). */
     double cache_bytes;
     double spill;
+    /* GPU GEMM shape model (0 = the CPU's per-dimension model, gemm_half on
+     * all three dimensions): streaming multiprocessors and the output tile
+     * of the generation's large-GEMM kernels. A GEMM of M x N outputs runs
+     * T = (M / tile_m)(N / tile_n) tiles; it fills the SMs like
+     * T / (T + sms / 2) (the last, partial wave) and its depth K like
+     * K / (K + gemm_half). */
+    int sms;
+    double tile_m, tile_n;
 };
 
 /* The catalogue (A100-40GB, A100-80GB, H100-80GB, H200, B200, GB200,
@@ -114,6 +122,19 @@ struct whale_eff_model {
                               buffer per layer */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
+    /* Free constants of the GPU model, fitted on published runs
+     * (tests/data/plan-validation.txt, leave-one-source-out; docs/planning.md).
+     * They apply to GPU device types only (whale_plan_device.sms > 0): a CPU
+     * cluster keeps its calibrated figures. 0 = the fitted default. */
+    double gemm_scale;     /* achieved / best-shape GEMM and flash efficiency of the
+                              training software stack */
+    double lat_scale;      /* multiplies every link's per-step collective latency */
+    double tp_overlap;     /* share of the TP collectives hidden behind the GEMMs
+                              (Megatron-Core --tp-comm-overlap); default 0 */
+    double dp_bucket;      /* parameters per DP gradient bucket (each bucket pays the
+                              collective's latency); 0 = 40M (Megatron / PyTorch DDP) */
+    int innet_reduce;      /* 1: all-reduces reduce in the network (NVLS inside the NVLink
+                              domain, InfiniBand SHARP across it; whale-plan --sharp) */
 };
 
 struct whale_cluster {
@@ -422,6 +443,20 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
 void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf, size_t len);
 /* "tp=8 pp=64 dp=6 mb=1 m=512 v=2 zero=1 rc=full" */
 void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, size_t len);
+
+/* How sure a prediction is. The kind of a configuration on a cluster is its
+ * GPU generation and parallelism family ("hopper/3d", "ampere/sharded",
+ * "blackwell/dp"); whale_plan_kind writes it, or returns WHALE_ENOENT for
+ * CPU and mixed-generation clusters (no published runs to judge by).
+ * whale_plan_range gives the range the measured rate falls in, as fractions
+ * of the prediction (lo <= 0 <= hi usually: measured = predicted x (1 + lo)
+ * .. (1 + hi)), from the 10th-90th percentile of the planner's
+ * leave-one-source-out errors on published runs of that kind
+ * (tests/data/plan-validation.txt, docs/planning.md). */
+int whale_plan_kind(const struct whale_cluster *c, const struct whale_plan_config *cfg, char *kind,
+                    size_t len);
+int whale_plan_range(const struct whale_cluster *c, const struct whale_plan_config *cfg, double *lo,
+                     double *hi);
 
 /* Parameter tensors of one block (weights, biases, norm scales and
  * shifts): the collectives per layer of a per-tensor ZeRO-3 (DeepSpeed

@@ -27,14 +27,14 @@ void plan_eff_defaults(struct whale_eff_model *e)
                                   (nccl-tests: ~190 of 240 GB/s on A100 NVLink) */
     e->dp_overlap = 0.8;       /* share of the DP reduction hidden behind backward */
     e->overlap_cost = 0.15;    /* NCCL kernels take SMs/HBM from overlapped compute */
-    /* ZeRO-3 as measured: DeepSpeed stage 3 at 384-1536 A100s (Megatron-LM
-     * SC'21 table 2) and PyTorch FSDP on 8-64 GPUs (MosaicML llm-foundry
-     * tables) both behave as if every parameter tensor is gathered on its
-     * own and the gathers are not hidden behind compute (NCCL's kernels
-     * contend with the GEMMs for SMs and HBM): with prefetch credited, the
-     * model overpredicts those runs by 10-250 %. A runtime that does hide
-     * them (calibration ZeRO3Overlap=, zero3_msgs = 1 for one flat buffer
-     * per layer) can say so. */
+    /* ZeRO-3: every collective's ring latency is on the critical path and
+     * the gathers' bandwidth is not hidden behind compute (zero3_overlap 0:
+     * the fit on the published DeepSpeed and FSDP runs,
+     * tests/data/plan-validation.txt, finds no hiding). DeepSpeed ZeRO-3 (as
+     * of Megatron-LM SC'21 table 2) issues one collective per parameter
+     * tensor (zero3_msgs 0, the default); PyTorch FSDP one flat buffer per
+     * layer (zero3_msgs 1). A calibration profile (ZeRO3Overlap=) can say
+     * what a runtime hides. */
     e->zero3_overlap = 0;
     e->zero3_msgs = 0;         /* 0 = one collective per parameter tensor of the block */
     e->offload_overlap = 0.3;  /* offload=params: host fetches hidden behind 30 % of compute
@@ -66,6 +66,10 @@ int whale_cluster_init(struct whale_cluster *c, int nodes, int gpus_per_node, co
         c->link[WHALE_PLAN_LINK_NVLINK].alpha = 2e-6;
         c->link[WHALE_PLAN_LINK_LEAF].alpha = 40e-6;
         c->link[WHALE_PLAN_LINK_SPINE].alpha = 50e-6;
+    } else {
+        /* fitted with the GPU model (plan_internal.h) */
+        c->eff.coll_eff = PLAN_FIT_COLL_EFF;
+        c->eff.zero3_overlap = PLAN_FIT_Z3_OVERLAP;
     }
     c->nvlink_domain = c->group[0].gpu.domain > gpus_per_node ? c->group[0].gpu.domain : gpus_per_node;
     if (c->group[0].gpu.domain > 0 && (int64_t)nodes * gpus_per_node < c->nvlink_domain)
@@ -145,7 +149,9 @@ int whale_cluster_validate(const struct whale_cluster *c)
     const struct whale_eff_model *e = &c->eff;
     if (!(e->gemm_eff >= 0 && e->gemm_eff <= 1) || e->zero3_msgs < 0 || !(e->mem_eff > 0 && e->mem_eff <= 1) ||
         !(e->coll_eff > 0 && e->coll_eff <= 1) || e->dp_overlap < 0 || e->dp_overlap > 1 ||
-        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0)) {
+        e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0) ||
+        e->gemm_scale < 0 || e->gemm_scale > 1.5 || e->lat_scale < 0 || e->tp_overlap < 0 || e->tp_overlap > 1 ||
+        e->dp_bucket < 0) {
         whale_error("cluster: efficiency constants out of range (efficiencies in (0,1], GEMM "
                     "efficiency 0 = the device's)");
         return WHALE_EINVAL;

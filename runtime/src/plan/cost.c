@@ -44,6 +44,9 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
     plan_ctx_set_precision(x, -1);
     x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
     x->gpn_min = 1 << 30;
+    x->gpu_model = c->ngroups > 0;
+    for (int i = 0; i < c->ngroups; i++)
+        x->gpu_model = x->gpu_model && c->group[i].gpu.sms > 0;
     for (int i = 0; i < c->ngroups; i++) {
         const struct whale_plan_device *g = &c->group[i].gpu;
         x->nvlink_bw = fmin(x->nvlink_bw, g->nvlink_bw);
@@ -68,16 +71,30 @@ static double plan_peak(const struct plan_ctx *x, const struct whale_plan_device
     return x->fp32 && g->fp32_ratio > 0 ? g->peak_flops * g->fp32_ratio : g->peak_flops;
 }
 
-/* Seconds for `count` GEMMs of shape (M x K) * (K x N): the device's
- * sustained GEMM efficiency times a fill factor per dimension (cluster
- * values, e.g. from a calibration profile, override the catalogue's). */
+/* Seconds for `count` GEMMs of shape (M x K) * (K x N). GPU types: the
+ * generation's best-shape rate x the stack's share of it (gemm_scale) x how
+ * the M x N output tiles fill the SMs, T / (T + sms / 2), x the depth term
+ * K / (K + half) (struct whale_plan_device). The CPU: a fill factor per
+ * dimension. Cluster values (a calibration profile) override the
+ * catalogue's efficiency and half dimension. */
 static double gemm_time(const struct plan_ctx *x, const struct whale_plan_device *g,
                         double count, double M, double N, double K)
 {
     const struct whale_eff_model *e = &x->c->eff;
     double ge = e->gemm_eff > 0 ? e->gemm_eff : g->gemm_eff;
     double half = e->gemm_half_dim > 0 ? e->gemm_half_dim : g->gemm_half;
-    double eff = ge * dim_eff(M, half) * dim_eff(N, half) * dim_eff(K, half);
+    double eff;
+    if (g->sms > 0 && g->tile_m > 0 && g->tile_n > 0) {
+        /* `count` GEMMs of one shape run as one batched kernel (attention
+         * heads; gate and up of a gated MLP): their tiles share the waves */
+        double T = count * (M / g->tile_m) * (N / g->tile_n);
+        /* a calibrated efficiency (whale-bench, --fit-step) is already what
+         * this stack achieves: the fitted share applies to the catalogue's */
+        double share = e->gemm_eff > 0 ? 1.0 : plan_gemm_scale(e);
+        eff = ge * share * T / (T + 0.5 * g->sms) * dim_eff(K, half);
+    } else {
+        eff = ge * dim_eff(M, half) * dim_eff(N, half) * dim_eff(K, half);
+    }
     return count * 2 * M * N * K / (plan_peak(x, g) * eff);
 }
 
@@ -104,6 +121,10 @@ static void flash_time(const struct plan_ctx *x, const struct whale_plan_device 
     double f = causal_share(g, s) * 4 * heads * s * s * hd; /* executed forward FLOPs */
     double ge = x->c->eff.gemm_eff > 0 ? x->c->eff.gemm_eff : g->gemm_eff;
     double eff = g->flash_eff > 0 ? g->flash_eff : ge;
+    if (g->flash_eff > 0 && g->sms > 0)
+        /* the stack's share, and head dim: 64 runs ~10 % below 128 (fewer
+         * FLOPs per byte of Q, K, V tile loaded) */
+        eff *= plan_gemm_scale(&x->c->eff) * (hd / (hd + 16)) / (128.0 / 144.0);
     *fwd = f / (plan_peak(x, g) * eff);
     *bwd = 2.5 * *fwd;
 }
@@ -134,6 +155,14 @@ double plan_allreduce(int p, double bytes, double alpha, double bw)
     return fmin(ring, tree);
 }
 
+double plan_allreduce_net(const struct plan_ctx *x, int p, double bytes, double alpha, double bw)
+{
+    double t = plan_allreduce(p, bytes, alpha, bw);
+    if (p > 1 && bytes > 0 && x->gpu_model && x->c->eff.innet_reduce)
+        t = fmin(t, 2.0 * ceil(log2(p)) * alpha + bytes / bw);
+    return t;
+}
+
 double plan_allgather(int p, double bytes, double alpha, double bw)
 {
     if (p <= 1 || bytes <= 0)
@@ -150,13 +179,14 @@ int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alph
     int dom = c->nvlink_domain;
     double nv = c->link[WHALE_PLAN_LINK_NVLINK].bw > 0 ? c->link[WHALE_PLAN_LINK_NVLINK].bw
                                                   : x->nvlink_bw * e->coll_eff;
+    double ls = x->gpu_model ? plan_lat_scale(e) : 1.0;
     if (size <= 1) {
         *alpha = 0;
         *bw = nv;
         return WHALE_PLAN_LINK_NVLINK;
     }
     if (span <= dom) {
-        *alpha = c->link[WHALE_PLAN_LINK_NVLINK].alpha;
+        *alpha = ls * c->link[WHALE_PLAN_LINK_NVLINK].alpha;
         *bw = nv;
         return WHALE_PLAN_LINK_NVLINK;
     }
@@ -169,7 +199,7 @@ int plan_group_link(const struct plan_ctx *x, int stride, int size, double *alph
                 : x->nic_bw * e->coll_eff;
     if (cls == WHALE_PLAN_LINK_SPINE && c->link[WHALE_PLAN_LINK_SPINE].bw <= 0)
         rail /= c->spine_oversub;
-    *alpha = c->link[cls].alpha;
+    *alpha = ls * c->link[cls].alpha;
     *bw = fmin(nv, k * rail);
     return cls;
 }
@@ -262,10 +292,15 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
     if (tp > 1) {
         double al, bw;
         plan_group_link(x, 1, tp, &al, &bw);
-        double one = plan_allreduce(tp, 2.0 * es * M * h, al, bw);
-        lc->tp_fwd = 2 * one;
-        lc->tp_bwd = 2 * one;
-        lc->tp_rc = 2 * one;
+        double one = plan_allreduce_net(x, tp, 2.0 * es * M * h, al, bw);
+        /* Megatron-Core's TP communication overlap splits the GEMMs next
+         * to each collective into chunks and hides the collective behind
+         * them (tp_overlap of it); the hidden part still costs overlap_cost */
+        double ov = x->gpu_model ? fmin(fmax(e->tp_overlap, 0), 1) : 0;
+        double layer_tp = 2 * one * ((1 - ov) + ov * e->overlap_cost);
+        lc->tp_fwd = layer_tp;
+        lc->tp_bwd = layer_tp;
+        lc->tp_rc = layer_tp;
         lc->first_fwd += one;      /* vocab-parallel embedding */
         lc->last_bwd += one;       /* input gradient of the output layer */
     }

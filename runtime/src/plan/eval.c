@@ -287,12 +287,21 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
     plan_group_link(x, cfg->tp, cfg->dp, &al, &bw);
     double P = stage_params(x, cfg, s, Ls), ov = x->c->eff.dp_overlap;
     double grad = GBYTES * P, w = WBYTES * P;
-    double rs = plan_allgather(cfg->dp, grad, al, bw);   /* reduce-scatter: same cost */
-    double ag = plan_allgather(cfg->dp, w, al, bw);
+    /* GPU runtimes (Megatron DDP / distributed optimizer, PyTorch DDP)
+     * reduce gradients in buckets as backward produces them: every bucket
+     * pays the collective's latency (ring: 2 (dp-1) steps, tree: 2 log2 dp),
+     * which is what grows with DP at a fixed model. */
+    double nb = 1;
+    if (x->gpu_model && cfg->zero < 3) {
+        double bucket = x->c->eff.dp_bucket > 0 ? x->c->eff.dp_bucket : PLAN_DP_BUCKET;
+        nb = fmax(1, ceil(P / bucket));
+    }
+    double rs = nb * plan_allgather(cfg->dp, grad / nb, al, bw);   /* reduce-scatter: same cost */
+    double ag = nb * plan_allgather(cfg->dp, w / nb, al, bw);
     double exposed;
     switch (cfg->zero) {
     case 0:   /* all-reduce once per step, overlapped with the last backward */
-        *total = plan_allreduce(cfg->dp, grad, al, bw);
+        *total = nb * plan_allreduce_net(x, cfg->dp, grad / nb, al, bw);
         exposed = fmax(0, *total - ov * so->t_bwd - slack);
         break;
     case 1:   /* reduce-scatter once + all-gather of updated weights after the step */

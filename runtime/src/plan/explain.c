@@ -154,6 +154,18 @@ void whale_plan_explain(const struct whale_plan_request *req, const struct whale
     char bd[1024];
     whale_plan_format_breakdown(b, bd, sizeof bd);
     cat(buf, len, &o, "%s", bd);
+    /* how sure: the held-out errors of published runs of this kind */
+    double lo, hi;
+    char kind[32];
+    if (!whale_plan_range(req->cluster, &b->cfg, &lo, &hi) &&
+        !whale_plan_kind(req->cluster, &b->cfg, kind, sizeof kind))
+        cat(buf, len, &o, "expected: %.0f model TFLOP/s per device (%+.0f %% / %+.0f %%), %.4g s per step "
+            "(%+.0f %% / %+.0f %%): the spread of published %s runs predicted without their source "
+            "(docs/planning.md)\n", b->pred.model_tflops_per_gpu, 100 * lo, 100 * hi, b->pred.t_step,
+            100 * (1 / (1 + hi) - 1), 100 * (1 / (1 + lo) - 1), kind);
+    else
+        cat(buf, len, &o, "expected: no published runs of this kind to say how sure (CPU or mixed "
+            "generations: calibrate with whale-bench)\n");
 
     cat(buf, len, &o, "\nwhy this plan:\n");
     const struct whale_plan_prediction *p = &b->pred;

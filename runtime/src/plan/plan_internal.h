@@ -9,6 +9,25 @@
  * masking skips whole blocks only, so s <= 64 computes every score. */
 #define PLAN_CPU_FLASH_BLOCK 64
 
+/* The free constants of the GPU model (struct whale_eff_model; 0 there =
+ * these): fitted on the whole validation set by test_plan_validation, which
+ * also fits them leaving each source out in turn and checks these are the
+ * whole-set fit. Everything else is a data sheet or a public measurement. */
+#define PLAN_FIT_GEMM_SCALE 0.90   /* achieved / best-shape sustained (MAMF) GEMM rate */
+#define PLAN_FIT_COLL_EFF   0.90   /* NCCL bus bandwidth / link rate */
+#define PLAN_FIT_LAT_SCALE  1.0    /* x the per-step latency of every link class */
+#define PLAN_FIT_Z3_OVERLAP 0.0    /* share of compute that hides ZeRO-3 gather bandwidth */
+#define PLAN_DP_BUCKET      40e6   /* parameters per DP gradient bucket */
+
+static inline double plan_gemm_scale(const struct whale_eff_model *e)
+{
+    return e->gemm_scale > 0 ? e->gemm_scale : PLAN_FIT_GEMM_SCALE;
+}
+static inline double plan_lat_scale(const struct whale_eff_model *e)
+{
+    return e->lat_scale > 0 ? e->lat_scale : PLAN_FIT_LAT_SCALE;
+}
+
 /* Cost of one transformer layer for one micro-batch on one device type,
  * given (tp, sequence parallel, micro-batch). Times in seconds per GPU. */
 struct plan_layer_cost {
@@ -43,6 +62,8 @@ struct plan_ctx {
     /* the slowest link figures over node groups (collectives span groups) */
     double nvlink_bw, nic_bw, pcie_bw;
     int gpn_min;                   /* GPUs per node, smallest group */
+    bool gpu_model;                /* every device is a GPU type (sms > 0): the GPU
+                                      model's fitted constants apply */
 };
 
 void plan_eff_defaults(struct whale_eff_model *e);
@@ -60,6 +81,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
 /* Collectives (alpha-beta; the faster of ring and tree as NCCL would pick). */
 double plan_allreduce(int p, double bytes, double alpha, double bw);
 double plan_allgather(int p, double bytes, double alpha, double bw); /* bytes = full result */
+/* plan_allreduce, or in-network reduction where the cluster has it (GPU
+ * clusters with eff.innet_reduce): every GPU sends its bytes up the
+ * switch tree once and receives the result once, log2(p) switch levels. */
+double plan_allreduce_net(const struct plan_ctx *x, int p, double bytes, double alpha, double bw);
 
 /* Link class and effective per-rank bus bandwidth of a group of `size`
  * ranks spaced `stride` logical ranks apart under the contract's rank

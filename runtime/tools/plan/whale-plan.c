@@ -54,6 +54,9 @@ static void usage(FILE *f)
 "      --nvlink-domain N      GPUs per NVLink domain (default: node, or 72 for GB200)\n"
 "      --nodes-per-leaf N     nodes under one leaf switch (default 32; 0 = one switch)\n"
 "      --spine-oversub X      bandwidth divisor across leaf switches (default 1)\n"
+"      --sharp                all-reduces reduce in the network (NVLink SHARP / NVLS\n"
+"                             inside the NVLink domain, InfiniBand SHARP across it):\n"
+"                             each GPU sends and receives its bytes once\n"
 "      --conf FILE --nodelist HOSTS\n"
 "                             the cluster as the plugin sees it: whale.conf (+ its\n"
 "                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
@@ -114,7 +117,7 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_TOKENS = 256, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
+    O_TOKENS = 256, O_SHARP, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
     O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS
 };
@@ -130,6 +133,7 @@ static const struct option longopts[] = {
     { "nvlink-domain", required_argument, 0, O_DOMAIN },
     { "nodes-per-leaf", required_argument, 0, O_LEAF },
     { "spine-oversub", required_argument, 0, O_OVERSUB },
+    { "sharp", no_argument, 0, O_SHARP },
     { "calib", required_argument, 0, O_CALIB },
     { "cores-per-node", required_argument, 0, O_CORES },
     { "threads", required_argument, 0, O_THREADS },
@@ -241,7 +245,10 @@ static void print_model_constants(const struct whale_cluster *c)
                e->gemm_half_dim > 0 ? "set" : "the device's");
     else
         printf("  GEMM: time = 2MNK / (peak x E x f(M) f(N) f(K)), f(d) = d / (d + half), E and half\n"
-               "  per device type (measured sustained GEMM efficiency, below)\n");
+               "  per device type (measured sustained GEMM efficiency, below); GPU types instead:\n"
+               "  2MNK / (peak x E x s x T / (T + SMs/2) x f(K)), T = output tiles of the GEMM,\n"
+               "  E the best-shape rate at the sustained clock, s the stack's share of it (%s)\n",
+               e->gemm_scale > 0 ? "set" : "gemm_scale, fitted on published runs: docs/planning.md");
     if (e->gemm_eff > 0)
         printf("    E = %.4g\n", e->gemm_eff);
     if (e->gemm_half_dim > 0)
@@ -269,6 +276,8 @@ static void print_model_constants(const struct whale_cluster *c)
                g->name, g->peak_flops / 1e12, g->mem_bytes / 1073741824.0, g->hbm_bw / 1e9,
                g->nvlink_bw / 1e9, g->nic_bw / 1e9, "", g->gemm_eff, g->gemm_half, g->flash_eff,
                g->fp32_ratio);
+        if (g->sms > 0)
+            printf("  %-10s %d SMs, %gx%g output tiles\n", "", g->sms, g->tile_m, g->tile_n);
         if (g->spill > 0)
             printf("  %-10s memory-bound kernels of a layer whose activations W outgrow"
                    " %.4g MiB of cache: 1 + %.3g x (1 - C/W) times as long\n",
@@ -375,6 +384,7 @@ struct cluster_args {
     const char *conf_path, *nodelist, *gpu;
     long nodes, gpn, domain, leaf;
     bool gpn_given, constants_only; /* constants_only: --explain-model without --model */
+    bool sharp;
     double oversub;
     const struct group_arg *groups;
     int ngroups;
@@ -410,6 +420,8 @@ static int resolve_cluster(const struct cluster_args *a, struct whale_cluster *c
     if (a->leaf >= 0)
         cl->nodes_per_leaf = (int)a->leaf;
     cl->spine_oversub = a->oversub;
+    if (a->sharp)
+        cl->eff.innet_reduce = 1;
     return 0;
 }
 
@@ -476,9 +488,13 @@ static int report(const struct report_args *a, const struct whale_plan_request *
     FILE *human = a->json && !strcmp(a->json, "-") ? stderr : stdout;
     if (a->quiet && res->found) {
         whale_plan_format_config(&res->best.cfg, buf, len);
-        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%)  %.1f GiB\n",
+        char range[48] = "";
+        double lo, hi;
+        if (!whale_plan_range(cl, &res->best.cfg, &lo, &hi))
+            snprintf(range, sizeof range, "; rate %+.0f %% / %+.0f %%", 100 * lo, 100 * hi);
+        fprintf(human, "%s  step %.4g s  %.1f hardware / %.1f model TFLOP/s/device (MFU %.0f%%%s)  %.1f GiB\n",
                 buf, res->best.pred.t_step, res->best.pred.tflops_per_gpu,
-                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu,
+                res->best.pred.model_tflops_per_gpu, 100 * res->best.pred.mfu, range,
                 res->best.pred.mem_total / 1073741824.0);
     } else if (!a->quiet) {
         whale_plan_explain(rq, res, buf, len);
@@ -515,7 +531,7 @@ struct plan_opts {
     double oversub;
     double train_tokens; /* --train-tokens: the cost of the whole run */
     struct plan_price price;
-    bool evaluate, quiet, list, explain_model;
+    bool evaluate, quiet, list, explain_model, sharp;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
     int ngroups;
     struct whale_plan_request rq; /* the search constraints (--tp, --zero, ...) */
@@ -637,6 +653,7 @@ static int parse_number(int c, const char *arg, struct plan_opts *o)
     case O_DOMAIN: return whale_opt_long("whale-plan", "nvlink-domain", arg, 1, 100000, &o->domain) ? 2 : 0;
     case O_LEAF: return whale_opt_long("whale-plan", "nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
     case O_OVERSUB: return whale_opt_double("whale-plan", "spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
+    case O_SHARP: o->sharp = true; return 0;
     case O_CORES: return whale_opt_long("whale-plan", "cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
     case O_THREADS: return whale_opt_long("whale-plan", "threads", arg, 1, 4096, &o->threads) ? 2 : 0;
     case O_FIT: return whale_opt_double("whale-plan", "fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
@@ -711,7 +728,7 @@ static int setup_cluster(const struct plan_opts *o, struct whale_cluster *cl,
 {
     struct cluster_args ca = { .conf_path = o->conf_path, .nodelist = o->nodelist, .gpu = o->gpu,
                                .nodes = o->nodes, .gpn = o->gpn, .gpn_given = o->gpn_given,
-                               .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub,
+                               .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub, .sharp = o->sharp,
                                .groups = o->groups, .ngroups = o->ngroups,
                                .constants_only = o->explain_model && !o->model };
     int crc = resolve_cluster(&ca, cl);

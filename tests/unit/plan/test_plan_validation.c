@@ -5,15 +5,26 @@
  * hypothetical cluster of the published GPUs, and the predicted TFLOP/s
  * per GPU, in the metric the source uses (model FLOPs for MFU-style
  * figures, hardware FLOPs with recompute for Megatron-style ones), is
- * compared with the published figure. Prints the error of every row and
- * asserts the issue's targets:
- *   - median absolute error <= 10 %;
- *   - >= 80 % of the rows within 15 %;
+ * compared with the published figure.
+ *
+ * The GPU model has three free constants (struct whale_eff_model):
+ * gemm_scale (the stack's share of the best-shape GEMM rate), coll_eff
+ * (NCCL bus bandwidth / link rate) and lat_scale (x every link's latency).
+ * Everything else is a data sheet or a public kernel measurement
+ * (runtime/src/plan/gpu.c, cluster.c). The test fits the three on a grid:
+ *   - in-sample: on all rows; the library's defaults must be that fit;
+ *   - leave-one-source-out: for every source (one paper or page: the part
+ *     of the source column before ':'), fitted on all the other sources'
+ *     rows, then used to predict the held-out source's rows.
+ * The held-out figures are the ones that count. It asserts:
+ *   - every published configuration fits in memory;
+ *   - held out: median |error| and the share within 15 % (the targets are
+ *     10 % and 80 %; the assertions pin what the model reaches, see below);
  *   - of two rows of one job done two ways (same "pair" tag), the faster
- *     is named correctly whenever they were measured > 10 % apart;
- *   - every published configuration fits in memory.
- * The constants are physical (device data sheets, kernel measurements:
- * runtime/src/plan/gpu.c, cluster.c); nothing here is fitted per row. */
+ *     is named correctly, held out, whenever they were measured > 10 % apart;
+ *   - the library's prediction ranges (range.c) are the 10th-90th
+ *     percentile of the held-out errors of each kind (generation x
+ *     parallelism family). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,17 +43,52 @@
 
 #define MAXROWS 128
 
+/* what the held-out validation must reach (the issue: 0.10 and 0.80) */
+#define HELD_OUT_MEDIAN 0.10
+#define HELD_OUT_WITHIN 0.80
+
+/* The grid of the free constants (struct whale_eff_model). */
+static const double G_GEMM[] = { 0.75, 0.775, 0.80, 0.825, 0.85, 0.875, 0.90, 0.925, 0.95, 0.975, 1.0 };
+static const double G_COLL[] = { 0.6, 0.7, 0.8, 0.9 };
+static const double G_LAT[] = { 1 };   /* fixed: NCCL's own latency model (cluster.c) */
+static const double G_Z3[] = { 0, 0.2, 0.4, 0.6, 0.8, 1.0 };
+#define NG (int)(sizeof G_GEMM / sizeof G_GEMM[0])
+#define NC (int)(sizeof G_COLL / sizeof G_COLL[0])
+#define NL (int)(sizeof G_LAT / sizeof G_LAT[0])
+#define NZ (int)(sizeof G_Z3 / sizeof G_Z3[0])
+#define NTHETA (NG * NC * NL * NZ)
+#define MISS 1.0   /* |log error| charged for a row that does not fit */
+
+struct theta {
+    double gemm, coll, lat, z3;   /* 0 = the library's defaults */
+};
+
+static struct theta theta_of(int k)
+{
+    struct theta t = { G_GEMM[k / (NC * NL * NZ)], G_COLL[(k / (NL * NZ)) % NC], G_LAT[(k / NZ) % NL],
+                       G_Z3[k % NZ] };
+    return t;
+}
+
 struct vrow {
     char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], metric[16], pair[16], source[64];
     char mb[8], v[8], seq[8], nic[16];
+    char group[64];   /* the source up to ':' (one paper or page) */
+    char kind[32];    /* whale_plan_kind of the published layout */
     int gpn, gpus, tp, pp, zero;
     long batch;
     double pub;
-    /* results */
+    /* results at one theta */
     bool ok;
     double pred, err, mem;
     double t_pred, t_pub;   /* step seconds: predicted, and published (same FLOP count) */
     char cfg[160];
+    /* over the grid */
+    double lerr[NTHETA];    /* log(pred / pub); NAN = does not fit */
+    double tstep[NTHETA];
+    /* held out */
+    int k_loso;
+    double loso_err;
 };
 
 static int load_rows(const char *path, struct vrow *rows, int max)
@@ -65,6 +111,7 @@ static int load_rows(const char *path, struct vrow *rows, int max)
             fprintf(stderr, "%s: bad row (%d fields): %s", path, k, line);
             fail();
         }
+        snprintf(r->group, sizeof r->group, "%.*s", (int)strcspn(r->source, ":"), r->source);
         n++;
     }
     fclose(f);
@@ -81,8 +128,9 @@ static int rc_of(const char *s)
     return -1;
 }
 
-/* Plans the published configuration of row r; fills r->pred, err, mem, cfg. */
-static void run_row(struct vrow *r)
+/* Plans the published configuration of row r with the free constants th
+ * (NULL: the library's defaults); fills r->ok, pred, err, mem, cfg, t_pred. */
+static void run_row(struct vrow *r, const struct theta *th)
 {
     struct whale_model_desc m;
     assert_int_equal(whale_model_desc_load(r->model, &m), 0);
@@ -93,10 +141,13 @@ static void run_row(struct vrow *r)
                                         r->gpus < r->gpn ? r->gpus : r->gpn, r->gpu), 0);
     if (strcmp(r->nic, "-"))
         c.group[0].gpu.nic_bw = atof(r->nic) * 1e9;
-    if (!strcmp(r->z3, "flat")) {
-        /* a runtime known to gather one flat buffer per layer ahead of use */
-        c.eff.zero3_msgs = 1;
-        c.eff.zero3_overlap = 0.8;
+    if (!strcmp(r->z3, "flat"))
+        c.eff.zero3_msgs = 1;   /* FSDP: one flat buffer per layer */
+    if (th) {
+        c.eff.gemm_scale = th->gemm;
+        c.eff.coll_eff = th->coll;
+        c.eff.lat_scale = th->lat;
+        c.eff.zero3_overlap = th->z3;
     }
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
@@ -119,6 +170,7 @@ static void run_row(struct vrow *r)
     struct whale_plan_result *res = malloc(sizeof *res);
     assert_non_null(res);
     int rc = whale_plan_search(&rq, res);
+    r->ok = false;
     if (rc == 0) {
         r->ok = true;
         const struct whale_plan_prediction *p = &res->best.pred;
@@ -128,6 +180,7 @@ static void run_row(struct vrow *r)
         r->t_pub = p->t_step * r->pred / r->pub;   /* rate = FLOPs / step, one FLOP count */
         r->mem = p->mem_total / 1073741824.0;
         whale_plan_format_config(&res->best.cfg, r->cfg, sizeof r->cfg);
+        assert_int_equal(whale_plan_kind(&c, &res->best.cfg, r->kind, sizeof r->kind), 0);
     } else {
         snprintf(r->cfg, sizeof r->cfg, "DOES NOT FIT: %.120s", res->why_none);
     }
@@ -140,35 +193,124 @@ static int cmp_dbl(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof v[0], cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* q-quantile of sorted v (linear interpolation) */
+static double quantile(const double *v, int n, double q)
+{
+    double pos = q * (n - 1);
+    int i = (int)floor(pos);
+    if (i >= n - 1)
+        return v[n - 1];
+    return v[i] + (pos - i) * (v[i + 1] - v[i]);
+}
+
+/* Grid point minimising the mean |log error| over the rows whose group is
+ * not `skip` (NULL: all rows); ties go to the lower index. */
+static int fit(const struct vrow *rows, int n, const char *skip)
+{
+    int best = -1;
+    double bl = INFINITY;
+    for (int k = 0; k < NTHETA; k++) {
+        double sum = 0;
+        int cnt = 0;
+        for (int i = 0; i < n; i++) {
+            if (skip && !strcmp(rows[i].group, skip))
+                continue;
+            sum += isnan(rows[i].lerr[k]) ? MISS : fabs(rows[i].lerr[k]);
+            cnt++;
+        }
+        if (cnt && sum / cnt < bl - 1e-12) {
+            bl = sum / cnt;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* median |error| and count within 15 % of errors e[] (NAN = no fit) */
+static void score(const double *e, int n, double *median, int *within)
+{
+    double a[MAXROWS];
+    *within = 0;
+    for (int i = 0; i < n; i++) {
+        a[i] = isnan(e[i]) ? INFINITY : fabs(e[i]);
+        *within += a[i] <= 0.15;
+    }
+    *median = median_of(a, n);
+}
+
 static void test_validation(void **state)
 {
     (void)state;
     static struct vrow rows[MAXROWS];
     int n = load_rows(WHALE_TEST_DATA_DIR "/plan-validation.txt", rows, MAXROWS);
-    assert_true(n >= 20);
-    printf("%-11s %-10s %6s %-12s %5s %-8s %9s %9s %7s %7s  %s\n", "row", "gpu", "gpus", "model", "seq",
-           "metric", "published", "predicted", "error", "mem GiB", "planned configuration");
-    double abserr[MAXROWS];
-    int within = 0, fits = 0;
+    assert_true(n >= 50);
+
+    /* every row over the grid */
+    for (int k = 0; k < NTHETA; k++) {
+        struct theta th = theta_of(k);
+        for (int i = 0; i < n; i++) {
+            run_row(&rows[i], &th);
+            rows[i].lerr[k] = rows[i].ok ? log(rows[i].pred / rows[i].pub) : NAN;
+            rows[i].tstep[k] = rows[i].ok ? rows[i].t_pred : NAN;
+        }
+    }
+    int kin = fit(rows, n, NULL);
+    struct theta tin = theta_of(kin);
+    printf("in-sample fit: gemm_scale %.3f, coll_eff %.2f, lat_scale %.2f, zero3_overlap %.2f\n", tin.gemm,
+           tin.coll, tin.lat, tin.z3);
+    /* held out: one fit per source */
+    for (int i = 0; i < n; i++) {
+        bool first = true;
+        for (int j = 0; j < i; j++)
+            first = first && strcmp(rows[j].group, rows[i].group);
+        if (!first)
+            continue;
+        int k = fit(rows, n, rows[i].group);
+        struct theta t = theta_of(k);
+        int cnt = 0;
+        for (int j = 0; j < n; j++)
+            if (!strcmp(rows[j].group, rows[i].group)) {
+                rows[j].k_loso = k;
+                rows[j].loso_err = isnan(rows[j].lerr[k]) ? NAN : exp(rows[j].lerr[k]) - 1;
+                cnt++;
+            }
+        printf("without %-22s (%2d rows): gemm_scale %.3f, coll_eff %.2f, lat_scale %.2f, zero3_overlap %.2f\n",
+               rows[i].group, cnt, t.gemm, t.coll, t.lat, t.z3);
+    }
+
+    /* the library's defaults are the in-sample fit */
+    printf("%-11s %-10s %6s %-12s %5s %-8s %9s %9s %7s %9s %7s %7s  %-16s %s\n", "row", "gpu", "gpus", "model",
+           "seq", "metric", "published", "predicted", "error", "held-out", "error", "mem GiB", "kind",
+           "planned configuration");
+    double ein[MAXROWS], eout[MAXROWS];
+    int fits = 0, defaults_off = 0;
     for (int i = 0; i < n; i++) {
         struct vrow *r = &rows[i];
-        run_row(r);
+        run_row(r, NULL);
+        if (r->ok && !(fabs(log(r->pred / r->pub) - r->lerr[kin]) < 1e-9))
+            defaults_off++;
         struct whale_model_desc m;
         assert_int_equal(whale_model_desc_load(r->model, &m), 0);
         int seq = strcmp(r->seq, "-") ? atoi(r->seq) : m.seq;
+        ein[i] = r->ok ? r->err : NAN;
+        eout[i] = r->loso_err;
         if (r->ok)
-            printf("%-11s %-10s %6d %-12s %5d %-8s %9.1f %9.1f %+6.1f%% %7.1f  %s\n", r->id, r->gpu, r->gpus,
-                   r->model, seq, r->metric, r->pub, r->pred, 100 * r->err, r->mem, r->cfg);
+            printf("%-11s %-10s %6d %-12s %5d %-8s %9.1f %9.1f %+6.1f%% %9.1f %+6.1f%% %7.1f  %-16s %s\n", r->id,
+                   r->gpu, r->gpus, r->model, seq, r->metric, r->pub, r->pred, 100 * r->err,
+                   r->pub * (1 + r->loso_err), 100 * r->loso_err, r->mem, r->kind, r->cfg);
         else
-            printf("%-11s %-10s %6d %-12s %5d %-8s %9.1f %9s %7s %7s  %s\n", r->id, r->gpu, r->gpus, r->model,
-                   seq, r->metric, r->pub, "-", "-", "-", r->cfg);
-        abserr[i] = r->ok ? fabs(r->err) : INFINITY;
-        within += r->ok && fabs(r->err) <= 0.15;
+            printf("%-11s %-10s %6d %-12s %5d %-8s %9.1f %9s %7s %9s %7s %7s  %-16s %s\n", r->id, r->gpu,
+                   r->gpus, r->model, seq, r->metric, r->pub, "-", "-", "-", "-", "-", "-", r->cfg);
         fits += r->ok;
     }
-    qsort(abserr, (size_t)n, sizeof abserr[0], cmp_dbl);
-    double median = n % 2 ? abserr[n / 2] : 0.5 * (abserr[n / 2 - 1] + abserr[n / 2]);
-    /* pairs: the same job two ways */
+
+    /* pairs: the same job two ways, held-out step times */
     int pairs = 0, right = 0;
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
@@ -178,39 +320,101 @@ static void test_validation(void **state)
             /* compare steps, not rates: the two may be reported in different
              * metrics (MFU-style and hardware FLOPs) */
             double gap = fmax(a->t_pub, b->t_pub) / fmin(a->t_pub, b->t_pub) - 1;
-            bool named = a->ok && b->ok && (a->t_pub < b->t_pub) == (a->t_pred < b->t_pred);
-            printf("pair %-6s %s %.4g s vs %s %.4g s (measured gap %.0f%%): predicted %.4g vs %.4g s, faster %s%s\n",
-                   a->pair, a->id, a->t_pub, b->id, b->t_pub, 100 * gap, a->t_pred, b->t_pred,
+            double ta = a->tstep[a->k_loso], tb = b->tstep[b->k_loso];
+            bool named = !isnan(ta) && !isnan(tb) && (a->t_pub < b->t_pub) == (ta < tb);
+            printf("pair %-6s %s %.4g s vs %s %.4g s (measured gap %.0f%%): held out %.4g vs %.4g s, faster %s%s\n",
+                   a->pair, a->id, a->t_pub, b->id, b->t_pub, 100 * gap, ta, tb,
                    named ? "named correctly" : "NAMED WRONG", gap > 0.10 ? "" : " (gap <= 10 %: not scored)");
             if (gap > 0.10) {
                 pairs++;
                 right += named;
             }
         }
-    /* by device type: a generation-wide bias shows here, not row by row */
-    for (int i = 0; i < n; i++) {
-        bool first = true;
-        for (int j = 0; j < i; j++)
-            first = first && strcmp(rows[j].gpu, rows[i].gpu);
-        if (!first)
-            continue;
-        double sum = 0, sabs = 0;
-        int k = 0;
-        for (int j = 0; j < n; j++)
-            if (!strcmp(rows[j].gpu, rows[i].gpu) && rows[j].ok) {
-                sum += rows[j].err;
-                sabs += fabs(rows[j].err);
-                k++;
+
+    /* by device type and by kind: a bias of a generation or family shows here */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            const char *key = pass ? rows[i].kind : rows[i].gpu;
+            bool first = true;
+            for (int j = 0; j < i; j++)
+                first = first && strcmp(pass ? rows[j].kind : rows[j].gpu, key);
+            if (!first)
+                continue;
+            double sum = 0, sabs = 0;
+            int k = 0;
+            for (int j = 0; j < n; j++)
+                if (!strcmp(pass ? rows[j].kind : rows[j].gpu, key) && !isnan(eout[j])) {
+                    sum += eout[j];
+                    sabs += fabs(eout[j]);
+                    k++;
+                }
+            if (k)
+                printf("%-16s %2d rows: held-out mean error %+.1f%%, mean |error| %.1f%%\n", key, k,
+                       100 * sum / k, 100 * sabs / k);
+        }
+
+    double med_in, med_out;
+    int win_in, win_out;
+    score(ein, n, &med_in, &win_in);
+    score(eout, n, &med_out, &win_out);
+    printf("rows %d, fitting %d\n", n, fits);
+    printf("in-sample:             median |error| %.1f%%, within 15%%: %d (%.0f%%)\n", 100 * med_in, win_in,
+           100.0 * win_in / n);
+    printf("leave-one-source-out:  median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
+           100 * med_out, win_out, 100.0 * win_out / n, right, pairs);
+    if (defaults_off)
+        printf("the library's defaults (plan_internal.h PLAN_FIT_*) are not the in-sample fit: "
+               "%d rows differ\n", defaults_off);
+    assert_int_equal(defaults_off, 0);
+    /* prediction ranges: published / predicted - 1 = 1 / (1 + e) - 1 over the
+     * held-out errors e of a kind; kinds with < 4 rows use all rows */
+    printf("range table (runtime/src/plan/range.c):\n");
+    int nk = 0, range_off = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? n : 1); i++) {
+            const char *key = pass ? rows[i].kind : "all";
+            if (pass) {
+                bool first = true;
+                for (int j = 0; j < i; j++)
+                    first = first && strcmp(rows[j].kind, key);
+                if (!first)
+                    continue;
             }
-        if (k)
-            printf("%-10s %2d rows: mean error %+.1f%%, mean |error| %.1f%%\n", rows[i].gpu, k,
-                   100 * sum / k, 100 * sabs / k);
-    }
-    printf("rows %d, fitting %d, median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
-           n, fits, 100 * median, within, 100.0 * within / n, right, pairs);
+            double v[MAXROWS];
+            int k = 0;
+            for (int j = 0; j < n; j++)
+                if ((!pass || !strcmp(rows[j].kind, key)) && !isnan(eout[j]))
+                    v[k++] = 1 / (1 + eout[j]) - 1;
+            if (k < 4)
+                continue;
+            qsort(v, (size_t)k, sizeof v[0], cmp_dbl);
+            double lo = floor(100 * quantile(v, k, 0.1)) / 100, hi = ceil(100 * quantile(v, k, 0.9)) / 100;
+            printf("    { \"%s\",%*s %+.2f, %+.2f },   /* %d rows */\n", key, (int)(16 - strlen(key)), "", lo, hi, k);
+            /* the library serves this kind's range */
+            for (int j = 0; j < n && pass; j++)
+                if (!strcmp(rows[j].kind, key)) {
+                    struct whale_cluster c;
+                    assert_int_equal(whale_cluster_init(&c, 1, 8, rows[j].gpu), 0);
+                    struct whale_plan_config cfg = { .tp = rows[j].tp, .pp = rows[j].pp, .zero = rows[j].zero };
+                    double llo, lhi;
+                    assert_int_equal(whale_plan_range(&c, &cfg, &llo, &lhi), 0);
+                    if (fabs(llo - lo) > 1e-9 || fabs(lhi - hi) > 1e-9) {
+                        printf("    ^ range.c has %+.2f, %+.2f: regenerate it\n", llo, lhi);
+                        range_off++;
+                    }
+                    break;
+                }
+            nk++;
+        }
+    assert_true(nk >= 2);
+    assert_int_equal(range_off, 0);
+
     assert_int_equal(fits, n);
-    assert_true(median <= 0.10);
-    assert_true(within >= 0.8 * n);
+    /* The issue's targets are held-out median <= 10 % and >= 80 % within
+     * 15 %; these pin what the model reaches (docs/planning.md), so that a
+     * change that makes it worse fails. */
+    assert_true(med_out <= HELD_OUT_MEDIAN);
+    assert_true(win_out >= HELD_OUT_WITHIN * n);
     assert_int_equal(right, pairs);
 }
 
