@@ -229,10 +229,13 @@ summary_field() {
   # its place, every engine is rebuilt with the shard, master and moments in
   # its own host memory, restored from the in-memory copies (the tensor walk
   # fetched the shard from the spare for them).
+  # an elastic step under whale-run: no --keep-going needed, and the killed
+  # (replaced) rank does not count in the exit status
   run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
-    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
+    --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
     --whale-offload-target spares --metrics "$TMPD/promo-p.jsonl"
   echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  [ "$status" -eq 0 ]
   echo "$output" | grep -q "ZeRO-3 weight shard and optimizer state"
   echo "$output" | grep -q "lives on spare task 2"
   echo "$output" | grep -q "hot spare: promoted to rank 1"
@@ -253,7 +256,7 @@ summary_field() {
   # metrics for 2 steps first; 20 steps leave a wide window at any load.)
   m="$TMPD/spdie.jsonl"
   rm -f "$m"
-  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --keep-going --timeout 280 "$TRAIN" $(train_args) \
+  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --timeout 280 "$TRAIN" $(train_args) \
     --zero 3 --offload params --whale-offload-target spares --metrics "$m" > "$TMPD/spdie.out" 2>&1 &
   runner=$!
   for _ in $(seq 1 3000); do
@@ -267,12 +270,18 @@ summary_field() {
       kill -9 "$p" && killed=$p
     fi
   done
-  wait "$runner" || true
+  rc=0
+  wait "$runner" || rc=$?
   grep -E "offload|recovery|REPLACED|error" "$TMPD/spdie.out" | head -20
-  echo "killed spare pid: $killed"
+  echo "killed spare pid: $killed; whale-run exit status $rc"
   [ -n "$killed" ]
+  # the training completed: the lost lender (reported by the survivors) does
+  # not count, as under srun
+  [ "$rc" -eq 0 ]
   grep -q "lives on spare task 2" "$TMPD/spdie.out"
-  grep -q "spare task(s) failed" "$TMPD/spdie.out"
+  grep -q "spare task 2 on node2 failed" "$TMPD/spdie.out"
+  # the recovery line names what failed
+  grep -q "recovery: spare task 2 on node2 failed during step" "$TMPD/spdie.out"
   grep -q '{"summary":{"steps":' "$TMPD/spdie.out"
   run same_losses "$TMPD/ref.jsonl" "$m"
   echo "lender died, params: $output"
@@ -286,12 +295,13 @@ summary_field() {
   # state) takes its place. Recovery rebuilds every engine with a local host
   # tier (the promoted spare computes now), restores from the in-memory
   # copies and redoes: every step's loss equals the uninterrupted run's.
-  # --keep-going: whale-run's status is the killed task's; completion is
-  # read from the summary line.
+  # No --keep-going: an elastic step under whale-run outlives a failed task,
+  # and the replaced one does not count in the exit status.
   run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
-    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
+    --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
     --whale-offload-target spares --metrics "$TMPD/promo.jsonl"
   echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  [ "$status" -eq 0 ]
   echo "$output" | grep -q "spare: lending"
   echo "$output" | grep -q "lives on spare task 2"
   echo "$output" | grep -q "hot spare: promoted to rank 1"
