@@ -224,6 +224,40 @@ summary_field() {
   [ "$(summary_field "$TMPD/rp-bf16-sp.jsonl" precision)" = bf16 ]
 }
 
+@test "srun: the spare lending offload memory dies; the ranks rebuild, srun exits 0, the recovery names the spare" {
+  # Under srun the killed lender's status (137) made srun exit 137 although
+  # the training completed: the survivors now report the lost spare (rank
+  # -1) like a failed rank, and the recovery line names it.
+  m="$TMPD/srun-spdie.jsonl"
+  rm -f "$m"
+  UCX_TLS=tcp,self timeout 600 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-zero=3 \
+    --whale-offload=params --whale-offload-target=spares "$TRAIN" $(train_args) --steps 400 \
+    --metrics "$m" > "$TMPD/srun-spdie.out" 2>&1 3>&- &
+  srun_pid=$!
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
+    kill -0 "$srun_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  killed=
+  for p in $(pgrep -f -- "--metrics $m"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
+      kill -9 "$p" && killed=$p
+    fi
+  done
+  rc=0
+  wait "$srun_pid" || rc=$?
+  grep -E "offload|recovery|REPLACED|error|Killed|Force|replaced" "$TMPD/srun-spdie.out" | head -20
+  echo "killed spare pid: $killed; srun exit status $rc"
+  [ -n "$killed" ]
+  spare_node=$(sinfo -h -N -o '%N %E' | awk '/spare task [0-9]+ failed/ {print $1}' | head -1)
+  [ -n "$spare_node" ] && scontrol update nodename="$spare_node" state=resume
+  [ "$rc" -eq 0 ]
+  grep -q "recovery: spare task 2 on [a-z0-9]* failed during step" "$TMPD/srun-spdie.out"
+  grep -q '{"summary":{"steps":' "$TMPD/srun-spdie.out"
+  [ -n "$spare_node" ]
+}
+
 @test "whale-run: params offload, the spare holding the weight shards is promoted; they come home, same losses" {
   # As with optimizer state: rank 1 dies at step 5, the lending spare takes
   # its place, every engine is rebuilt with the shard, master and moments in
