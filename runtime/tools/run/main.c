@@ -80,7 +80,8 @@ static void usage(FILE *f)
             "      --nodes K       simulate K nodes: tasks split in blocks, WHALE_NODE=node<i> (default 1)\n"
             "      --spares S      hold back the last S simulated nodes as hot spares (default 0)\n"
             "      --plan PLAN     value of WHALE_PLAN (path or inline JSON)\n"
-            "      --keep-going    do not stop the other tasks when one fails\n"
+            "      --keep-going    do not stop the other tasks when one fails (always so for an\n"
+            "                      elastic step: spares, or WHALE_ELASTIC=1)\n"
             "      --timeout SEC   stop every task after SEC seconds (exit status 124)\n"
             "      --no-label      do not prefix output lines with the rank\n"
             "      --bind core|none  give each task its share of this process's CPUs when there\n"
@@ -93,8 +94,10 @@ static void usage(FILE *f)
             "hard one, and a run that still does not fit is refused before any task starts.\n"
             "\n"
             "Exit status: 0 when every task succeeded, else the worst status of a task that\n"
-            "failed on its own (128+N for signal N), 124 on --timeout, 128+N when whale-run\n"
-            "itself got signal N; 2 for usage errors.\n");
+            "failed on its own (128+N for signal N; a signal beats an exit code, else the\n"
+            "higher number wins; tasks failing within 2 s of the first all count; tasks an\n"
+            "elastic step replaced do not), 124 on --timeout, 128+N when whale-run itself\n"
+            "got signal N; 2 for usage errors.\n");
 }
 
 /* whale/envnum.h's checked parser, with the option named */
