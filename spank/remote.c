@@ -272,6 +272,11 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     const char *report = whale_report_path();
     if (report && set_task_env(WHALE_ENV_REPORT, report, sp))
         return -1;
+    /* from the option Slurm replayed here, not from srun's environment
+     * (which --export=NONE does not forward) */
+    if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
+        set_task_env("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, sp))
+        return -1;
     return 0;
 }
 

@@ -164,6 +164,14 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   nothing_left
 }
 
+@test "--export=NONE: the tasks still get --whale-offload-target" {
+  run timeout 120 srun -N4 -n4 --whale-spares=1 --whale-offload-target=spares --export=NONE \
+    /bin/sh -c 'echo "target=$WHALE_OFFLOAD_TARGET"'
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(echo "$output" | grep -c '^target=spares$')" -eq 4 ]
+}
+
 @test "kill -9 a task alone on its node: a survivor on another node reports it, that node is drained" {
   # one task per node: nobody is left on the victim's node to report it to
   # its own slurmstepd (which left with its last task); the reporting
