@@ -13,6 +13,10 @@ struct whale_step;
 /* Set by sbatch/salloc in the job's environment when the allocation has
  * --no-kill (slurmctld tells nobody a job's kill_on_node_fail). */
 #define WHALE_ENV_JOB_NO_KILL "WHALE_JOB_NO_KILL"
+/* srun -> slurmstepd: PORT:TOKEN of srun's result channel (result.c). A
+ * SLURM_* name: srun keeps it in the launch environment even with
+ * --export=NONE. */
+#define WHALE_SPANK_RESULT_ENV "SLURM_WHALE_RESULT"
 
 /* slurm_spank_init of srun, sbatch and salloc: when --whale-spares=N > 0
  * is on the command line (or inherited from sbatch), export what makes
@@ -66,7 +70,8 @@ enum whale_task_seen {
     WHALE_TASK_UNKNOWN,  /* never started here */
     WHALE_TASK_RUNNING,
     WHALE_TASK_STOPPED,  /* state T: stopped or traced */
-    WHALE_TASK_GONE,     /* slurmstepd saw it exit */
+    WHALE_TASK_GONE,     /* slurmstepd saw it exit; another node: no process
+                            of the step is left there */
 };
 #define WHALE_REPORT_DRAIN 1u
 #define WHALE_REPORT_KILL 2u

@@ -189,7 +189,7 @@ int whale_remote_user_init(spank_t sp, int ac, char **av)
     g.ready = true;
     open_report(sp);
     char *comm = step_getenv(sp, "SLURM_SRUN_COMM_HOST", 4096);
-    char *res = step_getenv(sp, "WHALE_SRUN_RESULT", 4096);
+    char *res = step_getenv(sp, WHALE_SPANK_RESULT_ENV, 4096);
     whale_result_target(comm, res);
     free(comm);
     free(res);
@@ -264,12 +264,18 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     /* the transport variable is not part of the contract: WHALE_PLAN is */
     spank_unsetenv(sp, WHALE_SPANK_PLAN_ENV);
     spank_unsetenv(sp, WHALE_SPANK_LAYOUT_ENV);
+    spank_unsetenv(sp, WHALE_SPANK_RESULT_ENV); /* slurmstepd's, not the task's */
     if (whale_map_task_env(&g.step.in, l, (int)gid, &eo, set_task_env, sp))
         return -1;
     if (set_task_env(WHALE_ENV_SITE_LIMITS, g.limits_file.path, sp))
         return -1;
     const char *report = whale_report_path();
     if (report && set_task_env(WHALE_ENV_REPORT, report, sp))
+        return -1;
+    /* from the option Slurm replayed here, not from srun's environment
+     * (which --export=NONE does not forward) */
+    if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
+        set_task_env("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, sp))
         return -1;
     return 0;
 }

@@ -84,8 +84,9 @@ int whale_report_parse(const char *line, const struct whale_step *s, struct whal
         return -1;
     }
     const struct whale_layout *l = &s->layout;
-    if (rank < 0 || rank >= l->world) {
-        snprintf(why, n, "rank %d outside 0..%d", rank, l->world - 1);
+    /* -1: a spare task (it holds no rank), e.g. the one lending memory */
+    if (rank < -1 || rank >= l->world) {
+        snprintf(why, n, "rank %d outside 0..%d (or -1 for a spare)", rank, l->world - 1);
         return -1;
     }
     if (task < 0 || task >= l->ntasks) {
@@ -110,8 +111,12 @@ static void drain(const struct whale_report *r)
         if (!strcmp(g.drained[i], r->node))
             return; /* one report per node is enough (every survivor reports) */
     char reason[256];
-    snprintf(reason, sizeof reason, "whale: job %u step %u: rank %d (task %d) failed (%s)",
-             g.job, g.stepid, r->rank, r->task, r->kind);
+    if (r->rank >= 0)
+        snprintf(reason, sizeof reason, "whale: job %u step %u: rank %d (task %d) failed (%s)",
+                 g.job, g.stepid, r->rank, r->task, r->kind);
+    else
+        snprintf(reason, sizeof reason, "whale: job %u step %u: spare task %d failed (%s)",
+                 g.job, g.stepid, r->task, r->kind);
     update_node_msg_t m;
     slurm_init_update_node_msg(&m);
     m.node_names = (char *)r->node;
@@ -205,6 +210,82 @@ static int node_answers(const char *node)
     return ans;
 }
 
+/* Has the step any process left on NODE (another node of the step)? Asked
+ * of that node's slurmd (REQUEST_JOB_STEP_PIDS through the Slurm API):
+ * RUNNING when it lists some, GONE when it lists none or has no
+ * slurmstepd of the step any more (every task there ended: slurmstepd
+ * leaves with its last task), UNKNOWN when it cannot tell. This is how a
+ * task that was alone on its node is judged: no task of the step is left
+ * there to report it to that node's own slurmstepd. */
+static enum whale_task_seen step_seen_on(const char *node)
+{
+    slurm_step_id_t id = { .job_id = g.job, .step_id = g.stepid, .step_het_comp = NO_VAL };
+    job_step_pids_response_msg_t *resp = NULL;
+    int rc = slurm_job_step_get_pids(&id, (char *)node, &resp);
+    int err = slurm_get_errno();
+    enum whale_task_seen seen = WHALE_TASK_UNKNOWN;
+    bool listed = false;
+    uint32_t npids = 0;
+    if (resp && resp->pid_list) {
+        ListIterator it = slurm_list_iterator_create(resp->pid_list);
+        job_step_pids_t *p;
+        while ((p = slurm_list_next(it)))
+            if (p->node_name && !strcmp(p->node_name, node)) {
+                listed = true;
+                npids += p->pid_cnt;
+            }
+        slurm_list_iterator_destroy(it);
+    }
+    if (listed)
+        seen = npids ? WHALE_TASK_RUNNING : WHALE_TASK_GONE;
+    else if (rc == ESLURM_INVALID_JOB_ID || (rc != SLURM_SUCCESS && err == ESLURM_INVALID_JOB_ID))
+        seen = WHALE_TASK_GONE; /* its slurmd has no slurmstepd of this step (22.05
+                                   returns that code itself, not through errno) */
+    slurm_verbose(PLUGIN_NAME ": step %u.%u on %s: %s (%s)", g.job, g.stepid, node,
+                  seen == WHALE_TASK_GONE ? "no process left" : seen == WHALE_TASK_RUNNING
+                  ? "processes left" : "unknown", rc == SLURM_SUCCESS ? "listed"
+                  : slurm_strerror(rc == SLURM_ERROR ? err : rc));
+    if (resp)
+        slurm_job_step_pids_response_msg_free(resp);
+    return seen;
+}
+
+/* Tasks of the step on NODE (the layout this node computed). */
+static int tasks_on(const char *node)
+{
+    const struct whale_layout *l = &g.step->layout;
+    int k = 0;
+    for (int t = 0; t < l->ntasks; t++) {
+        int ni = l->node_of_task[t];
+        k += ni >= 0 && ni < g.step->nnodes && !strcmp(g.step->nodes[ni], node);
+    }
+    return k;
+}
+
+static bool drained_here(const char *node)
+{
+    for (int i = 0; i < g.ndrained; i++)
+        if (!strcmp(g.drained[i], node))
+            return true;
+    return false;
+}
+
+/* A crash or hang of a task of another node: what that node's slurmd
+ * says of the step there. A task alone on its node may have been reported
+ * before its slurmstepd finished leaving (a report written right after the
+ * kill): then ask again for a while. Nodes with several tasks are asked
+ * once (a sibling still there reports to that node's own slurmstepd). */
+static enum whale_task_seen remote_seen(const char *node)
+{
+    enum whale_task_seen seen = step_seen_on(node);
+    for (int i = 0; i < 20 && seen != WHALE_TASK_GONE && tasks_on(node) == 1 &&
+                    !atomic_load(&g.stopping); i++) {
+        usleep(500 * 1000);
+        seen = step_seen_on(node);
+    }
+    return seen;
+}
+
 static void handle(const char *line)
 {
     struct whale_report r;
@@ -218,7 +299,10 @@ static void handle(const char *line)
     whale_result_task_failed(r.task);
     bool here = !strcmp(r.node, g.host);
     bool node_kind = !strcmp(r.kind, "node") || !strcmp(r.kind, "link");
-    enum whale_task_seen seen = here ? task_seen(r.task) : WHALE_TASK_UNKNOWN;
+    if (!here && drained_here(r.node))
+        return; /* judged already (every survivor reports) */
+    enum whale_task_seen seen = here ? task_seen(r.task)
+                              : !node_kind ? remote_seen(r.node) : WHALE_TASK_UNKNOWN;
     int answers = !here && node_kind ? node_answers(r.node) : -1;
     unsigned act = whale_report_judge(&r, here, seen, answers, why, sizeof why);
     if (act & WHALE_REPORT_KILL)

@@ -13,8 +13,11 @@
  *     connection from here (refused: its slurmd is dead; no answer: its link
  *     is down). A node whose slurmd answers is alive and is not drained;
  *   - node/link naming this very node: impossible (we are running on it);
- *   - crash/hang of a task of another node: no evidence here; that node's
- *     own slurmstepd decides when a task there reports it. */
+ *   - crash/hang of a task of another node: that node's slurmd lists no
+ *     process of the step any more (the task was alone there, or all its
+ *     tasks ended: nobody is left to report it to that node's slurmstepd);
+ *     otherwise that node's own slurmstepd decides when a task there
+ *     reports it. */
 #include "elastic.h"
 
 #include <stdio.h>
@@ -50,8 +53,10 @@ unsigned whale_report_judge(const struct whale_report *r, bool this_node,
         return 0;
     }
     if (!node_kind) {
-        snprintf(why, n, "a %s of a task of %s is for that node's slurmstepd to judge", r->kind,
-                 r->node);
+        if (seen == WHALE_TASK_GONE)
+            return WHALE_REPORT_DRAIN;
+        snprintf(why, n, "a %s of a task of %s is for that node's slurmstepd to judge (the step "
+                 "still has processes there, or its slurmd cannot tell)", r->kind, r->node);
         return 0;
     }
     if (node_answers == 0)

@@ -6,7 +6,10 @@
  * by a spare makes srun exit 137 although every step completed. srun gives
  * a plugin no task statuses, so the step's slurmstepds tell it:
  *   - srun (local_user_init) listens on a TCP port and exports
- *     WHALE_SRUN_RESULT=PORT:TOKEN to the step;
+ *     SLURM_WHALE_RESULT=PORT:TOKEN to the step (a SLURM_* name: srun
+ *     forwards it even with --export=NONE, which drops every other
+ *     variable of the user's environment; slurmstepd removes it from the
+ *     tasks' environment);
  *   - every slurmstepd connects to SLURM_SRUN_COMM_HOST (the address srun
  *     is reachable at, set by slurmd) and sends "TOKEN S TASK STATUS" when a
  *     task of its node exits (task_exit, before Slurm's own exit message),
@@ -37,7 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ENV_RESULT "WHALE_SRUN_RESULT"
+#define ENV_RESULT WHALE_SPANK_RESULT_ENV
 
 /* ---- srun: collect ------------------------------------------------------- */
 

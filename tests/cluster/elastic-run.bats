@@ -126,15 +126,17 @@ recover_case() {
   local name=$1 z=$2 fault=$3
   local ref=${REF:-$TMPD/ref-z$z.jsonl}
   shift 3
-  # --keep-going: a killed task must not stop the others (srun: the plugin
-  # sets the equivalent); whale-run's status is then the killed task's, so
-  # completion is read from the summary line rank 0 (perhaps a promoted
-  # spare, "sN:") prints at the end
-  run timeout 400 env WHALE_FAULT="$fault" "$RUN" "$@" --keep-going --timeout 380 "$TRAIN" \
+  # No --keep-going: an elastic step (spares, or WHALE_ELASTIC=1) under
+  # whale-run outlives a failed task as under srun, and the replaced task
+  # does not count: whale-run exits 0 when the training completed. The
+  # summary line is printed by rank 0 (perhaps a promoted spare, "sN:").
+  run timeout 400 env WHALE_FAULT="$fault" "$RUN" "$@" --timeout 380 "$TRAIN" \
     $(targs) --zero $z --metrics "$TMPD/$name.jsonl" --whale-ckpt-dir "$TMPD/ck-$name" \
     --whale-ckpt-every 3
   echo "$output" > "$TMPD/$name.out"
   echo "$output" | tail -30
+  echo "whale-run exit status $status"
+  [ "$status" -eq 0 ]
   echo "$output" | grep -q "^[s0-9]*: {\"summary\":{\"steps\":"
   echo "$output" | grep -q "recovery: rank"
   grep -q '"event":"recovery"' "$TMPD/$name.jsonl"

@@ -29,7 +29,7 @@ setup() {
 # a file stop.<task id> makes the task stop itself (a hung rank).
 D=$(dirname "$0")
 echo $$ > "$D/pid.$SLURM_PROCID"
-echo "start $SLURM_PROCID $(hostname) spare=$WHALE_SPARE"
+echo "start $SLURM_PROCID $(hostname) spare=$WHALE_SPARE rank=$WHALE_RANK"
 while [ ! -e "$D/go" ]; do
   if [ -e "$D/report.$SLURM_PROCID" ]; then
     cat "$D/report.$SLURM_PROCID" > "$WHALE_REPORT" && rm -f "$D/report.$SLURM_PROCID"
@@ -59,12 +59,13 @@ all_started() {
 }
 srun_done() { ! kill -0 "$SRUN_PID" 2>/dev/null; }
 
-# start_step: srun -N4 -n8 TP=2 DP=3 plus a spare node in the background.
+# start_step: srun -N4 -n8 TP=2 DP=3 plus a spare node in the background
+# (SHAPE: other -N/-n/TP options, NT: their task count).
 start_step() {
-  timeout 600 srun -N4 -n8 --whale-tp=2 --whale-spares=1 "$@" "$D/task.sh" \
+  timeout 600 srun ${SHAPE:--N4 -n8 --whale-tp=2} --whale-spares=1 "$@" "$D/task.sh" \
     > "$D/out" 2>&1 3>&- &
   SRUN_PID=$!
-  wait_for all_started 8
+  wait_for all_started ${NT:-8}
   JOB=$(squeue -h -o '%i %j' | awk '$2 == "task.sh" {print $1}' | head -1)
   [ -n "$JOB" ]
 }
@@ -141,6 +142,65 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   finish_step 0
   survivors_done $(seq 0 7 | grep -vx "$victim")
   grep -q "task $victim: Killed" "$D/out"
+  grep -q "1 replaced task(s) do not count: exit status 0" "$D/out"
+  nothing_left
+}
+
+@test "--export=NONE: a replaced task still does not count, srun exits 0" {
+  # srun forwards only SLURM_* variables with --export=NONE: the result
+  # channel must reach slurmstepd all the same (it made srun exit 137)
+  start_step --export=NONE
+  FAILED_NODE=node2
+  victim=$(task_of node2 | awk '{print $2}')
+  sibling=$(task_of node2 | awk '{print $1}')
+  kill -9 "$(cat "$D/pid.$victim")"
+  echo "node2 crash $victim $victim" > "$D/report.$sibling"
+  wait_for drained node2
+  finish_step 0
+  survivors_done $(seq 0 7 | grep -vx "$victim")
+  grep -q "1 replaced task(s) do not count: exit status 0" "$D/out"
+  # the channel is slurmstepd's, not the task's
+  ! grep -q SLURM_WHALE_RESULT "$D/out"
+  nothing_left
+}
+
+@test "--export=NONE: the tasks still get --whale-offload-target" {
+  run timeout 120 srun -N4 -n4 --whale-spares=1 --whale-offload-target=spares --export=NONE \
+    /bin/sh -c 'echo "target=$WHALE_OFFLOAD_TARGET"'
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ "$(echo "$output" | grep -c '^target=spares$')" -eq 4 ]
+}
+
+@test "kill -9 a task alone on its node: a survivor on another node reports it, that node is drained" {
+  # one task per node: nobody is left on the victim's node to report it to
+  # its own slurmstepd (which left with its last task); the reporting
+  # survivor's slurmstepd asks the victim's slurmd and drains it
+  SHAPE="-N4 -n4" NT=4 start_step
+  victim=$(grep '^start .* spare=0 ' "$D/out" | sed -n 's/^start \([0-9]*\) \(node[0-9]*\) .*rank=\([0-9]*\)$/\1 \2 \3/p' | sort -n | sed -n 2p)
+  read -r vt vnode vrank <<< "$victim"
+  reporter=$(grep '^start .* spare=0 ' "$D/out" | awk -v n="$vnode" '$3 != n {print $2}' | head -1)
+  [ -n "$vt" ] && [ -n "$reporter" ]
+  FAILED_NODE=$vnode
+  kill -9 "$(cat "$D/pid.$vt")"
+  echo "$vnode crash $vrank $vt" > "$D/report.$reporter"
+  wait_for drained "$vnode"
+  sinfo -h -n "$vnode" -o %E | grep -q "whale: job $JOB step 0: rank $vrank (task $vt) failed (crash)"
+  finish_step 0
+}
+
+@test "a spare task's failure (RANK -1) is taken: its node drained with a spare reason, srun exits 0" {
+  SHAPE="-N4 -n4" NT=4 start_step
+  spare=$(sed -n 's/^start \([0-9]*\) \(node[0-9]*\) spare=1 .*/\1 \2/p' "$D/out" | head -1)
+  read -r st snode <<< "$spare"
+  reporter=$(grep '^start .* spare=0 ' "$D/out" | awk '{print $2}' | head -1)
+  [ -n "$st" ] && [ -n "$reporter" ]
+  FAILED_NODE=$snode
+  kill -9 "$(cat "$D/pid.$st")"
+  echo "$snode crash -1 $st" > "$D/report.$reporter"
+  wait_for drained "$snode"
+  sinfo -h -n "$snode" -o %E | grep -q "whale: job $JOB step 0: spare task $st failed (crash)"
+  finish_step 0
   grep -q "1 replaced task(s) do not count: exit status 0" "$D/out"
   nothing_left
 }

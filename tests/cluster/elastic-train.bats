@@ -175,6 +175,43 @@ L3D=(-N5 -n10 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-spares=1)
   sinfo -h -n "$node" -o %E | grep -q "failed (node)"
 }
 
+# spare_proc: "NODE PID" of a whale-train process started as a spare
+spare_proc() {
+  local n p
+  for n in $(sinfo -h -N -o %N | sort -u); do
+    for p in $(ip netns pids "wmc$I-$n" 2>/dev/null); do
+      tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q 'whale-train' || continue
+      tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1' && { echo "$n $p"; return 0; }
+    done
+  done
+}
+
+@test "kill -9 an idle spare: the working ranks go on undisturbed, srun exits 0, its node is drained" {
+  # An idle spare holds nothing of the training (ZeRO 0: no in-memory copy
+  # on it, no offload): its death must abort no step and redo nothing, and
+  # srun's status stays the training's (it was 137).
+  STEPS=$LONG_STEPS
+  ref 3d-long "${L3D[@]}"
+  fault_run kspare -- "${L3D[@]}"
+  wait_for steps_done kspare 8
+  read -r node pid <<< "$(spare_proc)"
+  [ -n "$pid" ]
+  FAILED_NODES=$node
+  kill -9 "$pid"
+  finish kspare
+  [ "$RC" -eq 0 ]
+  # no recovery: no event, no redone step (each step written once)
+  ! grep -q '"event":"recovery"' "$TMPD/kspare.jsonl"
+  ! grep -q "recovery:" "$TMPD/kspare.out"
+  [ "$(grep -c '^{"step"' "$TMPD/kspare.jsonl")" -eq "$STEPS" ]
+  run same_curve "$TMPD/ref-3d-long.jsonl" "$TMPD/kspare.jsonl" 1e-6
+  echo "$output"
+  [ "$status" -eq 0 ]
+  wait_for drained "$node"
+  sinfo -h -n "$node" -o %E | grep -q "spare task [0-9]* failed (crash)"
+  nothing_left
+}
+
 @test "take one node's link down: the step goes on without it; the cut-off ranks stop by themselves" {
   STEPS=$LONG_STEPS
   ref 3d-long "${L3D[@]}"

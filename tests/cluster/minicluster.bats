@@ -14,6 +14,36 @@ teardown() { "$MC" -i $I down >/dev/null 2>&1 || true; }
   [[ "$output" == *"unknown command 'frobnicate'"* ]]
 }
 
+@test "--help and --version work like -h and -V; another long option is named" {
+  run "$MC" --help
+  [ "$status" -eq 0 ]
+  [[ "$output" == Usage:* ]]
+  [[ "$output" != *"unknown option"* ]]
+  run "$MC" --version
+  [ "$status" -eq 0 ]
+  [[ "$output" == "whale-minicluster "[0-9]* ]]
+  run "$MC" --frobnicate
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"unknown option --frobnicate"* ]]
+}
+
+@test "env puts the build's tools on PATH: a bare srun ... whale-train runs (the quick start)" {
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2
+  [ "$status" -eq 0 ]
+  # a PATH without the build tree, as a new user's shell has; env without
+  # -b: the build 'up' used
+  PATH=/usr/local/bin:/usr/bin:/bin
+  eval "$("$MC" -i $I env)"
+  [ "$(command -v whale-train)" = "$WHALE_BUILD_DIR/runtime/tools/train/whale-train" ]
+  [ "$(command -v whale-run)" = "$WHALE_BUILD_DIR/runtime/tools/run/whale-run" ]
+  run timeout 120 srun -N1 -n1 whale-train --version
+  echo "$output"
+  [ "$status" -eq 0 ]
+  # evaluating it again does not add the folders twice
+  eval "$("$MC" -i $I env)"
+  [ "$(tr ':' '\n' <<< "$PATH" | grep -c "/runtime/tools/train\$")" -eq 1 ]
+}
+
 @test "bad node count: usage, exit 2" {
   run "$MC" -i $I up 0
   [ "$status" -eq 2 ]

@@ -224,15 +224,52 @@ summary_field() {
   [ "$(summary_field "$TMPD/rp-bf16-sp.jsonl" precision)" = bf16 ]
 }
 
+@test "srun: the spare lending offload memory dies; the ranks rebuild, srun exits 0, the recovery names the spare" {
+  # Under srun the killed lender's status (137) made srun exit 137 although
+  # the training completed: the survivors now report the lost spare (rank
+  # -1) like a failed rank, and the recovery line names it.
+  m="$TMPD/srun-spdie.jsonl"
+  rm -f "$m"
+  UCX_TLS=tcp,self timeout 600 srun -N3 -n3 --whale-dp=2 --whale-spares=1 --whale-zero=3 \
+    --whale-offload=params --whale-offload-target=spares "$TRAIN" $(train_args) --steps 400 \
+    --metrics "$m" > "$TMPD/srun-spdie.out" 2>&1 3>&- &
+  srun_pid=$!
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
+    kill -0 "$srun_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  killed=
+  for p in $(pgrep -f -- "--metrics $m"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
+      kill -9 "$p" && killed=$p
+    fi
+  done
+  rc=0
+  wait "$srun_pid" || rc=$?
+  grep -E "offload|recovery|REPLACED|error|Killed|Force|replaced" "$TMPD/srun-spdie.out" | head -20
+  echo "killed spare pid: $killed; srun exit status $rc"
+  [ -n "$killed" ]
+  spare_node=$(sinfo -h -N -o '%N %E' | awk '/spare task [0-9]+ failed/ {print $1}' | head -1)
+  [ -n "$spare_node" ] && scontrol update nodename="$spare_node" state=resume
+  [ "$rc" -eq 0 ]
+  grep -q "recovery: spare task 2 on [a-z0-9]* failed during step" "$TMPD/srun-spdie.out"
+  grep -q '{"summary":{"steps":' "$TMPD/srun-spdie.out"
+  [ -n "$spare_node" ]
+}
+
 @test "whale-run: params offload, the spare holding the weight shards is promoted; they come home, same losses" {
   # As with optimizer state: rank 1 dies at step 5, the lending spare takes
   # its place, every engine is rebuilt with the shard, master and moments in
   # its own host memory, restored from the in-memory copies (the tensor walk
   # fetched the shard from the spare for them).
+  # an elastic step under whale-run: no --keep-going needed, and the killed
+  # (replaced) rank does not count in the exit status
   run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
-    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
+    --timeout 280 "$TRAIN" $(train_args) --zero 3 --offload params \
     --whale-offload-target spares --metrics "$TMPD/promo-p.jsonl"
   echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  [ "$status" -eq 0 ]
   echo "$output" | grep -q "ZeRO-3 weight shard and optimizer state"
   echo "$output" | grep -q "lives on spare task 2"
   echo "$output" | grep -q "hot spare: promoted to rank 1"
@@ -253,7 +290,7 @@ summary_field() {
   # metrics for 2 steps first; 20 steps leave a wide window at any load.)
   m="$TMPD/spdie.jsonl"
   rm -f "$m"
-  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --keep-going --timeout 280 "$TRAIN" $(train_args) \
+  timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --timeout 280 "$TRAIN" $(train_args) \
     --zero 3 --offload params --whale-offload-target spares --metrics "$m" > "$TMPD/spdie.out" 2>&1 &
   runner=$!
   for _ in $(seq 1 3000); do
@@ -267,12 +304,18 @@ summary_field() {
       kill -9 "$p" && killed=$p
     fi
   done
-  wait "$runner" || true
+  rc=0
+  wait "$runner" || rc=$?
   grep -E "offload|recovery|REPLACED|error" "$TMPD/spdie.out" | head -20
-  echo "killed spare pid: $killed"
+  echo "killed spare pid: $killed; whale-run exit status $rc"
   [ -n "$killed" ]
+  # the training completed: the lost lender (reported by the survivors) does
+  # not count, as under srun
+  [ "$rc" -eq 0 ]
   grep -q "lives on spare task 2" "$TMPD/spdie.out"
-  grep -q "spare task(s) failed" "$TMPD/spdie.out"
+  grep -q "spare task 2 on node2 failed" "$TMPD/spdie.out"
+  # the recovery line names what failed
+  grep -q "recovery: spare task 2 on node2 failed during step" "$TMPD/spdie.out"
   grep -q '{"summary":{"steps":' "$TMPD/spdie.out"
   run same_losses "$TMPD/ref.jsonl" "$m"
   echo "lender died, params: $output"
@@ -286,12 +329,13 @@ summary_field() {
   # state) takes its place. Recovery rebuilds every engine with a local host
   # tier (the promoted spare computes now), restores from the in-memory
   # copies and redoes: every step's loss equals the uninterrupted run's.
-  # --keep-going: whale-run's status is the killed task's; completion is
-  # read from the summary line.
+  # No --keep-going: an elastic step under whale-run outlives a failed task,
+  # and the replaced one does not count in the exit status.
   run timeout 300 env WHALE_FAULT=kill:rank=1:step=5 "$RUN" -n 3 --nodes 3 --spares 1 \
-    --keep-going --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
+    --timeout 280 "$TRAIN" $(train_args) --zero 1 --offload optimizer \
     --whale-offload-target spares --metrics "$TMPD/promo.jsonl"
   echo "$output" | grep -E "offload|recovery|promoted|error" | head -20
+  [ "$status" -eq 0 ]
   echo "$output" | grep -q "spare: lending"
   echo "$output" | grep -q "lives on spare task 2"
   echo "$output" | grep -q "hot spare: promoted to rank 1"

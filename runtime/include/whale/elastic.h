@@ -148,6 +148,10 @@ struct whale_membership_event {
                                        declared failed (as seen by the coordinator) */
     double agree_s;                 /* entering recovery -> decision known (this task) */
     double rebuild_s;               /* groups rebuilt + closing barrier (this task) */
+    /* the spare tasks of nfailed_spares (first WHALE_MAX_FAILED) */
+    int failed_spare_task[WHALE_MAX_FAILED];
+    char failed_spare_node[WHALE_MAX_FAILED][64];
+    enum whale_detect failed_spare_how[WHALE_MAX_FAILED];
 };
 
 /* Spare task: block until promoted (0, *ev filled) or the step ends

@@ -232,7 +232,15 @@ struct whale_recovery_report {
     /* appended: the failed tasks (Slurm task ids), when tasks_known */
     int failed_task[8];
     bool tasks_known;
+    /* appended: spare tasks that failed (no rank), named in the log line */
+    int nfailed_spares;
+    int failed_spare_task[8];
+    char failed_spare_node[8][64];
 };
+struct whale_membership_event;
+/* Copy the failed spares of ev into r (whale_recovery_log names them). */
+void whale_recovery_note_spares(struct whale_recovery_report *r,
+                                const struct whale_membership_event *ev);
 /* {"event":"recovery", ...} as one compact JSON line (caller frees). */
 char *whale_recovery_json(const struct whale_recovery_report *r);
 /* One human line: what failed, how it was detected, what was done, phase times. */

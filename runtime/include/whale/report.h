@@ -14,7 +14,8 @@ extern "C" {
 #endif
 
 /* kind: "crash" (the process died), "node" (node lost), "link" (node cut
- * off), "hang" (stopped or no progress). 0 when written or when there is
+ * off), "hang" (stopped or no progress). rank -1: TASK is a spare (no
+ * rank). 0 when written or when there is
  * no channel; negative WHALE_E* (logged) on a bad argument or a failed
  * write. Never blocks. */
 int whale_report_failure(const char *node, const char *kind, int rank, int task);

@@ -182,6 +182,8 @@ struct whale_ctx {
     ucp_worker_h worker;
     ucp_ep_h *eps;            /* [ntasks] */
     bool *dead;               /* [ntasks] */
+    int *remote_refs;         /* [ntasks] whale_remote handles held here to task t's memory:
+                                 a spare with any lends state (offload memory, copies) */
     struct comm_proc_id *procs; /* [ntasks] */
     bool *watch;              /* [ntasks] same-node peer checked by pid */
     double next_watch;        /* next liveness check (CLOCK_MONOTONIC s) */

@@ -212,6 +212,12 @@ static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
         const char *node = t >= 0 && ctx->boot.node_names ? ctx->boot.node_names[ctx->boot.node_of_task[t]] : "?";
         snprintf(ev->failed_node[i], sizeof ev->failed_node[i], "%s", node);
     }
+    k = ev->nfailed_spares < WHALE_MAX_FAILED ? ev->nfailed_spares : WHALE_MAX_FAILED;
+    for (int i = 0; i < k; i++) {
+        int t = ev->failed_spare_task[i];
+        const char *node = t >= 0 && ctx->boot.node_names ? ctx->boot.node_names[ctx->boot.node_of_task[t]] : "?";
+        snprintf(ev->failed_spare_node[i], sizeof ev->failed_spare_node[i], "%s", node);
+    }
 }
 
 static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
@@ -230,8 +236,11 @@ static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
         else
             o += (size_t)snprintf(buf + o, sizeof buf - o, "dropped with DP replica");
     }
-    if (!k)
-        snprintf(buf, sizeof buf, "%d spare task(s) failed", ev->nfailed_spares);
+    int ks = ev->nfailed_spares < WHALE_MAX_FAILED ? ev->nfailed_spares : WHALE_MAX_FAILED;
+    for (int i = 0; i < ks && o < sizeof buf - 160; i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%sspare task %d on %s failed (%s)",
+                              k || i ? "; " : "", ev->failed_spare_task[i],
+                              ev->failed_spare_node[i], whale_detect_name(ev->failed_spare_how[i]));
     char step[32];
     if (ev->agreed_step == INT64_MAX)
         snprintf(step, sizeof step, "none");
@@ -361,7 +370,17 @@ static void merge_event(const struct whale_membership_event *acc, struct whale_m
             m.dropped[m.ndropped] = ev->dropped[i];
         m.ndropped++;
     }
-    m.nfailed_spares += ev->nfailed_spares;
+    int ks = ev->nfailed_spares < WHALE_MAX_FAILED ? ev->nfailed_spares : WHALE_MAX_FAILED;
+    for (int i = 0; i < ks; i++) {
+        if (m.nfailed_spares < WHALE_MAX_FAILED) {
+            int j = m.nfailed_spares;
+            m.failed_spare_task[j] = ev->failed_spare_task[i];
+            m.failed_spare_how[j] = ev->failed_spare_how[i];
+            memcpy(m.failed_spare_node[j], ev->failed_spare_node[i], sizeof m.failed_spare_node[j]);
+        }
+        m.nfailed_spares++;
+    }
+    m.nfailed_spares += ev->nfailed_spares - ks;
     if (ev->agreed_step < m.agreed_step)
         m.agreed_step = ev->agreed_step;
     if (ev->detect_s > m.detect_s)

@@ -177,6 +177,11 @@ int el_decide(const struct el_state *b, const uint8_t *gone, const uint8_t *how,
     }
     for (int t = 0; t < n; t++)
         if (b->member[t] && gone[t] && b->rank_of_task[t] < 0) {
+            if (ev->nfailed_spares < WHALE_MAX_FAILED) {
+                ev->failed_spare_task[ev->nfailed_spares] = t;
+                ev->failed_spare_how[ev->nfailed_spares] =
+                    how[t] ? (enum whale_detect)how[t] : WHALE_DETECT_CRASH;
+            }
             ev->nfailed_spares++;
             if (!ev->how && how[t])
                 ev->how = (enum whale_detect)how[t];

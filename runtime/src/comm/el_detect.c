@@ -9,7 +9,10 @@
  * same-node process in state T), one whose counter stood still while
  * computing for WHALE_HANG_TIMEOUT is failed (HANG). Crashes arrive faster
  * through UCX peer errors and the pid watchdog (ucx.c). Any failure is
- * broadcast (NOTICE) so that every task fails all its groups at once. */
+ * broadcast (NOTICE) so that every task fails all its groups at once —
+ * except the death of an idle spare (el_idle_spare): the working ranks
+ * need nothing from it, so they go on undisturbed; the next agreement
+ * drops it from the pool. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +28,7 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/report.h"
 #include "whale/topo.h"
 
 size_t el_msg_size(int type, int n)
@@ -345,6 +349,33 @@ void el_fail_all_groups(whale_ctx *ctx, int task)
     }
 }
 
+bool el_idle_spare(const whale_ctx *ctx, int task)
+{
+    const struct comm_elastic *el = ctx->el;
+    return el && el->st.member[task] && el->st.rank_of_task[task] < 0 &&
+           !(ctx->remote_refs && ctx->remote_refs[task] > 0);
+}
+
+/* An idle spare died: nothing of the training is lost, so no group of the
+ * working ranks fails and no recovery starts (the groups that hold it,
+ * e.g. the step-wide one, failed in comm_mark_dead_how). Slurm is told at
+ * once (no agreement follows that would report it), so that the spare's
+ * death does not make srun's exit status 137 and its node is drained. */
+static void idle_spare_dead(whale_ctx *ctx, int task, int how)
+{
+    const char *node = ctx->boot.node_names && ctx->boot.node_of_task
+                           ? ctx->boot.node_names[ctx->boot.node_of_task[task]] : "?";
+    whale_info("elastic: spare task %d on %s is gone (%s); it held nothing: the working ranks "
+               "go on", task, node, whale_detect_name((enum whale_detect)how));
+    const char *kind = how == WHALE_DETECT_NODE ? "node" : how == WHALE_DETECT_LINK ? "link"
+                     : how == WHALE_DETECT_HANG ? "hang" : "crash";
+    if (!ctx->closing)
+        whale_report_failure(node, kind, -1, task);
+    /* a silent or stopped one may still be alive: it must stop waiting */
+    if (how == WHALE_DETECT_HANG || how == WHALE_DETECT_LINK)
+        send_notice_to(ctx, task, true);
+}
+
 /* Called by comm_mark_dead_how after ctx->dead[task] was set. */
 void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
 {
@@ -368,7 +399,9 @@ void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
         for (int t = 0; t < ctx->boot.ntasks; t++)
             if (ctx->boot.node_of_task[t] == node && el->how[t] == WHALE_DETECT_CRASH)
                 el->how[t] = WHALE_DETECT_NODE;
-    if (el->st.member[task]) {
+    if (el->st.member[task] && el_idle_spare(ctx, task)) {
+        idle_spare_dead(ctx, task, el->how[task]);
+    } else if (el->st.member[task]) {
         el->suspected = true;
         if (el->armed) {
             el->notice_dirty = true;
@@ -383,8 +416,11 @@ void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
     pthread_cond_broadcast(&el->cond);
 }
 
+/* A notice or proposal from `from`: what it knows dead. recovering: the
+ * sender is in a recovery (then even an idle spare's death is news: that
+ * agreement decides on it). */
 static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *how,
-                  const float *lat)
+                  const float *lat, bool recovering)
 {
     struct comm_elastic *el = ctx->el;
     int n = ctx->boot.ntasks;
@@ -393,6 +429,9 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
         if (!dead[t])
             continue;
         if (ctx->dead[t]) {
+            /* an idle spare we let go without a recovery: a recovering
+             * sender now agrees on it, and this task must join in */
+            news |= recovering && el->st.member[t] && el_idle_spare(ctx, t);
             /* We saw its endpoint fail (CRASH), the reporter saw it hang:
              * the hang is the cause. A task failed for no progress is told
              * to leave (el_on_dead) and its leaving closes its endpoints,
@@ -403,7 +442,8 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
                 el->how[t] = WHALE_DETECT_HANG;
             continue;
         }
-        news |= el->st.member[t] != 0;
+        /* an idle spare's death alone abandons no work (el_on_dead) */
+        news |= el->st.member[t] && (recovering || !el_idle_spare(ctx, t));
         if (t == ctx->boot.task) {
             if (!el->excluded)
                 whale_error("elastic: task %d reports this task (%d) as failed: leaving the step",
@@ -466,12 +506,13 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
         break;
     case EL_NOTICE:
         if (blen >= vec)
-            learn(ctx, from, body, body + n, (const float *)(body + 2 * n));
+            learn(ctx, from, body, body + n, (const float *)(body + 2 * n),
+                  (h.flags & EL_F_RECOVERING) != 0);
         break;
     case EL_PROPOSE:
         if (blen < vec)
             return;
-        learn(ctx, from, body, body + n, (const float *)(body + 2 * n));
+        learn(ctx, from, body, body + n, (const float *)(body + 2 * n), true);
         if (h.epoch > el->st.epoch) {
             /* the proposer holds a decision this task missed */
             struct el_state ns;

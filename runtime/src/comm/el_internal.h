@@ -120,6 +120,9 @@ int el_poll(struct whale_ctx *ctx);             /* receive + ticks; events seen 
 double el_next_deadline(struct whale_ctx *ctx); /* seconds until the next tick, <0 none */
 void el_on_dead(struct whale_ctx *ctx, int task, int how, double last_heard);
 void el_fail_all_groups(struct whale_ctx *ctx, int task);
+/* A member spare that holds nothing of the training here (no whale_remote
+ * to its memory: neither offloaded state nor in-memory copies). */
+bool el_idle_spare(const struct whale_ctx *ctx, int task);
 int el_send(struct whale_ctx *ctx, int task, const void *msg, size_t len);
 void el_broadcast_done(struct whale_ctx *ctx);
 double el_now(void);

@@ -35,9 +35,10 @@ int whale_spare_wait(whale_ctx *ctx, struct whale_membership_event *ev)
             rc = WHALE_EDONE;
             break;
         }
+        /* another idle spare's death is no reason to recover (el_on_dead) */
         bool any_dead = false;
         for (int t = 0; t < ctx->boot.ntasks; t++)
-            any_dead |= el->st.member[t] && ctx->dead[t];
+            any_dead |= el->st.member[t] && ctx->dead[t] && !el_idle_spare(ctx, t);
         if (el->suspected || any_dead || el->decide_epoch > el->st.epoch) {
             rc = el_recover(ctx, INT64_MAX, true, ev);
             if (rc == WHALE_ESTATE)

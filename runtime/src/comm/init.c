@@ -140,7 +140,8 @@ static int wireup(whale_ctx *ctx)
     if ((rc = boot_set_nodes(b, names)))
         goto out;
     ctx->dead = calloc((size_t)b->ntasks, sizeof(bool));
-    if (!ctx->dead) {
+    ctx->remote_refs = calloc((size_t)b->ntasks, sizeof(int));
+    if (!ctx->dead || !ctx->remote_refs) {
         rc = WHALE_ENOMEM;
         goto out;
     }
@@ -277,6 +278,7 @@ fail:
     if (ctx->wakefd >= 0)
         close(ctx->wakefd);
     free(ctx->dead);
+    free(ctx->remote_refs);
     free(ctx->procs);
     boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
@@ -344,6 +346,7 @@ int whale_finalize(whale_ctx *ctx)
     if (ctx->wakefd >= 0)
         close(ctx->wakefd);
     free(ctx->dead);
+    free(ctx->remote_refs);
     free(ctx->procs);
     sched_scratch_release_all();
     int brc = boot_finalize(&ctx->boot);

@@ -115,6 +115,8 @@ void whale_remote_free(whale_remote *rem)
     if (rem->rkey) {
         pthread_mutex_lock(&rem->ctx->lock);
         ucp_rkey_destroy(rem->rkey);
+        if (rem->ctx->remote_refs && rem->task >= 0 && rem->task < rem->ctx->boot.ntasks)
+            rem->ctx->remote_refs[rem->task]--;
         pthread_mutex_unlock(&rem->ctx->lock);
     }
     free(rem);
@@ -213,6 +215,8 @@ int whale_region_exchange(whale_group *g, whale_region *mine, whale_remote ***ou
         }
         pthread_mutex_lock(&ctx->lock);
         ucs_status_t st = ucp_ep_rkey_unpack(ctx->eps[h->task], keys + (size_t)i * kmax, &h->rkey);
+        if (st == UCS_OK && ctx->remote_refs)
+            ctx->remote_refs[h->task]++; /* its death loses what we put there */
         pthread_mutex_unlock(&ctx->lock);
         if (st != UCS_OK) {
             h->rkey = NULL;

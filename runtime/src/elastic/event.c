@@ -3,8 +3,21 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "whale/elastic.h"
 #include "whale/log.h"
 #include "whale/redundancy.h"
+
+void whale_recovery_note_spares(struct whale_recovery_report *r,
+                                const struct whale_membership_event *ev)
+{
+    r->nfailed_spares = ev->nfailed_spares;
+    int k = ev->nfailed_spares < 8 ? ev->nfailed_spares : 8;
+    for (int i = 0; i < k; i++) {
+        r->failed_spare_task[i] = ev->failed_spare_task[i];
+        snprintf(r->failed_spare_node[i], sizeof r->failed_spare_node[i], "%s",
+                 ev->failed_spare_node[i]);
+    }
+}
 
 char *whale_recovery_json(const struct whale_recovery_report *r)
 {
@@ -64,6 +77,19 @@ void whale_recovery_log(const struct whale_recovery_report *r)
             break;
         o += (size_t)k;
     }
+    /* a lost spare (e.g. the one lending offload memory) has no rank but
+     * the line must still say who failed */
+    int ns = r->nfailed_spares < 8 ? r->nfailed_spares : 8;
+    for (int i = 0; i < ns && o < sizeof who - 1; i++) {
+        int k = snprintf(who + o, sizeof who - o, "%sspare task %d on %s", o ? ", " : "",
+                         r->failed_spare_task[i],
+                         r->failed_spare_node[i][0] ? r->failed_spare_node[i] : "?");
+        if (k < 0)
+            break;
+        o += (size_t)k;
+    }
+    if (!who[0])
+        snprintf(who, sizeof who, "a task");
     whale_warn("recovery: %s failed during step %lld (detected: %s); %s, state from %s, rolled "
                "back to step %lld (%lld step%s redone), now TP=%d PP=%d DP=%d; detect %.2f s, "
                "agree %.2f s, transfer %.2f s, rebuild %.2f s, redo %.2f s",

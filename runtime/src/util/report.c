@@ -38,7 +38,7 @@ int whale_report_failure(const char *node, const char *kind, int rank, int task)
     int known = 0;
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         known |= kind && !strcmp(kind, kinds[i]);
-    if (!valid_word(node, 64) || !known || rank < 0 || task < 0) {
+    if (!valid_word(node, 64) || !known || rank < -1 || task < 0) {
         whale_log(WHALE_LOG_ERROR, "failure report: bad node '%s', kind '%s' (crash|node|link|"
                   "hang), rank %d or task %d", node ? node : "(null)", kind ? kind : "(null)",
                   rank, task);
@@ -63,8 +63,12 @@ int whale_report_failure(const char *node, const char *kind, int rank, int task)
         whale_log(WHALE_LOG_WARN, "failure report to %s: %s", path, strerror(errno));
         rc = WHALE_EIO;
     } else {
-        whale_log(WHALE_LOG_INFO, "reported to slurmstepd: rank %d (task %d) on %s failed (%s)",
-                  rank, task, node, kind);
+        if (rank >= 0)
+            whale_log(WHALE_LOG_INFO, "reported to slurmstepd: rank %d (task %d) on %s failed "
+                      "(%s)", rank, task, node, kind);
+        else
+            whale_log(WHALE_LOG_INFO, "reported to slurmstepd: spare task %d on %s failed (%s)",
+                      task, node, kind);
     }
     close(fd);
     return rc;

@@ -7,8 +7,11 @@
  *
  * Output lines are prefixed with the rank ("3: ..."); SIGINT/SIGTERM are
  * forwarded to every task (a second one kills them); when a task fails the
- * others are stopped (unless --keep-going) and whale-run exits with the
- * worst exit status of the tasks that failed on their own. */
+ * others are stopped (unless --keep-going, or the step is elastic: it has
+ * spares or WHALE_ELASTIC=1, and replaces or drops the failed rank itself)
+ * and whale-run exits with the worst exit status of the tasks that failed
+ * on their own (exit_status). Tasks that an elastic step reported as
+ * replaced (run_report.c) do not count, as under srun. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -26,6 +29,7 @@
 
 #include "pmix_host.h"
 #include "run_limits.h"
+#include "run_report.h"
 #include "task_env.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
@@ -43,7 +47,9 @@ struct child {
     size_t len[2], cap[2];
     bool exited;
     int status;         /* exit code (128+sig for a signal) */
+    bool by_signal;     /* status is 128+sig: it was killed by a signal */
     bool stopped_by_us; /* we signalled it before it exited */
+    bool replaced;      /* an elastic step reported it failed and went on */
     char label[16];
 };
 
@@ -74,7 +80,8 @@ static void usage(FILE *f)
             "      --nodes K       simulate K nodes: tasks split in blocks, WHALE_NODE=node<i> (default 1)\n"
             "      --spares S      hold back the last S simulated nodes as hot spares (default 0)\n"
             "      --plan PLAN     value of WHALE_PLAN (path or inline JSON)\n"
-            "      --keep-going    do not stop the other tasks when one fails\n"
+            "      --keep-going    do not stop the other tasks when one fails (always so for an\n"
+            "                      elastic step: spares, or WHALE_ELASTIC=1)\n"
             "      --timeout SEC   stop every task after SEC seconds (exit status 124)\n"
             "      --no-label      do not prefix output lines with the rank\n"
             "      --bind core|none  give each task its share of this process's CPUs when there\n"
@@ -87,8 +94,10 @@ static void usage(FILE *f)
             "hard one, and a run that still does not fit is refused before any task starts.\n"
             "\n"
             "Exit status: 0 when every task succeeded, else the worst status of a task that\n"
-            "failed on its own (128+N for signal N), 124 on --timeout, 128+N when whale-run\n"
-            "itself got signal N; 2 for usage errors.\n");
+            "failed on its own (128+N for signal N; a signal beats an exit code, else the\n"
+            "higher number wins; tasks failing within 2 s of the first all count; tasks an\n"
+            "elastic step replaced do not), 124 on --timeout, 128+N when whale-run itself\n"
+            "got signal N; 2 for usage errors.\n");
 }
 
 /* whale/envnum.h's checked parser, with the option named */
@@ -225,12 +234,17 @@ static char **build_env(struct run_layout *lay, struct pmix_host *ph, int task)
 struct run_opts {
     struct run_layout_opts lo;
     bool label, keep_going, bind;
+    bool elastic;  /* spares or WHALE_ELASTIC=1: the step outlives a failed task */
     int timeout;   /* s, 0: none */
     char **prog;   /* the program and its arguments */
 };
 
 static const int g_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGCHLD };
 #define RUN_GO (-1) /* a phase's "go on"; anything else is the exit status */
+/* After a task fails, the others are stopped only this much later, so that
+ * tasks failing at about the same moment all count in the exit status,
+ * whatever order they were reaped in. */
+#define STOP_WINDOW_S 2.0
 
 static int parse_args(int argc, char **argv, struct run_opts *o)
 {
@@ -406,13 +420,16 @@ static int start_tasks(struct child *ch, int n, struct run_layout *lay, struct p
  * Returns rc (an abort status may set it); *user_sig and *timed_out say
  * why the run stopped. */
 static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_host *ph,
-                      const struct run_opts *o, int *user_sig_out, bool *timed_out_out)
+                      const struct run_opts *o, struct run_report *rep, int *user_sig_out,
+                      bool *timed_out_out)
 {
-    const bool label = o->label, keep_going = o->keep_going;
+    const bool label = o->label, keep_going = o->keep_going || o->elastic;
     const int timeout = o->timeout;
     int live = started, user_sig = 0, nsig = 0;
     bool stopping = rc != 0, timed_out = false;
     double kill_at = 0, all_exited_at = 0, deadline = timeout ? whale_now_s() + timeout : 0;
+    double stop_at = 0; /* end of the stop window after the first failure */
+    bool *replaced = calloc((size_t)n, sizeof *replaced);
     const double grace = 3.0;
     struct pollfd *pfd = calloc((size_t)(2 * n + 1), sizeof *pfd);
     int *who = calloc((size_t)(2 * n + 1), sizeof *who);
@@ -459,6 +476,9 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
         int pr = poll(pfd, (nfds_t)np, wait_ms);
         if (pr < 0 && errno != EINTR)
             break;
+        if (replaced && run_report_poll(rep, n, replaced))
+            for (int t = 0; t < n; t++)
+                ch[t].replaced = replaced[t];
         for (int i = 0; pr > 0 && i < np; i++) {
             if (!pfd[i].revents)
                 continue;
@@ -493,6 +513,7 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
                     continue;
                 ch[t].exited = true;
                 ch[t].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+                ch[t].by_signal = !WIFEXITED(st);
                 live--;
                 if (ch[t].status != 0 && !ch[t].stopped_by_us) {
                     if (WIFSIGNALED(st))
@@ -501,12 +522,10 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
                     else
                         fprintf(stderr, "whale-run: task %d (rank %s) exited with status %d\n", t,
                                 ch[t].label, ch[t].status);
-                    if (!keep_going && !stopping && live > 0) {
-                        fprintf(stderr, "whale-run: stopping the other %d task(s)\n", live);
-                        signal_all(ch, n, SIGTERM);
-                        stopping = true;
-                        kill_at = whale_now_s() + grace;
-                    }
+                    /* the others are stopped after the stop window:
+                     * tasks failing together all count (exit_status) */
+                    if (!keep_going && !stopping && !stop_at)
+                        stop_at = whale_now_s() + STOP_WINDOW_S;
                 }
             }
         }
@@ -520,6 +539,12 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
                 rc = ast;
         }
         double t = whale_now_s();
+        if (stop_at && !stopping && t >= stop_at && live > 0) {
+            fprintf(stderr, "whale-run: stopping the other %d task(s)\n", live);
+            signal_all(ch, n, SIGTERM);
+            stopping = true;
+            kill_at = t + grace;
+        }
         if (deadline && t > deadline && !timed_out && live > 0) {
             fprintf(stderr, "whale-run: --timeout %d s reached, stopping %d task(s)\n", timeout, live);
             timed_out = true;
@@ -534,19 +559,40 @@ static int event_loop(struct child *ch, int n, int started, int rc, struct pmix_
     }
     free(pfd);
     free(who);
+    if (replaced)
+        run_report_poll(rep, n, replaced); /* a report written just before the end */
+    for (int t = 0; replaced && t < n; t++)
+        ch[t].replaced = replaced[t];
+    free(replaced);
     *user_sig_out = user_sig;
     *timed_out_out = timed_out;
     return rc;
 }
 
-/* The worst status of a task that failed on its own; 124 on --timeout;
- * 128+N when whale-run itself got signal N. */
+/* Is exit status a (by_signal_a) worse than b? A death by a signal beats
+ * any exit code; between two signals, and between two codes, the higher
+ * number wins (man/whale-run.1, EXIT STATUS). */
+static bool worse(int a, bool sig_a, int b, bool sig_b)
+{
+    if (sig_a != sig_b)
+        return sig_a;
+    return a > b;
+}
+
+/* The worst status of a task that failed on its own (ended before
+ * whale-run stopped it: within the stop window of the first failure, or
+ * on its own with --keep-going), leaving out the tasks an elastic step
+ * replaced; 124 on --timeout; 128+N when whale-run itself got signal N. */
 static int exit_status(const struct child *ch, int n, int rc, int user_sig, bool timed_out)
 {
     int worst = rc;
+    bool worst_sig = false;
     for (int t = 0; t < n; t++)
-        if (ch[t].exited && !ch[t].stopped_by_us && ch[t].status > worst)
+        if (ch[t].exited && !ch[t].stopped_by_us && !ch[t].replaced && ch[t].status != 0 &&
+            worse(ch[t].status, ch[t].by_signal, worst, worst_sig)) {
             worst = ch[t].status;
+            worst_sig = ch[t].by_signal;
+        }
     if (timed_out)
         worst = 124;
     else if (user_sig && worst == 0)
@@ -589,10 +635,18 @@ int main(int argc, char **argv)
     }
     int started = 0, user_sig = 0;
     bool timed_out = false;
+    /* an elastic step outlives a failed task as under srun: the survivors
+     * are not stopped, and the tasks it replaced do not count */
+    const char *el = whale_knob_getenv("WHALE_ELASTIC");
+    o.elastic = run_layout_world(lay) < n || (el && !strcmp(el, "1"));
+    struct run_report rep = { .fd = -1 };
+    if (o.elastic)
+        run_report_open(&rep);
     rc = start_tasks(ch, n, lay, ph, &o, &started);
     if (rc && started)
         signal_all(ch, n, SIGKILL);
-    rc = event_loop(ch, n, started, rc, ph, &o, &user_sig, &timed_out);
+    rc = event_loop(ch, n, started, rc, ph, &o, &rep, &user_sig, &timed_out);
+    run_report_close(&rep);
     int worst = exit_status(ch, n, rc, user_sig, timed_out);
     for (int t = 0; t < n; t++) {
         free(ch[t].buf[0]);

@@ -660,6 +660,7 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
             snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s",
                      te->ev.failed_node[i]);
         }
+        whale_recovery_note_spares(&te->rep, &te->ev);
         te->rep.failed_step = te->ev.agreed_step + 1;
         te->rep.rollback_step = R;
         te->rep.steps_lost = te->ev.agreed_step > R ? te->ev.agreed_step - R : 0;
@@ -871,6 +872,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         te->rep.failed_task[i] = ev.failed_task[i];
         snprintf(te->rep.failed_node[i], sizeof te->rep.failed_node[i], "%s", ev.failed_node[i]);
     }
+    whale_recovery_note_spares(&te->rep, &ev);
     te->rep.failed_step = failed_step1;
     te->rep.detect_s = ev.detect_s;
     te->rep.agree_s = ev.agree_s;

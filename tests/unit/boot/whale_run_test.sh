@@ -41,6 +41,57 @@ for i in $(seq 12); do
 done
 t "simultaneous failures -> their status, not 143${bad:+:$bad}" [ -z "$bad" ]
 
+# two tasks failing together: the worst status, whatever order whale-run
+# reaps them in (a task failing within the stop window counts; the highest
+# exit code wins). Before the stop window this gave 3 or 5 at random.
+bad=""
+for i in $(seq 20); do
+  "$RUN" -n 2 sh -c 'if [ "$WHALE_RANK" = 1 ]; then exit 5; fi; exit 3' 2>/dev/null
+  rc=$?
+  [ "$rc" -eq 5 ] || bad="$bad run $i: $rc"
+done
+t "two tasks failing together -> the highest code, 20 of 20 times${bad:+:$bad}" [ -z "$bad" ]
+# a death by a signal beats any exit code, even a higher number
+bad=""
+for i in $(seq 5); do
+  "$RUN" -n 2 sh -c 'if [ "$WHALE_RANK" = 1 ]; then kill -9 $$; fi; exit 200' 2>/dev/null
+  rc=$?
+  [ "$rc" -eq 137 ] || bad="$bad run $i: $rc"
+done
+t "signal beats exit code -> 137${bad:+:$bad}" [ -z "$bad" ]
+
+# an elastic step (spares, or WHALE_ELASTIC=1) behaves as under srun without
+# --keep-going: a failed task does not stop the others, and a task the step
+# reported as replaced (WHALE_REPORT, as whale-train's survivors write it)
+# does not count in the exit status. Task 1 dies; task 0 reports it, then
+# finishes; task 2 is the spare.
+elastic_task='
+case $WHALE_TASK_ID in
+  1) kill -9 $$ ;;
+  0) sleep 1; [ -p "$WHALE_REPORT" ] && [ "$REPORT" = 1 ] && echo "node1 crash 1 1" > "$WHALE_REPORT"
+     sleep 5; echo finished ;;
+esac
+exit 0'
+REPORT=1 "$RUN" -n 3 --nodes 3 --spares 1 sh -c "$elastic_task" >"$tmp/o" 2>"$tmp/e"
+rc=$?
+t "elastic (spares): the survivors are not stopped" grep -qx '0: finished' "$tmp/o"
+t "elastic (spares): a reported task does not count -> 0 (got $rc)" [ "$rc" -eq 0 ]
+t "elastic: no 'stopping' message" sh -c "! grep -q stopping $tmp/e"
+REPORT=0 "$RUN" -n 3 --nodes 3 --spares 1 sh -c "$elastic_task" >"$tmp/o" 2>/dev/null
+rc=$?
+t "elastic, not reported: the killed task counts -> 137 (got $rc)" [ "$rc" -eq 137 ]
+t "elastic, not reported: the survivors are not stopped" grep -qx '0: finished' "$tmp/o"
+REPORT=1 WHALE_ELASTIC=1 "$RUN" -n 2 --nodes 2 sh -c "$elastic_task" >"$tmp/o" 2>/dev/null
+rc=$?
+t "WHALE_ELASTIC=1: same without spares -> 0 (got $rc)" [ "$rc" -eq 0 ]
+t "WHALE_ELASTIC=1: the survivor finished" grep -qx '0: finished' "$tmp/o"
+# a non-elastic step: the failure stops the others unless --keep-going
+"$RUN" -n 2 --nodes 2 sh -c "$elastic_task" >"$tmp/o" 2>/dev/null
+rc=$?
+t "not elastic: 137 and the survivor stopped" sh -c "[ $rc -eq 137 ] && ! grep -q finished $tmp/o"
+"$RUN" -n 2 --nodes 2 --keep-going sh -c "$elastic_task" >"$tmp/o" 2>/dev/null
+t "not elastic, --keep-going: the survivor finished" grep -qx '0: finished' "$tmp/o"
+
 # a crashing task stops the others (no timing assert on a loaded machine: they
 # would sleep 60 s; that whale-run stopped them is in its messages); 128+SIGSEGV
 "$RUN" -n 3 sh -c 'if [ "$WHALE_RANK" = 1 ]; then sleep 0.3; kill -SEGV $$; fi; exec sleep 60' 2>"$tmp/e"

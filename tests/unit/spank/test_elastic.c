@@ -163,12 +163,15 @@ static void test_parse(void **st)
     assert_string_equal(r.kind, "hang");
     assert_int_equal(r.rank, 3);
     assert_int_equal(r.task, 3);
+    /* rank -1: a spare task that failed */
+    assert_int_equal(whale_report_parse("node2 crash -1 3", &step, &r, why, sizeof why), 0);
+    assert_int_equal(r.rank, -1);
     const char *bad[][2] = {
         { "node2 hang 3", "expected" },
         { "node2 hang 3 3 extra", "expected" },
         { "node2 boom 3 3", "kind 'boom'" },
         { "node2 crash 4 3", "rank 4 outside 0..3" },
-        { "node2 crash -1 3", "rank -1" },
+        { "node2 crash -2 3", "rank -2 outside 0..3 (or -1 for a spare)" },
         { "node2 node 1 6", "task 6 outside 0..5" },
         { "node1 node 3 3", "task 3 does not run on 'node1'" },
         { "node9 node 3 3", "does not run on 'node9'" },
@@ -363,6 +366,12 @@ static void test_judge(void **st)
     assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_UNKNOWN, -1, why, sizeof why), 0);
     assert_non_null(strstr(why, "never started"));
     assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_UNKNOWN, 0, why, sizeof why), 0);
+    /* a task alone on another node: that node's slurmd lists no process of
+     * the step any more (nobody there could report it to its own stepd) */
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_GONE, -1, why, sizeof why),
+                     WHALE_REPORT_DRAIN);
+    assert_int_equal(whale_report_judge(&r, false, WHALE_TASK_RUNNING, -1, why, sizeof why), 0);
+    assert_non_null(strstr(why, "that node's slurmstepd"));
     snprintf(r.kind, sizeof r.kind, "hang");
     assert_int_equal(whale_report_judge(&r, true, WHALE_TASK_RUNNING, -1, why, sizeof why),
                      WHALE_REPORT_KILL);
@@ -385,7 +394,8 @@ static void test_report_args(void **st)
     setenv(WHALE_ENV_REPORT, "/nonexistent/fifo", 1);
     assert_int_equal(whale_report_failure("node 2", "node", 1, 1), WHALE_EINVAL);
     assert_int_equal(whale_report_failure("node2", "melt", 1, 1), WHALE_EINVAL);
-    assert_int_equal(whale_report_failure("node2", "node", -1, 1), WHALE_EINVAL);
+    assert_int_equal(whale_report_failure("node2", "node", -2, 1), WHALE_EINVAL);
+    assert_int_equal(whale_report_failure("node2", "crash", -1, 1), 0); /* a spare, no FIFO */
     assert_int_equal(whale_report_failure(NULL, "node", 1, 1), WHALE_EINVAL);
     assert_int_equal(whale_report_failure("node2", "node", 1, 1), 0); /* no FIFO: no drain */
     unsetenv(WHALE_ENV_REPORT);
