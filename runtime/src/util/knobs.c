@@ -78,7 +78,6 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_SITE_LIMITS", "contract", "", "the site limits record slurmstepd wrote (root's, read-only; whale.conf(5), SITE LIMITS)" },
     { "WHALE_SPARE", "contract", "", "1 for a hot-spare task, else 0" },
     { "WHALE_SPIN", "int", "16 (100000 when bound to a core)", "idle polls before a waiting rank yields its core" },
-    { "WHALE_SRUN_RESULT", "contract", "", "where slurmstepd reports an elastic step's result to srun" },
     { "WHALE_TASK_ID", "contract", "", "Slurm/whale-run task id of this task" },
     { "WHALE_TP", "contract", "", "tensor-parallel degree" },
     { "WHALE_TP_RANK", "contract", "", "this rank's tensor-parallel index" },
