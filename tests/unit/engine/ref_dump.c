@@ -61,6 +61,7 @@ int main(int argc, char **argv)
     memset(e->G, 0, e->P * sizeof(float));
     /* forward through every layer, boundaries in e->xb */
     double loss = 0;
+    struct whale_moe_stats ms = { 0 }; /* MoE blocks: their auxiliary losses join the loss */
     for (int li = 0; li < e->nl; li++) {
         struct eng_layer *l = &e->layers[li];
         struct eng_io io = { 0 };
@@ -71,9 +72,10 @@ int main(int argc, char **argv)
         io.saved = e->saved + e->saved_off[li];
         io.scratch = e->scratch;
         io.att_tmp = e->att_tmp;
+        io.moe = &ms;
         if (l->ops->forward(l, &io))
             return 1;
-        loss = io.loss_sum / (double)N;
+        loss = (io.loss_sum + ms.loss_sum) / (double)N;
     }
     for (int li = e->nl - 1; li >= 0; li--) {
         struct eng_layer *l = &e->layers[li];
@@ -106,6 +108,9 @@ int main(int argc, char **argv)
         put(f, "w", &e->params[i], e->W + e->params[i].flat);
         put(f, "g", &e->params[i], e->G + e->params[i].flat);
     }
+    /* means per MoE block forward, as whale_step_stats reports them */
+    double nf = ms.forwards > 0 ? (double)ms.forwards : 1.0;
+    fprintf(f, "moe %.12g %.12g %lld\n", ms.aux / nf, ms.zloss / nf, (long long)ms.dropped);
     fprintf(f, "loss %.12g\n", loss);
     int rc = fclose(f) ? 1 : 0;
     free(tok);
