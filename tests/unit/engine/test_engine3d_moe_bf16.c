@@ -4,7 +4,7 @@
  * and a value sits near a rounding tie); routing adds a discontinuity: that
  * ulp in a block's normed input can move a router logit across another
  * expert's or a token across an expert's capacity. Measured (2026-12-07,
- * fp32 GEMM arithmetic): worst 3.6e-4 (GPT, capacity 1.0, TP 2, step 10),
+ * fp32 GEMM arithmetic): worst 3.8e-4 (GPT, capacity 1.0, TP 2),
  * Llama dropless 1.8e-4; full and selective recompute exact. */
 #define T3D_MOE_PRECISION WHALE_PREC_BF16
 #define T3D_TOL 1e-3
