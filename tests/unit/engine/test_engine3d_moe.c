@@ -147,9 +147,42 @@ static void test_moe_refusals(void **state)
     test_log_capture(false);
 }
 
+/* FLOPs count the active experts (what MFU and the planner's rates read):
+ * a MoE block's forward is a dense block's with FFN = (TopK + shared) x
+ * ExpertFFN plus the router's 2 N C E; its parameters are every expert's,
+ * as the description counts them. */
+static void test_moe_flops(void **state)
+{
+    (void)state;
+    moe_variant = 0;
+    struct layout one = LAY("single", 1, 1, 1, 0, 2, 1F1B, 1, NONE);
+    struct whale_engine_config c = cfg_for(&one), cd = c;
+    const struct whale_moe_desc *md = &c.model.moe;
+    cd.model.moe.experts = 0;
+    cd.model.ffn = (md->topk + md->shared) * md->ffn;
+    whale_engine *e = NULL, *ed = NULL;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    assert_int_equal(eng_create(&cd, NULL, NULL, &ed), 0);
+    struct whale_layer_cost moe, dense, dense_blk;
+    assert_int_equal(whale_engine_layer_cost(e, 1, &moe), 0);  /* block 0: MoE */
+    assert_int_equal(whale_engine_layer_cost(ed, 1, &dense), 0);
+    assert_int_equal(whale_engine_layer_cost(e, 2, &dense_blk), 0); /* block 1: dense */
+    const double N = (double)c.micro_batch * c.seq, C = c.model.hidden;
+    const double router = 2.0 * N * C * md->experts;
+    printf("  MoE block fwd %.0f, dense of the active width %.0f, router %.0f FLOPs\n",
+           moe.fwd_flops, dense.fwd_flops, router);
+    assert_true(fabs(moe.fwd_flops - (dense.fwd_flops + router)) < 1e-6 * moe.fwd_flops);
+    assert_true(fabs(moe.bwd_flops - (dense.bwd_flops + 2 * router)) < 1e-6 * moe.bwd_flops);
+    assert_int_equal(moe.params, whale_model_desc_moe_block_params(&c.model, false));
+    assert_int_equal(dense_blk.params, whale_model_desc_block_params(&c.model));
+    whale_engine_destroy(e);
+    whale_engine_destroy(ed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_moe_flops),
         cmocka_unit_test(test_moe_refusals),
         cmocka_unit_test(test_moe_gpt_capacity),
         cmocka_unit_test(test_moe_llama_dropless),
