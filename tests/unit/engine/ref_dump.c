@@ -2,7 +2,7 @@
  * on weights the test chooses, written out for tests/unit/engine/
  * torch_reference.py, which recomputes them independently with PyTorch.
  *
- *   ref_dump "MODEL DESCRIPTION" OUT.txt
+ *   ref_dump "MODEL DESCRIPTION" OUT.txt [zero-router]
  *
  * OUT.txt, one tensor per line: "kind name ndim dims... values..." with kind
  * w (weight), g (gradient of the mean token loss), t (tokens), y (targets);
@@ -36,8 +36,8 @@ static void put(FILE *f, const char *kind, const struct eng_param *p, const floa
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: ref_dump 'MODEL DESCRIPTION' OUT.txt\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: ref_dump 'MODEL DESCRIPTION' OUT.txt [zero-router]\n");
         return 2;
     }
     struct whale_engine_config c;
@@ -58,6 +58,11 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < e->P; i++)
         e->W[i] += 0.3f * urand();
+    /* zero-router: MoE routers of zeros, every logit equal: the tie rule
+     * (lower expert index first) and the capacity order decide alone */
+    for (int i = 0; argc == 4 && i < e->np; i++)
+        if (strstr(e->params[i].name, "moe.router"))
+            memset(e->W + e->params[i].flat, 0, e->params[i].numel * sizeof(float));
     memset(e->G, 0, e->P * sizeof(float));
     /* forward through every layer, boundaries in e->xb */
     double loss = 0;
