@@ -394,6 +394,34 @@ static int moe_route(const struct eng_layer *l, int p0, struct moe_scratch *x, f
     return 0;
 }
 
+/* ---- dispatch and combine -------------------------------------------------------
+ * The only steps that move tokens between their rows and the experts' rows:
+ * local copies here; with expert parallelism they become an all-to-all(v)
+ * over the EP group (rows grouped by the rank that holds the expert, counts
+ * from x->cnt) and its inverse, the per-expert GEMMs unchanged. */
+
+/* x->xe (R,C): row r = the token tok[r]'s row of src (N,C), expert-major */
+static void moe_dispatch(const struct eng_dims *d, struct moe_scratch *x, const float *src)
+{
+    const int C = d->C, R = x->off[d->moe.experts];
+    for (int r = 0; r < R; r++)
+        memcpy(x->xe + (size_t)r * C, src + (size_t)x->tok[r] * C, sizeof(float) * C);
+}
+
+/* out (N,C) += for every row r: w[r] (1 when w is NULL) x rows (R,C)[r] at
+ * its token's row */
+static void moe_combine(const struct eng_dims *d, const struct moe_scratch *x,
+                        const float *rows, const float *w, float *out)
+{
+    const int C = d->C, R = x->off[d->moe.experts];
+    for (int r = 0; r < R; r++) {
+        float *o = out + (size_t)x->tok[r] * C;
+        const float *y = rows + (size_t)r * C, g = w ? w[r] : 1.0f;
+        for (int c = 0; c < C; c++)
+            o[c] += g * y[c];
+    }
+}
+
 /* ---- forward ----------------------------------------------------------------- */
 
 static float *pw_opt(const struct eng_layer *l, int base, int off)
@@ -458,10 +486,7 @@ int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         moe_losses(d, &x, &aux, &z);
         moe_stats(d, &x, aux, z, io->moe);
     }
-    /* dispatch: each expert's tokens, contiguous */
-    const int R = x.off[E];
-    for (int r = 0; r < R; r++)
-        memcpy(x.xe + (size_t)r * C, ln + (size_t)x.tok[r] * C, sizeof(float) * C);
+    moe_dispatch(d, &x, ln);
     for (int e = 0; e < E; e++) {
         int n = x.cnt[e];
         size_t r0 = (size_t)x.off[e];
@@ -476,12 +501,7 @@ int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         BK(moe_ffn_fwd(l, sb, &ix, ln, s.sfc, s.sup, s.sh, out, N, d->Fs));
     else
         BK(whale_memset(d->bk, out, 0, sizeof(float) * N * C, NULL));
-    for (int r = 0; r < R; r++) {
-        float *o = out + (size_t)x.tok[r] * C;
-        const float *y = s.eo + (size_t)r * C, g = x.gate[r];
-        for (int c = 0; c < C; c++)
-            o[c] += g * y[c];
-    }
+    moe_combine(d, &x, s.eo, x.gate, out);
     if (io->tp_group)
         BK(eng_tp_allreduce(io->tp_group, out, (size_t)N * C));
     if (ix.pb < 0)
@@ -645,12 +665,12 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
             }
         }
     /* experts: dy_r = g_r dout[tok] in ye, inputs re-gathered into xe */
+    moe_dispatch(d, &x, ln);
     for (int r = 0; r < R; r++) {
         const float *dy = dout + (size_t)x.tok[r] * C;
         float *ye = x.ye + (size_t)r * C, g = x.gate[r];
         for (int c = 0; c < C; c++)
             ye[c] = g * dy[c];
-        memcpy(x.xe + (size_t)r * C, ln + (size_t)x.tok[r] * C, sizeof(float) * C);
     }
     for (int e = 0; e < E; e++) {
         int n = x.cnt[e];
@@ -671,13 +691,8 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
     } else {
         BK(whale_memset(bk, dln, 0, sizeof(float) * N * C, NULL));
     }
-    /* combine's inverse: scatter-add the experts' input gradients */
-    for (int r = 0; r < R; r++) {
-        float *o = dln + (size_t)x.tok[r] * C;
-        const float *g = x.ye + (size_t)r * C;
-        for (int c = 0; c < C; c++)
-            o[c] += g[c];
-    }
+    /* dispatch's inverse: scatter-add the experts' input gradients */
+    moe_combine(d, &x, x.ye, NULL, dln);
     /* router: dlogits, its weight's gradient (the same on every TP rank) and
      * its input gradient on TP rank 0 only (the caller sums dln over TP) */
     const double ka = (double)io->dloss * N * d->moe.aux, kz = (double)io->dloss * N * d->moe.zloss;
