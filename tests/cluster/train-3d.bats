@@ -15,6 +15,12 @@ setup_file() {
   # 4 blocks: PP=2 x interleave 2 and PP=4 both get a block per stage
   printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$TMPD/t4.conf"
   "$TRAIN" $(train_args) --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
+  # a MoE model: 4 experts top-2 with capacity dropping and a shared expert;
+  # routing and its losses are per micro-batch, so its reference runs the
+  # layouts' micro-batches of one sequence
+  printf 'Name=m4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\nExperts=4 TopK=2 ExpertFFN=64 SharedExperts=1 CapacityFactor=1.0\n' > "$TMPD/m4.conf"
+  "$TRAIN" $(train_args) --model "$TMPD/m4.conf" --micro-batch 1 --grad-accum 8 \
+      --metrics "$TMPD/ref_moe.jsonl" > /dev/null 2>&1
 }
 teardown_file() { rm -rf "$TMPD"; }
 
@@ -57,6 +63,17 @@ srun_train() {
 
 @test "PP=4 DP=2 ZeRO 2 recompute auto: same loss" {
   srun_train pp4auto -N4 -n8 --whale-pp=4 --whale-dp=2 --whale-zero=2 --whale-recompute=auto --
+}
+
+@test "MoE blocks: srun -N4 -n8 TP=2 PP=2 DP=2 ZeRO 1: same loss as one rank" {
+  run timeout 300 srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-zero=1 "$TRAIN" \
+      $(train_args) --model "$TMPD/m4.conf" --micro-batch 1 --metrics "$TMPD/moe.jsonl"
+  echo "$output" | tail -3
+  [ "$status" -eq 0 ]
+  run same_losses "$TMPD/ref_moe.jsonl" "$TMPD/moe.jsonl"
+  echo "moe: $output"
+  [ "$status" -eq 0 ]
+  grep -q '"moe":{' "$TMPD/moe.jsonl"
 }
 
 @test "WHALE_TRACE under srun: one Chrome trace per rank with the 1F1B order" {

@@ -191,6 +191,21 @@ int  whale_engine_create(const struct whale_engine_config *c, whale_ctx *ctx, wh
 int  whale_engine_model_check(const struct whale_model_desc *m);
 void whale_engine_destroy(whale_engine *e);
 
+/* Routing of the step's MoE block forwards on this rank (all zero for a
+ * dense model). A block forward is one MoE block on one micro-batch. */
+struct whale_moe_stats {
+    int64_t forwards;      /* MoE block forwards (MoE blocks here x micro-batches) */
+    int64_t routed;        /* token-to-expert assignments (tokens x TopK) */
+    int64_t dropped;       /* assignments over an expert's capacity (dropped) */
+    double aux;            /* mean load-balancing loss per block forward (no coefficient) */
+    double zloss;          /* mean router z-loss per block forward (no coefficient) */
+    double imbalance;      /* mean over block forwards of max_e tokens_e / mean_e tokens_e */
+    double imbalance_max;  /* the worst block forward's */
+    int64_t tok_min, tok_max; /* fewest / most tokens one expert got in a block forward */
+    double loss_sum;       /* tokens x (AuxLoss x aux + ZLoss x zloss), summed: what the
+                              step adds to the loss (TP rank 0 of every stage) */
+};
+
 struct whale_step_stats {
     double loss;           /* mean loss over the global batch */
     double grad_norm;      /* global gradient norm before clipping */
@@ -213,6 +228,7 @@ struct whale_step_stats {
     double t_offload_wait; /* seconds the engine blocked on them (exposed) */
     double offload_hidden; /* 1 - wait / transfer (0 when nothing moved) */
     int64_t offload_bytes; /* bytes moved this step */
+    struct whale_moe_stats moe; /* routing statistics (MoE models) */
 };
 
 /* One optimizer step: grad_accum micro-batches of micro_batch x seq inputs

@@ -29,6 +29,26 @@
  *   Precision=auto|fp32|bf16|fp16  training precision the model is meant
  *                                for (auto: what the plan runs: fp32 on CPU
  *                                ranks, bf16 on GPUs)
+ *
+ * Mixture of experts (Experts=0 or absent: every block is dense; the keys
+ * below Experts are refused without it):
+ *   Experts=N                    routed experts per MoE block (2..4096)
+ *   TopK=K                       experts each token is sent to (1..Experts; 1)
+ *   ExpertFFN=F                  inner width of one expert (default FFN;
+ *                                smaller: fine-grained experts)
+ *   SharedExperts=S              experts every token goes through, added
+ *                                unweighted (DeepSeek-MoE; 0)
+ *   MoEEvery=N MoEFirst=I        blocks I, I+N, I+2N, ... (0-based) are MoE
+ *                                blocks (1 and 0: every block)
+ *   Gate=softmax|sigmoid         gate function of the router logits (softmax)
+ *   GateRenorm=yes|no            top-k gates divided by their sum (no)
+ *   CapacityFactor=X|dropless    expert capacity ceil(X * tokens * K / Experts)
+ *                                per micro-batch, later tokens dropped;
+ *                                dropless (default): no cap
+ *   AuxLoss=A                    load-balancing loss coefficient (0.01):
+ *                                A * Experts * sum_e f_e * P_e
+ *   ZLoss=Z                      router z-loss coefficient (0.001):
+ *                                Z * mean_t logsumexp(logits_t)^2
  */
 #ifndef WHALE_MODELDESC_H
 #define WHALE_MODELDESC_H
@@ -45,6 +65,21 @@ enum whale_mlp_kind { WHALE_MLP_GELU = 0, WHALE_MLP_SWIGLU, WHALE_MLP_GEGLU };
 enum whale_norm_kind { WHALE_NORM_LAYERNORM = 0, WHALE_NORM_RMSNORM };
 enum whale_pos_kind { WHALE_POS_LEARNED = 0, WHALE_POS_ROTARY, WHALE_POS_ALIBI };
 enum whale_attn_kind { WHALE_ATTN_PLAIN = 0, WHALE_ATTN_FLASH };
+enum whale_gate_kind { WHALE_GATE_SOFTMAX = 0, WHALE_GATE_SIGMOID };
+
+/* The MoE keys of a description (experts == 0: dense model). */
+struct whale_moe_desc {
+    int experts;       /* routed experts per MoE block */
+    int topk;          /* experts per token */
+    int ffn;           /* inner width of one expert */
+    int shared;        /* shared experts (each of width ffn), always active */
+    int every, first;  /* MoE blocks: first, first + every, ... (0-based) */
+    enum whale_gate_kind gate;
+    bool renorm;       /* top-k gates renormalised to sum 1 */
+    double capacity;   /* capacity factor; 0: dropless */
+    double aux;        /* load-balancing loss coefficient */
+    double zloss;      /* router z-loss coefficient */
+};
 
 struct whale_model_desc {
     char name[64];
@@ -66,6 +101,7 @@ struct whale_model_desc {
     int precision;     /* enum whale_precision (whale/planfile.h) when precision_set */
     char source[256];  /* file it was loaded from (messages) */
     float rope_theta;  /* RopeTheta= (rotary base); 0 in a struct built in code: 10000 */
+    struct whale_moe_desc moe; /* mixture of experts (moe.experts == 0: dense) */
 };
 
 /* Load a preset by name (searched in $WHALE_MODEL_PATH (':'-separated),
@@ -88,9 +124,21 @@ const char *whale_mlp_name(enum whale_mlp_kind k);
 const char *whale_norm_name(enum whale_norm_kind k);
 const char *whale_pos_name(enum whale_pos_kind k);
 const char *whale_attn_name(enum whale_attn_kind k);
+const char *whale_gate_name(enum whale_gate_kind k);
 
-/* Parameters of one transformer block (attention + MLP + norms + biases). */
+/* Parameters of one transformer block (attention + MLP + norms + biases);
+ * a dense block in a MoE model. */
 int64_t whale_model_desc_block_params(const struct whale_model_desc *m);
+/* Whether block `i` (0-based) is a MoE block. */
+bool whale_model_desc_is_moe(const struct whale_model_desc *m, int i);
+/* MoE blocks of the model. */
+int whale_model_desc_moe_blocks(const struct whale_model_desc *m);
+/* Parameters of one MoE block: all of them, and the active ones (what one
+ * token's forward uses: router, TopK routed experts and the shared ones). */
+int64_t whale_model_desc_moe_block_params(const struct whale_model_desc *m, bool active);
+/* Parameters one token's forward uses (whale_model_desc_params for a dense
+ * model): what FLOP counts per token are based on. */
+int64_t whale_model_desc_active_params(const struct whale_model_desc *m);
 /* Parameter count of the model described (embeddings included; the
  * output projection counted once when tied). */
 int64_t whale_model_desc_params(const struct whale_model_desc *m);

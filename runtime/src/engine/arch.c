@@ -53,6 +53,13 @@ void eng_arch_dims(const struct whale_model_desc *m, struct eng_dims *d)
     d->xblock = m->mlp != WHALE_MLP_GELU || m->norm != WHALE_NORM_LAYERNORM ||
                 m->position != WHALE_POS_LEARNED || m->no_bias ||
                 m->attention != WHALE_ATTN_PLAIN || m->kv_heads != m->heads;
+    /* MoE blocks are block_x.c's (its MLP hands over to moe.c) */
+    d->moe = m->moe;
+    if (m->moe.experts > 0) {
+        d->xblock = true;
+        d->Fe = m->moe.ffn / d->tp;
+        d->Fs = m->moe.shared * m->moe.ffn / d->tp;
+    }
     const int g = m->heads / m->kv_heads;
     d->hq0 = d->tp_rank * d->NH;
     if (m->kv_heads % d->tp == 0) {

@@ -28,6 +28,7 @@
  * collectives (host groups; host-coherent backend memory on cuda). */
 #include "attn_blocked.h" /* k_gqa_expand / k_gqa_fold: host-side plain GQA (cpu) */
 #include "layer.h"
+#include "moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +66,7 @@ int eng_norm_bwd(const struct eng_dims *d, float *dinp, float *dw, float *db, co
  * has none. Combined q|k|v (KVHeads == Heads): qw/qb are attn.qkv.*, kvw/kvb -1. */
 struct xb_ix {
     int ln1w, ln1b, qw, qb, kvw, kvb, ow, ob, ln2w, ln2b, fcw, fcb, upw, upb, pw, pb;
+    int moe;   /* MoE block: the first of moe.c's parameters (the MLP's are -1) */
 };
 
 static bool xb_glu(const struct eng_dims *d)
@@ -119,7 +121,10 @@ static int xb_decl(const struct eng_dims *d, int index, struct eng_param *p, str
     DECL(ln2w, "ln2.w", 1, S(C), WHALE_SPLIT_NONE, 0, false, 0, 1);
     if (ln)
         DECL(ln2b, "ln2.b", 1, S(C), WHALE_SPLIT_NONE, 0, false, 0, 0);
-    if (xb_glu(d)) {
+    if (eng_moe_block(d, index)) {
+        x.moe = i;
+        i += eng_moe_params(d, index, p ? p + i : NULL);
+    } else if (xb_glu(d)) {
         DECL(fcw, "mlp.gate.w", 2, S(F, C), WHALE_SPLIT_COL, 0, true, std, 0);
         if (bias)
             DECL(fcb, "mlp.gate.b", 1, S(F), WHALE_SPLIT_COL, 0, false, 0, 0);
@@ -131,9 +136,11 @@ static int xb_decl(const struct eng_dims *d, int index, struct eng_param *p, str
         if (bias)
             DECL(fcb, "mlp.fc.b", 1, S(F), WHALE_SPLIT_COL, 0, false, 0, 0);
     }
-    DECL(pw, "mlp.proj.w", 2, S(C, F), WHALE_SPLIT_ROW, 1, true, pstd, 0);
-    if (bias)
-        DECL(pb, "mlp.proj.b", 1, S(C), WHALE_SPLIT_NONE, 0, false, 0, 0);
+    if (x.moe < 0) {
+        DECL(pw, "mlp.proj.w", 2, S(C, F), WHALE_SPLIT_ROW, 1, true, pstd, 0);
+        if (bias)
+            DECL(pb, "mlp.proj.b", 1, S(C), WHALE_SPLIT_NONE, 0, false, 0, 0);
+    }
 #undef S
 #undef DECL
 #undef NAME
@@ -213,9 +220,11 @@ struct xb_saved {
     float *r1;                  /* (Ns,C) */
     float *ln2, *mean2, *rstd2; /* (Ns,C) (Ns) (Ns) */
     float *fc, *up, *h;         /* gelu: fc, h = GELU(fc) (N,F); glu: gate fc, up, h (N,F) */
+    float *moe;                 /* MoE block: moe.c's saved area instead of fc, up, h */
 };
 
-static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s, bool keep_att)
+static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s, bool keep_att,
+                       bool moe)
 {
     size_t N = (size_t)d->B * d->T, Ns = (size_t)d->Ns, C = d->C, Ct = d->Ctp, F = d->F;
     size_t o = 0;
@@ -235,22 +244,26 @@ static size_t xb_carve(const struct eng_dims *d, float *base, struct xb_saved *s
     TAKE(ln2, Ns * C);
     TAKE(mean2, Ns);
     TAKE(rstd2, Ns);
-    TAKE(fc, N * F);
-    if (xb_glu(d))
-        TAKE(up, N * F);
-    TAKE(h, N * F);
+    if (moe) {
+        TAKE(moe, eng_moe_saved_floats(d));
+    } else {
+        TAKE(fc, N * F);
+        if (xb_glu(d))
+            TAKE(up, N * F);
+        TAKE(h, N * F);
+    }
 #undef TAKE
     return o;
 }
 
 static size_t xb_act(const struct eng_layer *l)
 {
-    return xb_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE);
+    return xb_carve(l->d, NULL, NULL, l->rc != ENG_RC_SELECTIVE, eng_moe_block(l->d, l->index));
 }
 
 static void xb_bind(const struct eng_layer *l, struct eng_io *io, struct xb_saved *s)
 {
-    xb_carve(l->d, io->saved, s, l->rc != ENG_RC_SELECTIVE);
+    xb_carve(l->d, io->saved, s, l->rc != ENG_RC_SELECTIVE, eng_moe_block(l->d, l->index));
     if (l->d->attn == WHALE_ATTN_PLAIN && !s->att)
         s->att = io->att_tmp;
 }
@@ -262,6 +275,7 @@ static void xb_bind(const struct eng_layer *l, struct eng_io *io, struct xb_save
  * this rank's rows of a reduce-scatter (Ns,C). */
 struct xb_scratch {
     float *sa, *sb, *sc, *ex, *dex, *kvg, *full, *dfull, *nw, *shard;
+    float *moe; /* a model with MoE blocks: moe.c's scratch */
 };
 
 static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_scratch *s)
@@ -281,6 +295,7 @@ static size_t xb_scratch_carve(const struct eng_dims *d, float *base, struct xb_
     TAKE(dfull, d->sp ? N * d->C : 0);
     TAKE(nw, d->sp ? 2 * (size_t)d->C : 0);
     TAKE(shard, d->sp ? (size_t)d->Ns * d->C : 0);
+    TAKE(moe, d->moe.experts ? eng_moe_scratch_floats(d) : 0);
 #undef TAKE
     return o;
 }
@@ -448,6 +463,10 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
     BK(eng_norm_fwd(d, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, ix.ln2w),
                     pw_or_null(l, ix.ln2b), Ns, C));
     BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
+    if (ix.moe >= 0) { /* MoE: x.sa (N,C) = the experts' output summed over TP */
+        BK(eng_moe_fwd(l, io, ix.moe, s.moe, x.moe, ln, x.sa));
+        return whale_k_add(bk, NULL, F32, io->out, s.r1, x.sa, (int64_t)Ns * C);
+    }
     /* fc (gate) (N,F) = ln2 @ Wfc^T ; glu: up (N,F), h = act(gate) * up */
     BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N,
                           C, F));
@@ -585,6 +604,10 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         BK(eng_sp_gather(d, io->tp_group, x.dfull, ds));
         dsf = x.dfull;
     }
+    if (ix.moe >= 0) { /* MoE: x.sa (N,C) = this rank's part of the input gradient */
+        BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
+        BK(eng_moe_bwd(l, io, ix.moe, s.moe, x.moe, ln, dsf, x.sa));
+    } else {
     /* MLP: dh (N,F) = ds @ Wproj ; then the activation's and fc/gate/up's backward */
     BK(whale_k_linear_bwd(bk, NULL, F32, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf, s.h,
                           eng_pw(l, ix.pw), N, F, C, false));
@@ -602,6 +625,7 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         BK(whale_k_gelu_bwd(bk, NULL, F32, x.sb, s.fc, x.sb, (int64_t)N * F));
         BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb),
                               x.sb, ln, eng_pw(l, ix.fcw), N, C, F, false));
+    }
     }
     /* column-parallel input gradient: summed over TP (SP: this rank's rows) */
     BK(xb_col_dinput(l, io, &x, &dmine));
@@ -622,12 +646,17 @@ static void xb_flops(const struct eng_layer *l, double *f, double *b)
 {
     const struct eng_dims *d = l->d;
     double N = (double)d->B * d->T, C = d->C, Ct = d->Ctp, F = d->F, W = xb_w(d);
-    double mm = 2.0 * N * (C * W + Ct * C + (xb_glu(d) ? 3 : 2) * C * F);
+    double mm = 2.0 * N * (C * W + Ct * C);
+    double moe_f = 0, moe_b = 0;
+    if (eng_moe_block(d, l->index))
+        eng_moe_flops(d, &moe_f, &moe_b); /* active experts only */
+    else
+        mm += 2.0 * N * (xb_glu(d) ? 3 : 2) * C * F;
     /* causal attention: QK^T and PV over the lower triangle */
     double att = 2.0 * 2.0 * d->B * d->NH * (double)d->T * d->T * d->hd / 2.0;
-    *f = mm + att;
+    *f = mm + att + moe_f;
     /* blocked attention recomputes QK^T in backward */
-    *b = 2.0 * (mm + att) + (d->attn == WHALE_ATTN_FLASH ? att / 2 : 0);
+    *b = 2.0 * (mm + att) + (d->attn == WHALE_ATTN_FLASH ? att / 2 : 0) + moe_b;
 }
 
 const struct eng_layer_ops eng_xblock_ops = {

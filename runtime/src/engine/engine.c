@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include "engine_internal.h"
+#include "moe.h"
 #include "device.h"
 #include "kernels.h"
 
@@ -473,6 +474,9 @@ static int parallel_check(const struct whale_engine_config *c, int tp, int pp)
                     c->micro_batch, c->seq, tp);
         return WHALE_EINVAL;
     }
+    int mrc = eng_moe_check(c, tp);
+    if (mrc)
+        return mrc;
     if (m->vocab < tp) {
         whale_error("model %s: Vocab=%d too small for TP=%d", m->name, m->vocab, tp);
         return WHALE_EINVAL;

@@ -132,6 +132,7 @@ struct whale_engine {
     float cur_dloss;
     int64_t act_now, act_peak;
     double t_recompute;
+    struct whale_moe_stats moe; /* the step's MoE routing and auxiliary losses (forwards) */
     int cur_err;
     bool pipe_abandoned;     /* a step failed with transfers posted into slots: never free them */
 

@@ -62,6 +62,9 @@ struct eng_dims {
      * layers keeps rows [r0, r0 + Ns) of the B*T rows on this TP rank */
     bool sp;
     int Ns, r0;      /* without SP: Ns = B*T, r0 = 0 */
+    /* mixture of experts (moe.c; moe.experts == 0: every block dense) */
+    struct whale_moe_desc moe;
+    int Fe, Fs;      /* local width of one routed expert / of the shared experts together */
 };
 
 struct eng_layer;
@@ -84,6 +87,8 @@ struct eng_io {
     enum whale_dtype mm;     /* operand type of the linear layers' GEMMs (k_gemm_mm) */
     double recompute_s;      /* backward: seconds spent re-building what selective
                                 recompute dropped (the step adds it to t_recompute) */
+    struct whale_moe_stats *moe; /* MoE block forward: routing statistics and auxiliary
+                                    losses go here (NULL: a recomputation, not counted) */
 };
 
 struct eng_layer_ops {

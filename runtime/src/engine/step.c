@@ -390,6 +390,7 @@ static void io_init(whale_engine *e, struct eng_io *io, int c, struct eng_slot *
     io->tp_group = e->d.tp > 1 ? &e->grp.tp : NULL;
     io->att_tmp = e->att_tmp;
     io->mm = e->mm;
+    io->moe = &e->moe;
 }
 
 static bool is_head(const struct eng_layer *l)
@@ -497,6 +498,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
             /* recompute: the layer's saved area from its kept input */
             uint64_t r0 = whale_trace_now();
             io.out = e->rc_out;
+            io.moe = NULL; /* counted by the first forward */
             rc = l->ops->forward(l, &io);
             /* the same 16-bit values the kept layers see */
             if (!rc && eng_lp(e))
@@ -1072,6 +1074,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 
     struct whale_pp_stats pst = { 0 };
     e->t_recompute = 0;
+    memset(&e->moe, 0, sizeof e->moe);
     whale_arena_reset_peak(e->arena);
     if ((rc = off_step_begin(e)) || (rc = eng_dev_tokens(e, &inputs, &targets)))
         return rc;
@@ -1097,6 +1100,10 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     /* the loss counts once per DP replica: on its last stage's TP rank 0 */
     bool loss_here = e->last_stage && e->d.tp_rank == 0;
     double red[3] = { loss_here ? loss_sum : 0, sumsq, bad ? 1.0 : 0.0 };
+    /* MoE auxiliary losses: every stage's, once per TP group (routing is
+     * the same on every TP rank) */
+    if (e->d.tp_rank == 0)
+        red[0] += e->moe.loss_sum;
     if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
     bad = red[2] != 0 || !isfinite(red[1]);
@@ -1170,6 +1177,12 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         st->offload_hidden = st->t_offload > 0 ? 1.0 - st->t_offload_wait / st->t_offload : 0;
         if (st->offload_hidden < 0)
             st->offload_hidden = 0;
+        st->moe = e->moe;
+        if (e->moe.forwards > 0) { /* sums -> means per MoE block forward */
+            st->moe.aux /= (double)e->moe.forwards;
+            st->moe.zloss /= (double)e->moe.forwards;
+            st->moe.imbalance /= (double)e->moe.forwards;
+        }
     }
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "whale/kv.h"
 #include "whale/log.h"
 #include "whale_config.h"
+#include "moedesc.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 struct md_parse {
     struct whale_model_desc *m;
     bool seen_ffn, seen_kv;
+    struct md_moe_seen moe;
 };
 
 /* Architecture keys (MLP, Norm, Position, Bias, Attention, Precision):
@@ -139,6 +141,10 @@ static int md_line(const struct whale_kv_line *l, void *user)
                 return rc;
             m->rope_theta = (float)th;
             continue;
+        } else if (md_moe_is_key(kv->key)) {
+            if ((rc = md_moe_key(l, kv, m, &st->moe)))
+                return rc;
+            continue;
         } else if (md_is_arch_key(kv->key)) {
             rc = md_arch_key(l, kv, m);
             if (rc)
@@ -156,7 +162,9 @@ static int md_line(const struct whale_kv_line *l, void *user)
         else if (!strcasecmp(kv->key, "Vocab")) { dst = &m->vocab; hi = MD_MAX_VOCAB; }
         else {
             whale_error("%s:%d: unknown key '%s' (known: Name Layers Hidden Heads KVHeads FFN "
-                        "Seq Vocab TiedEmbeddings MLP Norm Position RopeTheta Bias Attention Precision)", l->file, l->line, kv->key);
+                        "Seq Vocab TiedEmbeddings MLP Norm Position RopeTheta Bias Attention Precision "
+                        "Experts TopK ExpertFFN SharedExperts MoEEvery MoEFirst Gate GateRenorm "
+                        "CapacityFactor AuxLoss ZLoss)", l->file, l->line, kv->key);
             return WHALE_ECONF;
         }
         rc = whale_kv_to_long(l, kv, lo, hi, true, &v);
@@ -174,7 +182,8 @@ static int md_finish(struct md_parse *st, const char *origin)
         m->kv_heads = m->heads;
     if (!st->seen_ffn)
         m->ffn = 4 * m->hidden;
-    return whale_model_desc_validate(m, origin);
+    int rc = whale_model_desc_validate(m, origin);
+    return rc ? rc : md_moe_finish(m, &st->moe);
 }
 
 int whale_model_desc_validate(const struct whale_model_desc *m, const char *origin)
@@ -206,6 +215,7 @@ static void md_defaults(struct whale_model_desc *m, const char *origin)
     m->position = WHALE_POS_LEARNED;
     m->attention = WHALE_ATTN_PLAIN;
     m->rope_theta = 10000.0f;
+    md_moe_defaults(&m->moe);
     snprintf(m->source, sizeof m->source, "%s", origin ? origin : "model");
 }
 
@@ -307,5 +317,15 @@ int64_t whale_model_desc_params(const struct whale_model_desc *m)
     int64_t emb = V * h + (m->position == WHALE_POS_LEARNED ? s * h : 0);
     int64_t out = m->tied_embeddings ? 0 : V * h;
     int64_t final_norm = m->norm == WHALE_NORM_RMSNORM ? h : 2 * h;
-    return (int64_t)m->layers * whale_model_desc_block_params(m) + emb + final_norm + out;
+    int64_t nmoe = whale_model_desc_moe_blocks(m);
+    return (m->layers - nmoe) * whale_model_desc_block_params(m) +
+           nmoe * whale_model_desc_moe_block_params(m, false) + emb + final_norm + out;
+}
+
+int64_t whale_model_desc_active_params(const struct whale_model_desc *m)
+{
+    int64_t nmoe = whale_model_desc_moe_blocks(m);
+    return whale_model_desc_params(m) -
+           nmoe * (whale_model_desc_moe_block_params(m, false) -
+                   whale_model_desc_moe_block_params(m, true));
 }

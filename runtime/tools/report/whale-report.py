@@ -268,6 +268,25 @@ def fig_mfu(steps):
     return p
 
 
+def fig_moe(steps):
+    """Mixture-of-experts routing per step (the "moe" object of the lines):
+    expert imbalance (max/mean tokens per expert) and the dropped fraction."""
+    xs = sorted(s for s in steps if isinstance(steps[s].get("moe"), dict)
+                and finite(steps[s]["moe"].get("imbalance")))
+    if not xs:
+        return None
+    imb = [steps[s]["moe"]["imbalance"] for s in xs]
+    worst = [steps[s]["moe"].get("imbalance_max", steps[s]["moe"]["imbalance"]) for s in xs]
+    drop = [100 * (steps[s]["moe"].get("dropped_frac") or 0) for s in xs]
+    top = max(worst + drop + [1.0])
+    p = Plot("moe", "Expert routing", "step", "max/mean tokens per expert; dropped %",
+             (min(xs), max(xs)), (0, top))
+    p.line("imbalance (mean over MoE blocks)", xs, imb, PALETTE["mfu"])
+    p.line("imbalance (worst block)", xs, worst, PALETTE["loss"], dash="4,3")
+    p.line("dropped %", xs, drop, PALETTE["val"])
+    return p
+
+
 def split(r):
     """A step's wall time as compute / exposed communication / pipeline
     bubble / data wait / checkpoint / other (what the engine does not time)."""
@@ -533,6 +552,15 @@ def summary_rows(summary, steps, events):
         add("MFU", "%.1f %%" % (100 * s["mfu"]))
     if finite(s.get("comm_overlap")):
         add("communication hidden", "%.0f %%" % (100 * s["comm_overlap"]))
+    mo = s.get("moe")
+    if isinstance(mo, dict):
+        add("experts", "%s, top-%s, %s MoE blocks; %s of %s parameters active" % (
+            mo.get("experts"), mo.get("topk"), mo.get("moe_blocks"), fmt(mo.get("active_params", 0)),
+            fmt(mo.get("params", 0))))
+        if finite(mo.get("imbalance")):
+            add("expert routing", "imbalance %.2f mean, %.2f worst; dropped %.2f %%; aux %.4f, z-loss %.4f" % (
+                mo["imbalance"], mo.get("imbalance_max", 0), 100 * (mo.get("dropped_frac") or 0),
+                mo.get("aux", 0), mo.get("zloss", 0)))
     ck = s.get("checkpoints")
     if isinstance(ck, dict):
         add("checkpoints", "%s saved, %.2f s stalled" % (ck.get("saves"), ck.get("stall_s", 0)))
@@ -600,6 +628,7 @@ def report(args):
     add("loss", fig_loss(steps, events), "Training loss per step, validation loss where the run evaluated; dashed lines: checkpoints and recoveries.")
     add("throughput", fig_throughput(steps), "Tokens per second of every step (rank 0).")
     add("mfu", fig_mfu(steps), "Model FLOPs utilization against the peak whale-train measured or was given.")
+    add("moe", fig_moe(steps), "Mixture-of-experts routing (rank 0's MoE blocks): tokens per expert as max/mean, and the share of token-to-expert assignments dropped over capacity.")
     add("split", fig_split(steps), "Where each step's time went (rank 0): compute, communication the step waited for, pipeline bubble, the rest; data-loader wait and checkpoint stalls on top.")
     add("memory", fig_memory(steps, summary), "Memory by category at the end of the run (summary; offload adds the arena and host tiers).")
     add("rss", fig_rss(steps), "Host memory of rank 0 over the run.")

@@ -8,6 +8,7 @@ const struct train_area *const train_areas[] = {
     &train_area_observe,
     &train_area_models,
     &train_area_data,
+    &train_area_moe,
     NULL,
 };
 

@@ -58,6 +58,7 @@ extern const struct train_area train_area_device;
 extern const struct train_area train_area_observe;
 extern const struct train_area train_area_models;
 extern const struct train_area train_area_data;
+extern const struct train_area train_area_moe;
 /* The data area's two calls from the core (train_area_data.c). */
 int train_area_data_ckpt(struct train *t);
 const char *train_area_data_progress(char *buf, size_t n);

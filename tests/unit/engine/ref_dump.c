@@ -2,7 +2,7 @@
  * on weights the test chooses, written out for tests/unit/engine/
  * torch_reference.py, which recomputes them independently with PyTorch.
  *
- *   ref_dump "MODEL DESCRIPTION" OUT.txt
+ *   ref_dump "MODEL DESCRIPTION" OUT.txt [zero-router]
  *
  * OUT.txt, one tensor per line: "kind name ndim dims... values..." with kind
  * w (weight), g (gradient of the mean token loss), t (tokens), y (targets);
@@ -36,8 +36,8 @@ static void put(FILE *f, const char *kind, const struct eng_param *p, const floa
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: ref_dump 'MODEL DESCRIPTION' OUT.txt\n");
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: ref_dump 'MODEL DESCRIPTION' OUT.txt [zero-router]\n");
         return 2;
     }
     struct whale_engine_config c;
@@ -58,9 +58,15 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < e->P; i++)
         e->W[i] += 0.3f * urand();
+    /* zero-router: MoE routers of zeros, every logit equal: the tie rule
+     * (lower expert index first) and the capacity order decide alone */
+    for (int i = 0; argc == 4 && i < e->np; i++)
+        if (strstr(e->params[i].name, "moe.router"))
+            memset(e->W + e->params[i].flat, 0, e->params[i].numel * sizeof(float));
     memset(e->G, 0, e->P * sizeof(float));
     /* forward through every layer, boundaries in e->xb */
     double loss = 0;
+    struct whale_moe_stats ms = { 0 }; /* MoE blocks: their auxiliary losses join the loss */
     for (int li = 0; li < e->nl; li++) {
         struct eng_layer *l = &e->layers[li];
         struct eng_io io = { 0 };
@@ -71,9 +77,10 @@ int main(int argc, char **argv)
         io.saved = e->saved + e->saved_off[li];
         io.scratch = e->scratch;
         io.att_tmp = e->att_tmp;
+        io.moe = &ms;
         if (l->ops->forward(l, &io))
             return 1;
-        loss = io.loss_sum / (double)N;
+        loss = (io.loss_sum + ms.loss_sum) / (double)N;
     }
     for (int li = e->nl - 1; li >= 0; li--) {
         struct eng_layer *l = &e->layers[li];
@@ -106,6 +113,9 @@ int main(int argc, char **argv)
         put(f, "w", &e->params[i], e->W + e->params[i].flat);
         put(f, "g", &e->params[i], e->G + e->params[i].flat);
     }
+    /* means per MoE block forward, as whale_step_stats reports them */
+    double nf = ms.forwards > 0 ? (double)ms.forwards : 1.0;
+    fprintf(f, "moe %.12g %.12g %lld\n", ms.aux / nf, ms.zloss / nf, (long long)ms.dropped);
     fprintf(f, "loss %.12g\n", loss);
     int rc = fclose(f) ? 1 : 0;
     free(tok);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -83,6 +84,86 @@ static void bad_files_refused(void **state)
     assert_int_not_equal(whale_model_desc_load("no-such-model-preset", &m), 0);
 }
 
+/* Mixture-of-experts keys: defaults, the preset shapes' published
+ * parameter counts, and every nonsense refused with file:line. */
+static char last_err[512];
+static void grab(int level, const char *line, void *user)
+{
+    (void)level;
+    (void)user;
+    snprintf(last_err, sizeof last_err, "%s", line);
+}
+
+static void moe_keys(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    const char *base = "Name=m Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256\n";
+    char text[512];
+    snprintf(text, sizeof text, "%sExperts=8 TopK=2 SharedExperts=1 MoEEvery=2 MoEFirst=1 "
+             "Gate=sigmoid GateRenorm=yes CapacityFactor=1.5 AuxLoss=0.02 ZLoss=0\n", base);
+    assert_int_equal(whale_model_desc_parse_string(text, "m.conf", &m), 0);
+    assert_int_equal(m.moe.experts, 8);
+    assert_int_equal(m.moe.topk, 2);
+    assert_int_equal(m.moe.ffn, 256); /* ExpertFFN defaults to FFN */
+    assert_int_equal(m.moe.gate, WHALE_GATE_SIGMOID);
+    assert_true(m.moe.renorm);
+    assert_true(m.moe.capacity == 1.5);
+    assert_false(whale_model_desc_is_moe(&m, 0));
+    assert_true(whale_model_desc_is_moe(&m, 1));
+    assert_false(whale_model_desc_is_moe(&m, 2));
+    assert_true(whale_model_desc_is_moe(&m, 3));
+    assert_int_equal(whale_model_desc_moe_blocks(&m), 2);
+    /* Mixtral 8x7B: 46.7B parameters, 12.9B active (Mistral AI) */
+    assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
+    assert_true(whale_model_desc_params(&m) > 46.6e9 && whale_model_desc_params(&m) < 46.8e9);
+    assert_true(whale_model_desc_active_params(&m) > 12.8e9 &&
+                whale_model_desc_active_params(&m) < 13.0e9);
+    /* DeepSeek-MoE 16B: 16.4B, 2.8B active (DeepSeek's paper) */
+    assert_int_equal(whale_model_desc_load("deepseek-moe-16b", &m), 0);
+    assert_true(whale_model_desc_params(&m) > 16.3e9 && whale_model_desc_params(&m) < 16.5e9);
+    assert_true(whale_model_desc_active_params(&m) > 2.7e9 &&
+                whale_model_desc_active_params(&m) < 2.9e9);
+    assert_int_equal(whale_model_desc_load("m6-t-1t", &m), 0);
+    assert_true(whale_model_desc_params(&m) > 1.0e12);
+    assert_int_equal(whale_model_desc_load("gpt-moe-tiny", &m), 0);
+    assert_int_equal(whale_model_desc_load("llama-moe-tiny", &m), 0);
+
+    static const struct { const char *moe, *want; } bad[] = {
+        { "Experts=4 TopK=5", "m.conf:3: TopK=5 is more than Experts=4" },
+        { "TopK=2", "m.conf:2: TopK= given but the model has no experts" },
+        { "Experts=1", "m.conf:2: Experts=1: a MoE block needs at least 2 experts" },
+        { "Experts=4 MoEFirst=4", "m.conf:3: MoEFirst=4: the model has blocks 0..3" },
+        { "Experts=4 MoEEvery=9", "m.conf:3: MoEEvery=9 is more than Layers=4" },
+        { "Experts=4 Gate=relu", "m.conf:3: Gate=relu: expected one of softmax, sigmoid" },
+        { "Experts=4 CapacityFactor=0", "m.conf:3: CapacityFactor=0: must be > 0" },
+        { "Experts=4 CapacityFactor=lots", "m.conf:3: CapacityFactor=lots: not a number" },
+        { "Experts=4 AuxLoss=-1", "m.conf:3: AuxLoss=-1: out of range" },
+        { "Experts=4 ZLoss=x", "m.conf:3: ZLoss=x: not a number" },
+        { "Experts=4 TopK=0", "m.conf:3: TopK=0" },
+        { "Experts=4 ExpertFFN=0", "m.conf:3: ExpertFFN=0" },
+        { "Experts=4 SharedExperts=-1", "m.conf:3: SharedExperts=-1" },
+        { "Experts=4 GateRenorm=maybe", "m.conf:3: GateRenorm=maybe" },
+        { "Experts=5000", "m.conf:2: Experts=5000" },
+    };
+    whale_log_set_sink(grab, NULL);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        /* line 1: the base; line 2: a comment or the first MoE key; line 3: the rest */
+        const char *sp = strchr(bad[i].moe, ' ');
+        if (sp)
+            snprintf(text, sizeof text, "%s%.*s\n%s\n", base, (int)(sp - bad[i].moe), bad[i].moe,
+                     sp + 1);
+        else
+            snprintf(text, sizeof text, "%s%s\n", base, bad[i].moe);
+        last_err[0] = 0;
+        int rc = whale_model_desc_parse_string(text, "m.conf", &m);
+        if (rc == 0 || !strstr(last_err, bad[i].want))
+            fail_msg("'%s': rc %d, message '%s', expected '%s'", bad[i].moe, rc, last_err,
+                     bad[i].want);
+    }
+    whale_log_set_sink(NULL, NULL);
+}
+
 int main(void)
 {
     /* the refusals above log their reasons on purpose */
@@ -91,6 +172,7 @@ int main(void)
         cmocka_unit_test(gpt2_124m_params),
         cmocka_unit_test(llama_params),
         cmocka_unit_test(bad_files_refused),
+        cmocka_unit_test(moe_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Mixture-of-experts training speed on the CPU (report only, no assertion).
+
+Three runs of the same GPT shape at the same threads, rounds alternated:
+  moe    whale-train, Experts=8 TopK=2 ExpertFFN=512 CapacityFactor=1.25
+  dense  whale-train, the dense model of the same ACTIVE size (FFN = TopK x
+         ExpertFFN = 1024): what a token's forward computes is the same but
+         for the router
+  torch  the same MoE model in PyTorch: tests/unit/engine/torch_reference.py's
+         model with its MoE layer vectorised (the same routing, capacity in
+         token order by a cumulative sum, aux and z losses; per-expert index
+         and index_add) in fp32 with AdamW
+Prints median tokens/s (warm-up step excluded) and, for whale, MFU against a
+fixed peak (--peak-gflops, so the two whale runs are comparable): the MoE/dense
+MFU ratio is the speed per active FLOP (target >= 0.8), whale/torch the
+tokens/s ratio (issue target >= 1.2). --capacity dropless (default) makes
+the FLOP count exact; with a capacity factor dropped tokens skip their
+experts, which the active-FLOP count does not subtract.
+
+  contrib/bench/moe-cpu.py --build build [--threads 1] [--steps 8] [--rounds 2]
+      [--capacity dropless|X]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+BASE = "Layers=4 Hidden=256 Heads=4 Seq=128 Vocab=256 TiedEmbeddings=yes"
+MOE = " Experts=8 TopK=2 ExpertFFN=512 CapacityFactor=%s AuxLoss=0.01 ZLoss=0.001"
+DENSE = " FFN=1024"
+BATCH = 8
+
+TORCH_CHILD = r'''
+import os, sys, time, json, math
+sys.path.insert(0, sys.argv[1])
+import torch
+import torch_reference as R
+text, steps, threads, B = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+m = R.desc(text)
+d = dict(kv.split("=") for kv in text.split())
+C, V, T, E, Fe = m["C"], int(d["Vocab"]), int(d["Seq"]), m["E"], int(d["ExpertFFN"])
+def p(*shape, std=0.02):
+    return (torch.randn(*shape) * std).requires_grad_(True)
+P = {"wte": p(V, C), "wpe": p(T, C), "lnf.w": torch.ones(C, requires_grad=True),
+     "lnf.b": torch.zeros(C, requires_grad=True)}
+for i in range(m["L"]):
+    h = "h.%d." % i
+    P[h + "ln1.w"] = torch.ones(C, requires_grad=True); P[h + "ln1.b"] = torch.zeros(C, requires_grad=True)
+    P[h + "ln2.w"] = torch.ones(C, requires_grad=True); P[h + "ln2.b"] = torch.zeros(C, requires_grad=True)
+    P[h + "attn.qkv.w"] = p(3, C, C); P[h + "attn.qkv.b"] = p(3, C, std=0)
+    P[h + "attn.proj.w"] = p(C, C); P[h + "attn.proj.b"] = p(C, std=0)
+    P[h + "moe.router.w"] = p(E, C)
+    for e in range(E):
+        x = h + "moe.expert.%d." % e
+        P[x + "fc.w"] = p(Fe, C); P[x + "fc.b"] = p(Fe, std=0)
+        P[x + "proj.w"] = p(C, Fe); P[x + "proj.b"] = p(C, std=0)
+def moe_vec(h, P, pre, m, st):
+    # the same MoE as torch_reference.moe, vectorised (no per-token Python
+    # loop): capacity positions in token order from a cumulative sum
+    B, T, C = h.shape
+    x = h.reshape(B * T, C)
+    N, E, K = B * T, m["E"], m["K"]
+    logits = x @ P[pre + "moe.router.w"].T
+    p = logits.softmax(-1)
+    order = torch.sort(-logits.detach(), dim=-1, stable=True).indices[:, :K]
+    g = p.gather(1, order)
+    if m["renorm"]:
+        g = g / g.sum(-1, keepdim=True)
+    flat = order.reshape(-1)                      # assignments in token order
+    onehot = torch.nn.functional.one_hot(flat, E)
+    pos = (onehot.cumsum(0) * onehot).sum(-1) - 1  # position in its expert's list
+    cap = math.ceil(m["cf"] * N * K / E) if m["cf"] > 0 else N * K
+    keep = pos < cap
+    tok = torch.arange(N).repeat_interleave(K)
+    gf = g.reshape(-1)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        sel = ((flat == e) & keep).nonzero().squeeze(1)
+        if sel.numel() == 0:
+            continue
+        y = R.ffn(x[tok[sel]], P, pre + "moe.expert.%d." % e, m)
+        out = out.index_add(0, tok[sel], gf[sel][:, None] * y)
+    f = onehot.sum(0).to(x.dtype) / (N * K)
+    aux = E * (f * p.mean(0)).sum()
+    z = (torch.logsumexp(logits, -1) ** 2).mean()
+    st["loss"] = st["loss"] + m["aux"] * aux + m["z"] * z
+    return out.reshape(B, T, C)
+R.moe = moe_vec
+opt = torch.optim.AdamW(P.values(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+times = []
+for s in range(steps):
+    tok = torch.randint(0, V, (B, T)); tgt = torch.randint(0, V, (B, T))
+    t0 = time.perf_counter()
+    loss = R.forward(P, tok, tgt, m)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"tps": [B * T / t for t in times[1:]], "loss": loss.item()}))
+'''
+
+
+def whale(args, text, tmp, tag):
+    conf = os.path.join(tmp, tag + ".conf")
+    with open(conf, "w") as f:
+        f.write("Name=bench-%s %s\n" % (tag, text))
+    met = os.path.join(tmp, tag + ".jsonl")
+    cmd = [os.path.join(args.build, "runtime/tools/train/whale-train"), "--model", conf,
+           "--data", args.data, "--format", "bytes", "--steps", str(args.steps), "--batch",
+           str(BATCH), "--threads", str(args.threads), "--no-progress", "--metrics", met,
+           "--peak-gflops", str(args.peak_gflops)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lines = [json.loads(l) for l in open(met)]
+    st = [l for l in lines if "step" in l][1:]
+    return [l["tokens_per_s"] for l in st], [l["mfu"] for l in st]
+
+
+def torch_run(args, text):
+    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(args.threads))
+    out = subprocess.run([py, "-c", TORCH_CHILD, os.path.join(SRC, "tests/unit/engine"),
+                          text, str(args.steps), str(args.threads), str(BATCH)],
+                         check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])["tps"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--peak-gflops", type=float, default=100.0)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--capacity", default="dropless")
+    args = ap.parse_args()
+    moe = MOE % args.capacity
+    with tempfile.TemporaryDirectory() as tmp:
+        args.data = os.path.join(tmp, "corpus.txt")
+        with open(args.data, "wb") as f:
+            for root, _, files in os.walk(os.path.join(SRC, "runtime/src")):
+                for n in sorted(files):
+                    if n.endswith(".c"):
+                        f.write(open(os.path.join(root, n), "rb").read())
+        res = {"moe": ([], []), "dense": ([], []), "torch": ([], [])}
+        for r in range(args.rounds):
+            order = ["moe", "dense", "torch"] if r % 2 == 0 else ["torch", "dense", "moe"]
+            for k in order:
+                if k == "torch":
+                    if not args.no_torch:
+                        res[k][0].extend(torch_run(args, BASE + moe))
+                    continue
+                tps, mfu = whale(args, BASE + (moe if k == "moe" else DENSE), tmp, k)
+                res[k][0].extend(tps)
+                res[k][1].extend(mfu)
+    med = {k: statistics.median(v[0]) if v[0] else float("nan") for k, v in res.items()}
+    mfu = {k: statistics.median(v[1]) if v[1] else float("nan") for k, v in res.items()}
+    print("shape: %s, batch %d, %d thread(s), %d rounds x %d steps" % (BASE, BATCH, args.threads,
+                                                                      args.rounds, args.steps))
+    print("  whale MoE   (%s): %8.0f tokens/s, MFU %.1f %% of %.0f GFLOP/s" % (moe.strip(), med["moe"], 100 * mfu["moe"], args.peak_gflops))
+    print("  whale dense (FFN=1024, same active size): %8.0f tokens/s, MFU %.1f %%" % (med["dense"], 100 * mfu["dense"]))
+    print("  per active FLOP, MoE / dense: %.2f (target >= 0.8)" % (mfu["moe"] / mfu["dense"]))
+    if not args.no_torch:
+        print("  PyTorch MoE (torch_reference.py, fp32, AdamW): %8.0f tokens/s" % med["torch"])
+        print("  whale / PyTorch MoE tokens/s: %.2f (target >= 1.2)" % (med["moe"] / med["torch"]))
+
+
+if __name__ == "__main__":
+    main()
