@@ -101,14 +101,7 @@ struct gen_run {
 /* --temperature X. 0, or 1 (a message printed). */
 static int parse_temp(const char *s, double *temp)
 {
-    char *end;
-    errno = 0;
-    *temp = strtod(s, &end);
-    if (errno || *end || end == s || !(*temp >= 0 && *temp <= 100)) {
-        ERR("--temperature=%s: expected a number in 0..100", s);
-        return 1;
-    }
-    return 0;
+    return whale_opt_double("whale-generate", "--temperature", s, 0, 100, temp) ? 1 : 0;
 }
 
 /* The command line into o. -1 to go on, else the exit status. */
