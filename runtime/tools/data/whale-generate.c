@@ -69,7 +69,7 @@ static void ensure_passive_omp(char **argv)
     if (getenv("OMP_WAIT_POLICY") || whale_knob_getenv("WHALE_GENERATE_REEXEC"))
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("WHALE_GENERATE_REEXEC", "1", 1);
+    setenv("WHALE_GENERATE_REEXEC", "1", 1); /* tells the re-exec'd child not to re-exec */
     execv("/proc/self/exe", argv);
 }
 

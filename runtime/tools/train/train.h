@@ -119,6 +119,11 @@ int train_engine_config(struct train *t);       /* fills t->ec (areas' configure
 /* train_limits.c: where a knob came from, and the site limits over all of them */
 const char *train_source(const struct train *t, bool flag, const char *flag_name, const char *env,
                          bool plan);
+/* The one resolution of a string setting, flag > env > plan ("" or NULL:
+ * none): the value (NULL: unset) and, in *src, where it came from for
+ * the site limits' messages. */
+const char *train_pick(const struct train *t, const char *flag, const char *flag_name,
+                       const char *env, const char *plan, const char **src);
 int train_check_site_limits(const struct train *t);
 long train_finetune_warmup(long steps);
 /* train_setup.c */

@@ -49,24 +49,30 @@ static int setup_ranks(struct train *t)
     return TRAIN_GO;
 }
 
+/* The library's checkpoint settings as whale-train resolves them: the
+ * directory and the interval from flags > WHALE_CKPT_* > the plan (the
+ * interval's source recorded for the site limits), the rest from the
+ * environment. Handed down as a lookup, never put into the environment. */
+static const char *ckpt_setting(const char *name, void *user)
+{
+    struct train *t = user;
+    const char *src;
+    if (!strcmp(name, "WHALE_CKPT_DIR"))
+        return train_pick(t, t->o.ckpt_dir, "--whale-ckpt-dir", name, t->plan_ckpt_dir, &src);
+    if (!strcmp(name, "WHALE_CKPT_EVERY"))
+        return train_pick(t, t->o.ckpt_every, "--whale-ckpt-every", name, t->plan_ckpt_every,
+                          &t->src_ckpt);
+    return whale_knob_getenv(name);
+}
+
 /* Checkpoint settings: flags > WHALE_CKPT_* > the plan. */
 static int checkpoint_config(struct train *t)
 {
     const struct train_opts *o = &t->o;
     whale_ckpt_config *ckc = &t->ckc;
     whale_ckpt_config_default(ckc);
-    t->src_ckpt = train_source(t, o->ckpt_every, "--whale-ckpt-every", "WHALE_CKPT_EVERY",
-                               t->plan_ckpt_every[0]);
-    if (!o->ckpt_dir && !whale_knob_getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
-        ckc->root = t->plan_ckpt_dir;
-    if (!o->ckpt_every && !whale_knob_getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
-        setenv("WHALE_CKPT_EVERY", t->plan_ckpt_every, 1);
-    if (o->ckpt_every)
-        setenv("WHALE_CKPT_EVERY", o->ckpt_every, 1);
-    if (whale_ckpt_config_from_env(ckc))
+    if (whale_ckpt_config_from(ckc, ckpt_setting, t))
         return 1;
-    if (o->ckpt_dir)
-        ckc->root = o->ckpt_dir;
     if (o->ckpt_keep >= 0)
         ckc->keep = (int)o->ckpt_keep;
     ckc->rank = t->rank;
