@@ -21,22 +21,16 @@
 #include "train_areas.h"
 #include "train_planrec.h"
 
-/* whale_init, then the elastic module; a spare waits here until it is
- * promoted (then it carries on as the rank it took) or the step ends. */
+/* whale_init, then the areas' ranks hook: the elastic area's spare waits
+ * there until it is promoted (then it carries on as the rank it took) or
+ * the step ends. */
 static int setup_ranks(struct train *t)
 {
     int rc;
     if (whale_init(&t->ctx))
         return 1;
-    if ((rc = te_init(&t->te, t->ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
+    if ((rc = train_areas_ranks(t)) != TRAIN_GO)
         return rc;
-    if (whale_is_spare(t->ctx) && te_elastic(t->te)) {
-        if (train_offload_lend(&t->off, t->ctx)) /* lends memory while it waits */
-            return 1;
-        int src = te_spare(t->te, t->ctx); /* 0: promoted into a failed rank's place */
-        if (src)
-            return src > 0 ? 0 : 1;
-    }
     int tpr, ppr;
     whale_ctx_grid(t->ctx, &t->grid);
     whale_coords(t->ctx, &tpr, &ppr, &t->dp_rank);
@@ -247,13 +241,11 @@ int train_setup(struct train *t)
     t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
               : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
                                                      : 1;
-    if (!te_promoted(t->te)) /* a promoted spare holds rank 0's from the exchange */
-        te_set_peak(t->te, t->peak);
     if (t->rank == 0)
         whale_info("OpenBLAS kernels: %s%s", whale_blas_corename(),
                    getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
-    if (te_start(t->te, t->ctx, &t->job))
-        return 1;
+    if ((rc = train_areas_start(t)) != TRAIN_GO) /* elastic: the setup exchange */
+        return rc;
     /* every rank: --rank-metrics report MFU too, and any rank may become
      * rank 0 after a recovery */
     if (te_promoted(t->te) ? train_history_agree(t, true) : train_share_peak(t))
