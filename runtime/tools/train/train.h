@@ -100,6 +100,10 @@ struct train {
     int32_t *in, *tg;
     FILE *mf;                 /* rank 0's metrics file */
     struct train_elastic *te;
+    /* set by the elastic area once the ranks exist (train_area_elastic.c):
+     * the step is elastic; this task is a spare promoted into a failed
+     * rank's place (it skips resume and the peak measurement) */
+    bool elastic, promoted;
     struct train_job job;     /* what elastic recovery may rebuild */
     struct train_offload off; /* the offload area's state */
     double peak;              /* GFLOP/s for MFU */

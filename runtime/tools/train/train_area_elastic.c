@@ -2,10 +2,9 @@
  * the in-memory copies (WHALE_FAULT, WHALE_REDUNDANCY_EVERY), the hot
  * spare's wait and promotion, the copy after each step and the recovery of
  * a failed one. The logic lives in train_elastic.c (train_elastic.h); this
- * file maps it onto the area interface (train_areas.h). The core still
- * asks it a few questions through train_elastic.h: whether this task is a
- * promoted spare (it skips resume and the peak measurement), rank 0's
- * peak, the checkpoint fence and the copy's metrics. */
+ * file maps it onto the area interface (train_areas.h) and sets t->elastic
+ * and t->promoted for the core. The core still asks train_elastic.h for
+ * rank 0's peak, the checkpoint fence and the copy's metrics fields. */
 #include "train_areas.h"
 #include "whale/log.h"
 
@@ -16,12 +15,14 @@ static int elastic_ranks(struct train *t)
     int rc;
     if ((rc = te_init(&t->te, t->ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
         return rc;
-    if (whale_is_spare(t->ctx) && te_elastic(t->te)) {
+    t->elastic = te_elastic(t->te);
+    if (whale_is_spare(t->ctx) && t->elastic) {
         if (train_offload_lend(&t->off, t->ctx)) /* lends memory while it waits */
             return 1;
         int src = te_spare(t->te, t->ctx); /* 0: promoted into a failed rank's place */
         if (src)
             return src > 0 ? 0 : 1;
+        t->promoted = te_promoted(t->te);
     }
     return TRAIN_GO;
 }
@@ -31,7 +32,7 @@ static int elastic_ranks(struct train *t)
  * rank's state here. */
 static int elastic_start(struct train *t)
 {
-    if (!te_promoted(t->te))
+    if (!t->promoted)
         te_set_peak(t->te, t->peak);
     return te_start(t->te, t->ctx, &t->job) ? 1 : TRAIN_GO;
 }

@@ -2,8 +2,8 @@
  * injection points, the per-step in-memory copy, the spare's wait and
  * promotion, and the recovery loop after a failed step. The elastic area
  * (train_area_elastic.c) drives it from the run's hooks; the core only asks
- * te_promoted, te_elastic, te_peak, te_take_ckpt_fence_s and te_step_metrics,
- * hands over the metrics file (te_set_metrics) and frees it (te_free). */
+ * te_peak, te_take_ckpt_fence_s and te_step_metrics, hands over the metrics
+ * file (te_set_metrics) and frees it (te_free). */
 #ifndef WHALE_TRAIN_ELASTIC_H
 #define WHALE_TRAIN_ELASTIC_H
 

@@ -103,7 +103,7 @@ static int resume_dir(struct train *t, char **dir)
  * model off: measured loss 3.68 -> 6.39 with steps/20 warmup). */
 static int probe_finetune(struct train *t)
 {
-    if (!t->o.resume || te_promoted(t->te))
+    if (!t->o.resume || t->promoted)
         return TRAIN_GO;
     char *dir = NULL;
     if (resume_dir(t, &dir) != TRAIN_GO)
@@ -149,7 +149,7 @@ static int resume(struct train *t)
 static int setup_checkpoints(struct train *t)
 {
     whale_ckpt_config *ckc = &t->ckc;
-    if (t->o.resume && !te_promoted(t->te)) {
+    if (t->o.resume && !t->promoted) {
         int rc = resume(t);
         if (rc != TRAIN_GO)
             return rc;
@@ -181,8 +181,8 @@ static int setup_buffers(struct train *t)
      * took rank 0's place appends to the file rank 0 began */
     const char *mpath = t->o.metrics;
     if (t->rank == 0 && mpath && *mpath &&
-        !(t->mf = te_promoted(t->te) ? whale_fopen_append(mpath, whale_output_private())
-                                     : whale_fopen_output(mpath, whale_output_private()))) {
+        !(t->mf = t->promoted ? whale_fopen_append(mpath, whale_output_private())
+                              : whale_fopen_output(mpath, whale_output_private()))) {
         whale_error("--metrics: cannot write %s: %s", mpath, whale_output_strerror(errno));
         return 1;
     }
@@ -238,9 +238,9 @@ int train_setup(struct train *t)
     /* MFU is reported by rank 0 only: the other ranks skip the measurement
      * (seconds on a loaded machine); a promoted spare takes rank 0's figure
      * from the elastic setup instead of stalling the redo with it */
-    t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
-              : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
-                                                     : 1;
+    t->peak = t->o.peak_gflops > 0            ? t->o.peak_gflops
+              : t->rank == 0 && !t->promoted ? whale_sgemm_peak_gflops(t->e)
+                                              : 1;
     if (t->rank == 0)
         whale_info("OpenBLAS kernels: %s%s", whale_blas_corename(),
                    getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
@@ -248,7 +248,7 @@ int train_setup(struct train *t)
         return rc;
     /* every rank: --rank-metrics report MFU too, and any rank may become
      * rank 0 after a recovery */
-    if (te_promoted(t->te) ? train_history_agree(t, true) : train_share_peak(t))
+    if (t->promoted ? train_history_agree(t, true) : train_share_peak(t))
         return 1;
     struct whale_engine_memory mem;
     whale_engine_memory(t->e, &mem);
