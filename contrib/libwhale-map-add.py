@@ -18,7 +18,10 @@ def main(argv):
         print(__doc__.strip())
         return 0 if len(argv) >= 2 else 2
     text = sys.stdin.read() if argv[1:] == ["-"] else " ".join(argv[1:])
-    new = set(re.findall(r"\bwhale_\w+", text))
+    # from a link log only the undefined references count (file names and
+    # other words of the log may start with whale_ too)
+    refs = re.findall(r"undefined reference to `(whale_\w+)'", text)
+    new = set(refs) if argv[1:] == ["-"] else set(re.findall(r"\bwhale_\w+", text))
     s = open(MAP).read()
     head = s[: s.index("  global:\n") + len("  global:\n")]
     names = set(re.findall(r"^    (whale_\w+);$", s, re.M))

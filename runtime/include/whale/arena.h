@@ -59,8 +59,6 @@ void whale_arena_stats(const whale_arena *a, struct whale_arena_stats *s);
 /* Restart peak tracking from what is in use now. */
 void whale_arena_reset_peak(whale_arena *a);
 
-/* "12G", "512M", "1.5GiB", "4096" (bytes) -> bytes; < 0 on a bad value. */
-int64_t whale_parse_size(const char *s);
 
 #ifdef __cplusplus
 }

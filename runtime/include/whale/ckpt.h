@@ -150,6 +150,11 @@ void whale_ckpt_config_default(whale_ckpt_config *c);
  * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
  * logged with the variable and the allowed range. */
 int whale_ckpt_config_from_env(whale_ckpt_config *c);
+/* The same settings from a lookup by variable name (NULL or "": unset), for
+ * a tool that resolves its own sources (flags > variables > a plan) and
+ * hands the values down instead of putting them into the environment. */
+typedef const char *(*whale_ckpt_lookup_fn)(const char *name, void *user);
+int whale_ckpt_config_from(whale_ckpt_config *c, whale_ckpt_lookup_fn get, void *user);
 
 /* Metadata saved with a checkpoint. Strings are JSON texts (may be NULL). */
 typedef struct whale_ckpt_meta {

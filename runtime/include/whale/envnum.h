@@ -5,6 +5,7 @@
 #define WHALE_ENVNUM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,6 +16,11 @@ extern "C" {
  * WHALE_EINVAL and nothing logged (no atol-style silent 0 or wrap-around). */
 int whale_parse_long(const char *s, long lo, long hi, long *out);
 int whale_parse_double(const char *s, double lo, double hi, double *out);
+
+/* The one size parser: "12G", "512M", "1.5GiB", "64k", "100B" or "4096"
+ * (bytes; K/M/G/T are powers of 1024, an optional "B"/"iB" after them)
+ * -> bytes; < 0 on a bad value (nothing logged). */
+int64_t whale_parse_size(const char *s);
 
 /* A command-line option's value: the checked parsers above, and on error the
  * message "TOOL: --OPT=VALUE: expected an integer in LO..HI" on stderr (tools

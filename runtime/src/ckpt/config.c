@@ -1,4 +1,6 @@
-/* Checkpoint settings: defaults and WHALE_CKPT_* environment overrides. */
+/* Checkpoint settings: defaults and WHALE_CKPT_* overrides, read through a
+ * lookup (the environment, or a tool's own resolution of flags, variables
+ * and plan: whale_ckpt_config_from). */
 #include "ckpt_internal.h"
 
 #include "whale/env.h"
@@ -28,9 +30,10 @@ void whale_ckpt_config_default(whale_ckpt_config *c)
 }
 
 /* 1: unset; the value through util's checked parser (whale/envnum.h) */
-static int env_long(const char *var, long lo, long hi, long *out)
+static int env_long(whale_ckpt_lookup_fn get, void *user, const char *var, long lo, long hi,
+                    long *out)
 {
-    const char *s = whale_knob_getenv(var);
+    const char *s = get(var, user);
     if (!s || !*s)
         return 1;
     if (whale_parse_long(s, lo, hi, out)) {
@@ -40,10 +43,10 @@ static int env_long(const char *var, long lo, long hi, long *out)
     return 0;
 }
 
-static int env_bool(const char *var, bool *out)
+static int env_bool(whale_ckpt_lookup_fn get, void *user, const char *var, bool *out)
 {
     long v;
-    int rc = env_long(var, 0, 1, &v);
+    int rc = env_long(get, user, var, 0, 1, &v);
     if (rc == 0)
         *out = v != 0;
     return rc < 0 ? rc : 0;
@@ -72,37 +75,48 @@ static int parse_every(const char *s, int *steps, double *secs)
     return 0;
 }
 
+static const char *knob_lookup(const char *name, void *user)
+{
+    (void)user;
+    return whale_knob_getenv(name);
+}
+
 int whale_ckpt_config_from_env(whale_ckpt_config *c)
+{
+    return whale_ckpt_config_from(c, knob_lookup, NULL);
+}
+
+int whale_ckpt_config_from(whale_ckpt_config *c, whale_ckpt_lookup_fn get, void *user)
 {
     const char *s;
     long v;
     int rc;
-    if ((s = whale_knob_getenv("WHALE_CKPT_DIR")) && *s)
+    if ((s = get("WHALE_CKPT_DIR", user)) && *s)
         c->root = s;
-    if ((s = whale_knob_getenv("WHALE_CKPT_EVERY")) && *s && parse_every(s, &c->every_steps, &c->every_seconds)) {
+    if ((s = get("WHALE_CKPT_EVERY", user)) && *s && parse_every(s, &c->every_steps, &c->every_seconds)) {
         whale_error("WHALE_CKPT_EVERY=%s: expected a number of steps (e.g. 100) or a time "
                     "(e.g. 30s, 10m, 2h)", s);
         return WHALE_ERANGE;
     }
-    if ((rc = env_long("WHALE_CKPT_KEEP", 0, 1000000, &v)) < 0)
+    if ((rc = env_long(get, user, "WHALE_CKPT_KEEP", 0, 1000000, &v)) < 0)
         return rc;
     if (rc == 0)
         c->keep = (int)v;
-    if ((rc = env_bool("WHALE_CKPT_ASYNC", &c->async)) < 0)
+    if ((rc = env_bool(get, user, "WHALE_CKPT_ASYNC", &c->async)) < 0)
         return rc;
-    if ((rc = env_bool("WHALE_CKPT_INCREMENTAL", &c->incremental)) < 0)
+    if ((rc = env_bool(get, user, "WHALE_CKPT_INCREMENTAL", &c->incremental)) < 0)
         return rc;
-    if ((rc = env_bool("WHALE_CKPT_PRIVATE", &c->private_files)) < 0)
+    if ((rc = env_bool(get, user, "WHALE_CKPT_PRIVATE", &c->private_files)) < 0)
         return rc;
-    if ((rc = env_long("WHALE_CKPT_ZSTD", 0, 19, &v)) < 0)
+    if ((rc = env_long(get, user, "WHALE_CKPT_ZSTD", 0, 19, &v)) < 0)
         return rc;
     if (rc == 0)
         c->zstd_level = (int)v;
-    if ((rc = env_long("WHALE_CKPT_CHUNK_MB", 1, 4096, &v)) < 0)
+    if ((rc = env_long(get, user, "WHALE_CKPT_CHUNK_MB", 1, 4096, &v)) < 0)
         return rc;
     if (rc == 0)
         c->chunk_bytes = (size_t)v << 20;
-    if ((s = whale_knob_getenv("WHALE_CKPT_BUSY")) && *s) {
+    if ((s = get("WHALE_CKPT_BUSY", user)) && *s) {
         if (!strcasecmp(s, "wait"))
             c->busy = WHALE_CKPT_BUSY_WAIT;
         else if (!strcasecmp(s, "skip"))
@@ -112,7 +126,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((s = whale_knob_getenv("WHALE_CKPT_SNAPSHOT")) && *s) {
+    if ((s = get("WHALE_CKPT_SNAPSHOT", user)) && *s) {
         if (!strcasecmp(s, "copy"))
             c->snapshot = WHALE_CKPT_SNAPSHOT_COPY;
         else if (!strcasecmp(s, "deferred"))
@@ -122,7 +136,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((s = whale_knob_getenv("WHALE_CKPT_WEIGHTS")) && *s) {
+    if ((s = get("WHALE_CKPT_WEIGHTS", user)) && *s) {
         if (!strcasecmp(s, "exact") || !strcasecmp(s, "fp32"))
             c->weights = WHALE_CKPT_WEIGHTS_EXACT;
         else if (!strcasecmp(s, "bf16"))
@@ -134,7 +148,7 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((s = whale_knob_getenv("WHALE_CKPT_MOMENTS")) && *s) {
+    if ((s = get("WHALE_CKPT_MOMENTS", user)) && *s) {
         if (!strcasecmp(s, "exact"))
             c->quantize_moments = false;
         else if (!strcasecmp(s, "int8"))
@@ -144,17 +158,17 @@ int whale_ckpt_config_from_env(whale_ckpt_config *c)
             return WHALE_EINVAL;
         }
     }
-    if ((rc = env_long("WHALE_CKPT_COMMIT_TIMEOUT", 1, 86400, &v)) < 0)
+    if ((rc = env_long(get, user, "WHALE_CKPT_COMMIT_TIMEOUT", 1, 86400, &v)) < 0)
         return rc;
     if (rc == 0)
         c->commit_timeout_s = (int)v;
-    if ((s = whale_knob_getenv("WHALE_CKPT_RUN_ID")) && *s)
+    if ((s = get("WHALE_CKPT_RUN_ID", user)) && *s)
         c->run_id = s;
-    if ((rc = env_long(WHALE_ENV_RANK, -1, 1 << 24, &v)) < 0)
+    if ((rc = env_long(get, user, WHALE_ENV_RANK, -1, 1 << 24, &v)) < 0)
         return rc;
     if (rc == 0 && v >= 0)
         c->rank = (int)v;
-    if ((rc = env_long(WHALE_ENV_WORLD, 1, 1 << 24, &v)) < 0)
+    if ((rc = env_long(get, user, WHALE_ENV_WORLD, 1, 1 << 24, &v)) < 0)
         return rc;
     if (rc == 0)
         c->world = (int)v;

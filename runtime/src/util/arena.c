@@ -4,7 +4,6 @@
  * GPU. */
 #include "whale/arena.h"
 
-#include <ctype.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -135,32 +134,4 @@ void whale_arena_reset_peak(whale_arena *a)
     for (int c = 0; c < WHALE_MEM_CAT_COUNT_; c++)
         a->st.cat_peak[c] = a->st.cat_in_use[c];
     pthread_mutex_unlock(&a->mu);
-}
-
-int64_t whale_parse_size(const char *s)
-{
-    if (!s || !*s)
-        return -1;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || !(v >= 0) || v > 9e18)
-        return -1;
-    while (isspace((unsigned char)*end))
-        end++;
-    double mul = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 0: break;
-    case 'K': mul = 1024.0; end++; break;
-    case 'M': mul = 1024.0 * 1024; end++; break;
-    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: return -1;
-    }
-    if (mul > 1 && (!strcasecmp(end, "ib") || !strcasecmp(end, "b")))
-        end += strlen(end);
-    if (*end)
-        return -1;
-    if (v * mul > 9e18)
-        return -1;
-    return (int64_t)(v * mul);
 }

@@ -6,6 +6,7 @@
 #include "whale/log.h"
 #include "whale/outfile.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -128,4 +129,33 @@ bool whale_output_private(void)
     if (whale_env_bool("WHALE_CKPT_PRIVATE", false, &p))
         return true;
     return p;
+}
+
+int64_t whale_parse_size(const char *s)
+{
+    if (!s || !*s)
+        return -1;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0) || v > 9e18)
+        return -1;
+    while (isspace((unsigned char)*end))
+        end++;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 0: break;
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    case 'B': end++; break; /* "100B": bytes, as whale-bench comm always took */
+    default: return -1;
+    }
+    if (mul > 1 && (!strcasecmp(end, "ib") || !strcasecmp(end, "b")))
+        end += strlen(end);
+    if (*end)
+        return -1;
+    if (v * mul > 9e18)
+        return -1;
+    return (int64_t)(v * mul);
 }

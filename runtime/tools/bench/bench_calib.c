@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "whale/comm.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/plan.h"
@@ -128,10 +129,8 @@ int bench_calib_main(int argc, char **argv)
         switch (c) {
         case 'o': out = optarg; break;
         case 's':
-            size = strtol(optarg, &end, 10);
-            if (*end == 'K' || *end == 'k') { size <<= 10; end++; }
-            else if (*end == 'M' || *end == 'm') { size <<= 20; end++; }
-            if (*end || size < 4096 || size > (1L << 30)) {
+            size = (long)whale_parse_size(optarg);
+            if (size < 4096 || size > (1L << 30)) {
                 fprintf(stderr, "whale-bench calib: --size=%s: expected 4K..1024M\n", optarg);
                 return 2;
             }

@@ -69,22 +69,11 @@ void bench_comm_usage(void *stream)
             "Run it under whale-run or srun --whale-...; exit status 1 if any result is wrong.\n");
 }
 
+/* whale_parse_size (K/M/G suffixes) into a size_t */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -1;
-    switch (*end) {
-    case 'k': case 'K': v *= 1024; end++; break;
-    case 'm': case 'M': v *= 1024 * 1024; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; end++; break;
-    default: break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end)
+    int64_t v = whale_parse_size(s);
+    if (v < 0)
         return -1;
     *out = (size_t)v;
     return 0;

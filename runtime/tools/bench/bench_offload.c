@@ -22,6 +22,7 @@
 
 #include "whale/arena.h"
 #include "whale/comm.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/ltier.h"
 #include "whale/modeldesc.h"

@@ -24,7 +24,7 @@ static void ensure_blas_core(char **argv)
     if (!core)
         return;
     setenv("OPENBLAS_CORETYPE", core, 1);
-    setenv("WHALE_BENCH_REEXEC", "1", 1);
+    setenv("WHALE_BENCH_REEXEC", "1", 1); /* tells the re-exec'd child not to re-exec */
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,11 +212,11 @@ int main(int argc, char **argv)
     bool any_names = false;
     int dtype = -1, repeat = 3;
     long long step = 0;
+    long lv;
     double mb = 256, compute_ms = 300;
     optind = 2;
     int o;
     while ((o = getopt_long(argc, argv, "hVvw:tjd:pfs:D:m:r:c:P:M:A", opts, NULL)) != -1) {
-        char *end;
         switch (o) {
         case 'h': usage(stdout); return 0;
         case 'V': printf("whale-ckpt %s\n", WHALE_VERSION); return 0;
@@ -244,11 +245,11 @@ int main(int argc, char **argv)
             }
             break;
         case 's':
-            step = strtoll(optarg, &end, 10);
-            if (*end || step < 0) {
+            if (whale_parse_long(optarg, 0, LONG_MAX, &lv)) {
                 fprintf(stderr, "whale-ckpt: --step %s: expected an integer >= 0\n", optarg);
                 return 2;
             }
+            step = lv;
             break;
         case 'm': /* the checked parser: NaN, inf and trailing junk are refused */
             if (whale_parse_double(optarg, 1, 65536, &mb)) {

@@ -69,7 +69,7 @@ static void ensure_passive_omp(char **argv)
     if (getenv("OMP_WAIT_POLICY") || whale_knob_getenv("WHALE_GENERATE_REEXEC"))
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
-    setenv("WHALE_GENERATE_REEXEC", "1", 1);
+    setenv("WHALE_GENERATE_REEXEC", "1", 1); /* tells the re-exec'd child not to re-exec */
     execv("/proc/self/exe", argv);
 }
 
@@ -101,14 +101,7 @@ struct gen_run {
 /* --temperature X. 0, or 1 (a message printed). */
 static int parse_temp(const char *s, double *temp)
 {
-    char *end;
-    errno = 0;
-    *temp = strtod(s, &end);
-    if (errno || *end || end == s || !(*temp >= 0 && *temp <= 100)) {
-        ERR("--temperature=%s: expected a number in 0..100", s);
-        return 1;
-    }
-    return 0;
+    return whale_opt_double("whale-generate", "--temperature", s, 0, 100, temp) ? 1 : 0;
 }
 
 /* The command line into o. -1 to go on, else the exit status. */

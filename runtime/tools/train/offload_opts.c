@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "whale/arena.h"
+#include "whale/envnum.h"
 #include "whale/offload.h"
 #include "whale/optim.h"
 
@@ -46,10 +47,8 @@ int train_offload_apply(struct train_offload *o, const struct whale_plan *plan,
     }
     const char *pf = pick(o->prefetch, "WHALE_OFFLOAD_PREFETCH");
     if (pf) {
-        char *end;
-        errno = 0;
-        long v = strtol(pf, &end, 10);
-        if (errno || *end || end == pf || v < 1 || v > 64) {
+        long v;
+        if (whale_parse_long(pf, 1, 64, &v)) {
             fprintf(stderr, "whale-train: --offload-prefetch=%s: expected layers in 1..64\n", pf);
             return -1;
         }

@@ -100,6 +100,10 @@ struct train {
     int32_t *in, *tg;
     FILE *mf;                 /* rank 0's metrics file */
     struct train_elastic *te;
+    /* set by the elastic area once the ranks exist (train_area_elastic.c):
+     * the step is elastic; this task is a spare promoted into a failed
+     * rank's place (it skips resume and the peak measurement) */
+    bool elastic, promoted;
     struct train_job job;     /* what elastic recovery may rebuild */
     struct train_offload off; /* the offload area's state */
     double peak;              /* GFLOP/s for MFU */
@@ -119,6 +123,11 @@ int train_engine_config(struct train *t);       /* fills t->ec (areas' configure
 /* train_limits.c: where a knob came from, and the site limits over all of them */
 const char *train_source(const struct train *t, bool flag, const char *flag_name, const char *env,
                          bool plan);
+/* The one resolution of a string setting, flag > env > plan ("" or NULL:
+ * none): the value (NULL: unset) and, in *src, where it came from for
+ * the site limits' messages. */
+const char *train_pick(const struct train *t, const char *flag, const char *flag_name,
+                       const char *env, const char *plan, const char **src);
 int train_check_site_limits(const struct train *t);
 long train_finetune_warmup(long steps);
 /* train_setup.c */

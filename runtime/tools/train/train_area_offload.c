@@ -60,7 +60,7 @@ static int teardown(struct train *t, int rc)
 {
     /* non-elastic spares lending memory wait in close for the workers;
      * elastic ones in whale_spare_wait (no barrier then) */
-    if (t->off.tgt && train_offload_close(&t->off, t->te && te_elastic(t->te)))
+    if (t->off.tgt && train_offload_close(&t->off, t->elastic))
         rc = 1;
     if (rc && t->ctx && !whale_is_spare(t->ctx))
         train_offload_fail(&t->off, t->ctx); /* spares waiting for the setup stop too */

@@ -1,7 +1,9 @@
 /* whale-train's side of elastic training: fault
  * injection points, the per-step in-memory copy, the spare's wait and
- * promotion, and the recovery loop after a failed step. whale-train.c only
- * calls these hooks; see train_elastic.c. */
+ * promotion, and the recovery loop after a failed step. The elastic area
+ * (train_area_elastic.c) drives it from the run's hooks; the core only asks
+ * te_peak, te_take_ckpt_fence_s and te_step_metrics, hands over the metrics
+ * file (te_set_metrics) and frees it (te_free). */
 #ifndef WHALE_TRAIN_ELASTIC_H
 #define WHALE_TRAIN_ELASTIC_H
 

@@ -25,6 +25,18 @@ const char *train_source(const struct train *t, bool flag, const char *flag_name
     return "the default";
 }
 
+const char *train_pick(const struct train *t, const char *flag, const char *flag_name,
+                       const char *env, const char *plan, const char **src)
+{
+    const char *e = whale_knob_getenv(env);
+    *src = train_source(t, flag != NULL, flag_name, env, plan && *plan);
+    if (flag)
+        return flag;
+    if (e && *e)
+        return e;
+    return plan && *plan ? plan : e;
+}
+
 int train_check_site_limits(const struct train *t)
 {
     struct whale_site_limits l;

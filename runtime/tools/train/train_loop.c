@@ -69,7 +69,7 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
     double t0 = whale_now_s();
     bool skipped = false;
     int sv = whale_ckpt_save_engine(t->ck, t->e, t->plan_json, &skipped);
-    te_ckpt_started(t->te, step1); /* WHALE_FAULT phase=ckpt: save in flight */
+    train_areas_ckpt_saved(t, step1); /* elastic: WHALE_FAULT phase=ckpt */
     if (sv) {
         whale_error("stopping: checkpoint of step %ld failed (the previous ones are intact)",
                     step1);
@@ -186,21 +186,19 @@ int train_loop(struct train *t)
         }
         struct timespec cpu0, cpu1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu0);
-        te_step_begin(t->te, step + 1);
+        train_areas_step_begin(t, step + 1);
         if (t->o.inject_overflow == step + 1)
             whale_engine_inject_overflow(t->e);
         int src = whale_engine_step(t->e, t->in, t->tg, &st);
-        if (src) {
-            int64_t redo;
-            int trc = te_recover(t->te, t->ctx, &t->job, src, step + 1, &redo);
-            if (trc)
-                return trc > 0 ? 0 : 1;
-            if (train_history_agree(t, false))
-                return 1;
-            step = (long)redo - 1; /* the loop's step++ makes it redo */
+        if (src) { /* the elastic area recovers, or says why the run stops */
+            long redo;
+            int frc = train_areas_step_failed(t, src, step + 1, &redo);
+            if (frc != TRAIN_GO)
+                return frc;
+            step = redo - 1; /* the loop's step++ makes it redo */
             continue;
         }
-        if (te_step_done(t->te, t->e))
+        if (train_areas_step_done(t))
             return 1;
         clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu1);
         double cpu_s = (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) * 1e-9;

@@ -46,19 +46,6 @@ void train_observe_defaults(struct train_observe *o)
     o->first_loss = o->last_loss = NAN;
 }
 
-static int num(const char *opt, const char *s, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "whale-train: %s=%s: expected a number in %g..%g\n", opt, s, lo, hi);
-        return 1;
-    }
-    *out = v;
-    return 0;
-}
-
 int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const char *arg)
 {
     double v;
@@ -71,9 +58,13 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
         o->prom_file = arg;
         return 0;
     case TRAIN_OBS_PROM_EVERY:
-        if (num("--prom-every", arg, 1, 1e9, &v) || v != floor(v))
-            return v != floor(v) ? (fprintf(stderr, "whale-train: --prom-every=%s: expected an "
-                                            "integer in 1..1000000000\n", arg), 1) : 1;
+        if (whale_opt_double("whale-train", "--prom-every", arg, 1, 1e9, &v))
+            return 1;
+        if (v != floor(v)) {
+            fprintf(stderr, "whale-train: --prom-every=%s: expected an integer in "
+                    "1..1000000000\n", arg);
+            return 1;
+        }
         o->prom_every = (long)v;
         return 0;
     case TRAIN_OBS_PROM_PORT:
@@ -95,9 +86,11 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
         return 0;
     }
     case TRAIN_OBS_PRICE_NODE:
-        return num("--price-per-node-hour", arg, 0, 1e6, &o->price_node_hour);
+        return whale_opt_double("whale-train", "--price-per-node-hour", arg, 0, 1e6,
+                                &o->price_node_hour) ? 1 : 0;
     case TRAIN_OBS_PRICE_GPU:
-        return num("--price-per-gpu-hour", arg, 0, 1e6, &o->price_gpu_hour);
+        return whale_opt_double("whale-train", "--price-per-gpu-hour", arg, 0, 1e6,
+                                &o->price_gpu_hour) ? 1 : 0;
     case TRAIN_OBS_RANK_METRICS:
         o->rank_metrics = true;
         return 0;

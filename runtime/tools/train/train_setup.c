@@ -21,22 +21,16 @@
 #include "train_areas.h"
 #include "train_planrec.h"
 
-/* whale_init, then the elastic module; a spare waits here until it is
- * promoted (then it carries on as the rank it took) or the step ends. */
+/* whale_init, then the areas' ranks hook: the elastic area's spare waits
+ * there until it is promoted (then it carries on as the rank it took) or
+ * the step ends. */
 static int setup_ranks(struct train *t)
 {
     int rc;
     if (whale_init(&t->ctx))
         return 1;
-    if ((rc = te_init(&t->te, t->ctx))) /* WHALE_FAULT, WHALE_REDUNDANCY_EVERY */
+    if ((rc = train_areas_ranks(t)) != TRAIN_GO)
         return rc;
-    if (whale_is_spare(t->ctx) && te_elastic(t->te)) {
-        if (train_offload_lend(&t->off, t->ctx)) /* lends memory while it waits */
-            return 1;
-        int src = te_spare(t->te, t->ctx); /* 0: promoted into a failed rank's place */
-        if (src)
-            return src > 0 ? 0 : 1;
-    }
     int tpr, ppr;
     whale_ctx_grid(t->ctx, &t->grid);
     whale_coords(t->ctx, &tpr, &ppr, &t->dp_rank);
@@ -49,24 +43,30 @@ static int setup_ranks(struct train *t)
     return TRAIN_GO;
 }
 
+/* The library's checkpoint settings as whale-train resolves them: the
+ * directory and the interval from flags > WHALE_CKPT_* > the plan (the
+ * interval's source recorded for the site limits), the rest from the
+ * environment. Handed down as a lookup, never put into the environment. */
+static const char *ckpt_setting(const char *name, void *user)
+{
+    struct train *t = user;
+    const char *src;
+    if (!strcmp(name, "WHALE_CKPT_DIR"))
+        return train_pick(t, t->o.ckpt_dir, "--whale-ckpt-dir", name, t->plan_ckpt_dir, &src);
+    if (!strcmp(name, "WHALE_CKPT_EVERY"))
+        return train_pick(t, t->o.ckpt_every, "--whale-ckpt-every", name, t->plan_ckpt_every,
+                          &t->src_ckpt);
+    return whale_knob_getenv(name);
+}
+
 /* Checkpoint settings: flags > WHALE_CKPT_* > the plan. */
 static int checkpoint_config(struct train *t)
 {
     const struct train_opts *o = &t->o;
     whale_ckpt_config *ckc = &t->ckc;
     whale_ckpt_config_default(ckc);
-    t->src_ckpt = train_source(t, o->ckpt_every, "--whale-ckpt-every", "WHALE_CKPT_EVERY",
-                               t->plan_ckpt_every[0]);
-    if (!o->ckpt_dir && !whale_knob_getenv("WHALE_CKPT_DIR") && t->plan_ckpt_dir[0])
-        ckc->root = t->plan_ckpt_dir;
-    if (!o->ckpt_every && !whale_knob_getenv("WHALE_CKPT_EVERY") && t->plan_ckpt_every[0])
-        setenv("WHALE_CKPT_EVERY", t->plan_ckpt_every, 1);
-    if (o->ckpt_every)
-        setenv("WHALE_CKPT_EVERY", o->ckpt_every, 1);
-    if (whale_ckpt_config_from_env(ckc))
+    if (whale_ckpt_config_from(ckc, ckpt_setting, t))
         return 1;
-    if (o->ckpt_dir)
-        ckc->root = o->ckpt_dir;
     if (o->ckpt_keep >= 0)
         ckc->keep = (int)o->ckpt_keep;
     ckc->rank = t->rank;
@@ -108,7 +108,7 @@ static int resume_dir(struct train *t, char **dir)
  * model off: measured loss 3.68 -> 6.39 with steps/20 warmup). */
 static int probe_finetune(struct train *t)
 {
-    if (!t->o.resume || te_promoted(t->te))
+    if (!t->o.resume || t->promoted)
         return TRAIN_GO;
     char *dir = NULL;
     if (resume_dir(t, &dir) != TRAIN_GO)
@@ -154,7 +154,7 @@ static int resume(struct train *t)
 static int setup_checkpoints(struct train *t)
 {
     whale_ckpt_config *ckc = &t->ckc;
-    if (t->o.resume && !te_promoted(t->te)) {
+    if (t->o.resume && !t->promoted) {
         int rc = resume(t);
         if (rc != TRAIN_GO)
             return rc;
@@ -186,8 +186,8 @@ static int setup_buffers(struct train *t)
      * took rank 0's place appends to the file rank 0 began */
     const char *mpath = t->o.metrics;
     if (t->rank == 0 && mpath && *mpath &&
-        !(t->mf = te_promoted(t->te) ? whale_fopen_append(mpath, whale_output_private())
-                                     : whale_fopen_output(mpath, whale_output_private()))) {
+        !(t->mf = t->promoted ? whale_fopen_append(mpath, whale_output_private())
+                              : whale_fopen_output(mpath, whale_output_private()))) {
         whale_error("--metrics: cannot write %s: %s", mpath, whale_output_strerror(errno));
         return 1;
     }
@@ -243,19 +243,17 @@ int train_setup(struct train *t)
     /* MFU is reported by rank 0 only: the other ranks skip the measurement
      * (seconds on a loaded machine); a promoted spare takes rank 0's figure
      * from the elastic setup instead of stalling the redo with it */
-    t->peak = t->o.peak_gflops > 0                   ? t->o.peak_gflops
-              : t->rank == 0 && !te_promoted(t->te) ? whale_sgemm_peak_gflops(t->e)
-                                                     : 1;
-    if (!te_promoted(t->te)) /* a promoted spare holds rank 0's from the exchange */
-        te_set_peak(t->te, t->peak);
+    t->peak = t->o.peak_gflops > 0            ? t->o.peak_gflops
+              : t->rank == 0 && !t->promoted ? whale_sgemm_peak_gflops(t->e)
+                                              : 1;
     if (t->rank == 0)
         whale_info("OpenBLAS kernels: %s%s", whale_blas_corename(),
                    getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
-    if (te_start(t->te, t->ctx, &t->job))
-        return 1;
+    if ((rc = train_areas_start(t)) != TRAIN_GO) /* elastic: the setup exchange */
+        return rc;
     /* every rank: --rank-metrics report MFU too, and any rank may become
      * rank 0 after a recovery */
-    if (te_promoted(t->te) ? train_history_agree(t, true) : train_share_peak(t))
+    if (t->promoted ? train_history_agree(t, true) : train_share_peak(t))
         return 1;
     struct whale_engine_memory mem;
     whale_engine_memory(t->e, &mem);

@@ -74,7 +74,7 @@ int train_share_peak(struct train *t)
 {
     if (t->o.peak_gflops > 0)
         return 0;
-    if (te_elastic(t->te)) { /* rank 0's came with the setup exchange */
+    if (t->elastic) { /* rank 0's came with the setup exchange */
         if (te_peak(t->te) > 0)
             t->peak = te_peak(t->te);
         return 0;

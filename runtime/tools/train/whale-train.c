@@ -29,7 +29,7 @@ static void ensure_passive_omp(char **argv)
         setenv("OMP_WAIT_POLICY", "passive", 1);
     if (core)
         setenv("OPENBLAS_CORETYPE", core, 1);
-    setenv("WHALE_TRAIN_REEXEC", "1", 1);
+    setenv("WHALE_TRAIN_REEXEC", "1", 1); /* tells the re-exec'd child not to re-exec */
     /* through the real path, not /proc/self/exe: the kernel names the
      * process after the file it executes, and ps/top/pgrep would show
      * "exe" instead of whale-train */

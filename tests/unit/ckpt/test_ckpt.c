@@ -1088,6 +1088,39 @@ static void test_resolve(void **st)
     rmroot(root);
 }
 
+/* A tool's own resolution (whale-train's flags > WHALE_CKPT_* > plan) comes
+ * through the lookup, not the environment: the process environment is not
+ * read for a name the lookup answers, and errors name the variable. */
+static const char *test_lookup(const char *name, void *user)
+{
+    const char *const *kv = user;
+    for (; kv[0]; kv += 2)
+        if (!strcmp(kv[0], name))
+            return kv[1];
+    return NULL;
+}
+
+static void test_config_lookup(void **st)
+{
+    (void)st;
+    whale_ckpt_config c;
+    whale_ckpt_config_default(&c);
+    setenv("WHALE_CKPT_EVERY", "3", 1); /* not the lookup's: ignored */
+    const char *kv[] = { "WHALE_CKPT_DIR", "/plan/dir", "WHALE_CKPT_EVERY", "2h",
+                         "WHALE_CKPT_KEEP", "7", NULL, NULL };
+    assert_int_equal(whale_ckpt_config_from(&c, test_lookup, (void *)kv), 0);
+    unsetenv("WHALE_CKPT_EVERY");
+    assert_string_equal(c.root, "/plan/dir");
+    assert_true(c.every_seconds == 7200 && c.every_steps == 0);
+    assert_int_equal(c.keep, 7);
+    assert_int_equal(c.zstd_level, 0); /* unanswered: the default */
+    const char *bad[] = { "WHALE_CKPT_EVERY", "0x", NULL, NULL };
+    log_capture();
+    assert_int_equal(whale_ckpt_config_from(&c, test_lookup, (void *)bad), WHALE_ERANGE);
+    assert_non_null(strstr(logbuf, "WHALE_CKPT_EVERY=0x"));
+    log_release();
+}
+
 static void test_config_env(void **st)
 {
     (void)st;
@@ -1220,6 +1253,7 @@ int main(void)
         cmocka_unit_test(test_modes_follow_umask),
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_config_env),
+        cmocka_unit_test(test_config_lookup),
         cmocka_unit_test(test_bad_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

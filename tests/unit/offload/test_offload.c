@@ -39,6 +39,7 @@
 #include "whale/comm.h"
 #include "whale/data.h"
 #include "whale/engine.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/optim.h"
 
@@ -80,6 +81,9 @@ static void test_arena(void **st)
     assert_true(whale_parse_size("12X") < 0);
     assert_true(whale_parse_size("") < 0);
     assert_true(whale_parse_size("-1G") < 0);
+    assert_int_equal(whale_parse_size("100B"), 100); /* whale-bench comm's sizes */
+    assert_int_equal(whale_parse_size("64kb"), 64 << 10);
+    assert_true(whale_parse_size("1B2") < 0);
 }
 
 /* ---- host AdamW ----------------------------------------------------------------- */
