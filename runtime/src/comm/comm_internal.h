@@ -208,12 +208,38 @@ struct whale_ctx {
     whale_group **groups;     /* every live group (failure marking) */
     int ngroups, capgroups;
     struct whale_nccl *nccl;  /* device backend state, or NULL */
-    struct comm_elastic *el;  /* membership, detector (el_internal.h) */
+    struct comm_elastic *el;  /* membership, detector (member/), opaque here */
     int wakefd;               /* eventfd: wakes the progress thread from poll(), -1 none */
     int efd;                  /* UCX worker event fd, -1 none */
     int nregions;             /* registered RMA regions (rma.c) */
     struct comm_rmat *rmat;   /* RMA emulated over tags (rma_tag.c), or NULL */
 };
+
+/* Group ids from COMM_GID_REBUILT up belong to the standard groups that
+ * membership rebuilds for each epoch; whale_group_create stays below. */
+#define COMM_GID_REBUILT 0x4000
+
+/* Membership (member/, the module above comm) plugs in through these hooks,
+ * registered once by comm_member_register: comm calls them and never the
+ * membership code itself. ctx->el is non-NULL only after init succeeded, so
+ * every hook but init runs only when ctx->el is set. poll, next_deadline,
+ * on_dead, silent_for, disarm and step_done run with ctx->lock held. With
+ * no hooks registered a step has no failure detector. */
+struct comm_member_hooks {
+    int (*init)(whale_ctx *ctx);                /* after the standard groups */
+    void (*cancel_rx)(whale_ctx *ctx);          /* before the worker goes */
+    void (*fini)(whale_ctx *ctx);
+    int (*poll)(whale_ctx *ctx);                /* each progress pass: events seen */
+    double (*next_deadline)(whale_ctx *ctx);    /* seconds to the next tick, <0 none */
+    void (*on_dead)(whale_ctx *ctx, int task, int how, double lat);
+    double (*silent_for)(const whale_ctx *ctx, int task); /* since its last sign of life */
+    bool (*armed)(const whale_ctx *ctx);        /* heartbeats + failure broadcast on */
+    bool (*needs_thread)(const whale_ctx *ctx); /* armed, or a spare waits */
+    void (*disarm)(whale_ctx *ctx);             /* peers leave now: no failure */
+    void (*step_done)(whale_ctx *ctx);          /* working ranks finished: tell the spares */
+};
+extern const struct comm_member_hooks *comm_member;
+void comm_member_register(const struct comm_member_hooks *hooks);
 
 /* progress_sleep.c: sleeping in the kernel while nothing moves. */
 /* Default of WHALE_PROGRESS_SLEEP: yields before a thread sleeps on the

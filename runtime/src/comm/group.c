@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -196,7 +195,7 @@ int whale_group_create(whale_group *parent, const int *world_ranks, int n, whale
         free(tasks);
         return rc;
     }
-    if (maxid + 3 > EL_GID_BASE) { /* ids above belong to rebuilt standard groups */
+    if (maxid + 3 > COMM_GID_REBUILT) { /* ids above belong to rebuilt standard groups */
         whale_error("whale_group_create: out of group ids (%d groups created)", maxid / 3);
         free(tasks);
         return WHALE_ERANGE;

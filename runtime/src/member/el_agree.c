@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "member/el_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/topo.h"
