@@ -21,7 +21,7 @@
 #include <ucp/api/ucp.h>
 
 #include "boot/boot.h"
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 #include "whale/comm.h"
 
 /* Algorithms (WHALE_COLL_ALGO names in comm_algo_name). */

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/error.h"

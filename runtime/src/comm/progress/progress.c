@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
