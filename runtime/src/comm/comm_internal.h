@@ -53,6 +53,9 @@ struct comm_link {
 /* COPY: a member's memcpy and a flag wait in a shared segment (COMM_ALGO_SHM) */
 enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_LINK_COPY = 2, COMM_LINK_NCLASS };
 
+/* Entries of the table of collective transports (transport/transport.h). */
+#define COMM_TRANSPORT_MAX 4
+
 struct whale_group {
     whale_ctx *ctx;
     uint16_t gid;          /* tag space; unique among groups sharing a member */
@@ -77,8 +80,7 @@ struct whale_group {
     bool owned;            /* freed by whale_group_free / finalize */
     struct comm_shm *shm;  /* shared segment of a one-node group (shm_seg.c), or NULL */
     int shm_state;         /* enum comm_shm_state: agreed by every member */
-    void *nccl_comm;       /* ncclComm_t, created on first device call */
-    bool nccl_broken;      /* aborted after a failure */
+    void *tstate[COMM_TRANSPORT_MAX]; /* each transport's state (comm_transport_state) */
 };
 
 /* A stage run through the group's shared segment instead of a schedule
@@ -207,7 +209,6 @@ struct whale_ctx {
     uint16_t next_gid;
     whale_group **groups;     /* every live group (failure marking) */
     int ngroups, capgroups;
-    struct whale_nccl *nccl;  /* device backend state, or NULL */
     struct comm_elastic *el;  /* membership, detector (member/), opaque here */
     int wakefd;               /* eventfd: wakes the progress thread from poll(), -1 none */
     int efd;                  /* UCX worker event fd, -1 none */
@@ -346,10 +347,6 @@ int comm_shm_advance(comm_op_t *op, struct comm_stage *st, int *events);
 int comm_shm_allreduce_now(whale_group *g, const void *send, void *recv, size_t count,
                            enum whale_dtype t, enum whale_op op);
 
-/* nccl.c */
-void comm_nccl_fini(whale_ctx *ctx);
-void comm_nccl_group_free(whale_group *g);
-void comm_nccl_abort_all(whale_ctx *ctx);   /* after a failure: abort, never finalize */
 
 /* build.c: turn (collective, algorithm, buffers) into stages */
 int comm_build(comm_op_t *op, const void *send, void *recv, size_t count, int root);

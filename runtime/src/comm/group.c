@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -108,6 +109,8 @@ int comm_group_new(whale_ctx *ctx, uint16_t gid, const int *tasks, const int *wo
     }
     free(per_node);
     int rc = register_group(ctx, g);
+    if (!rc)
+        rc = comm_transports_group_init(g);
     if (rc) {
         comm_group_destroy(g);
         return rc;
@@ -133,8 +136,7 @@ void comm_group_destroy(whale_group *g)
         comm_group_destroy(g->local);
     if (g->cross)
         comm_group_destroy(g->cross);
-    comm_nccl_group_free(g);
-    comm_shm_release(g);
+    comm_transports_group_fini(g);
     unregister_group(g->ctx, g);
     free(g->tasks);
     free(g->world_ranks);

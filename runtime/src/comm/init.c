@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/transport.h"
 #include "comm/transport/shm_internal.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
@@ -297,7 +298,7 @@ int whale_finalize(whale_ctx *ctx)
         return 0;
     int rc = 0;
     bool clean = true;
-    comm_nccl_fini(ctx);
+    comm_transports_fini(ctx);
     if (ctx->all && ctx->all->size > 1) {
         /* Nobody closes endpoints while a peer may still talk to it. The
          * UCX barrier alone is not enough: a rank leaves it as soon as its

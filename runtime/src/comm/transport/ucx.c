@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -498,3 +499,8 @@ int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_
         track(op, r);
     return 0;
 }
+
+/* The host transport: tagged messages over the context's endpoints, which
+ * live as long as the context (comm_ucx_init/connect/fini from init.c), so
+ * it has no per-group hooks; the collectives' schedules run over it. */
+const struct comm_transport comm_transport_ucx = { .name = "ucx" };
