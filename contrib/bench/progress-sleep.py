@@ -101,10 +101,11 @@ def main():
     res = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "corpus.txt"), "wb") as out:
-            for d in ("runtime/src/comm", "runtime/src/engine", "runtime/src/plan"):
-                for fn in sorted(os.listdir(os.path.join(SRC, d))):
-                    if fn.endswith(".c"):
-                        out.write(open(os.path.join(SRC, d, fn), "rb").read())
+            for d in ("runtime/src/comm", "runtime/src/member", "runtime/src/engine", "runtime/src/plan"):
+                for sub, _, names in sorted(os.walk(os.path.join(SRC, d))):
+                    for fn in sorted(names):
+                        if fn.endswith(".c"):
+                            out.write(open(os.path.join(sub, fn), "rb").read())
         print("== whale-train DP%d %s batch %d, %d thread(s)/rank, %d steps; %d cores" % (
             args.ranks, args.model, args.batch, args.threads, args.steps, os.cpu_count()))
         for r in range(args.rounds):

@@ -1,6 +1,6 @@
 /* The copy bound of a one-node collective: p processes in a ring, each
  * copying its vector into a shared slot while its successor copies it out
- * (1 MiB slots, 4 deep, generation flags as in comm/shm_coll.c). Every
+ * (1 MiB slots, 4 deep, generation flags as in comm/collectives/shm_coll.c). Every
  * byte crosses one process boundary through memory, which is what a ring
  * step of an allreduce costs at best; busbw of an allreduce is directly
  * comparable to this figure.

@@ -241,6 +241,13 @@ int  whale_iput(whale_remote *dst, size_t dst_off, const void *src, size_t len, 
 int  whale_iget(whale_remote *src, size_t src_off, void *dst, size_t len, whale_req **req);
 int  whale_remote_flush(whale_remote *rem);
 
+/* How a peer's failure was detected (the kinds are described in
+ * whale/elastic.h). comm classifies the failures it sees itself (UCX
+ * errors, the pid watchdog); membership adds silence and hangs. */
+enum whale_detect { WHALE_DETECT_CRASH = 1, WHALE_DETECT_NODE, WHALE_DETECT_LINK, WHALE_DETECT_HANG };
+/* "CRASH"/"NODE"/"LINK"/"HANG", for logs. */
+const char *whale_detect_name(enum whale_detect d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,7 +123,6 @@ extern "C" {
 #define WHALE_MAX_FAILED 64
 
 enum whale_recovery { WHALE_RECOVERY_REPLACED = 1, WHALE_RECOVERY_SHRUNK = 2 };
-enum whale_detect { WHALE_DETECT_CRASH = 1, WHALE_DETECT_NODE, WHALE_DETECT_LINK, WHALE_DETECT_HANG };
 
 struct whale_membership_event {
     uint64_t epoch;                 /* membership epoch after the event (first event: 1) */
@@ -181,9 +180,8 @@ int whale_rankmap_task(const whale_ctx *ctx, int logical_rank);
 /* Current membership epoch (0 before any event). */
 uint64_t whale_elastic_epoch(const whale_ctx *ctx);
 
-/* Short names for logs: "REPLACED"/"SHRUNK", "CRASH"/"NODE"/"LINK"/"HANG". */
+/* Short name for logs: "REPLACED"/"SHRUNK" (whale_detect_name: whale/comm.h). */
 const char *whale_recovery_name(enum whale_recovery k);
-const char *whale_detect_name(enum whale_detect d);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* How the progress engine waited (comm/progress_sleep.c).
+/* How the progress engine waited (comm/progress/progress_sleep.c).
  *
  * While operations are posted and nothing moves, a waiting thread
  * (whale_wait, or the progress thread when nobody waits) spins briefly,

@@ -21,7 +21,7 @@
 #include <ucp/api/ucp.h>
 
 #include "boot/boot.h"
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 #include "whale/comm.h"
 
 /* Algorithms (WHALE_COLL_ALGO names in comm_algo_name). */
@@ -53,6 +53,9 @@ struct comm_link {
 /* COPY: a member's memcpy and a flag wait in a shared segment (COMM_ALGO_SHM) */
 enum { COMM_LINK_SHM = 0, COMM_LINK_NET = 1, COMM_LINK_COPY = 2, COMM_LINK_NCLASS };
 
+/* Entries of the table of collective transports (transport/transport.h). */
+#define COMM_TRANSPORT_MAX 4
+
 struct whale_group {
     whale_ctx *ctx;
     uint16_t gid;          /* tag space; unique among groups sharing a member */
@@ -77,8 +80,7 @@ struct whale_group {
     bool owned;            /* freed by whale_group_free / finalize */
     struct comm_shm *shm;  /* shared segment of a one-node group (shm_seg.c), or NULL */
     int shm_state;         /* enum comm_shm_state: agreed by every member */
-    void *nccl_comm;       /* ncclComm_t, created on first device call */
-    bool nccl_broken;      /* aborted after a failure */
+    void *tstate[COMM_TRANSPORT_MAX]; /* each transport's state (comm_transport_state) */
 };
 
 /* A stage run through the group's shared segment instead of a schedule
@@ -209,13 +211,38 @@ struct whale_ctx {
     uint16_t next_gid;
     whale_group **groups;     /* every live group (failure marking) */
     int ngroups, capgroups;
-    struct whale_nccl *nccl;  /* device backend state, or NULL */
-    struct comm_elastic *el;  /* membership, detector (el_internal.h) */
+    struct comm_elastic *el;  /* membership, detector (member/), opaque here */
     int wakefd;               /* eventfd: wakes the progress thread from poll(), -1 none */
     int efd;                  /* UCX worker event fd, -1 none */
     int nregions;             /* registered RMA regions (rma.c) */
     struct comm_rmat *rmat;   /* RMA emulated over tags (rma_tag.c), or NULL */
 };
+
+/* Group ids from COMM_GID_REBUILT up belong to the standard groups that
+ * membership rebuilds for each epoch; whale_group_create stays below. */
+#define COMM_GID_REBUILT 0x4000
+
+/* Membership (member/, the module above comm) plugs in through these hooks,
+ * registered once by comm_member_register: comm calls them and never the
+ * membership code itself. ctx->el is non-NULL only after init succeeded, so
+ * every hook but init runs only when ctx->el is set. poll, next_deadline,
+ * on_dead, silent_for, disarm and step_done run with ctx->lock held. With
+ * no hooks registered a step has no failure detector. */
+struct comm_member_hooks {
+    int (*init)(whale_ctx *ctx);                /* after the standard groups */
+    void (*cancel_rx)(whale_ctx *ctx);          /* before the worker goes */
+    void (*fini)(whale_ctx *ctx);
+    int (*poll)(whale_ctx *ctx);                /* each progress pass: events seen */
+    double (*next_deadline)(whale_ctx *ctx);    /* seconds to the next tick, <0 none */
+    void (*on_dead)(whale_ctx *ctx, int task, int how, double lat);
+    double (*silent_for)(const whale_ctx *ctx, int task); /* since its last sign of life */
+    bool (*armed)(const whale_ctx *ctx);        /* heartbeats + failure broadcast on */
+    bool (*needs_thread)(const whale_ctx *ctx); /* armed, or a spare waits */
+    void (*disarm)(whale_ctx *ctx);             /* peers leave now: no failure */
+    void (*step_done)(whale_ctx *ctx);          /* working ranks finished: tell the spares */
+};
+extern const struct comm_member_hooks *comm_member;
+void comm_member_register(const struct comm_member_hooks *hooks);
 
 /* progress_sleep.c: sleeping in the kernel while nothing moves. */
 /* Default of WHALE_PROGRESS_SLEEP: yields before a thread sleeps on the
@@ -322,10 +349,6 @@ int comm_shm_advance(comm_op_t *op, struct comm_stage *st, int *events);
 int comm_shm_allreduce_now(whale_group *g, const void *send, void *recv, size_t count,
                            enum whale_dtype t, enum whale_op op);
 
-/* nccl.c */
-void comm_nccl_fini(whale_ctx *ctx);
-void comm_nccl_group_free(whale_group *g);
-void comm_nccl_abort_all(whale_ctx *ctx);   /* after a failure: abort, never finalize */
 
 /* build.c: turn (collective, algorithm, buffers) into stages */
 int comm_build(comm_op_t *op, const void *send, void *recv, size_t count, int root);

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -109,6 +109,8 @@ int comm_group_new(whale_ctx *ctx, uint16_t gid, const int *tasks, const int *wo
     }
     free(per_node);
     int rc = register_group(ctx, g);
+    if (!rc)
+        rc = comm_transports_group_init(g);
     if (rc) {
         comm_group_destroy(g);
         return rc;
@@ -134,8 +136,7 @@ void comm_group_destroy(whale_group *g)
         comm_group_destroy(g->local);
     if (g->cross)
         comm_group_destroy(g->cross);
-    comm_nccl_group_free(g);
-    comm_shm_release(g);
+    comm_transports_group_fini(g);
     unregister_group(g->ctx, g);
     free(g->tasks);
     free(g->world_ranks);
@@ -196,7 +197,7 @@ int whale_group_create(whale_group *parent, const int *world_ranks, int n, whale
         free(tasks);
         return rc;
     }
-    if (maxid + 3 > EL_GID_BASE) { /* ids above belong to rebuilt standard groups */
+    if (maxid + 3 > COMM_GID_REBUILT) { /* ids above belong to rebuilt standard groups */
         whale_error("whale_group_create: out of group ids (%d groups created)", maxid / 3);
         free(tasks);
         return WHALE_ERANGE;

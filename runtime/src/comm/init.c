@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/transport.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
@@ -200,6 +200,10 @@ out:
 }
 
 /* Top-level groups own their hierarchical sub-groups. */
+const struct comm_member_hooks *comm_member;
+
+void comm_member_register(const struct comm_member_hooks *hooks) { comm_member = hooks; }
+
 static void destroy_groups(whale_ctx *ctx)
 {
     for (int i = 0; i < ctx->ngroups;) {
@@ -234,12 +238,13 @@ int whale_init(whale_ctx **out)
     if ((rc = boot_init(&ctx->boot)))
         goto fail;
     whale_log_set_rank(ctx->boot.rank);
-    if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) || (rc = el_init(ctx)))
+    if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) ||
+        (comm_member && (rc = comm_member->init(ctx))))
         goto fail;
     /* An elastic step must survive a dead rank: under Slurm 22.05 a task that
      * dies while still a PMIx client makes slurmstepd kill the whole step
      * (spank/ELASTIC.md). Nothing needs PMIx after the wire-up. */
-    if (ctx->el && ctx->el->armed && (rc = boot_detach(&ctx->boot)))
+    if (ctx->el && comm_member->armed(ctx) && (rc = boot_detach(&ctx->boot)))
         goto fail;
     {
         cpu_set_t set;
@@ -272,9 +277,11 @@ int whale_init(whale_ctx **out)
 fail:
     comm_thread_stop(ctx);
     destroy_groups(ctx);
-    el_cancel_rx(ctx);
+    if (ctx->el)
+        comm_member->cancel_rx(ctx);
     comm_ucx_fini(ctx, false);
-    el_fini(ctx);
+    if (ctx->el)
+        comm_member->fini(ctx);
     if (ctx->wakefd >= 0)
         close(ctx->wakefd);
     free(ctx->dead);
@@ -293,7 +300,7 @@ int whale_finalize(whale_ctx *ctx)
         return 0;
     int rc = 0;
     bool clean = true;
-    comm_nccl_fini(ctx);
+    comm_transports_fini(ctx);
     if (ctx->all && ctx->all->size > 1) {
         /* Nobody closes endpoints while a peer may still talk to it. The
          * UCX barrier alone is not enough: a rank leaves it as soon as its
@@ -309,7 +316,7 @@ int whale_finalize(whale_ctx *ctx)
          * to the barrier. */
         if (ctx->el && !ctx->boot.spare) {
             pthread_mutex_lock(&ctx->lock);
-            el_broadcast_done(ctx);
+            comm_member->step_done(ctx);
             pthread_mutex_unlock(&ctx->lock);
         }
         if (whale_barrier(ctx->all)) {
@@ -320,7 +327,7 @@ int whale_finalize(whale_ctx *ctx)
             pthread_mutex_lock(&ctx->lock);
             ctx->closing = true;
             if (ctx->el)
-                ctx->el->armed = false;
+                comm_member->disarm(ctx);
             pthread_mutex_unlock(&ctx->lock);
             if (lost || ctx->boot.detached) {
                 /* PMIx fences hang while a task of the step is dead: a
@@ -339,10 +346,12 @@ int whale_finalize(whale_ctx *ctx)
     comm_thread_stop(ctx);
     if (ctx->nactive)
         whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
-    el_cancel_rx(ctx);
+    if (ctx->el)
+        comm_member->cancel_rx(ctx);
     comm_ucx_fini(ctx, clean);
     destroy_groups(ctx);
-    el_fini(ctx);
+    if (ctx->el)
+        comm_member->fini(ctx);
     if (ctx->wakefd >= 0)
         close(ctx->wakefd);
     free(ctx->dead);

@@ -54,7 +54,7 @@ static size_t rp_where(const whale_engine *e, int b, size_t sb, bool is16, size_
 }
 
 /* Transfers go as pieces of at most 1 MiB, all in flight at once: with the
- * tag-emulated RMA between nodes (comm/rma_tag.c) one transfer above a few
+ * tag-emulated RMA between nodes (comm/rma/rma_tag.c) one transfer above a few
  * MiB fell off a cliff on a loaded node (whale-bench offload bw, load 27:
  * 5-10 GB/s at 1-2 MiB, 0.01-0.02 GB/s at 4-8 MiB), and a bucket's shard is
  * often larger; in pieces a 2-layer 768-wide params step went from 9.5 s

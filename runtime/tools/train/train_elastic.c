@@ -703,7 +703,7 @@ void te_step_begin(struct train_elastic *te, int64_t step1)
      * next snapshot completes them (whale_red_snapshot). A put cut short by
      * a failure leaves a torn slot (xxh3) next to the intact previous one;
      * the comm module keeps the holder alive when the origin dies mid-put
-     * (comm/rma_tag.c). */
+     * (comm/rma/rma_tag.c). */
     /* Several ranks failing at the start of this step (WHALE_FAULT
      * rank=1,2 or items joined by ;): meet first, so they all die before
      * anybody can notice one death and start a recovery without the

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 
 static inline double cv_val(int rank, size_t i, int op)
 {

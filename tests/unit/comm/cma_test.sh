@@ -1,5 +1,5 @@
 #!/bin/sh
-# The single-copy path of the shared-memory collectives (comm/shm_cma.c) and
+# The single-copy path of the shared-memory collectives (comm/transport/shm_cma.c) and
 # its fallback: members agree at setup whether every one of them can read
 # the others' memory (process_vm_readv), and all take the slot path when one
 # cannot. Checked on 3 ranks, every dtype and reduction (comm_check, exact
@@ -16,7 +16,7 @@ run=$1 prog=$2
 args="--algos shm --colls allreduce,reduce_scatter,allgather --sizes 1,7,1001,65537"
 export WHALE_LOG=debug WHALE_SHM_CMA=1 WHALE_SHM_CMA_MIN=1 WHALE_SHM_CMA_STEP=4096
 
-# 0. segments left by creators killed before unlinking them (comm/shm_seg.c):
+# 0. segments left by creators killed before unlinking them (comm/transport/shm_seg.c):
 # the next creator removes those whose creator is gone and that are a
 # minute old; a fresh one (maybe another pid namespace's) stays
 sh -c 'exit 0' & dead=$!; wait $dead

@@ -12,7 +12,7 @@ ok=$(printf '%s\n' "$out" | grep -c 'comm_fail: rank .* OK$')
 if [ "$rc" -ne 137 ]; then echo "fail_test: whale-run exited $rc, want 137"; exit 1; fi
 if [ "$ok" -ne $((n - 1)) ]; then echo "fail_test: $ok of $((n - 1)) survivors OK"; exit 1; fi
 echo "fail_test: $ok survivors got WHALE_EPEER"
-# Shared segments of the collectives (comm/shm_seg.c) are unlinked once
+# Shared segments of the collectives (comm/transport/shm_seg.c) are unlinked once
 # mapped: none may be left by this run's (now dead) tasks. A name carries its
 # creator's pid; segments of live processes (other runs) are not ours.
 for f in /dev/shm/whale-coll-*; do

@@ -1,7 +1,7 @@
 #!/bin/sh
 # A /dev/shm too small for the default shared segment (1 MiB steps: 12 MiB
 # for 2 ranks), as in a container with a small tmpfs: the creator takes the
-# segment's pages at once (posix_fallocate, comm/shm_seg.c), sees there is
+# segment's pages at once (posix_fallocate, comm/transport/shm_seg.c), sees there is
 # no room, and makes it again with 256 KiB steps (3 MiB). Before, the
 # segment was only ftruncate'd and the first store into a page the tmpfs
 # could not give was a SIGBUS. Checked in a mount namespace of its own with

@@ -1,4 +1,4 @@
-/* The pairwise all-to-all schedule (comm/a2a.c), simulated in one process:
+/* The pairwise all-to-all schedule (comm/collectives/a2a.c), simulated in one process:
  * the schedules of all p ranks are built, every receive is matched with the
  * send of the same (sender, receiver, tag), sizes must agree, each rank
  * sends and receives exactly once per peer and per step, and at most one
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "comm/a2a.h"
+#include "comm/collectives/a2a.h"
 
 #define PMAX 7
 

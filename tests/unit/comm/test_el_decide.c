@@ -1,4 +1,4 @@
-/* The membership decision (comm/el_decide.c): nearest spare by link class,
+/* The membership decision (member/el_decide.c): nearest spare by link class,
  * a failed node's ranks together on one spare node, DP shrink (most failed
  * replica first, its healthy tasks reused as spares), renumbering with the
  * Megatron order, and the DP = 1 dead end. Pure function: no processes. */
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "comm/el_internal.h"
+#include "member/el_internal.h"
 #include "whale/error.h"
 
 /* node of each task and a class matrix by node: 0 same node, 2 same leaf,
@@ -30,6 +30,9 @@ static int cls(int a, int b, void *user)
 
 static void base(struct el_state *s, int ntasks, int tp, int pp, int dp, const int *rank_of_task)
 {
+    /* Axes the test does not set (ep, cp) read 0, i.e. their default of 1;
+     * left uninitialised they held whatever the stack did. */
+    memset(s, 0, sizeof *s);
     s->epoch = 0;
     s->ntasks = ntasks;
     s->tp = tp;

@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 
 struct xf {
     int owner, peer, chain;

@@ -1,4 +1,4 @@
-/* comm_copy_stream (comm/shm_copy.c): the same bytes as memcpy for every
+/* comm_copy_stream (comm/transport/shm_copy.c): the same bytes as memcpy for every
  * destination and source alignment and for lengths around each of its
  * boundaries (the 1 KiB memcpy cut-off, the 64-byte head, the 256-byte
  * body, the tail), and nothing written outside [dst, dst + n). */
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 
 #define GUARD 192
 

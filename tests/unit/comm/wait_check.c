@@ -1,4 +1,4 @@
-/* The kernel-sleep wait path of the progress engine (comm/progress_sleep.c),
+/* The kernel-sleep wait path of the progress engine (comm/progress/progress_sleep.c),
  * observed through whale_progress_stats. No timing asserts: each check
  * counts how a sleep ended, and a lost wake-up shows as a hang (the test's
  * timeout) or a missing count, never as a slow figure.

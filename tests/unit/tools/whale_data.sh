@@ -18,7 +18,7 @@ check() { # name, condition (as a command)
 # the corpus: this project's C sources (always present), one document per file
 mkdir -p "$T/in/sub"
 cp "$SRC"/runtime/src/engine/*.c "$SRC"/runtime/src/ckpt/*.c "$T/in/"
-cp "$SRC"/runtime/src/comm/*.c "$T/in/sub/"
+cp "$SRC"/runtime/src/comm/*.c "$SRC"/runtime/src/comm/*/*.c "$SRC"/runtime/src/member/*.c "$T/in/sub/"
 ndocs=$(find "$T/in" -name '*.c' | wc -l)
 
 out=$("$DATA" -o "$T/o1" --vocab-size 512 --val-docs 3 --threads 1 --no-progress "$T/in" 2>&1); rc=$?

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -49,13 +49,24 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
      * silent instead and the heartbeat (LINK) fires first. Only an
      * unreachable address says "link". */
     int how = status == UCS_ERR_UNREACHABLE ? WHALE_DETECT_LINK : WHALE_DETECT_CRASH;
-    double lat = a->ctx->el ? el_now() - a->ctx->el->last_heard[a->task] : 0;
+    double lat = a->ctx->el ? comm_member->silent_for(a->ctx, a->task) : 0;
     comm_mark_dead_how(a->ctx, a->task, ucs_status_string(status), how, lat);
+}
+
+const char *whale_detect_name(enum whale_detect d)
+{
+    switch (d) {
+    case WHALE_DETECT_CRASH: return "CRASH";
+    case WHALE_DETECT_NODE: return "NODE";
+    case WHALE_DETECT_LINK: return "LINK";
+    case WHALE_DETECT_HANG: return "HANG";
+    }
+    return "?";
 }
 
 void comm_mark_dead(whale_ctx *ctx, int task, const char *why)
 {
-    double lat = ctx->el ? el_now() - ctx->el->last_heard[task] : 0;
+    double lat = ctx->el ? comm_member->silent_for(ctx, task) : 0;
     comm_mark_dead_how(ctx, task, why, WHALE_DETECT_CRASH, lat);
 }
 
@@ -84,7 +95,8 @@ void comm_mark_dead_how(whale_ctx *ctx, int task, const char *why, int how, doub
                 g->failed_task = task;
             }
     }
-    el_on_dead(ctx, task, how, lat);
+    if (ctx->el)
+        comm_member->on_dead(ctx, task, how, lat);
 }
 
 const char *comm_blame(const whale_group *g)
@@ -487,3 +499,8 @@ int comm_post(whale_ctx *ctx, comm_op_t *op, struct comm_chain_state *cs, whale_
         track(op, r);
     return 0;
 }
+
+/* The host transport: tagged messages over the context's endpoints, which
+ * live as long as the context (comm_ucx_init/connect/fini from init.c), so
+ * it has no per-group hooks; the collectives' schedules run over it. */
+const struct comm_transport comm_transport_ucx = { .name = "ucx" };

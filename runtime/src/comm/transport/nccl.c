@@ -6,11 +6,17 @@
  * host failure detector (UCX keepalive marks the group failed: bounded by
  * WHALE_PEER_TIMEOUT), and an overall watchdog (WHALE_NCCL_TIMEOUT, default
  * 600 s, like PyTorch's NCCL timeout). On failure the communicator is
- * aborted (never destroyed), as NCCL requires once any rank aborts. */
+ * aborted (never destroyed), as NCCL requires once any rank aborts.
+ *
+ * The device transport of the table (transport.h): its collectives run
+ * whale_dev_* (api_dev.c), group_fini/fini/abort are called by comm and by
+ * membership through the table. Without CUDA nothing here is built and the
+ * table has no device transport. */
 #include <stdlib.h>
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
@@ -23,9 +29,19 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-struct whale_nccl {
-    int ngroups;
+/* A group's state (its slot of the table, comm_transport_state). */
+struct nccl_group {
+    ncclComm_t comm;       /* created on first device call */
+    bool broken;           /* aborted after a failure */
 };
+
+static struct nccl_group *state(whale_group *g, bool make)
+{
+    void **slot = comm_transport_state(g, &comm_transport_nccl);
+    if (!*slot && make)
+        *slot = calloc(1, sizeof(struct nccl_group));
+    return *slot;
+}
 
 static double watchdog_s(void)
 {
@@ -34,7 +50,7 @@ static double watchdog_s(void)
     return v > 0 ? v : 600.0;
 }
 
-bool whale_dev_available(void)
+static bool nccl_available(void)
 {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -61,18 +77,19 @@ static int nccl_op(enum whale_op op, ncclRedOp_t *out)
 
 static void abort_comm(whale_group *g, const char *why)
 {
-    if (!g->nccl_comm)
+    struct nccl_group *s = state(g, false);
+    if (!s || !s->comm)
         return;
     whale_error("NCCL communicator of a group of %d aborted: %s", g->size, why);
-    ncclCommAbort((ncclComm_t)g->nccl_comm);
-    g->nccl_comm = NULL;
-    g->nccl_broken = true;
+    ncclCommAbort(s->comm);
+    s->comm = NULL;
+    s->broken = true;
 }
 
 /* Wait until a non-blocking NCCL call has been issued (ncclInProgress). */
 static int settle(whale_group *g, ncclResult_t r, const char *what)
 {
-    ncclComm_t c = g->nccl_comm;
+    ncclComm_t c = state(g, false)->comm;
     double deadline = whale_now_s() + watchdog_s();
     while (r == ncclInProgress) {
         if (g->failed) {
@@ -97,11 +114,14 @@ static int ensure_comm(whale_group *g)
 {
     if (!g || g->rank < 0)
         return WHALE_EINVAL;
-    if (g->nccl_broken) {
+    struct nccl_group *s = state(g, true);
+    if (!s)
+        return WHALE_ENOMEM;
+    if (s->broken) {
         whale_error("the NCCL communicator of this group was aborted after a failure");
         return WHALE_EPEER;
     }
-    if (g->nccl_comm)
+    if (s->comm)
         return 0;
     ncclUniqueId id;
     if (g->rank == 0) {
@@ -122,7 +142,7 @@ static int ensure_comm(whale_group *g)
         whale_error("ncclCommInitRankConfig (group of %d): %s", g->size, ncclGetErrorString(r));
         return WHALE_ENCCL;
     }
-    g->nccl_comm = comm;
+    s->comm = comm;
     return settle(g, r, "ncclCommInitRankConfig");
 }
 
@@ -133,10 +153,10 @@ static int ensure_comm(whale_group *g)
         return rc_;                                         \
     if (nccl_dtype(t, &dt))                                 \
         return WHALE_EINVAL;                                \
-    ncclComm_t comm = g->nccl_comm
+    ncclComm_t comm = state(g, false)->comm
 
-int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t count,
-                        enum whale_dtype t, enum whale_op op, void *stream)
+static int nccl_allreduce(whale_group *g, const void *send, void *recv, size_t count,
+                          enum whale_dtype t, enum whale_op op, void *stream)
 {
     PREP(g, t);
     ncclRedOp_t o;
@@ -145,8 +165,8 @@ int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t cou
     return settle(g, ncclAllReduce(send, recv, count, dt, o, comm, (cudaStream_t)stream), "ncclAllReduce");
 }
 
-int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
-                             enum whale_dtype t, enum whale_op op, void *stream)
+static int nccl_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
+                               enum whale_dtype t, enum whale_op op, void *stream)
 {
     PREP(g, t);
     ncclRedOp_t o;
@@ -156,23 +176,23 @@ int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_
                   "ncclReduceScatter");
 }
 
-int whale_dev_allgather(whale_group *g, const void *send, void *recv, size_t count,
-                        enum whale_dtype t, void *stream)
+static int nccl_allgather(whale_group *g, const void *send, void *recv, size_t count,
+                          enum whale_dtype t, void *stream)
 {
     PREP(g, t);
     return settle(g, ncclAllGather(send, recv, count, dt, comm, (cudaStream_t)stream), "ncclAllGather");
 }
 
-int whale_dev_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
-                        void *stream)
+static int nccl_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
+                          void *stream)
 {
     PREP(g, t);
     return settle(g, ncclBroadcast(buf, buf, count, dt, root, comm, (cudaStream_t)stream),
                   "ncclBroadcast");
 }
 
-int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
-                     enum whale_dtype t, enum whale_op op, int root, void *stream)
+static int nccl_reduce(whale_group *g, const void *send, void *recv, size_t count,
+                       enum whale_dtype t, enum whale_op op, int root, void *stream)
 {
     PREP(g, t);
     ncclRedOp_t o;
@@ -181,15 +201,15 @@ int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
     return settle(g, ncclReduce(send, recv, count, dt, o, root, comm, (cudaStream_t)stream), "ncclReduce");
 }
 
-int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
-                   void *stream)
+static int nccl_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
+                     void *stream)
 {
     PREP(g, t);
     return settle(g, ncclSend(buf, count, dt, peer, comm, (cudaStream_t)stream), "ncclSend");
 }
 
-int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
-                   void *stream)
+static int nccl_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
+                     void *stream)
 {
     PREP(g, t);
     return settle(g, ncclRecv(buf, count, dt, peer, comm, (cudaStream_t)stream), "ncclRecv");
@@ -214,8 +234,8 @@ static int dev_a2a(whale_group *g, const char *send, const size_t *sc, const siz
     return settle(g, r != ncclSuccess ? r : e, what);
 }
 
-int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t count,
-                       enum whale_dtype t, void *stream)
+static int nccl_alltoall(whale_group *g, const void *send, void *recv, size_t count,
+                         enum whale_dtype t, void *stream)
 {
     if (!g || g->rank < 0)
         return WHALE_EINVAL;
@@ -231,9 +251,9 @@ int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t coun
     return rc;
 }
 
-int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
-                        const size_t *sdispls, void *recv, const size_t *recvcounts,
-                        const size_t *rdispls, enum whale_dtype t, void *stream)
+static int nccl_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
+                          const size_t *sdispls, void *recv, const size_t *recvcounts,
+                          const size_t *rdispls, enum whale_dtype t, void *stream)
 {
     if (!sendcounts || !sdispls || !recvcounts || !rdispls) {
         whale_error("alltoallv (device): NULL count or displacement table");
@@ -243,21 +263,22 @@ int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcoun
                    "ncclSend/ncclRecv (alltoallv)");
 }
 
-int whale_dev_group_start(void)
+static int nccl_group_start(void)
 {
     return ncclGroupStart() == ncclSuccess ? 0 : WHALE_ENCCL;
 }
 
-int whale_dev_group_end(void)
+static int nccl_group_end(void)
 {
     ncclResult_t r = ncclGroupEnd();
     return r == ncclSuccess || r == ncclInProgress ? 0 : WHALE_ENCCL;
 }
 
-int whale_dev_sync(whale_group *g, void *stream)
+static int nccl_sync(whale_group *g, void *stream)
 {
-    if (!g || !g->nccl_comm)
-        return g && g->nccl_broken ? WHALE_EPEER : 0;
+    struct nccl_group *s = g ? state(g, false) : NULL;
+    if (!s || !s->comm)
+        return s && s->broken ? WHALE_EPEER : 0;
     whale_ctx *ctx = g->ctx;
     double deadline = whale_now_s() + watchdog_s();
     for (;;) {
@@ -270,7 +291,7 @@ int whale_dev_sync(whale_group *g, void *stream)
             return WHALE_ENCCL;
         }
         ncclResult_t ar = ncclSuccess;
-        ncclCommGetAsyncError((ncclComm_t)g->nccl_comm, &ar);
+        ncclCommGetAsyncError(s->comm, &ar);
         if (ar != ncclSuccess && ar != ncclInProgress) {
             abort_comm(g, ncclGetErrorString(ar));
             return WHALE_EPEER;
@@ -290,78 +311,58 @@ int whale_dev_sync(whale_group *g, void *stream)
     }
 }
 
-void comm_nccl_group_free(whale_group *g)
+/* Finalize (not abort) a healthy communicator: the group is being freed and
+ * every member frees it. */
+static void group_fini(whale_group *g)
 {
-    if (!g->nccl_comm)
+    void **slot = comm_transport_state(g, &comm_transport_nccl);
+    struct nccl_group *s = *slot;
+    if (!s)
         return;
-    ncclComm_t c = g->nccl_comm;
-    ncclResult_t r = ncclCommFinalize(c);
-    double deadline = whale_now_s() + 10.0;
-    while (r == ncclInProgress && whale_now_s() < deadline)
-        ncclCommGetAsyncError(c, &r);
-    if (r == ncclSuccess)
-        ncclCommDestroy(c);
-    else
-        ncclCommAbort(c);
-    g->nccl_comm = NULL;
+    if (s->comm) {
+        ncclComm_t c = s->comm;
+        ncclResult_t r = ncclCommFinalize(c);
+        double deadline = whale_now_s() + 10.0;
+        while (r == ncclInProgress && whale_now_s() < deadline)
+            ncclCommGetAsyncError(c, &r);
+        if (r == ncclSuccess)
+            ncclCommDestroy(c);
+        else
+            ncclCommAbort(c);
+    }
+    free(s);
+    *slot = NULL;
 }
 
-void comm_nccl_abort_all(whale_ctx *ctx)
+/* whale_finalize: NCCL communicators go before the closing barrier. */
+static void fini(whale_ctx *ctx)
 {
     for (int i = 0; i < ctx->ngroups; i++)
-        abort_comm(ctx->groups[i], "the membership of the step changed");
+        group_fini(ctx->groups[i]);
 }
 
-void comm_nccl_fini(whale_ctx *ctx)
-{
-    for (int i = 0; i < ctx->ngroups; i++)
-        comm_nccl_group_free(ctx->groups[i]);
-}
+static const struct comm_dev_ops nccl_dev = {
+    .available = nccl_available,
+    .allreduce = nccl_allreduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .allgather = nccl_allgather,
+    .broadcast = nccl_broadcast,
+    .reduce = nccl_reduce,
+    .send = nccl_send,
+    .recv = nccl_recv,
+    .alltoall = nccl_alltoall,
+    .alltoallv = nccl_alltoallv,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
+    .sync = nccl_sync,
+};
 
-#else /* no CUDA in this build */
-
-bool whale_dev_available(void) { return false; }
-void comm_nccl_abort_all(whale_ctx *ctx) { (void)ctx; }
-
-static int nocuda(void)
-{
-    whale_error("device collectives need a build with CUDA and NCCL (meson -Dcuda=enabled)");
-    return WHALE_ENOTSUP;
-}
-
-int whale_dev_allreduce(whale_group *g, const void *send, void *recv, size_t count,
-                        enum whale_dtype t, enum whale_op op, void *stream)
-{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)stream; return nocuda(); }
-int whale_dev_reduce_scatter(whale_group *g, const void *send, void *recv, size_t count,
-                             enum whale_dtype t, enum whale_op op, void *stream)
-{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)stream; return nocuda(); }
-int whale_dev_allgather(whale_group *g, const void *send, void *recv, size_t count,
-                        enum whale_dtype t, void *stream)
-{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)stream; return nocuda(); }
-int whale_dev_broadcast(whale_group *g, void *buf, size_t count, enum whale_dtype t, int root,
-                        void *stream)
-{ (void)g; (void)buf; (void)count; (void)t; (void)root; (void)stream; return nocuda(); }
-int whale_dev_reduce(whale_group *g, const void *send, void *recv, size_t count,
-                     enum whale_dtype t, enum whale_op op, int root, void *stream)
-{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)op; (void)root; (void)stream; return nocuda(); }
-int whale_dev_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer,
-                   void *stream)
-{ (void)g; (void)buf; (void)count; (void)t; (void)peer; (void)stream; return nocuda(); }
-int whale_dev_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer,
-                   void *stream)
-{ (void)g; (void)buf; (void)count; (void)t; (void)peer; (void)stream; return nocuda(); }
-int whale_dev_alltoall(whale_group *g, const void *send, void *recv, size_t count,
-                       enum whale_dtype t, void *stream)
-{ (void)g; (void)send; (void)recv; (void)count; (void)t; (void)stream; return nocuda(); }
-int whale_dev_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
-                        const size_t *sdispls, void *recv, const size_t *recvcounts,
-                        const size_t *rdispls, enum whale_dtype t, void *stream)
-{ (void)g; (void)send; (void)sendcounts; (void)sdispls; (void)recv; (void)recvcounts; (void)rdispls;
-  (void)t; (void)stream; return nocuda(); }
-int whale_dev_group_start(void) { return nocuda(); }
-int whale_dev_group_end(void) { return nocuda(); }
-int whale_dev_sync(whale_group *g, void *stream) { (void)g; (void)stream; return 0; }
-void comm_nccl_group_free(whale_group *g) { (void)g; }
-void comm_nccl_fini(whale_ctx *ctx) { (void)ctx; }
+const struct comm_transport comm_transport_nccl = {
+    .name = "nccl",
+    .group_fini = group_fini,
+    .fini = fini,
+    .abort = abort_comm,
+    .dev = &nccl_dev,
+};
 
 #endif

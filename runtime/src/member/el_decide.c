@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/el_internal.h"
+#include "member/el_internal.h"
 #include "whale/error.h"
 
 int el_state_copy(struct el_state *dst, const struct el_state *src)

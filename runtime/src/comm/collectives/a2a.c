@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/a2a.h"
+#include "comm/collectives/a2a.h"
 #include "whale/error.h"
 #include "whale/log.h"
 

@@ -1,5 +1,5 @@
 /* Schedule storage: growable arrays of chains, rounds, transfers, actions. */
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 
 #include <pthread.h>
 #include <stdlib.h>

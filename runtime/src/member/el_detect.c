@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "member/el_internal.h"
 #include "whale/conf.h"
 #include "whale/env.h"
 #include "whale/envnum.h"

@@ -26,7 +26,8 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
+#include "comm/transport/transport.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -261,3 +262,10 @@ void comm_shm_release(whale_group *g)
         drop(g->shm);
     g->shm = NULL;
 }
+
+/* The shared-memory transport: a group's segment is made when the group
+ * first agrees to use it (shm_state), and unmapped when the group goes. */
+const struct comm_transport comm_transport_shm = {
+    .name = "shm",
+    .group_fini = comm_shm_release,
+};

@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 

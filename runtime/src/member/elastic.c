@@ -3,7 +3,7 @@
 #include <limits.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "member/el_internal.h"
 #include "whale/elastic.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -109,13 +109,3 @@ const char *whale_recovery_name(enum whale_recovery k)
     return k == WHALE_RECOVERY_REPLACED ? "REPLACED" : k == WHALE_RECOVERY_SHRUNK ? "SHRUNK" : "?";
 }
 
-const char *whale_detect_name(enum whale_detect d)
-{
-    switch (d) {
-    case WHALE_DETECT_CRASH: return "CRASH";
-    case WHALE_DETECT_NODE: return "NODE";
-    case WHALE_DETECT_LINK: return "LINK";
-    case WHALE_DETECT_HANG: return "HANG";
-    }
-    return "?";
-}

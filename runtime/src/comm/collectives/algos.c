@@ -5,7 +5,7 @@
  * [c*chunk, (c+1)*chunk) of it. Ring chains are per chunk so that up to
  * `window` chunks are in flight (pipelining); all ring variants end with
  * rank r owning block r. */
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 
 #include <stdint.h>
 

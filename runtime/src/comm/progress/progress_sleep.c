@@ -22,7 +22,6 @@
 #include <unistd.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
 #include "whale/error.h"
 #include "whale/progress.h"
 #include "whale/clock.h"
@@ -43,7 +42,7 @@ double comm_sleep_bound(whale_ctx *ctx)
                 d = w < 0 ? 0 : w;
         }
     }
-    double e = ctx->el ? el_next_deadline(ctx) : -1;
+    double e = ctx->el ? comm_member->next_deadline(ctx) : -1;
     if (e >= 0 && (d < 0 || e < d))
         d = e;
     return d;

@@ -17,8 +17,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
@@ -229,7 +228,7 @@ int comm_progress(whale_ctx *ctx)
     if (ctx->rmat)
         events += comm_rmat_progress(ctx);
     if (ctx->el)
-        events += el_poll(ctx);
+        events += comm_member->poll(ctx);
     for (comm_op_t **po = &ctx->p2p; *po;) {
         comm_op_t *op = *po;
         if (op_advance(op, &events) ||
@@ -451,7 +450,7 @@ int comm_run_blocking(whale_ctx *ctx, comm_op_t *op)
 bool comm_needs_thread(const whale_ctx *ctx)
 {
     return ctx->nactive > 0 || ctx->nregions > 0 ||
-           (ctx->el && (ctx->el->armed || ctx->el->waiting_spare));
+           (ctx->el && comm_member->needs_thread(ctx));
 }
 
 void comm_wake(whale_ctx *ctx)

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "comm/comm_internal.h"
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 

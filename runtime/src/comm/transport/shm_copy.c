@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/shm_internal.h"
+#include "comm/transport/shm_internal.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -17,7 +17,8 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
-#include "comm/el_internal.h"
+#include "comm/transport/transport.h"
+#include "member/el_internal.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/topo.h"
@@ -421,7 +422,7 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
     el->suspected = true;
     el->notice_dirty = true; /* everyone joins, also without heartbeats */
     el_fail_all_groups(ctx, -1);
-    comm_nccl_abort_all(ctx);
+    comm_transports_abort(ctx, "the membership of the step changed");
     for (;;) {
         int ev_seen = comm_progress(ctx);
         if (el->excluded) {

@@ -7,7 +7,7 @@
  * back (round to nearest even), so one reduction step loses at most half
  * an ulp of the 16-bit type. */
 #pragma GCC optimize("O3")
-#include "comm/sched.h"
+#include "comm/collectives/sched.h"
 #include "whale/dtype.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Elastic membership inside comm (whale/elastic.h): detector state, the
+/* Elastic membership, the module above comm (whale/elastic.h): detector state, the
  * control messages, the membership state and the decision function.
  *
  * Control messages travel as UCX tagged messages of their own tag space
@@ -24,7 +24,7 @@ struct whale_ctx;
 #define EL_GID 0x7ffe
 /* Group ids of the standard groups of epoch e: EL_GID_BASE + (e % 1000) * 16
  * + {0,3,6,9,12}; whale_group_create stays below EL_GID_BASE. */
-#define EL_GID_BASE 0x4000
+#define EL_GID_BASE COMM_GID_REBUILT /* comm/comm_internal.h */
 
 enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
 enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4 };

@@ -43,8 +43,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "comm/a2a.h"
-#include "comm/shm_internal.h"
+#include "comm/collectives/a2a.h"
+#include "comm/transport/shm_internal.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
