@@ -227,6 +227,11 @@ static int resolve_shares(struct train *t)
     }
     if (train_share_of(sh, n, t->dp_rank, micro, accum, zero, what, &t->share))
         goto out;
+    if (o->batch_set && t->share.global != o->batch) {
+        whale_error("--batch=%ld but %s adds up to %ld samples", o->batch, what,
+                    t->share.global);
+        goto out;
+    }
     t->micro = t->share.micro;
     t->accum = t->share.accum;
     t->gbatch = t->share.global;
