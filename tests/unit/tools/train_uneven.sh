@@ -5,7 +5,8 @@
 # even split itself differs from one rank by, the 16-bit rounding of the
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
-# the option or plan field.
+# the option or plan field; an elastic shrink from DP 4 to 3 keeps the
+# global batch with uneven shares.
 # usage: train_uneven.sh WHALE_RUN WHALE_TRAIN
 set -u
 RUN=$1 TRAIN=$2
@@ -62,6 +63,19 @@ check "a plan with dp_batch [6,2] runs as planned and equals one rank (max rel d
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 1,1 --metrics "$T/u.jsonl" 2>&1); rc=$?
 d=$(reldiff "$T/even.jsonl" "$T/u.jsonl")
 check "--dp-shares 1,1 (micro-batch 4) reproduces the even split exactly" '[ $rc -eq 0 ] && [ "$d" = 0 ]'
+
+# elastic shrink DP 4 -> 3 under whale-run: 8 micro-batches (grad-accum 2 x
+# DP 4) do not split over 3 replicas; the survivors run shares 3,3,2 and
+# the losses stay those of the uninterrupted run (whale-run's own exit
+# status after a killed task is not what this checks)
+el=(--model gpt-tiny --data "$T/data.txt" --batch 8 --grad-accum 2 --seq 16 --steps 20
+    --no-progress --threads 1 --log-every 1)
+"$RUN" -n 4 "$TRAIN" "${el[@]}" --metrics "$T/ref4.jsonl" >/dev/null 2>&1
+out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 --keep-going \
+      "$TRAIN" "${el[@]}" --metrics "$T/k4.jsonl" 2>&1)
+d=$(reldiff "$T/ref4.jsonl" "$T/k4.jsonl")
+check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses (max rel diff $d)" \
+  'within "$d" 1e-5 && [[ "$out" == *"elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)"* ]]'
 
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3 2>&1); rc=$?
 check "--dp-shares with one entry for DP 2 refused, naming the option" \
