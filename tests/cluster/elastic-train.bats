@@ -257,6 +257,20 @@ spare_proc() {
   check kshrink dp2 shrunk crash 1e-5 0
 }
 
+@test "shrink DP 4 -> 3 with a global batch of 8 micro-batches: uneven shares 3,3,2, same losses" {
+  # 8 micro-batches do not split over 3 replicas: the survivors take
+  # uneven shares of the same global batch (ZeRO 0: each holds all state)
+  export ACCUM=2
+  ref dp4a2 -N4 -n4 --whale-dp=4
+  fault_run kshrink3 WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 -- -N4 -n4 --whale-dp=4 \
+    --no-kill --kill-on-bad-exit=0 --wait=0
+  finish kshrink3
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  grep -q "elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)" \
+    "$TMPD/kshrink3.out"
+  check kshrink3 dp4a2 shrunk crash 1e-5 0
+}
+
 @test "a rank and the holder of its copy killed together: restored from disk inside the step" {
   # DP=4 ZeRO 1 without spares: rank 1's copy is held by rank 2 (next DP
   # replica). Batch 8 = 1 x 2 micro x DP 4; after both die DP 2 runs 4.

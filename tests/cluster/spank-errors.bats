@@ -116,6 +116,21 @@ expect_refused() { # message
   expect_refused "/nonexistent.json"
 }
 
+@test "plan file whose per-replica shares do not add up is refused, naming the field" {
+  printf '{"version":1,"tp":1,"pp":1,"dp":8,"micro_batch":1,"num_micro_batches":2,"global_batch":16,"dp_batch":[3,3,3,1,1,1,1,1]}\n' \
+    > "$BATS_TEST_TMPDIR/shares.json"
+  bad_srun --whale-plan="$BATS_TEST_TMPDIR/shares.json"
+  expect_refused "global_batch=16 but micro_batch*num_micro_batches*dp (or sum of dp_batch) = 14"
+  printf '{"version":1,"tp":1,"pp":1,"dp":8,"micro_batch":2,"num_micro_batches":1,"dp_batch":[3,3,2,2,2,2,1,1]}\n' \
+    > "$BATS_TEST_TMPDIR/shares.json"
+  bad_srun --whale-plan="$BATS_TEST_TMPDIR/shares.json"
+  expect_refused "dp_batch[0] = 3 is not a multiple of micro_batch = 2"
+  printf '{"version":1,"tp":1,"pp":1,"dp":8,"micro_batch":1,"num_micro_batches":2,"dp_batch":[3,1]}\n' \
+    > "$BATS_TEST_TMPDIR/shares.json"
+  bad_srun --whale-plan="$BATS_TEST_TMPDIR/shares.json"
+  expect_refused "dp_batch has 2 entries, expected dp = 8"
+}
+
 @test "--mpi=none on a whale step: refused with the fix" {
   bad_srun --mpi=none --whale-tp=2
   expect_refused "a Whale step needs PMIx but this step uses --mpi=none"

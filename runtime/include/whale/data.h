@@ -40,6 +40,12 @@ struct whale_data_config {
     int local_batch;        /* samples this rank reads per step, B_d */
     int dp_rank, dp_size;   /* this rank's slice of the global batch */
     bool prefetch;          /* background thread prepares the next batch */
+    /* Uneven data parallelism: with global_batch > 0 the DP replicas read
+     * shares of different sizes and this rank reads samples [offset, offset
+     * + local_batch) of every global batch of global_batch samples. 0 keeps
+     * the even split: offset dp_rank x local_batch, global batch
+     * local_batch x dp_size (the same samples in the same order). */
+    int global_batch, offset;
 };
 
 /* Opens, maps and validates every file; errors name the file and the
@@ -50,7 +56,7 @@ void whale_data_close(whale_data *d);
 
 /* Fill inputs/targets (local_batch x seq, int32) with this rank's samples
  * of the step that starts at global sample `global_sample`
- * (= step * local_batch * dp_size), then, when prefetching, start preparing
+ * (= step * global batch), then, when prefetching, start preparing
  * the next step's batch. */
 int whale_data_next(whale_data *d, int64_t global_sample, int32_t *inputs, int32_t *targets);
 

@@ -122,6 +122,15 @@ struct whale_engine_config {
     int seq;               /* T (<= model.seq, the position table size) */
     int micro_batch;       /* samples per micro-batch on this rank */
     int grad_accum;        /* micro-batches per step (>= 1) */
+    /* Samples per step over the whole DP group. 0: micro_batch x grad_accum
+     * x DP (every replica the same share). Set when the replicas run
+     * different shares (micro_batch and/or grad_accum differ between
+     * replicas): every replica scales its summed per-token loss gradients by
+     * 1 / (global_batch x seq), so the DP sum is the global-batch mean
+     * whatever the split. The caller keeps the collectives matched: ZeRO 2
+     * and 3 reduce at every micro-batch, so there every replica needs the
+     * same grad_accum. */
+    int global_batch;
     uint64_t seed;
 
     /* optimizer */

@@ -174,8 +174,9 @@ static void fill_run(void *arg)
     struct fill_job *j = arg;
     const whale_data *d = j->d;
     const int T = d->cfg.seq, B = d->cfg.local_batch;
+    const int64_t off = d->cfg.global_batch ? d->cfg.offset : (int64_t)d->cfg.dp_rank * B;
     for (int b = 0; b < B; b++) {
-        int64_t g = j->gs + (int64_t)d->cfg.dp_rank * B + b;
+        int64_t g = j->gs + off + b;
         int64_t start = (g % d->epoch) * T;
         copy_tokens(d, start, j->win, T + 1);
         memcpy(j->in + (size_t)b * T, j->win, sizeof(int32_t) * T);
@@ -248,6 +249,13 @@ int whale_data_open(const struct whale_data_config *cfg, whale_data **out)
         cfg->dp_rank >= cfg->dp_size || cfg->vocab < 1) {
         whale_error("data loader: bad geometry (seq %d, batch %d, dp %d/%d, vocab %d)", cfg->seq,
                     cfg->local_batch, cfg->dp_rank, cfg->dp_size, cfg->vocab);
+        return WHALE_EINVAL;
+    }
+    if (cfg->global_batch && (cfg->global_batch < 0 || cfg->offset < 0 ||
+                              (int64_t)cfg->offset + cfg->local_batch > cfg->global_batch)) {
+        whale_error("data loader: dp rank %d reads samples [%d, %lld) of a global batch of %d",
+                    cfg->dp_rank, cfg->offset, (long long)cfg->offset + cfg->local_batch,
+                    cfg->global_batch);
         return WHALE_EINVAL;
     }
     whale_data *d = calloc(1, sizeof *d);
@@ -332,7 +340,8 @@ int whale_data_next(whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
         pthread_mutex_unlock(&d->mu);
         return rc;
     }
-    d->want = gs + (int64_t)d->cfg.local_batch * d->cfg.dp_size;
+    d->want = gs + (d->cfg.global_batch ? (int64_t)d->cfg.global_batch
+                                         : (int64_t)d->cfg.local_batch * d->cfg.dp_size);
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
     return 0;

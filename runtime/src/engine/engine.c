@@ -68,6 +68,12 @@ static int cfg_check(const struct whale_engine_config *c, int dp)
                     c->grad_accum);
         return WHALE_ERANGE;
     }
+    if (c->global_batch &&
+        (c->global_batch < 0 || (int64_t)c->micro_batch * c->grad_accum > c->global_batch)) {
+        whale_error("global batch %d is smaller than this rank's share (micro-batch %d x %d "
+                    "micro-batches)", c->global_batch, c->micro_batch, c->grad_accum);
+        return WHALE_ERANGE;
+    }
     if (c->zero_stage < 0 || c->zero_stage > 3) {
         whale_error("ZeRO stage %d out of range 0..3", c->zero_stage);
         return WHALE_ERANGE;

@@ -1060,16 +1060,22 @@ static void poison_one_gradient(whale_engine *e)
     g[0] = INFINITY;
 }
 
+/* Samples of one step over the DP group (the replicas' shares summed). */
+static int64_t eng_global_batch(const whale_engine *e)
+{
+    return e->cfg.global_batch ? e->cfg.global_batch
+                               : (int64_t)e->d.B * e->cfg.grad_accum * e->dp.size;
+}
+
 int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       struct whale_step_stats *st)
 {
     const double t_start = eng_now();
-    const size_t bt = (size_t)e->d.B * e->d.T;
     const int A = e->cfg.grad_accum;
     double tc = 0, loss_sum = 0;
     e->t_comm = e->t_wait = 0;
     int rc = 0;
-    const double tokens_global = (double)bt * A * e->dp.size;
+    const double tokens_global = (double)e->d.T * eng_global_batch(e);
     const float dloss = (float)(e->scaler.scale / tokens_global);
 
     struct whale_pp_stats pst = { 0 };
@@ -1140,7 +1146,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     if (whale_trace_on())
         whale_trace_span("optimizer", "optimizer", opt_t0, -1, -1);
     e->step++;
-    e->samples += (int64_t)e->d.B * A * e->dp.size;
+    e->samples += eng_global_batch(e);
 
     if (st) {
         memset(st, 0, sizeof *st);
@@ -1190,7 +1196,6 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       double *loss)
 {
-    const size_t bt = (size_t)e->d.B * e->d.T;
     double loss_sum = 0;
     int rc = eng_dev_tokens(e, &inputs, &targets);
     if (!rc)
@@ -1201,6 +1206,6 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
     double red[3] = { loss_here ? loss_sum : 0, 0, 0 };
     if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
-    *loss = red[0] / ((double)bt * e->cfg.grad_accum * e->dp.size);
+    *loss = red[0] / ((double)e->d.T * eng_global_batch(e));
     return 0;
 }

@@ -427,6 +427,21 @@ int whale_plan_validate(const struct whale_plan *p, int world, int layers, const
         whale_error("%s: dp_batch has %d entries, expected dp = %d", origin, p->n_dp_batch, p->dp);
         return WHALE_EINVAL;
     }
+    /* how whale-train runs a share: ZeRO 0/1 in micro-batches of micro_batch,
+     * ZeRO 2/3 in num_micro_batches micro-batches on every replica */
+    for (int i = 0; i < p->n_dp_batch; i++) {
+        int unit = p->zero < 2 ? p->micro_batch : p->num_micro_batches;
+        if (unit > 0 && p->dp_batch[i] % unit) {
+            if (p->zero < 2)
+                whale_error("%s: dp_batch[%d] = %d is not a multiple of micro_batch = %d",
+                            origin, i, p->dp_batch[i], p->micro_batch);
+            else
+                whale_error("%s: dp_batch[%d] = %d does not split into num_micro_batches = %d "
+                            "(ZeRO %d runs as many micro-batches on every replica)",
+                            origin, i, p->dp_batch[i], p->num_micro_batches, p->zero);
+            return WHALE_EINVAL;
+        }
+    }
     int64_t gb64;
     if (!whale_mul_i64(p->micro_batch, p->num_micro_batches, &gb64) ||
         !whale_mul_i64(gb64, p->dp, &gb64) || gb64 > (1LL << 40)) {

@@ -174,29 +174,46 @@ struct group_arg {
     char type[32];
 };
 
-/* whale-train splits the global batch evenly over DP (it refuses a plan
- * with uneven dp_batch): the file gets the even split of the same global
- * batch, and a note says what the uneven one was worth. A batch that does
- * not split evenly is not written at all (never a plan whale-train refuses). */
-static int even_batch_for_train(struct whale_plan *p)
+/* A plan that splits the batch unevenly over DP (dp_batch) is written as
+ * planned when whale-train runs it: at ZeRO 0/1 every share a multiple of
+ * the micro-batch (replica r runs dp_batch[r] / micro_batch micro-batches),
+ * at ZeRO 2/3 of num_micro_batches (the same count on every replica, the
+ * micro-batch sizes differ). Otherwise the file gets the even split of the
+ * same global batch, and a note says what the uneven one was worth; a batch
+ * that does not split evenly either is not written at all (never a plan
+ * whale-train refuses). */
+static int batch_for_train(struct whale_plan *p)
 {
-    bool uneven = false;
+    bool uneven = false, runs = true;
     for (int i = 1; i < p->n_dp_batch; i++)
         uneven |= p->dp_batch[i] != p->dp_batch[0];
     if (!uneven)
         return 0;
     long gb = 0;
-    for (int i = 0; i < p->n_dp_batch; i++)
+    int unit = p->zero < 2 ? p->micro_batch : p->num_micro_batches;
+    for (int i = 0; i < p->n_dp_batch; i++) {
         gb += p->dp_batch[i];
+        runs &= unit > 0 && p->dp_batch[i] % unit == 0;
+    }
+    if (runs) {
+        p->global_batch = (int)gb;
+        fprintf(stderr, "whale-plan: note: the plan file splits the batch unevenly over DP "
+                "(dp_batch, samples per replica):");
+        for (int i = 0; i < p->n_dp_batch; i++)
+            fprintf(stderr, "%s%d", i ? "," : " ", p->dp_batch[i]);
+        fprintf(stderr, "\n");
+        return 0;
+    }
     if (gb % p->dp || (gb / p->dp) % p->micro_batch) {
         fprintf(stderr, "whale-plan: the chosen plan splits the batch unevenly over DP "
-                "(dp_batch) and %ld sequences do not split evenly into %d replicas of "
-                "micro-batch %d; whale-train runs only even splits: not writing the plan file\n",
-                gb, p->dp, p->micro_batch);
+                "(dp_batch) in shares whale-train cannot run at ZeRO %d, and %ld sequences do "
+                "not split evenly into %d replicas of micro-batch %d: not writing the plan "
+                "file\n", p->zero, gb, p->dp, p->micro_batch);
         return WHALE_EINVAL;
     }
     fprintf(stderr, "whale-plan: note: the plan file gets the even batch split (%ld per replica): "
-            "whale-train does not run the uneven dp_batch the prediction assumed\n", gb / p->dp);
+            "at ZeRO %d whale-train needs every share a multiple of %s = %d\n", gb / p->dp,
+            p->zero, p->zero < 2 ? "micro_batch" : "num_micro_batches", unit);
     free(p->dp_batch);
     p->dp_batch = NULL;
     p->n_dp_batch = 0;
@@ -212,7 +229,7 @@ static int write_json(const char *path, const struct whale_model_desc *m, long b
     int rc = whale_plan_to_planfile(m, batch, c, cd, &p);
     if (rc)
         return rc;
-    if ((rc = even_batch_for_train(&p))) {
+    if ((rc = batch_for_train(&p))) {
         whale_plan_free(&p);
         return rc;
     }

@@ -31,6 +31,7 @@
 
 #include "offload_opts.h"
 #include "train_elastic.h"
+#include "train_shares.h"
 
 /* A phase's result: go on to the next phase. Anything else is the status
  * main exits with. */
@@ -55,6 +56,7 @@ struct train_opts {
     int grad_reduce_16;   /* --grad-reduce 16 */
     double act_budget_mb;
     bool batch_set;       /* --batch given */
+    const char *dp_shares; /* --dp-shares: micro-batches per DP replica */
 };
 
 /* Run totals the summary reports (train_totals.c). t_run, tok_run and
@@ -84,6 +86,7 @@ struct train {
     const char *src_zero, *src_micro, *src_ckpt;
     struct whale_model_desc md;
     long micro, accum, gbatch, seq;
+    struct train_share share; /* this replica's share of the global batch */
     bool finetune;            /* --resume of weights without a train state */
     struct whale_engine_config ec;
     /* the ranks */

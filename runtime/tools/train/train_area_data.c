@@ -48,7 +48,9 @@ static int setup(struct train *t)
     struct whale_data_config dc = { .paths = t->o.data, .format = t->o.format,
                                     .vocab = t->md.vocab, .seq = (int)t->seq,
                                     .local_batch = (int)(t->micro * t->accum),
-                                    .dp_rank = t->dp_rank, .dp_size = t->dp };
+                                    .dp_rank = t->dp_rank, .dp_size = t->dp,
+                                        .global_batch = t->share.uneven ? (int)t->share.global : 0,
+                                        .offset = (int)t->share.offset };
     return train_data_val_open(&td, &dc, t->gbatch) ? 1 : TRAIN_GO;
 }
 

@@ -167,6 +167,80 @@ int train_resolve_config(struct train *t)
     return check_ep(t);
 }
 
+/* The sequence length, after the batch split. */
+static int resolve_seq(struct train *t)
+{
+    const struct train_opts *o = &t->o;
+    t->seq = o->seq ? o->seq : (t->md.seq < 1024 ? t->md.seq : 1024);
+    if (t->seq > t->md.seq) {
+        whale_error("--seq=%ld exceeds the model's Seq=%d (%s)", t->seq, t->md.seq, t->md.name);
+        return 1;
+    }
+    return TRAIN_GO;
+}
+
+/* Per-replica shares (train_shares.h): --dp-shares (micro-batches per
+ * replica) or the plan's dp_batch (samples per replica). Sets t->share,
+ * micro, accum, gbatch and the sequence length; 2: no shares given (the
+ * even split by --batch, --micro-batch and --grad-accum). */
+static int resolve_shares(struct train *t)
+{
+    const struct train_opts *o = &t->o;
+    const struct whale_plan *plan = &t->plan;
+    const int n = t->dp, zero = o->zero >= 0 ? (int)o->zero : 0;
+    bool plan_uneven = false; /* an even dp_batch: the plan's micro-batch and count */
+    for (int i = 1; t->have_plan && i < plan->n_dp_batch; i++)
+        plan_uneven |= plan->dp_batch[i] != plan->dp_batch[0];
+    if (!o->dp_shares && !plan_uneven)
+        return 2;
+    long *sh = calloc((size_t)n, sizeof *sh);
+    if (!sh)
+        return 1;
+    const char *what = o->dp_shares ? "--dp-shares" : "the plan's dp_batch";
+    long micro = o->micro, accum = o->accum > 0 ? o->accum : 1;
+    int rc = 1;
+    if (o->dp_shares) {
+        if (train_share_parse(o->dp_shares, n, "--dp-shares", sh))
+            goto out;
+        long m = 0;
+        for (int i = 0; i < n; i++)
+            m += sh[i];
+        if (!micro) {
+            if (o->batch % m) {
+                whale_error("--batch=%ld does not split into the %ld micro-batches of "
+                            "--dp-shares=%s", o->batch, m, o->dp_shares);
+                goto out;
+            }
+            micro = o->batch / m;
+        } else if (o->batch_set && micro * m != o->batch) {
+            whale_error("--batch=%ld but --dp-shares=%s gives %ld micro-batches of %ld = %ld "
+                        "samples", o->batch, o->dp_shares, m, micro, m * micro);
+            goto out;
+        }
+        for (int i = 0; i < n; i++)
+            sh[i] *= micro;
+    } else {
+        for (int i = 0; i < n; i++)
+            sh[i] = plan->dp_batch[i];
+        if (!micro)
+            micro = plan->micro_batch;
+    }
+    if (train_share_of(sh, n, t->dp_rank, micro, accum, zero, what, &t->share))
+        goto out;
+    if (o->batch_set && t->share.global != o->batch) {
+        whale_error("--batch=%ld but %s adds up to %ld samples", o->batch, what,
+                    t->share.global);
+        goto out;
+    }
+    t->micro = t->share.micro;
+    t->accum = t->share.accum;
+    t->gbatch = t->share.global;
+    rc = resolve_seq(t);
+out:
+    free(sh);
+    return rc;
+}
+
 /* The plan must describe the step that runs; then the batch split and the
  * sequence length. */
 int train_resolve_layout(struct train *t)
@@ -176,16 +250,13 @@ int train_resolve_layout(struct train *t)
     if (t->have_plan) {
         if (whale_plan_validate(plan, 0, t->md.layers, o->plan ? o->plan : "WHALE_PLAN"))
             return 1;
-        for (int i = 1; i < plan->n_dp_batch; i++)
-            if (plan->dp_batch[i] != plan->dp_batch[0]) {
-                whale_error("the plan gives the DP replicas different batches (dp_batch); this "
-                            "engine splits the global batch evenly; refusing before any step");
-                return 1;
-            }
         struct whale_plan_job job = { .tp = t->tp, .pp = t->pp, .dp = t->dp };
         if (whale_plan_check_job(plan, t->plan_src, &job))
             return 1;
     }
+    int src = resolve_shares(t);
+    if (src != 2)
+        return src;
     t->accum = o->accum > 0 ? o->accum : 1;
     t->micro = o->micro;
     if (!t->micro) {
@@ -197,12 +268,10 @@ int train_resolve_layout(struct train *t)
         t->micro = o->batch / (t->dp * t->accum);
     }
     t->gbatch = t->micro * t->accum * t->dp;
-    t->seq = o->seq ? o->seq : (t->md.seq < 1024 ? t->md.seq : 1024);
-    if (t->seq > t->md.seq) {
-        whale_error("--seq=%ld exceeds the model's Seq=%d (%s)", t->seq, t->md.seq, t->md.name);
-        return 1;
-    }
-    return TRAIN_GO;
+    t->share = (struct train_share){ .micro = t->micro, .accum = t->accum,
+                                     .offset = t->dp_rank * t->micro * t->accum,
+                                     .global = t->gbatch };
+    return resolve_seq(t);
 }
 
 /* t->ec from the resolved knobs, then each area's configure hook. */
@@ -217,6 +286,7 @@ int train_engine_config(struct train *t)
     ec->seq = (int)t->seq;
     ec->micro_batch = (int)t->micro;
     ec->grad_accum = (int)t->accum;
+    ec->global_batch = t->share.uneven ? (int)t->share.global : 0;
     ec->seed = (uint64_t)o->seed;
     ec->lr = (float)o->lr;
     ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : o->lr / 10);

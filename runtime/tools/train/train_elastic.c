@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "train_elastic.h"
 #include "train_report.h"
+#include "train_shares.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -901,14 +902,40 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     *job->rank = whale_rank(ctx);
     *job->world = whale_world_size(ctx);
     if (ev.kind == WHALE_RECOVERY_SHRUNK && ev.old_grid.dp != job->grid->dp) {
-        long acc = *job->accum * ev.old_grid.dp;
-        if (acc % job->grid->dp) {
+        /* the global batch is kept: the survivors take shares of it
+         * (train_shares.h), uneven where it does not split evenly */
+        struct whale_engine_config *ec = job->ec;
+        const int n = job->grid->dp;
+        const long gb = ec->global_batch ? ec->global_batch
+                                         : (long)ec->micro_batch * *job->accum * ev.old_grid.dp;
+        /* ZeRO 0/1: every replica's micro-batch stays; ZeRO 2/3: the count
+         * (collectives at every micro-batch), unless the micro-batches still
+         * split evenly (then as before: the micro-batch stays) */
+        const int zero = !ec->global_batch && (gb / ec->micro_batch) % n == 0
+                             ? 0 : ec->zero_stage;
+        const long unit = zero < 2 ? ec->micro_batch : *job->accum;
+        long *sh = calloc((size_t)n, sizeof *sh);
+        struct train_share ts;
+        if (sh && gb % unit == 0) {
+            train_share_split(gb / unit, n, sh);
+            for (int i = 0; i < n; i++)
+                sh[i] *= unit;
+        }
+        int src = !sh || gb % unit ? -1
+                  : train_share_of(sh, n, *job->dp_rank, ec->micro_batch, *job->accum, zero,
+                                   "elastic shrink", &ts);
+        free(sh);
+        if (src) {
             stop_message(te, job, failed_step1, "after dropping a DP replica the global batch "
                          "does not split over the remaining replicas", &ev);
             return -1;
         }
-        *job->accum = acc / job->grid->dp;
-        job->ec->grad_accum = (int)*job->accum;
+        *job->accum = ts.accum;
+        ec->grad_accum = (int)ts.accum;
+        ec->micro_batch = (int)ts.micro;
+        ec->global_batch = ts.uneven ? (int)ts.global : 0;
+        job->dc->global_batch = ec->global_batch;
+        job->dc->offset = (int)ts.offset;
         whale_data_close(*job->data);
         *job->data = NULL;
         job->dc->local_batch = job->ec->micro_batch * (int)*job->accum;
@@ -926,8 +953,9 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
                          &ev);
             return -1;
         }
-        whale_info("elastic: DP %d -> %d, %ld micro-batches per replica (global batch kept)",
-                   ev.old_grid.dp, job->grid->dp, *job->accum);
+        whale_info("elastic: DP %d -> %d, this replica %ld micro-batches of %d (global batch "
+                   "%ld kept%s)", ev.old_grid.dp, job->grid->dp, *job->accum,
+                   job->ec->micro_batch, gb, job->ec->global_batch ? ", uneven shares" : "");
     }
     job->ec->tp = job->grid->tp;
     job->ec->pp = job->grid->pp;

@@ -225,6 +225,8 @@ int train_setup(struct train *t)
                                         .vocab = t->md.vocab, .seq = (int)t->seq,
                                         .local_batch = (int)(t->micro * t->accum),
                                         .dp_rank = t->dp_rank, .dp_size = t->dp,
+                                        .global_batch = t->share.uneven ? (int)t->share.global : 0,
+                                        .offset = (int)t->share.offset,
                                         .prefetch = true };
     if (whale_data_open(&t->dc, &t->data))
         return 1;
@@ -260,9 +262,9 @@ int train_setup(struct train *t)
     t->tty = t->o.progress != 0 && t->rank == 0 && isatty(STDERR_FILENO);
     if (t->rank == 0)
         whale_info("model %s: %lld parameters, %d layers, seq %ld, global batch %ld (%ld x %ld "
-                   "micro x DP %d), ZeRO %d, data %lld tokens, MFU peak %.0f GFLOP/s per rank",
+                   "micro x DP %d%s), ZeRO %d, data %lld tokens, MFU peak %.0f GFLOP/s per rank",
                    t->md.name, (long long)mem.num_params, t->md.layers, t->seq, t->gbatch,
-                   t->micro, t->accum, t->dp, t->ec.zero_stage,
-                   (long long)whale_data_tokens(t->data), t->peak);
+                   t->micro, t->accum, t->dp, t->share.uneven ? " on replica 0, uneven shares" : "",
+                   t->ec.zero_stage, (long long)whale_data_tokens(t->data), t->peak);
     return TRAIN_GO;
 }

@@ -163,6 +163,53 @@ static void test_split_and_resume(void **st)
     whale_data_close(d1);
 }
 
+/* Uneven shares 5,3 of a global batch of 8: replica r reads the contiguous
+ * slice after the shares before it, with prefetch (the next step starts a
+ * global batch later, not local_batch x dp_size); a slice past the end of
+ * the global batch is refused. */
+static void test_uneven_shares(void **st)
+{
+    (void)st;
+    char a[256];
+    write_shard("u1.bin", 900, WHALE_LLMC_MAGIC, 900, 1000);
+    path(a, "u1.bin");
+    const int T = 8, GBATCH = 8;
+    struct whale_data_config c1 = { .paths = a, .vocab = 1000, .seq = T, .local_batch = GBATCH,
+                                    .dp_rank = 0, .dp_size = 1, .prefetch = false };
+    whale_data *d1;
+    assert_int_equal(whale_data_open(&c1, &d1), 0);
+    const int share[2] = { 5, 3 }, off[2] = { 0, 5 };
+    for (int r = 0; r < 2; r++) {
+        struct whale_data_config c = c1;
+        c.local_batch = share[r];
+        c.dp_rank = r;
+        c.dp_size = 2;
+        c.global_batch = GBATCH;
+        c.offset = off[r];
+        c.prefetch = true;
+        whale_data *d;
+        assert_int_equal(whale_data_open(&c, &d), 0);
+        int32_t in[5 * 8], tg[5 * 8], in1[GBATCH * 8], tg1[GBATCH * 8];
+        for (int step = 0; step < 12; step++) { /* steps 1.. served by the prefetch */
+            int64_t gs = (int64_t)step * GBATCH;
+            assert_int_equal(whale_data_next(d1, gs, in1, tg1), 0);
+            assert_int_equal(whale_data_next(d, gs, in, tg), 0);
+            assert_memory_equal(in, in1 + off[r] * T, sizeof(int32_t) * share[r] * T);
+            assert_memory_equal(tg, tg1 + off[r] * T, sizeof(int32_t) * share[r] * T);
+        }
+        whale_data_close(d);
+    }
+    whale_data_close(d1);
+    struct whale_data_config bad = c1;
+    bad.local_batch = 3;
+    bad.dp_rank = 1;
+    bad.dp_size = 2;
+    bad.global_batch = GBATCH;
+    bad.offset = 6;
+    whale_data *d;
+    assert_int_equal(whale_data_open(&bad, &d), WHALE_EINVAL);
+}
+
 static void test_bytes(void **st)
 {
     (void)st;
@@ -189,6 +236,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_split_and_resume),
+        cmocka_unit_test(test_uneven_shares),
         cmocka_unit_test(test_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

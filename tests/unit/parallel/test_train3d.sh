@@ -35,6 +35,10 @@ compare pp2_dp2_gpipe_selective_z3
 PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"global_batch":8,"recompute":"auto","stage_layers":[3,1]}'
 train pp2_uneven_auto 2 --pp 2 --plan "$PLAN" --
 compare pp2_uneven_auto
+# uneven DP shares under a pipeline: replica 0 runs 5 micro-batches, replica 1 three
+PLAN='{"version":1,"tp":1,"pp":2,"dp":2,"micro_batch":1,"num_micro_batches":4,"global_batch":8,"zero":1,"dp_batch":[5,3]}'
+train pp2_dp2_uneven_shares 4 --pp 2 --dp 2 --plan "$PLAN" --
+compare pp2_dp2_uneven_shares
 
 # checkpoint under TP=2 x PP=2 at step 10, resumed re-shaped as PP=4: the
 # last 10 steps equal the uninterrupted single-rank run
@@ -71,8 +75,8 @@ expect_refusal tp3 "must be divisible by the tensor-parallel degree TP=3" 3 --tp
 PLAN='{"version":1,"tp":1,"pp":2,"dp":1,"micro_batch":2,"num_micro_batches":4,"stage_layers":[2,3]}'
 expect_refusal bad_stages "stage_layers sum to 5" 2 --pp 2 --plan "$PLAN" --
 expect_refusal interleave_m "multiple" 2 --pp 2 -- --schedule interleaved --interleave 2 --grad-accum 3 --batch 6
-PLAN='{"version":1,"tp":1,"pp":1,"dp":2,"micro_batch":1,"num_micro_batches":4,"dp_batch":[3,5]}'
-expect_refusal uneven_dp "dp_batch" 2 --dp 2 --plan "$PLAN" --
+PLAN='{"version":1,"tp":1,"pp":1,"dp":2,"micro_batch":1,"num_micro_batches":4,"global_batch":8,"dp_batch":[3,4]}'
+expect_refusal uneven_dp_sum "sum of dp_batch" 2 --dp 2 --plan "$PLAN" --
 PLAN='{"version":1,"tp":1,"pp":1,"dp":1,"micro_batch":2,"num_micro_batches":4,"offload":"params"}'
 expect_refusal offload_params_zero0 "needs --zero 3" 1 --plan "$PLAN" --
 

@@ -79,16 +79,18 @@ printf 'Name=ab Layers=2 Hidden=64 Heads=4 Seq=32 Vocab=256 Position=alibi\n' > 
 expect 1 "whale-train, alibi model" -- "$TRAIN" --model "$TMP/alibi.conf" --data "$TMP/none.bin" --steps 1
 has "$TMP/err" "alibi.conf: Position=alibi" "refusal names the model file field"
 
-# a mixed cluster's uneven batch split is predicted, but the plan file gets
-# the even split whale-train runs (never a plan whale-train refuses)
+# a mixed cluster's uneven batch split is predicted and written as planned:
+# per-replica shares (dp_batch, samples) that add up to the global batch,
+# each a multiple of the micro-batch (what whale-train runs at ZeRO 0/1)
 expect 0 "mixed cluster plan file" -- "$P" -m gpt-3.6b -b 512 -N 2 -G H100-80GB --group 2:8:A100-80GB \
     --json "$TMP/mixed.json"
-python3 - "$TMP/mixed.json" <<'PY2' || { echo "FAIL: mixed plan file has an uneven or inconsistent batch"; fails=$((fails + 1)); }
+python3 - "$TMP/mixed.json" <<'PY2' || { echo "FAIL: mixed plan file lacks the uneven shares or they do not add up"; fails=$((fails + 1)); }
 import json, sys
 p = json.load(open(sys.argv[1]))
 db = p.get("dp_batch", [])
-assert len(set(db)) <= 1, db
-assert p["micro_batch"] * p["num_micro_batches"] * p["dp"] == p["global_batch"] == 512, p
+assert len(db) == p["dp"] and len(set(db)) == 2, db
+assert sum(db) == p["global_batch"] == 512, p
+assert p["zero"] >= 2 or all(b % p["micro_batch"] == 0 for b in db), p
 PY2
 
 [ $fails -eq 0 ] && echo "all planner v2 command-line checks passed"

@@ -88,6 +88,39 @@ static void test_errors(void **st)
     whale_log_set_sink(NULL, NULL);
 }
 
+/* Per-replica shares (dp_batch): one per replica, each >= 1, adding up to
+ * global_batch, each a multiple of micro_batch (ZeRO 0/1) or splitting into
+ * num_micro_batches micro-batches (ZeRO 2/3); every error names the field. */
+static void test_dp_shares(void **st)
+{
+    (void)st;
+    struct whale_plan p;
+    whale_log_set_sink(sink, NULL);
+    assert_int_equal(whale_plan_from_json("{\"dp\": 2, \"dp_batch\": [3, 0]}", "f.json", &p),
+                     WHALE_EDATA);
+    assert_non_null(strstr(last, "dp_batch"));
+    assert_int_equal(whale_plan_from_json("{\"dp\": 2, \"micro_batch\": 2, \"global_batch\": 8, "
+                                          "\"dp_batch\": [6, 2]}", "f.json", &p), 0);
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), 0);
+    p.dp_batch[1] = 4;
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), WHALE_EINVAL);
+    assert_non_null(strstr(last, "global_batch=8 but micro_batch*num_micro_batches*dp (or sum of dp_batch) = 10"));
+    p.dp_batch[0] = 5; p.dp_batch[1] = 3;
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), WHALE_EINVAL);
+    assert_non_null(strstr(last, "v: dp_batch[0] = 5 is not a multiple of micro_batch = 2"));
+    p.zero = 3; p.num_micro_batches = 1;
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), 0); /* micro-batches of 5 and 3 */
+    p.num_micro_batches = 2;
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), WHALE_EINVAL);
+    assert_non_null(strstr(last, "dp_batch[0] = 5 does not split into num_micro_batches = 2"));
+    p.n_dp_batch = 1;
+    assert_int_equal(whale_plan_validate(&p, 2, 0, "v"), WHALE_EINVAL);
+    assert_non_null(strstr(last, "dp_batch has 1 entries, expected dp = 2"));
+    p.n_dp_batch = 2;
+    whale_plan_free(&p);
+    whale_log_set_sink(NULL, NULL);
+}
+
 /* "ep": optional (1), range-checked, must divide dp, written only when > 1. */
 static void test_ep(void **st)
 {
@@ -142,6 +175,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_env_inline),
         cmocka_unit_test(test_ep),
+        cmocka_unit_test(test_dp_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Uneven data parallelism: DP replicas with different shares of the global
+# batch (--dp-shares, the plan's dp_batch) train with the losses of one rank
+# (fp32: <= 1e-6 relative at every one of 20 steps; bf16: within what the
+# even split itself differs from one rank by, the 16-bit rounding of the
+# summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
+# reproduce the run without shares exactly; bad shares are refused naming
+# the option or plan field; an elastic shrink from DP 4 to 3 keeps the
+# global batch with uneven shares.
+# usage: train_uneven.sh WHALE_RUN WHALE_TRAIN
+set -u
+RUN=$1 TRAIN=$2
+T=$(mktemp -d /tmp/whale-uneven-XXXXXX)
+trap 'rm -rf "$T"' EXIT
+fail=0
+check() { # name, condition (as a command)
+  if eval "$2"; then echo "ok - $1"; else echo "not ok - $1"; echo "$out" | tail -n 5; fail=1; fi
+}
+# largest relative loss difference over 20 steps of two metrics files
+reldiff() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def losses(f):
+    return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l and "summary" not in l]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if len(a) != 20 or len(b) != 20:
+    print("steps %d %d" % (len(a), len(b))); sys.exit(0)
+print("%.3g" % max(abs(x - y) / abs(x) for x, y in zip(a, b)))
+PY
+}
+within() { # value, tolerance
+  python3 -c "import sys; v=sys.argv[1]; sys.exit(0 if not v.startswith('steps') and float(v) <= float(sys.argv[2]) else 1)" "$1" "$2"
+}
+
+for i in $(seq 400); do printf 'the quick brown fox jumps over the lazy dog %d\n' "$i"; done > "$T/data.txt"
+common=(--model gpt-tiny --data "$T/data.txt" --batch 8 --seq 16 --steps 20 --no-progress --threads 1)
+
+for prec in fp32 bf16; do
+  tol=1e-6; [ $prec = bf16 ] && tol=1e-4
+  for z in 0 1 3; do
+    out=$("$TRAIN" "${common[@]}" --zero $z --precision $prec --metrics "$T/one.jsonl" 2>&1)
+    for sh in 3,1 5,3; do
+      [ $prec = bf16 ] && [ $sh = 5,3 ] && [ $z != 1 ] && continue
+      out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero $z --precision $prec --dp-shares $sh \
+            --metrics "$T/u.jsonl" 2>&1); rc=$?
+      d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
+      check "$prec ZeRO $z --dp-shares $sh equals one rank over 20 steps (max rel diff $d <= $tol)" \
+        '[ $rc -eq 0 ] && within "$d" $tol'
+    done
+  done
+done
+
+# the plan's dp_batch (samples per replica), refused by whale-train before
+"$TRAIN" "${common[@]}" --metrics "$T/one.jsonl" >/dev/null 2>&1
+printf '{"version":1,"dp":2,"micro_batch":2,"num_micro_batches":2,"dp_batch":[6,2],"global_batch":8}\n' > "$T/plan.json"
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --plan "$T/plan.json" --metrics "$T/u.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
+check "a plan with dp_batch [6,2] runs as planned and equals one rank (max rel diff $d)" \
+  '[ $rc -eq 0 ] && within "$d" 1e-6 && [[ "$out" == *"uneven shares"* ]]'
+
+# the even split is the special case: exactly today's samples and losses
+"$RUN" -n 2 "$TRAIN" "${common[@]}" --metrics "$T/even.jsonl" >/dev/null 2>&1
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 1,1 --metrics "$T/u.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/even.jsonl" "$T/u.jsonl")
+check "--dp-shares 1,1 (micro-batch 4) reproduces the even split exactly" '[ $rc -eq 0 ] && [ "$d" = 0 ]'
+
+# elastic shrink DP 4 -> 3 under whale-run: 8 micro-batches (grad-accum 2 x
+# DP 4) do not split over 3 replicas; the survivors run shares 3,3,2 and
+# the losses stay those of the uninterrupted run (whale-run's own exit
+# status after a killed task is not what this checks)
+el=(--model gpt-tiny --data "$T/data.txt" --batch 8 --grad-accum 2 --seq 16 --steps 20
+    --no-progress --threads 1 --log-every 1)
+"$RUN" -n 4 "$TRAIN" "${el[@]}" --metrics "$T/ref4.jsonl" >/dev/null 2>&1
+out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 --keep-going \
+      "$TRAIN" "${el[@]}" --metrics "$T/k4.jsonl" 2>&1)
+d=$(reldiff "$T/ref4.jsonl" "$T/k4.jsonl")
+check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses (max rel diff $d)" \
+  'within "$d" 1e-5 && [[ "$out" == *"elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)"* ]]'
+
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3 2>&1); rc=$?
+check "--dp-shares with one entry for DP 2 refused, naming the option" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares=3: 1 entries, expected one per DP replica (DP = 2)"* ]]'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3,0 2>&1); rc=$?
+check "--dp-shares with a zero share refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares=3,0: expected 2 positive integers"* ]]'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3,2 2>&1); rc=$?
+check "--dp-shares that do not divide --batch refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--batch=8 does not split into the 5 micro-batches of --dp-shares=3,2"* ]]'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --batch 4 --grad-accum 2 --zero 3 --dp-shares 3,1 2>&1); rc=$?
+check "ZeRO 3 with a share that does not split into grad-accum micro-batches refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"replica 0'"'"'s share of 3 samples does not split into grad-accum = 2"* ]]'
+printf '{"version":1,"dp":2,"micro_batch":2,"num_micro_batches":2,"dp_batch":[5,3],"global_batch":8}\n' > "$T/plan.json"
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --plan "$T/plan.json" 2>&1); rc=$?
+check "a plan whose dp_batch is not a multiple of its micro_batch refused, naming the field" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"dp_batch"* ]] && [[ "$out" == *"micro_batch"* ]]'
+exit $fail
