@@ -15,9 +15,10 @@ from safetensors.torch import load_file, save_file
 
 CKPT, TRAIN, RUN = sys.argv[1:4]
 T = tempfile.mkdtemp(prefix="whale-hf.")
-B, S = 4, 16
+B, S = 4, 32  # S = n_positions: whale's wpe has the run's sequence length
 fails = []
 transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
 
 
 def sh(args, ok=True):
