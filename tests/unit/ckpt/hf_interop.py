@@ -90,11 +90,11 @@ def ref_step(m, kind, tok):
     return loss.item(), gn.item(), x
 
 
-def whale_step(tag, conf, data, ck, n=1, layout=()):
+def whale_step(tag, conf, data, ck, n=1, layout=(), extra=()):
     met = os.path.join(T, tag + ".jsonl")
     args = [TRAIN, "--model", conf, "--data", data, "--resume", ck, "--steps", "1",
             "--batch", str(B), "--seq", str(S), "--threads", "1", "--no-progress",
-            "--metrics", met, "--precision", "fp32"]
+            "--metrics", met, "--precision", "fp32"] + list(extra)
     if n > 1:
         args = [RUN, "-n", str(n), "--timeout", "280"] + list(layout) + args
     sh(["timeout", "300"] + args)
@@ -120,8 +120,11 @@ def family(kind):
           "1 rank: loss %.7f vs torch %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)"
           % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
     if os.environ.get("WHALE_HF_SKIP_4") != "1":
+        # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
         wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
-                              ("--tp", "2", "--pp", "2"))
+                              ("--tp", "2", "--pp", "2"),
+                              ("--lr", "0", "--whale-ckpt-dir", d + "/ck4",
+                               "--whale-ckpt-every", "1"))
         check(rel(wl4, loss) <= 1e-5 and rel(wg4, gn) <= 1e-4,
               "TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
               % (wl4, rel(wl4, loss), wg4, rel(wg4, gn)))
@@ -136,6 +139,15 @@ def family(kind):
     with torch.no_grad():
         same = torch.equal(m(x).logits, m2.eval()(x).logits)
     check(same, "export -> from_pretrained: identical logits (%d shard files)" % nsh)
+    if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
+        sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
+            d + "/w/hf_config.json"])
+        m4, info4 = AutoModelForCausalLM.from_pretrained(d + "/out4", output_loading_info=True,
+                                                         torch_dtype=torch.float32)
+        with torch.no_grad():
+            same = torch.equal(m(x).logits, m4.eval()(x).logits)
+        check(same and not any(info4.values()),
+              "export of the TP2xPP2 checkpoint -> from_pretrained: identical logits")
     # import -> export -> import: bit-exact whale checkpoints
     sh([CKPT, "import", d + "/out", "-o", d + "/w2"])
     sh([CKPT, "convert", d + "/w", d + "/a.safetensors"])
