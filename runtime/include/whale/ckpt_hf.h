@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "whale/engine.h"
 #include "whale/modeldesc.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,12 @@ int whale_hf_import(const char *hf_dir, const char *out_dir);
  * dtype, else WHALE_FLOAT32/BFLOAT16/FLOAT16. */
 int whale_hf_export(const char *ckpt_dir, const char *model, const char *hf_config,
                     const char *out_dir, uint64_t max_shard_bytes, int to_dtype);
+
+/* whale-train --init-from: the weights of HF_DIR straight into the
+ * engine's parameter (and fp32 master) pieces, whatever its layout: each
+ * rank maps the files and copies only its own elements. The same checks
+ * as import; AdamW moments and the step are left as they are (fresh). */
+int whale_hf_load_engine(const char *hf_dir, whale_engine *e);
 
 #ifdef __cplusplus
 }

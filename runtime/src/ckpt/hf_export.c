@@ -92,7 +92,7 @@ static int write_shard(whale_ckpt_reader *r, struct hf_ent *m, struct out_t *o, 
     free(e);
     if (rc)
         return rc;
-    char tmp[4200];
+    char tmp[4300]; /* path (< 4200) + ".tmp" */
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0664);
     if (fd < 0) {

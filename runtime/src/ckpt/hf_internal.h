@@ -47,4 +47,41 @@ int hf_family_of(const struct whale_model_desc *md, enum hf_family *fam);
 /* Writes the description as a .conf file. */
 int hf_write_conf(const char *path, const struct whale_model_desc *md, const char *from);
 
+/* safetensors sources of an import, mapped (hf_src.c) */
+struct hf_file {
+    char path[4096];
+    int fd;
+    void *map;
+    size_t len;
+    uint64_t doff;
+    ckpt_st_entry *e;
+    size_t n;
+};
+
+struct hf_src {
+    struct hf_file *f;
+    size_t nf;
+};
+
+struct hf_found {
+    struct hf_file *f;
+    ckpt_st_entry *e;
+};
+
+
+void hf_src_close(struct hf_src *s);
+int  hf_src_open(const char *dir, struct hf_src *s);
+bool hf_find(struct hf_src *s, const char *name, struct hf_found *out);
+const void *hf_tdata(const struct hf_found *x);
+/* src [a, b] -> dst [b, a], elements of es bytes */
+void hf_transpose(void *dst, const void *src, int64_t a, int64_t b, size_t es);
+/* Every source of the table present, float, of the expected shape
+ * (logged, naming the tensor); *used marks the sources taken; *dt0 the
+ * dtype of the first. */
+int  hf_check_all(struct hf_src *s, struct hf_ent *m, size_t nm, const char *dir,
+                  unsigned char **used, enum whale_dtype *dt0);
+/* No source left over (besides buffers and a tied head equal to `embed`). */
+int  hf_check_leftovers(struct hf_src *s, const unsigned char *used, bool tied,
+                        const char *embed, const char *dir);
+
 #endif

@@ -92,7 +92,8 @@ def ref_step(m, kind, tok):
 
 def whale_step(tag, conf, data, ck, n=1, layout=(), extra=()):
     met = os.path.join(T, tag + ".jsonl")
-    args = [TRAIN, "--model", conf, "--data", data, "--resume", ck, "--steps", "1",
+    start = ["--init-from", ck] if conf is None else ["--model", conf, "--resume", ck]
+    args = [TRAIN] + start + ["--data", data, "--steps", "1",
             "--batch", str(B), "--seq", str(S), "--threads", "1", "--no-progress",
             "--metrics", met, "--precision", "fp32"] + list(extra)
     if n > 1:
@@ -139,6 +140,17 @@ def family(kind):
     with torch.no_grad():
         same = torch.equal(m(x).logits, m2.eval()(x).logits)
     check(same, "export -> from_pretrained: identical logits (%d shard files)" % nsh)
+    # --init-from HF_DIR: the model from config.json, each rank's slices from the files
+    wl, wg = whale_step(kind + "-i1", None, d + "/tok.bin", d + "/hf")
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "--init-from, 1 rank: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if os.environ.get("WHALE_HF_SKIP_4") != "1":
+        wl, wg = whale_step(kind + "-i4", None, d + "/tok.bin", d + "/hf", 4,
+                            ("--tp", "2", "--dp", "2"), ("--zero", "3"))
+        check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+              "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+              % (wl, rel(wl, loss), wg, rel(wg, gn)))
     if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
         sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
             d + "/w/hf_config.json"])
