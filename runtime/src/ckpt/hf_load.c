@@ -11,6 +11,7 @@
 #include "whale/log.h"
 
 #include <jansson.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,19 @@ static int piece_fn(const struct whale_tensor_piece *t, void *user)
     return 0;
 }
 
+/* resident pages of this process (mapped file pages it touched included), MB */
+static double rss_mb(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &res) != 2)
+            res = 0;
+        fclose(f);
+    }
+    return (double)res * 4096.0 / 1e6;
+}
+
 int whale_hf_load_engine(const char *hf_dir, whale_engine *e)
 {
     struct whale_model_desc md;
@@ -144,11 +158,18 @@ int whale_hf_load_engine(const char *hf_dir, whale_engine *e)
     if (!rc)
         rc = hf_check_leftovers(&s, used, md.tied_embeddings, embed, hf_dir);
     struct load_ctx c = {.s = &s, .m = m, .nm = nm};
+    struct timespec t0, t1;
+    const double rss0 = rss_mb();
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!rc)
         rc = whale_engine_tensors(e, piece_fn, &c);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!rc)
-        whale_debug("init-from %s: %zu pieces, %llu elements of this rank", hf_dir, c.pieces,
-                    (unsigned long long)c.elems);
+        whale_info("init-from %s: %zu pieces, %llu elements (%s in the files) of this rank in "
+                   "%.2f s, resident memory +%.0f MB (file pages it mapped included)", hf_dir,
+                   c.pieces, (unsigned long long)c.elems, ckpt_dtype_st(dt0),
+                   (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec),
+                   rss_mb() - rss0);
     free(used);
     free(m);
     hf_src_close(&s);
