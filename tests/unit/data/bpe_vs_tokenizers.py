@@ -1,0 +1,102 @@
+"""whale's byte-level BPE (runtime/tools/data/bpe.c, via whale-bpe) gives the
+ids of the `tokenizers` package on > 1 MB of varied text, and decodes them
+back to the text. The tokenizer.json files are trained here (no downloads)
+with the GPT-2, Llama 3 and Qwen2 pre-tokenizer settings.
+Usage: bpe_vs_tokenizers.py WHALE_BPE SRC_DIR"""
+import glob, os, random, subprocess, sys, tempfile, time
+from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+
+BPE, SRC = sys.argv[1:3]
+T = tempfile.mkdtemp(prefix="whale-bpe.")
+LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+         r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def corpus():
+    parts = []
+    for pat in ("runtime/**/*.c", "runtime/**/*.h", "man/*", "docs/*.md", "tests/**/*.py",
+                "tests/**/*.sh", "contrib/**/*.sh"):
+        for p in sorted(glob.glob(os.path.join(SRC, pat), recursive=True)):
+            try:
+                parts.append(open(p, encoding="utf-8").read())
+            except (UnicodeDecodeError, IsADirectoryError):
+                pass
+    r = random.Random(5)
+    ranges = [(0x20, 0x7e), (0xa0, 0x24f), (0x370, 0x3ff), (0x400, 0x4ff), (0x590, 0x5ff),
+              (0x600, 0x6ff), (0x900, 0x97f), (0x3040, 0x30ff), (0x4e00, 0x4fff), (0xac00, 0xad00),
+              (0x1f300, 0x1f64f), (0x300, 0x36f), (0x2000, 0x206f), (0xff01, 0xff5e)]
+    uni = []
+    for _ in range(60000):
+        a, b = r.choice(ranges)
+        n = r.randint(1, 12)
+        uni.append("".join(chr(r.randint(a, b)) for _ in range(n)))
+        uni.append(r.choice([" ", "  ", "\t", "\n", "\r\n", "   \n\n", " \u00a0", "\u3000", "",
+                             "'s ", "'LL ", " 12345 ", "3.14159", "\u2028"]))
+    ws = "".join(r.choice([" " * r.randint(1, 9), "\t" * r.randint(1, 3), "\n" * r.randint(1, 4),
+                           "x", "yz", "42"]) for _ in range(40000))
+    return "".join(parts), "".join(uni) + ws
+
+
+def train(kind, text):
+    tok = Tokenizer(models.BPE(ignore_merges=(kind == "llama3")))
+    if kind == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        pat = LLAMA3 if kind == "llama3" else QWEN2
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=3000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             special_tokens=["<|endoftext|>"], show_progress=False)
+    tok.train_from_iterator([text[i:i + 4096] for i in range(0, len(text), 4096)], tr)
+    path = os.path.join(T, kind + ".json")
+    tok.save(path)
+    return tok, path
+
+
+def main():
+    src, uni = corpus()
+    text = src + uni
+    tf = os.path.join(T, "text.txt")
+    open(tf, "w", encoding="utf-8").write(text)
+    nbytes = len(text.encode())
+    print("text: %.2f MB (%d characters), in %s" % (nbytes / 1e6, len(text), T))
+    assert nbytes >= 1e6
+    bad = 0
+    for kind in ("gpt2", "llama3", "qwen2"):
+        tok, path = train(kind, src[: len(src) // 2] + uni[: len(uni) // 4])
+        t0 = time.perf_counter()
+        ref = tok.encode(text, add_special_tokens=False).ids
+        t_hf = time.perf_counter() - t0
+        p = subprocess.run([BPE, "encode", path, tf], capture_output=True, text=True, timeout=600)
+        if p.returncode:
+            print("  FAIL  %s: whale-bpe: %s" % (kind, p.stderr.strip()))
+            bad += 1
+            continue
+        got = [int(x) for x in p.stdout.split()]
+        first = next((i for i, (a, b) in enumerate(zip(ref, got)) if a != b),
+                     None if len(ref) == len(got) else min(len(ref), len(got)))
+        same = first is None
+        if not same:
+            ctx = tok.decode(ref[max(0, first - 3):first + 3])
+            print("  first difference at token %d: %r whale %r near %r"
+                  % (first, ref[first:first + 5], got[first:first + 5], ctx))
+        idf = os.path.join(T, kind + ".ids")
+        open(idf, "w").write(p.stdout)
+        dp = subprocess.run([BPE, "decode", path, idf], capture_output=True, timeout=600)
+        round_trip = dp.returncode == 0 and dp.stdout == text.encode()
+        print("  %s  %s: %d tokens %s; decode %s; whale %s, tokenizers %.3f s (1 thread)"
+              % ("ok  " if same and round_trip else "FAIL", kind, len(ref),
+                 "identical" if same else "DIFFER", "round-trips" if round_trip else "DIFFERS",
+                 p.stderr.strip().split(": ", 1)[-1], t_hf))
+        bad += not (same and round_trip)
+    if bad:
+        raise SystemExit("FAIL: %d tokenizer(s) differ" % bad)
+    subprocess.run(["rm", "-rf", T])
+    print("all ok")
+
+
+main()
