@@ -2,11 +2,15 @@
 ids of the `tokenizers` package on > 1 MB of varied text, and decodes them
 back to the text. The tokenizer.json files are trained here (no downloads)
 with the GPT-2, Llama 3 and Qwen2 pre-tokenizer settings.
-Usage: bpe_vs_tokenizers.py WHALE_BPE SRC_DIR"""
+whale-data --tokenizer tokenizer.json writes the same ids (after the BOS of
+each document) into its shards.
+Usage: bpe_vs_tokenizers.py WHALE_BPE SRC_DIR [WHALE_DATA]"""
 import glob, os, random, subprocess, sys, tempfile, time
 from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
 
+import struct
 BPE, SRC = sys.argv[1:3]
+DATA = sys.argv[3] if len(sys.argv) > 3 else None
 T = tempfile.mkdtemp(prefix="whale-bpe.")
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -57,6 +61,28 @@ def train(kind, text):
     return tok, path
 
 
+def whale_data(tok, path, text):
+    """one document through whale-data: BOS then tokenizers' ids"""
+    doc = os.path.join(T, "doc.txt")
+    part = text[:200000]
+    open(doc, "w", encoding="utf-8").write(part)
+    out = os.path.join(T, "wd")
+    p = subprocess.run([DATA, "-o", out, "--tokenizer", path, "--val-fraction", "0", "--no-progress",
+                        "--threads", "1", doc], capture_output=True, text=True, timeout=600)
+    if p.returncode:
+        print("  FAIL  whale-data --tokenizer tokenizer.json: %s" % p.stderr.strip()[-500:])
+        return False
+    raw = open(os.path.join(out, "train_000000.bin"), "rb").read()
+    n = struct.unpack("<256i", raw[:1024])[2]
+    got = list(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]))
+    want = tok.encode(part, add_special_tokens=False).ids
+    bos = tok.token_to_id("<|endoftext|>")
+    ok = got == [bos] + want
+    print("  %s  whale-data --tokenizer tokenizer.json: %d ids %s" %
+          ("ok  " if ok else "FAIL", n, "= BOS + tokenizers' ids" if ok else "DIFFER"))
+    return ok
+
+
 def main():
     src, uni = corpus()
     text = src + uni
@@ -93,6 +119,8 @@ def main():
                  "identical" if same else "DIFFER", "round-trips" if round_trip else "DIFFERS",
                  p.stderr.strip().split(": ", 1)[-1], t_hf))
         bad += not (same and round_trip)
+        if DATA and kind == "llama3":
+            bad += not whale_data(tok, path, text)
     if bad:
         raise SystemExit("FAIL: %d tokenizer(s) differ" % bad)
     subprocess.run(["rm", "-rf", T])
