@@ -67,6 +67,15 @@ int finish_load(wd_spm *s, wd_spm **out)
         id = s->sp.PieceToId("<0x0A>");
         if (id < 0 || s->sp.IsUnknown(id))
             id = -1;
+        // A model whose normalizer keeps "\n" (Llama 2 and Mistral: identity
+        // rules, byte fallback) encodes it itself: whole documents go to it,
+        // as sentencepiece and Hugging Face's tokenizer do. Encoding line by
+        // line would put the dummy-prefix piece at every line start.
+        std::vector<int> v;
+        if (id >= 0 && s->sp.Encode("a\nb", &v).ok())
+            for (int x : v)
+                if (x == id)
+                    id = -1;
     }
     s->nl = id;
     *out = s;

@@ -3,7 +3,9 @@ ids of the `tokenizers` package on > 1 MB of varied text, and decodes them
 back to the text. The tokenizer.json files are trained here (no downloads)
 with the GPT-2, Llama 3 and Qwen2 pre-tokenizer settings.
 whale-data --tokenizer tokenizer.json writes the same ids (after the BOS of
-each document) into its shards.
+each document) into its shards, and so does whale-data --tokenizer with a
+Llama-2-style SentencePiece .model (identity normalizer, byte fallback:
+newlines are its own byte pieces) against Hugging Face's LlamaTokenizer.
 Usage: bpe_vs_tokenizers.py WHALE_BPE SRC_DIR [WHALE_DATA]"""
 import glob, os, random, subprocess, sys, tempfile, time
 from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
@@ -83,6 +85,46 @@ def whale_data(tok, path, text):
     return ok
 
 
+def spm_llama2(text):
+    """a Llama-2-style SentencePiece model: whale-data's ids = BOS + LlamaTokenizer's"""
+    import transformers
+    transformers.logging.set_verbosity_error()
+    corpus = os.path.join(T, "spm-corpus.txt")
+    open(corpus, "w", encoding="utf-8").write(text[:600000])
+    pre = os.path.join(T, "llama2ish")
+    p = subprocess.run(["spm_train", "--input=" + corpus, "--model_prefix=" + pre,
+                        "--vocab_size=2000", "--model_type=bpe", "--byte_fallback=true",
+                        "--normalization_rule_name=identity", "--add_dummy_prefix=true",
+                        "--split_digits=true", "--remove_extra_whitespaces=false",
+                        "--allow_whitespace_only_pieces=true", "--character_coverage=0.9995",
+                        "--unk_id=0", "--bos_id=1", "--eos_id=2"], capture_output=True, text=True)
+    if p.returncode:
+        print("  FAIL  spm_train: %s" % p.stderr[-500:])
+        return False
+    doc = text.replace("<s>", "").replace("</s>", "").replace("<unk>", "")  # no specials
+    tok = transformers.LlamaTokenizer(pre + ".model", legacy=True, add_bos_token=False,
+                                      add_eos_token=False)
+    want = tok.encode(doc)
+    df = os.path.join(T, "spm-doc.txt")
+    open(df, "w", encoding="utf-8").write(doc)
+    out = os.path.join(T, "wd-spm")
+    p = subprocess.run([DATA, "-o", out, "--tokenizer", pre + ".model", "--val-fraction", "0",
+                        "--no-progress", "--threads", "1", df], capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode:
+        print("  FAIL  whale-data --tokenizer llama2ish.model: %s" % p.stderr.strip()[-500:])
+        return False
+    raw = open(os.path.join(out, "train_000000.bin"), "rb").read()
+    n = struct.unpack("<256i", raw[:1024])[2]
+    got = list(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]))
+    ok = got == [1] + want
+    first = next((i for i, (a, b) in enumerate(zip(got[1:], want)) if a != b), None)
+    print("  %s  whale-data --tokenizer Llama-2-style .model: %d ids (%.2f MB) %s" %
+          ("ok  " if ok else "FAIL", n, len(doc.encode()) / 1e6,
+           "= BOS + LlamaTokenizer's" if ok else "DIFFER from token %s" % first))
+    return ok
+
+
 def main():
     src, uni = corpus()
     text = src + uni
@@ -121,6 +163,8 @@ def main():
         bad += not (same and round_trip)
         if DATA and kind == "llama3":
             bad += not whale_data(tok, path, text)
+    if DATA:
+        bad += not spm_llama2(text)
     if bad:
         raise SystemExit("FAIL: %d tokenizer(s) differ" % bad)
     subprocess.run(["rm", "-rf", T])
