@@ -88,6 +88,7 @@ int hf_src_open(const char *dir, struct hf_src *s)
                 j++;
             if (j == nn) {
                 if (nn == sizeof names / sizeof names[0]) {
+                    whale_error("%s: more than %zu shard files", p, nn);
                     json_decref(idx);
                     return WHALE_ECONF;
                 }
