@@ -14,6 +14,8 @@ DEB_PACKAGES=(
   libdnnl-dev
   # whale-data: SentencePiece tokenizer (C++ library; spm_encode for contrib/bench/tokenizer-bench.sh); g++ for its wrapper
   libsentencepiece-dev sentencepiece g++
+  # tokenizer.json pre-tokenizer regexes (runtime/tools/data/bpe.c)
+  libpcre2-dev
   # Slurm + munge (plugin build and the local cluster)
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # tests
@@ -76,4 +78,15 @@ if [ ${#PIP_PACKAGES[@]} -gt 0 ]; then
     echo "install-deps: pip installing ${need[*]}"
     python3 -m pip install -q "${need[@]}"
   fi
+fi
+
+# Reference stack of the Hugging Face interchange test (tests/unit/ckpt/
+# hf_interop.py): transformers on Debian's torch (python3-torch 1.13), for
+# /usr/bin/python3 (the interpreter that has torch). 4.46 is the last
+# release that still runs on torch 1.13 and has Llama, Mistral and Qwen2;
+# no CUDA torch from PyPI. About 3 minutes on a fresh machine.
+HF_PIP=("transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99")
+if ! /usr/bin/python3 -c "import transformers, tokenizers, safetensors, sentencepiece, torch; assert transformers.__version__ == '4.46.3'" 2>/dev/null; then
+  echo "install-deps: pip installing ${HF_PIP[*]} for /usr/bin/python3"
+  /usr/bin/python3 -m pip install -q --break-system-packages "${HF_PIP[@]}"
 fi

@@ -9,5 +9,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
 /* convert --from-safetensors: checked against model (preset or .conf), or
  * unchecked when model is NULL (--any-names). Exit status 0 or 1. */
 int ckpt_tool_import(const char *in, const char *root, long long step, const char *model);
+/* import / export --hf (hf_cmd.c); argv[1] is the command. */
+int ckpt_tool_hf(int argc, char **argv);
 
 #endif

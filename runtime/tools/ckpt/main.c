@@ -33,6 +33,11 @@ static void usage(FILE *f)
         "      convert --params-only writes them), with M's shape and a float dtype, and\n"
         "      none may be missing; --any-names instead of --model stores any tensors\n"
         "      unchecked (for programs of your own; whale-train cannot resume from them)\n"
+        "  import HF_DIR [-o OUT_DIR]\n"
+        "      Hugging Face config.json + safetensors (GPT-2, Llama, Mistral, Qwen2) -> model.conf\n"
+        "      and a checkpoint to --resume from (refuses what whale cannot compute exactly)\n"
+        "  export --hf OUT_DIR DIR --model CONF [--hf-config JSON] [--max-shard-mb N] [--dtype D]\n"
+        "      a checkpoint (any layout) as a Hugging Face directory for from_pretrained\n"
         "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|persist|incremental|compression]\n"
         "      synthetic checkpoint benchmark: sync vs async stall (copy, deferred), the\n"
         "      background persist bandwidth of an async save (share written in place),\n"
@@ -196,6 +201,8 @@ int main(int argc, char **argv)
         printf("whale-ckpt %s\n", WHALE_VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "import") || !strcmp(cmd, "export"))
+        return ckpt_tool_hf(argc, argv);
     static const struct option opts[] = {
         {"help", no_argument, 0, 'h'},       {"version", no_argument, 0, 'V'},
         {"verbose", no_argument, 0, 'v'},    {"which", required_argument, 0, 'w'},

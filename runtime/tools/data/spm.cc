@@ -1,6 +1,7 @@
 // SentencePiece behind the C interface of spm.h. The only C++ file of the
 // project: meson compiles it with the cpp language (runtime/tools/data).
 #include "spm.h"
+#include "bpe.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,9 +17,14 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+// A tokenizer.json (byte-level BPE, bpe.h) goes behind the same interface:
+// whale-data and whale-generate take either through --tokenizer.
 struct wd_spm {
     sentencepiece::SentencePieceProcessor sp;
     int nl = -1;
+    wd_bpe *bpe = nullptr;
+    int bos = -1, eos = -1;
+    ~wd_spm() { wd_bpe_free(bpe); }
 };
 
 namespace {
@@ -61,6 +67,15 @@ int finish_load(wd_spm *s, wd_spm **out)
         id = s->sp.PieceToId("<0x0A>");
         if (id < 0 || s->sp.IsUnknown(id))
             id = -1;
+        // A model whose normalizer keeps "\n" (Llama 2 and Mistral: identity
+        // rules, byte fallback) encodes it itself: whole documents go to it,
+        // as sentencepiece and Hugging Face's tokenizer do. Encoding line by
+        // line would put the dummy-prefix piece at every line start.
+        std::vector<int> v;
+        if (id >= 0 && s->sp.Encode("a\nb", &v).ok())
+            for (int x : v)
+                if (x == id)
+                    id = -1;
     }
     s->nl = id;
     *out = s;
@@ -132,10 +147,48 @@ extern "C" int wd_spm_train(const struct wd_spm_train_opts *o, char **model, siz
     return 0;
 }
 
+namespace {
+
+bool is_json(const void *buf, size_t len)
+{
+    const char *c = static_cast<const char *>(buf);
+    size_t i = 0;
+    while (i < len && (c[i] == ' ' || c[i] == '\n' || c[i] == '\t' || c[i] == '\r'))
+        i++;
+    return i < len && c[i] == '{';
+}
+
+// BOS / EOS of a byte-level BPE by the names its families use; GPT-2 and
+// Qwen2 have only <|endoftext|>, which then separates documents.
+int load_bpe(const void *buf, size_t len, wd_spm **out, char *err, size_t errlen)
+{
+    wd_spm *s = new (std::nothrow) wd_spm;
+    if (!s) {
+        set_err(err, errlen, "out of memory");
+        return -1;
+    }
+    if (wd_bpe_load_bytes(buf, len, &s->bpe, err, errlen)) {
+        delete s;
+        return -1;
+    }
+    for (const char *b : {"<|begin_of_text|>", "<s>", "<|endoftext|>"})
+        if (s->bos < 0)
+            s->bos = wd_bpe_token_id(s->bpe, b);
+    for (const char *e : {"<|end_of_text|>", "</s>", "<|endoftext|>"})
+        if (s->eos < 0)
+            s->eos = wd_bpe_token_id(s->bpe, e);
+    *out = s;
+    return 0;
+}
+
+} // namespace
+
 extern "C" int wd_spm_load_bytes(const void *buf, size_t len, wd_spm **out, char *err,
                                  size_t errlen)
 {
     *out = nullptr;
+    if (is_json(buf, len))
+        return load_bpe(buf, len, out, err, errlen);
     wd_spm *s = new (std::nothrow) wd_spm;
     if (!s) {
         set_err(err, errlen, "out of memory");
@@ -158,16 +211,22 @@ extern "C" void wd_spm_free(wd_spm *s)
 
 extern "C" int wd_spm_vocab(const wd_spm *s)
 {
+    if (s->bpe)
+        return wd_bpe_vocab(s->bpe);
     return s->sp.GetPieceSize();
 }
 
 extern "C" int wd_spm_bos(const wd_spm *s)
 {
+    if (s->bpe)
+        return s->bos;
     return s->sp.bos_id();
 }
 
 extern "C" int wd_spm_eos(const wd_spm *s)
 {
+    if (s->bpe)
+        return s->eos;
     return s->sp.eos_id();
 }
 
@@ -179,6 +238,8 @@ extern "C" int wd_spm_newline(const wd_spm *s)
 extern "C" int wd_spm_encode_line(const wd_spm *s, const char *text, size_t len, int32_t **ids,
                                   size_t *n, size_t *cap, char *err, size_t errlen)
 {
+    if (s->bpe) // newlines are ordinary bytes to it: whole documents come here
+        return wd_bpe_encode(s->bpe, text, len, ids, n, cap, err, errlen);
     std::vector<int> v;
     auto st = s->sp.Encode(absl::string_view(text, len), &v);
     if (!st.ok()) {
@@ -207,6 +268,14 @@ extern "C" int wd_spm_decode(const wd_spm *s, const int32_t *ids, size_t n, char
                              size_t errlen)
 {
     *out = nullptr;
+    if (s->bpe) { // BOS / EOS dropped, as for SentencePiece
+        std::vector<int32_t> keep;
+        for (size_t i = 0; i < n; i++)
+            if (ids[i] != s->bos && ids[i] != s->eos)
+                keep.push_back(ids[i]);
+        size_t len;
+        return wd_bpe_decode(s->bpe, keep.data(), keep.size(), out, &len, err, errlen);
+    }
     std::string text;
     std::vector<int> seg;
     const int V = s->sp.GetPieceSize();

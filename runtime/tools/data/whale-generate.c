@@ -43,7 +43,7 @@ static void usage(FILE *f)
 "  --top-k K            sample among the K likeliest tokens (default 40; 0 = all)\n"
 "  --greedy             always the likeliest token (= --temperature 0)\n"
 "  --seed N             sampling seed (default 1): the same seed gives the same text\n"
-"  --tokenizer FILE     SentencePiece model (default: the one recorded in the\n"
+"  --tokenizer FILE     SentencePiece model or tokenizer.json (default: the one recorded in the\n"
 "                       checkpoint; a checkpoint without one is byte-level)\n"
 "  --model NAME|FILE    model preset or .conf (default: the recorded one)\n"
 "  --vocab N            vocabulary (default: the recorded one)\n"

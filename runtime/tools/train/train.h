@@ -42,6 +42,7 @@
 struct train_opts {
     const char *model, *data, *metrics, *plan;
     const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
+    const char *init_from;   /* --init-from HF_DIR: Hugging Face weights (and model) */
     long ckpt_keep;
     long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
     double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
@@ -87,7 +88,8 @@ struct train {
     struct whale_model_desc md;
     long micro, accum, gbatch, seq;
     struct train_share share; /* this replica's share of the global batch */
-    bool finetune;            /* --resume of weights without a train state */
+    bool finetune;            /* --resume of weights without a train state, --init-from */
+    char hf_config[4096];     /* --init-from without --model: HF_DIR/config.json */
     struct whale_engine_config ec;
     /* the ranks */
     whale_ctx *ctx;

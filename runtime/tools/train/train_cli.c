@@ -78,6 +78,9 @@ void train_usage(FILE *f)
 "  --whale-ckpt-every N|Ts  checkpoint every N steps or every T (30s, 10m, 2h)\n"
 "                       (default: WHALE_CKPT_EVERY, the plan's ckpt_every)\n"
 "  --ckpt-keep K        keep the last K checkpoints (3; 0 keeps all)\n"
+"  --init-from HF_DIR   fine-tune a Hugging Face model (config.json + safetensors of\n"
+"                       GPT-2, Llama, Mistral, Qwen2): the model unless --model, and the\n"
+"                       weights, each rank reading only its slices; AdamW starts afresh\n"
 "  --resume DIR|latest  continue exactly from a checkpoint: a step directory, a root,\n"
 "                       or `latest` under the checkpoint root (none yet: start fresh)\n"
 "  -h, --help           this help;  -V, --version  version\n"
@@ -124,7 +127,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
 {
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
-           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_CKDIR, O_CKEVERY, O_CKKEEP,
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_INIT_FROM, O_CKDIR, O_CKEVERY, O_CKKEEP,
            O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP, O_SHARES,
            O_HELPENV,
            O_AREA /* .. the areas' options, in registry order */ };
@@ -143,6 +146,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
         { "resume", required_argument, 0, O_RESUME },
+        { "init-from", required_argument, 0, O_INIT_FROM },
         { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
         { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
         { "ckpt-keep", required_argument, 0, O_CKKEEP },
@@ -229,6 +233,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         case O_PEAK: bad |= whale_opt_double("whale-train", "--peak-gflops", optarg, 0.001, 1e9, &t->o.peak_gflops); break;
         case O_NOPROG: t->o.progress = 0; break;
         case O_RESUME: t->o.resume = optarg; break;
+        case O_INIT_FROM: t->o.init_from = optarg; break;
         case O_CKDIR: t->o.ckpt_dir = optarg; break;
         case O_CKEVERY: t->o.ckpt_every = optarg; break;
         case O_CKKEEP: bad |= whale_opt_long("whale-train", "--ckpt-keep", optarg, 0, 1000000, &t->o.ckpt_keep); break;

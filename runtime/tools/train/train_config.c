@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "whale/ckpt_hf.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/knobs.h"
@@ -149,6 +150,15 @@ int train_resolve_config(struct train *t)
         snprintf(t->plan_ckpt_dir, sizeof t->plan_ckpt_dir, "%s", plan->ckpt_dir);
     if (have_plan && plan->ckpt_every > 0)
         snprintf(t->plan_ckpt_every, sizeof t->plan_ckpt_every, "%d", plan->ckpt_every);
+    if (o->init_from && o->resume) {
+        fprintf(stderr, "whale-train: --init-from starts from Hugging Face weights, --resume "
+                        "from a checkpoint: give one of them\n");
+        return 2;
+    }
+    if (o->init_from && !o->model) { /* the model is the one config.json describes */
+        snprintf(t->hf_config, sizeof t->hf_config, "%s/config.json", o->init_from);
+        o->model = t->hf_config;
+    }
     if (!o->model || !o->data) {
         fprintf(stderr, "whale-train: --model and --data are required (see --help)\n");
         return 2;
@@ -160,7 +170,8 @@ int train_resolve_config(struct train *t)
     whale_log_set_level(WHALE_LOG_INFO);
     whale_log_init_from_env();
 
-    if (whale_model_desc_load(o->model, &t->md))
+    if (t->hf_config[0] ? whale_hf_config_read(o->init_from, &t->md, NULL)
+                        : whale_model_desc_load(o->model, &t->md))
         return 1;
     if (whale_engine_model_check(&t->md)) /* what the engine does not run, named by key */
         return 1;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "whale/ckpt_hf.h"
 #include "whale/blascore.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
@@ -108,6 +109,10 @@ static int resume_dir(struct train *t, char **dir)
  * model off: measured loss 3.68 -> 6.39 with steps/20 warmup). */
 static int probe_finetune(struct train *t)
 {
+    if (t->o.init_from && !t->promoted) {
+        t->finetune = true;
+        return TRAIN_GO;
+    }
     if (!t->o.resume || t->promoted)
         return TRAIN_GO;
     char *dir = NULL;
@@ -158,6 +163,13 @@ static int setup_checkpoints(struct train *t)
         int rc = resume(t);
         if (rc != TRAIN_GO)
             return rc;
+    }
+    if (t->o.init_from && !t->promoted) {
+        if (whale_hf_load_engine(t->o.init_from, t->e))
+            return 1;
+        if (t->rank == 0)
+            whale_info("initialized the weights from %s (Hugging Face; optimizer and step start "
+                       "afresh)", t->o.init_from);
     }
     train_ckpt_snapshot_mode(t);
     if (ckc->root && (ckc->every_steps > 0 || ckc->every_seconds > 0) &&

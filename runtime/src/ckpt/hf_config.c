@@ -1,0 +1,374 @@
+/* config.json of Hugging Face causal LMs <-> whale model descriptions.
+ * Every field that changes the computation is either represented or
+ * refused, naming the field and its value: whale must not train a model
+ * that only looks like the one the user brought. */
+#define _GNU_SOURCE
+#include "hf_internal.h"
+
+#include "whale/error.h"
+#include "whale/log.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* whale's LayerNorm and RMSNorm epsilon (kernels: 1e-5f) */
+#define HF_WHALE_EPS 1e-5
+
+static const char *fam_names[] = {"gpt2", "llama", "mistral", "qwen2"};
+
+const char *hf_family_name(enum hf_family f)
+{
+    return (unsigned)f < 4 ? fam_names[f] : "?";
+}
+
+struct cfgctx {
+    json_t *c;
+    const char *path;
+};
+
+/* required positive integer field */
+static int get_int(struct cfgctx *x, const char *key, int lo, int hi, int *out)
+{
+    json_t *v = json_object_get(x->c, key);
+    if (!json_is_integer(v)) {
+        whale_error("%s: field \"%s\" is missing or not an integer", x->path, key);
+        return WHALE_ECONF;
+    }
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi) {
+        whale_error("%s: field \"%s\" = %lld is out of range %d..%d", x->path, key, (long long)i,
+                    lo, hi);
+        return WHALE_ECONF;
+    }
+    *out = (int)i;
+    return 0;
+}
+
+/* optional integer: absent or null keeps *out */
+static int opt_int(struct cfgctx *x, const char *key, int lo, int hi, int *out)
+{
+    json_t *v = json_object_get(x->c, key);
+    if (!v || json_is_null(v))
+        return 0;
+    return get_int(x, key, lo, hi, out);
+}
+
+static int opt_bool(struct cfgctx *x, const char *key, bool dflt, bool *out)
+{
+    json_t *v = json_object_get(x->c, key);
+    *out = dflt;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        whale_error("%s: field \"%s\" is not true or false", x->path, key);
+        return WHALE_ECONF;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A field that must be absent, null or equal to `want` (a boolean). */
+static int want_bool(struct cfgctx *x, const char *key, bool dflt, bool want, const char *why)
+{
+    bool b;
+    int rc = opt_bool(x, key, dflt, &b);
+    if (rc)
+        return rc;
+    if (b != want) {
+        whale_error("%s: field \"%s\" = %s is not supported: %s", x->path, key,
+                    b ? "true" : "false", why);
+        return WHALE_ENOTSUP;
+    }
+    return 0;
+}
+
+static int want_eps(struct cfgctx *x, const char *key, double dflt)
+{
+    json_t *v = json_object_get(x->c, key);
+    double e = v && json_is_number(v) ? json_number_value(v) : dflt;
+    if (v && !json_is_null(v) && !json_is_number(v)) {
+        whale_error("%s: field \"%s\" is not a number", x->path, key);
+        return WHALE_ECONF;
+    }
+    if (fabs(e - HF_WHALE_EPS) > 1e-12) {
+        whale_error("%s: field \"%s\" = %g is not supported: whale's norms use epsilon 1e-05",
+                    x->path, key, e);
+        return WHALE_ENOTSUP;
+    }
+    return 0;
+}
+
+static int want_act(struct cfgctx *x, const char *key, const char *dflt, const char *const *ok,
+                    const char *why)
+{
+    json_t *v = json_object_get(x->c, key);
+    const char *s = v ? json_string_value(v) : dflt;
+    if (!s) {
+        whale_error("%s: field \"%s\" is not a string", x->path, key);
+        return WHALE_ECONF;
+    }
+    for (; *ok; ok++)
+        if (!strcmp(s, *ok))
+            return 0;
+    whale_error("%s: field \"%s\" = \"%s\" is not supported: %s", x->path, key, s, why);
+    return WHALE_ENOTSUP;
+}
+
+static int parse_gpt2(struct cfgctx *x, struct whale_model_desc *md)
+{
+    int rc;
+    if ((rc = get_int(x, "n_layer", 1, 1 << 16, &md->layers)) ||
+        (rc = get_int(x, "n_embd", 1, 1 << 20, &md->hidden)) ||
+        (rc = get_int(x, "n_head", 1, 1 << 16, &md->heads)) ||
+        (rc = get_int(x, "n_positions", 1, 1 << 24, &md->seq)) ||
+        (rc = get_int(x, "vocab_size", 1, 1 << 30, &md->vocab)))
+        return rc;
+    md->kv_heads = md->heads;
+    md->ffn = 4 * md->hidden;
+    if ((rc = opt_int(x, "n_inner", 1, 1 << 24, &md->ffn)))
+        return rc;
+    static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", NULL};
+    if ((rc = want_act(x, "activation_function", "gelu_new", gelu,
+                       "whale's GPT-2 MLP uses the tanh approximation of GeLU (gelu_new)")) ||
+        (rc = want_eps(x, "layer_norm_epsilon", 1e-5)) ||
+        (rc = want_bool(x, "scale_attn_weights", true, true,
+                        "whale scales attention scores by 1/sqrt(head size)")) ||
+        (rc = want_bool(x, "scale_attn_by_inverse_layer_idx", false, false,
+                        "whale does not scale attention by the layer index")) ||
+        (rc = want_bool(x, "add_cross_attention", false, false,
+                        "whale models are decoders without cross-attention")) ||
+        (rc = opt_bool(x, "tie_word_embeddings", true, &md->tied_embeddings)))
+        return rc;
+    md->mlp = WHALE_MLP_GELU;
+    md->norm = WHALE_NORM_LAYERNORM;
+    md->position = WHALE_POS_LEARNED;
+    md->no_bias = false;
+    return 0;
+}
+
+static int parse_llama(struct cfgctx *x, struct whale_model_desc *md, enum hf_family fam)
+{
+    int rc;
+    if ((rc = get_int(x, "num_hidden_layers", 1, 1 << 16, &md->layers)) ||
+        (rc = get_int(x, "hidden_size", 1, 1 << 20, &md->hidden)) ||
+        (rc = get_int(x, "num_attention_heads", 1, 1 << 16, &md->heads)) ||
+        (rc = get_int(x, "intermediate_size", 1, 1 << 24, &md->ffn)) ||
+        (rc = get_int(x, "max_position_embeddings", 1, 1 << 24, &md->seq)) ||
+        (rc = get_int(x, "vocab_size", 1, 1 << 30, &md->vocab)))
+        return rc;
+    md->kv_heads = md->heads;
+    if ((rc = opt_int(x, "num_key_value_heads", 1, 1 << 16, &md->kv_heads)))
+        return rc;
+    if (md->hidden % md->heads) {
+        whale_error("%s: field \"hidden_size\" = %d is not divisible by \"num_attention_heads\" "
+                    "= %d", x->path, md->hidden, md->heads);
+        return WHALE_ENOTSUP;
+    }
+    int hd = md->hidden / md->heads;
+    if ((rc = opt_int(x, "head_dim", 1, 1 << 16, &hd)))
+        return rc;
+    if (hd != md->hidden / md->heads) {
+        whale_error("%s: field \"head_dim\" = %d is not supported: whale's head size is "
+                    "hidden_size / num_attention_heads = %d", x->path, hd,
+                    md->hidden / md->heads);
+        return WHALE_ENOTSUP;
+    }
+    static const char *const silu[] = {"silu", "swish", NULL};
+    if ((rc = want_act(x, "hidden_act", "silu", silu, "whale's gated MLP uses SiLU (SwiGLU)")) ||
+        (rc = want_eps(x, "rms_norm_eps", 1e-6)) ||
+        (rc = want_bool(x, "mlp_bias", false, false, "whale's Llama MLP has no biases")) ||
+        (rc = opt_bool(x, "tie_word_embeddings", false, &md->tied_embeddings)))
+        return rc;
+    if (fam != HF_QWEN2 &&
+        (rc = want_bool(x, "attention_bias", false, false,
+                        "whale has q/k/v biases only for Qwen2 (model_type qwen2)")))
+        return rc;
+    json_t *rs = json_object_get(x->c, "rope_scaling");
+    if (rs && !json_is_null(rs)) {
+        json_t *t = json_object_get(rs, "rope_type");
+        if (!t)
+            t = json_object_get(rs, "type");
+        whale_error("%s: field \"rope_scaling\" (rope_type \"%s\") is not supported: whale's "
+                    "rotary embedding has no frequency scaling; remove it only if the "
+                    "sequence stays within the original context", x->path,
+                    json_string_value(t) ? json_string_value(t) : "?");
+        return WHALE_ENOTSUP;
+    }
+    json_t *th = json_object_get(x->c, "rope_theta");
+    if (th && !json_is_null(th)) {
+        if (!json_is_number(th) || !(json_number_value(th) > 1.0)) {
+            whale_error("%s: field \"rope_theta\" must be a number > 1", x->path);
+            return WHALE_ECONF;
+        }
+        md->rope_theta = (float)json_number_value(th);
+    } else {
+        md->rope_theta = 10000.0f;
+    }
+    /* Sliding-window attention equals full causal attention while the
+     * sequence is no longer than the window: accept a window that covers
+     * the sequence (Mistral: Seq is capped at the window), refuse
+     * Qwen2's per-layer windows. */
+    if (fam == HF_QWEN2) {
+        if ((rc = want_bool(x, "use_sliding_window", false, false,
+                            "whale attends over the whole sequence")))
+            return rc;
+    } else {
+        json_t *sw = json_object_get(x->c, "sliding_window");
+        if (sw && !json_is_null(sw)) {
+            if (!json_is_integer(sw) || json_integer_value(sw) < 1) {
+                whale_error("%s: field \"sliding_window\" must be null or an integer >= 1",
+                            x->path);
+                return WHALE_ECONF;
+            }
+            if (json_integer_value(sw) < md->seq) {
+                whale_info("%s: sliding_window = %lld < max_position_embeddings = %d: the "
+                           "description's Seq is the window (full attention within it is the "
+                           "same computation)", x->path, (long long)json_integer_value(sw),
+                           md->seq);
+                md->seq = (int)json_integer_value(sw);
+            }
+        }
+    }
+    md->mlp = WHALE_MLP_SWIGLU;
+    md->norm = WHALE_NORM_RMSNORM;
+    md->position = WHALE_POS_ROTARY;
+    md->no_bias = fam != HF_QWEN2;
+    return 0;
+}
+
+int hf_config_parse(void *cfg_json, const char *path, struct whale_model_desc *md,
+                    enum hf_family *fam)
+{
+    struct cfgctx x = {cfg_json, path};
+    memset(md, 0, sizeof *md);
+    md->attention = WHALE_ATTN_PLAIN;
+    md->rope_theta = 10000.0f;
+    const char *mt = json_string_value(json_object_get(x.c, "model_type"));
+    if (!mt) {
+        whale_error("%s: field \"model_type\" is missing", path);
+        return WHALE_ECONF;
+    }
+    int f = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(mt, fam_names[i]))
+            f = i;
+    if (f < 0) {
+        whale_error("%s: field \"model_type\" = \"%s\" is not supported (gpt2, llama, mistral, "
+                    "qwen2)", path, mt);
+        return WHALE_ENOTSUP;
+    }
+    *fam = (enum hf_family)f;
+    int rc = f == HF_GPT2 ? parse_gpt2(&x, md) : parse_llama(&x, md, *fam);
+    if (rc)
+        return rc;
+    snprintf(md->name, sizeof md->name, "hf-%s", mt);
+    snprintf(md->source, sizeof md->source, "%s", path);
+    return whale_model_desc_validate(md, path);
+}
+
+int hf_family_of(const struct whale_model_desc *md, enum hf_family *fam)
+{
+    if (md->mlp == WHALE_MLP_GELU && md->norm == WHALE_NORM_LAYERNORM &&
+        md->position == WHALE_POS_LEARNED && !md->no_bias && md->kv_heads == md->heads) {
+        *fam = HF_GPT2;
+        return 0;
+    }
+    if (md->mlp == WHALE_MLP_SWIGLU && md->norm == WHALE_NORM_RMSNORM &&
+        md->position == WHALE_POS_ROTARY) {
+        *fam = md->no_bias ? HF_LLAMA : HF_QWEN2;
+        return 0;
+    }
+    whale_error("%s: MLP=%s Norm=%s Position=%s Bias=%s is no Hugging Face family whale "
+                "exports (GPT-2: gelu/layernorm/learned/yes; Llama: swiglu/rmsnorm/rotary/no; "
+                "Qwen2: swiglu/rmsnorm/rotary/yes)", md->source, whale_mlp_name(md->mlp),
+                whale_norm_name(md->norm), whale_pos_name(md->position),
+                md->no_bias ? "no" : "yes");
+    return WHALE_ENOTSUP;
+}
+
+#define SETI(k, v) json_object_set_new(c, k, json_integer(v))
+int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_family fam)
+{
+    json_t *c = cfg_json;
+    static const char *arch[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
+                                 "Qwen2ForCausalLM"};
+    json_t *a = json_array();
+    json_array_append_new(a, json_string(arch[fam]));
+    json_object_set_new(c, "architectures", a);
+    json_object_set_new(c, "model_type", json_string(fam_names[fam]));
+    SETI("vocab_size", md->vocab);
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(md->tied_embeddings));
+    if (fam == HF_GPT2) {
+        SETI("n_layer", md->layers);
+        SETI("n_embd", md->hidden);
+        SETI("n_head", md->heads);
+        SETI("n_positions", md->seq);
+        SETI("n_ctx", md->seq);
+        SETI("n_inner", md->ffn);
+        json_object_set_new(c, "activation_function", json_string("gelu_new"));
+        json_object_set_new(c, "layer_norm_epsilon", json_real(HF_WHALE_EPS));
+        return 0;
+    }
+    SETI("num_hidden_layers", md->layers);
+    SETI("hidden_size", md->hidden);
+    SETI("num_attention_heads", md->heads);
+    SETI("num_key_value_heads", md->kv_heads);
+    SETI("intermediate_size", md->ffn);
+    if (!json_object_get(c, "max_position_embeddings"))
+        SETI("max_position_embeddings", md->seq);
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "rms_norm_eps", json_real(HF_WHALE_EPS));
+    json_object_set_new(c, "rope_theta", json_real(md->rope_theta > 0 ? md->rope_theta : 1e4));
+    json_object_set_new(c, "rope_scaling", json_null());
+    if (fam == HF_LLAMA) {
+        json_object_set_new(c, "attention_bias", json_false());
+        json_object_set_new(c, "mlp_bias", json_false());
+    }
+    if (fam == HF_QWEN2)
+        json_object_set_new(c, "use_sliding_window", json_false());
+    return 0;
+}
+
+int hf_write_conf(const char *path, const struct whale_model_desc *md, const char *from)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        whale_error("cannot write %s: %m", path);
+        return WHALE_EIO;
+    }
+    fprintf(f, "# %s: imported from %s\n", md->name, from);
+    fprintf(f, "Name=%s Layers=%d Hidden=%d Heads=%d KVHeads=%d FFN=%d Seq=%d Vocab=%d "
+               "MLP=%s Norm=%s Position=%s Bias=%s TiedEmbeddings=%s",
+            md->name, md->layers, md->hidden, md->heads, md->kv_heads, md->ffn, md->seq,
+            md->vocab, whale_mlp_name(md->mlp), whale_norm_name(md->norm),
+            whale_pos_name(md->position), md->no_bias ? "no" : "yes",
+            md->tied_embeddings ? "yes" : "no");
+    if (md->position == WHALE_POS_ROTARY)
+        fprintf(f, " RopeTheta=%.9g", (double)md->rope_theta);
+    fprintf(f, "\n");
+    if (fclose(f)) {
+        whale_error("cannot write %s: %m", path);
+        return WHALE_EIO;
+    }
+    return 0;
+}
+
+int whale_hf_config_read(const char *hf_dir, struct whale_model_desc *md, const char **family)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/config.json", hf_dir);
+    json_error_t je;
+    json_t *c = json_load_file(p, 0, &je);
+    if (!c) {
+        whale_error("%s:%d: %s", p, je.line, je.text);
+        return WHALE_ECONF;
+    }
+    enum hf_family fam;
+    int rc = hf_config_parse(c, p, md, &fam);
+    json_decref(c);
+    if (!rc && family)
+        *family = hf_family_name(fam);
+    return rc;
+}

@@ -1,0 +1,225 @@
+"""Hugging Face interchange against transformers (Debian's torch, fp32).
+
+For GPT-2, Llama, Mistral and Qwen2 (small configs, random weights made
+here, no downloads): whale-ckpt import, then the loss and gradient norm of
+whale-train's first step (1 rank and TP 2 x PP 2) equal torch autograd on
+the transformers model; export -> from_pretrained loads with no missing or
+unexpected keys and gives identical logits; import -> export -> import is
+bit-exact; unsupported config fields are refused with the field named.
+Usage: hf_interop.py WHALE_CKPT WHALE_TRAIN WHALE_RUN"""
+import json, os, struct, subprocess, sys, tempfile
+import torch
+import transformers
+from transformers import AutoModelForCausalLM
+from safetensors.torch import load_file, save_file
+
+CKPT, TRAIN, RUN = sys.argv[1:4]
+T = tempfile.mkdtemp(prefix="whale-hf.")
+B, S = 4, 32  # S = n_positions: whale's wpe has the run's sequence length
+fails = []
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+
+def sh(args, ok=True):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if ok and p.returncode:
+        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+        raise SystemExit("FAIL: %s exited %d" % (args[:3], p.returncode))
+    return p
+
+
+def check(cond, what):
+    print(("  ok    " if cond else "  FAIL  ") + what)
+    if not cond:
+        fails.append(what)
+
+
+def model_for(kind):
+    common = dict(vocab_size=256)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=32, **common)
+    else:
+        kw = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, intermediate_size=176, max_position_embeddings=32,
+                  rms_norm_eps=1e-5, **common)
+        if kind == "llama":
+            cfg = transformers.LlamaConfig(rope_theta=500000.0, **kw)
+        elif kind == "llama-mha-tied":
+            kw["num_key_value_heads"] = 4
+            cfg = transformers.LlamaConfig(tie_word_embeddings=True, **kw)
+        elif kind == "mistral":
+            cfg = transformers.MistralConfig(sliding_window=4096, **kw)
+        else:
+            cfg = transformers.Qwen2Config(**kw)
+    torch.manual_seed(1)
+    m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    with torch.no_grad():  # every weight random: a swapped norm or bias shows
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.dim() == 1 else 0.0) * 0.5)
+    return m.eval()
+
+
+def tokens_file(path, n):
+    g = torch.Generator().manual_seed(2)
+    tok = torch.randint(0, 256, (n,), generator=g)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+        f.write(struct.pack("<%dH" % n, *tok.tolist()))
+    return tok
+
+
+def ref_step(m, kind, tok):
+    """loss and global gradient norm of one step on B samples of S+1 tokens"""
+    extra = []
+    if kind == "qwen2":  # whale's Qwen2 has zero o/mlp biases: they get gradients too
+        for l in m.model.layers:
+            for lin in (l.self_attn.o_proj, l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj):
+                lin.bias = torch.nn.Parameter(torch.zeros(lin.out_features))
+                extra.append(lin.bias)
+    x = torch.stack([tok[b * S:b * S + S] for b in range(B)])
+    y = torch.stack([tok[b * S + 1:b * S + S + 1] for b in range(B)])
+    m.zero_grad()
+    logits = m(x).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    loss.backward()
+    gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None))
+    for l in m.model.layers if kind == "qwen2" else []:
+        for lin in (l.self_attn.o_proj, l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj):
+            lin.bias = None
+    return loss.item(), gn.item(), x
+
+
+def whale_step(tag, conf, data, ck, n=1, layout=(), extra=()):
+    met = os.path.join(T, tag + ".jsonl")
+    start = ["--init-from", ck] if conf is None else ["--model", conf, "--resume", ck]
+    args = [TRAIN] + start + ["--data", data, "--steps", "1",
+            "--batch", str(B), "--seq", str(S), "--threads", "1", "--no-progress",
+            "--metrics", met, "--precision", "fp32"] + list(extra)
+    if n > 1:
+        args = [RUN, "-n", str(n), "--timeout", "280"] + list(layout) + args
+    sh(["timeout", "300"] + args)
+    rows = [json.loads(l) for l in open(met) if '"step"' in l]
+    return rows[0]["loss"], rows[0]["grad_norm"]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def family(kind):
+    print(kind)
+    d = os.path.join(T, kind)
+    m = model_for(kind)
+    m.save_pretrained(d + "/hf", safe_serialization=True)
+    tok = tokens_file(d + "/tok.bin", B * S + 1)
+    sh([CKPT, "import", d + "/hf", "-o", d + "/w"])
+    conf = d + "/w/model.conf"
+    loss, gn, x = ref_step(m, kind, tok)
+    wl, wg = whale_step(kind + "-1", conf, d + "/tok.bin", d + "/w")
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "1 rank: loss %.7f vs torch %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)"
+          % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
+    if os.environ.get("WHALE_HF_SKIP_4") != "1":
+        # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
+        wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
+                              ("--tp", "2", "--pp", "2"),
+                              ("--lr", "0", "--whale-ckpt-dir", d + "/ck4",
+                               "--whale-ckpt-every", "1"))
+        check(rel(wl4, loss) <= 1e-5 and rel(wg4, gn) <= 1e-4,
+              "TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+              % (wl4, rel(wl4, loss), wg4, rel(wg4, gn)))
+    # export -> from_pretrained: no missing/unexpected keys, identical logits
+    sh([CKPT, "export", "--hf", d + "/out", d + "/w", "--model", conf, "--hf-config",
+        d + "/w/hf_config.json", "--max-shard-mb", "0.05"])
+    m2, info = AutoModelForCausalLM.from_pretrained(d + "/out", output_loading_info=True,
+                                                    torch_dtype=torch.float32)
+    bad = {k: v for k, v in info.items() if v}
+    check(not bad, "export loads with no missing/unexpected keys: %s" % (bad or "none"))
+    nsh = len([f for f in os.listdir(d + "/out") if f.endswith(".safetensors")])
+    with torch.no_grad():
+        same = torch.equal(m(x).logits, m2.eval()(x).logits)
+    check(same, "export -> from_pretrained: identical logits (%d shard files)" % nsh)
+    # --init-from HF_DIR: the model from config.json, each rank's slices from the files
+    wl, wg = whale_step(kind + "-i1", None, d + "/tok.bin", d + "/hf")
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "--init-from, 1 rank: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if os.environ.get("WHALE_HF_SKIP_4") != "1":
+        wl, wg = whale_step(kind + "-i4", None, d + "/tok.bin", d + "/hf", 4,
+                            ("--tp", "2", "--dp", "2"), ("--zero", "3"))
+        check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+              "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+              % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
+        sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
+            d + "/w/hf_config.json"])
+        m4, info4 = AutoModelForCausalLM.from_pretrained(d + "/out4", output_loading_info=True,
+                                                         torch_dtype=torch.float32)
+        with torch.no_grad():
+            same = torch.equal(m(x).logits, m4.eval()(x).logits)
+        check(same and not any(info4.values()),
+              "export of the TP2xPP2 checkpoint -> from_pretrained: identical logits")
+    # import -> export -> import: bit-exact whale checkpoints
+    sh([CKPT, "import", d + "/out", "-o", d + "/w2"])
+    sh([CKPT, "convert", d + "/w", d + "/a.safetensors"])
+    sh([CKPT, "convert", d + "/w2", d + "/b.safetensors"])
+    a, b = load_file(d + "/a.safetensors"), load_file(d + "/b.safetensors")
+    check(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a),
+          "import -> export -> import bit-exact (%d tensors)" % len(a))
+
+
+def refused(name, mutate, field, kind="llama"):
+    d = os.path.join(T, "bad-" + name)
+    m = model_for(kind)
+    m.save_pretrained(d, safe_serialization=True)
+    mutate(d)
+    p = sh([CKPT, "import", d, "-o", d + "/w"], ok=False)
+    check(p.returncode != 0 and field in p.stderr and not os.path.exists(d + "/w"),
+          "refused %s: %s" % (name, (p.stderr.strip().splitlines() or ["(nothing)"])[-1]))
+
+
+def set_cfg(**kv):
+    def f(d):
+        c = json.load(open(d + "/config.json"))
+        c.update(kv)
+        json.dump(c, open(d + "/config.json", "w"))
+    return f
+
+
+def add_tensor(d):
+    t = load_file(d + "/model.safetensors")
+    t["model.layers.0.self_attn.q_norm.weight"] = torch.ones(16)
+    save_file(t, d + "/model.safetensors", metadata={"format": "pt"})
+
+
+def drop_tensor(d):
+    t = load_file(d + "/model.safetensors")
+    del t["model.layers.1.mlp.up_proj.weight"]
+    save_file(t, d + "/model.safetensors", metadata={"format": "pt"})
+
+
+def main():
+    print("transformers %s, torch %s, in %s" % (transformers.__version__, torch.__version__, T))
+    for kind in (sys.argv[4:] or ["gpt2", "llama", "llama-mha-tied", "mistral", "qwen2"]):
+        family(kind)
+    print("refusals")
+    refused("rope_scaling", set_cfg(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}), '"rope_scaling"')
+    refused("model_type", set_cfg(model_type="gpt_neox"), '"model_type" = "gpt_neox"')
+    refused("rms_norm_eps", set_cfg(rms_norm_eps=1e-6), '"rms_norm_eps" = 1e-06')
+    refused("attention_bias", set_cfg(attention_bias=True), '"attention_bias" = true')
+    refused("qwen2 sliding window", set_cfg(use_sliding_window=True), '"use_sliding_window"',
+            "qwen2")
+    refused("head_dim", set_cfg(head_dim=32), '"head_dim" = 32')
+    refused("unexpected tensor", add_tensor, "unexpected tensor model.layers.0.self_attn.q_norm")
+    refused("missing tensor", drop_tensor, "model.layers.1.mlp.up_proj.weight is missing")
+    refused("tie mismatch", set_cfg(tie_word_embeddings=True), "lm_head.weight")
+    if fails:
+        raise SystemExit("FAIL: %d check(s): %s" % (len(fails), "; ".join(fails)))
+    subprocess.run(["rm", "-rf", T])
+    print("all ok")
+
+
+main()

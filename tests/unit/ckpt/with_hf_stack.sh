@@ -1,0 +1,13 @@
+#!/bin/bash
+# Runs a Python test with /usr/bin/python3 (the interpreter with Debian's
+# torch), installing the Hugging Face reference stack first when it is
+# missing (the same pins as contrib/install-deps.sh): a missing stack is a
+# failure of the install, never a skip.
+# Usage: with_hf_stack.sh SCRIPT.py ARGS...
+set -euo pipefail
+PY=/usr/bin/python3
+if ! $PY -c "import transformers, tokenizers, safetensors, sentencepiece, torch" 2>/dev/null; then
+  echo "installing the reference stack (transformers on Debian's torch)"
+  $PY -m pip install -q --break-system-packages "transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99"
+fi
+exec $PY "$@"
