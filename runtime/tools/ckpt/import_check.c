@@ -118,8 +118,8 @@ static int on_end(void *user)
     if (c->unknown)
         whale_error("%s: whale-train loads tensors by whale's parameter names (wte, "
                     "h.0.attn.qkv.w, ..., as `whale-ckpt convert CKPT OUT --params-only` "
-                    "writes them); files with other names (Hugging Face's) need an importer "
-                    "that does not exist yet", c->file);
+                    "writes them); for a Hugging Face model directory use `whale-ckpt import "
+                    "HF_DIR` or `whale-train --init-from HF_DIR`", c->file);
     if (c->unknown || c->wrong || missing) {
         whale_error("%s: not converted (%s is not a checkpoint of model %s)", c->file, c->file,
                     c->model);
