@@ -21,7 +21,13 @@ reldiff() {
   python3 - "$1" "$2" <<'PY'
 import json, sys
 def losses(f):
-    return [json.loads(l)["loss"] for l in open(f) if '"loss"' in l and "summary" not in l]
+    # a step redone after a recovery is logged again: the last line of a step counts
+    by_step = {}
+    for l in open(f):
+        r = json.loads(l)
+        if "loss" in r and "step" in r and "summary" not in r:
+            by_step[r["step"]] = r["loss"]
+    return [by_step[k] for k in sorted(by_step)]
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 if len(a) != 20 or len(b) != 20:
     print("steps %d %d" % (len(a), len(b))); sys.exit(0)

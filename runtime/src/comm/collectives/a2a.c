@@ -100,7 +100,15 @@ static int run(whale_group *g, struct comm_a2a *a, bool equal)
         /* the segment path cuts blocks into steps: every member needs the
          * same number of them, hence the largest block of the group */
         int64_t v = (int64_t)mine, m = 0;
-        rc = whale_allreduce(g, &v, &m, 1, WHALE_INT64, WHALE_MAX);
+        /* through the progress engine on every member: the blocking call
+         * takes a shortcut past the engine when this member's queue is
+         * empty, and a member whose queue still holds an operation (a
+         * non-blocking collective in flight) takes the engine, so the two
+         * could wait on different steps of the segment */
+        whale_req *req = NULL;
+        rc = whale_iallreduce(g, &v, &m, 1, WHALE_INT64, WHALE_MAX, &req);
+        if (!rc)
+            rc = whale_wait(req);
         if (rc)
             return rc;
         a->maxlen = (size_t)m;
