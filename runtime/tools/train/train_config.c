@@ -15,6 +15,7 @@
 #include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/modeldesc.h"
 #include "whale/parallel.h"
 #include "whale/planjob.h"
 
@@ -67,11 +68,6 @@ static int load_plan(struct train *t)
 
 /* Expert parallelism needs experts to shard: the model format has no MoE
  * layers yet, so every model is dense. */
-static bool model_has_moe(const struct whale_model_desc *m)
-{
-    (void)m;
-    return false;
-}
 
 /* EP from --ep, else WHALE_EP, else the plan: more than 1 with a dense model
  * is refused before any rank starts, instead of silently training dense. */
@@ -95,9 +91,14 @@ static int check_ep(const struct train *t)
         ep = whale_grid_ep(&t->plan.grid);
         snprintf(from, sizeof from, "the plan's \"ep\": %ld", ep);
     }
-    if (ep > 1 && !model_has_moe(&t->md)) {
+    if (ep > 1 && whale_model_desc_moe_blocks(&t->md) == 0) {
         fprintf(stderr, "whale-train: %s needs a model with MoE layers; %s has none\n", from,
                 t->o.model);
+        return 2;
+    }
+    if (ep > 1) { /* the MoE layers run every expert on every DP rank for now */
+        fprintf(stderr, "whale-train: %s: expert parallelism is not implemented yet (each rank "
+                "keeps all experts of %s); run with EP 1\n", from, t->o.model);
         return 2;
     }
     return TRAIN_GO;

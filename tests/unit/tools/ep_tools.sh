@@ -42,4 +42,8 @@ check "whale-train --ep 1 in a step with WHALE_EP=2 refused" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--ep 1 but this step runs WHALE_EP=2"* ]]'
 out=$("$TRAIN" "${common[@]}" --ep 1 2>&1); rc=$?
 check "whale-train --ep 1 trains" '[ $rc -eq 0 ]'
+# a MoE model: EP itself does not run yet, so EP > 1 is refused, not ignored
+out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 2 2>&1); rc=$?
+check "whale-train --ep 2 with a MoE model refused until EP runs" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism is not implemented yet"* ]]'
 exit $fail
