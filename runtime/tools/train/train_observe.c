@@ -48,7 +48,6 @@ void train_observe_defaults(struct train_observe *o)
 
 int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const char *arg)
 {
-    double v;
     switch (which) {
     case TRAIN_OBS_PROM_FILE:
         if (!*arg) {
@@ -58,15 +57,8 @@ int train_observe_opt(struct train_observe *o, enum train_obs_opt which, const c
         o->prom_file = arg;
         return 0;
     case TRAIN_OBS_PROM_EVERY:
-        if (whale_opt_double("whale-train", "--prom-every", arg, 1, 1e9, &v))
-            return 1;
-        if (v != floor(v)) {
-            fprintf(stderr, "whale-train: --prom-every=%s: expected an integer in "
-                    "1..1000000000\n", arg);
-            return 1;
-        }
-        o->prom_every = (long)v;
-        return 0;
+        return whale_opt_long("whale-train", "--prom-every", arg, 1, 1000000000, &o->prom_every)
+                   ? 1 : 0;
     case TRAIN_OBS_PROM_PORT:
         /* decimal only: strtod read 0x10 as port 16 */
         if (whale_parse_long(arg, 0, 65535, &o->prom_port)) {
