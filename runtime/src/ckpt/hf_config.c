@@ -7,10 +7,12 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/readfile.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* whale's LayerNorm and RMSNorm epsilon (kernels: 1e-5f) */
@@ -355,19 +357,39 @@ int hf_write_conf(const char *path, const struct whale_model_desc *md, const cha
     return 0;
 }
 
-int whale_hf_config_read(const char *hf_dir, struct whale_model_desc *md, const char **family)
+void *hf_json_load(const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (whale_read_file(path, WHALE_READ_MAX_TEXT, 0, &buf, &len))
+        return NULL; /* logged with the path and the reason */
+    json_error_t je;
+    json_t *j = json_loadb(buf, len, 0, &je);
+    free(buf);
+    if (!j)
+        whale_error("%s:%d: %s", path, je.line, je.text);
+    return j;
+}
+
+int hf_config_load(const char *hf_dir, struct whale_model_desc *md, enum hf_family *fam)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s/config.json", hf_dir);
-    json_error_t je;
-    json_t *c = json_load_file(p, 0, &je);
-    if (!c) {
-        whale_error("%s:%d: %s", p, je.line, je.text);
-        return WHALE_ECONF;
+    if ((size_t)snprintf(p, sizeof p, "%s/config.json", hf_dir) >= sizeof p) {
+        whale_error("%s: path too long", hf_dir);
+        return WHALE_EINVAL;
     }
-    enum hf_family fam;
-    int rc = hf_config_parse(c, p, md, &fam);
+    json_t *c = hf_json_load(p);
+    if (!c)
+        return WHALE_ECONF;
+    int rc = hf_config_parse(c, p, md, fam);
     json_decref(c);
+    return rc;
+}
+
+int whale_hf_config_read(const char *hf_dir, struct whale_model_desc *md, const char **family)
+{
+    enum hf_family fam;
+    int rc = hf_config_load(hf_dir, md, &fam);
     if (!rc && family)
         *family = hf_family_name(fam);
     return rc;

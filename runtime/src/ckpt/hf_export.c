@@ -153,12 +153,8 @@ int whale_hf_export(const char *ckpt_dir, const char *model, const char *hf_conf
     json_t *cfg = NULL;
     enum hf_family fam;
     if (hf_config) {
-        json_error_t je;
-        cfg = json_load_file(hf_config, 0, &je);
-        if (!cfg) {
-            whale_error("%s:%d: %s", hf_config, je.line, je.text);
+        if (!(cfg = hf_json_load(hf_config)))
             return WHALE_ECONF;
-        }
         struct whale_model_desc cmd;
         rc = hf_config_parse(cfg, hf_config, &cmd, &fam);
         if (!rc && (cmd.layers != md.layers || cmd.hidden != md.hidden ||

@@ -40,18 +40,11 @@ static int copy_file(const char *from, const char *to)
 
 int whale_hf_import(const char *hf_dir, const char *out_dir)
 {
+    struct whale_model_desc md;
     char cp[4096];
     snprintf(cp, sizeof cp, "%s/config.json", hf_dir);
-    json_error_t je;
-    json_t *cfg = json_load_file(cp, 0, &je);
-    if (!cfg) {
-        whale_error("%s:%d: %s", cp, je.line, je.text);
-        return WHALE_ECONF;
-    }
-    struct whale_model_desc md;
     enum hf_family fam;
-    int rc = hf_config_parse(cfg, cp, &md, &fam);
-    json_decref(cfg);
+    int rc = hf_config_load(hf_dir, &md, &fam);
     if (rc)
         return rc;
     struct hf_src s;

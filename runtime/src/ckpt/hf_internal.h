@@ -37,6 +37,12 @@ int hf_map_build(const struct whale_model_desc *md, enum hf_family fam, const ch
                  struct hf_ent **out, size_t *n);
 
 /* config.json (parsed) -> description; refusals name the field. */
+/* A JSON file of a model directory (config.json, the shard index), read
+ * through whale/readfile.h (regular file, bounded, non-blocking); NULL with
+ * the reason logged. The caller json_decref()s it. */
+void *hf_json_load(const char *path);
+/* HF_DIR/config.json read and parsed (hf_config_parse). */
+int hf_config_load(const char *hf_dir, struct whale_model_desc *md, enum hf_family *fam);
 int hf_config_parse(void *cfg_json, const char *path, struct whale_model_desc *md,
                     enum hf_family *fam);
 /* description -> config.json object fields (set on `cfg`, a json_t *). */

@@ -58,12 +58,8 @@ int hf_src_open(const char *dir, struct hf_src *s)
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
     json_t *idx = NULL;
     if (!access(p, F_OK)) {
-        json_error_t je;
-        idx = json_load_file(p, 0, &je);
-        if (!idx) {
-            whale_error("%s:%d: %s", p, je.line, je.text);
+        if (!(idx = hf_json_load(p)))
             return WHALE_ECONF;
-        }
     }
     const char *names[4096];
     size_t nn = 0;

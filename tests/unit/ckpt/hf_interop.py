@@ -120,15 +120,14 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "1 rank: loss %.7f vs torch %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)"
           % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
-    if os.environ.get("WHALE_HF_SKIP_4") != "1":
-        # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
-        wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
-                              ("--tp", "2", "--pp", "2"),
-                              ("--lr", "0", "--whale-ckpt-dir", d + "/ck4",
-                               "--whale-ckpt-every", "1"))
-        check(rel(wl4, loss) <= 1e-5 and rel(wg4, gn) <= 1e-4,
-              "TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
-              % (wl4, rel(wl4, loss), wg4, rel(wg4, gn)))
+    # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
+    wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
+                          ("--tp", "2", "--pp", "2"),
+                          ("--lr", "0", "--whale-ckpt-dir", d + "/ck4",
+                           "--whale-ckpt-every", "1"))
+    check(rel(wl4, loss) <= 1e-5 and rel(wg4, gn) <= 1e-4,
+          "TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl4, rel(wl4, loss), wg4, rel(wg4, gn)))
     # export -> from_pretrained: no missing/unexpected keys, identical logits
     sh([CKPT, "export", "--hf", d + "/out", d + "/w", "--model", conf, "--hf-config",
         d + "/w/hf_config.json", "--max-shard-mb", "0.05"])
@@ -145,12 +144,11 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "--init-from, 1 rank: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
-    if os.environ.get("WHALE_HF_SKIP_4") != "1":
-        wl, wg = whale_step(kind + "-i4", None, d + "/tok.bin", d + "/hf", 4,
-                            ("--tp", "2", "--dp", "2"), ("--zero", "3"))
-        check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
-              "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
-              % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    wl, wg = whale_step(kind + "-i4", None, d + "/tok.bin", d + "/hf", 4,
+                        ("--tp", "2", "--dp", "2"), ("--zero", "3"))
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
     if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
         sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
             d + "/w/hf_config.json"])
