@@ -53,6 +53,8 @@ struct eng_dims {
     bool no_bias;    /* linear layers without biases */
     bool untied;     /* the head has its own lm_head.w (vocab-parallel) */
     float rope_theta;
+    struct whale_rope_scaling rope_sc; /* rotary context extension (kind NONE: none) */
+    float norm_eps;  /* RMSNorm epsilon (NormEps=; LayerNorm's is 1e-5) */
     int KV;          /* global key/value heads */
     int KVl, k0;     /* key/value heads this rank computes, first one's global index */
     int hq0;         /* global index of this rank's first query head */
