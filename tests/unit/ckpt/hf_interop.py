@@ -72,6 +72,8 @@ def model_for(kind):
     with torch.no_grad():  # every weight random: a swapped norm or bias shows
         for p in m.parameters():
             p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.dim() == 1 else 0.0) * 0.5)
+        if kind == "qwen2":  # mean(x^2) ~ 1e-6 at the first norm: eps 1e-6 vs 1e-5 shows
+            m.model.embed_tokens.weight.mul_(0.01)
     return m.eval()
 
 
