@@ -18,11 +18,11 @@
 /* whale's LayerNorm epsilon (kernels: 1e-5f); RMSNorm takes any */
 #define HF_WHALE_EPS 1e-5
 
-static const char *fam_names[] = {"gpt2", "llama", "mistral", "qwen2"};
+static const char *fam_names[] = {"gpt2", "llama", "mistral", "qwen2", "mixtral"};
 
 const char *hf_family_name(enum hf_family f)
 {
-    return (unsigned)f < 4 ? fam_names[f] : "?";
+    return (unsigned)f < HF_NFAMILIES ? fam_names[f] : "?";
 }
 
 struct cfgctx {
@@ -148,11 +148,13 @@ static int parse_rope_scaling(struct cfgctx *x, struct whale_model_desc *md, enu
     }
     if (!strcmp(ty, "default"))
         return 0;
-    if (fam == HF_MISTRAL) {
-        /* transformers' Mistral ignores rope_scaling: importing it scaled
-         * would compute something else than the model was trained with */
+    if (fam == HF_MISTRAL || fam == HF_MIXTRAL) {
+        /* transformers' Mistral and Mixtral ignore rope_scaling: importing
+         * it scaled would compute something else than the model was
+         * trained with */
         whale_error("%s: field \"rope_scaling.%s\" = \"%s\" is not supported for model_type "
-                    "mistral (its rotary embedding takes no scaling)", x->path, key, ty);
+                    "%s (its rotary embedding takes no scaling)", x->path, key, ty,
+                    hf_family_name(fam));
         return WHALE_ENOTSUP;
     }
     struct whale_rope_scaling *sc = &md->rope_scaling;
@@ -242,6 +244,51 @@ static int parse_gpt2(struct cfgctx *x, struct whale_model_desc *md)
     return 0;
 }
 
+/* Mixtral's sparse MoE block on every layer: softmax over all experts,
+ * the top k renormalized to sum 1 (Gate=softmax GateRenorm=yes), no
+ * capacity limit. Its load-balancing loss is part of the training loss
+ * only with output_router_logits (transformers' convention); no z-loss. */
+static int parse_mixtral_moe(struct cfgctx *x, struct whale_model_desc *md)
+{
+    struct whale_moe_desc *m = &md->moe;
+    int rc;
+    m->topk = 2;
+    if ((rc = get_int(x, "num_local_experts", 2, 4096, &m->experts)) ||
+        (rc = opt_int(x, "num_experts_per_tok", 1, 4096, &m->topk)))
+        return rc;
+    if (m->topk > m->experts) {
+        whale_error("%s: field \"num_experts_per_tok\" = %d is more than \"num_local_experts\" "
+                    "= %d", x->path, m->topk, m->experts);
+        return WHALE_ECONF;
+    }
+    json_t *j = json_object_get(x->c, "router_jitter_noise");
+    if (j && !json_is_null(j) && !(json_is_number(j) && json_number_value(j) == 0)) {
+        whale_error("%s: field \"router_jitter_noise\" = %g is not supported: whale's router "
+                    "has no input noise", x->path, json_number_value(j));
+        return WHALE_ENOTSUP;
+    }
+    bool aux_on;
+    if ((rc = opt_bool(x, "output_router_logits", false, &aux_on)))
+        return rc;
+    json_t *ac = json_object_get(x->c, "router_aux_loss_coef");
+    double coef = json_is_number(ac) ? json_number_value(ac) : 0.001;
+    if (!(coef >= 0 && coef <= 1)) {
+        whale_error("%s: field \"router_aux_loss_coef\" = %g is out of range 0..1", x->path,
+                    coef);
+        return WHALE_ECONF;
+    }
+    m->ffn = md->ffn;
+    m->shared = 0;
+    m->every = 1;
+    m->first = 0;
+    m->gate = WHALE_GATE_SOFTMAX;
+    m->renorm = true;
+    m->capacity = 0;
+    m->aux = aux_on ? coef : 0;
+    m->zloss = 0;
+    return 0;
+}
+
 static int parse_llama(struct cfgctx *x, struct whale_model_desc *md, enum hf_family fam)
 {
     int rc;
@@ -322,7 +369,7 @@ static int parse_llama(struct cfgctx *x, struct whale_model_desc *md, enum hf_fa
     md->norm = WHALE_NORM_RMSNORM;
     md->position = WHALE_POS_ROTARY;
     md->no_bias = fam != HF_QWEN2;
-    return 0;
+    return fam == HF_MIXTRAL ? parse_mixtral_moe(x, md) : 0;
 }
 
 int hf_config_parse(void *cfg_json, const char *path, struct whale_model_desc *md,
@@ -338,12 +385,12 @@ int hf_config_parse(void *cfg_json, const char *path, struct whale_model_desc *m
         return WHALE_ECONF;
     }
     int f = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < HF_NFAMILIES; i++)
         if (!strcmp(mt, fam_names[i]))
             f = i;
     if (f < 0) {
         whale_error("%s: field \"model_type\" = \"%s\" is not supported (gpt2, llama, mistral, "
-                    "qwen2)", path, mt);
+                    "qwen2, mixtral)", path, mt);
         return WHALE_ENOTSUP;
     }
     *fam = (enum hf_family)f;
@@ -361,6 +408,22 @@ int hf_family_of(const struct whale_model_desc *md, enum hf_family *fam)
         md->position == WHALE_POS_LEARNED && !md->no_bias && md->kv_heads == md->heads) {
         *fam = HF_GPT2;
         return 0;
+    }
+    const struct whale_moe_desc *m = &md->moe;
+    if (m->experts > 0) {
+        if (md->mlp == WHALE_MLP_SWIGLU && md->norm == WHALE_NORM_RMSNORM &&
+            md->position == WHALE_POS_ROTARY && md->no_bias && m->shared == 0 &&
+            m->every == 1 && m->first == 0 && m->gate == WHALE_GATE_SOFTMAX && m->renorm &&
+            m->capacity == 0 && m->zloss == 0 && m->ffn == md->ffn &&
+            md->rope_scaling.kind == WHALE_ROPE_NONE) {
+            *fam = HF_MIXTRAL;
+            return 0;
+        }
+        whale_error("%s: a MoE model exports as Mixtral only with MLP=swiglu Norm=rmsnorm "
+                    "Position=rotary Bias=no, no RopeScaling, every block MoE (MoEEvery=1 "
+                    "MoEFirst=0), Gate=softmax GateRenorm=yes, no SharedExperts, "
+                    "CapacityFactor=dropless, ZLoss=0 and ExpertFFN=FFN", md->source);
+        return WHALE_ENOTSUP;
     }
     if (md->mlp == WHALE_MLP_SWIGLU && md->norm == WHALE_NORM_RMSNORM &&
         md->position == WHALE_POS_ROTARY) {
@@ -393,7 +456,7 @@ int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_fa
 {
     json_t *c = cfg_json;
     static const char *arch[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
-                                 "Qwen2ForCausalLM"};
+                                 "Qwen2ForCausalLM", "MixtralForCausalLM"};
     json_t *a = json_array();
     json_array_append_new(a, json_string(arch[fam]));
     json_object_set_new(c, "architectures", a);
@@ -444,6 +507,14 @@ int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_fa
     }
     if (fam == HF_QWEN2)
         json_object_set_new(c, "use_sliding_window", json_false());
+    if (fam == HF_MIXTRAL) {
+        SETI("num_local_experts", md->moe.experts);
+        SETI("num_experts_per_tok", md->moe.topk);
+        json_object_set_new(c, "output_router_logits", json_boolean(md->moe.aux > 0));
+        json_object_set_new(c, "router_aux_loss_coef",
+                            md->moe.aux > 0 ? json_real(md->moe.aux) : json_real(0.001));
+        json_object_set_new(c, "router_jitter_noise", json_real(0));
+    }
     return 0;
 }
 
@@ -472,6 +543,11 @@ int hf_write_conf(const char *path, const struct whale_model_desc *md, const cha
                 (double)sc->high_freq, sc->orig_seq);
     if (md->norm_eps > 0 && md->norm_eps != 1e-5f)
         fprintf(f, " NormEps=%.9g", (double)md->norm_eps);
+    const struct whale_moe_desc *m = &md->moe;
+    if (m->experts > 0)
+        fprintf(f, " Experts=%d TopK=%d ExpertFFN=%d Gate=%s GateRenorm=%s "
+                   "CapacityFactor=dropless AuxLoss=%.9g ZLoss=0", m->experts, m->topk, m->ffn,
+                whale_gate_name(m->gate), m->renorm ? "yes" : "no", m->aux);
     fprintf(f, "\n");
     if (fclose(f)) {
         whale_error("cannot write %s: %m", path);

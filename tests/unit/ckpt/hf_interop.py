@@ -1,6 +1,6 @@
 """Hugging Face interchange against transformers (Debian's torch, fp32).
 
-For GPT-2, Llama, Mistral and Qwen2 (small configs, random weights made
+For GPT-2, Llama, Mistral, Qwen2 and Mixtral (small configs, random weights made
 here, no downloads): whale-ckpt import, then the loss and gradient norm of
 whale-train's first step (1 rank and TP 2 x PP 2) equal torch autograd on
 the transformers model; export -> from_pretrained loads with no missing or
@@ -64,6 +64,10 @@ def model_for(kind):
                                            rope_scaling=dict(type="linear", factor=2.0), **kw)
         elif kind == "mistral":
             cfg = transformers.MistralConfig(sliding_window=4096, **kw)
+        elif kind == "mixtral":  # 4 experts, top 2 (whale: every block MoE, EP 1)
+            kw["intermediate_size"] = 96
+            cfg = transformers.MixtralConfig(sliding_window=None, num_local_experts=4,
+                                             num_experts_per_tok=2, **kw)
         else:  # Qwen2's own epsilon (1e-6), carried into whale's RMSNorm
             kw["rms_norm_eps"] = 1e-6
             cfg = transformers.Qwen2Config(**kw)
@@ -228,7 +232,8 @@ def drop_tensor(d):
 
 def main():
     print("transformers %s, torch %s, in %s" % (transformers.__version__, torch.__version__, T))
-    for kind in (sys.argv[5:] or ["gpt2", "llama", "llama-mha-tied", "mistral", "qwen2"]):
+    for kind in (sys.argv[5:] or ["gpt2", "llama", "llama-mha-tied", "mistral", "qwen2",
+                                  "mixtral"]):
         family(kind)
     print("refusals")
     refused("rope_scaling yarn", set_cfg(rope_scaling={"rope_type": "yarn", "factor": 4.0,
@@ -240,6 +245,8 @@ def main():
     refused("mistral rope_scaling", set_cfg(rope_scaling={"type": "linear", "factor": 2.0}),
             '"rope_scaling.type" = "linear" is not supported for model_type mistral', "mistral")
     refused("model_type", set_cfg(model_type="gpt_neox"), '"model_type" = "gpt_neox"')
+    refused("mixtral router_jitter_noise", set_cfg(router_jitter_noise=0.1),
+            '"router_jitter_noise" = 0.1', "mixtral")
     refused("gpt2 layer_norm_epsilon", set_cfg(layer_norm_epsilon=1e-6),
             '"layer_norm_epsilon" = 1e-06', "gpt2")
     refused("attention_bias", set_cfg(attention_bias=True), '"attention_bias" = true')
