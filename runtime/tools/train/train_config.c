@@ -130,6 +130,11 @@ int train_resolve_config(struct train *t)
                                   plan_micro && o->accum == 0 && !o->batch_set);
     if (!strcmp(t->src_micro, "the default"))
         t->src_micro = "--batch / (DP x grad-accum)";
+    if (!o->dp_shares) { /* checked with the layout (--dp-shares' rules) */
+        const char *ev = whale_knob_getenv("WHALE_DP_SHARES");
+        if (ev && *ev)
+            o->dp_shares = ev;
+    }
     /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
     if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
         return 2;
@@ -204,6 +209,10 @@ static int resolve_shares(struct train *t)
     for (int i = 1; t->have_plan && i < plan->n_dp_batch; i++)
         plan_uneven |= plan->dp_batch[i] != plan->dp_batch[0];
     if (!o->dp_shares && !plan_uneven)
+        return 2;
+    /* auto: the even split to start from; the calibration of the first
+     * steps moves it (train_rebalance.c) */
+    if (o->dp_shares && !strcmp(o->dp_shares, "auto"))
         return 2;
     long *sh = calloc((size_t)n, sizeof *sh);
     if (!sh)

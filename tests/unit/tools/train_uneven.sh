@@ -83,6 +83,23 @@ d=$(reldiff "$T/ref4.jsonl" "$T/k4.jsonl")
 check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses (max rel diff $d)" \
   'within "$d" 1e-5 && [[ "$out" == *"elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)"* ]]'
 
+# --dp-shares=auto: the calibration over the first steps moves micro-batches
+# away from a replica made 3 times slower (WHALE_SLOWDOWN: it sleeps the
+# difference, so the load of the machine cannot hide it); the losses stay
+# those of one rank
+out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 2 "$TRAIN" "${common[@]}" --micro-batch 1 --grad-accum 4 \
+      --dp-shares=auto --metrics "$T/auto.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/one.jsonl" "$T/auto.jsonl")
+check "--dp-shares=auto: the calibration moves micro-batches to the fast replica, same losses (max rel diff $d)" \
+  '[ $rc -eq 0 ] && within "$d" 1e-5 && [[ "$out" == *"rebalance after step 3 (calibration): micro-batches per DP replica 4,4 -> "* ]] &&
+   python3 -c "import json,sys; e=[json.loads(l)[\"rebalance\"] for l in open(sys.argv[1]) if \"rebalance\" in l]; sys.exit(0 if e and e[0][\"to\"][1] < 4 else 1)" "$T/auto.jsonl"'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --dp-shares=auto 2>&1); rc=$?
+check "--dp-shares=auto at ZeRO 3 refused with the reason" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"--dp-shares=auto: shares that follow the replicas'"'"' speeds need"*"ZeRO 2/3"* ]]'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --rebalance=2x 2>&1); rc=$?
+check "--rebalance with a bad threshold refused, naming the option and the range" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"--rebalance=2x: expected THRESHOLD[:STEPS]"* ]]'
+
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3 2>&1); rc=$?
 check "--dp-shares with one entry for DP 2 refused, naming the option" \
   '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares=3: 1 entries, expected one per DP replica (DP = 2)"* ]]'
