@@ -90,9 +90,10 @@ check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses 
 out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 2 "$TRAIN" "${common[@]}" --micro-batch 1 --grad-accum 4 \
       --dp-shares=auto --metrics "$T/auto.jsonl" 2>&1); rc=$?
 d=$(reldiff "$T/one.jsonl" "$T/auto.jsonl")
+ev='"rebalance":{"step":3,"reason":"calibration","from":\[4,4\],"to":\[[5-7],[1-3]\]'
 check "--dp-shares=auto: the calibration moves micro-batches to the fast replica, same losses (max rel diff $d)" \
   '[ $rc -eq 0 ] && within "$d" 1e-5 && [[ "$out" == *"rebalance after step 3 (calibration): micro-batches per DP replica 4,4 -> "* ]] &&
-   python3 -c "import json,sys; e=[json.loads(l)[\"rebalance\"] for l in open(sys.argv[1]) if \"rebalance\" in l]; sys.exit(0 if e and e[0][\"to\"][1] < 4 else 1)" "$T/auto.jsonl"'
+   grep -q "$ev" "$T/auto.jsonl"'
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --dp-shares=auto 2>&1); rc=$?
 check "--dp-shares=auto at ZeRO 3 refused with the reason" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--dp-shares=auto: shares that follow the replicas'"'"' speeds need"*"ZeRO 2/3"* ]]'
