@@ -4,8 +4,8 @@
  * train_balance.c; this file measures, agrees and applies.
  *
  * Measure: every rank's compute seconds of the step (forward, backward,
- * optimizer; the time blocked in DP collectives is the engine's t_wait and
- * not compute), the slowest rank of each replica, agreed over the job by
+ * optimizer, timed by the engine around each layer: the time blocked in DP
+ * collectives is not in it), the slowest rank of each replica, agreed over the job by
  * one allreduce (MAX) of a vector with one entry per replica. Every rank
  * feeds the same vector to the same detector, so all decide the same step
  * and the same shares.
@@ -294,9 +294,9 @@ int train_rebalance_step(struct train *t, const struct whale_step_stats *st, lon
         rb.active = false;
         return 0;
     }
-    double c = st->t_compute - st->t_wait;
-    if (c < 0)
-        c = 0;
+    /* the engine times compute around each layer's forward and backward
+     * and the optimizer: the waits in DP collectives are outside it */
+    double c = st->t_compute;
     if (rb.slow_rank == t->rank && step1 >= rb.slow_from && rb.slow_factor > 1) {
         double extra = (rb.slow_factor - 1) * c;
         struct timespec ts = { (time_t)extra, (long)((extra - floor(extra)) * 1e9) };
@@ -311,6 +311,13 @@ int train_rebalance_step(struct train *t, const struct whale_step_stats *st, lon
         whale_error("rank %d: agreeing on the replicas' step times failed: %s", t->rank,
                     whale_strerror(rc));
         return 1;
+    }
+    if (line) { /* what the decisions see: each replica's compute seconds */
+        json_t *a = json_array();
+        for (int i = 0; a && i < rb.n; i++)
+            json_array_append_new(a, json_real(rb.vec[i]));
+        if (a)
+            json_object_set_new(line, "replica_compute_s", a);
     }
     if (++rb.measured == 1)
         return 0; /* the first step warms caches: not a speed */
