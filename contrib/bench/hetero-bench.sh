@@ -7,7 +7,8 @@
 #     (--dp-shares in proportion to the speeds): step time ratio, target
 #     >= 1.35x (ideal 1.5x = sum of speeds / (4 x slowest));
 #  2. each against the planner's prediction, target within 10 %: whale-plan
-#     is fitted (--fit-step) on one rank measured on a speed-1 node, then
+#     takes the links whale-bench calib measured on the four nodes and its
+#     compute fitted (--fit-step) on one rank measured on a speed-1 node, then
 #     predicts the even and balanced DP 4 plans on speed-1 ranks; a replica
 #     at speed s computes (forward, backward, optimizer) 1/s as fast, the
 #     exposed DP communication is unchanged; the step is its slowest replica;
@@ -19,8 +20,9 @@
 #
 #   contrib/bench/hetero-bench.sh [-i INSTANCE] [-b BUILD_DIR] [-u CORES] [-B BATCH] [-s STEPS]
 #
-# -u: cores that speed 1 stands for (default 0.4: the four quotas add up
-#     to 1.2 of this machine's cores, so that they bind under load)
+# -u: cores that speed 1 stands for (default 0.2: the four quotas add up
+#     to 0.6 of this machine's 2 cores, so that they bind when other work
+#     loads it; at 0.4 a load average of 16 compressed the ratio to 1.15x)
 # -B: global batch in micro-batches of 1 sample (default 24; a multiple of 12)
 # -s: steps of the throttled run (default 90; the throttle is at step 50)
 set -euo pipefail
@@ -28,7 +30,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 build=${WHALE_BUILD_DIR:-$src/build}
 inst=${WHALE_MC_INSTANCE:-7}
-unit=0.4
+unit=0.2
 batch=24
 steps=90
 while getopts "i:b:u:B:s:h" o; do
@@ -93,9 +95,12 @@ t_bal=$(med "$T/bal.jsonl" 3 12)
 
 # the planner: fitted on the one-rank step, then the DP 4 plans at speed 1
 plan=(whale-plan -m gpt-small -b "$batch" -G cpu -g 1 --cores-per-node 1 --threads 1)
+# the links as the four nodes see them (collectives under their quotas):
+# whale-bench calib's profile, then the compute fitted on top of it
+timeout 600 srun -N4 -n4 --whale-dp=4 whale-bench calib -o "$T/links.conf" -n 3 >/dev/null 2>&1
 whale-plan -m gpt-small -b "$b1" -N 1 -G cpu -g 1 --cores-per-node 1 --threads 1 --dp 1 \
-  --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none --fit-step "$t_one" \
-  --calib-out "$T/calib.conf" >/dev/null 2>&1
+  --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none --calib "$T/links.conf" \
+  --fit-step "$t_one" --calib-out "$T/calib.conf" >/dev/null 2>&1
 predict() {  # micro-batches per replica -> "compute+optimizer exposed_comm" at speed 1
   printf '{"version":1,"tp":1,"pp":1,"dp":4,"micro_batch":1,"num_micro_batches":%d,"zero":0,"recompute":"none"}\n' "$1" > "$T/p.json"
   "${plan[@]}" -N 4 --calib "$T/calib.conf" -p "$T/p.json" 2>/dev/null | python3 -c '

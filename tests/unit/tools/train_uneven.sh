@@ -6,10 +6,12 @@
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
 # the option or plan field; an elastic shrink from DP 4 to 3 keeps the
-# global batch with uneven shares.
-# usage: train_uneven.sh WHALE_RUN WHALE_TRAIN
+# global batch with uneven shares; --dp-shares=auto moves micro-batches away
+# from a slowed replica (recorded in the metrics and whale-report's report)
+# with the losses of one rank.
+# usage: train_uneven.sh WHALE_RUN WHALE_TRAIN [WHALE_REPORT]
 set -u
-RUN=$1 TRAIN=$2
+RUN=$1 TRAIN=$2 REPORT=${3:-}
 T=$(mktemp -d /tmp/whale-uneven-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0
@@ -94,6 +96,11 @@ ev='"rebalance":{"step":3,"reason":"calibration","from":\[4,4\],"to":\[[5-7],[1-
 check "--dp-shares=auto: the calibration moves micro-batches to the fast replica, same losses (max rel diff $d)" \
   '[ $rc -eq 0 ] && within "$d" 1e-5 && [[ "$out" == *"rebalance after step 3 (calibration): micro-batches per DP replica 4,4 -> "* ]] &&
    grep -q "$ev" "$T/auto.jsonl"'
+if [ -n "$REPORT" ]; then
+  out=$("$REPORT" "$T/auto.jsonl" -o "$T/report.html" 2>&1); rc=$?
+  check "whale-report lists the rebalance" \
+    '[ $rc -eq 0 ] && grep -qE "DP rebalances</td><td>[0-9]+; step 3 \(calibration\): 4,4 → " "$T/report.html"'
+fi
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --dp-shares=auto 2>&1); rc=$?
 check "--dp-shares=auto at ZeRO 3 refused with the reason" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--dp-shares=auto: shares that follow the replicas'"'"' speeds need"*"ZeRO 2/3"* ]]'
