@@ -80,13 +80,14 @@ echo "hetero-bench: minicluster $inst, speeds 1,1,0.5,0.5 (speed 1 = $unit cores
 
 # the planner's input: one rank on a speed-1 node, b1 micro-batches
 timeout 600 srun -N1 -n1 -w node1 whale-train "${common[@]}" --grad-accum "$b1" --steps 8 \
-  --metrics "$T/one.jsonl" >/dev/null 2>&1
+  --metrics "$T/one.jsonl" >"$T/one.log" 2>&1 \
+  || { echo "hetero-bench: the one-rank run failed:"; tail -5 "$T/one.log"; exit 1; }
 t_one=$(med "$T/one.jsonl" 3 8)
 
 run_dp4() {  # metrics, steps, extra args...
   local m=$1 n=$2; shift 2
   timeout 900 srun -N4 -n4 --whale-dp=4 whale-train "${common[@]}" --steps "$n" --metrics "$m" "$@" \
-    >"$m.log" 2>&1
+    >"$m.log" 2>&1 || { echo "hetero-bench: whale-train failed ($m):"; tail -5 "$m.log"; exit 1; }
 }
 run_dp4 "$T/even.jsonl" 12 --grad-accum "$q"
 t_even=$(med "$T/even.jsonl" 3 12)
@@ -97,10 +98,14 @@ t_bal=$(med "$T/bal.jsonl" 3 12)
 plan=(whale-plan -m gpt-small -b "$batch" -G cpu -g 1 --cores-per-node 1 --threads 1)
 # the links as the four nodes see them (collectives under their quotas):
 # whale-bench calib's profile, then the compute fitted on top of it
-timeout 600 srun -N4 -n4 --whale-dp=4 whale-bench calib -o "$T/links.conf" -n 3 >/dev/null 2>&1
+# (its GEMM peak is the slowest rank's: left out, the fit sets the compute)
+timeout 600 srun -N4 -n4 --whale-dp=4 whale-bench calib -o "$T/links.conf" -n 3 >"$T/calib.log" 2>&1 \
+  || { echo "hetero-bench: whale-bench calib failed:"; tail -5 "$T/calib.log"; exit 1; }
+grep -v '^Device=' "$T/links.conf" > "$T/links-only.conf"
 whale-plan -m gpt-small -b "$b1" -N 1 -G cpu -g 1 --cores-per-node 1 --threads 1 --dp 1 \
-  --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none --calib "$T/links.conf" \
-  --fit-step "$t_one" --calib-out "$T/calib.conf" >/dev/null 2>&1
+  --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none --calib "$T/links-only.conf" \
+  --fit-step "$t_one" --calib-out "$T/calib.conf" >"$T/fit.log" 2>&1 \
+  || { echo "hetero-bench: whale-plan --fit-step failed:"; tail -5 "$T/fit.log"; exit 1; }
 predict() {  # micro-batches per replica -> "compute+optimizer exposed_comm" at speed 1
   printf '{"version":1,"tp":1,"pp":1,"dp":4,"micro_batch":1,"num_micro_batches":%d,"zero":0,"recompute":"none"}\n' "$1" > "$T/p.json"
   "${plan[@]}" -N 4 --calib "$T/calib.conf" -p "$T/p.json" 2>/dev/null | python3 -c '

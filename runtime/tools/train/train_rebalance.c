@@ -183,12 +183,19 @@ static int rb_start(struct train *t)
     rb.vec = calloc((size_t)rb.n, sizeof *rb.vec);
     rb.next = calloc((size_t)rb.n, sizeof *rb.next);
     rb.sec = calloc((size_t)rb.n, sizeof *rb.sec);
-    if (!rb.units || !rb.vec || !rb.next || !rb.sec || train_drift_init(&rb.d, rb.n, rb.threshold, rb.patience, RB_ALPHA))
+    if (!rb.units || !rb.vec || !rb.next || !rb.sec ||
+        train_drift_init(&rb.d, rb.n, rb.threshold, rb.patience, RB_ALPHA)) {
+        whale_error("rank %d: out of memory for the shares of %d DP replicas", t->rank, rb.n);
         return 1;
+    }
     rb.vec[t->dp_rank] = (float)t->accum;
-    if (whale_allreduce(whale_world(t->ctx), rb.vec, rb.vec, (size_t)rb.n, WHALE_FLOAT32,
-                        WHALE_MAX))
+    int rc = whale_allreduce(whale_world(t->ctx), rb.vec, rb.vec, (size_t)rb.n, WHALE_FLOAT32,
+                             WHALE_MAX);
+    if (rc) {
+        whale_error("rank %d: agreeing on the replicas' shares failed: %s", t->rank,
+                    whale_strerror(rc));
         return 1;
+    }
     for (int i = 0; i < rb.n; i++)
         rb.units[i] = lrintf(rb.vec[i]);
     if (t->rank == 0 && !(rb.events = json_array()))
