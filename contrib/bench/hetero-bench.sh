@@ -8,8 +8,9 @@
 #     >= 1.35x (ideal 1.5x = sum of speeds / (4 x slowest));
 #  2. each against the planner's prediction, target within 10 %: whale-plan
 #     takes the links whale-bench calib measured on the four nodes and its
-#     compute fitted (--fit-step) on one rank measured on a speed-1 node, then
-#     predicts the even and balanced DP 4 plans on speed-1 ranks; a replica
+#     compute fitted (--fit-step) on the even DP 4 step measured with every
+#     node at speed 1 (the speeds set back after it), then predicts the even
+#     and balanced DP 4 plans on speed-1 ranks; a replica
 #     at speed s computes (forward, backward, optimizer) 1/s as fast, the
 #     exposed DP communication is unchanged; the step is its slowest replica;
 #  3. --dp-shares=auto, and node2 throttled to half speed at step 50
@@ -78,11 +79,18 @@ PY
 echo "hetero-bench: minicluster $inst, speeds 1,1,0.5,0.5 (speed 1 = $unit cores), gpt-small, DP 4," \
      "global batch $batch (micro-batch 1); load average at start $load0"
 
-# the planner's input: one rank on a speed-1 node, b1 micro-batches
-timeout 600 srun -N1 -n1 -w node1 whale-train "${common[@]}" --grad-accum "$b1" --steps 8 \
+# the planner's input: the same DP 4 step with every node at speed 1 (a
+# uniform cluster: compute, the collectives and what the ranks' progress
+# threads take from the quota), and the links measured there
+for n in 3 4; do "$MC" -i "$inst" speed "node$n" 1 2>/dev/null; done
+timeout 600 srun -N4 -n4 --whale-dp=4 whale-train "${common[@]}" --grad-accum "$q" --steps 10 \
   --metrics "$T/one.jsonl" >"$T/one.log" 2>&1 \
-  || { echo "hetero-bench: the one-rank run failed:"; tail -5 "$T/one.log"; exit 1; }
-t_one=$(med "$T/one.jsonl" 3 8)
+  || { echo "hetero-bench: the uniform run failed:"; tail -5 "$T/one.log"; exit 1; }
+t_one=$(med "$T/one.jsonl" 3 10)
+# (whale-bench calib's GEMM peak is left out: the fit sets the compute)
+timeout 600 srun -N4 -n4 --whale-dp=4 whale-bench calib -o "$T/links.conf" -n 3 >"$T/calib.log" 2>&1 \
+  || { echo "hetero-bench: whale-bench calib failed:"; tail -5 "$T/calib.log"; exit 1; }
+for n in 3 4; do "$MC" -i "$inst" speed "node$n" 0.5 2>/dev/null; done
 
 run_dp4() {  # metrics, steps, extra args...
   local m=$1 n=$2; shift 2
@@ -94,17 +102,12 @@ t_even=$(med "$T/even.jsonl" 3 12)
 run_dp4 "$T/bal.jsonl" 12 --grad-accum "$q" --dp-shares "$b1,$b1,$b2,$b2"
 t_bal=$(med "$T/bal.jsonl" 3 12)
 
-# the planner: fitted on the one-rank step, then the DP 4 plans at speed 1
+# the planner: its compute fitted on the uniform step, then the DP 4 plans
+# at speed 1; a replica at speed s computes 1/s as fast
 plan=(whale-plan -m gpt-small -b "$batch" -G cpu -g 1 --cores-per-node 1 --threads 1)
-# the links as the four nodes see them (collectives under their quotas):
-# whale-bench calib's profile, then the compute fitted on top of it
-# (its GEMM peak is the slowest rank's: left out, the fit sets the compute)
-timeout 600 srun -N4 -n4 --whale-dp=4 whale-bench calib -o "$T/links.conf" -n 3 >"$T/calib.log" 2>&1 \
-  || { echo "hetero-bench: whale-bench calib failed:"; tail -5 "$T/calib.log"; exit 1; }
 grep -v '^Device=' "$T/links.conf" > "$T/links-only.conf"
-whale-plan -m gpt-small -b "$b1" -N 1 -G cpu -g 1 --cores-per-node 1 --threads 1 --dp 1 \
-  --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none --calib "$T/links-only.conf" \
-  --fit-step "$t_one" --calib-out "$T/calib.conf" >"$T/fit.log" 2>&1 \
+"${plan[@]}" -N 4 --dp 4 --tp 1 --pp 1 --microbatch 1 --zero 0 --recompute none \
+  --calib "$T/links-only.conf" --fit-step "$t_one" --calib-out "$T/calib.conf" >"$T/fit.log" 2>&1 \
   || { echo "hetero-bench: whale-plan --fit-step failed:"; tail -5 "$T/fit.log"; exit 1; }
 predict() {  # micro-batches per replica -> "compute+optimizer exposed_comm" at speed 1
   printf '{"version":1,"tp":1,"pp":1,"dp":4,"micro_batch":1,"num_micro_batches":%d,"zero":0,"recompute":"none"}\n' "$1" > "$T/p.json"
@@ -149,7 +152,7 @@ for k in range(51, steps - 1):
         break
 ok = lambda c: "ok" if c else "MISSED"
 r = t_even / t_bal
-print("one rank, speed 1: %.4f s/step (whale-plan fitted on it)" % t_one)
+print("uniform, all at speed 1, even split: %.4f s/step (whale-plan fitted on it)" % t_one)
 print("even split      : %.4f s/step measured, %.4f predicted (%+.1f %%)" % (t_even, p_even, 100 * (p_even / t_even - 1)))
 print("balanced split  : %.4f s/step measured, %.4f predicted (%+.1f %%)" % (t_bal, p_bal, 100 * (p_bal / t_bal - 1)))
 print("balanced / even : %.2fx faster (target >= 1.35x, ideal 1.5x): %s" % (r, ok(r >= 1.35)))
