@@ -59,6 +59,22 @@ static json_t *prediction_json(const struct whale_cluster *c, const struct whale
     json_object_set_new(t, "optimizer", json_real(p->t_optim));
     json_object_set_new(t, "offload", json_real(p->t_offload));
     json_object_set_new(o, "time_seconds", t);
+    /* how sure: the spread of the held-out errors on published runs of
+     * this kind (range.c), as fractions and as the rate and step time it
+     * gives; absent for CPU and mixed clusters (no published runs) */
+    char kind[32];
+    double lo, hi;
+    json_t *r;
+    if (!whale_plan_kind(c, &cd->cfg, kind, sizeof kind) && !whale_plan_range(c, &cd->cfg, &lo, &hi) &&
+        (r = json_object())) {
+        json_object_set_new(r, "kind", json_string(kind));
+        json_object_set_new(r, "low", json_real(lo));
+        json_object_set_new(r, "high", json_real(hi));
+        json_object_set_new(r, "model_tflops_per_gpu",
+                            json_pack("[f,f]", p->model_tflops_per_gpu * (1 + lo), p->model_tflops_per_gpu * (1 + hi)));
+        json_object_set_new(r, "step_seconds", json_pack("[f,f]", p->t_step / (1 + hi), p->t_step / (1 + lo)));
+        json_object_set_new(o, "range", r);
+    }
     return o;
 }
 
