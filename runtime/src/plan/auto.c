@@ -54,6 +54,8 @@ static json_t *prediction_json(const struct whale_cluster *c, const struct whale
     json_object_set_new(t, "recompute", json_real(p->t_recompute));
     json_object_set_new(t, "bubble", json_real(p->t_bubble));
     json_object_set_new(t, "tp_comm", json_real(p->t_tp));
+    if (p->t_ep > 0)
+        json_object_set_new(t, "ep_comm", json_real(p->t_ep));
     json_object_set_new(t, "pp_comm", json_real(p->t_pp));
     json_object_set_new(t, "dp_comm", json_real(p->t_dp));
     json_object_set_new(t, "optimizer", json_real(p->t_optim));
@@ -88,6 +90,7 @@ int whale_plan_to_planfile(const struct whale_model_desc *model, long global_bat
     out->tp = g->tp;
     out->pp = g->pp;
     out->dp = g->dp;
+    out->ep = whale_grid_ep(&g->grid);
     out->micro_batch = g->microbatch;
     out->num_micro_batches = g->nmicro;
     out->global_batch = (int)global_batch;
@@ -205,6 +208,7 @@ int whale_plan_predict(const struct whale_model_desc *model, const struct whale_
     g->tp = plan->tp;
     g->pp = plan->pp;
     g->dp = plan->dp;
+    g->ep = whale_grid_ep(&plan->grid);
     g->microbatch = plan->micro_batch;
     g->interleave = plan->interleave > 0 ? plan->interleave : 1;
     g->zero = plan->zero;

@@ -31,10 +31,10 @@ void whale_plan_request_init(struct whale_plan_request *r)
 
 static bool same_layout(const struct whale_plan_config *a, const struct whale_plan_config *b)
 {
-    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp;
+    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp && whale_grid_ep(&a->grid) == whale_grid_ep(&b->grid);
 }
 
-/* Keeps the best candidate of each (tp, pp, dp) layout, fastest first. */
+/* Keeps the best candidate of each (tp, pp, dp, ep) layout, fastest first. */
 static void keep(struct whale_plan_candidate *list, int *n, int cap, const struct whale_plan_candidate *c)
 {
     int i;
@@ -151,6 +151,27 @@ static void frugal(const struct whale_plan_request *rq, struct whale_plan_config
     cfg->seqpar = rq->seqpar >= 0 ? rq->seqpar : cfg->tp > 1;
     if (cfg->tp < 2)
         cfg->seqpar = false;
+}
+
+/* Whether EP degree ep is allowed for dp replicas: it divides DP and the
+ * experts (dense models: 1 only), and meets the request's constraint. */
+static bool ep_ok(const struct plan_ctx *x, const struct whale_plan_request *rq, int dp, int ep)
+{
+    if (rq->ep > 0 && ep != rq->ep)
+        return false;
+    if (ep == 1)
+        return true;
+    return x->moe && dp % ep == 0 && x->m->moe.experts % ep == 0;
+}
+
+/* The largest allowed EP (the least expert memory per rank). */
+static int ep_frugal(const struct plan_ctx *x, const struct whale_plan_request *rq, int dp)
+{
+    int best = 1;
+    for (int ep = 1; ep <= dp && x->moe; ep++)
+        if (ep_ok(x, rq, dp, ep))
+            best = ep;
+    return best;
 }
 
 int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_result *res)
@@ -273,6 +294,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                 if (!rq->exhaustive && !st->mixed) {   /* mixed: an uneven split may fit */
                     struct whale_plan_config f = cfg;
                     frugal(rq, &f, dp);
+                    f.ep = ep_frugal(&st->x, rq, dp);
                     f.interleave = 1;
                     for (int g = 0; g < c->ngroups; g++)
                         plan_layer_cost(&st->x, &c->group[g].gpu, tp, f.seqpar, b, &lc[g]);
@@ -331,6 +353,13 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                             continue;
                         }
                         cfg.interleave = v;
+                        /* EP: a MoE model's experts over consecutive DP ranks
+                         * (EP divides DP; the link model prices a group that
+                         * outgrows the NVLink domain) */
+                        for (int ep = 1; ep <= (st->x.moe ? dp : 1); ep++) {
+                        if (!ep_ok(&st->x, rq, dp, ep))
+                            continue;
+                        cfg.ep = ep;
                         for (int z = 0; z <= 3; z++) {
                             /* without DP, ZeRO only matters as the vehicle of param offload */
                             if ((rq->zero >= 0 && z != rq->zero) ||
@@ -359,6 +388,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                                     }
                                 }
                             }
+                        }
                         }
                     }
                 }
