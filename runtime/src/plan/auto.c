@@ -167,6 +167,12 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
     rq.global_batch = global_batch;
     rq.cluster = &cc;
     rq.topk = 4;
+    /* The plan a step runs: whale-train runs a MoE model's experts on every
+     * rank and refuses EP > 1 until expert parallelism runs in the engine,
+     * so the step's plan keeps EP 1 unless the step asks for one
+     * (--whale-ep); whale-plan searches EP freely. */
+    if (rq.ep <= 0)
+        rq.ep = 1;
     struct whale_plan_result *res = malloc(sizeof *res);
     if (!res)
         return WHALE_ENOMEM;

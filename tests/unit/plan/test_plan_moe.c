@@ -148,6 +148,29 @@ static void test_search(void **state)
     assert_true(res.best.cfg.ep <= 1);
 }
 
+/* The plan a step runs (whale_plan_auto, the plugin's --whale-plan=auto)
+ * keeps EP 1 unless the step asks for expert parallelism: whale-train
+ * refuses EP > 1 until the engine runs it. */
+static void test_auto_keeps_ep(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("deepseek-moe-16b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 2, 8, "H100-80GB"), 0);
+    struct whale_plan p;
+    char explain[4096];
+    assert_int_equal(whale_plan_auto(&m, 64, &c, NULL, NULL, &p, explain, sizeof explain), 0);
+    assert_int_equal(whale_grid_ep(&p.grid), 1);
+    whale_plan_free(&p);
+    struct whale_plan_request lim;
+    whale_plan_request_init(&lim);
+    lim.ep = 2;
+    assert_int_equal(whale_plan_auto(&m, 64, &c, NULL, &lim, &p, explain, sizeof explain), 0);
+    assert_int_equal(whale_grid_ep(&p.grid), 2);
+    whale_plan_free(&p);
+}
+
 int main(void)
 {
     whale_log_set_level(WHALE_LOG_ERROR);
@@ -156,6 +179,7 @@ int main(void)
         cmocka_unit_test(test_active_rates),
         cmocka_unit_test(test_capacity_imbalance),
         cmocka_unit_test(test_search),
+        cmocka_unit_test(test_auto_keeps_ep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
