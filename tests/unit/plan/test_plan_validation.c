@@ -362,7 +362,19 @@ static void test_validation(void **state)
     int win_in, win_out;
     score(ein, n, &med_in, &win_in);
     score(eout, n, &med_out, &win_out);
-    printf("rows %d, fitting %d\n", n, fits);
+    /* the categories the set must cover (GPU generation, scale, sharding) */
+    int c_hopper = 0, c_big = 0, c_z3big = 0, c_small = 0;
+    for (int i = 0; i < n; i++) {
+        c_hopper += !strncmp(rows[i].gpu, "H100", 4) || !strncmp(rows[i].gpu, "H200", 4);
+        c_big += rows[i].gpus > 4096;
+        c_z3big += rows[i].zero == 3 && rows[i].gpus >= 512;
+        c_small += rows[i].gpus <= 16;
+    }
+    printf("rows %d, fitting %d: %d on H100/H200, %d above 4k GPUs, %d ZeRO-3/FSDP at >= 512 GPUs, "
+           "%d on <= 16 GPUs\n", n, fits, c_hopper, c_big, c_z3big, c_small);
+    assert_true(c_hopper >= 15);
+    assert_true(c_big >= 5);
+    assert_true(c_small >= 3);
     printf("in-sample:             median |error| %.1f%%, within 15%%: %d (%.0f%%)\n", 100 * med_in, win_in,
            100.0 * win_in / n);
     printf("leave-one-source-out:  median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
