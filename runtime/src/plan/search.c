@@ -205,6 +205,12 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
         free(st);
         return WHALE_EINVAL;
     }
+    if (rq->ep > 1 && !st->x.moe) {
+        whale_error("plan search: ep=%d but %s has no experts: expert parallelism shards the experts "
+                    "of a MoE model (Experts= in its description)", rq->ep, rq->model->name);
+        free(st);
+        return WHALE_EINVAL;
+    }
     st->x.max_idle = rq->max_idle;
     st->req = rq;
     st->res = res;
@@ -357,38 +363,38 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                          * (EP divides DP; the link model prices a group that
                          * outgrows the NVLink domain) */
                         for (int ep = 1; ep <= (st->x.moe ? dp : 1); ep++) {
-                        if (!ep_ok(&st->x, rq, dp, ep))
-                            continue;
-                        cfg.ep = ep;
-                        for (int z = 0; z <= 3; z++) {
-                            /* without DP, ZeRO only matters as the vehicle of param offload */
-                            if ((rq->zero >= 0 && z != rq->zero) ||
-                                (rq->max_zero >= 0 && z > rq->max_zero) ||
-                                (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
+                            if (!ep_ok(&st->x, rq, dp, ep))
                                 continue;
-                            cfg.zero = z;
-                            for (int o = 0; o <= (st->x.fp32 ? 0 : 2); o++) {   /* CPU: host memory is device memory */
-                                if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
-                                    (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
-                                    (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
+                            cfg.ep = ep;
+                            for (int z = 0; z <= 3; z++) {
+                                /* without DP, ZeRO only matters as the vehicle of param offload */
+                                if ((rq->zero >= 0 && z != rq->zero) ||
+                                    (rq->max_zero >= 0 && z > rq->max_zero) ||
+                                    (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
                                     continue;
-                                cfg.offload = o;
-                                for (int r = 0; r <= 3; r++) {
-                                    if ((rq->recompute >= 0 && r != rq->recompute) ||
-                                        (rq->allowed_recompute &&
-                                         !(rq->allowed_recompute & (1u << r))))
+                                cfg.zero = z;
+                                for (int o = 0; o <= (st->x.fp32 ? 0 : 2); o++) {   /* CPU: host memory is device memory */
+                                    if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
+                                        (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
+                                        (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
                                         continue;
-                                    cfg.recompute = r;
-                                    cfg.uneven = false;
-                                    consider(st, &cfg, lc);
-                                    if (st->mixed) {
-                                        cfg.uneven = true;
-                                        consider(st, &cfg, lc);
+                                    cfg.offload = o;
+                                    for (int r = 0; r <= 3; r++) {
+                                        if ((rq->recompute >= 0 && r != rq->recompute) ||
+                                            (rq->allowed_recompute &&
+                                             !(rq->allowed_recompute & (1u << r))))
+                                            continue;
+                                        cfg.recompute = r;
                                         cfg.uneven = false;
+                                        consider(st, &cfg, lc);
+                                        if (st->mixed) {
+                                            cfg.uneven = true;
+                                            consider(st, &cfg, lc);
+                                            cfg.uneven = false;
+                                        }
                                     }
                                 }
                             }
-                        }
                         }
                     }
                 }

@@ -146,6 +146,8 @@ static void test_search(void **state)
     rq.ep = 0;
     assert_int_equal(whale_plan_search(&rq, &res), 0);
     assert_true(res.best.cfg.ep <= 1);
+    rq.ep = 2;   /* a dense model has nothing to shard */
+    assert_int_equal(whale_plan_search(&rq, &res), WHALE_EINVAL);
 }
 
 /* The plan a step runs (whale_plan_auto, the plugin's --whale-plan=auto)
