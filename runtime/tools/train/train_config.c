@@ -66,9 +66,6 @@ static int load_plan(struct train *t)
     return prc ? 1 : TRAIN_GO;
 }
 
-/* Expert parallelism needs experts to shard: the model format has no MoE
- * layers yet, so every model is dense. */
-
 /* EP from --ep, else WHALE_EP, else the plan: more than 1 with a dense model
  * is refused before any rank starts, instead of silently training dense. */
 static int check_ep(const struct train *t)
@@ -96,10 +93,19 @@ static int check_ep(const struct train *t)
                 t->o.model);
         return 2;
     }
-    if (ep > 1) { /* the MoE layers run every expert on every DP rank for now */
-        fprintf(stderr, "whale-train: %s: expert parallelism is not implemented yet (each rank "
-                "keeps all experts of %s); run with EP 1\n", from, t->o.model);
+    if (ep > 1 && t->md.moe.experts % ep) {
+        fprintf(stderr, "whale-train: %s: %s has Experts=%d, not divisible by EP=%ld (each "
+                "expert-parallel rank computes Experts/EP experts)\n", from, t->o.model,
+                t->md.moe.experts, ep);
         return 2;
+    }
+    /* --ep or the plan without the launcher's WHALE_EP: the context reads
+     * the layout from the environment, so every rank (all run this tool
+     * with the same arguments) exports the same degree before whale_init */
+    if (ep > 1 && !env_ep) {
+        char v[24];
+        snprintf(v, sizeof v, "%ld", ep);
+        setenv(WHALE_ENV_EP, v, 1);
     }
     return TRAIN_GO;
 }
