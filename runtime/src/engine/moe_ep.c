@@ -47,6 +47,11 @@ int eng_ep_group_from_ctx(whale_ctx *ctx, struct eng_groups *g)
     const int ep = whale_grid_ep(&grid), rank = whale_rank(ctx);
     if (ep <= 1 || rank < 0)
         return 0;
+    if (grid.dp % ep) { /* the launchers check it; a hand-made environment may not */
+        whale_error("rank %d: the expert-parallel degree EP=%d must divide DP=%d", rank, ep,
+                    grid.dp);
+        return WHALE_EINVAL;
+    }
     int *members = malloc(sizeof(int) * (size_t)ep);
     if (!members)
         return WHALE_ENOMEM;

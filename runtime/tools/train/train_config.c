@@ -99,13 +99,13 @@ static int check_ep(const struct train *t)
                 t->md.moe.experts, ep);
         return 2;
     }
-    /* --ep or the plan without the launcher's WHALE_EP: the context reads
-     * the layout from the environment, so every rank (all run this tool
-     * with the same arguments) exports the same degree before whale_init */
+    /* the expert groups are the launcher's layout (WHALE_EP beside
+     * WHALE_DP): without a launcher there is one rank and nothing to split */
     if (ep > 1 && !env_ep) {
-        char v[24];
-        snprintf(v, sizeof v, "%ld", ep);
-        setenv(WHALE_ENV_EP, v, 1);
+        fprintf(stderr, "whale-train: %s: expert parallelism needs the launcher's layout: run "
+                "under whale-run --dp D --ep %ld or srun --whale-dp=D --whale-ep=%ld (D a "
+                "multiple of %ld)\n", from, ep, ep, ep);
+        return 2;
     }
     return TRAIN_GO;
 }

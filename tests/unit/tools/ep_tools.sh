@@ -42,8 +42,12 @@ check "whale-train --ep 1 in a step with WHALE_EP=2 refused" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--ep 1 but this step runs WHALE_EP=2"* ]]'
 out=$("$TRAIN" "${common[@]}" --ep 1 2>&1); rc=$?
 check "whale-train --ep 1 trains" '[ $rc -eq 0 ]'
-# a MoE model: EP itself does not run yet, so EP > 1 is refused, not ignored
+# a MoE model: EP must divide Experts, and its groups are the launcher's
+# (engine_moe_ep trains it under whale-run)
+out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 3 2>&1); rc=$?
+check "whale-train --ep 3 with 4 experts refused naming both" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"gpt-moe-tiny has Experts=4, not divisible by EP=3"* ]]'
 out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 2 2>&1); rc=$?
-check "whale-train --ep 2 with a MoE model refused until EP runs" \
-  '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism is not implemented yet"* ]]'
+check "whale-train --ep 2 without a launcher refused" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism needs the launcher'"'"'s layout"* ]]'
 exit $fail
