@@ -5,7 +5,12 @@
  * Every rank routes its own tokens as without EP (router, top-k, capacity
  * per micro-batch of this rank, auxiliary losses over this rank's tokens),
  * so the routing, the drops and the losses are those of the same DP layout
- * without EP. Only where an expert's FFN runs changes:
+ * without EP: the load-balancing loss's token fractions f_e are over the
+ * tokens one rank routes (the group that sees the same tokens is the TP
+ * group, whose ranks route identically), and a top-k tie between equal
+ * logits goes to the lower expert index (moe.c's strict comparison), so a
+ * token picks the same experts whatever the layout. Only where an expert's
+ * FFN runs changes:
  *
  *   counts   all-to-all of the kept rows per expert (E/EP int32 per peer)
  *   dispatch all-to-all(v) of the rows to the rank holding their expert,
