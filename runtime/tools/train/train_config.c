@@ -12,6 +12,7 @@
 #include "whale/ckpt_hf.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
+#include "whale/grid.h"
 #include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -211,6 +212,14 @@ static int resolve_shares(struct train *t)
         plan_uneven |= plan->dp_batch[i] != plan->dp_batch[0];
     if (!o->dp_shares && !plan_uneven)
         return 2;
+    if (whale_grid_ep(&t->grid) > 1) { /* the expert group's all-to-alls pair micro-batches */
+        whale_error("%s with expert parallelism EP=%d: the ranks of an expert group exchange "
+                    "tokens at every micro-batch of a MoE block and need the same micro-batches; "
+                    "drop the uneven shares or run with EP 1",
+                    o->dp_shares ? "--dp-shares" : "the plan's uneven dp_batch",
+                    whale_grid_ep(&t->grid));
+        return 1;
+    }
     long *sh = calloc((size_t)n, sizeof *sh);
     if (!sh)
         return 1;

@@ -50,4 +50,10 @@ check "whale-train --ep 3 with 4 experts refused naming both" \
 out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 2 2>&1); rc=$?
 check "whale-train --ep 2 without a launcher refused" \
   '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism needs the launcher'"'"'s layout"* ]]'
+# uneven DP shares would pair different micro-batches in the expert group's
+# all-to-alls (a hang): refused on every rank
+out=$(timeout 120 "$RUN" -n 2 --dp 2 --ep 2 --timeout 100 "$TRAIN" "${common[@]}" \
+  --model gpt-moe-tiny --batch 6 --micro-batch 2 --dp-shares 2,1 2>&1); rc=$?
+check "EP 2 with uneven --dp-shares refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares with expert parallelism EP=2"* ]]'
 exit $fail
