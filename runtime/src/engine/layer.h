@@ -67,6 +67,11 @@ struct eng_dims {
     /* mixture of experts (moe.c; moe.experts == 0: every block dense) */
     struct whale_moe_desc moe;
     int Fe, Fs;      /* local width of one routed expert / of the shared experts together */
+    /* expert parallelism (moe_ep.c): this rank computes experts
+     * [ep_rank * E/ep, (ep_rank + 1) * E/ep) for the ep ranks of its EP group
+     * (ep_group, a whale_group; ep 1: every expert here, no exchange) */
+    int ep, ep_rank;
+    void *ep_group;
 };
 
 struct eng_layer;
