@@ -95,7 +95,7 @@ struct run {
     int rank;
     double loss[STEPS];
     int rc;
-    uint64_t remote_bytes, local_bytes;
+    uint64_t remote_bytes, local_bytes, dir_bytes;
 };
 
 static int mk_engine(struct run *r, struct whale_par_comm *comm, whale_engine **e)
@@ -176,6 +176,7 @@ static void *run_rank(void *arg)
         whale_red_get_stats(red, &s);
         r->remote_bytes = s.remote_bytes;
         r->local_bytes = s.local_bytes;
+        r->dir_bytes = s.dir_bytes;
     }
     bool failed = false;
     for (int s = 0; s < STEPS && !r->rc; s++) {
@@ -299,8 +300,9 @@ static void check_equivalence(int dp, int zero)
     assert_int_equal(el.held[f][1 - slot], FAIL_STEP - 1);
     /* survivors hold the agreed step locally */
     assert_true(el.local[0][0] == FAIL_STEP - 1 || el.local[0][1] == FAIL_STEP - 1);
-    /* the holder gets no DP-replicated bytes */
-    size_t state = sizeof(struct whale_train_state) + 64;
+    /* the holder gets no DP-replicated bytes (the directory names them) */
+    size_t state = sizeof(struct whale_train_state) + 64 + b[0].dir_bytes;
+    assert_true(b[0].dir_bytes > 8 && b[0].dir_bytes < b[0].local_bytes / 10);
     if (dp > 1 && zero == 0)
         assert_int_equal(b[0].remote_bytes, state);
     else if (dp > 1 && zero < 3) /* weights stay out: about half of weights + moments */
