@@ -415,13 +415,63 @@ static int teardown(void **st)
     return 0;
 }
 
+/* whale_red_fill: an image fills an engine by its directory (here the same
+ * layout: every element back); a cut image, or one that covers a piece only
+ * in part (another shape), is refused naming what is missing. */
+static int first_param_fn(const struct whale_tensor_piece *p, void *u)
+{
+    if (p->kind == WHALE_TENSOR_PARAM && p->flat_end > p->flat_begin && !*(float **)u)
+        *(float **)u = p->data;
+    return 0;
+}
+static float first_param(whale_engine *e)
+{
+    float *f = NULL;
+    whale_engine_tensors(e, first_param_fn, &f);
+    return f ? *f : NAN;
+}
+
+static void test_fill(void **st)
+{
+    (void)st;
+    struct whale_engine_config c = cfg(1, 1);
+    whale_engine *e = NULL, *e2 = NULL;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    c.model.hidden = 64;
+    c.model.ffn = 256;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e2), 0);
+    whale_red *r = NULL;
+    struct whale_red_config rc = { .dp = 1, .zero = 1, .every = 1 };
+    assert_int_equal(whale_red_create(e, &rc, &r), 0);
+    assert_int_equal(whale_red_snapshot(r, e), 0);
+    struct whale_red_image img;
+    size_t ulen = 0;
+    assert_int_equal(whale_red_local_image(r, 3, &img, &ulen), WHALE_ENOENT);
+    assert_int_equal(whale_red_local_image(r, 0, &img, &ulen), 0);
+    assert_true(ulen > sizeof(struct whale_train_state) && ulen <= img.len);
+    float before = first_param(e);
+    whale_engine_tensors(e, scribble, NULL);
+    assert_true(first_param(e) != before);
+    assert_int_equal(whale_red_fill(e, &img, 1), 0);
+    assert_true(first_param(e) == before);
+    struct whale_red_image cut = { img.data, ulen / 2 };
+    test_log_capture(true);
+    assert_int_equal(whale_red_fill(e, &cut, 1), WHALE_EDATA);
+    assert_int_equal(whale_red_fill(e2, &img, 1), WHALE_ENOENT);
+    assert_non_null(strstr(test_log_last(), "found in the 1 images"));
+    test_log_capture(false);
+    whale_red_destroy(r);
+    whale_engine_destroy(e);
+    whale_engine_destroy(e2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollback_dp1),      cmocka_unit_test(test_replace_dp2_zero0),
         cmocka_unit_test(test_replace_dp2_zero1), cmocka_unit_test(test_replace_dp2_zero3),
         cmocka_unit_test(test_layout_mismatch),   cmocka_unit_test(test_every_env),
-        cmocka_unit_test(test_adapt_every),
+        cmocka_unit_test(test_adapt_every),       cmocka_unit_test(test_fill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
