@@ -87,10 +87,11 @@ check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses 
 
 # ZeRO 1 and 3: the dropped replica's shards come from its holder's
 # in-memory copy and every survivor's shards are re-cut for DP 3 (no
-# checkpoint directory: nothing on disk to fall back to)
+# checkpoint directory: nothing on disk to fall back to); whale-run needs no
+# --keep-going for an elastic step
 for z in 1 3; do
   "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/ref4z.jsonl" >/dev/null 2>&1
-  out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 --keep-going \
+  out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 \
         "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
   d=$(reldiff "$T/ref4z.jsonl" "$T/k4z.jsonl")
   check "elastic shrink DP 4 -> 3 at ZeRO $z: shards re-cut from memory, same losses (max rel diff $d)" \
