@@ -164,6 +164,10 @@ int whale_plan_check_fit(const struct whale_conf *c, const struct whale_step *st
     }
     if (!p->model[0])
         memcpy(p->model, o->model, strlen(o->model) + 1);  /* length checked in load_model */
+    /* the model is known now: per-stage layers must add up to its layers */
+    if (whale_plan_validate(p, world, m.layers,
+                            o->given[OPT_PLAN] ? o->plan_file : "the Whale options"))
+        return -1;
     struct whale_plan_candidate cand;
     char why[512] = "";
     int rc = whale_plan_predict(&m, &cl, p, &cand, why, sizeof why);

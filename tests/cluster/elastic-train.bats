@@ -44,7 +44,7 @@ teardown() {
 
 train_args() {
   echo --model "$TMPD/${MODEL:-t4}.conf" --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --seq 32 \
-       --grad-accum "${ACCUM:-4}" --threads 1 --no-progress --log-every 1
+       --grad-accum "${ACCUM:-4}" --threads 1 --no-progress --log-every 1 ${ZERO:+--zero $ZERO}
 }
 
 # ref NAME SRUN-OPTIONS... : the uninterrupted run of a layout, once per file
@@ -247,9 +247,9 @@ spare_proc() {
 }
 
 @test "no spare left at DP=2: the run goes on at DP=1 with the same loss curve" {
-  # ZeRO 0: each replica holds all state. (A shrink at ZeRO >= 1 needs the
-  # dropped replica's optimizer shard from its holder; without it the state
-  # comes from disk, the next case.)
+  # ZeRO 0: each replica holds all state. (At ZeRO >= 1 the dropped
+  # replica's shards come from its holder's copy: the next case; with the
+  # holder lost too, from disk.)
   ref dp2 -N2 -n2 --whale-dp=2
   fault_run kshrink WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=1:step=12 -- -N2 -n2 --whale-dp=2 \
     --no-kill --kill-on-bad-exit=0 --wait=0
@@ -258,18 +258,32 @@ spare_proc() {
   check kshrink dp2 shrunk crash 1e-5 0
 }
 
-@test "shrink DP 4 -> 3 with a global batch of 8 micro-batches: uneven shares 3,3,2, same losses" {
+@test "shrink DP 4 -> 3 with a global batch of 8 at ZeRO 0, 1 and 3, no checkpoint directory: uneven shares, same losses" {
   # 8 micro-batches do not split over 3 replicas: the survivors take
-  # uneven shares of the same global batch (ZeRO 0: each holds all state)
+  # uneven shares of the same global batch. ZeRO 0: each holds all state;
+  # ZeRO 1 and 3: the dropped replica's shards come from the in-memory copy
+  # its holder keeps, and every survivor's shards are re-cut for DP 3.
+  # (ZeRO 1 and 3 reduce in another order than the ZeRO 0 reference: 1e-5.)
   export ACCUM=2
   ref dp4a2 -N4 -n4 --whale-dp=4
-  fault_run kshrink3 WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 -- -N4 -n4 --whale-dp=4 \
-    --no-kill --kill-on-bad-exit=0 --wait=0
-  finish kshrink3
-  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
-  grep -q "elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)" \
-    "$TMPD/kshrink3.out"
-  check kshrink3 dp4a2 shrunk crash 1e-5 0
+  for z in 0 1 3; do
+    export ZERO=$z
+    fault_run kshrink3z$z WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 -- -N4 -n4 \
+      --whale-dp=4 --no-kill --kill-on-bad-exit=0 --wait=0
+    finish kshrink3z$z
+    FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+    if [ $z = 0 ]; then
+      grep -q "elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)" \
+        "$TMPD/kshrink3z$z.out"
+    else
+      grep -q "re-cut for DP 3 from memory" "$TMPD/kshrink3z$z.out"
+      run grep -c "restoring the last checkpoint" "$TMPD/kshrink3z$z.out"
+      [ "$output" = 0 ]
+    fi
+    check kshrink3z$z dp4a2 shrunk crash 1e-5 0
+    for n in $FAILED_NODES; do restore_node "$n"; done
+    FAILED_NODES=
+  done
 }
 
 @test "a rank and the holder of its copy killed together: restored from disk inside the step" {

@@ -116,7 +116,7 @@ expect_refused() { # message
   expect_refused "/nonexistent.json"
 }
 
-@test "plan file whose per-replica shares do not add up is refused, naming the field" {
+@test "plan file whose per-replica shares or per-stage layers do not add up is refused, naming the field" {
   printf '{"version":1,"tp":1,"pp":1,"dp":8,"micro_batch":1,"num_micro_batches":2,"global_batch":16,"dp_batch":[3,3,3,1,1,1,1,1]}\n' \
     > "$BATS_TEST_TMPDIR/shares.json"
   bad_srun --whale-plan="$BATS_TEST_TMPDIR/shares.json"
@@ -129,6 +129,11 @@ expect_refused() { # message
     > "$BATS_TEST_TMPDIR/shares.json"
   bad_srun --whale-plan="$BATS_TEST_TMPDIR/shares.json"
   expect_refused "dp_batch has 2 entries, expected dp = 8"
+  # per-stage layers: checked against the model when --whale-model names it
+  printf '{"version":1,"tp":1,"pp":2,"dp":4,"micro_batch":1,"num_micro_batches":2,"stage_layers":[2,1]}\n' \
+    > "$BATS_TEST_TMPDIR/stages.json"
+  bad_srun --whale-plan="$BATS_TEST_TMPDIR/stages.json" --whale-model=gpt-tiny
+  expect_refused "$BATS_TEST_TMPDIR/stages.json: stage_layers sum to 3 but the model has 2 layers"
 }
 
 @test "--mpi=none on a whale step: refused with the fix" {

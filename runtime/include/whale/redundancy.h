@@ -125,12 +125,39 @@ int whale_red_restore_slot(whale_engine *e, const void *mem, size_t slot_bytes, 
  * others (a promoted spare takes them from a surviving replica). */
 int whale_red_sync_replicated(whale_engine *e, whale_group *dp, int root, int zero);
 
+/* ---- resharding: images into an engine of another layout -------------------
+ * Every image carries a directory of its pieces (name, kind, flat range),
+ * so images cut for one DP degree and ZeRO partition can fill an engine of
+ * another (an elastic shrink at ZeRO >= 1 moves the shards). An image is
+ *     [struct whale_train_state | directory | unique pieces | replicated pieces]
+ * and `len` says how much of it is there: the unique prefix (what a holder
+ * keeps, and what the survivors exchange) or everything. */
+struct whale_red_image {
+    const void *data;
+    size_t len;
+};
+/* The local image of `step` (the whole of it) and the length of its unique
+ * prefix. WHALE_ENOENT when this rank does not hold that step. */
+int whale_red_local_image(const whale_red *r, int64_t step, struct whale_red_image *out,
+                          size_t *unique_len);
+/* The image of `step` in a holder's 2 slots (whale_red_scan's rules).
+ * WHALE_ENOENT when neither slot holds it intact. */
+int whale_red_slot_image(const void *mem, size_t slot_bytes, int64_t step,
+                         struct whale_red_image *out);
+/* Fill every piece of e from the images (same model, any DP degree or ZeRO
+ * stage; the same TP/PP coordinate): each element from an image whose
+ * directory covers it; the scalars from img[0]. WHALE_ENOENT, naming the
+ * piece, when some element is in none of them; WHALE_EDATA for an image
+ * that does not parse. */
+int whale_red_fill(whale_engine *e, const struct whale_red_image *img, int n);
+
 struct whale_red_stats {
     uint64_t local_bytes;   /* bytes serialised per snapshot (everything) */
     uint64_t remote_bytes;  /* bytes put to the holder per refresh */
     int64_t snapshots, refreshes, torn_waits;
     double t_serialize;     /* seconds, sum over snapshots */
     double t_wait;          /* seconds blocked finishing refreshes */
+    uint64_t dir_bytes;     /* of those, the image's directory of pieces */
 };
 void whale_red_get_stats(const whale_red *r, struct whale_red_stats *s);
 

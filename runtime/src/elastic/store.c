@@ -40,6 +40,7 @@ struct layout_walk {
     XXH3_state_t *h;
     size_t uniq, repl;
     int n;
+    struct red_dirent *dir; /* red_dir_write: the entries, else NULL */
 };
 
 static int layout_fn(const struct whale_tensor_piece *p, void *user)
@@ -63,11 +64,18 @@ static int layout_fn(const struct whale_tensor_piece *p, void *user)
         w->repl += red_piece_bytes(p);
     else
         w->uniq += red_piece_bytes(p);
+    if (w->dir) {
+        struct red_dirent d = { .name = XXH64(p->name, strnlen(p->name, sizeof p->name), 0),
+                                .kind = (int32_t)p->kind, .dtype = (int32_t)p->dtype,
+                                .begin = p->flat_begin, .end = p->flat_end, .rep = rep };
+        memcpy(&w->dir[w->n], &d, sizeof d);
+    }
     w->n++;
     return 0;
 }
 
-int red_layout(whale_engine *e, int dp, int zero, uint64_t *hash, size_t *uniq, size_t *repl)
+int red_layout(whale_engine *e, int dp, int zero, uint64_t *hash, size_t *uniq, size_t *repl,
+               size_t *dir_bytes)
 {
     struct layout_walk w = { .dp = dp, .zero = zero, .h = XXH3_createState() };
     if (!w.h)
@@ -78,6 +86,23 @@ int red_layout(whale_engine *e, int dp, int zero, uint64_t *hash, size_t *uniq, 
     XXH3_freeState(w.h);
     *uniq = w.uniq;
     *repl = w.repl;
+    if (dir_bytes)
+        *dir_bytes = sizeof(uint64_t) + (size_t)w.n * sizeof(struct red_dirent);
+    return rc;
+}
+
+/* The directory at dst (red_layout's dir_bytes of room). */
+int red_dir_write(whale_engine *e, int dp, int zero, unsigned char *dst)
+{
+    struct layout_walk w = { .dp = dp, .zero = zero, .h = XXH3_createState(),
+                             .dir = (struct red_dirent *)(dst + sizeof(uint64_t)) };
+    if (!w.h)
+        return WHALE_ENOMEM;
+    XXH3_64bits_reset(w.h);
+    int rc = whale_engine_tensors(e, layout_fn, &w);
+    XXH3_freeState(w.h);
+    uint64_t n = (uint64_t)w.n;
+    memcpy(dst, &n, sizeof n);
     return rc;
 }
 
@@ -143,13 +168,15 @@ int whale_red_create(whale_engine *e, const struct whale_red_config *c, whale_re
     if (!r)
         return WHALE_ENOMEM;
     r->cfg = *c;
-    int rc = red_layout(e, c->dp, c->zero, &r->layout, &r->uniq, &r->repl);
+    int rc = red_layout(e, c->dp, c->zero, &r->layout, &r->uniq, &r->repl, &r->dir_bytes);
     if (rc) {
         free(r);
         return rc;
     }
-    r->local_bytes = sizeof(struct red_hdr) + sizeof(struct whale_train_state) + r->uniq + r->repl;
-    r->remote_payload = sizeof(struct whale_train_state) + r->uniq + (c->copy_all ? r->repl : 0);
+    r->local_bytes = sizeof(struct red_hdr) + sizeof(struct whale_train_state) + r->dir_bytes +
+                     r->uniq + r->repl;
+    r->remote_payload = sizeof(struct whale_train_state) + r->dir_bytes + r->uniq +
+                        (c->copy_all ? r->repl : 0);
     for (int i = 0; i < 2; i++) {
         r->slot[i] = malloc(r->local_bytes);
         r->slot_step[i] = -1;
@@ -250,7 +277,10 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
     unsigned char *payload = img + sizeof *h;
     r->slot_step[s] = -1; /* being rewritten */
     memcpy(payload, &ts, sizeof ts);
-    int rc = red_copy(e, r->cfg.dp, r->cfg.zero, true, true, payload + sizeof ts, r->uniq);
+    int rc = red_dir_write(e, r->cfg.dp, r->cfg.zero, payload + sizeof ts);
+    if (!rc)
+        rc = red_copy(e, r->cfg.dp, r->cfg.zero, true, true, payload + sizeof ts + r->dir_bytes,
+                      r->uniq);
     if (rc)
         return rc;
     /* the header describes the remote slot (state + unique [+ replicated]) */
@@ -268,6 +298,7 @@ int whale_red_snapshot(whale_red *r, whale_engine *e)
     r->newest = s;
     r->stats.snapshots++;
     r->stats.local_bytes = r->local_bytes;
+    r->stats.dir_bytes = r->dir_bytes;
     r->stats.t_serialize += whale_now_s() - t0;
     if (!r->have_tgt || prc)
         return prc;
@@ -293,7 +324,7 @@ bool whale_red_fits(const whale_red *r, whale_engine *e)
 {
     uint64_t lay;
     size_t u, p;
-    return !red_layout(e, r->cfg.dp, r->cfg.zero, &lay, &u, &p) && lay == r->layout &&
+    return !red_layout(e, r->cfg.dp, r->cfg.zero, &lay, &u, &p, NULL) && lay == r->layout &&
            u == r->uniq && p == r->repl;
 }
 
@@ -319,7 +350,7 @@ int whale_red_rollback(whale_red *r, whale_engine *e, int64_t step)
     }
     uint64_t lay;
     size_t u, p;
-    int rc = red_layout(e, r->cfg.dp, r->cfg.zero, &lay, &u, &p);
+    int rc = red_layout(e, r->cfg.dp, r->cfg.zero, &lay, &u, &p, NULL);
     if (rc)
         return rc;
     if (lay != r->layout || u != r->uniq || p != r->repl) {
@@ -330,7 +361,8 @@ int whale_red_rollback(whale_red *r, whale_engine *e, int64_t step)
     const unsigned char *payload = r->slot[s] + sizeof(struct red_hdr);
     struct whale_train_state ts;
     memcpy(&ts, payload, sizeof ts);
-    rc = red_copy(e, r->cfg.dp, r->cfg.zero, false, true, (unsigned char *)payload + sizeof ts, r->uniq);
+    rc = red_copy(e, r->cfg.dp, r->cfg.zero, false, true,
+                  (unsigned char *)payload + sizeof ts + r->dir_bytes, r->uniq);
     if (!rc)
         rc = whale_engine_set_state(e, &ts);
     return rc;
@@ -389,12 +421,12 @@ int whale_red_restore_slot(whale_engine *e, const void *mem, size_t slot_bytes, 
     const unsigned char *slot = (const unsigned char *)mem + (size_t)s * slot_bytes;
     const struct red_hdr *h = (const struct red_hdr *)slot;
     uint64_t lay;
-    size_t u, p;
-    int rc = red_layout(e, h->dp, h->zero, &lay, &u, &p);
+    size_t u, p, db;
+    int rc = red_layout(e, h->dp, h->zero, &lay, &u, &p, &db);
     if (rc)
         return rc;
     bool all = h->flags & RED_F_ALL;
-    size_t want = sizeof(struct whale_train_state) + u + (all ? p : 0);
+    size_t want = sizeof(struct whale_train_state) + db + u + (all ? p : 0);
     if (lay != h->layout || want != h->bytes) {
         whale_error("restore of step %lld: the held copy was made for another layout",
                     (long long)step);
@@ -402,7 +434,8 @@ int whale_red_restore_slot(whale_engine *e, const void *mem, size_t slot_bytes, 
     }
     struct whale_train_state ts;
     memcpy(&ts, slot + sizeof *h, sizeof ts);
-    rc = red_copy(e, h->dp, h->zero, false, all, (unsigned char *)slot + sizeof *h + sizeof ts, u);
+    rc = red_copy(e, h->dp, h->zero, false, all,
+                  (unsigned char *)slot + sizeof *h + sizeof ts + db, u);
     if (!rc)
         rc = whale_engine_set_state(e, &ts);
     if (complete)

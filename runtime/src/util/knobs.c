@@ -62,6 +62,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_PEER_TIMEOUT", "number", "5", "seconds before a dead or silent peer fails pending operations (WHALE_EPEER)" },
     { "WHALE_PLAN", "contract", "", "the plan: inline JSON (starts with '{') or a path" },
     { "WHALE_PP", "contract", "", "pipeline-parallel degree" },
+    { "WHALE_PP_LAYERS", "spec", "the plan's stage_layers, else balanced by cost", "transformer blocks per pipeline stage, e.g. 3,1 (--pp-layers overrides)" },
     { "WHALE_PP_RANK", "contract", "", "this rank's pipeline stage" },
     { "WHALE_PROGRESS_SLEEP", "int", "32", "yields of a waiting thread before it sleeps on the UCX event fd (0..1048576, 0: never, yield and nap)" },
     { "WHALE_RANK", "contract", "", "logical rank of this task (-1 for a spare)" },

@@ -37,6 +37,10 @@
  * main exits with. */
 #define TRAIN_GO (-1)
 
+/* virtual pipeline stages --pp-layers / WHALE_PP_LAYERS may name (the
+ * planner's own bound, WHALE_PLAN_MAX_STAGES) */
+#define TRAIN_MAX_STAGES 512
+
 /* Command-line values as given (0 / -1 / NULL: not set; the resolve phase
  * fills in environment, plan and defaults). */
 struct train_opts {
@@ -58,6 +62,7 @@ struct train_opts {
     double act_budget_mb;
     bool batch_set;       /* --batch given */
     const char *dp_shares; /* --dp-shares: micro-batches per DP replica */
+    const char *pp_layers; /* --pp-layers: transformer blocks per pipeline stage */
 };
 
 /* Run totals the summary reports (train_totals.c). t_run, tok_run and
@@ -91,6 +96,7 @@ struct train {
     bool finetune;            /* --resume of weights without a train state, --init-from */
     char hf_config[4096];     /* --init-from without --model: HF_DIR/config.json */
     struct whale_engine_config ec;
+    int stage_layers[TRAIN_MAX_STAGES]; /* --pp-layers / WHALE_PP_LAYERS, parsed */
     /* the ranks */
     whale_ctx *ctx;
     int rank, world;

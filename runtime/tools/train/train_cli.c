@@ -40,6 +40,9 @@ void train_usage(FILE *f)
 "                       auto: the plan's shares or even at first, then the speeds measured\n"
 "                       over the first steps set them, re-measured every step (see\n"
 "                       --rebalance)\n"
+"  --pp-layers N,N,..   transformer blocks per pipeline stage (uneven PP; one entry per\n"
+"                       stage, per virtual stage in chunk order with --interleave; the\n"
+"                       first stage also holds the embedding, the last the head)\n"
 "  --seq N              sequence length (default: the model's Seq, at most 1024)\n"
 "  --lr X --min-lr X    peak and final learning rate (6e-4, lr/10)\n"
 "  --warmup N           warmup steps (default steps/20)\n"
@@ -93,7 +96,7 @@ void train_usage(FILE *f)
 "\n"
 "Environment: WHALE_TP/PP/DP and ranks from the plugin or whale-run; WHALE_PLAN\n"
 "(degrees, zero, micro_batch, num_micro_batches, global_batch, model, schedule,\n"
-"interleave, stage_layers, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
+"interleave, stage_layers, dp_batch, recompute, recompute_layers); WHALE_TRACE=FILE writes\n"
 "a Chrome/Perfetto trace per rank: \"-rank<R>\" goes before FILE's extension\n"
 "(trace.json -> trace-rank0.json, trace-rank1.json, ...; a world of one rank\n"
 "writes FILE itself; \"%%r\" in FILE is replaced by the rank instead); WHALE_ZERO,\n"
@@ -133,7 +136,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_INIT_FROM, O_CKDIR, O_CKEVERY, O_CKKEEP,
-           O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP, O_SHARES,
+           O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP, O_SHARES, O_PPLAYERS,
            O_HELPENV,
            O_AREA /* .. the areas' options, in registry order */ };
     static const struct option core[] = {
@@ -164,6 +167,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "grad-reduce", required_argument, 0, O_GRED },
         { "ep", required_argument, 0, O_EP },
         { "dp-shares", required_argument, 0, O_SHARES },
+        { "pp-layers", required_argument, 0, O_PPLAYERS },
         { "help-env", optional_argument, 0, O_HELPENV },
         { "plan", required_argument, 0, 'p' }, { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' },
     };
@@ -203,6 +207,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         case 'S': bad |= whale_opt_long("whale-train", "--seed", optarg, 0, LONG_MAX, &t->o.seed); break;
         case O_MICRO: bad |= whale_opt_long("whale-train", "--micro-batch", optarg, 1, 1 << 20, &t->o.micro); break;
         case O_SHARES: t->o.dp_shares = optarg; break;
+        case O_PPLAYERS: t->o.pp_layers = optarg; break;
         case O_ACCUM: bad |= whale_opt_long("whale-train", "--grad-accum", optarg, 1, 1 << 20, &t->o.accum); break;
         case O_MINLR: bad |= whale_opt_double("whale-train", "--min-lr", optarg, 0, 10, &t->o.min_lr); break;
         case O_WARM: bad |= whale_opt_long("whale-train", "--warmup", optarg, 0, 1L << 40, &t->o.warmup); break;

@@ -4,6 +4,7 @@
  * degrees checked against the plan, the batch split) and the engine's
  * configuration (with each area's configure hook). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +311,53 @@ int train_resolve_layout(struct train *t)
     return resolve_seq(t);
 }
 
+/* Transformer blocks per virtual pipeline stage from --pp-layers, else
+ * WHALE_PP_LAYERS: "3,1", one non-negative entry per stage (per virtual
+ * stage in chunk order with interleave), adding up to the model's blocks.
+ * Returns the number of entries (0: neither is set), -1 refused with the
+ * option or variable named. */
+static int resolve_pp_layers(struct train *t, int chunks)
+{
+    const char *env = whale_knob_getenv("WHALE_PP_LAYERS");
+    const char *s = t->o.pp_layers ? t->o.pp_layers : env && *env ? env : NULL;
+    const char *what = t->o.pp_layers ? "--pp-layers" : "WHALE_PP_LAYERS";
+    if (!s)
+        return 0;
+    int k = 0;
+    long sum = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > t->md.layers || (*end && *end != ',') ||
+            k == TRAIN_MAX_STAGES) {
+            whale_error("%s=%s: expected %d integers separated by commas (blocks per pipeline "
+                        "stage, each 0..%d)", what, s, chunks, t->md.layers);
+            return -1;
+        }
+        t->stage_layers[k++] = (int)v;
+        sum += v;
+        p = *end ? end + 1 : end;
+    }
+    if (k != chunks) {
+        whale_error("%s=%s: %d entries, expected one per pipeline stage (PP %d x interleave %d "
+                    "= %d)", what, s, k, t->pp, chunks / t->pp, chunks);
+        return -1;
+    }
+    if (sum != t->md.layers) {
+        whale_error("%s=%s adds up to %ld layers but model %s has %d", what, s, sum,
+                    t->md.name, t->md.layers);
+        return -1;
+    }
+    for (int i = 1; i < chunks - 1; i++)
+        if (t->stage_layers[i] == 0) {
+            whale_error("%s=%s: stage %d gets no layer (only the first stage, which holds the "
+                        "embedding, and the last, which holds the head, may)", what, s, i);
+            return -1;
+        }
+    return k;
+}
+
 /* t->ec from the resolved knobs, then each area's configure hook. */
 int train_engine_config(struct train *t)
 {
@@ -353,7 +401,14 @@ int train_engine_config(struct train *t)
         ec->interleave = (int)o->interleave;
     if (o->schedule && ec->schedule != WHALE_SCHED_INTERLEAVED && !o->interleave)
         ec->interleave = 1;
-    if (have_plan && plan->n_stage_layers > 0 && ec->interleave == plan->interleave) {
+    /* layers per stage: --pp-layers > WHALE_PP_LAYERS > the plan's stage_layers */
+    int nsl = resolve_pp_layers(t, ec->pp * ec->interleave);
+    if (nsl < 0)
+        return 2;
+    if (nsl > 0) {
+        ec->stage_layers = t->stage_layers;
+        ec->n_stage_layers = nsl;
+    } else if (have_plan && plan->n_stage_layers > 0 && ec->interleave == plan->interleave) {
         ec->stage_layers = plan->stage_layers;
         ec->n_stage_layers = plan->n_stage_layers;
     }

@@ -17,7 +17,9 @@
  *   2. agrees on the rollback step R: the newest step that every survivor
  *      holds locally and every replacement can get (held copy or replica);
  *   3. restores R (survivors: own image; replacement: the holder's copy +
- *      the DP-replicated pieces from a surviving replica), or, when no such
+ *      the DP-replicated pieces from a surviving replica; after a shrink
+ *      that moves the ZeRO shards: re-cut from the survivors' images and
+ *      the dropped replicas' held copies), or, when no such
  *      R exists (a rank and the holder of its copy both lost), loads the
  *      last checkpoint from disk inside the running step;
  *   4. redoes from R; the recovery record (log line + metrics JSONL) is
@@ -58,6 +60,7 @@ struct train_elastic {
     double t_last;           /* end of the previous step (adaptive K) */
     double avg_step, avg_cost; /* moving averages: iteration, one refresh */
     bool promoted;
+    bool reshaped;           /* a shrink happened: the holder tables below are stale */
     struct whale_membership_event ev;
 
     /* tables from the setup exchange (indexed by logical rank at setup) */
@@ -493,10 +496,170 @@ static unsigned char *fetch_copy(struct train_elastic *te, int r, int me)
 #define TE_EVAL 4
 #define TE_TARGET 0.05
 
+/* The dropped replicas' held copies, each from its holder to every rank
+ * (the same order everywhere: dropped replica, then old rank); copy[i]
+ * keeps dropped replica i's copy at (tp, pp), NULL when its holder is not a
+ * working rank any more. A collective rather than one-sided gets: the
+ * holders are busy in the same recovery, and a get emulated over tagged
+ * messages needs the holder to progress. */
+static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, int tpr, int ppr,
+                        unsigned char **copy)
+{
+    const struct whale_membership_event *ev = &te->ev;
+    const int W = whale_world_size(ctx), me = whale_rank(ctx);
+    if (!tables || te->zero < 1)
+        return 0;
+    for (int i = 0; i < ev->ndropped; i++)
+        for (int pp = 0; pp < ev->old_grid.pp; pp++)
+            for (int tp = 0; tp < ev->old_grid.tp; tp++) {
+                struct whale_coords c = { .tp = tp, .pp = pp, .dp = ev->dropped[i] };
+                int orank = whale_grid_rank(&ev->old_grid, &c), root = -1;
+                if (orank < 0 || orank >= te->world || te->holder_task[orank] < 0)
+                    continue;
+                for (int r = 0; r < W && root < 0; r++)
+                    if (whale_rankmap_task(ctx, r) == te->holder_task[orank])
+                        root = r;
+                if (root < 0)
+                    continue; /* a spare now (its replica was dropped), or gone */
+                size_t len = 2 * te->slot_bytes[orank];
+                unsigned char *buf = malloc(len ? len : 1);
+                if (!buf)
+                    return WHALE_ENOMEM; /* the others wait in the broadcast: stop loudly */
+                if (me == root)
+                    memcpy(buf, te->hold + te->hold_off[orank], len);
+                int rc = whale_broadcast(whale_world(ctx), buf, len, WHALE_UINT8, root);
+                if (rc) {
+                    free(buf);
+                    return rc;
+                }
+                if (tp == tpr && pp == ppr)
+                    copy[i] = buf;
+                else
+                    free(buf);
+            }
+    return 0;
+}
+
+/* After a shrink whose new layout cuts the state differently (ZeRO >= 1:
+ * the shards of every bucket move; DP 1: nothing is replicated any more),
+ * no image restores a rank by itself. Each (TP, PP) position re-cuts its
+ * state from memory: the survivors' local images of the same step, whose
+ * unique parts they exchange within their new DP group, and the dropped
+ * replicas' unique parts from the copies their holders keep. The step is
+ * the newest that every survivor holds and every needed copy has intact;
+ * WHALE_ENOENT when there is none (a copy is really gone: the caller goes
+ * to disk). */
+static int restore_reshard(struct train_elastic *te, whale_ctx *ctx, whale_engine *e,
+                           int64_t agreed, int64_t *R)
+{
+    const struct whale_membership_event *ev = &te->ev;
+    /* at ZeRO 0 every piece was on every replica: the survivors hold it all */
+    const int nd = te->zero >= 1 ? ev->ndropped : 0;
+    int tpr, ppr, dpr;
+    whale_coords(ctx, &tpr, &ppr, &dpr);
+    /* the holder tables are indexed by the ranks of the layout they were
+     * built for: only that one (no earlier shrink) */
+    const bool tables = !te->reshaped && te->holder_task &&
+                        te->world == whale_grid_world(&ev->old_grid);
+    unsigned char **copy = calloc((size_t)nd + 1, sizeof *copy);
+    int *orank = calloc((size_t)nd + 1, sizeof *orank);
+    int64_t (*held)[2] = calloc((size_t)nd + 1, sizeof *held);
+    whale_group *dpg = whale_dp_group(ctx);
+    const int D = whale_group_size(dpg), myd = whale_group_rank(dpg);
+    struct whale_red_image *img = calloc((size_t)(D + nd), sizeof *img);
+    unsigned char **bufs = calloc((size_t)D, sizeof *bufs);
+    int rc = WHALE_ENOMEM, k = 0;
+    if (!copy || !orank || !held || !img || !bufs)
+        goto out;
+    for (int i = 0; i < nd; i++) {
+        struct whale_coords c = { .tp = tpr, .pp = ppr, .dp = ev->dropped[i] };
+        orank[i] = whale_grid_rank(&ev->old_grid, &c);
+        held[i][0] = held[i][1] = -1;
+    }
+    if ((rc = bcast_copies(te, ctx, tables, tpr, ppr, copy)))
+        goto out;
+    for (int i = 0; i < nd; i++)
+        if (copy[i])
+            whale_red_scan(copy[i], te->slot_bytes[orank[i]], held[i], NULL);
+    int64_t loc[2] = { -1, -1 };
+    whale_red_local_steps(te->red, loc);
+    int32_t flags[TE_WIN + 1];
+    for (int i = 0; i < TE_WIN; i++) {
+        int64_t s = agreed - i;
+        bool ok = s >= 0 && (loc[0] == s || loc[1] == s);
+        for (int d = 0; d < nd && ok; d++)
+            ok = held[d][0] == s || held[d][1] == s;
+        flags[i] = ok;
+    }
+    flags[TE_WIN] = -(te->every > 0 ? te->every : 1);
+    if ((rc = whale_allreduce(whale_world(ctx), flags, flags, TE_WIN + 1, WHALE_INT32,
+                              WHALE_MIN)))
+        goto out;
+    if (te->every > 0 && -flags[TE_WIN] != te->every)
+        te->every = -flags[TE_WIN];
+    int pick = -1;
+    for (int i = 0; i < TE_WIN && pick < 0; i++)
+        if (flags[i])
+            pick = i;
+    if (pick < 0) {
+        rc = WHALE_ENOENT;
+        goto out;
+    }
+    *R = agreed - pick;
+    /* mine first (with its replicated pieces), then the others' unique parts */
+    size_t ulen = 0;
+    if ((rc = whale_red_local_image(te->red, *R, &img[k++], &ulen)))
+        goto out; /* cannot happen: the agreement says this rank holds R */
+    double moved = 0;
+    for (int i = 0; i < D; i++) {
+        int64_t len = i == myd ? (int64_t)ulen : 0;
+        if ((rc = whale_broadcast(dpg, &len, 1, WHALE_INT64, i)))
+            goto out;
+        if (i == myd) {
+            rc = whale_broadcast(dpg, (void *)img[0].data, (size_t)len, WHALE_UINT8, i);
+        } else if (!(bufs[i] = malloc(len > 0 ? (size_t)len : 1))) {
+            rc = WHALE_ENOMEM; /* the others wait in the broadcast: stop loudly */
+        } else {
+            rc = whale_broadcast(dpg, bufs[i], (size_t)len, WHALE_UINT8, i);
+            img[k++] = (struct whale_red_image){ bufs[i], (size_t)len };
+            moved += (double)len;
+        }
+        if (rc)
+            goto out;
+    }
+    for (int d = 0; d < nd; d++)
+        if ((rc = whale_red_slot_image(copy[d], te->slot_bytes[orank[d]], *R, &img[k++])))
+            goto out;
+    if ((rc = whale_red_fill(e, img, k)))
+        goto out;
+    if (whale_rank(ctx) == 0)
+        whale_info("elastic: state of step %lld re-cut for DP %d from memory (the survivors' "
+                   "images and %d held cop%s; %.1f MB exchanged per rank)", (long long)*R,
+                   ev->grid.dp, nd, nd == 1 ? "y" : "ies",
+                   moved / 1e6);
+out:
+    for (int i = 0; copy && i < nd; i++)
+        free(copy[i]);
+    for (int i = 0; bufs && i < D; i++)
+        free(bufs[i]);
+    free(copy);
+    free(orank);
+    free(held);
+    free(img);
+    free(bufs);
+    return rc;
+}
+
 static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bool joiner,
                    int64_t agreed, int64_t *R, const char **source)
 {
     const int me = whale_task_id(ctx), r = whale_rank(ctx);
+    if (!joiner && te->red && te->ev.kind == WHALE_RECOVERY_SHRUNK && !whale_red_fits(te->red, e)) {
+        int rc = restore_reshard(te, ctx, e, agreed, R);
+        if (!rc)
+            *source = "memory";
+        return rc;
+    }
     unsigned char *copy = NULL;
     int64_t held[2] = { -1, -1 };
     bool torn[2] = { false, false };
@@ -993,11 +1156,13 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         /* a new layout (or disk state): images of the old one are useless */
         if ((rc = new_store(te, ctx, *job->e)))
             return -1;
-        if (ev.kind != WHALE_RECOVERY_SHRUNK)
+        if (ev.kind != WHALE_RECOVERY_SHRUNK) {
             te_attach(te, *job->rank, whale_task_id(ctx));
-        else
+        } else {
+            te->reshaped = true;
             whale_warn("elastic: after the shrink the in-memory copies are local rollback "
                        "images only");
+        }
     } else {
         te_attach(te, *job->rank, whale_task_id(ctx));
     }

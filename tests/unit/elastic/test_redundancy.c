@@ -95,7 +95,7 @@ struct run {
     int rank;
     double loss[STEPS];
     int rc;
-    uint64_t remote_bytes, local_bytes;
+    uint64_t remote_bytes, local_bytes, dir_bytes;
 };
 
 static int mk_engine(struct run *r, struct whale_par_comm *comm, whale_engine **e)
@@ -176,6 +176,7 @@ static void *run_rank(void *arg)
         whale_red_get_stats(red, &s);
         r->remote_bytes = s.remote_bytes;
         r->local_bytes = s.local_bytes;
+        r->dir_bytes = s.dir_bytes;
     }
     bool failed = false;
     for (int s = 0; s < STEPS && !r->rc; s++) {
@@ -299,8 +300,9 @@ static void check_equivalence(int dp, int zero)
     assert_int_equal(el.held[f][1 - slot], FAIL_STEP - 1);
     /* survivors hold the agreed step locally */
     assert_true(el.local[0][0] == FAIL_STEP - 1 || el.local[0][1] == FAIL_STEP - 1);
-    /* the holder gets no DP-replicated bytes */
-    size_t state = sizeof(struct whale_train_state) + 64;
+    /* the holder gets no DP-replicated bytes (the directory names them) */
+    size_t state = sizeof(struct whale_train_state) + 64 + b[0].dir_bytes;
+    assert_true(b[0].dir_bytes > 8 && b[0].dir_bytes < b[0].local_bytes / 10);
     if (dp > 1 && zero == 0)
         assert_int_equal(b[0].remote_bytes, state);
     else if (dp > 1 && zero < 3) /* weights stay out: about half of weights + moments */
@@ -413,13 +415,63 @@ static int teardown(void **st)
     return 0;
 }
 
+/* whale_red_fill: an image fills an engine by its directory (here the same
+ * layout: every element back); a cut image, or one that covers a piece only
+ * in part (another shape), is refused naming what is missing. */
+static int first_param_fn(const struct whale_tensor_piece *p, void *u)
+{
+    if (p->kind == WHALE_TENSOR_PARAM && p->flat_end > p->flat_begin && !*(float **)u)
+        *(float **)u = p->data;
+    return 0;
+}
+static float first_param(whale_engine *e)
+{
+    float *f = NULL;
+    whale_engine_tensors(e, first_param_fn, &f);
+    return f ? *f : NAN;
+}
+
+static void test_fill(void **st)
+{
+    (void)st;
+    struct whale_engine_config c = cfg(1, 1);
+    whale_engine *e = NULL, *e2 = NULL;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    c.model.hidden = 64;
+    c.model.ffn = 256;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e2), 0);
+    whale_red *r = NULL;
+    struct whale_red_config rc = { .dp = 1, .zero = 1, .every = 1 };
+    assert_int_equal(whale_red_create(e, &rc, &r), 0);
+    assert_int_equal(whale_red_snapshot(r, e), 0);
+    struct whale_red_image img;
+    size_t ulen = 0;
+    assert_int_equal(whale_red_local_image(r, 3, &img, &ulen), WHALE_ENOENT);
+    assert_int_equal(whale_red_local_image(r, 0, &img, &ulen), 0);
+    assert_true(ulen > sizeof(struct whale_train_state) && ulen <= img.len);
+    float before = first_param(e);
+    whale_engine_tensors(e, scribble, NULL);
+    assert_true(first_param(e) != before);
+    assert_int_equal(whale_red_fill(e, &img, 1), 0);
+    assert_true(first_param(e) == before);
+    struct whale_red_image cut = { img.data, ulen / 2 };
+    test_log_capture(true);
+    assert_int_equal(whale_red_fill(e, &cut, 1), WHALE_EDATA);
+    assert_int_equal(whale_red_fill(e2, &img, 1), WHALE_ENOENT);
+    assert_non_null(strstr(test_log_last(), "found in the 1 images"));
+    test_log_capture(false);
+    whale_red_destroy(r);
+    whale_engine_destroy(e);
+    whale_engine_destroy(e2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rollback_dp1),      cmocka_unit_test(test_replace_dp2_zero0),
         cmocka_unit_test(test_replace_dp2_zero1), cmocka_unit_test(test_replace_dp2_zero3),
         cmocka_unit_test(test_layout_mismatch),   cmocka_unit_test(test_every_env),
-        cmocka_unit_test(test_adapt_every),
+        cmocka_unit_test(test_adapt_every),       cmocka_unit_test(test_fill),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

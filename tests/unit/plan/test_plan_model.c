@@ -609,6 +609,18 @@ static void test_heterogeneous(void **state)
         assert_int_equal(sum, 512);
     }
     whale_plan_free(&p);
+    /* what --whale-plan=auto runs on such an allocation (spank/autoplan.c):
+     * the same uneven plan, its splits in the plan file */
+    char explain[512];
+    assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, NULL, &p, explain, sizeof explain), 0);
+    bool uneven = false;
+    for (int i = 1; i < p.n_dp_batch; i++)
+        uneven |= p.dp_batch[i] != p.dp_batch[0];
+    for (int i = 1; i < p.n_stage_layers; i++)
+        uneven |= p.stage_layers[i] != p.stage_layers[0];
+    assert_true(uneven);
+    assert_int_equal(whale_plan_validate(&p, p.tp * p.pp * p.dp, m.layers, "auto"), 0);
+    whale_plan_free(&p);
     free(res);
 }
 

@@ -6,9 +6,11 @@
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
 # the option or plan field; an elastic shrink from DP 4 to 3 keeps the
-# global batch with uneven shares; --dp-shares=auto moves micro-batches away
-# from a slowed replica (recorded in the metrics and whale-report's report)
-# with the losses of one rank.
+# global batch with uneven shares (ZeRO 0, 1 and 3, state from memory);
+# --dp-shares=auto moves micro-batches away from a slowed replica (recorded
+# in the metrics and whale-report's report) with the losses of one rank;
+# uneven pipeline stages (--pp-layers, WHALE_PP_LAYERS) equal one rank and
+# a checkpoint resumes with another split.
 # usage: train_uneven.sh WHALE_RUN WHALE_TRAIN [WHALE_REPORT]
 set -u
 RUN=$1 TRAIN=$2 REPORT=${3:-}
@@ -107,6 +109,63 @@ check "--dp-shares=auto at ZeRO 3 refused with the reason" \
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --rebalance=2x 2>&1); rc=$?
 check "--rebalance with a bad threshold refused, naming the option and the range" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--rebalance=2x: expected THRESHOLD[:STEPS]"* ]]'
+
+# ZeRO 1 and 3: the dropped replica's shards come from its holder's
+# in-memory copy and every survivor's shards are re-cut for DP 3 (no
+# checkpoint directory: nothing on disk to fall back to); whale-run needs no
+# --keep-going for an elastic step
+for z in 1 3; do
+  "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/ref4z.jsonl" >/dev/null 2>&1
+  out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 \
+        "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
+  d=$(reldiff "$T/ref4z.jsonl" "$T/k4z.jsonl")
+  check "elastic shrink DP 4 -> 3 at ZeRO $z: shards re-cut from memory, same losses (max rel diff $d)" \
+    'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] && [[ "$out" != *"from disk"* ]]'
+done
+
+# uneven pipeline stages: --pp-layers 3,1 (PP 2) equals one rank, fp32 and
+# bf16, ZeRO 0, 1 and 3; WHALE_PP_LAYERS is the same knob
+printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$T/t4.conf"
+pp=(--model "$T/t4.conf" --data "$T/data.txt" --batch 8 --grad-accum 4 --seq 16 --steps 20
+    --no-progress --threads 1)
+for prec in fp32 bf16; do
+  tol=1e-6; [ $prec = bf16 ] && tol=1e-4
+  "$TRAIN" "${pp[@]}" --precision $prec --metrics "$T/one.jsonl" >/dev/null 2>&1
+  for z in 0 1 3; do
+    out=$("$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --precision $prec --zero $z --pp-layers 3,1 \
+          --metrics "$T/u.jsonl" 2>&1); rc=$?
+    d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
+    check "$prec ZeRO $z --pp-layers 3,1 (PP 2) equals one rank over 20 steps (max rel diff $d <= $tol)" \
+      '[ $rc -eq 0 ] && within "$d" $tol'
+  done
+done
+"$TRAIN" "${pp[@]}" --metrics "$T/one.jsonl" >/dev/null 2>&1
+out=$(WHALE_PP_LAYERS=1,3 "$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --metrics "$T/u.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
+check "WHALE_PP_LAYERS=1,3 equals one rank (max rel diff $d)" '[ $rc -eq 0 ] && within "$d" 1e-6'
+# a checkpoint written with 3+1 layers per stage resumes with 1+3 (parameters
+# are named by their global layer): the last 10 steps equal one rank's
+"$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --pp-layers 3,1 --whale-ckpt-dir "$T/ck" \
+  --whale-ckpt-every 10 --metrics "$T/c1.jsonl" >/dev/null 2>&1
+out=$("$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --pp-layers 1,3 --whale-ckpt-dir "$T/ck" \
+      --resume "$T/ck/step-00000010" --metrics "$T/c2.jsonl" 2>&1); rc=$?
+d=$(python3 - "$T/one.jsonl" "$T/c2.jsonl" <<'PY'
+import json, sys
+def losses(f):
+    rs = [json.loads(l) for l in open(f)]
+    return {r["step"]: r["loss"] for r in rs if "loss" in r and "step" in r and "summary" not in r}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("%.3g" % max(abs(a[k] - b[k]) / abs(a[k]) for k in range(11, 21)) if len(b) == 10 else "steps %d" % len(b))
+PY
+)
+check "a checkpoint of --pp-layers 3,1 resumes as 1,3 with one rank's losses (max rel diff $d)" \
+  '[ $rc -eq 0 ] && within "$d" 1e-6'
+out=$("$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --pp-layers 3,2 2>&1); rc=$?
+check "--pp-layers that do not add up to the model's layers refused, naming the option" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--pp-layers=3,2 adds up to 5 layers but model t4 has 4"* ]]'
+out=$(WHALE_PP_LAYERS=4 "$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" 2>&1); rc=$?
+check "WHALE_PP_LAYERS with one entry for PP 2 refused, naming the variable" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"WHALE_PP_LAYERS=4: 1 entries, expected one per pipeline stage"* ]]'
 
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3 2>&1); rc=$?
 check "--dp-shares with one entry for DP 2 refused, naming the option" \

@@ -512,8 +512,15 @@ static void *progress_main(void *arg)
             /* Nothing queued: serve what arrives (heartbeats, one-sided
              * transfers of peers, control messages), then sleep. */
             if (comm_progress(ctx) == 0 && ctx->nactive == 0 && !ctx->stop &&
-                atomic_load(&ctx->nwaiters) == 0)
+                atomic_load(&ctx->nwaiters) == 0) {
                 idle_sleep(ctx);
+            } else {
+                /* events keep coming (e.g. transfers to a peer that died):
+                 * let a thread waiting for the lock in, or it may never get it */
+                pthread_mutex_unlock(&ctx->lock);
+                sched_yield();
+                pthread_mutex_lock(&ctx->lock);
+            }
             idle = 0;
             continue;
         }
