@@ -17,6 +17,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "member/mp.h"
 #include "whale/elastic.h"
 
 struct whale_ctx;
@@ -83,6 +84,8 @@ struct comm_elastic {
     double *counter_at;     /* when it last changed */
     uint8_t *peer_flags;    /* flags of its last heartbeat */
     bool *hb_seen;          /* it sends heartbeats: silence counts */
+    struct mp_arrival *arr; /* its heartbeats' inter-arrival times */
+    struct mp_ring ring;    /* whom this task heartbeats */
     int *inflight;          /* control sends not yet completed */
     uint8_t *how;           /* enum whale_detect of a dead task, 0 alive */
     bool *hard;             /* died for sure (CRASH/NODE), not merely silent */

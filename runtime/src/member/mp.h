@@ -165,6 +165,21 @@ struct mp_node {
     uint64_t sent_msgs, sent_bytes, hb_msgs, hb_bytes;
 };
 
+/* Task-level heartbeat map of the runtime's detector (mp_ring.c). */
+struct mp_ring {
+    int ntasks, nnodes;
+    int *first;          /* [nnodes + 1] offsets into tasks */
+    int *tasks;          /* task ids grouped by node, ascending */
+    int *local;          /* [ntasks] index of a task among its node's */
+    int *node;           /* [ntasks] */
+};
+int mp_ring_init(struct mp_ring *r, int ntasks, const int *node_of, int nnodes);
+void mp_ring_free(struct mp_ring *r);
+/* Up to MP_WATCH tasks `me` heartbeats among those ok() accepts; returns
+ * how many were written to out. */
+int mp_ring_targets(const struct mp_ring *r, int me, bool (*ok)(int task, void *user), void *user,
+                    int *out);
+
 int mp_node_init(struct mp_node *n, int id, int nnodes, int tasks_per_node,
                  const struct mp_timing *tm, const struct mp_io *io, uint64_t seed, double now);
 void mp_node_free(struct mp_node *n);
