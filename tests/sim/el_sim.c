@@ -12,7 +12,8 @@
  *              off, slow within the model) is removed or stops;
  *   liveness   within the bound after the last fault every survivor holds
  *              the same membership, without any crashed task or node and
- *              without the cut-off minority.
+ *              without the cut-off minority; a cut-off node never commits,
+ *              and one that learnt of a failure has stopped.
  * Timing model: one-way latency LAT + up to JIT of jitter (reordering),
  * loss <= 2 % per message, a slow node adds up to 0.3 s to every message
  * it receives and to every timer it sets.
@@ -272,6 +273,13 @@ static bool converged(struct sim *s, bool report)
             return false;
         }
     }
+    /* a cut-off node that knows of a failure must stop: no quorum */
+    for (int i = 0; i < s->nnodes; i++)
+        if (s->side[i] && !s->dead[i] && s->nodes[i].nnews && !s->nodes[i].stopped) {
+            if (report)
+                fail(s, "liveness", "cut-off node %d knows of a failure and did not stop (%d)", i, 0);
+            return false;
+        }
     if (ref < 0)
         return true;
     struct mp_node *r = &s->nodes[ref];
