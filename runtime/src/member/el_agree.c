@@ -421,6 +421,7 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
     el->recovering = true;
     el->suspected = true;
     el->notice_dirty = true; /* everyone joins, also without heartbeats */
+    el->next_hb = el_now();  /* and the coordinator hears from us at once */
     el_fail_all_groups(ctx, -1);
     comm_transports_abort(ctx, "the membership of the step changed");
     for (;;) {

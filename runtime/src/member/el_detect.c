@@ -303,8 +303,11 @@ static void send_heartbeats(whale_ctx *ctx)
 {
     struct el_hdr h;
     hdr_init(ctx, &h, EL_HB);
-    int to[MP_WATCH + 1];
+    int to[MP_WATCH];
     int k = mp_ring_targets(&ctx->el->ring, ctx->boot.task, ring_ok, ctx, to);
+    for (int i = 0; i < k; i++)
+        if (ctx->el->inflight[to[i]] < 4)
+            el_send(ctx, to[i], &h, sizeof h);
     /* While a recovery is due, the coordinator (the lowest member not
      * known dead) hears from everyone: it can tell a task that is busy
      * and will propose later from one that is cut off. */
@@ -315,12 +318,11 @@ static void send_heartbeats(whale_ctx *ctx)
         bool dup = false;
         for (int i = 0; i < k; i++)
             dup |= to[i] == c;
-        if (c < ctx->boot.ntasks && c != ctx->boot.task && !dup)
-            to[k++] = c;
+        if (c < ctx->boot.ntasks && c != ctx->boot.task && !dup && ctx->el->inflight[c] < 4) {
+            h.flags |= EL_F_COORD;
+            el_send(ctx, c, &h, sizeof h);
+        }
     }
-    for (int i = 0; i < k; i++)
-        if (ctx->el->inflight[to[i]] < 4)
-            el_send(ctx, to[i], &h, sizeof h);
 }
 
 static void send_notice_to(whale_ctx *ctx, int to, bool force);
@@ -529,6 +531,10 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     size_t vec = (size_t)n * (2 + sizeof(float));
     switch (h.type) {
     case EL_HB:
+        /* Only ring heartbeats make silence count: the coordinator's
+         * extra ones stop when the recovery ends. */
+        if (h.flags & EL_F_COORD)
+            break;
         if (el->hb_seen[from])
             mp_arrival_note(&el->arr[from], now);
         else

@@ -28,7 +28,9 @@ struct whale_ctx;
 #define EL_GID_BASE COMM_GID_REBUILT /* comm/comm_internal.h */
 
 enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
-enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4 };
+/* EL_F_COORD: a heartbeat to the coordinator only because a recovery is
+ * due (not a ring heartbeat): it proves life, its end is no silence. */
+enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8 };
 enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 
 #define EL_MAGIC 0x57454c31u /* "WEL1" */
