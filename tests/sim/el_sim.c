@@ -15,8 +15,9 @@
  *              without the cut-off minority; a cut-off node never commits,
  *              and one that learnt of a failure has stopped.
  * Timing model: one-way latency LAT + up to JIT of jitter (reordering),
- * loss <= 2 % per message, a slow node adds up to 0.3 s to every message
- * it receives and to every timer it sets.
+ * loss <= 2 % per message, 5 % of messages up to 0.3 s late (delay spikes),
+ * a slow node adds up to 0.3 s to every message it receives and to every
+ * timer it sets.
  *
  *   el_sim [--ranks N] [--per-node K] [--seeds S] [--seed X] [--trace]
  *          [--bench] [--quiet]
@@ -54,6 +55,7 @@ struct sim {
     uint8_t *dead, *side, *slow;
     uint8_t *task_dead;   /* [nnodes * tpn] */
     double loss;
+    double spike;         /* probability of a message delayed up to SLOW_MAX */
     bool jitter;
     /* heap */
     struct ev *h;
@@ -193,6 +195,8 @@ static void net_send(void *user, int to, const struct mp_msg *m)
     double d = LAT + (s->jitter ? JIT * unif(s) : 0);
     if (s->slow[to])
         d += SLOW_MAX * unif(s);
+    if (s->spike > 0 && unif(s) < s->spike)
+        d += SLOW_MAX * unif(s); /* a congested link: late, out of order */
     push(s, (struct ev){ .t = s->now + d, .kind = EV_MSG, .dst = to, .m = c });
 }
 
@@ -326,9 +330,10 @@ struct result {
     uint64_t events;
 };
 
-enum scen { S_TASK, S_NODE, S_TWO, S_ROOT, S_PART, S_SLOW, S_LOSS, S_NONE, S_N };
+enum scen { S_TASK, S_NODE, S_TWO, S_ROOT, S_PART, S_SLOW, S_LOSS, S_DELAY, S_NONE, S_N };
 static const char *scen_name[] = { "task-crash", "node-loss", "two-in-recovery", "root-loss",
-                                   "partition", "slow-nodes+crash", "loss+reorder+crash", "quiet" };
+                                   "partition", "slow-nodes+crash", "loss+reorder+crash",
+                                   "delay-spikes+crash", "quiet" };
 
 static int run(uint64_t seed, int nranks, int tpn, int force, bool trace, bool bench,
                struct result *res)
@@ -407,6 +412,10 @@ static int run(uint64_t seed, int nranks, int tpn, int force, bool trace, bool b
         push(&s, (struct ev){ .t = t0, .kind = EV_CRASH_NODE, .dst = victim });
         break;
     }
+    case S_DELAY:
+        s.spike = 0.05;
+        push(&s, (struct ev){ .t = t0, .kind = EV_CRASH_NODE, .dst = victim });
+        break;
     case S_LOSS:
         s.loss = 0.02;
         push(&s, (struct ev){ .t = t0, .kind = EV_CRASH_NODE, .dst = victim });

@@ -505,7 +505,7 @@ static void wave_join(struct mp_node *n, const struct mp_msg *m, double now)
     }
     /* A root whose decision removes itself still passes it down: it is
      * the only one holding it. */
-    if (m->type == MP_COMMIT)
+    if (m->type == MP_COMMIT && m->epoch == n->epoch + 1)
         apply(n, m->epoch, m->items, m->nitems, now);
     w->active = true;
     w->replied = false;
@@ -708,6 +708,13 @@ void mp_recv(struct mp_node *n, const struct mp_msg *m, double now)
     case MP_PREPARE:
     case MP_ACCEPT:
     case MP_COMMIT:
+        /* A decision this node already holds (from a STATE that overtook
+         * it) is still passed down: its subtree waits for it. */
+        if (m->type == MP_COMMIT && m->epoch == n->epoch &&
+            !(n->wave.active && n->wave.epoch > m->epoch)) {
+            wave_join(n, m, now);
+            break;
+        }
         if (m->epoch != n->epoch + 1) {
             if (m->epoch > n->epoch + 1) {
                 struct mp_msg r = { .type = m->type == MP_PREPARE ? MP_PROMISE : MP_ACCEPTED,
