@@ -421,6 +421,7 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
     el->recovering = true;
     el->suspected = true;
     el->notice_dirty = true; /* everyone joins, also without heartbeats */
+    el->next_hb = el_now();  /* and the coordinator hears from us at once */
     el_fail_all_groups(ctx, -1);
     comm_transports_abort(ctx, "the membership of the step changed");
     for (;;) {
@@ -483,6 +484,19 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
                 idle = 0;
                 continue;
             }
+            /* A member that neither proposes nor heartbeats (every task
+             * heartbeats the coordinator while a recovery is due) for
+             * longer than the peer timeout is cut off. */
+            if (now - coord_since > ctx->peer_timeout)
+                for (int t = 0; t < n; t++)
+                    if (t != me && el->st.member[t] && !ctx->dead[t] &&
+                        !(el->prop[t].valid && el->prop[t].epoch == el->st.epoch) &&
+                        now - el->last_heard[t] > ctx->peer_timeout) {
+                        char why[96];
+                        snprintf(why, sizeof why, "silent for %.1f s during the agreement",
+                                 now - el->last_heard[t]);
+                        comm_mark_dead_how(ctx, t, why, WHALE_DETECT_LINK, now - el->last_heard[t]);
+                    }
             if (now - coord_since > el->agree_timeout) {
                 for (int t = 0; t < n; t++)
                     if (t != me && el->st.member[t] && !ctx->dead[t] &&

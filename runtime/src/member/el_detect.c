@@ -1,11 +1,17 @@
 /* Failure detector and control-message plumbing of the elastic layer.
  *
  * Every task sends a heartbeat (its progress counter and whether it is
- * computing, waiting in a collective, recovering or a spare) to every other
- * member each WHALE_HEARTBEAT seconds from whichever thread progresses the
+ * computing, waiting in a collective, recovering or a spare) each
+ * WHALE_HEARTBEAT seconds to MP_WATCH members on other nodes
+ * (mp_ring_targets: the same local index on the next nodes of a ring), so
+ * heartbeat traffic per task is constant in the size of the step, from
+ * whichever thread progresses the
  * worker (the progress thread sleeps in poll() on the UCX event fd with the
  * next heartbeat as its timeout, so an idle task costs ~0 CPU). A member
- * silent for WHALE_PEER_TIMEOUT is failed (LINK, or HANG when it is a
+ * that heartbeats this task and falls silent for longer than both
+ * WHALE_PEER_TIMEOUT and the adaptive bound of its own observed heartbeat
+ * gaps (mp_arrival: a starved node's late, irregular heartbeats widen it)
+ * is failed (LINK, or HANG when it is a
  * same-node process in state T), one whose counter stood still while
  * computing for WHALE_HANG_TIMEOUT is failed (HANG). Crashes arrive faster
  * through UCX peer errors and the pid watchdog (ucx.c). Any failure is
@@ -125,6 +131,7 @@ int el_init(whale_ctx *ctx)
     el->counter_at = calloc((size_t)n, sizeof(double));
     el->peer_flags = calloc((size_t)n, 1);
     el->hb_seen = calloc((size_t)n, sizeof(bool));
+    el->arr = calloc((size_t)n, sizeof *el->arr);
     el->inflight = calloc((size_t)n, sizeof(int));
     el->how = calloc((size_t)n, 1);
     el->hard = calloc((size_t)n, sizeof(bool));
@@ -136,7 +143,11 @@ int el_init(whale_ctx *ctx)
     el->rx_buf = malloc(el->rx_cap);
     el->st.rank_of_task = malloc(sizeof(int) * (size_t)n);
     el->st.member = malloc((size_t)n);
-    if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen ||
+    bool by_node = ctx->boot.node_of_task && ctx->boot.nnodes > 0;
+    if (mp_ring_init(&el->ring, n, by_node ? ctx->boot.node_of_task : NULL,
+                     by_node ? ctx->boot.nnodes : 1))
+        return WHALE_ENOMEM;
+    if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen || !el->arr ||
         !el->inflight || !el->how || !el->hard || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
@@ -149,6 +160,7 @@ int el_init(whale_ctx *ctx)
         el->st.member[t] = 1;
         el->last_heard[t] = now;
         el->counter_at[t] = now;
+        mp_arrival_init(&el->arr[t], now, hb);
     }
     el->next_hb = now;
     if (el->armed)
@@ -191,6 +203,8 @@ void el_fini(whale_ctx *ctx)
     free(el->counter_at);
     free(el->peer_flags);
     free(el->hb_seen);
+    free(el->arr);
+    mp_ring_free(&el->ring);
     free(el->inflight);
     free(el->how);
     free(el->hard);
@@ -280,13 +294,35 @@ static bool reachable(whale_ctx *ctx, int t)
     return t != ctx->boot.task && !ctx->dead[t] && ctx->el->st.member[t];
 }
 
+static bool ring_ok(int t, void *user)
+{
+    return reachable(user, t);
+}
+
 static void send_heartbeats(whale_ctx *ctx)
 {
     struct el_hdr h;
     hdr_init(ctx, &h, EL_HB);
-    for (int t = 0; t < ctx->boot.ntasks; t++)
-        if (reachable(ctx, t) && ctx->el->inflight[t] < 4)
-            el_send(ctx, t, &h, sizeof h);
+    int to[MP_WATCH];
+    int k = mp_ring_targets(&ctx->el->ring, ctx->boot.task, ring_ok, ctx, to);
+    for (int i = 0; i < k; i++)
+        if (ctx->el->inflight[to[i]] < 4)
+            el_send(ctx, to[i], &h, sizeof h);
+    /* While a recovery is due, the coordinator (the lowest member not
+     * known dead) hears from everyone: it can tell a task that is busy
+     * and will propose later from one that is cut off. */
+    if (ctx->el->suspected) {
+        int c = 0;
+        while (c < ctx->boot.ntasks && !(ctx->el->st.member[c] && !ctx->dead[c]))
+            c++;
+        bool dup = false;
+        for (int i = 0; i < k; i++)
+            dup |= to[i] == c;
+        if (c < ctx->boot.ntasks && c != ctx->boot.task && !dup && ctx->el->inflight[c] < 4) {
+            h.flags |= EL_F_COORD;
+            el_send(ctx, c, &h, sizeof h);
+        }
+    }
 }
 
 static void send_notice_to(whale_ctx *ctx, int to, bool force);
@@ -495,6 +531,14 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     size_t vec = (size_t)n * (2 + sizeof(float));
     switch (h.type) {
     case EL_HB:
+        /* Only ring heartbeats make silence count: the coordinator's
+         * extra ones stop when the recovery ends. */
+        if (h.flags & EL_F_COORD)
+            break;
+        if (el->hb_seen[from])
+            mp_arrival_note(&el->arr[from], now);
+        else
+            el->arr[from].last = now; /* the first one: no gap yet */
         el->hb_seen[from] = true;
         if (h.counter != el->counter[from]) {
             el->counter[from] = h.counter;
@@ -626,7 +670,8 @@ static void check_silence(whale_ctx *ctx, double now)
     for (int t = 0; t < ctx->boot.ntasks; t++) {
         if (!reachable(ctx, t))
             continue;
-        if (el->hb_seen[t] && now - el->last_heard[t] > ctx->peer_timeout) {
+        double bound = mp_arrival_bound(&el->arr[t], ctx->peer_timeout);
+        if (el->hb_seen[t] && now - el->last_heard[t] > bound) {
             /* Where its process is visible (same node, or nodes sharing a
              * pid namespace) a stopped process is a hang, not a link. */
             char s = comm_proc_alive(&ctx->procs[t]) == 1 ? el_proc_state(ctx->procs[t].pid) : 0;

@@ -17,6 +17,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "member/mp.h"
 #include "whale/elastic.h"
 
 struct whale_ctx;
@@ -27,7 +28,9 @@ struct whale_ctx;
 #define EL_GID_BASE COMM_GID_REBUILT /* comm/comm_internal.h */
 
 enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
-enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4 };
+/* EL_F_COORD: a heartbeat to the coordinator only because a recovery is
+ * due (not a ring heartbeat): it proves life, its end is no silence. */
+enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8 };
 enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 
 #define EL_MAGIC 0x57454c31u /* "WEL1" */
@@ -83,6 +86,8 @@ struct comm_elastic {
     double *counter_at;     /* when it last changed */
     uint8_t *peer_flags;    /* flags of its last heartbeat */
     bool *hb_seen;          /* it sends heartbeats: silence counts */
+    struct mp_arrival *arr; /* its heartbeats' inter-arrival times */
+    struct mp_ring ring;    /* whom this task heartbeats */
     int *inflight;          /* control sends not yet completed */
     uint8_t *how;           /* enum whale_detect of a dead task, 0 alive */
     bool *hard;             /* died for sure (CRASH/NODE), not merely silent */

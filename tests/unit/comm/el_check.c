@@ -1,7 +1,7 @@
 /* Multi-process check of the elastic membership layer (whale/elastic.h),
  * run under whale-run (or srun) with spares:
  *
- *   el_check SCENARIO [--victims R1,R2,...] [--steps N]
+ *   el_check SCENARIO [--victims R1,R2,...] [--steps N] [--pause MS]
  *
  * Working ranks run allreduce "steps" (sum of rank+1, checked exactly) and
  * call whale_elastic_progress; spares wait in whale_spare_wait. Scenarios:
@@ -164,11 +164,11 @@ static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev,
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again|external [--victims LIST] [--steps N]\n");
+        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again|external [--victims LIST] [--steps N] [--pause MS]\n");
         return 2;
     }
     const char *sc = argv[1];
-    int vic[16], nv = 0, steps = 8;
+    int vic[16], nv = 0, steps = 8, pause_ms = 0;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--victims") && i + 1 < argc) {
             char *s = argv[++i];
@@ -179,6 +179,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             steps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--pause") && i + 1 < argc) {
+            pause_ms = atoi(argv[++i]); /* per step: a run that outlasts the peer timeout */
         } else {
             fprintf(stderr, "el_check: unknown argument '%s'\n", argv[i]);
             return 2;
@@ -292,6 +294,8 @@ int main(int argc, char **argv)
     run:
         if (external)
             usleep(200000);
+        if (pause_ms > 0)
+            usleep((useconds_t)pause_ms * 1000);
         rc = step(ctx);
         if (!rc)
             continue;
