@@ -77,7 +77,8 @@ fi
 mkdir -p "$LOGDIR"
 
 section "unit and integration tests"
-count_meson "$BUILD" "meson test"
+# suite soak: long or not yet reliable cases, run by hand (meson test --suite soak)
+count_meson "$BUILD" "meson test" --no-suite soak
 
 if [ "${WHALE_TEST_SKIP_ASAN:-0}" != 1 ]; then
   section "ASan + UBSan build and tests"
@@ -89,7 +90,7 @@ if [ "${WHALE_TEST_SKIP_ASAN:-0}" != 1 ]; then
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
     UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
     LSAN_OPTIONS=suppressions=$ROOT/tests/lsan.supp:print_suppressions=0 \
-      count_meson "$ASAN_BUILD" "asan meson test" --no-suite slow
+      count_meson "$ASAN_BUILD" "asan meson test" --no-suite slow --no-suite soak
   else
     tail -n 30 "$LOGDIR/ninja-asan.log"
     failures+=("asan: build"); failed=$((failed + 1))
