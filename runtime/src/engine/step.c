@@ -294,25 +294,6 @@ static int g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     return rc;
 }
 
-static void shard_range(const whale_engine *e, const struct eng_bucket *bk, size_t *lo,
-                        size_t *hi);
-static float *gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
-static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
-
-/* Optimizer offload: bucket b's gradient is final (reduced over DP, all
- * micro-batches in): send this rank's range of it to the host tier now,
- * while backward goes on. Once per bucket per step. */
-static void off_grad_ready(whale_engine *e, int b)
-{
-    struct eng_bucket *bk = &e->buckets[b];
-    if (!e->off.mode || atomic_load(&bk->gdown.state) != 0)
-        return;
-    size_t lo, hi;
-    shard_range(e, bk, &lo, &hi);
-    eng_move_post(e, &bk->gdown, e->off.hG + mvoff(e, bk, lo, lo), gptr(e, bk, lo, lo),
-                  (hi - lo) * sizeof(float));
-}
-
 /* Finish bucket b's reduction (blocking). */
 static int g_finish(whale_engine *e, int b)
 {
@@ -343,7 +324,7 @@ static int g_finish(whale_engine *e, int b)
         rebind_g(e, b, NULL);
     }
     if (!rc && e->off.last_micro && !bk->tied_defer)
-        off_grad_ready(e, b);
+        eng_off_grad_ready(e, b);
     return rc;
 }
 
@@ -530,7 +511,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer) {
             rc = g_reduce(e, b, first_micro, last_micro);
             if (!rc && e->dp.size == 1 && last_micro)
-                off_grad_ready(e, b); /* nothing to reduce: final now */
+                eng_off_grad_ready(e, b); /* nothing to reduce: final now */
         }
         if (!rc && e->dp.size > 1)
             rc = g_poll(e);
@@ -594,57 +575,12 @@ int eng_grads_finish(whale_engine *e)
             rebind_g(e, b, NULL);
         }
         if (!rc)
-            off_grad_ready(e, b);
+            eng_off_grad_ready(e, b);
     }
     return rc;
 }
 
 /* ---- optimizer on this rank's part ------------------------------------------------- */
-
-/* Calls fn for each (param, flat range [a, z)) this rank updates. */
-struct upd_ctx {
-    whale_engine *e;
-    float grad_mul;
-    double sumsq;
-    bool bad;
-};
-
-static void shard_range(const whale_engine *e, const struct eng_bucket *bk, size_t *lo,
-                        size_t *hi)
-{
-    if (e->cfg.zero_stage == 0 || e->dp.size == 1) {
-        *lo = bk->flat;
-        *hi = bk->flat + bk->n;
-    } else {
-        size_t sb = bk->n / e->dp.size;
-        *lo = bk->flat + (size_t)e->dp.rank * sb;
-        *hi = *lo + sb;
-    }
-}
-
-/* Pointers to this rank's gradient / weight / moments for flat index a. */
-static float *gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
-{
-    return e->cfg.zero_stage < 2 ? e->G + a : e->Gsh + bk->shard_off + (a - lo);
-}
-/* fp32: the weights; 16-bit params: the fp32 master */
-static float *wptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
-{
-    if (eng_lp(e))
-        return e->cfg.zero_stage == 0 ? e->W + a : e->Wsh + bk->shard_off + (a - lo);
-    return e->cfg.zero_stage < 3 ? e->W + a : e->Wsh + bk->shard_off + (a - lo);
-}
-/* 16-bit params (NULL in fp32) */
-static uint16_t *w16ptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
-{
-    if (!eng_lp(e))
-        return NULL;
-    return e->cfg.zero_stage < 3 ? e->W16 + a : e->W16sh + bk->shard_off + (a - lo);
-}
-static size_t mvoff(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a)
-{
-    return e->cfg.zero_stage == 0 ? a : bk->shard_off + (a - lo);
-}
 
 /* Does this rank count parameter p in the global gradient norm? TP
  * replicas (LayerNorms, row-parallel biases) count on TP rank 0 only; the
@@ -657,45 +593,29 @@ static bool counts_in_norm(const whale_engine *e, const struct eng_layer *l,
     return p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
 }
 
-/* Squared norm and inf/NaN check over this rank's gradient part. */
+/* Squared norm and inf/NaN check over this rank's gradient part: its 1/DP
+ * of each bucket at every ZeRO stage (ZeRO 0: every rank holds the full
+ * sum, so each element counts on one rank). */
 static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
     double s = 0;
     bool b = false;
-    for (int k = 0; k < e->nb; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        size_t lo, hi;
-        shard_range(e, bk, &lo, &hi);
-        if (e->cfg.zero_stage == 0 && e->dp.size > 1) {
-            /* every rank holds the full sum: count each element once */
-            size_t sb = bk->n / e->dp.size;
-            lo = bk->flat + (size_t)e->dp.rank * sb;
-            hi = lo + sb;
-        }
-        for (int li = bk->l0; li < bk->l1; li++) {
-            const struct eng_layer *l = &e->layers[li];
-            for (int pi = 0; pi < l->nparams; pi++) {
-                const struct eng_param *p = &l->params[pi];
-                size_t a = p->flat > lo ? p->flat : lo;
-                size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a >= z)
-                    continue;
-                const float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, a);
-                /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
-                double ss = 0;
-                bool bad1 = false, summed = counts_in_norm(e, l, p);
-                if (summed && whale_k_sumsq(e->bk, NULL, g, (int64_t)(z - a), &ss))
-                    ss = NAN; /* a failed reduction must not look like a clean gradient */
-                s += ss;
-                /* A finite sum of squares (no cancellation: every term is >= 0)
-                 * means no element is inf or NaN: skip the second pass over
-                 * the gradient (about 1 % of a gpt2-124m step on CPU). */
-                if (!b && !(summed && isfinite(ss)) &&
-                    whale_k_has_inf_nan(e->bk, NULL, g, (int64_t)(z - a), &bad1))
-                    bad1 = true;
-                b = b || bad1;
-            }
-        }
+    struct eng_pieces it;
+    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_SHARD); eng_pieces_next(&it);) {
+        const float *g = eng_gptr(e, it.bk, it.lo, it.a);
+        const int64_t n = (int64_t)(it.z - it.a);
+        /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
+        double ss = 0;
+        bool bad1 = false, summed = counts_in_norm(e, it.l, it.p);
+        if (summed && whale_k_sumsq(e->bk, NULL, g, n, &ss))
+            ss = NAN; /* a failed reduction must not look like a clean gradient */
+        s += ss;
+        /* A finite sum of squares (no cancellation: every term is >= 0)
+         * means no element is inf or NaN: skip the second pass over
+         * the gradient (about 1 % of a gpt2-124m step on CPU). */
+        if (!b && !(summed && isfinite(ss)) && whale_k_has_inf_nan(e->bk, NULL, g, n, &bad1))
+            bad1 = true;
+        b = b || bad1;
     }
     *sumsq = s;
     *bad = b;
@@ -707,249 +627,25 @@ static void grad_stats(whale_engine *e, double *sumsq, bool *bad)
  * pieces are independent, so the bits are those of the per-piece calls. */
 static int apply_adamw(whale_engine *e, float grad_mul)
 {
-    int np = 0;
+    struct eng_pieces it;
     size_t cap = 1;
-    for (int k = 0; k < e->nb; k++)
-        for (int li = e->buckets[k].l0; li < e->buckets[k].l1; li++)
-            cap += e->layers[li].nparams > 0 ? (size_t)e->layers[li].nparams : 0;
+    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_UPDATE); eng_pieces_next(&it);)
+        cap++;
     struct whale_adamw_piece *pc = malloc(cap * sizeof *pc);
     if (!pc)
         return WHALE_ENOMEM;
-    for (int k = 0; k < e->nb; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        size_t lo, hi;
-        shard_range(e, bk, &lo, &hi);
-        for (int li = bk->l0; li < bk->l1; li++) {
-            struct eng_layer *l = &e->layers[li];
-            for (int pi = 0; pi < l->nparams; pi++) {
-                const struct eng_param *p = &l->params[pi];
-                size_t a = p->flat > lo ? p->flat : lo;
-                size_t z = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a >= z)
-                    continue;
-                size_t o = mvoff(e, bk, lo, a);
-                pc[np++] = (struct whale_adamw_piece){ .w = wptr(e, bk, lo, a),
-                                                       .g = gptr(e, bk, lo, a),
-                                                       .m = e->M + o, .v = e->V + o,
-                                                       .w16 = w16ptr(e, bk, lo, a), .n = z - a,
-                                                       .decay = p->decay };
-            }
-        }
+    int np = 0;
+    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_UPDATE); eng_pieces_next(&it);) {
+        size_t o = eng_mvoff(e, it.bk, it.lo, it.a);
+        pc[np++] = (struct whale_adamw_piece){ .w = eng_wptr(e, it.bk, it.lo, it.a),
+                                               .g = eng_gptr(e, it.bk, it.lo, it.a),
+                                               .m = e->M + o, .v = e->V + o,
+                                               .w16 = eng_w16ptr(e, it.bk, it.lo, it.a),
+                                               .n = it.z - it.a, .decay = it.p->decay };
     }
     int rc = whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, pc, np,
                            eng_lp(e) ? e->lp : WHALE_BFLOAT16);
     free(pc);
-    return rc;
-}
-
-/* Optimizer offload: AdamW on the host tier (vectorised, host threads),
- * bucket by bucket as each bucket's gradient has arrived; the mover brings
- * each bucket's updated weights back while the next bucket is updated (and,
- * for buckets the next forward uses later, while that forward runs). */
-/* Remote tier: bucket k's master, M and V in staging set s. */
-static int rem_fetch(whale_engine *e, int k, float *st, struct eng_rma_set *q)
-{
-    struct eng_bucket *bk = &e->buckets[k];
-    size_t lo, hi;
-    shard_range(e, bk, &lo, &hi);
-    size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
-    int rc = 0;
-    for (int w = 0; w < 3 && !rc; w++)
-        rc = eng_rma_post(q, e->off.rem, true, eng_off_rem_at(e, w, a), st + w * e->off.stage_n,
-                          len);
-    return rc;
-}
-
-static int rem_waitall(whale_engine *e, struct eng_rma_set *q)
-{
-    return eng_rma_wait(q, &e->off.t_rma);
-}
-
-/* Optimizer state in another task's memory (RMA): per bucket, fetch master
- * and moments (the next bucket's fetch in flight while this one updates),
- * AdamW on the host, weights to the arena, state back with puts. 16-bit
- * params: the master there is fp32 too; the mixed update casts straight
- * into the arena's 16-bit params.
- *
- * Why the state travels rather than the update running on the spare: per
- * element and step this moves 24 B (12 B of master + moments each way)
- * where a remote update would move 6-8 B (the fp32 gradient there, the
- * 16/32-bit param back). But a spare sits in whale_spare_wait, which only
- * answers RMA: an update there needs a request protocol, the spare's
- * cores (often fewer than the worker's host threads) and its own copy of
- * the step's schedule (loss scale, clip factor, step count, decay mask),
- * and the worker would wait for it, exposed, since the next forward needs
- * the params. Here the update stays on the worker's host threads and the
- * transfers of bucket k+1 overlap the update of bucket k; on promotion
- * nothing about the schedule changes, the state just comes home. */
-static int off_apply_remote(whale_engine *e, float grad_mul)
-{
-    struct eng_offload *o = &e->off;
-    const int z = e->cfg.zero_stage;
-    const bool lp = eng_lp(e);
-    /* params mode: the shard lives there too; 16-bit: the cast goes to a
-     * fourth staging slot and from there to its slot in the region */
-    const bool par = eng_off_rparams(e), par16 = par && lp;
-    /* per staging set, the pieces of its gets and of its puts in flight */
-    struct eng_rma_set get[2] = { { 0 } }, put[2] = { { 0 } };
-    int rc = rem_fetch(e, 0, o->stage, &get[0]);
-    for (int k = 0; k < e->nb && !rc; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        float *st = o->stage + (size_t)(k & 1) * o->stage_set;
-        uint16_t *st16 = par16 ? (uint16_t *)(st + 3 * o->stage_n) : NULL;
-        size_t lo, hi;
-        shard_range(e, bk, &lo, &hi);
-        if ((rc = rem_waitall(e, &get[k & 1])))
-            break;
-        if (k + 1 < e->nb) { /* the other set: its puts must be out first */
-            if ((rc = rem_waitall(e, &put[(k + 1) & 1])) ||
-                (rc = rem_fetch(e, k + 1, o->stage + (size_t)((k + 1) & 1) * o->stage_set,
-                                &get[(k + 1) & 1])))
-                break;
-        }
-        eng_move_wait(e, &bk->gdown);
-        const size_t base = mvoff(e, bk, lo, lo);
-        for (int li = bk->l0; li < bk->l1; li++) {
-            struct eng_layer *l = &e->layers[li];
-            for (int pi = 0; pi < l->nparams; pi++) {
-                const struct eng_param *p = &l->params[pi];
-                size_t a = p->flat > lo ? p->flat : lo;
-                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a >= zz)
-                    continue;
-                size_t so = mvoff(e, bk, lo, a) - base;
-                if (lp) /* fp32 master staged here; the 16-bit cast lands in the arena
-                         * (params mode: in the staging set, then there) */
-                    whale_adamw_update_mixed_host(&e->adam, e->adam_t, st + so,
-                                                  o->hG + base + so, st + o->stage_n + so,
-                                                  st + 2 * o->stage_n + so,
-                                                  par16 ? st16 + so : w16ptr(e, bk, lo, a),
-                                                  e->lp, zz - a, grad_mul, p->decay);
-                else
-                    whale_adamw_update_host(&e->adam, e->adam_t, st + so, o->hG + base + so,
-                                            st + o->stage_n + so, st + 2 * o->stage_n + so,
-                                            zz - a, grad_mul, p->decay);
-            }
-        }
-        if (!lp && !par) { /* params: the updated master is the shard, going back there */
-            float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
-                                                               : wptr(e, bk, lo, lo);
-            memcpy(dst, st, (hi - lo) * sizeof(float));
-        }
-        for (int w = 0; w < 3 && !rc; w++)
-            rc = eng_rma_post(&put[k & 1], o->rem, false, eng_off_rem_at(e, w, base),
-                              st + w * o->stage_n, (hi - lo) * sizeof(float));
-        if (!rc && par16)
-            rc = eng_rma_post(&put[k & 1], o->rem, false, eng_off_rem16_at(e, base), st16,
-                              (hi - lo) * sizeof(uint16_t));
-    }
-    for (int s = 0; s < 2; s++) {
-        int r2 = rem_waitall(e, &get[s]);
-        int r3 = rem_waitall(e, &put[s]);
-        rc = rc ? rc : r2 ? r2 : r3;
-        eng_rma_free(&get[s]);
-        eng_rma_free(&put[s]);
-    }
-    if (!rc) {
-        double t0 = eng_now();
-        rc = whale_remote_flush(o->rem);
-        o->t_rma += eng_now() - t0;
-    }
-    if (rc)
-        whale_error("offload: %s in task %d's memory: %s",
-                    par ? "weight shard and optimizer state" : "optimizer state",
-                    whale_remote_task(o->rem), whale_strerror(rc));
-    return rc;
-}
-
-static int off_apply(whale_engine *e, float grad_mul)
-{
-    struct eng_offload *o = &e->off;
-    const int z = e->cfg.zero_stage;
-    if (o->rem)
-        return off_apply_remote(e, grad_mul);
-    for (int k = 0; k < e->nb; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        size_t lo, hi;
-        shard_range(e, bk, &lo, &hi);
-        eng_move_wait(e, &bk->gdown);
-        for (int li = bk->l0; li < bk->l1; li++) {
-            struct eng_layer *l = &e->layers[li];
-            for (int pi = 0; pi < l->nparams; pi++) {
-                const struct eng_param *p = &l->params[pi];
-                size_t a = p->flat > lo ? p->flat : lo;
-                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a >= zz)
-                    continue;
-                size_t off = mvoff(e, bk, lo, a);
-                if (o->h16) /* 16-bit: fp32 master update, then the cast into h16 */
-                    whale_adamw_update_mixed_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
-                                                  o->hM + off, o->hV + off, o->h16 + off, e->lp,
-                                                  zz - a, grad_mul, p->decay);
-                else
-                    whale_adamw_update_host(&e->adam, e->adam_t, o->hW + off, o->hG + off,
-                                            o->hM + off, o->hV + off, zz - a, grad_mul,
-                                            p->decay);
-            }
-        }
-        if (o->mode == WHALE_OFFLOAD_PARAMS)
-            continue; /* the shard lives in the host tier: nothing to bring back */
-        if (o->h16) { /* the 16-bit params go back; the master stays in the host tier */
-            eng_move_post(e, &bk->wup, w16ptr(e, bk, lo, lo), o->h16 + mvoff(e, bk, lo, lo),
-                          (hi - lo) * sizeof(uint16_t));
-            continue;
-        }
-        /* ZeRO 1/2 with DP: straight into the allgather's send buffer */
-        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
-                                                           : wptr(e, bk, lo, lo);
-        eng_move_post(e, &bk->wup, dst, o->hW + mvoff(e, bk, lo, lo), (hi - lo) * sizeof(float));
-    }
-    return 0;
-}
-
-/* Before a step: gradient moves re-armed; after a tensor walk (which may have
- * restored weights) the host master is refreshed from the arena's weights. */
-static int off_step_begin(whale_engine *e)
-{
-    struct eng_offload *o = &e->off;
-    if (!o->mode)
-        return 0;
-    o->t_move_wait = 0;
-    o->t_rma = 0;
-    for (int k = 0; k < e->nb; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        eng_move_wait(e, &bk->gdown);
-        atomic_store(&bk->gdown.state, 0);
-    }
-    if (!o->resync)
-        return 0;
-    o->resync = false;
-    if (o->mode == WHALE_OFFLOAD_PARAMS)
-        return 0; /* the host shard is the only copy */
-    if (o->rem && eng_lp(e))
-        return 0; /* 16-bit: the remote master is the only copy (a walk puts it back) */
-    eng_off_quiesce(e);
-    int rc = 0;
-    for (int k = 0; k < e->nb && !rc; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        size_t lo, hi;
-        shard_range(e, bk, &lo, &hi);
-        size_t a = mvoff(e, bk, lo, lo), len = (hi - lo) * sizeof(float);
-        if (!o->rem) {
-            if (o->hW + a != wptr(e, bk, lo, lo)) /* 16-bit: the master is there already */
-                memcpy(o->hW + a, wptr(e, bk, lo, lo), len);
-            continue;
-        }
-        whale_req *q = NULL;
-        rc = whale_iput(o->rem, eng_off_rem_at(e, 0, a), wptr(e, bk, lo, lo), len, &q);
-        if (!rc)
-            rc = whale_wait(q);
-    }
-    if (!rc && o->rem)
-        rc = whale_remote_flush(o->rem);
-    if (rc)
-        whale_error("offload: refreshing the master weights in task %d's memory: %s",
-                    whale_remote_task(o->rem), whale_strerror(rc));
     return rc;
 }
 
@@ -1055,8 +751,8 @@ static void poison_one_gradient(whale_engine *e)
     /* an element this rank updates, so the check below must see it */
     const struct eng_bucket *bk = &e->buckets[e->nb - 1];
     size_t lo, hi;
-    shard_range(e, bk, &lo, &hi);
-    float *g = gptr(e, bk, e->cfg.zero_stage < 2 ? 0 : lo, lo);
+    eng_bucket_range(e, bk, ENG_RANGE_UPDATE, &lo, &hi);
+    float *g = eng_gptr(e, bk, lo, lo);
     g[0] = INFINITY;
 }
 
@@ -1082,7 +778,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     e->t_recompute = 0;
     memset(&e->moe, 0, sizeof e->moe);
     whale_arena_reset_peak(e->arena);
-    if ((rc = off_step_begin(e)) || (rc = eng_dev_tokens(e, &inputs, &targets)))
+    if ((rc = eng_off_step_begin(e)) || (rc = eng_dev_tokens(e, &inputs, &targets)))
         return rc;
     rc = eng_pipe_step(e, inputs, targets, dloss, &loss_sum, &tc, &pst);
     if (!rc)
@@ -1124,7 +820,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         /* gradients hold scale x (true gradient): unscale and clip in one factor */
         float clip = whale_clip_coef(norm, e->cfg.grad_clip);
         if (e->off.mode)
-            rc = off_apply(e, clip / scale_bw);
+            rc = eng_off_apply(e, clip / scale_bw);
         else
             rc = apply_adamw(e, clip / scale_bw);
         if (!rc)
@@ -1133,8 +829,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         whale_warn("step %lld: gradient overflow (inf/NaN), step skipped, loss scale now %g",
                    (long long)e->step + 1, (double)e->scaler.scale);
     }
-    for (int k = 0; k < e->nb && e->off.mode; k++) /* gradients read before zeroing */
-        eng_move_wait(e, &e->buckets[k].gdown);
+    eng_off_grads_down(e); /* gradients read before zeroing */
     /* host-access point (device.c): the host zeroes the gradients, and what
      * runs between steps reads engine memory; stream-ordered cuda drains the
      * device here, a no-op elsewhere */
