@@ -9,12 +9,15 @@
 #
 # usage: contrib/check-refactor.sh BUILD_A BUILD_B [WORKDIR]
 #   BUILD_A, BUILD_B  meson build directories (e.g. of main and of a branch)
-#   WORKDIR           where runs go (default: a new temporary directory)
+#   WORKDIR           where runs go (default: a new temporary directory); the
+#                     corpus path is recorded in checkpoints, so compare runs
+#                     of one WORKDIR only
 # Environment: CHECK_REFACTOR_REUSE_A=1 reuses WORKDIR/A from an earlier run,
 # CHECK_REFACTOR_ONLY=NAME[,NAME] runs only those cases.
+# Checkpoint JSON is compared without its run id and creation time.
 # Exit status 0 when every case matches; prints one line per case.
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n '2,17p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n "2,20p" "$0"; exit 2; }
 A=$(cd "$1" && pwd) || exit 2
 B=$(cd "$2" && pwd) || exit 2
 W=${3:-$(mktemp -d /tmp/check-refactor.XXXXXX)}
@@ -85,10 +88,29 @@ for l in open(sys.argv[1]):
 PY
 }
 
-# ckpt_sums DIR: sha256 of every checkpoint file, relative names
+# ckpt_sums DIR: sha256 of every checkpoint file, relative names; JSON files
+# without what differs between two runs of the same build (the run id, the
+# creation time and the manifest's hash, which covers both)
 ckpt_sums() {
   [ -d "$1" ] || return 0
-  (cd "$1" && find . -type f | LC_ALL=C sort | xargs -r sha256sum)
+  python3 - "$1" <<'PY'
+import hashlib, json, os, sys
+VOLATILE = {"run", "created", "manifest_xxh3_128"}
+def strip(v):
+    if isinstance(v, dict):
+        return {k: strip(x) for k, x in v.items() if k not in VOLATILE}
+    if isinstance(v, list):
+        return [strip(x) for x in v]
+    return v
+root = sys.argv[1]
+for d, _, fs in sorted(os.walk(root)):
+    for f in sorted(fs):
+        p = os.path.join(d, f)
+        data = open(p, "rb").read()
+        if f.endswith(".json"):
+            data = json.dumps(strip(json.loads(data)), sort_keys=True).encode()
+        print(hashlib.sha256(data).hexdigest(), os.path.relpath(p, root))
+PY
 }
 
 fails=0
