@@ -17,7 +17,7 @@
 # Checkpoint JSON is compared without its run id and creation time.
 # Exit status 0 when every case matches; prints one line per case.
 set -uo pipefail
-[ $# -ge 2 ] || { sed -n "2,20p" "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n "2,18p" "$0"; exit 2; }
 A=$(cd "$1" && pwd) || exit 2
 B=$(cd "$2" && pwd) || exit 2
 W=${3:-$(mktemp -d /tmp/check-refactor.XXXXXX)}

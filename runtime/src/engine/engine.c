@@ -1,5 +1,5 @@
 /* Engine construction: layers, flat parameter space, buckets, ZeRO buffers.
- * The training step lives in step.c. */
+ * The training step lives in step.c and its parts (step.h). */
 #define _GNU_SOURCE
 #include <sched.h>
 
@@ -18,13 +18,6 @@
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
-
-double eng_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void whale_engine_config_defaults(struct whale_engine_config *c)
 {
@@ -307,7 +300,7 @@ static void bind_layers(whale_engine *e)
 {
     for (int i = 0; i < e->nl; i++) {
         struct eng_layer *l = &e->layers[i];
-        /* 16-bit params: w is bound per bucket to its widened copy (w_acquire) */
+        /* 16-bit params: w is bound per bucket to its widened copy (eng_w_acquire) */
         l->w = e->W && !eng_lp(e) ? e->W + l->flat_begin : NULL;
         l->g = e->G ? e->G + l->flat_begin : NULL;
     }

@@ -6,6 +6,7 @@
 #include "offload.h"
 #include "layer.h"
 #include "whale/backend.h"
+#include "whale/clock.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 #include "whale/parallel.h"
@@ -191,16 +192,20 @@ int  eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float 
 int  eng_pipe_forward_only(whale_engine *e, const int32_t *in, const int32_t *tg,
                            double *loss_sum);
 
-/* step.c: one pass of one chunk for one micro-batch */
+/* step_chunk.c: one pass of one chunk for one micro-batch */
 int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                       const int32_t *tg, double *loss_sum, double *tc);
 int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                        const int32_t *tg, float dloss, bool first_micro, bool last_micro,
                        double *tc);
-/* After the pipeline: finish DP reductions, sync the tied embedding. */
+/* step_grads.c, after the pipeline: finish DP reductions, sync the tied embedding. */
 int eng_grads_finish(whale_engine *e);
 
-double eng_now(void);
+/* Monotonic seconds (whale/clock.h), for the step's timings. */
+static inline double eng_now(void)
+{
+    return whale_now_s();
+}
 
 /* shard.c: this rank's range of a bucket's flat space [flat, flat + n). */
 enum eng_range {

@@ -3,7 +3,7 @@
  * to wte, cross-entropy). N = B*T rows throughout. Every kernel runs
  * through the engine's backend (whale/backend.h, d->bk) on its compute
  * stream; activations are fp32 (mixed precision rounds them at the layer
- * boundaries, step.c) and the linear layers multiply in the backend's fp32
+ * boundaries, step_chunk.c) and the linear layers multiply in the backend's fp32
  * GEMM arithmetic (the engine's mm). */
 #include "layer.h"
 
