@@ -5,7 +5,7 @@
 # checkpoint files. Covers gpt-tiny, llama-tiny and gpt-moe-tiny; ZeRO 0..3;
 # gradient accumulation; no-overlap; optimizer and params offload; bf16 and
 # fp16 (an injected overflow) with 16-bit gradient reduction; recompute;
-# PP 2 and TP 2 under whale-run.
+# PP 2 and TP 2 under whale-run; plain attention with grouped KV heads.
 #
 # usage: contrib/check-refactor.sh BUILD_A BUILD_B [WORKDIR]
 #   BUILD_A, BUILD_B  meson build directories (e.g. of main and of a branch)
@@ -24,6 +24,9 @@ W=${3:-$(mktemp -d /tmp/check-refactor.XXXXXX)}
 mkdir -p "$W"
 SRC=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
 [ -f "$W/corpus.txt" ] || cat "$SRC"/runtime/src/*/*.c > "$W/corpus.txt"
+# llama-tiny with plain attention: grouped KV heads through the host-side
+# expand / fold on cpu (the preset runs the flash kernels)
+sed 's/Attention=flash/Attention=plain/' "$SRC/config/models/llama-tiny.conf" > "$W/llama-plain.conf"
 
 # NAME|RANKS|LAYOUT|ARGS  (RANKS 1: a plain start; LAYOUT: whale-run's --tp/--pp)
 CASES=(
@@ -35,6 +38,8 @@ CASES=(
   "gpt-recompute-full|1||--model gpt-tiny --recompute full"
   "llama-z0-bf16|1||--model llama-tiny --precision bf16"
   "llama-z2-dp2-sel|2||--model llama-tiny --zero 2 --recompute selective"
+  "llama-plain-sel|1||--model @W@/llama-plain.conf --recompute selective"
+  "llama-plain-tp2|2|--tp 2|--model @W@/llama-plain.conf"
   "moe-z1-dp2|2||--model gpt-moe-tiny --zero 1"
   "moe-z3-acc2|1||--model gpt-moe-tiny --zero 3 --grad-accum 2"
   "off-opt-z1|1||--model gpt-tiny --zero 1 --offload optimizer"
@@ -60,6 +65,7 @@ CASES=(
 run_case() {
   local build=$1 out=$2 name ranks lay args
   IFS='|' read -r name ranks lay args <<< "$3"
+  args=${args//@W@/$W}
   rm -rf "$out/$name"
   mkdir -p "$out/$name"
   local ck=()

@@ -51,7 +51,6 @@
 
 #include "ecomm_dev.h"
 #include "engine_internal.h"
-#include "kernels.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -129,8 +128,9 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
      * multiplies in bf16 only where the CPU has AVX512_BF16 (kernels_lp.c);
      * a GPU's tensor cores take the 16-bit dtype of the params */
     if (dev == WHALE_DEVICE_CPU)
-        e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16
-                                                                    : WHALE_FLOAT32;
+        e->mm = e->lp == WHALE_BFLOAT16 && whale_backend_has_gemm_math(e->bk, WHALE_BFLOAT16)
+                    ? WHALE_BFLOAT16
+                    : WHALE_FLOAT32;
     else
         e->mm = e->lp;
     if ((rc = whale_backend_set_fp32_gemm_math(e->bk, e->mm)))

@@ -6,7 +6,6 @@
 #include "engine_internal.h"
 #include "moe.h"
 #include "device.h"
-#include "kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/blascore.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
@@ -286,16 +286,6 @@ static int build_buckets(whale_engine *e)
     return 0;
 }
 
-static float *zalloc(size_t n)
-{
-    /* 64-byte aligned, zeroed */
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n * sizeof(float) + 64))
-        return NULL;
-    memset(p, 0, n * sizeof(float));
-    return p;
-}
-
 static void bind_layers(whale_engine *e)
 {
     for (int i = 0; i < e->nl; i++) {
@@ -533,8 +523,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
     e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
     int share = count_threads_default();
-    k_set_threads(c->threads > 0 ? c->threads : share);
-    k_flush_denormals(flush);
+    whale_host_set_threads(c->threads > 0 ? c->threads : share);
+    whale_host_flush_denormals(flush);
     /* measured on 2 cores, DP 2: 2 threads per rank 0.28-0.40 s a step, 1
      * thread 0.23-0.28 s (contrib/bench/plan-calibration.sh dp2t2, dp2) */
     if (c->threads > share && (!ctx || whale_rank(ctx) <= 0))
@@ -600,7 +590,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
                                     .eps = c->eps, .weight_decay = c->weight_decay };
     whale_debug("engine: %d layers, %d buckets, %zu flat params (padded), shard %zu, ZeRO %d, "
                 "DP %d, %d threads, offload %s", e->nl, e->nb, e->P, e->S, c->zero_stage,
-                e->dp.size, k_threads(), whale_offload_name(c->offload));
+                e->dp.size, whale_host_threads(), whale_offload_name(c->offload));
     *out = e;
     return 0;
 }
@@ -882,24 +872,5 @@ enum whale_precision whale_engine_precision(const whale_engine *e)
 double whale_sgemm_peak_gflops(const whale_engine *e)
 {
     (void)e;
-    const int n = 1536;
-    float *a = zalloc((size_t)n * n), *b = zalloc((size_t)n * n), *c = zalloc((size_t)n * n);
-    double best = 0;
-    if (a && b && c) {
-        for (size_t i = 0; i < (size_t)n * n; i++) {
-            a[i] = (float)(i % 7) * 0.1f;
-            b[i] = (float)(i % 5) * 0.1f;
-        }
-        for (int r = 0; r < 5; r++) {
-            double t0 = eng_now();
-            k_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-            double dt = eng_now() - t0;
-            double g = 2.0 * n * n * (double)n / dt / 1e9;
-            best = g > best ? g : best;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best;
+    return whale_blas_sgemm_peak_gflops();
 }

@@ -174,10 +174,6 @@ int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
  * out (N,OC) = sum over TP of inp (N,IC) @ w (OC,IC)^T, + b (OC; may be NULL) once */
 int eng_tp_row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
                           const float *b, int N, int IC, int OC, struct whale_par_comm *tp);
-/* The same on the CPU kernels with GEMM operands of type mm (k_gemm_mm):
- * block_x.c's blocks, which run on the CPU backend only. */
-int eng_tp_row_linear_fwd_mm(enum whale_dtype mm, float *out, const float *inp, const float *w,
-                             const float *b, int N, int IC, int OC, struct whale_par_comm *tp);
 /* Vocabulary-parallel embedding: this rank holds wte rows [v0, v0+Vl) (Vl,C);
  * out (B,T,C) = sum over TP of (tok in range ? wte[tok-v0] : 0) + wpe (T,C)
  * (wpe: NULL, or given on one TP rank only) */

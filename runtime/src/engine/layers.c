@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels_llama.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/modeldesc.h"
