@@ -130,7 +130,7 @@ static inline float *eng_pg(const struct eng_layer *l, int i)
     return l->g + (l->params[i].flat - l->flat_begin);
 }
 
-/* Declares parameter p: global shape, TP split (this rank's box from d),
+/* param.c: declares parameter p: global shape, TP split (this rank's box from d),
  * AdamW decay, init (std, or the constant cst when std is 0). */
 void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
                     const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
