@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include "engine_internal.h"
+#include "moe_ep.h"
 #include "moe.h"
 #include "device.h"
 
@@ -487,7 +488,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         g = &one;
     int dps = g->dp.size > 1 ? g->dp.size : 1;
     int rc = cfg_check(c, dps);
-    if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)))
+    if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)) ||
+        (rc = eng_moe_ep_check(c, g->ep)))
         return rc;
     bool flush = true;   /* subnormals: kernels.h, k_flush_denormals */
     if ((rc = whale_env_bool("WHALE_FLUSH_DENORMALS", true, &flush)))
@@ -518,6 +520,9 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
     eng_arch_dims(m, &e->d);
+    e->d.ep = g->ep > 1 ? g->ep : 1;
+    e->d.ep_rank = g->ep > 1 ? g->ep_rank : 0;
+    e->d.ep_group = g->ep > 1 ? g->ep_group : NULL;
     e->d.sp = c->seqpar && tp > 1;
     e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
@@ -744,6 +749,35 @@ int whale_engine_set_state(whale_engine *e, const struct whale_train_state *s)
         e->scaler.scale = s->loss_scale;
     e->scaler.good_steps = s->scaler_good_steps;
     e->scaler.skipped = s->scaler_skipped;
+    return 0;
+}
+
+int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch)
+{
+    /* ZeRO 2/3 reduce at every micro-batch (the count must stay equal over
+     * the replicas) and a pipeline's schedule spans its stages: there the
+     * engine is built again instead */
+    if (e->grp.pp.size > 1 || e->cfg.zero_stage >= 2) {
+        whale_error("the micro-batches per step change between steps only at PP = 1 and "
+                    "ZeRO 0/1 (here PP = %d, ZeRO %d)", e->grp.pp.size, e->cfg.zero_stage);
+        return WHALE_EINVAL;
+    }
+    if (grad_accum < 1 ||
+        (global_batch && (int64_t)e->cfg.micro_batch * grad_accum > global_batch)) {
+        whale_error("%d micro-batches of %d out of range for a global batch of %d", grad_accum,
+                    e->cfg.micro_batch, global_batch);
+        return WHALE_ERANGE;
+    }
+    if (grad_accum != e->cfg.grad_accum) {
+        int rc = eng_pipe_set_accum(e, grad_accum);
+        if (rc)
+            return rc;
+        /* the tokens' backend copy is sized by the count: allocated again */
+        if (e->bk)
+            whale_mem_free(e->bk, e->tok_dev);
+        e->tok_dev = NULL;
+    }
+    e->cfg.global_batch = global_batch;
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "whale/ckpt_hf.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
+#include "whale/grid.h"
 #include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -66,9 +67,6 @@ static int load_plan(struct train *t)
     return prc ? 1 : TRAIN_GO;
 }
 
-/* Expert parallelism needs experts to shard: the model format has no MoE
- * layers yet, so every model is dense. */
-
 /* EP from --ep, else WHALE_EP, else the plan: more than 1 with a dense model
  * is refused before any rank starts, instead of silently training dense. */
 static int check_ep(const struct train *t)
@@ -96,9 +94,18 @@ static int check_ep(const struct train *t)
                 t->o.model);
         return 2;
     }
-    if (ep > 1) { /* the MoE layers run every expert on every DP rank for now */
-        fprintf(stderr, "whale-train: %s: expert parallelism is not implemented yet (each rank "
-                "keeps all experts of %s); run with EP 1\n", from, t->o.model);
+    if (ep > 1 && t->md.moe.experts % ep) {
+        fprintf(stderr, "whale-train: %s: %s has Experts=%d, not divisible by EP=%ld (each "
+                "expert-parallel rank computes Experts/EP experts)\n", from, t->o.model,
+                t->md.moe.experts, ep);
+        return 2;
+    }
+    /* the expert groups are the launcher's layout (WHALE_EP beside
+     * WHALE_DP): without a launcher there is one rank and nothing to split */
+    if (ep > 1 && !env_ep) {
+        fprintf(stderr, "whale-train: %s: expert parallelism needs the launcher's layout: run "
+                "under whale-run --dp D --ep %ld or srun --whale-dp=D --whale-ep=%ld (D a "
+                "multiple of %ld)\n", from, ep, ep, ep);
         return 2;
     }
     return TRAIN_GO;
@@ -130,6 +137,11 @@ int train_resolve_config(struct train *t)
                                   plan_micro && o->accum == 0 && !o->batch_set);
     if (!strcmp(t->src_micro, "the default"))
         t->src_micro = "--batch / (DP x grad-accum)";
+    if (!o->dp_shares) { /* checked with the layout (--dp-shares' rules) */
+        const char *ev = whale_knob_getenv("WHALE_DP_SHARES");
+        if (ev && *ev)
+            o->dp_shares = ev;
+    }
     /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
     if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
         return 2;
@@ -203,16 +215,28 @@ static int resolve_shares(struct train *t)
     bool plan_uneven = false; /* an even dp_batch: the plan's micro-batch and count */
     for (int i = 1; t->have_plan && i < plan->n_dp_batch; i++)
         plan_uneven |= plan->dp_batch[i] != plan->dp_batch[0];
-    if (!o->dp_shares && !plan_uneven)
+    /* auto: the plan's shares (declared speeds), else the even split, to
+     * start from; the calibration of the first steps moves them
+     * (train_rebalance.c) */
+    const char *given = o->dp_shares && strcmp(o->dp_shares, "auto") ? o->dp_shares : NULL;
+    if (!given && !plan_uneven)
         return 2;
+    if (whale_grid_ep(&t->grid) > 1) { /* the expert group's all-to-alls pair micro-batches */
+        whale_error("%s with expert parallelism EP=%d: the ranks of an expert group exchange "
+                    "tokens at every micro-batch of a MoE block and need the same micro-batches; "
+                    "drop the uneven shares or run with EP 1",
+                    o->dp_shares ? "--dp-shares" : "the plan's uneven dp_batch",
+                    whale_grid_ep(&t->grid));
+        return 1;
+    }
     long *sh = calloc((size_t)n, sizeof *sh);
     if (!sh)
         return 1;
-    const char *what = o->dp_shares ? "--dp-shares" : "the plan's dp_batch";
+    const char *what = given ? "--dp-shares" : "the plan's dp_batch";
     long micro = o->micro, accum = o->accum > 0 ? o->accum : 1;
     int rc = 1;
-    if (o->dp_shares) {
-        if (train_share_parse(o->dp_shares, n, "--dp-shares", sh))
+    if (given) {
+        if (train_share_parse(given, n, "--dp-shares", sh))
             goto out;
         long m = 0;
         for (int i = 0; i < n; i++)
@@ -220,13 +244,13 @@ static int resolve_shares(struct train *t)
         if (!micro) {
             if (o->batch % m) {
                 whale_error("--batch=%ld does not split into the %ld micro-batches of "
-                            "--dp-shares=%s", o->batch, m, o->dp_shares);
+                            "--dp-shares=%s", o->batch, m, given);
                 goto out;
             }
             micro = o->batch / m;
         } else if (o->batch_set && micro * m != o->batch) {
             whale_error("--batch=%ld but --dp-shares=%s gives %ld micro-batches of %ld = %ld "
-                        "samples", o->batch, o->dp_shares, m, micro, m * micro);
+                        "samples", o->batch, given, m, micro, m * micro);
             goto out;
         }
         for (int i = 0; i < n; i++)

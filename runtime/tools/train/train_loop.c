@@ -17,6 +17,7 @@
 
 #include "train.h"
 #include "train_areas.h"
+#include "train_rebalance.h"
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig)
@@ -219,6 +220,10 @@ int train_loop(struct train *t)
         if (line && t_fence > 0)
             json_object_set_new(line, "ckpt_fence_s", json_real(t_fence));
         train_areas_step(t, &st, line);
+        if (train_rebalance_step(t, &st, step + 1, line)) {
+            write_line(t, line);
+            return 1;
+        }
         write_line(t, line);
         if (t->rank == 0)
             step_progress(t, step, first_step, &st, tps, mfu);
