@@ -244,6 +244,19 @@ int whale_gemm(whale_backend *b, whale_stream *s, bool transA, bool transB, int 
  * cuda: CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F. Default WHALE_FLOAT32. */
 int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm);
 enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b);
+/* Does b multiply fp32-stored operands in mm natively (what the engine asks
+ * for before setting it)? cpu: WHALE_FLOAT32, and WHALE_BFLOAT16 where the
+ * CPU has AVX512_BF16 and the build has oneDNN; cuda: all three. */
+bool whale_backend_has_gemm_math(const whale_backend *b, enum whale_dtype mm);
+
+/* The host's compute pool: the OpenMP threads of the cpu kernels and of
+ * host-side work on any backend (host AdamW of offload, casts). set_threads
+ * sizes it (at least 1; OpenBLAS then runs single-threaded inside it);
+ * flush_denormals flushes subnormals to zero in the calling thread and the
+ * pool (x86; why: backend/kernels.h) or keeps IEEE subnormals. */
+void whale_host_set_threads(int n);
+int  whale_host_threads(void);
+void whale_host_flush_denormals(bool on);
 
 /* ---- kernels of a GPT block (t: dtype of weights and activations) ----------- */
 
@@ -465,6 +478,17 @@ int whale_k_attention_gqa_bwd(whale_backend *b, whale_stream *s, enum whale_dtyp
                               const float *lse, const void *q, int ldq, const void *k, int ldk,
                               const void *v, int ldv, int B, int T,
                               const struct whale_attn_heads *m);
+
+/* Plain (non-flash) attention with grouped KV heads where the kernels read
+ * host memory (cpu): expand compact q|k|v (N rows, ld elements apart) to
+ * (N,3,NH,hd) with each query head's key and value beside it, for the
+ * multi-head kernels; fold that layout's gradient back into compact dqkv,
+ * summing the query heads of each group. WHALE_ENOTSUP on a backend that
+ * runs the grouped kernels instead (cuda: whale_k_attention_gqa_*). */
+int whale_k_gqa_expand(whale_backend *b, whale_stream *s, float *dst, const float *qkv, int ld,
+                       int N, const struct whale_attn_heads *m);
+int whale_k_gqa_fold(whale_backend *b, whale_stream *s, float *dqkv, int ld, const float *dexp,
+                     int N, const struct whale_attn_heads *m);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,11 @@ unsigned whale_cpu_features(void);
  * "" when unknown. */
 const char *whale_blas_corename(void);
 
+/* The host's fp32 GEMM rate in GFLOP/s: the best of 5 products of
+ * 1536 x 1536 matrices through the cpu kernels (OpenBLAS sgemm on the host
+ * compute pool), the peak a step's MFU is measured against on cpu. */
+double whale_blas_sgemm_peak_gflops(void);
+
 /* Pure: the OPENBLAS_CORETYPE for a CPU with `features` when OpenBLAS chose
  * `current`, or NULL when `current` is already as good (or the CPU has no
  * AVX2). Only generic/pre-AVX2 families count as a wrong choice. */

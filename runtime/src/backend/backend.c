@@ -3,6 +3,7 @@
  * operation (cpu.c or cuda/). Checks live here once so both backends refuse
  * the same bad calls with the same message. */
 #include "backend/backend_internal.h"
+#include "backend/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -667,6 +668,17 @@ int whale_backend_set_fp32_gemm_math(whale_backend *b, enum whale_dtype mm)
 }
 
 enum whale_dtype whale_backend_fp32_gemm_math(const whale_backend *b) { return b->gemm_math; }
+
+bool whale_backend_has_gemm_math(const whale_backend *b, enum whale_dtype mm)
+{
+    if (b->device != WHALE_DEVICE_CPU)
+        return mm == WHALE_FLOAT32 || mm == WHALE_BFLOAT16 || mm == WHALE_FLOAT16;
+    return mm == WHALE_FLOAT32 || (mm == WHALE_BFLOAT16 && k_bf16_gemm_available());
+}
+
+void whale_host_set_threads(int n) { k_set_threads(n); }
+int whale_host_threads(void) { return k_threads(); }
+void whale_host_flush_denormals(bool on) { k_flush_denormals(on); }
 
 bool whale_backend_reads_host(const whale_backend *b) { return !b || b->device == WHALE_DEVICE_CPU; }
 

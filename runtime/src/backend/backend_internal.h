@@ -133,6 +133,13 @@ struct bk_ops {
                      const void *bias, int N, int OC);
     /* wait for all device work (whale_backend_host_access); NULL: nothing to wait for */
     int (*host_access)(whale_backend *b);
+    /* plain attention with grouped KV heads where the kernels read host
+     * memory: compact q|k|v <-> one key/value per query head (NULL: the
+     * backend runs the grouped kernels instead) */
+    int (*gqa_expand)(whale_backend *b, bk_stream s, float *dst, const float *qkv, int ld, int N,
+                      const struct whale_attn_heads *m);
+    int (*gqa_fold)(whale_backend *b, bk_stream s, float *dqkv, int ld, const float *dexp, int N,
+                    const struct whale_attn_heads *m);
 };
 
 struct bk_block {

@@ -232,3 +232,37 @@ int whale_backend_host_access(whale_backend *b)
         return 0; /* cpu, or every call has completed already */
     return b->ops->host_access(b);
 }
+
+/* Host-side GQA reshaping of plain attention: only backends whose kernels
+ * read host memory have it (cpu); elsewhere the grouped kernels run. */
+static int gqa_host(whale_backend *b, const char *fn, const void *x, const void *y,
+                    const struct whale_attn_heads *m, int ld, int N)
+{
+    if (!b->ops->gqa_expand || !b->ops->gqa_fold) {
+        whale_error("%s: not on %s (it runs grouped attention kernels instead)", fn,
+                    whale_backend_describe(b));
+        return WHALE_ENOTSUP;
+    }
+    int rc;
+    if ((rc = need(fn, "output", x)) || (rc = need(fn, "input", y)) || (rc = need(fn, "heads", m)))
+        return rc;
+    if (N < 0 || ld < 0) {
+        whale_error("%s: negative size (N %d, ld %d)", fn, N, ld);
+        return WHALE_EINVAL;
+    }
+    return 0;
+}
+
+int whale_k_gqa_expand(whale_backend *b, whale_stream *s, float *dst, const float *qkv, int ld,
+                       int N, const struct whale_attn_heads *m)
+{
+    int rc = gqa_host(b, "whale_k_gqa_expand", dst, qkv, m, ld, N);
+    return rc ? rc : RUN(b, s, gqa_expand(b, NS(b, s), dst, qkv, ld, N, m));
+}
+
+int whale_k_gqa_fold(whale_backend *b, whale_stream *s, float *dqkv, int ld, const float *dexp,
+                     int N, const struct whale_attn_heads *m)
+{
+    int rc = gqa_host(b, "whale_k_gqa_fold", dqkv, dexp, m, ld, N);
+    return rc ? rc : RUN(b, s, gqa_fold(b, NS(b, s), dqkv, ld, dexp, N, m));
+}

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "backend/kernels.h"
+#include "whale/clock.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
 
@@ -64,4 +66,38 @@ const char *whale_blas_core_wanted(void)
     if (mode && *mode && strcmp(mode, "auto"))
         return strcasecmp(cur, mode) ? mode : NULL;
     return whale_blas_core_advice(cur, whale_cpu_features());
+}
+
+/* n x n floats, 64-byte aligned, zeroed */
+static float *zalloc(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n * sizeof(float) + 64))
+        return NULL;
+    memset(p, 0, n * sizeof(float));
+    return p;
+}
+
+double whale_blas_sgemm_peak_gflops(void)
+{
+    const int n = 1536;
+    float *a = zalloc((size_t)n * n), *b = zalloc((size_t)n * n), *c = zalloc((size_t)n * n);
+    double best = 0;
+    if (a && b && c) {
+        for (size_t i = 0; i < (size_t)n * n; i++) {
+            a[i] = (float)(i % 7) * 0.1f;
+            b[i] = (float)(i % 5) * 0.1f;
+        }
+        for (int r = 0; r < 5; r++) {
+            double t0 = whale_now_s();
+            k_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            double dt = whale_now_s() - t0;
+            double g = 2.0 * n * n * (double)n / dt / 1e9;
+            best = g > best ? g : best;
+        }
+    }
+    free(a);
+    free(b);
+    free(c);
+    return best;
 }

@@ -229,6 +229,9 @@ static const struct bk_ops cpu_ops = {
     .embed_bwd_rows = bkc_embed_bwd_rows,
     /* strided bias of q/k/v column ranges (cpu_llama.c) */
     .bias_fill = bkc_bias_fill,
+    /* plain attention's GQA expand / fold on the host (cpu_llama.c) */
+    .gqa_expand = bkc_gqa_expand,
+    .gqa_fold = bkc_gqa_fold,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

@@ -119,6 +119,26 @@ static struct k_attn_map map_of(const struct whale_attn_heads *m)
                                 .hq0 = m->hq0, .g = m->g, .k0 = m->k0 };
 }
 
+int bkc_gqa_expand(whale_backend *b, bk_stream s, float *dst, const float *qkv, int ld, int N,
+                   const struct whale_attn_heads *m)
+{
+    (void)b;
+    (void)s;
+    const struct k_attn_map km = map_of(m);
+    k_gqa_expand(dst, qkv, ld, N, &km);
+    return 0;
+}
+
+int bkc_gqa_fold(whale_backend *b, bk_stream s, float *dqkv, int ld, const float *dexp, int N,
+                 const struct whale_attn_heads *m)
+{
+    (void)b;
+    (void)s;
+    const struct k_attn_map km = map_of(m);
+    k_gqa_fold(dqkv, ld, dexp, N, &km);
+    return 0;
+}
+
 int bkc_attention_gqa_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                           float *lse, const void *q, int ldq, const void *k, int ldk,
                           const void *v, int ldv, int B, int T, const struct whale_attn_heads *m)

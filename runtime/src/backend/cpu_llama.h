@@ -28,6 +28,10 @@ int bkc_colsum_acc(whale_backend *b, bk_stream s, enum whale_dtype t, float *db,
                    int ld, int N, int OC);
 int bkc_embed_bwd_rows(whale_backend *b, bk_stream s, enum whale_dtype t, float *dwte,
                        const void *dout, const int32_t *tok, int v0, int V, int N, int C);
+int bkc_gqa_expand(whale_backend *b, bk_stream s, float *dst, const float *qkv, int ld, int N,
+                   const struct whale_attn_heads *m);
+int bkc_gqa_fold(whale_backend *b, bk_stream s, float *dqkv, int ld, const float *dexp, int N,
+                 const struct whale_attn_heads *m);
 int bkc_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                   const void *bias, int N, int OC);
 

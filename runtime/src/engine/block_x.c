@@ -26,7 +26,6 @@
  * grouped KV heads (cpu only: a backend that cannot read host memory runs
  * that case through the grouped flash kernel instead), and the TP/SP
  * collectives (host groups; host-coherent backend memory on cuda). */
-#include "attn_blocked.h" /* k_gqa_expand / k_gqa_fold: host-side plain GQA (cpu) */
 #include "layer.h"
 #include "moe.h"
 
@@ -180,12 +179,6 @@ static void xb_kv_rows(const struct eng_dims *d, int *row0, int *plane)
 {
     *row0 = d->kv_rep ? d->k0 * d->hd : 0;
     *plane = d->kv_rep ? d->KV * d->hd : xb_kvc(d);
-}
-
-static struct k_attn_map xb_map(const struct eng_dims *d)
-{
-    return (struct k_attn_map){ .NH = d->NH, .KVl = d->KVl, .hd = d->hd, .hq0 = d->hq0,
-                                .g = (d->NH * d->tp) / d->KV, .k0 = d->k0 };
 }
 
 static struct whale_attn_heads xb_heads(const struct eng_dims *d)
@@ -421,8 +414,10 @@ static int xb_attn_fwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
         return xb_gqa_fwd(d, s->atty, s->att, s->qkv);
     const float *src = s->qkv;
     if (xb_expand(d)) { /* cpu: host memory */
-        const struct k_attn_map m = xb_map(d);
-        k_gqa_expand(x->ex, s->qkv, W, N, &m);
+        const struct whale_attn_heads h = xb_heads(d);
+        int rc = whale_k_gqa_expand(d->bk, NULL, x->ex, s->qkv, W, N, &h);
+        if (rc)
+            return rc;
         src = x->ex;
     }
     /* atty (B,T,NH,hd) from (B,T,3,NH,hd) */
@@ -503,10 +498,9 @@ static int xb_attn_bwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
                                      s->atty, lse, s->qkv, W, s->qkv + Ct, W,
                                      s->qkv + Ct + KVc, W, d->B, d->T, &h));
     } else {
-        const struct k_attn_map m = xb_map(d);
         const float *src = s->qkv;
         if (xb_expand(d)) { /* cpu: host memory */
-            k_gqa_expand(x->ex, s->qkv, W, N, &m);
+            BK(whale_k_gqa_expand(bk, NULL, x->ex, s->qkv, W, N, &h));
             src = x->ex;
         }
         if (l->rc == ENG_RC_SELECTIVE) /* att rebuilt from the saved q,k */
@@ -516,7 +510,7 @@ static int xb_attn_bwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
         BK(whale_k_attention_bwd(bk, NULL, F32, xb_expand(d) ? x->dex : dqkv, datty, src,
                                  s->atty, s->att, d->B, d->T, d->NH, d->hd));
         if (xb_expand(d))
-            k_gqa_fold(dqkv, W, x->dex, N, &m);
+            BK(whale_k_gqa_fold(bk, NULL, dqkv, W, x->dex, N, &h));
     }
     if (d->pos == WHALE_POS_ROTARY) {
         BK(whale_k_rope(bk, NULL, F32, dqkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta,

@@ -19,7 +19,7 @@
  *   - layers.c head_fwd: the token losses summed on the host (also every
  *     later host read of the logits in whale-generate: nothing is enqueued
  *     in between);
- *   - step.c whale_engine_step, before the injected-overflow write and
+ *   - whale_engine_step (step.c), before the injected-overflow write and
  *     before the host memset of the gradients at the end of the step: after
  *     it everything of the step has finished, so what runs between steps
  *     (checkpoint snapshots, metrics, elastic recovery, evaluation set-up)
@@ -28,7 +28,7 @@
  *     wait for their stream themselves.
  * Not covered, so stream ordering is turned off (one sync per call, logged)
  * where they occur: pipeline sends and receives over the host group (PP >
- * 1: pipe.c hands engine buffers to the host group), and ZeRO 1-3 (step.c
+ * 1: pipe.c hands engine buffers to the host group), and ZeRO 1-3 (the step
  * copies shards, gathered weights and reduced gradients with host memcpy
  * inside the step). The deferred
  * checkpoint snapshot copies weights and moments on a host thread while the
@@ -51,7 +51,6 @@
 
 #include "ecomm_dev.h"
 #include "engine_internal.h"
-#include "kernels.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -95,7 +94,7 @@ static int stream_ordered(const whale_engine *e, const struct whale_engine_confi
     if (*on && e->grp.pp.size > 1)
         why = "pipeline parallelism sends engine memory over the host group";
     else if (*on && c->zero_stage > 0)
-        why = "ZeRO copies shards of engine memory with host memcpy inside the step (step.c)";
+        why = "ZeRO copies shards of engine memory with host memcpy inside the step (step_*.c)";
     if (why) {
         whale_warn("WHALE_CUDA_STREAM_ORDERED=1: %s, which has no host-access points yet: one "
                    "stream sync per call instead", why);
@@ -129,8 +128,9 @@ int eng_dev_open(whale_engine *e, const struct whale_engine_config *c)
      * multiplies in bf16 only where the CPU has AVX512_BF16 (kernels_lp.c);
      * a GPU's tensor cores take the 16-bit dtype of the params */
     if (dev == WHALE_DEVICE_CPU)
-        e->mm = e->lp == WHALE_BFLOAT16 && k_bf16_gemm_available() ? WHALE_BFLOAT16
-                                                                    : WHALE_FLOAT32;
+        e->mm = e->lp == WHALE_BFLOAT16 && whale_backend_has_gemm_math(e->bk, WHALE_BFLOAT16)
+                    ? WHALE_BFLOAT16
+                    : WHALE_FLOAT32;
     else
         e->mm = e->lp;
     if ((rc = whale_backend_set_fp32_gemm_math(e->bk, e->mm)))

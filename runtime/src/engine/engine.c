@@ -1,5 +1,5 @@
 /* Engine construction: layers, flat parameter space, buckets, ZeRO buffers.
- * The training step lives in step.c. */
+ * The training step lives in step.c and its parts (step.h). */
 #define _GNU_SOURCE
 #include <sched.h>
 
@@ -7,7 +7,6 @@
 #include "moe_ep.h"
 #include "moe.h"
 #include "device.h"
-#include "kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,17 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "whale/blascore.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
-
-double eng_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void whale_engine_config_defaults(struct whale_engine_config *c)
 {
@@ -294,51 +287,30 @@ static int build_buckets(whale_engine *e)
     return 0;
 }
 
-static float *zalloc(size_t n)
-{
-    /* 64-byte aligned, zeroed */
-    void *p = NULL;
-    if (posix_memalign(&p, 64, n * sizeof(float) + 64))
-        return NULL;
-    memset(p, 0, n * sizeof(float));
-    return p;
-}
-
 static void bind_layers(whale_engine *e)
 {
     for (int i = 0; i < e->nl; i++) {
         struct eng_layer *l = &e->layers[i];
-        /* 16-bit params: w is bound per bucket to its widened copy (w_acquire) */
+        /* 16-bit params: w is bound per bucket to its widened copy (eng_w_acquire) */
         l->w = e->W && !eng_lp(e) ? e->W + l->flat_begin : NULL;
         l->g = e->G ? e->G + l->flat_begin : NULL;
     }
 }
 
-/* The bucket holding flat index f. */
-static const struct eng_bucket *bucket_at(const whale_engine *e, size_t f)
+/* Copies the part of parameter p (values v, p->numel) of bucket bk that
+ * falls in this rank's shard into sh (S, bucket-shard layout) and, when
+ * sh16, its 16-bit rounding into sh16. */
+static void put_shard(whale_engine *e, const struct eng_bucket *bk, const struct eng_param *p,
+                      const float *v, float *sh, uint16_t *sh16)
 {
-    for (int k = 0; k < e->nb; k++)
-        if (f >= e->buckets[k].flat && f < e->buckets[k].flat + e->buckets[k].n)
-            return &e->buckets[k];
-    return &e->buckets[0];
-}
-
-/* Copies the part of parameter p (values v, p->numel) that falls in this
- * rank's shard into sh (S, bucket-shard layout) and, when sh16, its 16-bit
- * rounding into sh16. */
-static void put_shard(whale_engine *e, const struct eng_param *p, const float *v, float *sh,
-                      uint16_t *sh16)
-{
-    const int r = e->dp.size > 1 ? e->dp.rank : 0;
-    const struct eng_bucket *b = bucket_at(e, p->flat);
-    size_t sb = b->n / e->dp.size, lo = b->flat + r * sb, hi = lo + sb;
-    size_t a = p->flat > lo ? p->flat : lo, z2 = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-    if (a >= z2)
+    size_t lo, hi, a, z2;
+    eng_bucket_range(e, bk, ENG_RANGE_SHARD, &lo, &hi);
+    if (!eng_param_clip(p, lo, hi, &a, &z2))
         return;
     if (sh)
-        memcpy(sh + b->shard_off + (a - lo), v + (a - p->flat), (z2 - a) * sizeof(float));
+        memcpy(sh + bk->shard_off + (a - lo), v + (a - p->flat), (z2 - a) * sizeof(float));
     if (sh16)
-        eng_lp_store(e, sh16 + b->shard_off + (a - lo), v + (a - p->flat), z2 - a);
+        eng_lp_store(e, sh16 + bk->shard_off + (a - lo), v + (a - p->flat), z2 - a);
 }
 
 static float *aalloc(whale_engine *e, enum whale_mem_cat cat, size_t n)
@@ -401,8 +373,9 @@ static int alloc_state(whale_engine *e)
         return WHALE_ENOMEM;
 
     /* initial weights: every rank computes exactly its own elements */
-    for (int i = 0; i < e->np; i++) {
-        struct eng_param *p = &e->params[i];
+    struct eng_pieces it;
+    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_ALL); eng_pieces_next(&it);) {
+        const struct eng_param *p = it.p;
         float *tmp = malloc(p->numel * sizeof(float));
         if (!tmp)
             return WHALE_ENOMEM;
@@ -412,7 +385,7 @@ static int alloc_state(whale_engine *e)
         if (e->W16)
             eng_lp_store(e, e->W16 + p->flat, tmp, p->numel);
         if (e->Wsh || e->W16sh)
-            put_shard(e, p, tmp, e->Wsh, e->W16sh);
+            put_shard(e, it.bk, p, tmp, e->Wsh, e->W16sh);
         free(tmp);
     }
     bind_layers(e);
@@ -555,8 +528,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
     e->d.xblock |= e->d.sp; /* block_x.c runs the GPT-2 block with SP too */
     int share = count_threads_default();
-    k_set_threads(c->threads > 0 ? c->threads : share);
-    k_flush_denormals(flush);
+    whale_host_set_threads(c->threads > 0 ? c->threads : share);
+    whale_host_flush_denormals(flush);
     /* measured on 2 cores, DP 2: 2 threads per rank 0.28-0.40 s a step, 1
      * thread 0.23-0.28 s (contrib/bench/plan-calibration.sh dp2t2, dp2) */
     if (c->threads > share && (!ctx || whale_rank(ctx) <= 0))
@@ -622,7 +595,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
                                     .eps = c->eps, .weight_decay = c->weight_decay };
     whale_debug("engine: %d layers, %d buckets, %zu flat params (padded), shard %zu, ZeRO %d, "
                 "DP %d, %d threads, offload %s", e->nl, e->nb, e->P, e->S, c->zero_stage,
-                e->dp.size, k_threads(), whale_offload_name(c->offload));
+                e->dp.size, whale_host_threads(), whale_offload_name(c->offload));
     *out = e;
     return 0;
 }
@@ -821,13 +794,6 @@ void whale_engine_inject_overflow(whale_engine *e)
 
 /* ---- tensor enumeration for checkpoints -------------------------------------- */
 
-static const struct eng_bucket *bucket_of(const whale_engine *e, const struct eng_param *p)
-{
-    for (int b = 0; b < e->nb; b++)
-        if (p->flat >= e->buckets[b].flat && p->flat < e->buckets[b].flat + e->buckets[b].n)
-            return &e->buckets[b];
-    return NULL;
-}
 
 /* Where the pieces of one kind live: fp32 base or 16-bit base, full (P)
  * or sharded (S) layout. 16-bit params: PARAM is W16 / W16sh (16-bit),
@@ -897,8 +863,12 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
         uint16_t *b16;
         bool sharded;
         kind_base(e, kind, &f32, &b16, &sharded);
-        for (int i = 0; i < e->np; i++) {
-            const struct eng_param *p = &e->params[i];
+        /* sharded kinds: this rank's 1/DP of each bucket (DP 1: all of it,
+         * laid out by bucket); full kinds: every parameter whole */
+        struct eng_pieces it;
+        for (eng_pieces_init(&it, e, 0, e->nb, sharded ? ENG_RANGE_SHARD : ENG_RANGE_ALL);
+             eng_pieces_next(&it);) {
+            const struct eng_param *p = it.p;
             struct whale_tensor_piece t;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "%s", p->name);
@@ -912,31 +882,12 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
             }
             bool tp_writer = p->split != WHALE_SPLIT_NONE || e->d.tp_rank == 0;
             /* the last stage's wte copy mirrors the first stage's */
-            if (e->shadow >= 0 && p >= e->layers[e->shadow].params &&
-                p < e->layers[e->shadow].params + e->layers[e->shadow].nparams)
+            if (e->shadow >= 0 && it.l == &e->layers[e->shadow])
                 tp_writer = false;
-            size_t off;
-            if (!sharded || e->dp.size == 1) {
-                off = p->flat;
-                if (sharded) { /* dp == 1: shard == everything, but laid out by bucket */
-                    const struct eng_bucket *b = bucket_of(e, p);
-                    off = b->shard_off + (p->flat - b->flat);
-                }
-                t.flat_begin = 0;
-                t.flat_end = (int64_t)p->numel;
-                t.writer = tp_writer && r == 0;
-            } else {
-                const struct eng_bucket *b = bucket_of(e, p);
-                size_t sb = b->n / e->dp.size, lo = b->flat + r * sb, hi = lo + sb;
-                size_t a = p->flat > lo ? p->flat : lo;
-                size_t zz = p->flat + p->numel < hi ? p->flat + p->numel : hi;
-                if (a >= zz)
-                    continue;
-                t.flat_begin = (int64_t)(a - p->flat);
-                t.flat_end = (int64_t)(zz - p->flat);
-                off = b->shard_off + (a - lo);
-                t.writer = tp_writer;
-            }
+            size_t off = sharded ? it.bk->shard_off + (it.a - it.lo) : it.a;
+            t.flat_begin = (int64_t)(it.a - p->flat);
+            t.flat_end = (int64_t)(it.z - p->flat);
+            t.writer = tp_writer && (r == 0 || (sharded && e->dp.size > 1));
             t.data = b16 ? (void *)(b16 + off) : (void *)(f32 + off);
             t.transient = eng_off_walk_owns(e, b16 ? (const void *)b16 : (const void *)f32);
             int rc = fn(&t, user);
@@ -955,24 +906,5 @@ enum whale_precision whale_engine_precision(const whale_engine *e)
 double whale_sgemm_peak_gflops(const whale_engine *e)
 {
     (void)e;
-    const int n = 1536;
-    float *a = zalloc((size_t)n * n), *b = zalloc((size_t)n * n), *c = zalloc((size_t)n * n);
-    double best = 0;
-    if (a && b && c) {
-        for (size_t i = 0; i < (size_t)n * n; i++) {
-            a[i] = (float)(i % 7) * 0.1f;
-            b[i] = (float)(i % 5) * 0.1f;
-        }
-        for (int r = 0; r < 5; r++) {
-            double t0 = eng_now();
-            k_gemm(0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-            double dt = eng_now() - t0;
-            double g = 2.0 * n * n * (double)n / dt / 1e9;
-            best = g > best ? g : best;
-        }
-    }
-    free(a);
-    free(b);
-    free(c);
-    return best;
+    return whale_blas_sgemm_peak_gflops();
 }

@@ -6,6 +6,7 @@
 #include "offload.h"
 #include "layer.h"
 #include "whale/backend.h"
+#include "whale/clock.h"
 #include "whale/engine.h"
 #include "whale/optim.h"
 #include "whale/parallel.h"
@@ -200,16 +201,58 @@ int  eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float 
 int  eng_pipe_forward_only(whale_engine *e, const int32_t *in, const int32_t *tg,
                            double *loss_sum);
 
-/* step.c: one pass of one chunk for one micro-batch */
+/* step_chunk.c: one pass of one chunk for one micro-batch */
 int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                       const int32_t *tg, double *loss_sum, double *tc);
 int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                        const int32_t *tg, float dloss, bool first_micro, bool last_micro,
                        double *tc);
-/* After the pipeline: finish DP reductions, sync the tied embedding. */
+/* step_grads.c, after the pipeline: finish DP reductions, sync the tied embedding. */
 int eng_grads_finish(whale_engine *e);
 
-double eng_now(void);
+/* Monotonic seconds (whale/clock.h), for the step's timings. */
+static inline double eng_now(void)
+{
+    return whale_now_s();
+}
+
+/* shard.c: this rank's range of a bucket's flat space [flat, flat + n). */
+enum eng_range {
+    ENG_RANGE_UPDATE, /* what this rank's optimizer updates: its 1/DP under ZeRO 1-3,
+                         the whole bucket under ZeRO 0 */
+    ENG_RANGE_SHARD,  /* its 1/DP of the bucket at any stage (ZeRO 0: each element
+                         counted on one rank) */
+    ENG_RANGE_ALL,    /* the whole bucket */
+};
+void eng_bucket_range(const whale_engine *e, const struct eng_bucket *bk, enum eng_range r,
+                      size_t *lo, size_t *hi);
+/* p's flat elements inside [lo, hi) as [*a, *z); false when there are none. */
+bool eng_param_clip(const struct eng_param *p, size_t lo, size_t hi, size_t *a, size_t *z);
+/* The walk over buckets [k0, k1): each parameter's non-empty piece of its
+ * bucket's range, in flat order (= e->params order):
+ *     struct eng_pieces it;
+ *     for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_UPDATE); eng_pieces_next(&it);)
+ *         use(it.bk, it.lo, it.l, it.p, it.a, it.z);  */
+struct eng_pieces {
+    whale_engine *e;
+    enum eng_range range;
+    int k, k1, li, pi;        /* position: bucket, end, layer, next parameter */
+    struct eng_bucket *bk;    /* the bucket (index k) and its range [lo, hi) */
+    size_t lo, hi;
+    struct eng_layer *l;      /* the parameter, its layer, its piece [a, z) */
+    const struct eng_param *p;
+    size_t a, z;
+};
+void eng_pieces_init(struct eng_pieces *it, whale_engine *e, int k0, int k1, enum eng_range r);
+bool eng_pieces_next(struct eng_pieces *it);
+/* Where flat element a of bucket bk (range starting at lo) lives for this
+ * rank: its gradient; its weight (16-bit params: the fp32 master); its
+ * 16-bit param (NULL in fp32); its offset in the update-range arrays
+ * (moments, host tier). */
+float    *eng_gptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+float    *eng_wptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+uint16_t *eng_w16ptr(whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
+size_t    eng_mvoff(const whale_engine *e, const struct eng_bucket *bk, size_t lo, size_t a);
 
 /* arch.c: what the description selects. eng_arch_check refuses what the
  * engine does not run (logged, WHALE_ENOTSUP / WHALE_EINVAL); eng_arch_dims

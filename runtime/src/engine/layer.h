@@ -137,7 +137,7 @@ static inline float *eng_pg(const struct eng_layer *l, int i)
     return l->g + (l->params[i].flat - l->flat_begin);
 }
 
-/* Declares parameter p: global shape, TP split (this rank's box from d),
+/* param.c: declares parameter p: global shape, TP split (this rank's box from d),
  * AdamW decay, init (std, or the constant cst when std is 0). */
 void eng_param_decl(struct eng_param *p, const struct eng_dims *d, const char *name, int ndim,
                     const int64_t *gshape, enum whale_tp_split split, int split_dim, bool decay,
@@ -181,10 +181,6 @@ int eng_tp_allreduce_max(struct whale_par_comm *tp_group, float *buf, size_t n);
  * out (N,OC) = sum over TP of inp (N,IC) @ w (OC,IC)^T, + b (OC; may be NULL) once */
 int eng_tp_row_linear_fwd(whale_backend *bk, float *out, const float *inp, const float *w,
                           const float *b, int N, int IC, int OC, struct whale_par_comm *tp);
-/* The same on the CPU kernels with GEMM operands of type mm (k_gemm_mm):
- * block_x.c's blocks, which run on the CPU backend only. */
-int eng_tp_row_linear_fwd_mm(enum whale_dtype mm, float *out, const float *inp, const float *w,
-                             const float *b, int N, int IC, int OC, struct whale_par_comm *tp);
 /* Vocabulary-parallel embedding: this rank holds wte rows [v0, v0+Vl) (Vl,C);
  * out (B,T,C) = sum over TP of (tok in range ? wte[tok-v0] : 0) + wpe (T,C)
  * (wpe: NULL, or given on one TP rank only) */

@@ -1,6 +1,6 @@
 /* Host offload: the mover thread and the host tier (see offload.h). The
- * update itself (host AdamW over the tier) is in step.c beside the other
- * optimizer code. */
+ * step's part (gradients down, host AdamW over the tier, weights back) is
+ * offload_apply.c; the remote tier's layout and shard fetch offload_rparams.c. */
 #include "engine_internal.h"
 
 #include <stdlib.h>
@@ -170,11 +170,6 @@ void eng_off_free(whale_engine *e)
 }
 
 /* ---- remote tier ---------------------------------------------------------------- */
-
-size_t eng_off_rem_at(const whale_engine *e, int which, size_t a)
-{
-    return e->off.rem_off + ((size_t)which * e->off.U + a) * sizeof(float);
-}
 
 /* Params mode with 16-bit params: the 16-bit shard (rounded up to whole
  * fp32 words) after master and moments */

@@ -94,6 +94,15 @@ void eng_move_post(struct whale_engine *e, struct eng_move *mv, void *dst, const
                    size_t len);
 /* Blocks until mv is done (no-op when idle); the time counts as exposed. */
 void eng_move_wait(struct whale_engine *e, struct eng_move *mv);
+/* offload_apply.c, offload's part of a step: bucket b's gradient is final
+ * (send this rank's range down to the host tier, once per step); AdamW on
+ * the host tier with the weights moved back; before a step (moves re-armed,
+ * the host master refreshed after a tensor walk); every gradient move has
+ * landed (before the gradients are zeroed). */
+void eng_off_grad_ready(struct whale_engine *e, int b);
+int  eng_off_apply(struct whale_engine *e, float grad_mul);
+int  eng_off_step_begin(struct whale_engine *e);
+void eng_off_grads_down(struct whale_engine *e);
 /* Waits for every move in flight (before the tensors are walked, at the end). */
 void eng_off_quiesce(struct whale_engine *e);
 /* Seconds the mover spent copying (and bytes) since the last call. */

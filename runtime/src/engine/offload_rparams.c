@@ -2,7 +2,7 @@
  * this rank's ZeRO-3 weight shard lives in another task's registered host
  * memory beside the fp32 master and the AdamW moments (offload.c attaches
  * one region sized for all of them). This file is the second tier behind
- * the shard fetch that w_acquire / w_ready (step.c) use in params mode: the
+ * the shard fetch that eng_w_acquire / eng_w_ready (step_weights.c) use in params mode: the
  * local tier posts a mover copy out of the host shard, the remote tier an
  * RMA get out of the lender's region; the prefetch distance and the
  * release after use are the same code.
@@ -31,6 +31,11 @@
 bool eng_off_rparams(const whale_engine *e)
 {
     return e->off.rem && e->off.mode == WHALE_OFFLOAD_PARAMS;
+}
+
+size_t eng_off_rem_at(const whale_engine *e, int which, size_t a)
+{
+    return e->off.rem_off + ((size_t)which * e->off.U + a) * sizeof(float);
 }
 
 size_t eng_off_rem16_at(const whale_engine *e, size_t a)

@@ -3,7 +3,6 @@
  * (chunk, micro-batch) in flight, and the micro-batch loop of a step driven
  * by the pipeline executor (whale/parallel.h) with the plan's schedule. */
 #include "engine_internal.h"
-#include "kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Mixed precision: the engine's arithmetic stays fp32 (OpenBLAS sgemm,
  * fp32 LayerNorm/softmax/loss/norm), storage is 16-bit at the boundaries:
  *  - params: 16-bit copy used in compute, widened one bucket at a time
- *    right before a layer runs (step.c w_acquire); fp32 master weights and
+ *    right before a layer runs (step_weights.c eng_w_acquire); fp32 master weights and
  *    AdamW moments are what the optimizer updates;
  *  - activations kept for backward: stored in 16 bits per slot, widened into
  *    one layer's fp32 area for its backward;
@@ -12,7 +12,7 @@
  * This OpenBLAS build exports no cblas_sbgemm, so there is no bf16 GEMM on
  * the CPU path here; see docs/precision.md. Every cast runs through
  * the engine's backend (whale_k_cast / whale_k_round; AdamW with
- * the 16-bit cast in the same pass: step.c apply_adamw, whale_k_adamw). */
+ * the 16-bit cast in the same pass: step_optim.c eng_apply_adamw, whale_k_adamw). */
 #include "engine_internal.h"
 
 #include "whale/backend.h"

@@ -3,7 +3,6 @@
  * test_tp.c) share. Every kernel runs through the backend; the TP group's
  * collectives through its whale_par_comm (whale/par_comm.h). A NULL group
  * means tp == 1: the operators are then the plain single-rank ones. */
-#include "kernels.h"
 #include "layer.h"
 
 #include "whale/tp.h"
@@ -39,22 +38,6 @@ int eng_tp_row_linear_fwd(whale_backend *bk, float *out, const float *inp, const
     if (!rc && b)
         rc = whale_k_bias_add(bk, NULL, F32, out, b, N, OC);
     return rc;
-}
-
-int eng_tp_row_linear_fwd_mm(enum whale_dtype mm, float *out, const float *inp, const float *w,
-                             const float *b, int N, int IC, int OC, struct whale_par_comm *tp)
-{
-    k_linear_fwd(mm, out, inp, w, tp ? NULL : b, N, IC, OC);
-    if (!tp)
-        return 0;
-    int rc = eng_tp_allreduce(tp, out, (size_t)N * OC);
-    if (rc || !b)
-        return rc;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < OC; c++)
-            out[(size_t)n * OC + c] += b[c];
-    return 0;
 }
 
 int eng_tp_embed_fwd(whale_backend *bk, struct whale_par_comm *tp, float *out,

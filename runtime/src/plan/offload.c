@@ -2,7 +2,7 @@
  * parameter offload as the engine runs them, and how much larger a model
  * fits with offload than without.
  *
- * Engine behaviour modelled (runtime/src/engine/offload.c, step.c):
+ * Engine behaviour modelled (runtime/src/engine/offload.c, offload_apply.c):
  *  - gradients leave bucket by bucket as their reduction completes, so
  *    their transfer hides behind the rest of backward (offload_overlap of
  *    it, the planner's overlap efficiency for host transfers);

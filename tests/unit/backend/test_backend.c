@@ -16,7 +16,7 @@
 #include <cblas.h>
 
 #include "backend/cuda/lt_layout.h"
-#include "engine/kernels.h"
+#include "backend/kernels.h"
 #include "whale/backend.h"
 #include "whale/dtype.h"
 #include "whale/error.h"

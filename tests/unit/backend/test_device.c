@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/choose.h"
-#include "engine/kernels.h"
+#include "backend/kernels.h"
 #include "whale/dtype.h"
 #include "whale/backend.h"
 #include "whale/engine.h"

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kernels.h"
-#include "engine/kernels_llama.h"
+#include "backend/kernels.h"
+#include "backend/kernels_llama.h"
 #define TESTRAND_SEED 0x5eed5eed12345ULL
 #include "testrand.h"
 

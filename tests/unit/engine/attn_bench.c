@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "engine/attn_blocked.h"
-#include "engine/kernels.h"
+#include "backend/attn_blocked.h"
+#include "backend/kernels.h"
 
 static double now(void)
 {

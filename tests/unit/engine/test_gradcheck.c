@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
-#include "engine/kernels.h"
+#include "backend/kernels.h"
 #include "whale/engine.h"
 
 static uint64_t rs = 12345;

@@ -15,10 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/attn_blocked.h"
+#include "backend/attn_blocked.h"
 #include "engine/engine_internal.h"
-#include "engine/kernels.h"
-#include "engine/kernels_llama.h"
+#include "backend/kernels.h"
+#include "backend/kernels_llama.h"
+#include "whale/backend.h"
 #include "whale/engine.h"
 #include "whale/error.h"
 #include "whale/modeldesc.h"
@@ -303,6 +304,37 @@ static void test_flash_vs_plain(void **st)
     att_free(&c);
 }
 
+/* The backend's GQA expand / fold (what block_x.c calls for plain GQA on
+ * cpu) are the host kernels bit for bit, with g > 1 and an offset group. */
+static void test_gqa_backend(void **st)
+{
+    (void)st;
+    const int B = 2, T = 20, NH = 4, KV = 2, hd = 16, Ct = NH * hd;
+    struct att_ctx c = att_new(B, T, NH, KV, hd);
+    c.m.hq0 = 2; /* the second TP rank's heads of an 8-head, 2-KV-head model */
+    c.m.g = 4;
+    c.m.k0 = 0;
+    const size_t N = (size_t)B * T, ne = N * 3 * Ct, nf = N * c.ld;
+    const struct whale_attn_heads h = { .NH = c.m.NH, .KVl = c.m.KVl, .hd = c.m.hd,
+                                        .hq0 = c.m.hq0, .g = c.m.g, .k0 = c.m.k0 };
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    o.device = WHALE_DEVICE_CPU;
+    whale_backend *bk = NULL;
+    assert_int_equal(whale_backend_open(&o, &bk), 0);
+    float *e1 = malloc(ne * 4), *e2 = malloc(ne * 4), *f1 = calloc(nf, 4), *f2 = calloc(nf, 4);
+    k_gqa_expand(e1, c.qkv, c.ld, (int)N, &c.m);
+    assert_int_equal(whale_k_gqa_expand(bk, NULL, e2, c.qkv, c.ld, (int)N, &h), 0);
+    assert_memory_equal(e1, e2, ne * 4);
+    fill(e1, ne, 0.7f);
+    k_gqa_fold(f1, c.ld, e1, (int)N, &c.m);
+    assert_int_equal(whale_k_gqa_fold(bk, NULL, f2, c.ld, e1, (int)N, &h), 0);
+    assert_memory_equal(f1, f2, nf * 4);
+    whale_backend_close(bk);
+    free(e1); free(e2); free(f1); free(f2);
+    att_free(&c);
+}
+
 /* ---- every layer of Llama-style engines -------------------------------------------- */
 
 struct gc {
@@ -557,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_flash_grad),
         cmocka_unit_test(test_flash_vs_plain),
+        cmocka_unit_test(test_gqa_backend),
         cmocka_unit_test(test_layers_llama),
         cmocka_unit_test(test_layers_llama_plain_mqa),
         cmocka_unit_test(test_layers_geglu_bias),

@@ -309,6 +309,9 @@ static const bk_ops cuda_ops = {
     // strided bias of q/k/v column ranges; host-access points
     bkg_bias_fill,
     g_host_access,
+    // no host-side GQA expand / fold: plain GQA runs the grouped kernels
+    nullptr,
+    nullptr,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
