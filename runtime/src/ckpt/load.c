@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ typedef struct rchunk {
     int shuffle;         /* byte-shuffle width applied before zstd (0/1: none) */
     const char *xxh;     /* xxh3-128 of the stored bytes, hex */
     const char *cxxh;    /* content_xxh3_128 (digest.c), hex; NULL in older manifests */
+    const char *delta_base; /* a delta chunk: the full step directory it is against */
 } rchunk;
 
 typedef struct rtensor {
@@ -51,7 +53,15 @@ struct whale_ckpt_reader {
     char *plan, *data, *extra;
     struct whale_nameidx idx; /* tensor name -> index into t */
     bool digest_bad;          /* open_all: the manifest failed its digest (verify counts it) */
+    bool is_base;             /* opened as a delta's base: holds no deltas itself */
+    /* the full checkpoints this one's delta chunks are against, opened on
+     * first use (siblings of dir) */
+    struct { char name[64]; whale_ckpt_reader *r; } base[4];
+    int nbase;
+    pthread_mutex_t base_mu;
 };
+
+static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict);
 
 /* ---- resolve -------------------------------------------------------------- */
 
@@ -267,6 +277,9 @@ void whale_ckpt_reader_close(whale_ckpt_reader *r)
 {
     if (!r)
         return;
+    for (int i = 0; i < r->nbase; i++)
+        whale_ckpt_reader_close(r->base[i].r);
+    pthread_mutex_destroy(&r->base_mu);
     for (size_t i = 0; i < r->nt; i++)
         free(r->t[i].c);
     free(r->t);
@@ -326,6 +339,7 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
     whale_ckpt_reader *r = calloc(1, sizeof *r);
     if (!r)
         return WHALE_ENOMEM;
+    pthread_mutex_init(&r->base_mu, NULL);
     r->dir = strdup(dir);
     char *mp = ckpt_path(dir, CKPT_MANIFEST);
     json_error_t je;
@@ -422,6 +436,8 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
             json_t *cj = json_object_get(c, "content_xxh3_128");
             y->xxh = xs;
             y->cxxh = json_string_value(cj);
+            json_t *dbj = json_object_get(c, "delta_base");
+            y->delta_base = json_string_value(dbj);
             const char *why = NULL;
             if (!y->file || !xs || strlen(xs) != 32)
                 why = "missing file or xxh3_128";
@@ -429,6 +445,11 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
                 why = "content_xxh3_128 is not 32 hex digits";
             else if (ckpt_name_confined(r->dir, y->file, name))
                 why = "file outside the checkpoint";
+            else if (dbj && (!y->delta_base || ckpt_step_of(y->delta_base) < 0 ||
+                             strchr(y->delta_base, '/') || strlen(y->delta_base) > 60))
+                why = "delta_base is not a step directory name";
+            else if (dbj && !cj)
+                why = "a delta chunk without content_xxh3_128";
             else if (ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc))
                 why = "unknown enc";
             else if (parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg))
@@ -542,8 +563,92 @@ int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_
 
 /* ---- reading chunks -------------------------------------------------------- */
 
+static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out);
+
+static bool same_region(const ckpt_region *a, const ckpt_region *b)
+{
+    if (a->ndim != b->ndim || a->flat != b->flat || (a->flat && (a->fb != b->fb || a->fe != b->fe)))
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->off[d] != b->off[d] || a->cnt[d] != b->cnt[d])
+            return false;
+    return true;
+}
+
+/* The reader of full checkpoint `name`, a sibling of r's directory that a
+ * delta chunk of r is against (opened once, strictly: verified files). */
+static int base_reader(whale_ckpt_reader *r, const char *name, whale_ckpt_reader **out)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->base_mu);
+    *out = NULL;
+    for (int i = 0; i < r->nbase && !*out; i++)
+        if (!strcmp(r->base[i].name, name))
+            *out = r->base[i].r;
+    if (!*out) {
+        const char *sl = strrchr(r->dir, '/');
+        char p[4096];
+        if (sl)
+            snprintf(p, sizeof p, "%.*s/%s", (int)(sl - r->dir), r->dir, name);
+        else
+            snprintf(p, sizeof p, "%s", name);
+        whale_ckpt_reader *b = NULL;
+        if (r->nbase == (int)(sizeof r->base / sizeof r->base[0])) {
+            whale_error("checkpoint: %s: delta chunks against more than %d full checkpoints",
+                        r->dir, r->nbase);
+            rc = WHALE_EDATA;
+        } else if ((rc = reader_open(p, &b, true))) {
+            whale_error("checkpoint: %s is a delta checkpoint: it needs the full checkpoint %s, "
+                        "which does not open (%s)", r->dir, p, whale_strerror(rc));
+        } else {
+            b->is_base = true;
+            snprintf(r->base[r->nbase].name, sizeof r->base[r->nbase].name, "%s", name);
+            r->base[r->nbase++].r = b;
+            *out = b;
+        }
+    }
+    pthread_mutex_unlock(&r->base_mu);
+    return rc;
+}
+
+/* A delta chunk's n values in buf (differences, delta.c) become the
+ * values: the same region of the same tensor in its base, plus these. */
+static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void *buf,
+                       int64_t n)
+{
+    size_t w = ckpt_dtype_size(t->dtype);
+    if (r->is_base || c->enc != CKPT_ENC_RAW || !ckpt_delta_width_ok(w)) {
+        whale_error("checkpoint: %s: tensor %s: a delta chunk %s", r->dir, t->name,
+                    r->is_base ? "in a checkpoint that a delta names as its full base (chains "
+                                 "are one deep)"
+                               : "of an encoding deltas do not use");
+        return WHALE_EDATA;
+    }
+    whale_ckpt_reader *b;
+    int rc = base_reader(r, c->delta_base, &b);
+    if (rc)
+        return rc;
+    long ti = whale_ckpt_reader_find(b, t->name);
+    const rtensor *bt = ti >= 0 ? &b->t[ti] : NULL;
+    const rchunk *bc = NULL;
+    for (size_t k = 0; bt && k < bt->nc && !bc; k++)
+        if (same_region(&bt->c[k].reg, &c->reg))
+            bc = &bt->c[k];
+    if (!bt || bt->dtype != t->dtype || !bc || bc->enc != CKPT_ENC_RAW) {
+        whale_error("checkpoint: %s: tensor %s: its base %s has no exact chunk of the same "
+                    "dtype and region", r->dir, t->name, b->dir);
+        return WHALE_EDATA;
+    }
+    void *bb = NULL;
+    if ((rc = load_chunk(b, bt, bc, &bb)))
+        return rc;
+    ckpt_delta_apply(w, bb, buf, (size_t)n);
+    free(bb);
+    return 0;
+}
+
 /* Reads, checks and decodes one chunk into a malloc'd buffer of the
- * tensor's dtype. */
+ * tensor's dtype (a delta chunk: plus its base's). */
 static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out)
 {
     char path[4096];
@@ -644,6 +749,13 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
                     t->name, (unsigned long long)c->nbytes, enc_len);
         free(raw);
         return WHALE_ECORRUPT;
+    }
+    if (c->delta_base) { /* the content hash below then covers base and delta */
+        int drc = apply_delta(r, t, c, enc, n);
+        if (drc) {
+            free(enc);
+            return drc;
+        }
     }
     if (c->cxxh) {
         /* the manifest's fields must still mean what was saved: a changed

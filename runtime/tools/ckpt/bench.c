@@ -242,6 +242,8 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
         {"zstd-3", WHALE_CKPT_WEIGHTS_EXACT, false, 3},
         {"bf16-weights", WHALE_CKPT_WEIGHTS_BF16, false, 0},
         {"fp16-weights", WHALE_CKPT_WEIGHTS_FP16, false, 0},
+        {"int8-weights", WHALE_CKPT_WEIGHTS_INT8, false, 0},
+        {"int8-weights+mom", WHALE_CKPT_WEIGHTS_INT8, true, 0},
         {"int8-moments", WHALE_CKPT_WEIGHTS_EXACT, true, 0},
         {"bf16+int8", WHALE_CKPT_WEIGHTS_BF16, true, 0},
         {"bf16+int8+zstd-3", WHALE_CKPT_WEIGHTS_BF16, true, 3},
