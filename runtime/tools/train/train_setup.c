@@ -70,6 +70,8 @@ static int checkpoint_config(struct train *t)
         return 1;
     if (o->ckpt_keep >= 0)
         ckc->keep = (int)o->ckpt_keep;
+    if (o->ckpt_milestone >= 0)
+        ckc->milestone_every = (int)o->ckpt_milestone;
     ckc->rank = t->rank;
     ckc->world = t->ctx ? whale_world_size(t->ctx) : 1;
     if ((ckc->every_steps > 0 || ckc->every_seconds > 0) && !ckc->root) {
