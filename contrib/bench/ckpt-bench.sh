@@ -7,6 +7,8 @@
 #     commit) vs `dd oflag=direct conv=fdatasync` of the same size into the
 #     same directory                                   target: >= 80 % of dd
 #     (dd through the page cache is printed too, for reference)
+#   - load bandwidth (whale_ckpt_read, page cache dropped, WHALE_CKPT_READERS
+#     threads) vs `dd iflag=direct` of the same bytes   target: >= 80 % of dd
 #   - whale-train (gpt-small and gpt2-124m, a checkpoint every 10 steps):
 #     the stall per save the run reports (its save call + the optimizer's
 #     wait for a deferred snapshot) with WHALE_CKPT_ASYNC=0,
@@ -51,7 +53,7 @@ rate() { echo "$1 $2 $3" | awk '{printf "%.1f", $1 * 8.388608 / ($3 - $2)}'; }
 
 echo "# whale-ckpt benchmark: $mb MiB model, $runs interleaved rounds, scratch $scratch"
 echo "# $cores cores, $(df -h --output=source,fstype "$scratch" | tail -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
-dd_mbps=() ddd_mbps=() ours=() sync_s=() astall=() dstall=() loads_p=() loads_s=()
+dd_mbps=() ddd_mbps=() ddr_mbps=() load_mbps=() ours=() sync_s=() astall=() dstall=() loads_p=() loads_s=()
 part persist || runs_p=0
 part stall || runs_s=0
 bytes=$("$tool" bench --dir "$scratch" --mb "$mb" --part none 2>/dev/null | get bytes)
@@ -65,8 +67,15 @@ for i in $(seq "${runs_p:-$runs}"); do
     t0=$(date +%s.%N)
     dd if=/dev/zero of="$scratch/dd.bin" bs=8M count="$count" oflag=direct conv=fdatasync status=none
     t1=$(date +%s.%N)
-    rm -f "$scratch/dd.bin"
     ddd_mbps+=("$(rate "$count" "$t0" "$t1")")
+    # the raw read rate of the same bytes: O_DIRECT
+    t0=$(date +%s.%N)
+    dd if="$scratch/dd.bin" of=/dev/null bs=8M iflag=direct status=none
+    t1=$(date +%s.%N)
+    ddr_mbps+=("$(rate "$count" "$t0" "$t1")")
+    rm -f "$scratch/dd.bin"
+    out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --part load)
+    load_mbps+=("$(echo "$out" | get load_MBps)")
     sync; sleep 2
     out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --part persist)
     ours+=("$(echo "$out" | get persist_MBps)")
@@ -78,7 +87,7 @@ for i in $(seq "${runs_p:-$runs}"); do
     dd_mbps+=("$(rate "$count" "$t0" "$t1")")
     l1=$(load1)
     loads_p+=("$l0" "$l1")
-    echo "persist round $i: whale-ckpt ${ours[-1]} MB/s, dd oflag=direct ${ddd_mbps[-1]} MB/s, dd (page cache) ${dd_mbps[-1]} MB/s  [load $l0 -> $l1]"
+    echo "persist round $i: whale-ckpt ${ours[-1]} MB/s, dd oflag=direct ${ddd_mbps[-1]} MB/s, dd (page cache) ${dd_mbps[-1]} MB/s; load: whale-ckpt ${load_mbps[-1]} MB/s, dd iflag=direct ${ddr_mbps[-1]} MB/s  [load $l0 -> $l1]"
 done
 # stall per checkpoint: sync save vs async (copy) vs async (deferred copy)
 for i in $(seq "${runs_s:-$runs}"); do
@@ -168,6 +177,7 @@ m_as=$(printf '%s\n' "${astall[@]}" | median); b_as=$(printf '%s\n' "${astall[@]
 m_ds=$(printf '%s\n' "${dstall[@]}" | median); b_ds=$(printf '%s\n' "${dstall[@]}" | best_min)
 m_ours=$(printf '%s\n' "${ours[@]}" | median); b_ours=$(printf '%s\n' "${ours[@]}" | best_max)
 m_dd=$(printf '%s\n' "${dd_mbps[@]}" | median)
+m_ld=$(printf '%s\n' "${load_mbps[@]}" | median); m_ddr=$(printf '%s\n' "${ddr_mbps[@]}" | median)
 m_ddd=$(printf '%s\n' "${ddd_mbps[@]}" | median); b_ddd=$(printf '%s\n' "${ddd_mbps[@]}" | best_max)
 maxload_p=$(printf '%s\n' "${loads_p[@]}" | best_max)
 maxload_s=$(printf '%s\n' "${loads_s[@]}" | best_max)
@@ -176,7 +186,7 @@ echo "== medians (best) of $runs rounds"
 if part persist && part stall; then
 awk -v s="$m_sync" -v a="$m_as" -v ba="$b_as" -v d="$m_ds" -v bd="$b_ds" -v o="$m_ours" \
     -v bo="$b_ours" -v dd="$m_dd" -v ddd="$m_ddd" -v bddd="$b_ddd" -v lp="$maxload_p" \
-    -v ls="$maxload_s" -v cores="$cores" '
+    -v ls="$maxload_s" -v cores="$cores" -v ld="$m_ld" -v ddr="$m_ddr" '
 function verdict(ok, load) {
   if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
   return ok ? "MET" : "NOT MET"
@@ -187,6 +197,7 @@ BEGIN {
   printf "async stall, deferred copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", d, 100*d/s, 100*bd/s, verdict(100*d/s <= 5, ls)
   printf "persist bandwidth             %8.1f MB/s = %5.1f %% of dd oflag=direct %.1f MB/s (best %.1f of %.1f)  target >= 80 %%: %s\n", o, 100*o/ddd, ddd, bo, bddd, verdict(o >= 0.8*ddd, lp)
   printf "                                          (dd through the page cache: %.1f MB/s)\n", dd
+  printf "load bandwidth                %8.1f MB/s = %5.1f %% of dd iflag=direct %.1f MB/s  target >= 80 %%: %s\n", ld, 100*ld/ddr, ddr, verdict(ld >= 0.8*ddr, lp)
 }'
 fi
 for l in "${tr_lines[@]}"; do echo "$l"; done

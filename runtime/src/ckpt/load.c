@@ -8,6 +8,8 @@
 #include "whale/checked.h"
 #include "whale/nameidx.h"
 #include "whale/readfile.h"
+#include "whale/envnum.h"
+#include "whale/knobs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +17,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -831,92 +834,153 @@ void ckpt_fmt_shape(char *b, size_t n, int nd, const int64_t *s)
         snprintf(b + o, n - o, "]");
 }
 
-int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t n)
+/* One piece: every chunk that overlaps it, decoded and copied in. */
+static int read_piece(whale_ckpt_reader *r, const whale_ckpt_piece *p)
 {
-    for (size_t i = 0; i < n; i++) {
-        const whale_ckpt_piece *p = &pieces[i];
-        long ti = p->name ? whale_ckpt_reader_find(r, p->name) : -1;
-        if (ti < 0) {
-            whale_error("checkpoint: tensor %s is not in %s", p->name ? p->name : "(null)",
-                        r->dir);
-            return WHALE_ENOENT;
+    long ti = p->name ? whale_ckpt_reader_find(r, p->name) : -1;
+    if (ti < 0) {
+        whale_error("checkpoint: tensor %s is not in %s", p->name ? p->name : "(null)",
+                    r->dir);
+        return WHALE_ENOENT;
+    }
+    const rtensor *t = &r->t[ti];
+    bool same_shape = t->ndim == p->ndim;
+    for (int d = 0; same_shape && d < p->ndim; d++)
+        same_shape = t->shape[d] == p->shape[d];
+    if (!same_shape) {
+        char a[128], b[128];
+        ckpt_fmt_shape(a, sizeof a, t->ndim, t->shape);
+        ckpt_fmt_shape(b, sizeof b, p->ndim, p->shape);
+        whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
+                    p->name, a, b);
+        return WHALE_EINVAL;
+    }
+    if (t->dtype != p->dtype && !(ckpt_dtype_is_float(t->dtype) && ckpt_dtype_is_float(p->dtype))) {
+        whale_error("checkpoint: tensor %s: saved as %s, requested %s", p->name,
+                    ckpt_dtype_st(t->dtype), ckpt_dtype_st(p->dtype) ? ckpt_dtype_st(p->dtype) : "?");
+        return WHALE_EINVAL;
+    }
+    ckpt_region want;
+    ckpt_region_from_piece(&want, p);
+    int rc = ckpt_region_check(&want, p->name);
+    if (rc)
+        return rc;
+    int64_t need = ckpt_region_numel(&want);
+    if (p->device) { /* GPU memory: through a host copy */
+        if (!ckpt_dev_available()) {
+            whale_error("checkpoint: tensor %s: GPU memory but this build has no CUDA",
+                        p->name);
+            return WHALE_ENOTSUP;
         }
-        const rtensor *t = &r->t[ti];
-        bool same_shape = t->ndim == p->ndim;
-        for (int d = 0; same_shape && d < p->ndim; d++)
-            same_shape = t->shape[d] == p->shape[d];
-        if (!same_shape) {
-            char a[128], b[128];
-            ckpt_fmt_shape(a, sizeof a, t->ndim, t->shape);
-            ckpt_fmt_shape(b, sizeof b, p->ndim, p->shape);
-            whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
-                        p->name, a, b);
-            return WHALE_EINVAL;
-        }
-        if (t->dtype != p->dtype && !(ckpt_dtype_is_float(t->dtype) && ckpt_dtype_is_float(p->dtype))) {
-            whale_error("checkpoint: tensor %s: saved as %s, requested %s", p->name,
-                        ckpt_dtype_st(t->dtype), ckpt_dtype_st(p->dtype) ? ckpt_dtype_st(p->dtype) : "?");
-            return WHALE_EINVAL;
-        }
-        ckpt_region want;
-        ckpt_region_from_piece(&want, p);
-        int rc = ckpt_region_check(&want, p->name);
-        if (rc)
-            return rc;
-        int64_t need = ckpt_region_numel(&want);
-        if (p->device) { /* GPU memory: through a host copy */
-            if (!ckpt_dev_available()) {
-                whale_error("checkpoint: tensor %s: GPU memory but this build has no CUDA",
-                            p->name);
-                return WHALE_ENOTSUP;
-            }
-            size_t bytes = (size_t)need * ckpt_dtype_size(p->dtype);
-            whale_ckpt_piece h = *p;
-            h.device = false;
-            h.data = malloc(bytes ? bytes : 1);
-            if (!h.data)
-                return WHALE_ENOMEM;
-            rc = whale_ckpt_read(r, &h, 1);
-            if (!rc)
-                rc = ckpt_host_to_dev(p->data, h.data, bytes);
-            free(h.data);
-            if (rc)
-                return rc;
-            continue;
-        }
-        uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
-        if (!bits)
+        size_t bytes = (size_t)need * ckpt_dtype_size(p->dtype);
+        whale_ckpt_piece h = *p;
+        h.device = false;
+        h.data = malloc(bytes ? bytes : 1);
+        if (!h.data)
             return WHALE_ENOMEM;
-        for (size_t k = 0; k < t->nc && !rc; k++) {
-            const rchunk *c = &t->c[k];
-            int64_t alo, ahi, blo, bhi;
-            ckpt_region_bounds(&c->reg, &alo, &ahi);
-            ckpt_region_bounds(&want, &blo, &bhi);
-            if (ahi <= blo || bhi <= alo)
-                continue;
-            void *buf = NULL;
-            if ((rc = load_chunk(r, t, c, &buf)))
-                break;
-            struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
-            if (c->enc != CKPT_ENC_RAW)
-                cc.sdt = WHALE_FLOAT32;
-            ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
-            free(buf);
-        }
-        int64_t have = 0;
-        for (int64_t w = 0; w < (need + 63) / 64; w++)
-            have += __builtin_popcountll(bits[w]);
-        free(bits);
-        if (rc)
-            return rc;
-        if (have != need) {
-            whale_error("checkpoint: tensor %s: %s holds only %lld of the %lld elements "
-                        "requested (a rank's shards are missing?)", p->name, r->dir,
-                        (long long)have, (long long)need);
-            return WHALE_EDATA;
-        }
+        rc = read_piece(r, &h);
+        if (!rc)
+            rc = ckpt_host_to_dev(p->data, h.data, bytes);
+        free(h.data);
+        return rc;
+    }
+    uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
+    if (!bits)
+        return WHALE_ENOMEM;
+    for (size_t k = 0; k < t->nc && !rc; k++) {
+        const rchunk *c = &t->c[k];
+        int64_t alo, ahi, blo, bhi;
+        ckpt_region_bounds(&c->reg, &alo, &ahi);
+        ckpt_region_bounds(&want, &blo, &bhi);
+        if (ahi <= blo || bhi <= alo)
+            continue;
+        void *buf = NULL;
+        if ((rc = load_chunk(r, t, c, &buf)))
+            break;
+        struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
+        if (c->enc != CKPT_ENC_RAW)
+            cc.sdt = WHALE_FLOAT32;
+        ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
+        free(buf);
+    }
+    int64_t have = 0;
+    for (int64_t w = 0; w < (need + 63) / 64; w++)
+        have += __builtin_popcountll(bits[w]);
+    free(bits);
+    if (rc)
+        return rc;
+    if (have != need) {
+        whale_error("checkpoint: tensor %s: %s holds only %lld of the %lld elements "
+                    "requested (a rank's shards are missing?)", p->name, r->dir,
+                    (long long)have, (long long)need);
+        return WHALE_EDATA;
     }
     return 0;
+}
+
+/* Pieces are read by up to WHALE_CKPT_READERS threads (default 4): each
+ * piece's chunks are independent files or ranges, so several reads keep a
+ * parallel file system (or an NVMe queue) busy where one thread waits on
+ * one request at a time. */
+struct read_pool {
+    whale_ckpt_reader *r;
+    const whale_ckpt_piece *p;
+    size_t n;
+    atomic_size_t next;
+    atomic_int rc;
+};
+
+static void *read_worker(void *arg)
+{
+    struct read_pool *rp = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&rp->next, 1);
+        if (i >= rp->n || atomic_load(&rp->rc))
+            return NULL;
+        int rc = read_piece(rp->r, &rp->p[i]);
+        if (rc) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&rp->rc, &zero, rc);
+        }
+    }
+}
+
+static int readers(void)
+{
+    const char *s = whale_knob_getenv("WHALE_CKPT_READERS");
+    long v = 4;
+    if (s && *s && whale_parse_long(s, 1, 64, &v)) {
+        whale_warn("WHALE_CKPT_READERS=%s: expected an integer in [1, 64]; using 4", s);
+        v = 4;
+    }
+    return (int)v;
+}
+
+int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t n)
+{
+    int nt = readers();
+    if ((size_t)nt > n)
+        nt = (int)n;
+    if (nt <= 1) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = read_piece(r, &pieces[i]);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    struct read_pool rp = {.r = r, .p = pieces, .n = n};
+    atomic_init(&rp.next, 0);
+    atomic_init(&rp.rc, 0);
+    pthread_t th[64];
+    int started = 0;
+    for (int k = 1; k < nt; k++)
+        if (pthread_create(&th[started], NULL, read_worker, &rp) == 0)
+            started++;
+    read_worker(&rp); /* this thread reads too; with no helper it reads them all */
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    return atomic_load(&rp.rc);
 }
 
 int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
