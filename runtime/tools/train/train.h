@@ -89,6 +89,7 @@ struct train {
     bool have_plan;
     char *plan_json;          /* recorded in checkpoints */
     char plan_ckpt_dir[1024], plan_ckpt_every[32];
+    char plan_ckpt_keep[16], plan_ckpt_milestone[16]; /* the plan's retention, as text */
     char plan_src[1100];      /* "--plan FILE" or "WHALE_PLAN", for messages */
     /* where the knobs the site limits bound came from (train_limits.c) */
     const char *src_zero, *src_micro, *src_ckpt;
