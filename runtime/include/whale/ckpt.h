@@ -225,8 +225,8 @@ int  whale_ckpt_wait(whale_ckpt *ck);
  * this rank). */
 bool whale_ckpt_in_flight(whale_ckpt *ck);
 /* Make the next checkpoint this rank commits a milestone (rank 0 decides:
- * it writes the manifest). Retention never removes a milestone, and
- * milestones do not count against `keep`. Async-signal-safe. */
+ * it writes the manifest). Retention keeps the newest `keep` checkpoints
+ * and, besides them, every milestone. Async-signal-safe. */
 void whale_ckpt_mark_milestone(whale_ckpt *ck);
 /* Whether a checkpoint is due at this step (every_steps / every_seconds).
  * Time-based: evaluate on rank 0 and broadcast, clocks differ per rank. */

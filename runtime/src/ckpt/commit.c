@@ -266,15 +266,13 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
         return rc;
     /* a milestone: retention keeps it whatever `keep` says (marker file, so
      * that GC tells it with a stat and older readers ignore it) */
-    bool mark = atomic_exchange(&ck->milestone_req, false);
-    if (ck->cfg.milestone_every > 0 && j->step % ck->cfg.milestone_every == 0)
-        mark = true;
+    bool asked = atomic_exchange(&ck->milestone_req, false);
+    bool every = ck->cfg.milestone_every > 0 && j->step % ck->cfg.milestone_every == 0;
+    bool mark = asked || every;
     if (mark) {
         char why[96];
         int wl = snprintf(why, sizeof why, "{\"step\":%lld,\"reason\":\"%s\"}\n",
-                          (long long)j->step,
-                          ck->cfg.milestone_every > 0 && j->step % ck->cfg.milestone_every == 0
-                              ? "every" : "signal");
+                          (long long)j->step, asked ? "signal" : "every");
         if ((rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_MILESTONE, why, (size_t)wl, ps->fmode,
                                          &ck->fault)))
             return rc;
@@ -372,8 +370,6 @@ void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq)
     snprintf(mine, sizeof mine, "-%s-", ck->run_id);
     while ((e = readdir(d))) {
         int64_t s = ckpt_step_of(e->d_name);
-        if (s >= 0 && is_milestone(ck->root, e->d_name))
-            continue; /* never removed, not counted against keep */
         if (s >= 0) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 16;
@@ -407,8 +403,8 @@ void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq)
         for (size_t i = (size_t)ck->cfg.keep; i < n; i++) {
             snprintf(p, sizeof p, "%s/step-%08lld", ck->root, (long long)steps[i]);
             const char *base = strrchr(p, '/') + 1;
-            if (!strcmp(base, keep_name))
-                continue;
+            if (!strcmp(base, keep_name) || is_milestone(ck->root, base))
+                continue; /* milestones: never removed */
             if (json_object_get(need, base)) {
                 whale_debug("checkpoint: keeping %s: a kept delta checkpoint needs it", p);
                 continue;
