@@ -228,9 +228,10 @@ static void bundle_key(whale_ckpt *ck, chunk *c, bundle *b)
         XXH3_128bits_update(st, x->p->name, strlen(x->p->name) + 1);
         int32_t hdr[4] = {(int32_t)x->p->dtype, (int32_t)x->enc, x->block, ck->cfg.zstd_level};
         XXH3_128bits_update(st, hdr, sizeof hdr);
-        /* a delta's bytes mean something only with its base */
-        int64_t base = ck->delta_now ? ck->base_step : -1;
-        XXH3_128bits_update(st, &base, sizeof base);
+        /* a delta's bytes mean something only with its base (full saves
+         * keep the keys earlier versions gave them: they still link) */
+        if (ck->delta_now)
+            XXH3_128bits_update(st, &ck->base_step, sizeof ck->base_step);
         XXH3_128bits_update(st, &x->reg, sizeof x->reg);
         XXH3_128bits_update(st, &x->h, sizeof x->h);
     }
