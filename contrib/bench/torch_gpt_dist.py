@@ -6,9 +6,13 @@ sides get the same ranks, cores and placement.
 
   torch_gpt_dist.py MODE L C H V T B STEPS THREADS STORE_DIR
 
-MODE: ddp   DistributedDataParallel (gloo), what a PyTorch user runs for DP;
+MODE: ddp   DistributedDataParallel (gloo), what a PyTorch user runs for DP,
+            at its best settings: gradient_as_bucket_view (no copy of the
+            gradients into the buckets) and static_graph;
       fsdp  FullyShardedDataParallel FULL_SHARD (ZeRO-3), one unit per block
             plus the root, when the installed torch can run it on CPU;
+      fsdp2 fully_shard (FSDP2, per-parameter sharding over DTensor), one
+            unit per block plus the root (torch >= 2.4);
       zero1 DistributedDataParallel + ZeroRedundancyOptimizer (optimizer
             state sharded, ZeRO-1), the CPU alternative for older torch.
 B is the GLOBAL batch (sequences per step), split evenly over the ranks.
@@ -18,7 +22,10 @@ Rendezvous is a TCPStore on rank 0 whose address rank 0 writes under
 STORE_DIR (a directory all ranks see: namespace nodes of the minicluster
 share the file system); the store and gloo's sockets use GLOO_SOCKET_IFNAME
 (the driver sets lo under whale-run, eth0 under srun on the minicluster).
-Rank 0 prints one JSON line: per-step global tokens/s after the first step.
+With a torch >= 2.0 the model uses scaled_dot_product_attention and AdamW
+runs fused (foreach where fused is missing), as a careful torch user runs it.
+Rank 0 prints one JSON line: per-step global tokens/s after the first step
+and the largest peak RSS of any rank.
 """
 import os
 import sys
@@ -123,12 +130,21 @@ def main():
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_gpt import make_gpt        # the model train-vs-pytorch.py uses too
-    m, Block = make_gpt(L, C, H, V, T)
+    m, Block = make_gpt(L, C, H, V, T, attn="auto")
     kw = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    best_kw = dict(kw)
+    try:                                  # fused AdamW on CPU: torch >= 2.4
+        torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True)
+        best_kw["fused"] = True
+    except (TypeError, RuntimeError):
+        if int(torch.__version__.split(".")[0]) >= 2:
+            best_kw["foreach"] = True
     wrap = mode
     if mode == "ddp":
-        model = nn.parallel.DistributedDataParallel(m)
-        opt = torch.optim.AdamW(model.parameters(), **kw)
+        model = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=True, static_graph=True)
+        opt = torch.optim.AdamW(model.parameters(), **best_kw)
+        wrap = "DDP gradient_as_bucket_view static_graph, AdamW %s" % (
+            "fused" if best_kw.get("fused") else "foreach" if best_kw.get("foreach") else "default")
         clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     elif mode == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -145,8 +161,22 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), **kw)
         clip = lambda: model.clip_grad_norm_(1.0)
         wrap = "FSDP FULL_SHARD, one unit per block + root, device_id cpu, gloo"
+    elif mode == "fsdp2":
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            try:
+                from torch.distributed._composable.fsdp import fully_shard
+            except ImportError:
+                sys.exit("torch_gpt_dist: torch %s has no fully_shard (FSDP2)" % torch.__version__)
+        for blk in m.h:
+            fully_shard(blk)
+        model = fully_shard(m)
+        opt = torch.optim.AdamW(model.parameters(), **{k: v for k, v in best_kw.items() if k != "fused"})
+        clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        wrap = "FSDP2 fully_shard, one unit per block + root, gloo"
     else:
-        sys.exit("torch_gpt_dist: unknown mode %s (ddp, fsdp, zero1)" % mode)
+        sys.exit("torch_gpt_dist: unknown mode %s (ddp, fsdp, fsdp2, zero1)" % mode)
 
     b = B // world
     g = torch.Generator().manual_seed(1 + rank)
@@ -162,12 +192,16 @@ def main():
         opt.step()
         times.append(time.perf_counter() - t0)
     # every rank's step ends at its optimizer step; the slowest rank sets the pace
-    t = torch.tensor(times, dtype=torch.float64)
+    import resource
+    t = torch.tensor(times + [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0],
+                     dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
-        run = t.tolist()[1:] if steps > 1 else t.tolist()
+        t = t.tolist()
+        rss, t = t[-1], t[:-1]
+        run = t[1:] if steps > 1 else t
         print(json.dumps({"mode": mode, "ranks": world, "torch": torch.__version__, "wrap": wrap,
-                          "step_tokens_per_s": [B * T / s for s in run]}), flush=True)
+                          "step_tokens_per_s": [B * T / s for s in run], "peak_rss_mb": rss}), flush=True)
     # One rank in a few stayed behind in gloo/TCPStore teardown after the
     # result was printed (the launcher then waited for its timeout): meet at
     # a barrier, then leave without the interpreter's teardown.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """whale-train beside what users would run instead, multi-rank, CPU:
-data parallelism against PyTorch DistributedDataParallel (gloo), and ZeRO-3
-against PyTorch FSDP FULL_SHARD (gloo) -- or, where the installed torch
+data parallelism against PyTorch DistributedDataParallel (gloo, with
+gradient_as_bucket_view and static_graph), and ZeRO-3 against PyTorch FSDP
+FULL_SHARD and FSDP2 fully_shard (gloo) -- or, where the installed torch
 cannot run FSDP on CPU, against DDP + ZeroRedundancyOptimizer (ZeRO-1),
 labelled as such, with whale-train ZeRO-1 beside it as the like-for-like.
 
@@ -28,8 +29,11 @@ torch 1.13 (/usr/bin/python3) cannot run FSDP on CPU; a torch >= 2.1 (a
 PyPI venv) runs FSDP FULL_SHARD over gloo with device_id cpu, one unit per
 block plus the root. The output names the torch version and wrapping used.
 
-The summary at the end has one line per (launcher, case): both medians and
-bests and the whale/peer ratios (target >= 1.2). The torch side is
+With a torch >= 2 the peer model uses scaled_dot_product_attention and
+fused AdamW. The summary at the end has one line per (launcher, case): both
+medians and bests, the whale/peer ratios and both sides' peak RSS; then,
+per launcher and rank count, the peer's best configuration against whale's
+best (target >= 1.2). The torch side is
 contrib/bench/torch_gpt_dist.py, started once per rank by the launcher.
 """
 import argparse
@@ -117,7 +121,7 @@ def run_torch(a, launcher, n, mode, tmp):
             if mode not in TORCH_SEEN:
                 TORCH_SEEN[mode] = "torch %s (%s): %s" % (d.get("torch"), a.torch_python, d.get("wrap", mode))
                 print("peer for %s: %s" % (mode, TORCH_SEEN[mode]), flush=True)
-            return d["step_tokens_per_s"]
+            return d["step_tokens_per_s"], d.get("peak_rss_mb", float("nan"))
     raise RuntimeError("torch %s printed no result:\n%s" % (mode, out[-1500:]))
 
 
@@ -134,17 +138,21 @@ def run_whale(a, launcher, n, zero, data, tmp):
     env = dict(os.environ, OMP_WAIT_POLICY="passive", OMP_NUM_THREADS=str(a.threads),
                WHALE_MODEL_PATH=os.path.join(SRC, "config", "models"))
     run_cmd(launch(a, launcher, n, argv, {}, ["--whale-dp=%d" % n]), env, a.timeout + 60)
-    recs = [json.loads(l) for l in open(metrics) if l.startswith('{"step"')]
-    return [a.batch * T / r["step_s"] for r in recs[1:]]
+    lines = open(metrics).read().splitlines()
+    recs = [json.loads(l) for l in lines if l.startswith('{"step"')]
+    summ = [json.loads(l)["summary"] for l in lines if l.startswith('{"summary"')]
+    rss = summ[-1].get("peak_rss_mb", float("nan")) if summ else float("nan")
+    return [a.batch * T / r["step_s"] for r in recs[1:]], rss
 
 
-def fsdp_probe(a, tmp):
-    """Can the installed torch run FSDP FULL_SHARD on CPU? Two ranks of the
-    smallest model under whale-run; returns None or the reason it cannot."""
+def fsdp_probe(a, tmp, mode="fsdp"):
+    """Can the installed torch run FSDP FULL_SHARD (mode fsdp) or FSDP2's
+    fully_shard (fsdp2) on CPU? Two ranks of the smallest model under
+    whale-run; returns None or the reason it cannot."""
     keep = a.model, a.steps
     a.model, a.steps = "gpt-tiny", 2
     try:
-        run_torch(a, "whale-run", 2, "fsdp", tmp)
+        run_torch(a, "whale-run", 2, mode, tmp)
         return None
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         lines = [l for l in str(e).splitlines() if "Error" in l] or str(e).splitlines() or [""]
@@ -203,6 +211,9 @@ def main():
         L, C, H, V, T = MODELS[a.model]
         make_data(data, max(200000, 4 * a.batch * (T + 1) * a.steps))
         why = fsdp_probe(a, tmp) if z3 else None
+        why2 = fsdp_probe(a, tmp, "fsdp2") if z3 else None
+        if z3 and why2:
+            print("FSDP2 (fully_shard) is not compared: %s" % why2, flush=True)
         if z3 and why:
             print("FSDP FULL_SHARD cannot run on CPU with this torch (%s); ZeRO-3 is compared with "
                   "DDP + ZeroRedundancyOptimizer (ZeRO-1) instead, and whale ZeRO-1 is shown beside "
@@ -215,6 +226,8 @@ def main():
                 cases.append(("ZeRO-1 DP%d vs ZeroRedundancyOptimizer" % n, n, 1, "zero1"))
             else:
                 cases.append(("ZeRO-3 DP%d vs FSDP" % n, n, 3, "fsdp"))
+            if not why2:
+                cases.append(("ZeRO-3 DP%d vs FSDP2" % n, n, 3, "fsdp2"))
         print("model %s (L=%d d=%d T=%d), global batch %d, %d thread(s) per rank, %d steps per run "
               "(first not counted), %d rounds; OpenBLAS kernels %s on both sides" % (
                   a.model, L, C, T, a.batch, a.threads, a.steps, a.rounds, a.blas_core or "(OpenBLAS's choice)"),
@@ -226,25 +239,45 @@ def main():
                     key = (launcher, label)
                     t_ld = load()
                     try:
-                        t = run_torch(a, launcher, n, mode, tmp)
-                        w = run_whale(a, launcher, n, zero, data, tmp)
+                        t, t_rss = run_torch(a, launcher, n, mode, tmp)
+                        w, w_rss = run_whale(a, launcher, n, zero, data, tmp)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         print("round %d %s %s: FAILED: %s" % (r + 1, launcher, label, e), flush=True)
                         continue
-                    rt, rw = res.setdefault(key, ([], [], []))[:2]
-                    rt += t
-                    rw += w
-                    res[key][2].append(t_ld)
+                    e = res.setdefault(key, {"t": [], "w": [], "ld": [], "trss": [], "wrss": [],
+                                             "n": n, "zero": zero, "mode": mode})
+                    e["t"] += t
+                    e["w"] += w
+                    e["ld"].append(t_ld)
+                    e["trss"].append(t_rss)
+                    e["wrss"].append(w_rss)
                     print("round %d %-9s %-40s torch %7.0f  whale %7.0f tok/s  ratio %.2f  (load %s)" % (
                         r + 1, launcher, label, statistics.median(t), statistics.median(w),
                         statistics.median(w) / statistics.median(t), t_ld), flush=True)
-        print("\nsummary (global tokens/s per step; median and best over all rounds):")
-        print("%-9s %-40s %9s %9s %6s %9s %9s %6s  %s" % ("launcher", "case", "torch med", "whale med",
-              "ratio", "torch best", "whale best", "ratio", "load (1/5/15 min) per round"))
-        for (launcher, label), (t, w, lds) in res.items():
+        print("\nsummary (global tokens/s per step; median and best over all rounds; peak RSS of the "
+              "largest rank, MiB):")
+        print("%-9s %-40s %9s %9s %6s %9s %9s %6s %8s %8s  %s" % ("launcher", "case", "torch med", "whale med",
+              "ratio", "torch best", "whale best", "ratio", "torch RSS", "whale RSS",
+              "load (1/5/15 min) per round"))
+        for (launcher, label), e in res.items():
+            t, w = e["t"], e["w"]
             mt, mw, bt, bw = statistics.median(t), statistics.median(w), max(t), max(w)
-            print("%-9s %-40s %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f  %s" % (
-                launcher, label, mt, mw, mw / mt, bt, bw, bw / bt, " | ".join(lds)))
+            print("%-9s %-40s %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f %8.0f %8.0f  %s" % (
+                launcher, label, mt, mw, mw / mt, bt, bw, bw / bt, max(e["trss"]), max(e["wrss"]),
+                " | ".join(e["ld"])))
+        # the comparison that counts: per launcher and rank count, the peer's
+        # best configuration (DDP, FSDP or FSDP2, by median) against whale's
+        # best (ZeRO 0 or 3)
+        print("\nbest against best (per launcher and rank count, by median tokens/s):")
+        for launcher in launchers:
+            for n in sorted({e["n"] for (l, _), e in res.items() if l == launcher}):
+                es = [(lab, e) for (l, lab), e in res.items() if l == launcher and e["n"] == n]
+                tl, te = max(es, key=lambda x: statistics.median(x[1]["t"]))
+                wl, we = max(es, key=lambda x: statistics.median(x[1]["w"]))
+                mt, mw = statistics.median(te["t"]), statistics.median(we["w"])
+                print("%-9s DP%d: best torch %s (%s) %.0f tok/s; best whale ZeRO-%d %.0f tok/s; ratio %.2f "
+                      "(target >= 1.2)" % (launcher, n, te["mode"], TORCH_SEEN.get(te["mode"], "?"), mt,
+                                           we["zero"], mw, mw / mt))
         print("load average at the end: %s (other jobs on the machine distort the figures)" % load())
 
 

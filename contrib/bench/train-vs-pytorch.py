@@ -5,11 +5,24 @@ same thread count, measured alternately in the same run.
 PyTorch runs at its best CPU settings: OMP_WAIT_POLICY=passive (set before
 torch loads libgomp) and torch.set_num_threads(threads); fp32, AdamW, the
 same GPT-2 architecture (pre-LN, GELU-tanh MLP, causal attention, tied
-output embedding). whale-train's tokens/s excludes its first (warm-up) step,
-and so does PyTorch's.
+output embedding), in each configuration the installed torch has:
+  eager     attention written out, AdamW's default path (all torch versions)
+  sdpa      scaled_dot_product_attention(is_causal=True), AdamW(fused=True)
+            (foreach where fused is missing): torch >= 2.0
+  compiled  torch.compile of the sdpa model (its first 3 steps not counted:
+            compilation)
+The comparison names the best configuration (by median tokens/s) and uses
+it for the ratio; every side's peak RSS is printed beside its speed.
+whale-train's tokens/s excludes its first (warm-up) step, and so does
+PyTorch's.
 
   contrib/bench/train-vs-pytorch.py --build build [--shapes small,124m]
-      [--reps 3] [--steps 6] [--threads 2]
+      [--reps 3] [--steps 6] [--threads 2] [--torch-python VENV/bin/python]
+      [--torch-configs eager,sdpa,compiled]
+
+Debian's python3-torch is 1.13 (eager only); a torch 2 venv for the peer at
+its best: python3 -m venv T && T/bin/pip install torch numpy (PyPI's torch
+brings its CUDA libraries: several GB, unused here).
 
 Prints per-run figures, then over all steps of all runs the median and the
 best step (the machine may be shared: the best step approximates an idle
@@ -46,17 +59,41 @@ SHAPES = {
 }
 
 TORCH_CHILD = r'''
-import os, sys, time, json
+import os, sys, time, json, resource
 import torch
 L, C, H, V, T, B, steps, threads = map(int, sys.argv[1:9])
 sys.path.insert(0, sys.argv[9])            # contrib/bench: the shared model
-from torch_gpt import make_gpt
+cfg = sys.argv[10]
+from torch_gpt import make_gpt, has_sdpa
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-m, _ = make_gpt(L, C, H, V, T)
-opt = torch.optim.AdamW(m.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+def unavailable(why):
+    print(json.dumps({"unavailable": why})); sys.exit(0)
+kw = dict(lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+if cfg == "eager":                 # attention written out, AdamW's default (foreach) path
+    m, _ = make_gpt(L, C, H, V, T, attn="manual")
+    opt = torch.optim.AdamW(m.parameters(), **kw)
+    desc = "manual attention, AdamW (default)"
+else:                              # sdpa / compiled: what a careful torch 2 user runs
+    if not has_sdpa():
+        unavailable("torch %s has no scaled_dot_product_attention" % torch.__version__)
+    m, _ = make_gpt(L, C, H, V, T, attn="sdpa")
+    try:
+        opt = torch.optim.AdamW(m.parameters(), fused=True, **kw)
+        desc = "SDPA, AdamW(fused=True)"
+    except (TypeError, RuntimeError):
+        opt = torch.optim.AdamW(m.parameters(), foreach=True, **kw)
+        desc = "SDPA, AdamW(foreach=True)"
+    if cfg == "compiled":
+        if not hasattr(torch, "compile"):
+            unavailable("torch %s has no torch.compile" % torch.__version__)
+        m = torch.compile(m)
+        desc = "torch.compile, " + desc
+    elif cfg != "sdpa":
+        unavailable("unknown configuration " + cfg)
 times, cpus = [], []
-for i in range(steps):
+warm = 3 if cfg == "compiled" else 1   # compilation happens in the first steps
+for i in range(steps + warm - 1):
     idx = torch.randint(0, V, (B, T)); tgt = torch.randint(0, V, (B, T))
     c0 = time.process_time()
     t0 = time.perf_counter()
@@ -67,10 +104,12 @@ for i in range(steps):
     opt.step()
     times.append(time.perf_counter() - t0)
     cpus.append(time.process_time() - c0)
-run = times[1:] if len(times) > 1 else times
-crun = cpus[1:] if len(cpus) > 1 else cpus
+run = times[warm:] if len(times) > warm else times
+crun = cpus[warm:] if len(cpus) > warm else cpus
 print(json.dumps({"step_tokens_per_s": [B * T / t for t in run],
-                  "step_tokens_per_cpu_s": [B * T / c for c in crun]}))
+                  "step_tokens_per_cpu_s": [B * T / c for c in crun],
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                  "torch": torch.__version__, "desc": desc}))
 '''
 
 
@@ -112,6 +151,14 @@ print(json.dumps({"gflops": tot_f / tot_t / 1e9, "core": ob.openblas_get_corenam
 '''
 
 
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def blas_core(build):
     """The OpenBLAS family whale's tools run with (see the module doc)."""
     if os.environ.get("OPENBLAS_CORETYPE"):
@@ -133,8 +180,7 @@ def child_env(threads, core):
 
 def run_sgemm(shape, threads, core):
     _, L, C, H, V, T, B = SHAPES[shape]
-    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    out = subprocess.run([py, "-c", SGEMM_CHILD] + [str(v) for v in (L, C, V, T, B, threads)],
+    out = subprocess.run([PY, "-c", SGEMM_CHILD] + [str(v) for v in (L, C, V, T, B, threads)],
                          env=child_env(threads, core), check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -151,14 +197,17 @@ def make_data(path, vocab, n):
             f.write(struct.pack("<%dH" % n, *(rnd.randrange(vocab) for _ in range(n))))
 
 
-def run_torch(shape, steps, threads, core=None):
+def run_torch(py, cfg, shape, steps, threads, core=None):
+    """One torch run in configuration cfg; None where the torch lacks it."""
     _, L, C, H, V, T, B = SHAPES[shape]
     env = child_env(threads, core)
-    py = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-    out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)] + [HERE],
-                         env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)]
+                         + [HERE, cfg], env=env, check=True, capture_output=True, text=True).stdout
     d = json.loads(out.strip().splitlines()[-1])
-    return d["step_tokens_per_s"], d["step_tokens_per_cpu_s"]
+    if "unavailable" in d:
+        print(f"torch configuration {cfg}: not run ({d['unavailable']})", flush=True)
+        return None
+    return d
 
 
 def run_whale(build, shape, steps, threads, data, tmp):
@@ -172,7 +221,12 @@ def run_whale(build, shape, steps, threads, data, tmp):
     s = json.loads(out.strip().splitlines()[-1])["summary"]
     steps = [json.loads(l) for l in open(metrics) if l.startswith('{"step"')][1:]
     return ([x["tokens_per_s"] for x in steps], [x["mfu"] for x in steps], s["peak_gflops"],
-            [B * T / x["cpu_s"] for x in steps if x.get("cpu_s")], s.get("blas_core", "?"))
+            [B * T / x["cpu_s"] for x in steps if x.get("cpu_s")], s.get("blas_core", "?"),
+            s.get("peak_rss_mb", float("nan")))
+
+
+def med(x):
+    return statistics.median(x) if x else float("nan")
 
 
 def main():
@@ -182,10 +236,17 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=0, help="steps per run (default 20 small, 5 124m)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--torch-python", default=PY,
+                    help="interpreter whose torch is the peer (a torch >= 2 venv runs SDPA, fused AdamW "
+                         "and torch.compile; Debian's 1.13 only the eager configuration)")
+    ap.add_argument("--torch-configs", default="eager,sdpa,compiled",
+                    help="torch configurations: eager (attention written out), sdpa (SDPA + fused AdamW), "
+                         "compiled (torch.compile of the sdpa model); those the torch lacks are skipped")
     ap.add_argument("--no-torch", action="store_true",
                     help="skip PyTorch (whale against the sgemm rate only: ~4 min less per 124m rep)")
     a = ap.parse_args()
     core = blas_core(a.build)
+    cfgs = [] if a.no_torch else [c for c in a.torch_configs.split(",") if c]
     print("OpenBLAS kernels for PyTorch and the sgemm reference: %s" % (core or "OpenBLAS's own choice"))
     with tempfile.TemporaryDirectory() as tmp:
         for shape in a.shapes.split(","):
@@ -193,38 +254,58 @@ def main():
             steps = a.steps or (20 if shape == "small" else 5)
             data = os.path.join(tmp, shape + (".bin" if V > 256 else ".txt"))
             make_data(data, V, max(200000, 4 * B * (T + 1) * steps))
-            wt, tt, mfu, peak, wc, tc, sg, wg = [], [], [], [], [], [], [], []
+            wt, mfu, peak, wc, sg, wg, wrss = [], [], [], [], [], [], []
+            tor = {c: {"t": [], "c": [], "rss": [], "desc": None} for c in cfgs}
             for r in range(a.reps):
-                t, t_cpu = ([float("nan")], [float("nan")]) if a.no_torch else \
-                    run_torch(shape, steps, a.threads, core)
+                # rounds alternate: every torch configuration, then whale, so all
+                # see the same machine load
+                for c in cfgs:
+                    if tor[c]["desc"] == "-":
+                        continue
+                    d = run_torch(a.torch_python, c, shape, steps, a.threads, core)
+                    if d is None:
+                        tor[c]["desc"] = "-"
+                        continue
+                    tor[c]["desc"] = "torch %s: %s" % (d["torch"], d["desc"])
+                    tor[c]["t"] += d["step_tokens_per_s"]
+                    tor[c]["c"] += d["step_tokens_per_cpu_s"]
+                    tor[c]["rss"].append(d["peak_rss_mb"])
                 # the sgemm reference right before and right after whale's run, the
                 # faster one kept: a load spike during one measurement must not
                 # lower the bar whale is held to
                 g0 = run_sgemm(shape, a.threads, core)
-                w, m, p, w_cpu, wcore = run_whale(a.build, shape, steps, a.threads, data, tmp)
+                w, m, p, w_cpu, wcore, rss = run_whale(a.build, shape, steps, a.threads, data, tmp)
                 g = max(g0, run_sgemm(shape, a.threads, core), key=lambda x: x["gflops"])
-                tt += t; wt += w; mfu += m; peak.append(p); tc += t_cpu; wc += w_cpu; sg.append(g["gflops"])
+                wt += w; mfu += m; peak.append(p); wc += w_cpu; sg.append(g["gflops"]); wrss.append(rss)
                 wg += [x * p for x in m]   # achieved GFLOP/s of each step (MFU x peak)
-                print(f"{shape} rep {r + 1}: step tokens/s median pytorch {statistics.median(t):.0f}, "
-                      f"whale {statistics.median(w):.0f} (ratio {statistics.median(w) / statistics.median(t):.2f}); "
-                      f"sgemm peak {p:.0f} GFLOP/s; whale {statistics.median(m) * p:.1f} GFLOP/s vs "
-                      f"sgemm on the step's shapes {g['gflops']:.1f} ({g['core']} / whale {wcore}); "
-                      f"load {' '.join(open('/proc/loadavg').read().split()[:3])}", flush=True)
-            mw, mt = statistics.median(wt), statistics.median(tt)
-            bw, bt = max(wt), max(tt)
+                tline = ", ".join("%s %.0f" % (c, med(tor[c]["t"][-steps:])) for c in cfgs if tor[c]["t"])
+                print(f"{shape} rep {r + 1}: step tokens/s median whale {med(w):.0f}"
+                      f"{'; torch ' + tline if tline else ''}; sgemm peak {p:.0f} GFLOP/s; "
+                      f"whale {med(m) * p:.1f} GFLOP/s vs sgemm on the step's shapes {g['gflops']:.1f} "
+                      f"({g['core']} / whale {wcore}); load {load()}", flush=True)
+            mw, bw = med(wt), max(wt)
             pk = max(peak)
-            print(f"{shape} ({preset}: L={L} d={C} T={T} B={B}, {a.threads} threads, {len(tt)} steps each):\n"
-                  f"  median step: pytorch {mt:.0f} tok/s, whale {mw:.0f} tok/s, ratio {mw / mt:.2f}\n"
-                  f"  best step:   pytorch {bt:.0f} tok/s, whale {bw:.0f} tok/s, ratio {bw / bt:.2f}\n"
-                  f"  per CPU-second (median): pytorch {statistics.median(tc):.0f} tok, whale "
-                  f"{statistics.median(wc):.0f} tok, ratio {statistics.median(wc) / statistics.median(tc):.2f}\n"
-                  f"  whale MFU (best step) {100 * max(mfu) * statistics.median(peak) / pk:.0f} % "
+            print(f"{shape} ({preset}: L={L} d={C} T={T} B={B}, {a.threads} threads, {len(wt)} steps each):")
+            print(f"  {'side':<56} {'median tok/s':>12} {'best tok/s':>10} {'tok/CPU-s':>9} {'peak RSS MiB':>12}")
+            print(f"  {'whale-train':<56} {mw:>12.0f} {bw:>10.0f} {med(wc):>9.0f} {max(wrss):>12.0f}")
+            ran = [c for c in cfgs if tor[c]["t"]]
+            for c in ran:
+                x = tor[c]
+                print(f"  {x['desc'][:56]:<56} {med(x['t']):>12.0f} {max(x['t']):>10.0f} {med(x['c']):>9.0f} "
+                      f"{max(x['rss']):>12.0f}")
+            if ran:
+                best = max(ran, key=lambda c: med(tor[c]["t"]))
+                x = tor[best]
+                print(f"  best torch configuration (by median): {best} ({x['desc']})\n"
+                      f"  whale / best torch: median {mw / med(x['t']):.2f}, best step {bw / max(x['t']):.2f}, "
+                      f"per CPU-second {med(wc) / med(x['c']):.2f}, peak RSS {max(wrss) / max(x['rss']):.2f}")
+            print(f"  whale MFU (best step) {100 * max(mfu) * med(peak) / pk:.0f} % "
                   f"of the best sgemm peak measured, {pk:.0f} GFLOP/s\n"
                   f"  whale GFLOP/s vs OpenBLAS sgemm on this shape's GEMMs: median "
-                  f"{statistics.median(wg):.1f} / {statistics.median(sg):.1f} = "
-                  f"{100 * statistics.median(wg) / statistics.median(sg):.0f} %, best "
+                  f"{med(wg):.1f} / {med(sg):.1f} = {100 * med(wg) / med(sg):.0f} %, best "
                   f"{max(wg):.1f} / {max(sg):.1f} = {100 * max(wg) / max(sg):.0f} % (target >= 75 %)\n"
-                  f"  load average now {' '.join(open('/proc/loadavg').read().split()[:3])}")
+                  f"  load average now {load()}")
+
 
 if __name__ == "__main__":
     main()

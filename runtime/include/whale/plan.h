@@ -336,6 +336,7 @@ struct whale_plan_prediction {
     double t_recompute;    /* part of t_compute spent recomputing */
     double t_bubble;       /* pipeline fill/drain */
     double t_tp;           /* tensor-parallel collectives on the critical path */
+    double t_ep;           /* MoE all-to-alls (token dispatch and combine over the EP group) */
     double t_pp;           /* pipeline send/recv on the critical path */
     double t_dp;           /* exposed DP / ZeRO collectives */
     double t_optim;        /* optimizer step */

@@ -54,11 +54,29 @@ static json_t *prediction_json(const struct whale_cluster *c, const struct whale
     json_object_set_new(t, "recompute", json_real(p->t_recompute));
     json_object_set_new(t, "bubble", json_real(p->t_bubble));
     json_object_set_new(t, "tp_comm", json_real(p->t_tp));
+    if (p->t_ep > 0)
+        json_object_set_new(t, "ep_comm", json_real(p->t_ep));
     json_object_set_new(t, "pp_comm", json_real(p->t_pp));
     json_object_set_new(t, "dp_comm", json_real(p->t_dp));
     json_object_set_new(t, "optimizer", json_real(p->t_optim));
     json_object_set_new(t, "offload", json_real(p->t_offload));
     json_object_set_new(o, "time_seconds", t);
+    /* how sure: the spread of the held-out errors on published runs of
+     * this kind (range.c), as fractions and as the rate and step time it
+     * gives; absent for CPU and mixed clusters (no published runs) */
+    char kind[32];
+    double lo, hi;
+    json_t *r;
+    if (!whale_plan_kind(c, &cd->cfg, kind, sizeof kind) && !whale_plan_range(c, &cd->cfg, &lo, &hi) &&
+        (r = json_object())) {
+        json_object_set_new(r, "kind", json_string(kind));
+        json_object_set_new(r, "low", json_real(lo));
+        json_object_set_new(r, "high", json_real(hi));
+        json_object_set_new(r, "model_tflops_per_gpu",
+                            json_pack("[f,f]", p->model_tflops_per_gpu * (1 + lo), p->model_tflops_per_gpu * (1 + hi)));
+        json_object_set_new(r, "step_seconds", json_pack("[f,f]", p->t_step / (1 + hi), p->t_step / (1 + lo)));
+        json_object_set_new(o, "range", r);
+    }
     return o;
 }
 
@@ -72,6 +90,7 @@ int whale_plan_to_planfile(const struct whale_model_desc *model, long global_bat
     out->tp = g->tp;
     out->pp = g->pp;
     out->dp = g->dp;
+    out->ep = whale_grid_ep(&g->grid);
     out->micro_batch = g->microbatch;
     out->num_micro_batches = g->nmicro;
     out->global_batch = (int)global_batch;
@@ -148,6 +167,12 @@ int whale_plan_auto(const struct whale_model_desc *model, long global_batch,
     rq.global_batch = global_batch;
     rq.cluster = &cc;
     rq.topk = 4;
+    /* The plan a step runs: whale-train runs a MoE model's experts on every
+     * rank and refuses EP > 1 until expert parallelism runs in the engine,
+     * so the step's plan keeps EP 1 unless the step asks for one
+     * (--whale-ep); whale-plan searches EP freely. */
+    if (rq.ep <= 0)
+        rq.ep = 1;
     struct whale_plan_result *res = malloc(sizeof *res);
     if (!res)
         return WHALE_ENOMEM;
@@ -189,6 +214,7 @@ int whale_plan_predict(const struct whale_model_desc *model, const struct whale_
     g->tp = plan->tp;
     g->pp = plan->pp;
     g->dp = plan->dp;
+    g->ep = whale_grid_ep(&plan->grid);
     g->microbatch = plan->micro_batch;
     g->interleave = plan->interleave > 0 ? plan->interleave : 1;
     g->zero = plan->zero;

@@ -42,6 +42,7 @@ void plan_ctx_init(struct plan_ctx *x, const struct whale_model_desc *m, long ba
     x->p_emb = (double)m->vocab * m->hidden;
     x->p_pos = m->position == WHALE_POS_LEARNED ? (double)m->seq * m->hidden : 0;
     plan_ctx_set_precision(x, -1);
+    plan_moe_init(x);
     x->nvlink_bw = x->nic_bw = x->pcie_bw = INFINITY;
     x->gpn_min = 1 << 30;
     x->gpu_model = c->ngroups > 0;
@@ -221,8 +222,32 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      *   qkv  [b s, h] x [h, (h + 2 kv)/t]     proj [b s, h/t] x [h/t, h]
      *   fc1  [b s, h] x [h, f/t] (gated: x2)  fc2  [b s, f/t] x [f/t, h]
      *   attention per head (b a / t heads): [s, hd] x [hd, s] and [s, s] x [s, hd] */
-    double t_lin = gemm_time(x, g, 1, M, (h + 2 * kv) / t, h) + gemm_time(x, g, 1, M, h, h / t)
-                 + gemm_time(x, g, nmat - 1, M, f / t, h) + gemm_time(x, g, 1, M, h, f / t);
+    double t_mlp = gemm_time(x, g, nmat - 1, M, f / t, h) + gemm_time(x, g, 1, M, h, f / t);
+    double t_lin = gemm_time(x, g, 1, M, (h + 2 * kv) / t, h) + gemm_time(x, g, 1, M, h, h / t) + t_mlp;
+    /* MLP width of the activations and element-wise work: f, or in a MoE
+     * model the mean over its blocks */
+    double fw = f;
+    double t_moe_ew = 0;
+    if (x->moe) {
+        /* A MoE block's MLP: the router (b s x h x E, replicated), the
+         * routed experts as one grouped GEMM over the top-k copies of the
+         * tokens, times the imbalance (the busiest expert sets the pace;
+         * its tiles fill the SMs like one GEMM of all the tokens: the
+         * per-expert row counts do not depend on EP), the shared experts
+         * on every token, and the permutation copies of the routed tokens
+         * (gather before, scatter-add after: ~4 passes of 2 bytes). */
+        const struct whale_moe_desc *d = &m->moe;
+        double fe = d->ffn, kr = d->topk * x->moe_imbalance;
+        double t_moe = gemm_time(x, g, 1, M, d->experts, h)
+                     + gemm_time(x, g, nmat - 1, M * kr, fe / t, h) + gemm_time(x, g, 1, M * kr, h, fe / t);
+        if (d->shared)
+            t_moe += gemm_time(x, g, nmat - 1, M, d->shared * fe / t, h)
+                   + gemm_time(x, g, 1, M, h, d->shared * fe / t);
+        t_lin += x->moe_frac * (t_moe - t_mlp);
+        double fm = (kr + d->shared) * fe;
+        fw = (1 - x->moe_frac) * f + x->moe_frac * fm;
+        t_moe_ew = x->moe_frac * mem_time(g, e, x->es * 8.0 * M * d->topk * h);
+    }
     double heads = b * a / t;
     double es = x->es;
     /* Activations kept per layer (bytes), Korthikanti et al. with kv width
@@ -238,7 +263,9 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      * (whale_plan_device.spill). The GEMMs keep their rate: fitted on
      * gpt-tiny, a spill term on them too asked for GEMMs above the sgemm
      * peak. */
-    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + (gated ? 6 : 4) * M * f);
+    double R = es * 10 * M * h, S = es * (4 * M * h + 4 * M * kv + (gated ? 6 : 4) * M * fw);
+    if (x->moe)   /* the routed copies of the tokens, before and after the experts */
+        S += x->moe_frac * es * 4 * M * m->moe.topk * h;
     double A = flash ? 4.0 * a * M : es * 5 * a * s * s * b;
     double slow = spill_slowdown(g, R / shard + S / t + A / t);
     /* Attention core. Plain: two batched GEMMs over the full s x s scores
@@ -270,10 +297,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      * only with sequence parallelism); the activation over b s f / t (GeLU
      * reads and writes 2 bytes: 4; SwiGLU/GeGLU read two inputs: 6); rotary
      * on q and k (read + write: 4 bytes per b s (h + kv) / t element). */
-    double ew_other = es * (22.0 * M * h / shard + (gated ? 6.0 : 4.0) * M * f / t);
+    double ew_other = es * (22.0 * M * h / shard + (gated ? 6.0 : 4.0) * M * fw / t);
     if (m->position == WHALE_POS_ROTARY)
         ew_other += es * 4.0 * M * (h + kv) / t;
-    double t_ew = slow * mem_time(g, e, ew_other);
+    double t_ew = slow * mem_time(g, e, ew_other) + t_moe_ew;
     double ovh = e->kernel_overhead;
 
     lc->fwd = t_lin + t_att_f + t_ew + ovh;
@@ -284,7 +311,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
      * the scores), so selective costs nothing and saves nothing */
     lc->rc_cost[WHALE_RECOMPUTE_SELECTIVE] = flash ? 0 : t_att_f;
     lc->rc_cost[WHALE_RECOMPUTE_FULL] = lc->fwd;
-    lc->flops_fwd = 2 * M * ((h + 2 * kv) * h + h * h + nmat * h * f) / t + 4 * heads * s * s * hd;
+    double mlp_flops = 2 * nmat * h * f;   /* per token */
+    if (x->moe)
+        mlp_flops = (1 - x->moe_frac) * mlp_flops + x->moe_frac * plan_moe_mlp_flops(m);
+    lc->flops_fwd = 2 * M * ((h + 2 * kv) * h + h * h) / t + M * mlp_flops / t + 4 * heads * s * s * hd;
     lc->flops_attn_core = flash ? 0 : 4 * heads * s * s * hd;
 
     /* TP: two all-reduces (or all-gather + reduce-scatter with sequence

@@ -75,6 +75,12 @@ int plan_config_check(const struct plan_ctx *x, const struct whale_plan_config *
             return why_set(why, why_len, "interleave: %d micro-batches not a multiple of pp=%d", nm,
                            cfg->pp);
     }
+    int ep = whale_grid_ep(&cfg->grid);
+    if (ep > 1 && !x->moe)
+        return why_set(why, why_len, "ep=%d: the model has no experts (expert parallelism needs Experts=)", ep);
+    if (ep > 1 && (cfg->dp % ep || m->moe.experts % ep))
+        return why_set(why, why_len, "ep=%d must divide dp=%d and the %d experts", ep, cfg->dp,
+                       m->moe.experts);
     if (cfg->zero < 0 || cfg->zero > 3)
         return why_set(why, why_len, "zero=%d: allowed 0..3", cfg->zero);
     if (cfg->recompute < 0 || cfg->recompute > 3)
@@ -137,10 +143,14 @@ static void split_interleaved(int L, int pp, int v, int *out)
     free(chunk);
 }
 
-/* Parameters held by one TP rank of stage s. */
-static double stage_params(const struct plan_ctx *x, const struct whale_plan_config *cfg, int s, int Ls)
+/* Parameters held by one rank of stage s: the ones replicated over DP
+ * (returned) and, in a MoE model, the routed experts' share of this rank
+ * (*pexp: sharded over TP and EP, replicated over EDP = DP / EP). */
+static double stage_params_split(const struct plan_ctx *x, const struct whale_plan_config *cfg, int s,
+                                 int Ls, double *pexp)
 {
-    double t = cfg->tp, P = Ls * x->p_layer / t;
+    double t = cfg->tp, P = Ls * (x->p_layer - x->p_expert) / t;
+    *pexp = Ls * x->p_expert / (t * whale_grid_ep(&cfg->grid));
     if (s == 0)
         P += x->p_emb / t + x->p_pos;
     if (s == cfg->pp - 1) {
@@ -150,6 +160,7 @@ static double stage_params(const struct plan_ctx *x, const struct whale_plan_con
     }
     return P;
 }
+
 
 /* Micro-batches whose activations stage s holds at its peak. */
 static double stage_inflight(const struct whale_plan_config *cfg, int s, int m)
@@ -162,7 +173,7 @@ static double stage_inflight(const struct whale_plan_config *cfg, int s, int m)
 struct stage_out {
     double weights, grads, optim, act, buffers, total, capacity, host;
     double t_mb;              /* per micro-batch time on the critical path */
-    double t_comp, t_rc, t_tp, t_pp, t_bwd;
+    double t_comp, t_rc, t_tp, t_ep, t_pp, t_bwd;
     int n_sel, n_full;
     bool fits;
 };
@@ -173,14 +184,15 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
                        int Ls, int m, struct stage_out *o)
 {
     const struct whale_cluster *c = x->c;
-    double dp = cfg->dp, P = stage_params(x, cfg, s, Ls);
+    double dp = cfg->dp, pe, P = stage_params_split(x, cfg, s, Ls, &pe);
+    /* ZeRO shards the replicated parameters' states over DP and the
+     * experts' over the expert-data-parallel group (DP / EP) */
+    double edp = dp / whale_grid_ep(&cfg->grid);
     memset(o, 0, sizeof *o);
-    o->weights = WBYTES * P;
-    o->grads = GBYTES * P;
-    o->optim = OBYTES * P;
-    if (cfg->zero >= 1) o->optim /= dp;
-    if (cfg->zero >= 2) o->grads /= dp;
-    if (cfg->zero >= 3) o->weights /= dp;
+    o->weights = WBYTES * (P / (cfg->zero >= 3 ? dp : 1) + pe / (cfg->zero >= 3 ? edp : 1));
+    o->grads = GBYTES * (P / (cfg->zero >= 2 ? dp : 1) + pe / (cfg->zero >= 2 ? edp : 1));
+    o->optim = OBYTES * (P / (cfg->zero >= 1 ? dp : 1) + pe / (cfg->zero >= 1 ? edp : 1));
+    P += pe;
     if (cfg->offload >= WHALE_OFFLOAD_OPTIMIZER) {
         o->host += o->optim;
         o->optim = 0;
@@ -195,7 +207,8 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
      * reduce-scatter bucket. */
     if (cfg->pp > 1) o->buffers += 4 * lc->p2p_msg;
     if (cfg->tp > 1) o->buffers += 2 * x->es * M * h;
-    if (cfg->zero == 3) o->buffers += 2 * WBYTES * x->p_layer / cfg->tp;
+    if (cfg->zero == 3)
+        o->buffers += 2 * WBYTES * (x->p_layer - x->p_expert + x->p_expert / whale_grid_ep(&cfg->grid)) / cfg->tp;
     if (cfg->zero == 2) o->buffers += GBYTES * fmin(P, 5e7);
 
     double inflight = stage_inflight(cfg, s, m);
@@ -244,6 +257,14 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
     if (s == cfg->pp - 1) { o->t_comp += lc->last_fwd + lc->last_bwd; o->t_bwd += lc->last_bwd; }
     o->t_rc = t_rc;
     o->t_tp = Ls * (lc->tp_fwd + lc->tp_bwd) + t_tp_rc;
+    if (x->moe && whale_grid_ep(&cfg->grid) > 1) {
+        /* the MoE blocks' all-to-alls: forward, backward, and again in
+         * the re-run forward of fully recomputed blocks; on the critical
+         * path (the experts wait for their tokens) */
+        double a2a = x->moe_frac * plan_moe_alltoall(x, cfg->tp, cfg->seqpar && cfg->tp > 1, cfg->microbatch,
+                                                     whale_grid_ep(&cfg->grid));
+        o->t_ep = (2 * Ls + o->n_full) * a2a;
+    }
     if (cfg->pp > 1) {
         double al, bw;
         plan_group_link(x, cfg->tp * cfg->dp, 2, &al, &bw);
@@ -258,7 +279,7 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
         }
         o->t_pp = 2.0 * cfg->interleave * msg;
     }
-    o->t_mb = o->t_comp + o->t_rc + o->t_tp + o->t_pp;
+    o->t_mb = o->t_comp + o->t_rc + o->t_tp + o->t_ep + o->t_pp;
 }
 
 /* Group index of the GPU holding logical rank `rank` (block mapping). */
@@ -273,19 +294,22 @@ static int rank_group(const struct whale_cluster *c, int64_t rank)
     return c->ngroups - 1;
 }
 
-/* Per-step DP / ZeRO communication of stage s, exposed part. */
-static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_config *cfg, int s,
-                            int Ls, int m, const struct stage_out *so, double slack, double *total)
+/* Per-step DP / ZeRO communication of P parameters of a stage reduced over
+ * a group of n ranks spaced `stride` apart (the DP group, or for a MoE
+ * model's experts the expert-data-parallel group), exposed part. */
+static double dp_group_time(const struct plan_ctx *x, const struct whale_plan_config *cfg, double P,
+                            int stride, int n, int Ls, int m, const struct stage_out *so, double slack,
+                            double *total)
 {
     /* Hidden communication is not free: NCCL kernels take SMs and memory
      * bandwidth from the overlapped compute. A fraction (overlap_cost) of
      * every hidden second is added back. */
     *total = 0;
-    if (cfg->dp <= 1)
+    if (n <= 1 || P <= 0)
         return 0;
     double al, bw;
-    plan_group_link(x, cfg->tp, cfg->dp, &al, &bw);
-    double P = stage_params(x, cfg, s, Ls), ov = x->c->eff.dp_overlap;
+    plan_group_link(x, stride, n, &al, &bw);
+    double ov = x->c->eff.dp_overlap;
     double grad = GBYTES * P, w = WBYTES * P;
     /* GPU runtimes (Megatron DDP / distributed optimizer, PyTorch DDP)
      * reduce gradients in buckets as backward produces them: every bucket
@@ -296,12 +320,12 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         double bucket = x->c->eff.dp_bucket > 0 ? x->c->eff.dp_bucket : PLAN_DP_BUCKET;
         nb = fmax(1, ceil(P / bucket));
     }
-    double rs = nb * plan_allgather(cfg->dp, grad / nb, al, bw);   /* reduce-scatter: same cost */
-    double ag = nb * plan_allgather(cfg->dp, w / nb, al, bw);
+    double rs = nb * plan_allgather(n, grad / nb, al, bw);   /* reduce-scatter: same cost */
+    double ag = nb * plan_allgather(n, w / nb, al, bw);
     double exposed;
     switch (cfg->zero) {
     case 0:   /* all-reduce once per step, overlapped with the last backward */
-        *total = nb * plan_allreduce_net(x, cfg->dp, grad / nb, al, bw);
+        *total = nb * plan_allreduce_net(x, n, grad / nb, al, bw);
         exposed = fmax(0, *total - ov * so->t_bwd - slack);
         break;
     case 1:   /* reduce-scatter once + all-gather of updated weights after the step */
@@ -330,8 +354,8 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
         double nl = Ls > 0 ? Ls : 1;
         double msgs = x->c->eff.zero3_msgs >= 1 ? x->c->eff.zero3_msgs
                                                  : whale_plan_block_tensors(x->m);
-        double lat = 3.0 * nl * msgs * (cfg->dp - 1) * al;
-        double bwt = 3.0 * (cfg->dp - 1) / cfg->dp * w / bw;
+        double lat = 3.0 * nl * msgs * (n - 1) * al;
+        double bwt = 3.0 * (n - 1) / n * w / bw;
         *total = m * (bwt + lat);
         exposed = m * lat + fmax(0, m * bwt - x->c->eff.zero3_overlap * m * (so->t_comp + so->t_rc) - slack);
         break;
@@ -340,14 +364,33 @@ static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_co
     return exposed + x->c->eff.overlap_cost * fmax(0, *total - exposed);
 }
 
+/* Per-step DP / ZeRO communication of stage s, exposed part: the
+ * replicated parameters over DP, a MoE model's experts over DP / EP. */
+static double stage_dp_time(const struct plan_ctx *x, const struct whale_plan_config *cfg, int s,
+                            int Ls, int m, const struct stage_out *so, double slack, double *total)
+{
+    int ep = whale_grid_ep(&cfg->grid);
+    double pe, P = stage_params_split(x, cfg, s, Ls, &pe), te = 0;
+    if (ep <= 1) {
+        P += pe;
+        pe = 0;
+    }
+    double e = dp_group_time(x, cfg, P, cfg->tp, cfg->dp, Ls, m, so, slack, total);
+    if (pe > 0)
+        e += dp_group_time(x, cfg, pe, cfg->tp * ep, cfg->dp / ep, Ls, m, so, slack, &te);
+    *total += te;
+    return e;
+}
+
 /* Optimizer step + offload traffic of stage s (exposed seconds). */
 static double stage_optim_time(const struct plan_ctx *x, const struct whale_plan_config *cfg,
                                const struct whale_plan_device *g, int s, int Ls, int m,
                                const struct stage_out *so, double *offload)
 {
     const struct whale_eff_model *e = &x->c->eff;
-    double P = stage_params(x, cfg, s, Ls);
-    double local = cfg->zero >= 1 ? P / cfg->dp : P;
+    double pe, P = stage_params_split(x, cfg, s, Ls, &pe);
+    double local = cfg->zero >= 1 ? P / cfg->dp + pe * whale_grid_ep(&cfg->grid) / cfg->dp : P + pe;
+    P += pe;
     *offload = 0;
     if (cfg->offload == WHALE_OFFLOAD_NONE)
         /* Adam: read/write fp32 master, m, v (24 B), read grad, write bf16 weight */
@@ -619,6 +662,7 @@ static void eval_breakdown(const struct plan_ctx *x, struct whale_plan_config *c
     pr->t_compute = scale * b->t_comp;
     pr->t_recompute = scale * b->t_rc;
     pr->t_tp = scale * b->t_tp;
+    pr->t_ep = scale * b->t_ep;
     pr->t_pp = scale * b->t_pp;
     pr->t_bubble = fill;
     pr->t_step = ev->repl_T + pr->t_dp + pr->t_optim + pr->t_offload;
@@ -656,7 +700,10 @@ static void eval_flops(const struct plan_ctx *x, const struct whale_plan_config 
     double s_ = md->seq, h = md->hidden, f = md->ffn, V = md->vocab;
     double kv = (double)md->kv_heads * (md->hidden / md->heads);
     double nmat = md->mlp == WHALE_MLP_GELU ? 2 : 3;
-    double F1 = 2 * s_ * ((h + 2 * kv) * h + h * h + nmat * h * f) + 4 * s_ * s_ * h;
+    double mlp = 2 * nmat * h * f;   /* MLP FLOPs per token forward */
+    if (x->moe)   /* on active parameters: the mean over dense and MoE blocks */
+        mlp = (1 - x->moe_frac) * mlp + x->moe_frac * plan_moe_mlp_flops(md);
+    double F1 = 2 * s_ * ((h + 2 * kv) * h + h * h) + s_ * mlp + 4 * s_ * s_ * h;
     double Flog = 2 * s_ * h * V;
     double Fsel = md->attention == WHALE_ATTN_FLASH ? 0 : 4 * s_ * s_ * h;
     double nfull = 0, nsel = 0;

@@ -29,6 +29,8 @@ void whale_plan_format_config(const struct whale_plan_config *cfg, char *buf, si
     buf[0] = 0;
     cat(buf, len, &o, "tp=%d pp=%d dp=%d mb=%d m=%d", cfg->tp, cfg->pp, cfg->dp, cfg->microbatch,
         cfg->nmicro);
+    if (whale_grid_ep(&cfg->grid) > 1)
+        cat(buf, len, &o, " ep=%d", cfg->ep);
     if (cfg->interleave > 1)
         cat(buf, len, &o, " v=%d", cfg->interleave);
     if (cfg->seqpar)
@@ -44,8 +46,8 @@ void whale_plan_format_header(char *buf, size_t len)
 {
     /* two labelled rates: hardware TFLOP/s (recompute counted) and model
      * TFLOP/s (6N + attention, the MFU numerator) per device */
-    snprintf(buf, len, "%4s %4s %5s %3s %5s %2s %2s %4s %-9s %-5s %8s %9s %8s %8s %5s %6s %6s %6s",
-             "TP", "PP", "DP", "MB", "M", "V", "SP", "ZeRO", "recompute", "offl", "mem GiB",
+    snprintf(buf, len, "%4s %4s %5s %3s %3s %5s %2s %2s %4s %-9s %-5s %8s %9s %8s %8s %5s %6s %6s %6s",
+             "TP", "PP", "DP", "EP", "MB", "M", "V", "SP", "ZeRO", "recompute", "offl", "mem GiB",
              "step s", "hw TF/s", "modelTF/s", "MFU", "bubble", "comm", "recomp");
 }
 
@@ -59,11 +61,11 @@ void whale_plan_format_row(const struct whale_plan_candidate *c, char *buf, size
     else
         snprintf(rc, sizeof rc, "%s", whale_recompute_name(g->recompute));
     double T = p->t_step > 0 ? p->t_step : 1;
-    snprintf(buf, len, "%4d %4d %5d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %9.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
-             g->tp, g->pp, g->dp, g->microbatch, g->nmicro, g->interleave, g->seqpar ? "y" : "-",
+    snprintf(buf, len, "%4d %4d %5d %3d %3d %5d %2d %2s %4d %-9s %-5.5s %8.3g %9.4g %8.4g %9.4g %4.0f%% %5.1f%% %5.1f%% %5.1f%%",
+             g->tp, g->pp, g->dp, whale_grid_ep(&g->grid), g->microbatch, g->nmicro, g->interleave, g->seqpar ? "y" : "-",
              g->zero, rc, whale_offload_name(g->offload), p->mem_total / GiB, p->t_step,
              p->tflops_per_gpu, p->model_tflops_per_gpu, 100 * p->mfu, 100 * p->t_bubble / T,
-             100 * (p->t_tp + p->t_pp + p->t_dp + p->t_offload) / T, 100 * p->t_recompute / T);
+             100 * (p->t_tp + p->t_ep + p->t_pp + p->t_dp + p->t_offload) / T, 100 * p->t_recompute / T);
 }
 
 void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf, size_t len)
@@ -87,6 +89,9 @@ void whale_plan_format_breakdown(const struct whale_plan_candidate *c, char *buf
         "optimizer %.4g + offload %.4g\n", p->t_tp, whale_plan_link_name(p->link_tp), p->t_pp,
         whale_plan_link_name(p->link_pp), p->t_dp, whale_plan_link_name(p->link_dp), p->t_optim,
         p->t_offload);
+    if (whale_grid_ep(&c->cfg.grid) > 1 || p->t_ep > 0)
+        cat(buf, len, &o, "  + EP all-to-all %.4g (ep=%d: token dispatch and combine of the MoE blocks)\n",
+            p->t_ep, whale_grid_ep(&c->cfg.grid));
     cat(buf, len, &o, "rates: hardware %.1f TFLOP/s per device (recompute counted, HFU %.1f%%), "
         "model %.1f TFLOP/s per device (6N + attention, MFU %.1f%%), %.4g tokens/s (%s)\n",
         p->tflops_per_gpu, 100 * p->hfu, p->model_tflops_per_gpu, 100 * p->mfu, p->tokens_per_s,
@@ -109,6 +114,7 @@ static const char *worst_component(const struct whale_plan_prediction *a,
         { "recomputation", a->t_recompute - b->t_recompute },
         { "pipeline bubble", a->t_bubble - b->t_bubble },
         { "tensor-parallel communication", a->t_tp - b->t_tp },
+        { "expert-parallel all-to-all", a->t_ep - b->t_ep },
         { "pipeline communication", a->t_pp - b->t_pp },
         { "data-parallel / ZeRO communication", a->t_dp - b->t_dp },
         { "optimizer step", a->t_optim - b->t_optim },
@@ -185,6 +191,10 @@ void whale_plan_explain(const struct whale_plan_request *req, const struct whale
         cat(buf, len, &o, "  - dp=%d, ZeRO-%d: gradient reduction over %s, %.1f%% of the step left "
             "exposed after overlap\n", b->cfg.dp, b->cfg.zero, whale_link_class_name_or(p->link_dp),
             100 * p->t_dp / T);
+    if (whale_grid_ep(&b->cfg.grid) > 1)
+        cat(buf, len, &o, "  - ep=%d: each rank holds 1/%d of the experts (their optimizer states sharded "
+            "over %d replicas); the tokens' all-to-all costs %.1f%% of the step\n", b->cfg.ep, b->cfg.ep,
+            b->cfg.dp / b->cfg.ep, 100 * p->t_ep / T);
     if (b->cfg.recompute != WHALE_RECOMPUTE_NONE)
         cat(buf, len, &o, "  - recompute=%s (first stage: %d layers full, %d selective) is what fits; "
             "it costs %.1f%% of the step on the slowest stage\n", whale_recompute_name(b->cfg.recompute),

@@ -31,10 +31,10 @@ void whale_plan_request_init(struct whale_plan_request *r)
 
 static bool same_layout(const struct whale_plan_config *a, const struct whale_plan_config *b)
 {
-    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp;
+    return a->tp == b->tp && a->pp == b->pp && a->dp == b->dp && whale_grid_ep(&a->grid) == whale_grid_ep(&b->grid);
 }
 
-/* Keeps the best candidate of each (tp, pp, dp) layout, fastest first. */
+/* Keeps the best candidate of each (tp, pp, dp, ep) layout, fastest first. */
 static void keep(struct whale_plan_candidate *list, int *n, int cap, const struct whale_plan_candidate *c)
 {
     int i;
@@ -153,6 +153,27 @@ static void frugal(const struct whale_plan_request *rq, struct whale_plan_config
         cfg->seqpar = false;
 }
 
+/* Whether EP degree ep is allowed for dp replicas: it divides DP and the
+ * experts (dense models: 1 only), and meets the request's constraint. */
+static bool ep_ok(const struct plan_ctx *x, const struct whale_plan_request *rq, int dp, int ep)
+{
+    if (rq->ep > 0 && ep != rq->ep)
+        return false;
+    if (ep == 1)
+        return true;
+    return x->moe && dp % ep == 0 && x->m->moe.experts % ep == 0;
+}
+
+/* The largest allowed EP (the least expert memory per rank). */
+static int ep_frugal(const struct plan_ctx *x, const struct whale_plan_request *rq, int dp)
+{
+    int best = 1;
+    for (int ep = 1; ep <= dp && x->moe; ep++)
+        if (ep_ok(x, rq, dp, ep))
+            best = ep;
+    return best;
+}
+
 int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_result *res)
 {
     memset(res, 0, sizeof *res);
@@ -181,6 +202,12 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
     }
     if (rq->max_idle < 0 || rq->max_idle >= 1) {
         whale_error("plan search: max idle share %g must be in [0, 1)", rq->max_idle);
+        free(st);
+        return WHALE_EINVAL;
+    }
+    if (rq->ep > 1 && !st->x.moe) {
+        whale_error("plan search: ep=%d but %s has no experts: expert parallelism shards the experts "
+                    "of a MoE model (Experts= in its description)", rq->ep, rq->model->name);
         free(st);
         return WHALE_EINVAL;
     }
@@ -273,6 +300,7 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                 if (!rq->exhaustive && !st->mixed) {   /* mixed: an uneven split may fit */
                     struct whale_plan_config f = cfg;
                     frugal(rq, &f, dp);
+                    f.ep = ep_frugal(&st->x, rq, dp);
                     f.interleave = 1;
                     for (int g = 0; g < c->ngroups; g++)
                         plan_layer_cost(&st->x, &c->group[g].gpu, tp, f.seqpar, b, &lc[g]);
@@ -331,31 +359,39 @@ int whale_plan_search(const struct whale_plan_request *rq, struct whale_plan_res
                             continue;
                         }
                         cfg.interleave = v;
-                        for (int z = 0; z <= 3; z++) {
-                            /* without DP, ZeRO only matters as the vehicle of param offload */
-                            if ((rq->zero >= 0 && z != rq->zero) ||
-                                (rq->max_zero >= 0 && z > rq->max_zero) ||
-                                (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
+                        /* EP: a MoE model's experts over consecutive DP ranks
+                         * (EP divides DP; the link model prices a group that
+                         * outgrows the NVLink domain) */
+                        for (int ep = 1; ep <= (st->x.moe ? dp : 1); ep++) {
+                            if (!ep_ok(&st->x, rq, dp, ep))
                                 continue;
-                            cfg.zero = z;
-                            for (int o = 0; o <= (st->x.fp32 ? 0 : 2); o++) {   /* CPU: host memory is device memory */
-                                if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
-                                    (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
-                                    (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
+                            cfg.ep = ep;
+                            for (int z = 0; z <= 3; z++) {
+                                /* without DP, ZeRO only matters as the vehicle of param offload */
+                                if ((rq->zero >= 0 && z != rq->zero) ||
+                                    (rq->max_zero >= 0 && z > rq->max_zero) ||
+                                    (dp == 1 && rq->zero < 0 && z > 0 && z < 3))
                                     continue;
-                                cfg.offload = o;
-                                for (int r = 0; r <= 3; r++) {
-                                    if ((rq->recompute >= 0 && r != rq->recompute) ||
-                                        (rq->allowed_recompute &&
-                                         !(rq->allowed_recompute & (1u << r))))
+                                cfg.zero = z;
+                                for (int o = 0; o <= (st->x.fp32 ? 0 : 2); o++) {   /* CPU: host memory is device memory */
+                                    if ((rq->offload >= 0 && o != rq->offload) || (o == 2 && z != 3) ||
+                                        (rq->allowed_offload && !(rq->allowed_offload & (1u << o))) ||
+                                        (dp == 1 && z == 3 && o != 2 && rq->zero < 0))
                                         continue;
-                                    cfg.recompute = r;
-                                    cfg.uneven = false;
-                                    consider(st, &cfg, lc);
-                                    if (st->mixed) {
-                                        cfg.uneven = true;
-                                        consider(st, &cfg, lc);
+                                    cfg.offload = o;
+                                    for (int r = 0; r <= 3; r++) {
+                                        if ((rq->recompute >= 0 && r != rq->recompute) ||
+                                            (rq->allowed_recompute &&
+                                             !(rq->allowed_recompute & (1u << r))))
+                                            continue;
+                                        cfg.recompute = r;
                                         cfg.uneven = false;
+                                        consider(st, &cfg, lc);
+                                        if (st->mixed) {
+                                            cfg.uneven = true;
+                                            consider(st, &cfg, lc);
+                                            cfg.uneven = false;
+                                        }
                                     }
                                 }
                             }

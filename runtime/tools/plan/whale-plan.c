@@ -73,6 +73,9 @@ static void usage(FILE *f)
 "                             measured whale-train step), write the profile to FILE\n"
 "constraints (fix a knob; all fixed = evaluate that configuration):\n"
 "      --tp N --pp N --dp N --microbatch N --interleave N --zero 0..3\n"
+"      --ep N                 expert parallelism of a MoE model (Experts=): the experts\n"
+"                             sharded over N consecutive DP ranks; N divides DP and the\n"
+"                             experts (default: the search chooses; dense models: 1)\n"
 "      --recompute none|selective|full|auto  --offload none|optimizer|params\n"
 "      --seqpar yes|no|auto   Megatron sequence parallelism (default auto: the search\n"
 "                             chooses, as the Whale engine runs it with tp >= 2;\n"
@@ -117,7 +120,7 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_TOKENS = 256, O_SHARP, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_MB,
+    O_TOKENS = 256, O_SHARP, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_EP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
     O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS
 };
@@ -144,6 +147,7 @@ static const struct option longopts[] = {
     { "tp", required_argument, 0, O_TP },
     { "pp", required_argument, 0, O_PP },
     { "dp", required_argument, 0, O_DP },
+    { "ep", required_argument, 0, O_EP },
     { "microbatch", required_argument, 0, O_MB },
     { "interleave", required_argument, 0, O_V },
     { "zero", required_argument, 0, O_ZERO },
@@ -644,6 +648,7 @@ static int parse_constraint(int c, const char *arg, struct whale_plan_request *r
     case O_TP: if (whale_opt_long("whale-plan", "tp", arg, 1, 1024, &v)) return 2; rq->tp = (int)v; break;
     case O_PP: if (whale_opt_long("whale-plan", "pp", arg, 1, WHALE_PLAN_MAX_STAGES, &v)) return 2; rq->pp = (int)v; break;
     case O_DP: if (whale_opt_long("whale-plan", "dp", arg, 1, INT_MAX, &v)) return 2; rq->dp = (int)v; break;
+    case O_EP: if (whale_opt_long("whale-plan", "ep", arg, 1, 4096, &v)) return 2; rq->ep = (int)v; break;
     case O_MB: if (whale_opt_long("whale-plan", "microbatch", arg, 1, 1 << 20, &v)) return 2; rq->microbatch = (int)v; break;
     case O_V: if (whale_opt_long("whale-plan", "interleave", arg, 1, 1024, &v)) return 2; rq->interleave = (int)v; break;
     case O_ZERO: if (whale_opt_long("whale-plan", "zero", arg, 0, 3, &v)) return 2; rq->zero = (int)v; break;

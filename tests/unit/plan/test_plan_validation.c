@@ -71,11 +71,12 @@ static struct theta theta_of(int k)
 }
 
 struct vrow {
-    char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], metric[16], pair[16], source[64];
-    char mb[8], v[8], seq[8], nic[16];
+    char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], dpov[8], metric[16], pair[16], source[64];
+    char mb[8], v[8], seq[8], nic[16], zs[8];
     char group[64];   /* the source up to ':' (one paper or page) */
     char kind[32];    /* whale_plan_kind of the published layout */
-    int gpn, gpus, tp, pp, zero;
+    int gpn, gpus, tp, pp, zero;   /* zero -1: free */
+    int pzero;                    /* the ZeRO stage of the planned configuration */
     long batch;
     double pub;
     /* results at one theta */
@@ -103,14 +104,15 @@ static int load_rows(const char *path, struct vrow *rows, int max)
         assert_true(n < max);
         struct vrow *r = &rows[n];
         memset(r, 0, sizeof *r);
-        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %d %15s %7s %7s %15s %lf %15s %63s",
+        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %7s %15s %7s %7s %7s %15s %lf %15s %63s",
                        r->id, r->gpu, &r->gpn, r->nic, &r->gpus, r->model, r->seq, &r->batch, &r->tp,
-                       &r->pp, r->mb, r->v, &r->zero, r->rc, r->sp, r->z3, r->metric, &r->pub,
+                       &r->pp, r->mb, r->v, r->zs, r->rc, r->sp, r->z3, r->dpov, r->metric, &r->pub,
                        r->pair, r->source);
-        if (k != 20) {
+        if (k != 21) {
             fprintf(stderr, "%s: bad row (%d fields): %s", path, k, line);
             fail();
         }
+        r->zero = strcmp(r->zs, "-") ? atoi(r->zs) : -1;
         snprintf(r->group, sizeof r->group, "%.*s", (int)strcspn(r->source, ":"), r->source);
         n++;
     }
@@ -143,6 +145,8 @@ static void run_row(struct vrow *r, const struct theta *th)
         c.group[0].gpu.nic_bw = atof(r->nic) * 1e9;
     if (!strcmp(r->z3, "flat"))
         c.eff.zero3_msgs = 1;   /* FSDP: one flat buffer per layer */
+    if (!strcmp(r->dpov, "none"))
+        c.eff.dp_overlap = 0;   /* DP collectives after the last backward */
     if (th) {
         c.eff.gemm_scale = th->gemm;
         c.eff.coll_eff = th->coll;
@@ -160,7 +164,7 @@ static void run_row(struct vrow *r, const struct theta *th)
     rq.zero = r->zero;
     rq.offload = WHALE_OFFLOAD_NONE;
     rq.recompute = strcmp(r->rc, "-") ? rc_of(r->rc) : -1;
-    rq.seqpar = !strcmp(r->sp, "yes");
+    rq.seqpar = !strcmp(r->sp, "-") ? -1 : !strcmp(r->sp, "yes");
     if (strcmp(r->mb, "-"))
         rq.microbatch = atoi(r->mb);
     if (strcmp(r->v, "-"))
@@ -179,6 +183,7 @@ static void run_row(struct vrow *r, const struct theta *th)
         r->t_pred = p->t_step;
         r->t_pub = p->t_step * r->pred / r->pub;   /* rate = FLOPs / step, one FLOP count */
         r->mem = p->mem_total / 1073741824.0;
+        r->pzero = res->best.cfg.zero;
         whale_plan_format_config(&res->best.cfg, r->cfg, sizeof r->cfg);
         assert_int_equal(whale_plan_kind(&c, &res->best.cfg, r->kind, sizeof r->kind), 0);
     } else {
@@ -357,7 +362,19 @@ static void test_validation(void **state)
     int win_in, win_out;
     score(ein, n, &med_in, &win_in);
     score(eout, n, &med_out, &win_out);
-    printf("rows %d, fitting %d\n", n, fits);
+    /* the categories the set must cover (GPU generation, scale, sharding) */
+    int c_hopper = 0, c_big = 0, c_z3big = 0, c_small = 0;
+    for (int i = 0; i < n; i++) {
+        c_hopper += !strncmp(rows[i].gpu, "H100", 4) || !strncmp(rows[i].gpu, "H200", 4);
+        c_big += rows[i].gpus > 4096;
+        c_z3big += rows[i].zero == 3 && rows[i].gpus >= 512;
+        c_small += rows[i].gpus <= 16;
+    }
+    printf("rows %d, fitting %d: %d on H100/H200, %d above 4k GPUs, %d ZeRO-3/FSDP at >= 512 GPUs, "
+           "%d on <= 16 GPUs\n", n, fits, c_hopper, c_big, c_z3big, c_small);
+    assert_true(c_hopper >= 15);
+    assert_true(c_big >= 5);
+    assert_true(c_small >= 3);
     printf("in-sample:             median |error| %.1f%%, within 15%%: %d (%.0f%%)\n", 100 * med_in, win_in,
            100.0 * win_in / n);
     printf("leave-one-source-out:  median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
@@ -395,7 +412,7 @@ static void test_validation(void **state)
                 if (!strcmp(rows[j].kind, key)) {
                     struct whale_cluster c;
                     assert_int_equal(whale_cluster_init(&c, 1, 8, rows[j].gpu), 0);
-                    struct whale_plan_config cfg = { .tp = rows[j].tp, .pp = rows[j].pp, .zero = rows[j].zero };
+                    struct whale_plan_config cfg = { .tp = rows[j].tp, .pp = rows[j].pp, .zero = rows[j].pzero };
                     double llo, lhi;
                     assert_int_equal(whale_plan_range(&c, &cfg, &llo, &lhi), 0);
                     if (fabs(llo - lo) > 1e-9 || fabs(lhi - hi) > 1e-9) {

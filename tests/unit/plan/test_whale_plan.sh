@@ -48,6 +48,9 @@ expect 0 json -- "$P" -m gpt-7.5b -b 512 -N 16 -q --json "$TMP/plan.json"
 has "$TMP/plan.json" '"prediction"' "json prediction"
 has "$TMP/plan.json" '"tp"' "json tp"
 has "$TMP/plan.json" '"step_seconds"' "json step time"
+has "$TMP/plan.json" '"range"' "json prediction range"
+has "$TMP/plan.json" '"kind": "ampere/' "json range kind"
+has "$TMP/plan.json" '"low": -0' "json range low end"
 expect 0 "json on stdout" -- "$P" -m gpt-7.5b -b 512 -N 16 -e -j -
 [ "$(head -c 1 "$TMP/out")" = "{" ] || { echo "FAIL: --json - stdout is not only the plan"; fails=$((fails + 1)); }
 has "$TMP/err" "^best" "report on stderr with --json -"
