@@ -13,7 +13,8 @@
 #     the stall per save the run reports (its save call + the optimizer's
 #     wait for a deferred snapshot) with WHALE_CKPT_ASYNC=0,
 #     WHALE_CKPT_SNAPSHOT=copy and =deferred (the default), as % of the
-#     synchronous save and the whole stall as % of the run's wall time
+#     synchronous save and the whole stall as % of the run's wall time (and
+#     with WHALE_CKPT_BUSY=defer: a save due while one is written is postponed)
 #                                   target: deferred <= 5 % of sync, <= 2 % of the run
 #   - bytes written per save by delta saves (WHALE_CKPT_DELTA) against full
 #     saves over 100 steps of gpt-small training    target: <= 50 %
@@ -109,6 +110,7 @@ if [ "$tsteps" -gt 0 ] && part train; then
     train_run() { # MODEL MODE -> "per_save_s pct_of_run saves"
         local env=(WHALE_CKPT_SNAPSHOT="$2")
         [ "$2" = sync ] && env=(WHALE_CKPT_ASYNC=0)
+        [ "$2" = defer ] && env=(WHALE_CKPT_SNAPSHOT=deferred WHALE_CKPT_BUSY=defer)
         rm -rf "$scratch/ck"
         env "${env[@]}" "$train" --model "$1" --data "$scratch/corpus.txt" --steps "$tsteps" \
             --batch 4 --seq 64 --threads "$cores" --no-progress --whale-ckpt-dir "$scratch/ck" \
@@ -120,16 +122,17 @@ for l in sys.stdin:
         print("%.4f %.3f %d" % (c["stall_per_save_s"], c["stall_pct_of_run"], c["saves"]))'
     }
     for model in $models; do
-        t_sync=() t_copy=() t_def=() p_def=() loads_t=()
+        t_sync=() t_copy=() t_def=() p_def=() t_dfr=() loads_t=()
         for i in $(seq "$runs"); do
             l0=$(load1)
             read -r s_ps _ _ <<<"$(train_run "$model" sync)"
             read -r c_ps _ _ <<<"$(train_run "$model" copy)"
             read -r d_ps d_pct n_sv <<<"$(train_run "$model" deferred)"
-            t_sync+=("$s_ps") t_copy+=("$c_ps") t_def+=("$d_ps") p_def+=("$d_pct")
+            read -r f_ps f_pct f_sv <<<"$(train_run "$model" defer)"
+            t_sync+=("$s_ps") t_copy+=("$c_ps") t_def+=("$d_ps") p_def+=("$d_pct") t_dfr+=("$f_ps")
             l1=$(load1)
             loads_t+=("$l0" "$l1")
-            echo "whale-train $model round $i ($n_sv saves, every $every of $tsteps steps): stall per save sync $s_ps s, copy $c_ps s, deferred $d_ps s ($d_pct % of the run)  [load $l0 -> $l1]"
+            echo "whale-train $model round $i ($n_sv saves, every $every of $tsteps steps): stall per save sync $s_ps s, copy $c_ps s, deferred $d_ps s ($d_pct % of the run); with WHALE_CKPT_BUSY=defer $f_ps s ($f_sv saves, $f_pct % of the run)  [load $l0 -> $l1]"
         done
         tr_lines+=("$(awk -v m="$model" -v s="$(printf '%s\n' "${t_sync[@]}" | median)" \
             -v c="$(printf '%s\n' "${t_copy[@]}" | median)" -v d="$(printf '%s\n' "${t_def[@]}" | median)" \
