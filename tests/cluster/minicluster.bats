@@ -160,3 +160,45 @@ alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; 
   [ "$status" -eq 0 ]
   timeout 60 bash -c "until echo > /dev/tcp/$addr/$port; do sleep 0.2; done" 2>/dev/null
 }
+
+# the quota of node I in the cluster's cgroup (v2 cpu.max's first field or v1's CFS quota)
+quota() {
+  local d
+  for d in /sys/fs/cgroup/whale-mc-$I/node$1 /sys/fs/cgroup/cpu/whale-mc-$I/node$1; do
+    [ -f "$d/cpu.max" ] && { cut -d' ' -f1 "$d/cpu.max"; return; }
+    [ -f "$d/cpu.cfs_quota_us" ] && { cat "$d/cpu.cfs_quota_us"; return; }
+  done
+  echo none
+}
+
+@test "--speeds: every node's tasks run under its CPU quota; speed changes it while it runs; down removes it" {
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2 --speeds 1,x
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"node2's speed 'x'"* ]]
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" up 2 --speeds 1
+  [ "$status" -eq 2 ]
+  [[ "$output" == *"1 entries for 2 nodes"* ]]
+  run "$MC" -i $I -b "$WHALE_BUILD_DIR" --speed-unit 0.5 up 2 --speeds 1,0.5
+  [ "$status" -eq 0 ]
+  [ "$(quota 1)" = 50000 ] && [ "$(quota 2)" = 25000 ]
+  mc_env
+  # the tasks slurmd starts are in their node's cgroup (Slurm moves none)
+  run timeout 60 srun -N2 -n2 -l sh -c 'grep -E "^0::|:cpu[,:]" /proc/self/cgroup'
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"whale-mc-$I/node1"* ]] && [[ "$output" == *"whale-mc-$I/node2"* ]]
+  run "$MC" -i $I speed node2 0.25
+  [ "$status" -eq 0 ]
+  [ "$(quota 2)" = 12500 ]
+  run "$MC" -i $I speed 2
+  [ "$output" = "node2 0.25" ]
+  run "$MC" -i $I status
+  [[ "$output" == *"speed 0.25"* ]]
+  run "$MC" -i $I speed node2 max
+  [ "$status" -eq 0 ]
+  [[ "$(quota 2)" == max || "$(quota 2)" == -1 ]]
+  run "$MC" -i $I speed node2 0
+  [ "$status" -eq 2 ]
+  run "$MC" -i $I down
+  [ "$status" -eq 0 ]
+  [ ! -e /sys/fs/cgroup/whale-mc-$I ] && [ ! -e /sys/fs/cgroup/cpu/whale-mc-$I ]
+}

@@ -99,3 +99,33 @@ PY
   [ "$status" -ne 0 ]
   [[ "$output" == *"--batch=8 is not divisible by DP (3)"* ]]
 }
+
+@test "srun --whale-dp=4: a rank slowed mid-run moves micro-batches away from it, recorded; losses equal one rank's" {
+  # WHALE_SLOWDOWN makes rank 3's compute count 8 times from step 5 on (it
+  # sleeps the difference): detected whatever the machine's load, unlike a
+  # CPU quota (contrib/bench/hetero-bench.sh throttles a node for real).
+  # Steps of a few milliseconds on a loaded machine are noisy: other moves
+  # may happen, but one after step 5 takes micro-batches from rank 3 and the
+  # run ends with rank 3 at one micro-batch.
+  run timeout 300 env WHALE_SLOWDOWN=rank=3:factor=8:step=5 srun -N4 -n4 --whale-dp=4 \
+    "$TRAIN" $(train_args) --micro-batch 1 --grad-accum 2 --rebalance=0.3:2 --metrics "$TMPD/rb.jsonl"
+  echo "$output" | grep -i rebalance || true
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"rebalance after step"*"(drift)"* ]]
+  run same_losses "$TMPD/ref.jsonl" "$TMPD/rb.jsonl"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  run python3 - "$TMPD/rb.jsonl" <<'PY'
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ev = [r["rebalance"] for r in recs if "rebalance" in r]
+summ = [r["summary"] for r in recs if "summary" in r][0]
+assert all(e["reason"] == "drift" and sum(e["to"]) == sum(e["from"]) == 8 for e in ev), ev
+assert any(e["step"] >= 5 and e["to"][3] < e["from"][3] for e in ev), ev
+assert summ["rebalances"] == len(ev) and summ["dp_shares_final"] == ev[-1]["to"], summ
+assert summ["dp_shares_final"][3] == 1, summ
+print(ev)
+PY
+  echo "$output"
+  [ "$status" -eq 0 ]
+}

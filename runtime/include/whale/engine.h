@@ -244,6 +244,11 @@ struct whale_step_stats {
  * and targets (int32, laid out micro-batch after micro-batch). */
 int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       struct whale_step_stats *st);
+/* Between two steps: this replica's micro-batches per step and the global
+ * batch (samples over all replicas; 0: the even split) change, the
+ * micro-batch stays (uneven DP shares that follow the replicas' speeds).
+ * PP = 1 and ZeRO 0/1 only (WHALE_EINVAL otherwise). */
+int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch);
 /* Mean loss of the global batch without updating anything. */
 int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       double *loss);

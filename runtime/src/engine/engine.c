@@ -774,6 +774,35 @@ int whale_engine_set_state(whale_engine *e, const struct whale_train_state *s)
     return 0;
 }
 
+int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch)
+{
+    /* ZeRO 2/3 reduce at every micro-batch (the count must stay equal over
+     * the replicas) and a pipeline's schedule spans its stages: there the
+     * engine is built again instead */
+    if (e->grp.pp.size > 1 || e->cfg.zero_stage >= 2) {
+        whale_error("the micro-batches per step change between steps only at PP = 1 and "
+                    "ZeRO 0/1 (here PP = %d, ZeRO %d)", e->grp.pp.size, e->cfg.zero_stage);
+        return WHALE_EINVAL;
+    }
+    if (grad_accum < 1 ||
+        (global_batch && (int64_t)e->cfg.micro_batch * grad_accum > global_batch)) {
+        whale_error("%d micro-batches of %d out of range for a global batch of %d", grad_accum,
+                    e->cfg.micro_batch, global_batch);
+        return WHALE_ERANGE;
+    }
+    if (grad_accum != e->cfg.grad_accum) {
+        int rc = eng_pipe_set_accum(e, grad_accum);
+        if (rc)
+            return rc;
+        /* the tokens' backend copy is sized by the count: allocated again */
+        if (e->bk)
+            whale_mem_free(e->bk, e->tok_dev);
+        e->tok_dev = NULL;
+    }
+    e->cfg.global_batch = global_batch;
+    return 0;
+}
+
 void whale_engine_set_phase_hook(whale_engine *e, whale_engine_phase_fn fn, void *user)
 {
     e->phase_fn = fn;

@@ -183,6 +183,7 @@ void eng_groups_free(struct eng_groups *g);
 int  eng_layout(whale_engine *e, int *blocks_per_vstage);
 int  eng_pipe_init(whale_engine *e);
 void eng_pipe_free(whale_engine *e);
+int  eng_pipe_set_accum(whale_engine *e, int m);
 /* Runs every forward and backward of the step (schedule of the plan);
  * loss_sum gets the summed token losses this rank computed. */
 int  eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float dloss,

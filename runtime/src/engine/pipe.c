@@ -395,6 +395,38 @@ void eng_pipe_free(whale_engine *e)
     e->saved_off = NULL;
 }
 
+/* A new micro-batch count between two steps (shares that follow the DP
+ * replicas' speeds): the schedule and the (chunk, micro-batch) -> slot table
+ * follow; the slots stay (they belong to a chunk, not to a micro-batch). */
+int eng_pipe_set_accum(whale_engine *e, int m)
+{
+    struct whale_pp_schedule ns;
+    int rc = whale_pp_schedule_build(e->cfg.schedule, e->grp.pp.size, e->nchunks, m,
+                                     e->grp.pp.rank, &ns);
+    if (rc)
+        return rc;
+    int *so = malloc(sizeof(int) * (size_t)(e->nchunks * m));
+    if (!so) {
+        whale_pp_schedule_free(&ns);
+        return WHALE_ENOMEM;
+    }
+    for (int i = 0; i < e->nchunks * m; i++)
+        so[i] = -1;
+    for (int k = 0; k < e->nslots; k++) {
+        struct eng_slot *s = &e->slots[k];
+        if (s->mb >= 0 && s->mb < m)
+            so[s->chunk * m + s->mb] = k;
+        else
+            s->mb = -1;
+    }
+    free(e->slot_of);
+    e->slot_of = so;
+    whale_pp_schedule_free(&e->psched);
+    e->psched = ns;
+    e->cfg.grad_accum = m;
+    return 0;
+}
+
 /* ---- the step's micro-batches ------------------------------------------------------------ */
 
 static const int32_t *mb_in(whale_engine *e, const int32_t *base, int mb)

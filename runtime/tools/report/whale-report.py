@@ -255,6 +255,13 @@ def fig_throughput(steps):
     ys = [steps[s]["tokens_per_s"] for s in xs]
     p = Plot("throughput", "Throughput", "step", "tokens / s", (min(xs), max(xs)), (0, max(ys)))
     p.line("tokens/s", xs, ys, PALETTE["tps"])
+    # DP shares moved to follow the replicas' speeds (whale-train --rebalance)
+    reb = [s for s in xs if isinstance(steps[s].get("rebalance"), dict)]
+    for s in reb:
+        r = steps[s]["rebalance"]
+        p.vmark(s, "rebalance after step %d (%s): %s -> %s" % (s, r.get("reason"), r.get("from"), r.get("to")), PALETTE["recovery"])
+    if reb:
+        p.legend.append(("rebalance", PALETTE["recovery"]))
     return p
 
 
@@ -566,6 +573,13 @@ def summary_rows(summary, steps, events):
         add("checkpoints", "%s saved, %.2f s stalled" % (ck.get("saves"), ck.get("stall_s", 0)))
     rec = [e for e in events if e.get("event") == "recovery"]
     add("failures recovered", len(rec))
+    # DP shares that followed the replicas' speeds: every move, from the
+    # step lines (the summary's list stops at 64)
+    reb = [(k, steps[k]["rebalance"]) for k in sorted(steps) if isinstance(steps[k].get("rebalance"), dict)]
+    if reb or finite(s.get("rebalances")):
+        add("DP rebalances", "%d%s" % (len(reb) or s.get("rebalances", 0), "".join(
+            "; step %s (%s): %s → %s" % (k, r.get("reason"), ",".join(map(str, r.get("from") or [])),
+                                        ",".join(map(str, r.get("to") or []))) for k, r in reb[:8])))
     c = s.get("cost")
     if isinstance(c, dict) and finite(c.get("usd")):
         add("cost", "$%.4f (%s)" % (c["usd"], c.get("price", "")))

@@ -59,6 +59,11 @@ int train_area_data_ckpt(struct train *t)
     return train_data_ckpt(&td, t->ck) ? 1 : 0;
 }
 
+bool train_area_data_validating(void)
+{
+    return td.val != NULL;
+}
+
 const char *train_area_data_progress(char *buf, size_t n)
 {
     return train_data_progress(&td, buf, n);

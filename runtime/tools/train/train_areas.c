@@ -12,6 +12,7 @@ const struct train_area *const train_areas[] = {
     &train_area_data,
     &train_area_moe,
     &train_area_elastic,
+    &train_area_rebalance,
     NULL,
 };
 

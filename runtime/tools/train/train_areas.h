@@ -84,9 +84,12 @@ extern const struct train_area train_area_models;
 extern const struct train_area train_area_data;
 extern const struct train_area train_area_moe;
 extern const struct train_area train_area_elastic;
+extern const struct train_area train_area_rebalance;
 /* The data area's two calls from the core (train_area_data.c). */
 int train_area_data_ckpt(struct train *t);
 const char *train_area_data_progress(char *buf, size_t n);
+/* --val-data was given (train_area_data.c) */
+bool train_area_data_validating(void);
 /* The observe area's wall clock (train_totals.c hands it to a promoted spare). */
 double train_area_observe_elapsed(void);
 void train_area_observe_rebase(double elapsed);

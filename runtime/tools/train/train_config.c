@@ -130,6 +130,11 @@ int train_resolve_config(struct train *t)
                                   plan_micro && o->accum == 0 && !o->batch_set);
     if (!strcmp(t->src_micro, "the default"))
         t->src_micro = "--batch / (DP x grad-accum)";
+    if (!o->dp_shares) { /* checked with the layout (--dp-shares' rules) */
+        const char *ev = whale_knob_getenv("WHALE_DP_SHARES");
+        if (ev && *ev)
+            o->dp_shares = ev;
+    }
     /* strict: WHALE_ZERO=abc is an error, not ZeRO 0 (whale/envnum.h) */
     if (o->zero < 0 && whale_env_long("WHALE_ZERO", 0, 3, have_plan ? plan->zero : -1, &o->zero))
         return 2;
@@ -203,16 +208,20 @@ static int resolve_shares(struct train *t)
     bool plan_uneven = false; /* an even dp_batch: the plan's micro-batch and count */
     for (int i = 1; t->have_plan && i < plan->n_dp_batch; i++)
         plan_uneven |= plan->dp_batch[i] != plan->dp_batch[0];
-    if (!o->dp_shares && !plan_uneven)
+    /* auto: the plan's shares (declared speeds), else the even split, to
+     * start from; the calibration of the first steps moves them
+     * (train_rebalance.c) */
+    const char *given = o->dp_shares && strcmp(o->dp_shares, "auto") ? o->dp_shares : NULL;
+    if (!given && !plan_uneven)
         return 2;
     long *sh = calloc((size_t)n, sizeof *sh);
     if (!sh)
         return 1;
-    const char *what = o->dp_shares ? "--dp-shares" : "the plan's dp_batch";
+    const char *what = given ? "--dp-shares" : "the plan's dp_batch";
     long micro = o->micro, accum = o->accum > 0 ? o->accum : 1;
     int rc = 1;
-    if (o->dp_shares) {
-        if (train_share_parse(o->dp_shares, n, "--dp-shares", sh))
+    if (given) {
+        if (train_share_parse(given, n, "--dp-shares", sh))
             goto out;
         long m = 0;
         for (int i = 0; i < n; i++)
@@ -220,13 +229,13 @@ static int resolve_shares(struct train *t)
         if (!micro) {
             if (o->batch % m) {
                 whale_error("--batch=%ld does not split into the %ld micro-batches of "
-                            "--dp-shares=%s", o->batch, m, o->dp_shares);
+                            "--dp-shares=%s", o->batch, m, given);
                 goto out;
             }
             micro = o->batch / m;
         } else if (o->batch_set && micro * m != o->batch) {
             whale_error("--batch=%ld but --dp-shares=%s gives %ld micro-batches of %ld = %ld "
-                        "samples", o->batch, o->dp_shares, m, micro, m * micro);
+                        "samples", o->batch, given, m, micro, m * micro);
             goto out;
         }
         for (int i = 0; i < n; i++)

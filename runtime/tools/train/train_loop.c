@@ -17,6 +17,7 @@
 
 #include "train.h"
 #include "train_areas.h"
+#include "train_rebalance.h"
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig)
@@ -296,6 +297,10 @@ int train_loop(struct train *t)
         if (t->tot.save_step && t->ckc.snapshot != WHALE_CKPT_SNAPSHOT_DEFERRED)
             close_save_stall(t, line); /* copied before the call returned */
         train_areas_step(t, &st, line);
+        if (train_rebalance_step(t, &st, step + 1, line)) {
+            write_line(t, line);
+            return 1;
+        }
         write_line(t, line);
         if (t->rank == 0)
             step_progress(t, step, first_step, &st, tps, mfu);

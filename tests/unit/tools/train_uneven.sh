@@ -6,10 +6,12 @@
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
 # the option or plan field; an elastic shrink from DP 4 to 3 keeps the
-# global batch with uneven shares.
-# usage: train_uneven.sh WHALE_RUN WHALE_TRAIN
+# global batch with uneven shares; --dp-shares=auto moves micro-batches away
+# from a slowed replica (recorded in the metrics and whale-report's report)
+# with the losses of one rank.
+# usage: train_uneven.sh WHALE_RUN WHALE_TRAIN [WHALE_REPORT]
 set -u
-RUN=$1 TRAIN=$2
+RUN=$1 TRAIN=$2 REPORT=${3:-}
 T=$(mktemp -d /tmp/whale-uneven-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail=0
@@ -82,6 +84,29 @@ out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 --
 d=$(reldiff "$T/ref4.jsonl" "$T/k4.jsonl")
 check "elastic shrink DP 4 -> 3 with 8 micro-batches: shares 3,3,2, same losses (max rel diff $d)" \
   'within "$d" 1e-5 && [[ "$out" == *"elastic: DP 4 -> 3, this replica 3 micro-batches of 1 (global batch 8 kept, uneven shares)"* ]]'
+
+# --dp-shares=auto: the calibration over the first steps moves micro-batches
+# away from a replica made 3 times slower (WHALE_SLOWDOWN: it sleeps the
+# difference, so the load of the machine cannot hide it); the losses stay
+# those of one rank
+out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 2 "$TRAIN" "${common[@]}" --micro-batch 1 --grad-accum 4 \
+      --dp-shares=auto --metrics "$T/auto.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/one.jsonl" "$T/auto.jsonl")
+ev='"rebalance":{"step":3,"reason":"calibration","from":\[4,4\],"to":\[[5-7],[1-3]\]'
+check "--dp-shares=auto: the calibration moves micro-batches to the fast replica, same losses (max rel diff $d)" \
+  '[ $rc -eq 0 ] && within "$d" 1e-5 && [[ "$out" == *"rebalance after step 3 (calibration): micro-batches per DP replica 4,4 -> "* ]] &&
+   grep -q "$ev" "$T/auto.jsonl"'
+if [ -n "$REPORT" ]; then
+  out=$("$REPORT" "$T/auto.jsonl" -o "$T/report.html" 2>&1); rc=$?
+  check "whale-report lists the rebalance" \
+    '[ $rc -eq 0 ] && grep -qE "DP rebalances</td><td>[0-9]+; step 3 \(calibration\): 4,4 → " "$T/report.html"'
+fi
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --dp-shares=auto 2>&1); rc=$?
+check "--dp-shares=auto at ZeRO 3 refused with the reason" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"--dp-shares=auto: shares that follow the replicas'"'"' speeds need"*"ZeRO 2/3"* ]]'
+out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --rebalance=2x 2>&1); rc=$?
+check "--rebalance with a bad threshold refused, naming the option and the range" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"--rebalance=2x: expected THRESHOLD[:STEPS]"* ]]'
 
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --dp-shares 3 2>&1); rc=$?
 check "--dp-shares with one entry for DP 2 refused, naming the option" \
