@@ -14,8 +14,8 @@ DEB_PACKAGES=(
   libdnnl-dev
   # whale-data: SentencePiece tokenizer (C++ library; spm_encode for contrib/bench/tokenizer-bench.sh); g++ for its wrapper
   libsentencepiece-dev sentencepiece g++
-  # tokenizer.json pre-tokenizer regexes (runtime/tools/data/bpe.c)
-  libpcre2-dev
+  # tokenizer.json pre-tokenizer regexes and the NFC normalizer (runtime/tools/data/bpe.c)
+  libpcre2-dev libicu-dev
   # Slurm + munge (plugin build and the local cluster)
   slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge libmunge-dev
   # tests

@@ -10,6 +10,13 @@ Three runs of the same GPT shape at the same threads, rounds alternated:
          model with its MoE layer vectorised (the same routing, capacity in
          token order by a cumulative sum, aux and z losses; per-expert index
          and index_add) in fp32 with AdamW
+With --ep (default on, --no-ep to skip) two more whale runs of the MoE model
+as 2 processes through whale-run, the same global batch:
+  dp2    DP 2, every rank runs every expert on its own tokens
+  ep2    DP 2 with EP 2: each rank holds the compute of 4 experts, tokens
+         move to their expert's rank by all-to-all(v) and back
+(tokens/s of the whole step; ep2/dp2 is the cost or gain of the exchange at
+this size; both ranks share this machine's cores).
 Prints median tokens/s (warm-up step excluded) and, for whale, MFU against a
 fixed peak (--peak-gflops, so the two whale runs are comparable): the MoE/dense
 MFU ratio is the speed per active FLOP (target >= 0.8), whale/torch the
@@ -107,12 +114,14 @@ print(json.dumps({"tps": [B * T / t for t in times[1:]], "loss": loss.item()}))
 '''
 
 
-def whale(args, text, tmp, tag):
+def whale(args, text, tmp, tag, launch=()):
     conf = os.path.join(tmp, tag + ".conf")
     with open(conf, "w") as f:
         f.write("Name=bench-%s %s\n" % (tag, text))
     met = os.path.join(tmp, tag + ".jsonl")
-    cmd = [os.path.join(args.build, "runtime/tools/train/whale-train"), "--model", conf,
+    if launch:
+        launch = [os.path.join(args.build, "runtime/tools/run/whale-run")] + list(launch)
+    cmd = list(launch) + [os.path.join(args.build, "runtime/tools/train/whale-train"), "--model", conf,
            "--data", args.data, "--format", "bytes", "--steps", str(args.steps), "--batch",
            str(BATCH), "--threads", str(args.threads), "--no-progress", "--metrics", met,
            "--peak-gflops", str(args.peak_gflops)]
@@ -139,6 +148,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--peak-gflops", type=float, default=100.0)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-ep", action="store_true", help="skip the DP 2 / EP 2 runs")
     ap.add_argument("--capacity", default="dropless")
     args = ap.parse_args()
     moe = MOE % args.capacity
@@ -149,15 +159,22 @@ def main():
                 for n in sorted(files):
                     if n.endswith(".c"):
                         f.write(open(os.path.join(root, n), "rb").read())
-        res = {"moe": ([], []), "dense": ([], []), "torch": ([], [])}
+        res = {"moe": ([], []), "dense": ([], []), "torch": ([], []), "dp2": ([], []),
+               "ep2": ([], [])}
+        launch = {"dp2": ["-n", "2", "--dp", "2"], "ep2": ["-n", "2", "--dp", "2", "--ep", "2"]}
         for r in range(args.rounds):
-            order = ["moe", "dense", "torch"] if r % 2 == 0 else ["torch", "dense", "moe"]
+            order = ["moe", "dense", "torch", "dp2", "ep2"]
+            if r % 2:
+                order.reverse()
             for k in order:
                 if k == "torch":
                     if not args.no_torch:
                         res[k][0].extend(torch_run(args, BASE + moe))
                     continue
-                tps, mfu = whale(args, BASE + (moe if k == "moe" else DENSE), tmp, k)
+                if k in launch and args.no_ep:
+                    continue
+                tps, mfu = whale(args, BASE + (DENSE if k == "dense" else moe), tmp, k,
+                                 launch.get(k, ()))
                 res[k][0].extend(tps)
                 res[k][1].extend(mfu)
     med = {k: statistics.median(v[0]) if v[0] else float("nan") for k, v in res.items()}
@@ -170,6 +187,10 @@ def main():
     if not args.no_torch:
         print("  PyTorch MoE (torch_reference.py, fp32, AdamW): %8.0f tokens/s" % med["torch"])
         print("  whale / PyTorch MoE tokens/s: %.2f (target >= 1.2)" % (med["moe"] / med["torch"]))
+    if not args.no_ep:
+        print("  whale MoE, 2 ranks DP 2      : %8.0f tokens/s" % med["dp2"])
+        print("  whale MoE, 2 ranks EP 2 x DP 2: %8.0f tokens/s (EP 2 / DP 2: %.2f)"
+              % (med["ep2"], med["ep2"] / med["dp2"]))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ setup_file() {
   chmod 755 "$TMPD"
   make_corpus "$TMPD"
   printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$TMPD/t4.conf"
+  printf 'Name=m4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\nExperts=4 TopK=2 ExpertFFN=64 CapacityFactor=1.0\n' > "$TMPD/m4.conf"
 }
 teardown_file() { rm -rf "$TMPD"; }
 
@@ -42,7 +43,7 @@ teardown() {
 }
 
 train_args() {
-  echo --model "$TMPD/t4.conf" --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --seq 32 \
+  echo --model "$TMPD/${MODEL:-t4}.conf" --data "$TMPD/corpus.txt" --steps $STEPS --batch 8 --seq 32 \
        --grad-accum "${ACCUM:-4}" --threads 1 --no-progress --log-every 1
 }
 
@@ -295,6 +296,19 @@ spare_proc() {
     for n in $FAILED_NODES; do restore_node "$n"; done
     FAILED_NODES=
   done
+}
+
+@test "MoE, EP=2 x DP=2 + a spare: kill -9 a rank holding experts 2 and 3, same losses" {
+  # rank 1 computes experts 2..3 of every MoE block for both ranks of its
+  # EP group; its replacement rebuilds the EP group and takes them over
+  export MODEL=m4
+  ref ep2 -N3 -n3 --whale-dp=2 --whale-ep=2 --whale-spares=1
+  grep -q '"ep":2' "$TMPD/ref-ep2.jsonl"
+  fault_run kep WHALE_FAULT=kill:rank=1:step=12:phase=backward -- \
+    -N3 -n3 --whale-dp=2 --whale-ep=2 --whale-spares=1
+  finish kep
+  FAILED_NODES=$(sinfo -h -N -o '%N %t' | awk '$2 ~ /^dr/ {print $1}')
+  check kep ep2 replaced crash 1e-6 0
 }
 
 # all_steps RUN: every step 1..STEPS has a line in RUN's metrics

@@ -36,8 +36,8 @@ static void rmsnorm_glu(enum whale_dtype t)
     void *gx = UP(x, SZ(t, N * C)), *gw = UP(w, SZ(t, C)), *gdy = UP(dy, SZ(t, N * C));
     void *gdx = UP(dx, SZ(t, N * C)), *gout = UP(out, SZ(t, N * C));
     float *grstd = UP(rstd, sizeof(float) * N), *gdw = UP(dw, sizeof(float) * C);
-    RUN(whale_k_rmsnorm_fwd(C_, NULL, t, out, rstd, x, w, N, C));
-    RUN(whale_k_rmsnorm_fwd(G_, NULL, t, gout, grstd, gx, gw, N, C));
+    RUN(whale_k_rmsnorm_fwd(C_, NULL, t, out, rstd, x, w, N, C, 1e-6f));
+    RUN(whale_k_rmsnorm_fwd(G_, NULL, t, gout, grstd, gx, gw, N, C, 1e-6f));
     CMP("rmsnorm fwd out", out, gout, t, (size_t)N * C, tol_of(t));
     CMP("rmsnorm fwd rstd", rstd, grstd, WHALE_FLOAT32, N, 1e-4);
     RUN(whale_k_rmsnorm_bwd(C_, NULL, t, dx, dw, dy, x, w, rstd, N, C));
@@ -90,20 +90,22 @@ static void gqa_case(enum whale_dtype t, int B, int T, int NH, int KVl, int hd, 
     float *glse = UP(lse, sizeof(float) * B * NH * T);
     size_t es = whale_dtype_size(t);
 #define COL(p, c) ((char *)(p) + (size_t)(c) * es)
+    /* Llama 3.1's frequency scaling, with all three bands inside hd 16 */
+    const struct whale_rope_scaling sc = {WHALE_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
     for (int dev = 0; dev < 2; dev++) {
         whale_backend *bk = dev ? G_ : C_;
         void *x = dev ? gqkv : qkv, *o = dev ? gout : out, *dx = dev ? gdqkv : dqkv;
         void *go = dev ? gdout : dout;
         float *l = dev ? glse : lse;
-        RUN(whale_k_rope(bk, NULL, t, x, W, B, T, NH, hd, theta, 1));
-        RUN(whale_k_rope(bk, NULL, t, COL(x, Co), W, B, T, KVl, hd, theta, 1));
+        RUN(whale_k_rope(bk, NULL, t, x, W, B, T, NH, hd, theta, &sc, 1));
+        RUN(whale_k_rope(bk, NULL, t, COL(x, Co), W, B, T, KVl, hd, theta, &sc, 1));
         RUN(whale_k_attention_gqa_fwd(bk, NULL, t, o, Co, l, x, W, COL(x, Co), W,
                                       COL(x, Co + KVl * hd), W, B, T, &m));
         RUN(whale_k_attention_gqa_bwd(bk, NULL, t, dx, COL(dx, Co), COL(dx, Co + KVl * hd), go,
                                       Co, o, l, x, W, COL(x, Co), W, COL(x, Co + KVl * hd), W, B,
                                       T, &m));
-        RUN(whale_k_rope(bk, NULL, t, dx, W, B, T, NH, hd, theta, -1));
-        RUN(whale_k_rope(bk, NULL, t, COL(dx, Co), W, B, T, KVl, hd, theta, -1));
+        RUN(whale_k_rope(bk, NULL, t, dx, W, B, T, NH, hd, theta, &sc, -1));
+        RUN(whale_k_rope(bk, NULL, t, COL(dx, Co), W, B, T, KVl, hd, theta, &sc, -1));
     }
 #undef COL
     snprintf(name, sizeof name, "rope q|k (%dx%d, %d+%d heads of %d)", B, T, NH, KVl, hd);

@@ -57,6 +57,7 @@
 
 #include "whale/comm.h"  /* enum whale_dtype */
 #include "whale/optim.h" /* struct whale_adamw */
+#include "whale/rope.h"  /* struct whale_rope_scaling */
 
 #ifdef __cplusplus
 extern "C" {
@@ -408,9 +409,10 @@ int whale_k_adamw(whale_backend *b, whale_stream *s, const struct whale_adamw *o
  * them directly); 16-bit operands are widened, computed in fp32 and rounded
  * once on store, like the kernels above. */
 
-/* out (N,C) = inp * rstd * w (C), rstd (N) fp32 = 1/sqrt(mean(inp^2) + 1e-5) */
+/* out (N,C) = inp * rstd * w (C), rstd (N) fp32 = 1/sqrt(mean(inp^2) + eps), eps > 0
+ * (the model's rms_norm_eps; Llama: 1e-5, Qwen2: 1e-6) */
 int whale_k_rmsnorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
-                        float *rstd, const void *inp, const void *w, int N, int C);
+                        float *rstd, const void *inp, const void *w, int N, int C, float eps);
 /* dinp (N,C) += ... (the residual stream) ; dw (C) fp32 += sum over rows of
  * dout * inp * rstd */
 int whale_k_rmsnorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
@@ -430,10 +432,13 @@ int whale_k_glu_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
 
 /* Rotary position embedding in place on x (B,T,nh,hd), token rows ld
  * elements apart: each head's pair (i, i + hd/2) at position t turns by
- * t * theta^(-2i/hd) (rotate-half layout of Llama / GPT-NeoX). sign +1
- * forward, -1 the backward (the inverse rotation). hd even. */
+ * t * whale_rope_inv_freq(theta, sc, i, hd) (whale/rope.h: theta^(-2i/hd),
+ * rescaled by sc's context extension; sc NULL: unscaled) in the rotate-half
+ * layout of Llama / GPT-NeoX. sign +1 forward, -1 the backward (the inverse
+ * rotation). hd even. */
 int whale_k_rope(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x, int ld, int B,
-                 int T, int nh, int hd, float theta, int sign);
+                 int T, int nh, int hd, float theta, const struct whale_rope_scaling *sc,
+                 int sign);
 
 /* Which key/value head each query head reads (grouped-query attention):
  * local query head h uses local KV head (hq0 + h) / g - k0, where hq0 is

@@ -1,6 +1,6 @@
 /* Hugging Face checkpoints in and out: config.json + safetensors (one file
- * or sharded with model.safetensors.index.json) of GPT-2, Llama, Mistral
- * and Qwen2 causal language models.
+ * or sharded with model.safetensors.index.json) of GPT-2, Llama, Mistral,
+ * Qwen2 and Mixtral causal language models.
  *
  * Import maps the Hugging Face names and layouts onto whale's (GPT-2's
  * Conv1D weights are [in, out] and its q/k/v fused in c_attn; Llama-style
@@ -14,8 +14,9 @@
  *
  * Whatever whale cannot compute exactly is refused before anything is
  * written, the message naming the config.json field and its value (or the
- * tensor): rope_scaling, a sliding window shorter than the sequence,
- * norm epsilons other than whale's 1e-5, biases whale does not have,
+ * tensor): rope_scaling types other than linear / llama3, Qwen2's sliding
+ * window, a GPT-2 LayerNorm epsilon other than whale's 1e-5, Mixtral's
+ * router noise, biases whale does not have,
  * activations other than SiLU / tanh-GeLU, head_dim != hidden/heads,
  * missing, unexpected or misshapen tensors. */
 #ifndef WHALE_CKPT_HF_H

@@ -26,6 +26,14 @@
  *                                sequence kept for backward); flash: fused
  *                                kernel, no s^2 activations
  *   RopeTheta=X                  rotary base (default 10000; Llama 3: 500000)
+ *   RopeScaling=none|linear|llama3  context extension of the rotary
+ *                                frequencies (whale/rope.h; Hugging Face's
+ *                                rope_scaling): linear divides every one by
+ *                                RopeFactor; llama3 (Llama 3.1) also takes
+ *                                RopeLowFreq, RopeHighFreq and RopeOrigSeq
+ *   NormEps=X                    epsilon of the norms (default 1e-5; Qwen2:
+ *                                1e-6); the engine runs other values with
+ *                                Norm=rmsnorm only
  *   Precision=auto|fp32|bf16|fp16  training precision the model is meant
  *                                for (auto: what the plan runs: fp32 on CPU
  *                                ranks, bf16 on GPUs)
@@ -56,6 +64,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "whale/rope.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -102,6 +112,8 @@ struct whale_model_desc {
     char source[256];  /* file it was loaded from (messages) */
     float rope_theta;  /* RopeTheta= (rotary base); 0 in a struct built in code: 10000 */
     struct whale_moe_desc moe; /* mixture of experts (moe.experts == 0: dense) */
+    struct whale_rope_scaling rope_scaling; /* RopeScaling= and its keys (zero: none) */
+    float norm_eps;    /* NormEps=; 0 in a struct built in code: 1e-5 */
 };
 
 /* Load a preset by name (searched in $WHALE_MODEL_PATH (':'-separated),

@@ -104,7 +104,7 @@ struct bk_ops {
     int (*round16)(whale_backend *b, bk_stream s, float *x, enum whale_dtype t, int64_t n);
     /* the Llama block (whale/backend.h) */
     int (*rmsnorm_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
-                       const void *inp, const void *w, int N, int C);
+                       const void *inp, const void *w, int N, int C, float eps);
     int (*rmsnorm_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
                        const void *dout, const void *inp, const void *w, const float *rstd,
                        int N, int C);
@@ -114,7 +114,7 @@ struct bk_ops {
                    void *dgate, void *dup, const void *dh, const void *gate, const void *up,
                    int64_t n);
     int (*rope)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B, int T,
-                int nh, int hd, float theta, int sign);
+                int nh, int hd, float theta, const struct whale_rope_scaling *sc, int sign);
     int (*attention_gqa_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                              int ldo, float *lse, const void *q, int ldq, const void *k, int ldk,
                              const void *v, int ldv, int B, int T,

@@ -25,9 +25,13 @@ static int need(const char *fn, const char *what, const void *p)
 }
 
 int whale_k_rmsnorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
-                        float *rstd, const void *inp, const void *w, int N, int C)
+                        float *rstd, const void *inp, const void *w, int N, int C, float eps)
 {
     CHECK("whale_k_rmsnorm_fwd", t, N, C, 0);
+    if (!(eps > 0 && eps < 1)) {
+        whale_error("whale_k_rmsnorm_fwd: epsilon %g is not in (0, 1)", (double)eps);
+        return WHALE_EINVAL;
+    }
     if (!N || !C)
         return 0;
     int rc;
@@ -36,7 +40,7 @@ int whale_k_rmsnorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, v
         (rc = need("whale_k_rmsnorm_fwd", "input", inp)) ||
         (rc = need("whale_k_rmsnorm_fwd", "weight", w)))
         return rc;
-    return RUN(b, s, rmsnorm_fwd(b, NS(b, s), t, out, rstd, inp, w, N, C));
+    return RUN(b, s, rmsnorm_fwd(b, NS(b, s), t, out, rstd, inp, w, N, C, eps));
 }
 
 int whale_k_rmsnorm_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
@@ -89,7 +93,8 @@ int whale_k_glu_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t,
 }
 
 int whale_k_rope(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x, int ld, int B,
-                 int T, int nh, int hd, float theta, int sign)
+                 int T, int nh, int hd, float theta, const struct whale_rope_scaling *sc,
+                 int sign)
 {
     CHECK("whale_k_rope", t, B, T, (int64_t)nh * hd);
     if (hd <= 0 || hd % 2 || ld < nh * hd || (sign != 1 && sign != -1) || !(theta > 0)) {
@@ -98,9 +103,20 @@ int whale_k_rope(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x,
                     (double)theta);
         return WHALE_EINVAL;
     }
+    if (sc && sc->kind != WHALE_ROPE_NONE &&
+        (!(sc->factor > 0) ||
+         (sc->kind == WHALE_ROPE_LLAMA3 &&
+          !(sc->low_freq > 0 && sc->high_freq > sc->low_freq && sc->orig_seq > 0)) ||
+         (sc->kind != WHALE_ROPE_LINEAR && sc->kind != WHALE_ROPE_LLAMA3))) {
+        whale_error("whale_k_rope: rope scaling kind %d needs factor %g > 0 (llama3: "
+                    "0 < low_freq %g < high_freq %g, original length %d > 0)", (int)sc->kind,
+                    (double)sc->factor, (double)sc->low_freq, (double)sc->high_freq,
+                    sc->orig_seq);
+        return WHALE_EINVAL;
+    }
     if (!B || !T || !nh)
         return 0;
-    return RUN(b, s, rope(b, NS(b, s), t, x, ld, B, T, nh, hd, theta, sign));
+    return RUN(b, s, rope(b, NS(b, s), t, x, ld, B, T, nh, hd, theta, sc, sign));
 }
 
 /* The head map of GQA must name heads that exist: every local query head

@@ -19,7 +19,7 @@
 /* ---- RMSNorm --------------------------------------------------------------------- */
 
 int bkc_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
-                    const void *inp, const void *w, int N, int C)
+                    const void *inp, const void *w, int N, int C, float eps)
 {
     (void)b;
     (void)s;
@@ -28,7 +28,7 @@ int bkc_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out
     const float *x = bkc_in32(&st, t, inp, n), *ww = bkc_in32(&st, t, w, (size_t)C);
     float *o = bkc_out32(&st, t, out, n, false);
     if (!st.err) {
-        k_rmsnorm_fwd(o, rstd, x, ww, N, C);
+        k_rmsnorm_fwd(o, rstd, x, ww, N, C, eps);
         bkc_store_rows(t, out, o, 1, n, n);
     }
     return bkc_done(&st);
@@ -97,7 +97,7 @@ int bkc_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_gl
 /* ---- rotary ------------------------------------------------------------------------ */
 
 int bkc_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B, int T,
-             int nh, int hd, float theta, int sign)
+             int nh, int hd, float theta, const struct whale_rope_scaling *sc, int sign)
 {
     (void)b;
     (void)s;
@@ -105,7 +105,7 @@ int bkc_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld,
     size_t rows = (size_t)B * T, cols = (size_t)nh * hd, n = bkc_span(rows, cols, (size_t)ld);
     float *f = bkc_out32(&st, t, x, n, true);
     if (!st.err) {
-        k_rope(f, ld, B, T, nh, hd, theta, sign);
+        k_rope(f, ld, B, T, nh, hd, theta, sc, sign);
         bkc_store_rows(t, x, f, rows, cols, (size_t)ld);
     }
     return bkc_done(&st);

@@ -6,7 +6,7 @@
 #include "backend/backend_internal.h"
 
 int bkc_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *rstd,
-                    const void *inp, const void *w, int N, int C);
+                    const void *inp, const void *w, int N, int C, float eps);
 int bkc_rmsnorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
                     const void *dout, const void *inp, const void *w, const float *rstd, int N,
                     int C);
@@ -16,7 +16,7 @@ int bkc_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, enum whale_gl
                 void *dgate, void *dup, const void *dh, const void *gate, const void *up,
                 int64_t n);
 int bkc_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B, int T,
-             int nh, int hd, float theta, int sign);
+             int nh, int hd, float theta, const struct whale_rope_scaling *sc, int sign);
 int bkc_attention_gqa_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                           float *lse, const void *q, int ldq, const void *k, int ldk,
                           const void *v, int ldv, int B, int T, const struct whale_attn_heads *m);

@@ -8,7 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C)
+void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                   float eps)
 {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -17,7 +18,7 @@ void k_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, in
         float ss = 0;
         for (int i = 0; i < C; i++)
             ss += x[i] * x[i];
-        float s = 1.0f / sqrtf(ss / C + K_RMS_EPS);
+        float s = 1.0f / sqrtf(ss / C + eps);
         for (int i = 0; i < C; i++)
             y[i] = x[i] * s * w[i];
         rstd[n] = s;
@@ -141,7 +142,8 @@ void k_glu_bwd(enum k_glu act, float *dgate, float *dup, const float *dh, const 
 #endif
 }
 
-void k_rope(float *x, int ld, int B, int T, int nh, int hd, float theta, int sign)
+void k_rope(float *x, int ld, int B, int T, int nh, int hd, float theta,
+            const struct whale_rope_scaling *sc, int sign)
 {
     const int half = hd / 2;
     /* Angles in double: the same table for every layer and a sign change
@@ -153,7 +155,7 @@ void k_rope(float *x, int ld, int B, int T, int nh, int hd, float theta, int sig
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < T; t++)
             for (int i = 0; i < half; i++) {
-                double a = t * pow((double)theta, -2.0 * i / hd);
+                double a = t * whale_rope_inv_freq(theta, sc, i, hd);
                 cs[2 * ((size_t)t * half + i)] = (float)cos(a);
                 cs[2 * ((size_t)t * half + i) + 1] = (float)sin(a) * (float)sign;
             }
@@ -168,7 +170,7 @@ void k_rope(float *x, int ld, int B, int T, int nh, int hd, float theta, int sig
                 c = cs[2 * ((size_t)t * half + i)];
                 s = cs[2 * ((size_t)t * half + i) + 1];
             } else {   /* no memory for the table: the same values, per row */
-                double a = t * pow((double)theta, -2.0 * i / hd);
+                double a = t * whale_rope_inv_freq(theta, sc, i, hd);
                 c = (float)cos(a);
                 s = (float)sin(a) * (float)sign;
             }

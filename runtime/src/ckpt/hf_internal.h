@@ -8,7 +8,7 @@
 
 #include <stdbool.h>
 
-enum hf_family { HF_GPT2 = 0, HF_LLAMA, HF_MISTRAL, HF_QWEN2 };
+enum hf_family { HF_GPT2 = 0, HF_LLAMA, HF_MISTRAL, HF_QWEN2, HF_MIXTRAL, HF_NFAMILIES };
 
 /* How one whale tensor is made of Hugging Face tensors (and back). */
 enum hf_op {

@@ -71,7 +71,28 @@ static void gpt2_layer(struct tab *t, const struct whale_model_desc *md, const c
     src(add(t, HF_COPY, 1, SH(C), 1, SH(C), "h.%d.mlp.proj.b", i), p, "h.%d.mlp.c_proj.bias", i);
 }
 
-/* Llama / Mistral / Qwen2: whale fuses q|k|v into attn.qkv.w (3, C, C)
+/* Mixtral's block_sparse_moe: the router and each expert's w1 (gate), w3
+ * (up) and w2 (down) are whale's moe.router.w and moe.expert.E.gate/up/proj
+ * (engine/moe.c), same layouts. */
+static void mixtral_moe(struct tab *t, const struct whale_model_desc *md, const char *p, int i)
+{
+    const int64_t C = md->hidden, F = md->moe.ffn, E = md->moe.experts;
+    char w[96], h[128];
+    src(add(t, HF_COPY, 2, SH(E, C), 2, SH(E, C), "h.%d.moe.router.w", i), p,
+        "layers.%d.block_sparse_moe.gate.weight", i);
+    static const char *const part[3][2] = {{"gate", "w1"}, {"up", "w3"}, {"proj", "w2"}};
+    for (int e = 0; e < E; e++)
+        for (int k = 0; k < 3; k++) {
+            bool down = k == 2;
+            snprintf(w, sizeof w, "h.%%d.moe.expert.%d.%s.w", e, part[k][0]);
+            snprintf(h, sizeof h, "layers.%%d.block_sparse_moe.experts.%d.%s.weight", e,
+                     part[k][1]);
+            src(add(t, HF_COPY, 2, down ? SH(C, F) : SH(F, C), 2, down ? SH(C, F) : SH(F, C), w,
+                    i), p, h, i);
+        }
+}
+
+/* Llama / Mistral / Qwen2 / Mixtral: whale fuses q|k|v into attn.qkv.w (3, C, C)
  * when every head has its own K/V (block_x.c xb_combined), else q apart
  * and k|v in attn.kv.w (2, KV*hd, C). */
 static void llama_layer(struct tab *t, const struct whale_model_desc *md, const char *p, int i)
@@ -113,6 +134,10 @@ static void llama_layer(struct tab *t, const struct whale_model_desc *md, const 
         add(t, HF_ZERO, 1, SH(C), 0, NULL, "h.%d.attn.proj.b", i);
     src(add(t, HF_COPY, 1, SH(C), 1, SH(C), "h.%d.ln2.w", i), p,
         "layers.%d.post_attention_layernorm.weight", i);
+    if (md->moe.experts > 0 && whale_model_desc_is_moe(md, i)) {
+        mixtral_moe(t, md, p, i);
+        return;
+    }
     src(add(t, HF_COPY, 2, SH(F, C), 2, SH(F, C), "h.%d.mlp.gate.w", i), p,
         "layers.%d.mlp.gate_proj.weight", i);
     if (bias)

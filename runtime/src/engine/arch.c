@@ -32,6 +32,13 @@ int eng_arch_check(const struct whale_model_desc *m)
         whale_error("%s: RopeTheta=%g must be > 1", src, (double)m->rope_theta);
         return WHALE_EINVAL;
     }
+    /* LayerNorm's kernels (both backends) have a fixed epsilon; RMSNorm's is
+     * the description's */
+    if (m->norm_eps > 0 && m->norm == WHALE_NORM_LAYERNORM && m->norm_eps != 1e-5f) {
+        whale_error("%s: NormEps=%g with Norm=layernorm: the engine's LayerNorm uses 1e-05 "
+                    "(Norm=rmsnorm takes any NormEps)", src, (double)m->norm_eps);
+        return WHALE_ENOTSUP;
+    }
     return 0;
 }
 
@@ -49,6 +56,8 @@ void eng_arch_dims(const struct whale_model_desc *m, struct eng_dims *d)
     d->no_bias = m->no_bias;
     d->untied = !m->tied_embeddings;
     d->rope_theta = m->rope_theta > 0 ? m->rope_theta : 10000.0f; /* 0: a struct built in code */
+    d->rope_sc = m->rope_scaling;
+    d->norm_eps = m->norm_eps > 0 ? m->norm_eps : 1e-5f;
     d->KV = m->kv_heads;
     d->xblock = m->mlp != WHALE_MLP_GELU || m->norm != WHALE_NORM_LAYERNORM ||
                 m->position != WHALE_POS_LEARNED || m->no_bias ||

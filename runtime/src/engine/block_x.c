@@ -46,7 +46,7 @@ int eng_norm_fwd(const struct eng_dims *d, float *out, float *mean, float *rstd,
                  const float *inp, const float *w, const float *b, int N, int C)
 {
     if (d->norm == WHALE_NORM_RMSNORM)
-        return whale_k_rmsnorm_fwd(d->bk, NULL, F32, out, rstd, inp, w, N, C);
+        return whale_k_rmsnorm_fwd(d->bk, NULL, F32, out, rstd, inp, w, N, C, d->norm_eps);
     return whale_k_layernorm_fwd(d->bk, NULL, F32, out, mean, rstd, inp, w, b, N, C);
 }
 
@@ -393,9 +393,10 @@ static int xb_qkv_fwd(const struct eng_layer *l, const struct xb_ix *ix, float *
     }
     if (d->pos == WHALE_POS_ROTARY) {
         /* q (N,NH,hd) and k (N,KVl,hd) in place, rows W apart */
-        BK(whale_k_rope(bk, NULL, F32, qkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, 1));
+        BK(whale_k_rope(bk, NULL, F32, qkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta,
+                        &d->rope_sc, 1));
         BK(whale_k_rope(bk, NULL, F32, qkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta,
-                        1));
+                        &d->rope_sc, 1));
     }
     return 0;
 }
@@ -518,9 +519,10 @@ static int xb_attn_bwd(const struct eng_layer *l, struct xb_saved *s, struct xb_
             k_gqa_fold(dqkv, W, x->dex, N, &m);
     }
     if (d->pos == WHALE_POS_ROTARY) {
-        BK(whale_k_rope(bk, NULL, F32, dqkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta, -1));
+        BK(whale_k_rope(bk, NULL, F32, dqkv, W, d->B, d->T, d->NH, d->hd, d->rope_theta,
+                        &d->rope_sc, -1));
         BK(whale_k_rope(bk, NULL, F32, dqkv + Ct, W, d->B, d->T, d->KVl, d->hd, d->rope_theta,
-                        -1));
+                        &d->rope_sc, -1));
     }
     return 0;
 }

@@ -38,7 +38,7 @@ int eng_groups_from_ctx(whale_ctx *ctx, struct eng_groups *g)
             g->emb_group = emb;
         }
     }
-    return 0;
+    return eng_ep_group_from_ctx(ctx, g);
 }
 
 void eng_groups_free(struct eng_groups *g)
@@ -46,4 +46,7 @@ void eng_groups_free(struct eng_groups *g)
     if (g->emb_group)
         whale_group_free(g->emb_group);
     g->emb_group = NULL;
+    if (g->ep_group)
+        whale_group_free(g->ep_group);
+    g->ep_group = NULL;
 }

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include "engine_internal.h"
+#include "moe_ep.h"
 #include "moe.h"
 #include "device.h"
 #include "kernels.h"
@@ -514,7 +515,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         g = &one;
     int dps = g->dp.size > 1 ? g->dp.size : 1;
     int rc = cfg_check(c, dps);
-    if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)))
+    if (rc || (rc = parallel_check(c, g->tp.size, g->pp.size)) ||
+        (rc = eng_moe_ep_check(c, g->ep)))
         return rc;
     bool flush = true;   /* subnormals: kernels.h, k_flush_denormals */
     if ((rc = whale_env_bool("WHALE_FLUSH_DENORMALS", true, &flush)))
@@ -545,6 +547,9 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         .v0 = (int)v0, .Ctp = m->hidden / tp, .L = m->layers, .tp = tp, .tp_rank = g->tp.rank,
     };
     eng_arch_dims(m, &e->d);
+    e->d.ep = g->ep > 1 ? g->ep : 1;
+    e->d.ep_rank = g->ep > 1 ? g->ep_rank : 0;
+    e->d.ep_group = g->ep > 1 ? g->ep_group : NULL;
     e->d.sp = c->seqpar && tp > 1;
     e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;

@@ -65,6 +65,11 @@ struct eng_groups {
     struct whale_par_comm emb;   /* first and last pipeline stage of this (dp, tp) coordinate */
     void *emb_group;             /* whale_group owned (freed with the engine) */
     bool dp_group;               /* dp is the table over a whale_group (not a test's) */
+    /* expert parallelism (moe_ep.c): EP consecutive DP ranks exchange the
+     * tokens of their MoE blocks; ep_group is the whale_group (owned), NULL
+     * when ep <= 1 (in-process tests, dense models) */
+    int ep, ep_rank;
+    void *ep_group;
 };
 
 struct whale_engine {
@@ -178,6 +183,9 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
 /* The communicators of a context (TP, PP, DP groups and the embedding group). */
 int eng_groups_from_ctx(whale_ctx *ctx, struct eng_groups *g);
 void eng_groups_free(struct eng_groups *g);
+/* moe_ep.c: the EP group of this rank from the context's layout (g->ep 1 and
+ * no group when EP is 1) */
+int eng_ep_group_from_ctx(whale_ctx *ctx, struct eng_groups *g);
 
 /* pipe.c: layout, slots, and the micro-batch loop of a step */
 int  eng_layout(whale_engine *e, int *blocks_per_vstage);

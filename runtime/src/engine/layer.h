@@ -53,6 +53,8 @@ struct eng_dims {
     bool no_bias;    /* linear layers without biases */
     bool untied;     /* the head has its own lm_head.w (vocab-parallel) */
     float rope_theta;
+    struct whale_rope_scaling rope_sc; /* rotary context extension (kind NONE: none) */
+    float norm_eps;  /* RMSNorm epsilon (NormEps=; LayerNorm's is 1e-5) */
     int KV;          /* global key/value heads */
     int KVl, k0;     /* key/value heads this rank computes, first one's global index */
     int hq0;         /* global index of this rank's first query head */
@@ -65,6 +67,11 @@ struct eng_dims {
     /* mixture of experts (moe.c; moe.experts == 0: every block dense) */
     struct whale_moe_desc moe;
     int Fe, Fs;      /* local width of one routed expert / of the shared experts together */
+    /* expert parallelism (moe_ep.c): this rank computes experts
+     * [ep_rank * E/ep, (ep_rank + 1) * E/ep) for the ep ranks of its EP group
+     * (ep_group, a whale_group; ep 1: every expert here, no exchange) */
+    int ep, ep_rank;
+    void *ep_group;
 };
 
 struct eng_layer;

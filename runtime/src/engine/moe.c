@@ -32,6 +32,7 @@
  * once, the gate gradients' dot products too. Routing, gather and scatter
  * run on the host: the backend must read host memory (cpu). */
 #include "moe.h"
+#include "moe_ep.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -138,27 +139,32 @@ int eng_moe_params(const struct eng_dims *d, int index, struct eng_param *p)
 
 /* ---- areas ------------------------------------------------------------------- */
 
-/* Saved, with R = N*K assignment rows at most:
+/* Saved, with R = N*K assignment rows at most and Rx the rows this rank's
+ * experts compute (R; with EP the rows the EP group can send them,
+ * eng_moe_ep_rows):
  *   ids (N*K*2): the chosen experts as two byte-sized floats each (exact in
  *       16 bits: a 16-bit model rounds what it saves), in choice order;
- *   fc, up (glu), h (R,Fe): the experts' activations, expert-major rows;
- *   eo (R,C): the experts' outputs (this TP rank's part, no bias);
+ *   fc, up (glu), h (Rx,Fe): the experts' activations, expert-major rows;
+ *   eo (R,C): the experts' outputs (this TP rank's part, no bias), in this
+ *       rank's row order;
+ *   xin (Rx,C), EP only: the rows the experts here received;
  *   sfc, sup (glu), sh (N,Fs): the shared experts' activations. */
 struct moe_saved {
-    float *ids, *fc, *up, *h, *eo, *sfc, *sup, *sh;
+    float *ids, *fc, *up, *h, *eo, *xin, *sfc, *sup, *sh;
 };
 
 static size_t moe_saved_carve(const struct eng_dims *d, float *base, struct moe_saved *s)
 {
     const size_t N = (size_t)d->B * d->T, R = N * d->moe.topk, C = d->C;
-    const size_t Fe = d->Fe, Fs = d->Fs, nact = moe_glu(d) ? 3 : 2;
+    const size_t Fe = d->Fe, Fs = d->Fs, nact = moe_glu(d) ? 3 : 2, Rx = eng_moe_ep_rows(d);
     size_t o = 0;
 #define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
     TAKE(ids, 2 * R);
-    TAKE(fc, R * Fe);
-    TAKE(up, moe_glu(d) ? R * Fe : 0);
-    TAKE(h, R * Fe);
+    TAKE(fc, Rx * Fe);
+    TAKE(up, moe_glu(d) ? Rx * Fe : 0);
+    TAKE(h, Rx * Fe);
     TAKE(eo, R * C);
+    TAKE(xin, d->ep > 1 ? Rx * C : 0);
     TAKE(sfc, Fs ? N * Fs : 0);
     TAKE(sup, Fs && nact == 3 ? N * Fs : 0);
     TAKE(sh, Fs ? N * Fs : 0);
@@ -175,16 +181,17 @@ size_t eng_moe_saved_floats(const struct eng_dims *d)
  * gradients; dh (R,2Fe); gate, dgate (R); the shared experts' dh (N,2Fs);
  * then the routing in int32: choice (N*K) expert ids, row (N*K) the
  * assignment's row or -1 (dropped), tok (R) row -> token, slot (R) row ->
- * n*K+j, cnt, all (E) kept / routed counts, off (E+1). */
+ * n*K+j, cnt, all (E) kept / routed counts, off (E+1). With EP: ey, eptmp
+ * (Rx,C) the experts' side of the exchanges, epw its layout (int32). */
 struct moe_scratch {
-    float *logits, *p, *xe, *ye, *dh, *gate, *dgate, *sdh;
-    int32_t *choice, *row, *tok, *slot, *cnt, *all, *off;
+    float *logits, *p, *xe, *ye, *dh, *gate, *dgate, *sdh, *ey, *eptmp;
+    int32_t *choice, *row, *tok, *slot, *cnt, *all, *off, *epw;
 };
 
 static size_t moe_scratch_carve(const struct eng_dims *d, float *base, struct moe_scratch *s)
 {
     const size_t N = (size_t)d->B * d->T, K = d->moe.topk, R = N * K, C = d->C;
-    const size_t E = d->moe.experts;
+    const size_t E = d->moe.experts, Rx = eng_moe_ep_rows(d);
     size_t o = 0;
 #define TAKE(f, n) do { if (s) s->f = base + o; o += (n); } while (0)
 #define TAKEI(f, n) do { if (s) s->f = (int32_t *)(void *)(base + o); o += (n); } while (0)
@@ -192,10 +199,12 @@ static size_t moe_scratch_carve(const struct eng_dims *d, float *base, struct mo
     TAKE(p, N * E);
     TAKE(xe, R * C);
     TAKE(ye, R * C);
-    TAKE(dh, R * 2 * (size_t)d->Fe);
+    TAKE(dh, Rx * 2 * (size_t)d->Fe);
     TAKE(gate, R);
     TAKE(dgate, R);
     TAKE(sdh, N * 2 * (size_t)d->Fs);
+    TAKE(ey, d->ep > 1 ? Rx * C : 0);
+    TAKE(eptmp, d->ep > 1 ? Rx * C : 0);
     TAKEI(choice, R);
     TAKEI(row, R);
     TAKEI(tok, R);
@@ -203,6 +212,7 @@ static size_t moe_scratch_carve(const struct eng_dims *d, float *base, struct mo
     TAKEI(cnt, E);
     TAKEI(all, E);
     TAKEI(off, E + 1);
+    TAKEI(epw, eng_moe_ep_layout_words(d));
 #undef TAKEI
 #undef TAKE
     return o;
@@ -467,6 +477,28 @@ static int moe_host_check(const struct eng_dims *d)
     return WHALE_ENOTSUP;
 }
 
+/* EP: this rank's rows x->xe go to the experts' ranks (moe_ep.c), the
+ * experts here run on what they receive (kept in s->xin for backward), and
+ * their outputs come back into s->eo in this rank's row order */
+static int moe_ep_experts_fwd(const struct eng_layer *l, int p0, const struct moe_ffn_ix *ix,
+                              struct moe_saved *s, struct moe_scratch *x)
+{
+    const struct eng_dims *d = l->d;
+    const int El = eng_moe_ep_local(d), e0 = eng_moe_ep_first(d), C = d->C, Fe = d->Fe;
+    struct moe_ep_x ex = { x->epw, x->epw + (size_t)d->ep * El, 0 };
+    BK(eng_moe_ep_counts(d, x->cnt, &ex));
+    BK(eng_moe_ep_dispatch(d, &ex, x->off, x->xe, s->xin, x->eptmp));
+    for (int el = 0; el < El; el++) {
+        int n = ex.eoff[el + 1] - ex.eoff[el];
+        size_t r0 = (size_t)ex.eoff[el];
+        if (!n)
+            continue;
+        BK(moe_ffn_fwd(l, p0 + 1 + (e0 + el) * ix->n, ix, s->xin + r0 * C, s->fc + r0 * Fe,
+                       s->up ? s->up + r0 * Fe : NULL, s->h + r0 * Fe, x->ey + r0 * C, n, Fe));
+    }
+    return eng_moe_ep_combine(d, &ex, x->off, x->ey, s->eo, x->eptmp);
+}
+
 int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *saved,
                 float *scratch, const float *ln, float *out)
 {
@@ -487,7 +519,9 @@ int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         moe_stats(d, &x, aux, z, io->moe);
     }
     moe_dispatch(d, &x, ln);
-    for (int e = 0; e < E; e++) {
+    if (d->ep > 1)
+        BK(moe_ep_experts_fwd(l, p0, &ix, &s, &x));
+    for (int e = 0; e < E && d->ep <= 1; e++) {
         int n = x.cnt[e];
         size_t r0 = (size_t)x.off[e];
         if (!n)
@@ -623,6 +657,29 @@ static void moe_router_grad(const struct eng_dims *d, struct moe_scratch *x, dou
     }
 }
 
+/* EP: the weighted output gradients x->ye go to the experts' ranks like
+ * the inputs did, the experts here accumulate their weight gradients, and
+ * the input gradients come back into x->ye (this rank's row order) */
+static int moe_ep_experts_bwd(const struct eng_layer *l, int p0, const struct moe_ffn_ix *ix,
+                              struct moe_saved *s, struct moe_scratch *x)
+{
+    const struct eng_dims *d = l->d;
+    const int El = eng_moe_ep_local(d), e0 = eng_moe_ep_first(d), C = d->C, Fe = d->Fe;
+    struct moe_ep_x ex = { x->epw, x->epw + (size_t)d->ep * El, 0 };
+    BK(eng_moe_ep_counts(d, x->cnt, &ex));
+    BK(eng_moe_ep_dispatch(d, &ex, x->off, x->ye, x->ey, x->eptmp));
+    for (int el = 0; el < El; el++) {
+        int n = ex.eoff[el + 1] - ex.eoff[el];
+        size_t r0 = (size_t)ex.eoff[el];
+        if (!n)
+            continue;
+        BK(moe_ffn_bwd(l, p0 + 1 + (e0 + el) * ix->n, ix, s->xin + r0 * C, s->fc + r0 * Fe,
+                       s->up ? s->up + r0 * Fe : NULL, s->h + r0 * Fe, x->ey + r0 * C,
+                       x->ey + r0 * C, x->dh, n, Fe, false));
+    }
+    return eng_moe_ep_combine(d, &ex, x->off, x->ey, x->ye, x->eptmp);
+}
+
 int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *saved,
                 float *scratch, const float *ln, const float *dout, float *dln)
 {
@@ -665,14 +722,17 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
             }
         }
     /* experts: dy_r = g_r dout[tok] in ye, inputs re-gathered into xe */
-    moe_dispatch(d, &x, ln);
+    if (d->ep <= 1)
+        moe_dispatch(d, &x, ln);
     for (int r = 0; r < R; r++) {
         const float *dy = dout + (size_t)x.tok[r] * C;
         float *ye = x.ye + (size_t)r * C, g = x.gate[r];
         for (int c = 0; c < C; c++)
             ye[c] = g * dy[c];
     }
-    for (int e = 0; e < E; e++) {
+    if (d->ep > 1)
+        BK(moe_ep_experts_bwd(l, p0, &ix, &s, &x));
+    for (int e = 0; e < E && d->ep <= 1; e++) {
         int n = x.cnt[e];
         size_t r0 = (size_t)x.off[e];
         if (!n)

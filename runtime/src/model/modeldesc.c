@@ -141,6 +141,35 @@ static int md_line(const struct whale_kv_line *l, void *user)
                 return rc;
             m->rope_theta = (float)th;
             continue;
+        } else if (!strcasecmp(kv->key, "RopeScaling")) {
+            static const char *const kinds[] = {"none", "linear", "llama3"};
+            int k = -1;
+            for (int j = 0; j < 3; j++)
+                if (!strcasecmp(kv->value, kinds[j]))
+                    k = j;
+            if (k < 0) {
+                whale_error("%s:%d: RopeScaling=%s: expected none, linear or llama3", l->file,
+                            l->line, kv->value);
+                return WHALE_ECONF;
+            }
+            m->rope_scaling.kind = (enum whale_rope_scaling_kind)k;
+            continue;
+        } else if (!strcasecmp(kv->key, "RopeFactor") || !strcasecmp(kv->key, "RopeLowFreq") ||
+                   !strcasecmp(kv->key, "RopeHighFreq") || !strcasecmp(kv->key, "NormEps")) {
+            double x;
+            bool eps = !strcasecmp(kv->key, "NormEps");
+            rc = whale_kv_to_double(l, kv, eps ? 1e-12 : 1e-6, eps ? 0.1 : 1e6, &x);
+            if (rc)
+                return rc;
+            float *f = eps ? &m->norm_eps
+                     : !strcasecmp(kv->key, "RopeFactor") ? &m->rope_scaling.factor
+                     : !strcasecmp(kv->key, "RopeLowFreq") ? &m->rope_scaling.low_freq
+                     : &m->rope_scaling.high_freq;
+            *f = (float)x;
+            continue;
+        } else if (!strcasecmp(kv->key, "RopeOrigSeq")) {
+            dst = &m->rope_scaling.orig_seq;
+            hi = MD_MAX_SEQ;
         } else if (md_moe_is_key(kv->key)) {
             if ((rc = md_moe_key(l, kv, m, &st->moe)))
                 return rc;
@@ -162,7 +191,8 @@ static int md_line(const struct whale_kv_line *l, void *user)
         else if (!strcasecmp(kv->key, "Vocab")) { dst = &m->vocab; hi = MD_MAX_VOCAB; }
         else {
             whale_error("%s:%d: unknown key '%s' (known: Name Layers Hidden Heads KVHeads FFN "
-                        "Seq Vocab TiedEmbeddings MLP Norm Position RopeTheta Bias Attention Precision "
+                        "Seq Vocab TiedEmbeddings MLP Norm Position RopeTheta RopeScaling "
+                        "RopeFactor RopeLowFreq RopeHighFreq RopeOrigSeq NormEps Bias Attention Precision "
                         "Experts TopK ExpertFFN SharedExperts MoEEvery MoEFirst Gate GateRenorm "
                         "CapacityFactor AuxLoss ZLoss)", l->file, l->line, kv->key);
             return WHALE_ECONF;
@@ -200,6 +230,24 @@ int whale_model_desc_validate(const struct whale_model_desc *m, const char *orig
     }
     if (m->kv_heads < 1 || m->kv_heads > m->heads || m->heads % m->kv_heads) {
         whale_error("%s: KVHeads=%d must divide Heads=%d", origin, m->kv_heads, m->heads);
+        return WHALE_ECONF;
+    }
+    const struct whale_rope_scaling *sc = &m->rope_scaling;
+    if (sc->kind != WHALE_ROPE_NONE && m->position != WHALE_POS_ROTARY) {
+        whale_error("%s: RopeScaling=%s needs Position=rotary", origin,
+                    sc->kind == WHALE_ROPE_LINEAR ? "linear" : "llama3");
+        return WHALE_ECONF;
+    }
+    if (sc->kind != WHALE_ROPE_NONE && !(sc->factor > 0)) {
+        whale_error("%s: RopeScaling=%s needs RopeFactor= > 0", origin,
+                    sc->kind == WHALE_ROPE_LINEAR ? "linear" : "llama3");
+        return WHALE_ECONF;
+    }
+    if (sc->kind == WHALE_ROPE_LLAMA3 &&
+        !(sc->low_freq > 0 && sc->high_freq > sc->low_freq && sc->orig_seq > 0)) {
+        whale_error("%s: RopeScaling=llama3 needs 0 < RopeLowFreq (%g) < RopeHighFreq (%g) and "
+                    "RopeOrigSeq= > 0 (%d)", origin, (double)sc->low_freq,
+                    (double)sc->high_freq, sc->orig_seq);
         return WHALE_ECONF;
     }
     return 0;

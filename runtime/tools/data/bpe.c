@@ -1,4 +1,6 @@
-/* Byte-level BPE from tokenizer.json (bpe.h). Pre-tokenization: the
+/* Byte-level BPE from tokenizer.json (bpe.h). Normalization: none, or NFC
+ * (Qwen2) through ICU, on the text between added tokens as tokenizers does.
+ * Pre-tokenization: the
  * Split / ByteLevel regexes cut the text into words (PCRE2, UTF + UCP,
  * JIT); each word's bytes become the byte-level alphabet's symbols
  * (GPT-2's bytes_to_unicode) and the pair of lowest merge rank is merged
@@ -9,6 +11,8 @@
 
 #include <jansson.h>
 #include <pcre2.h>
+#include <unicode/unorm2.h>
+#include <unicode/ustring.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -46,6 +50,7 @@ struct wd_bpe {
     pcre2_code *re[MAX_SPLITS];
     int nre;
     bool prefix_space, ignore_merges;
+    const UNormalizer2 *nfc; /* normalizer NFC, else NULL */
     /* added tokens: the text is cut at their occurrences first, as
      * tokenizers does, and each becomes its own id */
     char **added;
@@ -200,9 +205,17 @@ static int load(wd_bpe *b, json_t *root, char *err, size_t errlen)
         return -1;
     }
     json_t *norm = json_object_get(root, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        seterr(err, errlen, "tokenizer.json: normalizer \"%s\" is not supported (null only)",
-               json_string_value(json_object_get(norm, "type")) ?: "?");
+    const char *nt = json_string_value(json_object_get(norm, "type"));
+    if (nt && !strcmp(nt, "NFC")) {
+        UErrorCode ue = U_ZERO_ERROR;
+        b->nfc = unorm2_getNFCInstance(&ue);
+        if (U_FAILURE(ue)) {
+            seterr(err, errlen, "tokenizer.json: normalizer NFC: ICU: %s", u_errorName(ue));
+            return -1;
+        }
+    } else if (norm && !json_is_null(norm)) {
+        seterr(err, errlen, "tokenizer.json: normalizer \"%s\" is not supported (null, NFC)",
+               nt ?: "?");
         return -1;
     }
     json_t *pt = json_object_get(root, "pre_tokenizer");
@@ -458,6 +471,64 @@ static int split(const wd_bpe *b, int r, const char *t, size_t len, pcre2_match_
     return 0;
 }
 
+/* NFC of t[0, len) into *out (malloc'd, *olen bytes), through UTF-16 as
+ * ICU normalizes. 0, or -1 with err set (invalid UTF-8, no memory). */
+static int nfc_utf8(const UNormalizer2 *nfc, const char *t, size_t len, char **out,
+                    size_t *olen, char *err, size_t errlen)
+{
+    UErrorCode ue = U_ZERO_ERROR;
+    UChar *u = NULL, *v = NULL;
+    char *o = NULL;
+    int32_t nu = 0, nv = 0, no = 0;
+    if (len > INT32_MAX / 4) {
+        seterr(err, errlen, "NFC: a text of %zu bytes between added tokens is too long", len);
+        return -1;
+    }
+    u_strFromUTF8(NULL, 0, &nu, t, (int32_t)len, &ue); /* preflight: the UTF-16 length */
+    if (ue == U_BUFFER_OVERFLOW_ERROR)
+        ue = U_ZERO_ERROR;
+    if (U_SUCCESS(ue) && (u = malloc(sizeof(UChar) * ((size_t)nu + 1))))
+        u_strFromUTF8(u, nu + 1, NULL, t, (int32_t)len, &ue);
+    /* NFC never grows a string by more than 3x (Unicode's stated bound) */
+    if (u && U_SUCCESS(ue) && (v = malloc(sizeof(UChar) * (3 * (size_t)nu + 1))))
+        nv = unorm2_normalize(nfc, u, nu, v, 3 * nu + 1, &ue);
+    if (v && U_SUCCESS(ue) && (o = malloc(4 * (size_t)nv + 1)))
+        u_strToUTF8(o, 4 * nv + 1, &no, v, nv, &ue);
+    free(u);
+    free(v);
+    if (U_FAILURE(ue)) {
+        free(o);
+        seterr(err, errlen, "NFC: %s (the text must be UTF-8)", u_errorName(ue));
+        return -1;
+    }
+    if (!o) {
+        seterr(err, errlen, "out of memory");
+        return -1;
+    }
+    *out = o;
+    *olen = (size_t)no;
+    return 0;
+}
+
+/* The normalizer, then the pre-tokenizers, on text[0, len) (no added
+ * tokens in it). ASCII is its own NFC: no copy for it. */
+static int normed_split(const wd_bpe *b, const char *t, size_t len, pcre2_match_data **md,
+                        struct ids *o, char *err, size_t errlen)
+{
+    bool ascii = true;
+    for (size_t i = 0; i < len && ascii; i++)
+        ascii = !((unsigned char)t[i] & 0x80);
+    if (!b->nfc || ascii)
+        return split(b, 0, t, len, md, o, err, errlen);
+    char *n = NULL;
+    size_t nl = 0;
+    if (nfc_utf8(b->nfc, t, len, &n, &nl, err, errlen))
+        return -1;
+    int rc = split(b, 0, n, nl, md, o, err, errlen);
+    free(n);
+    return rc;
+}
+
 /* The added token at t[0, len) (the longest), or -1 */
 static int added_at(const wd_bpe *b, const char *t, size_t len)
 {
@@ -479,14 +550,14 @@ static int pieces(const wd_bpe *b, const char *text, size_t len, pcre2_match_dat
         int a = added_at(b, text + i, len - i);
         if (a < 0)
             continue;
-        if (i > prev && split(b, 0, text + prev, i - prev, md, o, err, errlen))
+        if (i > prev && normed_split(b, text + prev, i - prev, md, o, err, errlen))
             return -1;
         if (push(o, b->added_id[a]))
             return -1;
         i += b->added_len[a] - 1;
         prev = i + 1;
     }
-    return prev < len ? split(b, 0, text + prev, len - prev, md, o, err, errlen) : 0;
+    return prev < len ? normed_split(b, text + prev, len - prev, md, o, err, errlen) : 0;
 }
 
 int wd_bpe_encode(const wd_bpe *b, const char *text, size_t len, int32_t **ids, size_t *n,

@@ -1,4 +1,4 @@
-/* Greedy and temperature / top-k sampling (sample.h). */
+/* Greedy and temperature / top-k / top-p sampling (sample.h). */
 #include "sample.h"
 
 #include <math.h>
@@ -12,10 +12,12 @@ static uint64_t splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-int wg_sampler_init(struct wg_sampler *s, double temperature, int top_k, uint64_t seed, int V)
+int wg_sampler_init(struct wg_sampler *s, double temperature, int top_k, double top_p,
+                    uint64_t seed, int V)
 {
     s->temperature = temperature;
     s->top_k = top_k > 0 && top_k < V ? top_k : V;
+    s->top_p = top_p > 0 && top_p < 1 ? top_p : 1;
     s->state = seed;
     s->idx = malloc(sizeof(int) * V);
     s->w = malloc(sizeof(double) * V);
@@ -53,7 +55,7 @@ int wg_sample(struct wg_sampler *s, const float *p, int V)
     g_p = p;
     qsort(s->idx, V, sizeof(int), by_prob);
     /* softmax(logits / T) restricted to the top k = p^(1/T), renormalized */
-    const int K = s->top_k;
+    int K = s->top_k;
     double sum = 0;
     for (int k = 0; k < K; k++) {
         double q = p[s->idx[k]];
@@ -62,6 +64,18 @@ int wg_sample(struct wg_sampler *s, const float *p, int V)
     }
     if (!(sum > 0))
         return s->idx[0];
+    if (s->top_p < 1) {
+        /* the shortest run of likeliest tokens whose share reaches top_p
+         * (at least one), then renormalized over it */
+        double cut = s->top_p * sum, acc = 0;
+        int k = 0;
+        while (k < K && acc < cut)
+            acc += s->w[k++];
+        K = k > 0 ? k : 1;
+        sum = acc > 0 ? acc : s->w[0];
+        if (!(sum > 0))
+            return s->idx[0];
+    }
     double r = (double)(splitmix(&s->state) >> 11) * 0x1.0p-53 * sum;
     for (int k = 0; k < K; k++) {
         r -= s->w[k];

@@ -41,8 +41,12 @@ static void usage(FILE *f)
 "  --tokens N           tokens to generate (default 100; stops early at end of text)\n"
 "  --temperature X      sampling temperature (default 0.8; 0 = greedy)\n"
 "  --top-k K            sample among the K likeliest tokens (default 40; 0 = all)\n"
+"  --top-p P            then among the likeliest of those holding share P of their\n"
+"                       tempered probability (nucleus sampling; default 1 = all)\n"
 "  --greedy             always the likeliest token (= --temperature 0)\n"
 "  --seed N             sampling seed (default 1): the same seed gives the same text\n"
+"  --print-ids          print the token ids of the prompt and continuation (one line,\n"
+"                       space-separated) instead of the decoded text\n"
 "  --tokenizer FILE     SentencePiece model or tokenizer.json (default: the one recorded in the\n"
 "                       checkpoint; a checkpoint without one is byte-level)\n"
 "  --model NAME|FILE    model preset or .conf (default: the recorded one)\n"
@@ -77,7 +81,8 @@ static void ensure_passive_omp(char **argv)
 struct gen_opts {
     const char *ckpt, *prompt, *tok_arg, *model_arg;
     long ntok, topk, seed, vocab, seq, threads;
-    double temp;
+    double temp, top_p;
+    bool print_ids;
 };
 
 /* What one run holds, released by gen_free(). */
@@ -107,15 +112,17 @@ static int parse_temp(const char *s, double *temp)
 /* The command line into o. -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, struct gen_opts *o)
 {
-    *o = (struct gen_opts){ .prompt = "", .ntok = 100, .topk = 40, .seed = 1, .temp = 0.8 };
+    *o = (struct gen_opts){ .prompt = "", .ntok = 100, .topk = 40, .seed = 1, .temp = 0.8,
+                             .top_p = 1 };
     int bad = 0;
-    enum { O_CKPT = 256, O_PROMPT, O_TOKENS, O_TEMP, O_TOPK, O_GREEDY, O_SEED, O_TOK, O_MODEL,
-           O_VOCAB, O_SEQ, O_THREADS };
+    enum { O_CKPT = 256, O_PROMPT, O_TOKENS, O_TEMP, O_TOPK, O_TOPP, O_GREEDY, O_SEED, O_TOK, O_MODEL,
+           O_VOCAB, O_SEQ, O_THREADS, O_PRINT_IDS };
     static const struct option lo[] = {
         { "ckpt", required_argument, 0, O_CKPT }, { "prompt", required_argument, 0, O_PROMPT },
         { "tokens", required_argument, 0, O_TOKENS },
         { "temperature", required_argument, 0, O_TEMP },
-        { "top-k", required_argument, 0, O_TOPK }, { "greedy", no_argument, 0, O_GREEDY },
+        { "top-k", required_argument, 0, O_TOPK }, { "top-p", required_argument, 0, O_TOPP },
+        { "greedy", no_argument, 0, O_GREEDY }, { "print-ids", no_argument, 0, O_PRINT_IDS },
         { "seed", required_argument, 0, O_SEED }, { "tokenizer", required_argument, 0, O_TOK },
         { "model", required_argument, 0, O_MODEL }, { "vocab", required_argument, 0, O_VOCAB },
         { "seq", required_argument, 0, O_SEQ }, { "threads", required_argument, 0, O_THREADS },
@@ -129,7 +136,9 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
         case O_TOKENS: bad |= whale_opt_long("whale-generate", "--tokens", optarg, 1, 1 << 20, &o->ntok); break;
         case O_TEMP: bad |= parse_temp(optarg, &o->temp); break;
         case O_TOPK: bad |= whale_opt_long("whale-generate", "--top-k", optarg, 0, 1 << 24, &o->topk); break;
+        case O_TOPP: bad |= whale_opt_double("whale-generate", "--top-p", optarg, 1e-6, 1, &o->top_p) ? 1 : 0; break;
         case O_GREEDY: o->temp = 0; break;
+        case O_PRINT_IDS: o->print_ids = true; break;
         case O_SEED: bad |= whale_opt_long("whale-generate", "--seed", optarg, 0, LONG_MAX, &o->seed); break;
         case O_TOK: o->tok_arg = optarg; break;
         case O_MODEL: o->model_arg = optarg; break;
@@ -291,7 +300,8 @@ static int generate(const struct gen_opts *o, struct gen_run *r)
     struct wd_ids *ids = &r->ids;
     r->V = whale_engine_vocab(r->e);
     r->probs = malloc(sizeof(float) * r->V);
-    if (!r->probs || wg_sampler_init(&r->smp, o->temp, (int)o->topk, (uint64_t)o->seed, r->V))
+    if (!r->probs || wg_sampler_init(&r->smp, o->temp, (int)o->topk, o->top_p,
+                                        (uint64_t)o->seed, r->V))
         return -1;
     ids->cap = ids->n + o->ntok;
     int32_t *grown = realloc(ids->ids, ids->cap * sizeof(int32_t));
@@ -326,7 +336,11 @@ static int report(const struct gen_opts *o, struct gen_run *r)
 {
     char err[1024];
     const struct wd_ids *ids = &r->ids;
-    if (r->sp) {
+    if (o->print_ids) {
+        for (size_t i = 0; i < ids->n; i++)
+            printf(i ? " %d" : "%d", (int)ids->ids[i]);
+        printf("\n");
+    } else if (r->sp) {
         if (wd_spm_decode(r->sp, ids->ids, ids->n, &r->text, err, sizeof err)) {
             ERR("decoding: %s", err);
             return -1;
@@ -339,7 +353,8 @@ static int report(const struct gen_opts *o, struct gen_run *r)
             r->text[i] = (char)(ids->ids[i] < 256 ? ids->ids[i] : '?');
         r->text[ids->n] = 0;
     }
-    printf("%s\n", r->text);
+    if (!o->print_ids)
+        printf("%s\n", r->text);
     fflush(stdout);
     double dt = r->dt;
     fprintf(stderr, "whale-generate: step %lld of %s (%s, vocabulary %d, window %ld): %zu prompt "

@@ -12,6 +12,7 @@
 #include "whale/ckpt_hf.h"
 #include "whale/env.h"
 #include "whale/envnum.h"
+#include "whale/grid.h"
 #include "whale/knobs.h"
 #include "whale/error.h"
 #include "whale/log.h"
@@ -66,9 +67,6 @@ static int load_plan(struct train *t)
     return prc ? 1 : TRAIN_GO;
 }
 
-/* Expert parallelism needs experts to shard: the model format has no MoE
- * layers yet, so every model is dense. */
-
 /* EP from --ep, else WHALE_EP, else the plan: more than 1 with a dense model
  * is refused before any rank starts, instead of silently training dense. */
 static int check_ep(const struct train *t)
@@ -96,9 +94,18 @@ static int check_ep(const struct train *t)
                 t->o.model);
         return 2;
     }
-    if (ep > 1) { /* the MoE layers run every expert on every DP rank for now */
-        fprintf(stderr, "whale-train: %s: expert parallelism is not implemented yet (each rank "
-                "keeps all experts of %s); run with EP 1\n", from, t->o.model);
+    if (ep > 1 && t->md.moe.experts % ep) {
+        fprintf(stderr, "whale-train: %s: %s has Experts=%d, not divisible by EP=%ld (each "
+                "expert-parallel rank computes Experts/EP experts)\n", from, t->o.model,
+                t->md.moe.experts, ep);
+        return 2;
+    }
+    /* the expert groups are the launcher's layout (WHALE_EP beside
+     * WHALE_DP): without a launcher there is one rank and nothing to split */
+    if (ep > 1 && !env_ep) {
+        fprintf(stderr, "whale-train: %s: expert parallelism needs the launcher's layout: run "
+                "under whale-run --dp D --ep %ld or srun --whale-dp=D --whale-ep=%ld (D a "
+                "multiple of %ld)\n", from, ep, ep, ep);
         return 2;
     }
     return TRAIN_GO;
@@ -214,6 +221,14 @@ static int resolve_shares(struct train *t)
     const char *given = o->dp_shares && strcmp(o->dp_shares, "auto") ? o->dp_shares : NULL;
     if (!given && !plan_uneven)
         return 2;
+    if (whale_grid_ep(&t->grid) > 1) { /* the expert group's all-to-alls pair micro-batches */
+        whale_error("%s with expert parallelism EP=%d: the ranks of an expert group exchange "
+                    "tokens at every micro-batch of a MoE block and need the same micro-batches; "
+                    "drop the uneven shares or run with EP 1",
+                    o->dp_shares ? "--dp-shares" : "the plan's uneven dp_batch",
+                    whale_grid_ep(&t->grid));
+        return 1;
+    }
     long *sh = calloc((size_t)n, sizeof *sh);
     if (!sh)
         return 1;

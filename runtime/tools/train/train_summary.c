@@ -13,6 +13,7 @@
 #include "whale/parallel.h"
 #include "whale/outfile.h"
 
+#include "whale/grid.h"
 #include "train.h"
 #include "train_areas.h"
 
@@ -51,6 +52,7 @@ static json_t *summary_object(struct train *t)
         json_object_set_new(sm, "redone_steps", json_integer(r->done - steps));
     json_object_set_new(sm, "tp", json_integer(t->tp));
     json_object_set_new(sm, "pp", json_integer(t->pp));
+    json_object_set_new(sm, "ep", json_integer(whale_grid_ep(&t->grid)));
     json_object_set_new(sm, "schedule", json_string(whale_schedule_name(ec->schedule)));
     json_object_set_new(sm, "interleave", json_integer(ec->interleave));
     json_object_set_new(sm, "recompute", json_string(whale_recompute_name(ec->recompute)));

@@ -50,8 +50,8 @@ static void test_rmsnorm_glu_bits(void **st)
     /* RMSNorm: out (N,C), rstd (N) from inp (N,C), w (C) */
     float *x = rnd(N * C), *w = rnd(C), *dy = rnd(N * C);
     float *o1 = rnd(N * C), *o2 = dup(o1, N * C), r1[N], r2[N];
-    k_rmsnorm_fwd(o1, r1, x, w, N, C);
-    assert_int_equal(whale_k_rmsnorm_fwd(b, NULL, WHALE_FLOAT32, o2, r2, x, w, N, C), 0);
+    k_rmsnorm_fwd(o1, r1, x, w, N, C, K_RMS_EPS);
+    assert_int_equal(whale_k_rmsnorm_fwd(b, NULL, WHALE_FLOAT32, o2, r2, x, w, N, C, K_RMS_EPS), 0);
     same_bits(o1, o2, N * C);
     same_bits(r1, r2, N);
     /* backward: dinp (N,C) +=, dw (C) += */
@@ -91,11 +91,11 @@ static void test_rope_attention_bits(void **st)
      * heads (g 2), hd 16, B 2, T 70 (two query blocks, a partial one) */
     enum { B = 2, T = 70, NH = 4, KVl = 2, hd = 16, W = (NH + 2 * KVl) * hd, N = B * T };
     float *qkv1 = rnd((size_t)N * W), *qkv2 = dup(qkv1, (size_t)N * W);
-    k_rope(qkv1, W, B, T, NH, hd, 10000.0f, 1);
-    k_rope(qkv1 + NH * hd, W, B, T, KVl, hd, 10000.0f, 1);
-    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, qkv2, W, B, T, NH, hd, 10000.0f, 1), 0);
+    k_rope(qkv1, W, B, T, NH, hd, 10000.0f, NULL, 1);
+    k_rope(qkv1 + NH * hd, W, B, T, KVl, hd, 10000.0f, NULL, 1);
+    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, qkv2, W, B, T, NH, hd, 10000.0f, NULL, 1), 0);
     assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, qkv2 + NH * hd, W, B, T, KVl, hd,
-                                  10000.0f, 1), 0);
+                                  10000.0f, NULL, 1), 0);
     same_bits(qkv1, qkv2, (size_t)N * W);
 
     const struct k_attn_map km = { .NH = NH, .KVl = KVl, .hd = hd, .hq0 = 0, .g = 2, .k0 = 0 };
@@ -126,8 +126,8 @@ static void test_rope_attention_bits(void **st)
     whale_f32_to_bf16(h16, qkv2, (size_t)N * W);
     memcpy(keep, h16, sizeof(uint16_t) * N * W);
     whale_bf16_to_f32(wide, h16, (size_t)N * W);
-    k_rope(wide, W, B, T, NH, hd, 500000.0f, -1);
-    assert_int_equal(whale_k_rope(b, NULL, WHALE_BFLOAT16, h16, W, B, T, NH, hd, 500000.0f, -1), 0);
+    k_rope(wide, W, B, T, NH, hd, 500000.0f, NULL, -1);
+    assert_int_equal(whale_k_rope(b, NULL, WHALE_BFLOAT16, h16, W, B, T, NH, hd, 500000.0f, NULL, -1), 0);
     for (int r = 0; r < N; r++)
         for (int c = 0; c < W; c++) {
             size_t i = (size_t)r * W + c;
@@ -232,8 +232,8 @@ static void test_refusals(void **st)
     whale_backend *b = cpu();
     float x[64] = { 0 }, l[8];
     /* odd head size, bad sign */
-    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, x, 3, 1, 1, 1, 3, 1e4f, 1), WHALE_EINVAL);
-    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, x, 4, 1, 1, 1, 4, 1e4f, 2), WHALE_EINVAL);
+    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, x, 3, 1, 1, 1, 3, 1e4f, NULL, 1), WHALE_EINVAL);
+    assert_int_equal(whale_k_rope(b, NULL, WHALE_FLOAT32, x, 4, 1, 1, 1, 4, 1e4f, NULL, 2), WHALE_EINVAL);
     /* query head 3 of g 2 maps to KV head 1, but only 1 KV head is local */
     struct whale_attn_heads m = { .NH = 4, .KVl = 1, .hd = 4, .hq0 = 0, .g = 2, .k0 = 0 };
     assert_int_equal(whale_k_attention_gqa_fwd(b, NULL, WHALE_FLOAT32, x, 16, l, x, 16, x, 4, x,
@@ -247,7 +247,7 @@ static void test_refusals(void **st)
     assert_int_equal(whale_k_glu_bwd(b, NULL, WHALE_FLOAT32, WHALE_GLU_SILU, x, x, x, x, x, 4),
                      WHALE_EINVAL);
     assert_int_equal(whale_k_colsum_acc(b, NULL, WHALE_FLOAT32, l, x, 2, 2, 4), WHALE_EINVAL);
-    assert_int_equal(whale_k_rmsnorm_fwd(b, NULL, WHALE_INT32, x, l, x, x, 2, 4), WHALE_ENOTSUP);
+    assert_int_equal(whale_k_rmsnorm_fwd(b, NULL, WHALE_INT32, x, l, x, x, 2, 4, 1e-5f), WHALE_ENOTSUP);
     whale_backend_close(b);
 }
 

@@ -1,23 +1,31 @@
 """Hugging Face interchange against transformers (Debian's torch, fp32).
 
-For GPT-2, Llama, Mistral and Qwen2 (small configs, random weights made
+For GPT-2, Llama, Mistral, Qwen2 and Mixtral (small configs, random weights made
 here, no downloads): whale-ckpt import, then the loss and gradient norm of
 whale-train's first step (1 rank and TP 2 x PP 2) equal torch autograd on
 the transformers model; export -> from_pretrained loads with no missing or
 unexpected keys and gives identical logits; import -> export -> import is
 bit-exact; unsupported config fields are refused with the field named.
-Usage: hf_interop.py WHALE_CKPT WHALE_TRAIN WHALE_RUN"""
+Greedy generation (whale-generate --greedy) equals transformers'
+generate(do_sample=False).
+Usage: hf_interop.py WHALE_CKPT WHALE_TRAIN WHALE_RUN WHALE_GENERATE [FAMILY...]"""
 import json, os, struct, subprocess, sys, tempfile
 import torch
 import transformers
 from transformers import AutoModelForCausalLM
 from safetensors.torch import load_file, save_file
 
-CKPT, TRAIN, RUN = sys.argv[1:4]
+CKPT, TRAIN, RUN, GEN = sys.argv[1:5]
 T = tempfile.mkdtemp(prefix="whale-hf.")
 B, S = 4, 32  # S = n_positions: whale's wpe has the run's sequence length
+NGEN = 12     # generated tokens (prompt 9 + 12 < S)
 fails = []
 transformers.logging.set_verbosity_error()
+# generate() asks whether the model is FSDP-managed by importing
+# torch.distributed.fsdp, which Debian's torch 1.13 cannot import on Python
+# 3.11 (a dataclass with a mutable default): these models never are
+import transformers.generation.utils as _gu
+_gu.is_fsdp_managed_module = lambda m: False
 transformers.utils.logging.disable_progress_bar()
 
 
@@ -44,19 +52,32 @@ def model_for(kind):
                   num_key_value_heads=2, intermediate_size=176, max_position_embeddings=32,
                   rms_norm_eps=1e-5, **common)
         if kind == "llama":
-            cfg = transformers.LlamaConfig(rope_theta=500000.0, **kw)
+            # Llama 3.1's rope scaling with an original length that puts the
+            # 8 frequencies of a 16-wide head in all three bands (kept,
+            # blended, divided by factor) within these 32 positions
+            cfg = transformers.LlamaConfig(rope_theta=500000.0, rope_scaling=dict(
+                rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                original_max_position_embeddings=64), **kw)
         elif kind == "llama-mha-tied":
             kw["num_key_value_heads"] = 4
-            cfg = transformers.LlamaConfig(tie_word_embeddings=True, **kw)
+            cfg = transformers.LlamaConfig(tie_word_embeddings=True,
+                                           rope_scaling=dict(type="linear", factor=2.0), **kw)
         elif kind == "mistral":
             cfg = transformers.MistralConfig(sliding_window=4096, **kw)
-        else:
+        elif kind == "mixtral":  # 4 experts, top 2 (whale: every block MoE, EP 1)
+            kw["intermediate_size"] = 96
+            cfg = transformers.MixtralConfig(sliding_window=None, num_local_experts=4,
+                                             num_experts_per_tok=2, **kw)
+        else:  # Qwen2's own epsilon (1e-6), carried into whale's RMSNorm
+            kw["rms_norm_eps"] = 1e-6
             cfg = transformers.Qwen2Config(**kw)
     torch.manual_seed(1)
     m = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     with torch.no_grad():  # every weight random: a swapped norm or bias shows
         for p in m.parameters():
             p.copy_(torch.randn_like(p) * 0.1 + (1.0 if p.dim() == 1 else 0.0) * 0.5)
+        if kind == "qwen2":  # mean(x^2) ~ 1e-6 at the first norm: eps 1e-6 vs 1e-5 shows
+            m.model.embed_tokens.weight.mul_(0.01)
     return m.eval()
 
 
@@ -128,6 +149,18 @@ def family(kind):
     check(rel(wl4, loss) <= 1e-5 and rel(wg4, gn) <= 1e-4,
           "TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl4, rel(wl4, loss), wg4, rel(wg4, gn)))
+    # greedy continuation: whale-generate on the imported weights equals
+    # transformers' generate(do_sample=False) (its KV cache) token for token
+    prompt = "whale, hf"
+    ids = torch.tensor([list(prompt.encode())])
+    with torch.no_grad():
+        ref = m.generate(ids, max_new_tokens=NGEN, do_sample=False, eos_token_id=None,
+                         pad_token_id=0, attention_mask=torch.ones_like(ids))[0].tolist()
+    p = sh([GEN, "--ckpt", d + "/w", "--model", conf, "--prompt", prompt, "--tokens", str(NGEN),
+            "--greedy", "--print-ids", "--threads", "1"])
+    got = [int(t) for t in p.stdout.split()]
+    check(got == ref, "greedy generation of %d tokens equals transformers' generate: %s"
+          % (NGEN, "same" if got == ref else "%s vs %s" % (got, ref)))
     # export -> from_pretrained: no missing/unexpected keys, identical logits
     sh([CKPT, "export", "--hf", d + "/out", d + "/w", "--model", conf, "--hf-config",
         d + "/w/hf_config.json", "--max-shard-mb", "0.05"])
@@ -199,14 +232,23 @@ def drop_tensor(d):
 
 def main():
     print("transformers %s, torch %s, in %s" % (transformers.__version__, torch.__version__, T))
-    for kind in (sys.argv[4:] or ["gpt2", "llama", "llama-mha-tied", "mistral", "qwen2"]):
+    for kind in (sys.argv[5:] or ["gpt2", "llama", "llama-mha-tied", "mistral", "qwen2",
+                                  "mixtral"]):
         family(kind)
     print("refusals")
-    refused("rope_scaling", set_cfg(rope_scaling={"rope_type": "llama3", "factor": 8.0,
-            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192}), '"rope_scaling"')
+    refused("rope_scaling yarn", set_cfg(rope_scaling={"rope_type": "yarn", "factor": 4.0,
+            "original_max_position_embeddings": 16}), '"rope_scaling.rope_type" = "yarn"')
+    refused("rope_scaling dynamic", set_cfg(rope_scaling={"type": "dynamic", "factor": 2.0}),
+            '"rope_scaling.type" = "dynamic"')
+    refused("rope_scaling llama3 incomplete", set_cfg(rope_scaling={"rope_type": "llama3",
+            "factor": 8.0}), '"rope_scaling.low_freq_factor"')
+    refused("mistral rope_scaling", set_cfg(rope_scaling={"type": "linear", "factor": 2.0}),
+            '"rope_scaling.type" = "linear" is not supported for model_type mistral', "mistral")
     refused("model_type", set_cfg(model_type="gpt_neox"), '"model_type" = "gpt_neox"')
-    refused("rms_norm_eps", set_cfg(rms_norm_eps=1e-6), '"rms_norm_eps" = 1e-06')
+    refused("mixtral router_jitter_noise", set_cfg(router_jitter_noise=0.1),
+            '"router_jitter_noise" = 0.1', "mixtral")
+    refused("gpt2 layer_norm_epsilon", set_cfg(layer_norm_epsilon=1e-6),
+            '"layer_norm_epsilon" = 1e-06', "gpt2")
     refused("attention_bias", set_cfg(attention_bias=True), '"attention_bias" = true')
     refused("qwen2 sliding window", set_cfg(use_sliding_window=True), '"use_sliding_window"',
             "qwen2")

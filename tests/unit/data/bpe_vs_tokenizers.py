@@ -1,14 +1,16 @@
 """whale's byte-level BPE (runtime/tools/data/bpe.c, via whale-bpe) gives the
 ids of the `tokenizers` package on > 1 MB of varied text, and decodes them
 back to the text. The tokenizer.json files are trained here (no downloads)
-with the GPT-2, Llama 3 and Qwen2 pre-tokenizer settings.
+with the GPT-2, Llama 3 and Qwen2 pre-tokenizer settings (Qwen2's with its
+NFC normalizer: the text has combining marks and conjoining Hangul jamo
+that NFC composes).
 whale-data --tokenizer tokenizer.json writes the same ids (after the BOS of
 each document) into its shards, and so does whale-data --tokenizer with a
 Llama-2-style SentencePiece .model (identity normalizer, byte fallback:
 newlines are its own byte pieces) against Hugging Face's LlamaTokenizer.
 Usage: bpe_vs_tokenizers.py WHALE_BPE SRC_DIR [WHALE_DATA]"""
-import glob, os, random, subprocess, sys, tempfile, time
-from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers
+import glob, os, random, subprocess, sys, tempfile, time, unicodedata
+from tokenizers import Tokenizer, Regex, models, normalizers, pre_tokenizers, decoders, trainers
 
 import struct
 BPE, SRC = sys.argv[1:3]
@@ -32,7 +34,8 @@ def corpus():
     r = random.Random(5)
     ranges = [(0x20, 0x7e), (0xa0, 0x24f), (0x370, 0x3ff), (0x400, 0x4ff), (0x590, 0x5ff),
               (0x600, 0x6ff), (0x900, 0x97f), (0x3040, 0x30ff), (0x4e00, 0x4fff), (0xac00, 0xad00),
-              (0x1f300, 0x1f64f), (0x300, 0x36f), (0x2000, 0x206f), (0xff01, 0xff5e)]
+              (0x1f300, 0x1f64f), (0x300, 0x36f), (0x2000, 0x206f), (0xff01, 0xff5e),
+              (0x1100, 0x1175)]
     uni = []
     for _ in range(60000):
         a, b = r.choice(ranges)
@@ -51,6 +54,8 @@ def train(kind, text):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
         pat = LLAMA3 if kind == "llama3" else QWEN2
+        if kind == "qwen2":
+            tok.normalizer = normalizers.NFC()
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
@@ -155,7 +160,9 @@ def main():
         idf = os.path.join(T, kind + ".ids")
         open(idf, "w").write(p.stdout)
         dp = subprocess.run([BPE, "decode", path, idf], capture_output=True, timeout=600)
-        round_trip = dp.returncode == 0 and dp.stdout == text.encode()
+        # decoding gives the normalized text
+        want = unicodedata.normalize("NFC", text) if kind == "qwen2" else text
+        round_trip = dp.returncode == 0 and dp.stdout == want.encode()
         print("  %s  %s: %d tokens %s; decode %s; whale %s, tokenizers %.3f s (1 thread)"
               % ("ok  " if same and round_trip else "FAIL", kind, len(ref),
                  "identical" if same else "DIFFER", "round-trips" if round_trip else "DIFFERS",

@@ -80,7 +80,7 @@ struct rms_ctx { int N, C; float *x, *w, *y, *rstd, *R; };
 static double rms_obj(void *p)
 {
     struct rms_ctx *c = p;
-    k_rmsnorm_fwd(c->y, c->rstd, c->x, c->w, c->N, c->C);
+    k_rmsnorm_fwd(c->y, c->rstd, c->x, c->w, c->N, c->C, K_RMS_EPS);
     return dot(c->y, c->R, (size_t)c->N * c->C);
 }
 
@@ -149,7 +149,7 @@ static double rope_obj(void *p)
     struct rope_ctx *c = p;
     size_t n = (size_t)c->B * c->T * c->ld;
     memcpy(c->y, c->x, n * 4);
-    k_rope(c->y, c->ld, c->B, c->T, c->nh, c->hd, 10000.0f, 1);
+    k_rope(c->y, c->ld, c->B, c->T, c->nh, c->hd, 10000.0f, NULL, 1);
     return dot(c->y, c->R, n);
 }
 
@@ -173,11 +173,11 @@ static void test_rope(void **st)
     assert_true(fabsf(c.y[c.ld] - c.x[c.ld]) > 1e-4f || fabsf(c.x[c.ld]) < 1e-3f);
     /* backward = the inverse turn; forward then backward gives x back */
     memcpy(back, c.y, n * 4);
-    k_rope(back, c.ld, c.B, c.T, c.nh, c.hd, 10000.0f, -1);
+    k_rope(back, c.ld, c.B, c.T, c.nh, c.hd, 10000.0f, NULL, -1);
     for (size_t i = 0; i < n; i++)
         assert_true(fabsf(back[i] - c.x[i]) < 1e-5f);
     memcpy(g, c.R, n * 4);
-    k_rope(g, c.ld, c.B, c.T, c.nh, c.hd, 10000.0f, -1);
+    k_rope(g, c.ld, c.B, c.T, c.nh, c.hd, 10000.0f, NULL, -1);
     fd_check(rope_obj, &c, c.x, g, n, 64, 1e-2f, "rotary input");
     free(c.x); free(c.y); free(c.R); free(g); free(back);
 }

@@ -84,6 +84,47 @@ static void bad_files_refused(void **state)
     assert_int_not_equal(whale_model_desc_load("no-such-model-preset", &m), 0);
 }
 
+/* Rotary scaling and the norm epsilon: parsed, and incomplete or
+ * misplaced ones refused. */
+static void rope_scaling_and_eps(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    const char *base = "Name=r Layers=2 Hidden=64 Heads=4 Seq=64 Vocab=256 MLP=swiglu "
+                       "Norm=rmsnorm Position=rotary Bias=no ";
+    char t[512];
+    snprintf(t, sizeof t, "%sRopeScaling=llama3 RopeFactor=8 RopeLowFreq=1 RopeHighFreq=4 "
+                          "RopeOrigSeq=8192 NormEps=1e-6", base);
+    assert_int_equal(whale_model_desc_parse_string(t, "r.conf", &m), 0);
+    assert_int_equal(m.rope_scaling.kind, WHALE_ROPE_LLAMA3);
+    assert_true(m.rope_scaling.factor == 8.0f && m.rope_scaling.low_freq == 1.0f &&
+                m.rope_scaling.high_freq == 4.0f && m.rope_scaling.orig_seq == 8192);
+    assert_true(m.norm_eps == 1e-6f);
+    snprintf(t, sizeof t, "%sRopeScaling=linear RopeFactor=2", base);
+    assert_int_equal(whale_model_desc_parse_string(t, "r.conf", &m), 0);
+    assert_int_equal(m.rope_scaling.kind, WHALE_ROPE_LINEAR);
+    /* llama3 without its band keys, linear without a factor, an unknown kind */
+    snprintf(t, sizeof t, "%sRopeScaling=llama3 RopeFactor=8", base);
+    assert_int_not_equal(whale_model_desc_parse_string(t, "r.conf", &m), 0);
+    snprintf(t, sizeof t, "%sRopeScaling=linear", base);
+    assert_int_not_equal(whale_model_desc_parse_string(t, "r.conf", &m), 0);
+    snprintf(t, sizeof t, "%sRopeScaling=yarn RopeFactor=2", base);
+    assert_int_not_equal(whale_model_desc_parse_string(t, "r.conf", &m), 0);
+    /* scaling without rotary positions */
+    assert_int_not_equal(whale_model_desc_parse_string(
+                             "Name=r Layers=2 Hidden=64 Heads=4 Seq=64 Vocab=256 "
+                             "RopeScaling=linear RopeFactor=2", "r.conf", &m), 0);
+    /* the llama3 frequencies: kept above, divided below, blended between */
+    struct whale_rope_scaling sc = {WHALE_ROPE_LLAMA3, 8.0f, 1.0f, 4.0f, 64};
+    double f0 = whale_rope_inv_freq(500000.0, NULL, 0, 16);
+    double f1 = whale_rope_inv_freq(500000.0, NULL, 1, 16);
+    double f3 = whale_rope_inv_freq(500000.0, NULL, 3, 16);
+    assert_true(whale_rope_inv_freq(500000.0, &sc, 0, 16) == f0); /* wavelength 6.3 < 16 */
+    assert_true(whale_rope_inv_freq(500000.0, &sc, 3, 16) == f3 / 8); /* > 64 */
+    double b = whale_rope_inv_freq(500000.0, &sc, 1, 16);         /* 32.3: between */
+    assert_true(b < f1 && b > f1 / 8);
+}
+
 /* Mixture-of-experts keys: defaults, the preset shapes' published
  * parameter counts, and every nonsense refused with file:line. */
 static char last_err[512];
@@ -172,6 +213,7 @@ int main(void)
         cmocka_unit_test(gpt2_124m_params),
         cmocka_unit_test(llama_params),
         cmocka_unit_test(bad_files_refused),
+        cmocka_unit_test(rope_scaling_and_eps),
         cmocka_unit_test(moe_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

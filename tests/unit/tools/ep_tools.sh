@@ -42,8 +42,18 @@ check "whale-train --ep 1 in a step with WHALE_EP=2 refused" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--ep 1 but this step runs WHALE_EP=2"* ]]'
 out=$("$TRAIN" "${common[@]}" --ep 1 2>&1); rc=$?
 check "whale-train --ep 1 trains" '[ $rc -eq 0 ]'
-# a MoE model: EP itself does not run yet, so EP > 1 is refused, not ignored
+# a MoE model: EP must divide Experts, and its groups are the launcher's
+# (engine_moe_ep trains it under whale-run)
+out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 3 2>&1); rc=$?
+check "whale-train --ep 3 with 4 experts refused naming both" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"gpt-moe-tiny has Experts=4, not divisible by EP=3"* ]]'
 out=$("$TRAIN" "${common[@]}" --model gpt-moe-tiny --ep 2 2>&1); rc=$?
-check "whale-train --ep 2 with a MoE model refused until EP runs" \
-  '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism is not implemented yet"* ]]'
+check "whale-train --ep 2 without a launcher refused" \
+  '[ $rc -eq 2 ] && [[ "$out" == *"expert parallelism needs the launcher'"'"'s layout"* ]]'
+# uneven DP shares would pair different micro-batches in the expert group's
+# all-to-alls (a hang): refused on every rank
+out=$(timeout 120 "$RUN" -n 2 --dp 2 --ep 2 --timeout 100 "$TRAIN" "${common[@]}" \
+  --model gpt-moe-tiny --batch 6 --micro-batch 2 --dp-shares 2,1 2>&1); rc=$?
+check "EP 2 with uneven --dp-shares refused" \
+  '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares with expert parallelism EP=2"* ]]'
 exit $fail

@@ -13,14 +13,13 @@ namespace {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                \
          i += (int64_t)gridDim.x * blockDim.x)
 
-constexpr float RMS_EPS = 1e-5f; // K_RMS_EPS of backend/kernels_llama.h
 constexpr float GELU_K = 0.7978845608028654f;
 
 // ---- RMSNorm: one warp per row of C --------------------------------------------------
 // out (N,C) = x * s * w, s = 1/sqrt(mean(x^2) + eps), rstd (N) = s
 template <typename T>
 __global__ void __launch_bounds__(256) k_rms_fwd(T *out, float *rstd, const T *inp, const T *w,
-                                                 int N, int C)
+                                                 int N, int C, float eps)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= N)
@@ -31,7 +30,7 @@ __global__ void __launch_bounds__(256) k_rms_fwd(T *out, float *rstd, const T *i
         float v = ldf(x, i);
         ss += v * v;
     }
-    float s = 1.0f / sqrtf(warp_sum(ss) / C + RMS_EPS);
+    float s = 1.0f / sqrtf(warp_sum(ss) / C + eps);
     T *y = out + (size_t)row * C;
     for (int i = lane; i < C; i += 32)
         stf(y, i, ldf(x, i) * s * ldf(w, i));
@@ -172,7 +171,7 @@ __global__ void __launch_bounds__(256) k_glu_bwd(T *dgate, T *dup, const T *dh, 
 // under an fp32 ulp).
 template <typename T>
 __global__ void __launch_bounds__(256) k_rope(T *x, int ld, int64_t BT, int Tn, int nh, int hd,
-                                              float theta, int sign)
+                                              float theta, whale_rope_scaling sc, int sign)
 {
     int half = hd / 2;
     LL_GRID_STRIDE(e, BT * half * nh)
@@ -181,7 +180,7 @@ __global__ void __launch_bounds__(256) k_rope(T *x, int ld, int64_t BT, int Tn, 
         int i = (int)((e / nh) % half);
         int64_t bt = e / ((int64_t)nh * half);
         int t = (int)(bt % Tn);
-        double f = pow((double)theta, -2.0 * i / hd), a = t * f;
+        double f = whale_rope_inv_freq(theta, &sc, i, hd), a = t * f;
         float c = (float)cos(a), sn = (float)sin(a) * (float)sign;
         size_t p = (size_t)bt * ld + (size_t)h * hd;
         float x1 = ldf(x, p + i), x2 = ldf(x, p + i + half);
@@ -193,11 +192,12 @@ __global__ void __launch_bounds__(256) k_rope(T *x, int ld, int64_t BT, int Tn, 
 } // namespace
 
 extern "C" int bkg_rmsnorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
-                               float *rstd, const void *inp, const void *w, int N, int C)
+                               float *rstd, const void *inp, const void *w, int N, int C,
+                               float eps)
 {
     ON_DEVICE(b);
     DISPATCH(t, (k_rms_fwd<T><<<(N + 7) / 8, 256, 0, STREAM(s)>>>((T *)out, rstd, (const T *)inp,
-                                                                  (const T *)w, N, C)));
+                                                                  (const T *)w, N, C, eps)));
     LAUNCHED("k_rms_fwd");
     return 0;
 }
@@ -241,12 +241,16 @@ extern "C" int bkg_glu_bwd(whale_backend *b, bk_stream s, enum whale_dtype t,
 }
 
 extern "C" int bkg_rope(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int ld, int B,
-                        int T_, int nh, int hd, float theta, int sign)
+                        int T_, int nh, int hd, float theta,
+                        const struct whale_rope_scaling *sc, int sign)
 {
     ON_DEVICE(b);
+    whale_rope_scaling scv = {};
+    if (sc)
+        scv = *sc;
     int64_t BT = (int64_t)B * T_, n = BT * (hd / 2) * nh;
     DISPATCH(t, (k_rope<T><<<grid_for(n, 256), 256, 0, STREAM(s)>>>((T *)x, ld, BT, T_, nh, hd,
-                                                                     theta, sign)));
+                                                                     theta, scv, sign)));
     LAUNCHED("k_rope");
     return 0;
 }
