@@ -959,6 +959,7 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user)
             const struct whale_par_comm *gc = it.bk->comm;
             t.writer = tp_writer && (gc->size <= 1 || gc->rank == 0 || (sharded && gc->size > 1));
             t.data = b16 ? (void *)(b16 + off) : (void *)(f32 + off);
+            t.expert = p->expert;
             t.transient = eng_off_walk_owns(e, b16 ? (const void *)b16 : (const void *)f32);
             int rc = fn(&t, user);
             if (rc)
