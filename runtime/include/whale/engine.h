@@ -74,6 +74,10 @@ struct whale_tensor_piece {
      * Read or write such pieces in fn or in the done hook of
      * whale_engine_tensors_then, never after it returns. */
     bool transient;
+    /* expert parallelism: a piece of an expert this rank computes. Only the
+     * ranks holding the same experts (the expert-data-parallel group) have
+     * it, not every DP replica. */
+    bool expert;
 };
 
 typedef int (*whale_tensor_fn)(const struct whale_tensor_piece *p, void *user);

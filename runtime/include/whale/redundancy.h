@@ -163,7 +163,8 @@ void whale_red_get_stats(const whale_red *r, struct whale_red_stats *s);
 
 /* Does this piece exist identically on every DP replica (so the holder
  * needs no copy of it)? With DP > 1: everything at ZeRO 0, the weights
- * (kind PARAM) at ZeRO 1/2, nothing at ZeRO 3. (Not the flat range: a
+ * (kind PARAM) at ZeRO 1/2, nothing at ZeRO 3; never an expert's piece
+ * (p->expert: other EP ranks hold other experts). (Not the flat range: a
  * small tensor that falls whole into one rank's ZeRO shard covers its box
  * but exists once.) */
 bool whale_red_piece_replicated(const struct whale_tensor_piece *p, int dp, int zero);
@@ -172,7 +173,8 @@ bool whale_red_piece_replicated(const struct whale_tensor_piece *p, int dp, int 
  * Deterministic (every rank computes the same answer without talking).
  * Inputs: the layout and the node of every working rank and every spare
  * task. Rule, for each working rank r:
- *   1. nothing to copy (ZeRO 0 with DP > 1: the DP replicas hold it all)
+ *   1. nothing to copy (ZeRO 0 with DP > 1 and no EP: the DP replicas hold
+ *      it all; with EP each rank's experts are its own)
  *      -> holder = WHALE_RED_NO_HOLDER;
  *   2. spares exist: the spares' memory, spread round-robin over the
  *      spares in rank order, preferring a spare on another node than r

@@ -16,8 +16,9 @@ int whale_red_holders(const struct whale_red_layout *l, int *holder)
         return WHALE_EINVAL;
     }
     const int world = whale_grid_world(&l->grid);
-    if (l->zero == 0 && l->dp > 1) {
-        /* every DP replica holds the weights, moments and scalars */
+    if (l->zero == 0 && l->dp > 1 && whale_grid_ep(&l->grid) <= 1) {
+        /* every DP replica holds the weights, moments and scalars (with EP
+         * not the experts of the other EP ranks: those need a copy) */
         for (int r = 0; r < world; r++)
             holder[r] = WHALE_RED_NO_HOLDER;
         return 0;

@@ -24,7 +24,7 @@
 
 bool whale_red_piece_replicated(const struct whale_tensor_piece *p, int dp, int zero)
 {
-    if (dp <= 1 || zero >= 3)
+    if (dp <= 1 || zero >= 3 || p->expert)
         return false;
     return zero == 0 || p->kind == WHALE_TENSOR_PARAM;
 }

@@ -49,4 +49,7 @@ void eng_groups_free(struct eng_groups *g)
     if (g->ep_group)
         whale_group_free(g->ep_group);
     g->ep_group = NULL;
+    if (g->edp_group)
+        whale_group_free(g->edp_group);
+    g->edp_group = NULL;
 }

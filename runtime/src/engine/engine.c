@@ -208,10 +208,59 @@ static bool tied_alone(const whale_engine *e, int li)
 }
 
 /* Group layers into buckets (in forward order) and lay out the flat space. */
+/* Elements of layer li in its dense bucket (expert parameters apart). */
+static size_t layer_dense_numel(const whale_engine *e, int li)
+{
+    size_t n = 0;
+    for (int p = 0; p < e->layers[li].nparams; p++)
+        if (!e->layers[li].params[p].expert)
+            n += e->layers[li].params[p].numel;
+    return n;
+}
+
+static bool layer_has_experts(const whale_engine *e, int li)
+{
+    for (int p = 0; p < e->layers[li].nparams; p++)
+        if (e->layers[li].params[p].expert)
+            return true;
+    return false;
+}
+
+/* EP > 1: after each dense bucket, one expert bucket per layer of it that
+ * holds expert parameters (l0 = l1 - 1 = that layer). Those are reduced and
+ * sharded over the expert-data-parallel group: the ranks holding the same
+ * experts. */
+static int add_expert_buckets(whale_engine *e, int *nb)
+{
+    int nx = 0;
+    for (int li = 0; li < e->nl; li++)
+        nx += layer_has_experts(e, li);
+    for (int li = 0; li < e->nl; li++)
+        e->layers[li].xbucket = -1;
+    if (!nx)
+        return 0;
+    struct eng_bucket *all = calloc((size_t)(*nb + nx), sizeof *all);
+    if (!all)
+        return WHALE_ENOMEM;
+    int k = 0;
+    for (int b = 0; b < *nb; b++) {
+        all[k++] = e->buckets[b];
+        for (int li = e->buckets[b].l0; li < e->buckets[b].l1; li++) {
+            if (!layer_has_experts(e, li))
+                continue;
+            all[k] = (struct eng_bucket){ .l0 = li, .l1 = li + 1, .chunk = e->layers[li].chunk,
+                                          .expert = true, .comm = &e->grp.edp };
+            k++;
+        }
+    }
+    free(e->buckets);
+    e->buckets = all;
+    *nb = k;
+    return 0;
+}
+
 static int build_buckets(whale_engine *e)
 {
-    const int dp = e->dp.size;
-    const size_t align = 16 * (size_t)dp;
     e->buckets = calloc(e->nl, sizeof *e->buckets);
     if (!e->buckets)
         return WHALE_ENOMEM;
@@ -222,18 +271,14 @@ static int build_buckets(whale_engine *e)
     int hi = e->nl;
     while (hi > 0) {
         int lo = hi - 1;
-        size_t n = 0;
-        for (int p = 0; p < e->layers[lo].nparams; p++)
-            n += e->layers[lo].params[p].numel;
+        size_t n = layer_dense_numel(e, lo);
         /* buckets never span chunks (each chunk's backward finishes its own)
          * and, with PP, the layer holding wte stays alone (its reduction waits
          * for the tied-embedding sum) */
         bool alone = tied_alone(e, lo);
         while (!alone && lo > 0 && n < cap && e->layers[lo - 1].chunk == e->layers[lo].chunk &&
                !tied_alone(e, lo - 1)) {
-            size_t m = 0;
-            for (int p = 0; p < e->layers[lo - 1].nparams; p++)
-                m += e->layers[lo - 1].params[p].numel;
+            size_t m = layer_dense_numel(e, lo - 1);
             if (n + m > cap && n > 0)
                 break;
             n += m;
@@ -252,29 +297,46 @@ static int build_buckets(whale_engine *e)
         e->buckets[i] = e->buckets[nb - 1 - i];
         e->buckets[nb - 1 - i] = t;
     }
+    for (int b = 0; b < nb; b++)
+        e->buckets[b].comm = &e->dp;
+    int rc = add_expert_buckets(e, &nb);
+    if (rc)
+        return rc;
     e->nb = nb;
-    size_t flat = 0;
+    size_t flat = 0, shard = 0;
     for (int b = 0; b < nb; b++) {
         struct eng_bucket *bk = &e->buckets[b];
+        const size_t align = 16 * (size_t)bk->comm->size;
         bk->flat = flat;
         for (int li = bk->l0; li < bk->l1; li++) {
             struct eng_layer *l = &e->layers[li];
-            l->bucket = b;
-            l->flat_begin = flat;
+            if (bk->expert) {
+                l->xbucket = b;
+                l->flat_xbegin = flat;
+            } else {
+                l->bucket = b;
+                l->flat_begin = flat;
+            }
             for (int p = 0; p < l->nparams; p++) {
+                if (l->params[p].expert != bk->expert)
+                    continue;
                 l->params[p].flat = flat;
                 flat += l->params[p].numel;
             }
-            l->flat_end = flat;
+            if (bk->expert)
+                l->flat_xend = flat;
+            else
+                l->flat_end = flat;
         }
         size_t n = flat - bk->flat;
         n = (n + align - 1) / align * align;
         bk->n = n;
-        bk->shard_off = bk->flat / dp;
+        bk->shard_off = shard;
+        shard += n / (size_t)bk->comm->size;
         flat = bk->flat + n;
     }
     e->P = flat;
-    e->S = flat / dp;
+    e->S = shard;
     for (int c = 0; c < e->nchunks; c++) {
         e->chunks[c].b0 = e->nb;
         e->chunks[c].b1 = 0;
@@ -294,6 +356,8 @@ static void bind_layers(whale_engine *e)
         /* 16-bit params: w is bound per bucket to its widened copy (eng_w_acquire) */
         l->w = e->W && !eng_lp(e) ? e->W + l->flat_begin : NULL;
         l->g = e->G ? e->G + l->flat_begin : NULL;
+        l->wx = e->W && !eng_lp(e) ? e->W + l->flat_xbegin : NULL;
+        l->gx = e->G ? e->G + l->flat_xbegin : NULL;
     }
 }
 
@@ -368,7 +432,7 @@ static int alloc_state(whale_engine *e)
         return WHALE_ENOMEM;
     /* the allgather's own-shard copy: 16-bit params need half of it */
     e->agtmp_floats = lp ? S / 2 + 1 : S;
-    if ((z == 1 || z == 2) && e->dp.size > 1 &&
+    if ((z == 1 || z == 2) && (e->dp.size > 1 || e->grp.edp.size > 1) &&
         !(e->agtmp = aalloc(e, WHALE_MEM_COMM, e->agtmp_floats)))
         return WHALE_ENOMEM;
 
@@ -504,6 +568,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         e->dp = g->dp;
     else
         e->dp.size = 1;
+    if (e->grp.edp.size < 1) /* no expert-data-parallel group: the rank alone */
+        whale_par_comm_from_group(&e->grp.edp, NULL);
     e->nchunks = c->interleave > 0 ? c->interleave : 1;
     e->shadow = -1;
     e->lp = c->precision == WHALE_PREC_BF16 ? WHALE_BFLOAT16
@@ -575,6 +641,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
                         (long long)whale_model_desc_params(m));
         free(blocks);
         e->grp.emb_group = NULL; /* the caller still owns its groups */
+        e->grp.edp_group = NULL;
         whale_engine_destroy(e);
         return rc;
     }
@@ -641,16 +708,16 @@ void whale_engine_destroy(whale_engine *e)
      * elastic run destroys the engine and goes on) */
     for (int b = 0; b < e->nb; b++) {
         if (e->buckets[b].greq)
-            e->dp.wait(&e->dp, e->buckets[b].greq);
+            e->buckets[b].comm->wait(e->buckets[b].comm, e->buckets[b].greq);
         if (e->buckets[b].wreq)
-            e->dp.wait(&e->dp, e->buckets[b].wreq);
+            e->buckets[b].comm->wait(e->buckets[b].comm, e->buckets[b].wreq);
     }
     eng_off_quiesce(e);
     for (int b = 0; b < e->nb && e->arena; b++) {
         struct eng_bucket *bk = &e->buckets[b];
         whale_arena_free(e->arena, WHALE_MEM_GRAD, bk->gbuf, bk->n * sizeof(float));
         whale_arena_free(e->arena, WHALE_MEM_PARAM, bk->wbuf, bk->n * sizeof(float));
-        whale_arena_free(e->arena, WHALE_MEM_GRAD, bk->rs_tmp, bk->n / e->dp.size * sizeof(float));
+        whale_arena_free(e->arena, WHALE_MEM_GRAD, bk->rs_tmp, bk->n / bk->comm->size * sizeof(float));
         whale_arena_free(e->arena, WHALE_MEM_PARAM, bk->wbuf16, bk->n / 2 * sizeof(float));
     }
     eng_pipe_free(e);
@@ -824,7 +891,7 @@ static void kind_base(const whale_engine *e, int kind, float **f32, uint16_t **b
     }
 }
 
-static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r);
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user);
 
 int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 {
@@ -834,7 +901,6 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 int whale_engine_tensors_then(whale_engine *e, whale_tensor_fn fn, whale_tensor_done_fn done,
                               void *user)
 {
-    const int r = e->dp.size > 1 ? e->dp.rank : 0;
     /* offload: moves finished, and the caller may write the pieces (restore):
      * the host master is refreshed from the weights before the next update */
     eng_off_quiesce(e);
@@ -844,14 +910,14 @@ int whale_engine_tensors_then(whale_engine *e, whale_tensor_fn fn, whale_tensor_
         eng_off_walk_end(e);
         return wrc;
     }
-    int rc = walk(e, fn, user, r);
+    int rc = walk(e, fn, user);
     if (!rc && done)
         rc = done(user); /* transient pieces are still live: the walk has not ended */
     wrc = eng_off_walk_end(e);
     return rc ? rc : wrc;
 }
 
-static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
+static int walk(whale_engine *e, whale_tensor_fn fn, void *user)
 {
     /* fixed order: param, adam_m, adam_v, then (16-bit params only) master */
     const int nkinds = eng_lp(e) ? 4 : 3;
@@ -887,8 +953,13 @@ static int walk(whale_engine *e, whale_tensor_fn fn, void *user, int r)
             size_t off = sharded ? it.bk->shard_off + (it.a - it.lo) : it.a;
             t.flat_begin = (int64_t)(it.a - p->flat);
             t.flat_end = (int64_t)(it.z - p->flat);
-            t.writer = tp_writer && (r == 0 || (sharded && e->dp.size > 1));
+            /* one writer per element: rank 0 of the bucket's group (DP, or
+             * for experts the ranks holding the same experts), or each
+             * rank for its shard */
+            const struct whale_par_comm *gc = it.bk->comm;
+            t.writer = tp_writer && (gc->size <= 1 || gc->rank == 0 || (sharded && gc->size > 1));
             t.data = b16 ? (void *)(b16 + off) : (void *)(f32 + off);
+            t.expert = p->expert;
             t.transient = eng_off_walk_owns(e, b16 ? (const void *)b16 : (const void *)f32);
             int rc = fn(&t, user);
             if (rc)

@@ -12,9 +12,10 @@
 #include "whale/parallel.h"
 
 /* A gradient bucket: contiguous layers [l0, l1) whose parameters occupy the
- * flat range [flat, flat + n) (n padded to a multiple of 16 * DP). Rank r
- * owns [flat + r*n/DP, flat + (r+1)*n/DP) of it under ZeRO, stored at
- * shard_off in the shard arrays. */
+ * flat range [flat, flat + n) (n padded to a multiple of 16 * G, G the size
+ * of its group `comm`: DP, or for an expert bucket the expert-data-parallel
+ * group). Rank r of the group owns [flat + r*n/G, flat + (r+1)*n/G) of it
+ * under ZeRO, stored at shard_off in the shard arrays. */
 struct eng_bucket {
     int l0, l1;
     size_t flat, n, shard_off;
@@ -30,6 +31,9 @@ struct eng_bucket {
     int chunk;          /* model chunk whose backward fills it (-1: the tied wte copy) */
     bool tied_defer;    /* PP > 1: holds wte; reduced after the step's pipeline, once the
                            first and last stage have summed their halves of its gradient */
+    bool expert;        /* EP > 1: the expert parameters of layer l0 (= l1 - 1) */
+    struct whale_par_comm *comm; /* the group it is reduced and sharded over: DP, or for an
+                                    expert bucket the expert-data-parallel group */
     /* offload (offload.c): moves between the arena and the host tier */
     struct eng_move gdown;  /* final gradient of this rank's range -> host */
     struct eng_move wup;    /* updated weights of this rank's range -> arena */
@@ -71,6 +75,11 @@ struct eng_groups {
      * when ep <= 1 (in-process tests, dense models) */
     int ep, ep_rank;
     void *ep_group;
+    /* the ranks holding the same experts (WHALE_AXIS_EDP): expert buckets
+     * are reduced and sharded over it; size 1 (no group) when EP = DP or
+     * without EP; edp_group the whale_group (owned) or NULL */
+    struct whale_par_comm edp;
+    void *edp_group;
 };
 
 struct whale_engine {

@@ -28,6 +28,10 @@ struct eng_param {
     size_t numel;                     /* elements of the box */
     size_t flat;                      /* offset in the stage's flat parameter space */
     bool decay;                       /* AdamW weight decay applies (matrices, not biases/LN) */
+    bool expert;                      /* EP > 1: a weight of an expert this rank computes; it
+                                         lives in the layer's expert bucket (wx, gx), whose
+                                         gradients are reduced over the expert-data-parallel
+                                         group instead of DP */
     float init_std;                   /* 0: constant init_const */
     float init_const;
 };
@@ -116,6 +120,9 @@ struct eng_layer {
     int nparams;
     size_t flat_begin, flat_end; /* range of the flat parameter space */
     float *w, *g;              /* weight / gradient of flat_begin (rebound under ZeRO 2/3) */
+    size_t flat_xbegin, flat_xend; /* EP > 1: the range of its expert parameters (empty: none) */
+    float *wx, *gx;            /* weight / gradient of flat_xbegin (the expert bucket's) */
+    int xbucket;               /* the bucket of its expert parameters, -1: none */
     struct eng_layer *tied;    /* head: the embedding layer whose wte it uses */
     int bucket;                /* gradient bucket of this layer */
     int chunk;                 /* model chunk (virtual stage) of this rank; -1: tied copy */
@@ -130,11 +137,13 @@ enum { ENG_RC_NONE = 0, ENG_RC_SELECTIVE = 1, ENG_RC_FULL = 2 };
 
 static inline float *eng_pw(const struct eng_layer *l, int i)
 {
-    return l->w + (l->params[i].flat - l->flat_begin);
+    const struct eng_param *p = &l->params[i];
+    return p->expert ? l->wx + (p->flat - l->flat_xbegin) : l->w + (p->flat - l->flat_begin);
 }
 static inline float *eng_pg(const struct eng_layer *l, int i)
 {
-    return l->g + (l->params[i].flat - l->flat_begin);
+    const struct eng_param *p = &l->params[i];
+    return p->expert ? l->gx + (p->flat - l->flat_xbegin) : l->g + (p->flat - l->flat_begin);
 }
 
 /* param.c: declares parameter p: global shape, TP split (this rank's box from d),

@@ -126,9 +126,24 @@ int eng_moe_params(const struct eng_dims *d, int index, struct eng_param *p)
         eng_param_decl(&p[0], d, (snprintf(pre, sizeof pre, "h.%d.moe.router.w", index - 1), pre),
                        2, (int64_t[]){ E, d->C }, WHALE_SPLIT_NONE, 0, true, 0.02f, 0);
     i++;
+    const struct moe_ffn_ix ix = moe_ffn_ix(d);
+    const int e0 = eng_moe_ep_first(d), e1 = e0 + eng_moe_ep_local(d);
     for (int e = 0; e < E; e++) {
         snprintf(pre, sizeof pre, "h.%d.moe.expert.%d", index - 1, e);
-        i += moe_ffn_decl(d, p ? p + i : NULL, pre, (int64_t)d->Fe * d->tp);
+        int n = moe_ffn_decl(d, p ? p + i : NULL, pre, (int64_t)d->Fe * d->tp);
+        /* EP: the experts of the other ranks of the EP group take no memory
+         * here (numel 0: no storage, no gradient, no optimizer state, not in
+         * this rank's checkpoint pieces). Their output bias stays on every
+         * rank: the combine adds it and its gradient on the token's rank. */
+        for (int k = 0; p && d->ep > 1 && k < n; k++) {
+            if (k == ix.pb)
+                continue;
+            if (e >= e0 && e < e1)
+                p[i + k].expert = true;
+            else
+                p[i + k].numel = 0;
+        }
+        i += n;
     }
     if (d->Fs) {
         snprintf(pre, sizeof pre, "h.%d.moe.shared", index - 1);

@@ -42,6 +42,34 @@
 #include "whale/grid.h"
 #include "whale/log.h"
 
+/* The expert-data-parallel group of this rank (DP / EP ranks holding the
+ * same experts): collective over the DP group like the EP group's creation.
+ * With EP = DP every rank holds its experts alone: no group. */
+static int edp_group_from_grid(whale_ctx *ctx, const struct whale_grid *grid, int rank,
+                               struct eng_groups *g)
+{
+    whale_par_comm_from_group(&g->edp, NULL);
+    g->edp_group = NULL;
+    const int n = whale_grid_group(grid, WHALE_AXIS_EDP, rank, NULL);
+    if (n <= 1)
+        return 0;
+    int *members = malloc(sizeof(int) * (size_t)n);
+    if (!members)
+        return WHALE_ENOMEM;
+    whale_grid_group(grid, WHALE_AXIS_EDP, rank, members);
+    whale_group *xg = NULL;
+    int rc = whale_group_create(whale_dp_group(ctx), members, n, &xg);
+    if (rc)
+        whale_error("rank %d: cannot create its expert-data-parallel group of %d ranks "
+                    "(%d..%d): %s", rank, n, members[0], members[n - 1], whale_strerror(rc));
+    free(members);
+    if (rc)
+        return rc;
+    whale_par_comm_from_group(&g->edp, xg);
+    g->edp_group = xg;
+    return 0;
+}
+
 int eng_ep_group_from_ctx(whale_ctx *ctx, struct eng_groups *g)
 {
     struct whale_grid grid;
@@ -72,7 +100,7 @@ int eng_ep_group_from_ctx(whale_ctx *ctx, struct eng_groups *g)
     g->ep = ep;
     g->ep_rank = whale_grid_group_index(&grid, WHALE_AXIS_EP, rank);
     g->ep_group = eg;
-    return 0;
+    return edp_group_from_grid(ctx, &grid, rank, g);
 }
 
 size_t eng_moe_ep_rows(const struct eng_dims *d)

@@ -251,8 +251,8 @@ int whale_engine_offload_attach(whale_engine *e, whale_remote *r, size_t off)
     }
     size_t mx = 0;
     for (int b = 0; b < e->nb; b++) {
-        size_t n = e->cfg.zero_stage == 0 || e->dp.size == 1 ? e->buckets[b].n
-                                                             : e->buckets[b].n / e->dp.size;
+        size_t n = e->cfg.zero_stage == 0 || e->buckets[b].comm->size == 1 ? e->buckets[b].n
+                                                             : e->buckets[b].n / e->buckets[b].comm->size;
         mx = n > mx ? n : mx;
     }
     o->stage_n = mx;

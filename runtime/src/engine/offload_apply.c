@@ -106,7 +106,7 @@ static int off_apply_remote(whale_engine *e, float grad_mul)
                                         grad_mul, it.p->decay);
         }
         if (!lp && !par) { /* params: the updated master is the shard, going back there */
-            float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+            float *dst = (z == 1 || z == 2) && bk->comm->size > 1 ? e->agtmp + bk->shard_off
                                                                : eng_wptr(e, bk, lo, lo);
             memcpy(dst, st, (hi - lo) * sizeof(float));
         }
@@ -166,7 +166,7 @@ int eng_off_apply(whale_engine *e, float grad_mul)
             continue;
         }
         /* ZeRO 1/2 with DP: straight into the allgather's send buffer */
-        float *dst = (z == 1 || z == 2) && e->dp.size > 1 ? e->agtmp + bk->shard_off
+        float *dst = (z == 1 || z == 2) && bk->comm->size > 1 ? e->agtmp + bk->shard_off
                                                            : eng_wptr(e, bk, lo, lo);
         eng_move_post(e, &bk->wup, dst, o->hW + eng_mvoff(e, bk, lo, lo), (hi - lo) * sizeof(float));
     }

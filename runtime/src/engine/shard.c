@@ -10,14 +10,15 @@
 void eng_bucket_range(const whale_engine *e, const struct eng_bucket *bk, enum eng_range r,
                       size_t *lo, size_t *hi)
 {
-    const bool whole = r == ENG_RANGE_ALL || e->dp.size == 1 ||
+    const struct whale_par_comm *g = bk->comm;
+    const bool whole = r == ENG_RANGE_ALL || g->size == 1 ||
                        (r == ENG_RANGE_UPDATE && e->cfg.zero_stage == 0);
     if (whole) {
         *lo = bk->flat;
         *hi = bk->flat + bk->n;
     } else {
-        size_t sb = bk->n / e->dp.size;
-        *lo = bk->flat + (size_t)e->dp.rank * sb;
+        size_t sb = bk->n / g->size;
+        *lo = bk->flat + (size_t)g->rank * sb;
         *hi = *lo + sb;
     }
 }

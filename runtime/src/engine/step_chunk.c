@@ -46,6 +46,23 @@ static bool tied_head(const struct eng_layer *l)
     return is_head(l) && l->tied;
 }
 
+/* EP: the weights of a layer's expert bucket (gathered over the
+ * expert-data-parallel group under ZeRO 3), for this layer's pass only. */
+static int x_acquire(whale_engine *e, const struct eng_layer *l)
+{
+    if (l->xbucket < 0)
+        return 0;
+    int rc = eng_w_acquire(e, l->xbucket);
+    eng_move_wait(e, &e->buckets[l->xbucket].wup);
+    return rc ? rc : eng_w_ready(e, l->xbucket);
+}
+
+static void x_release(whale_engine *e, const struct eng_layer *l)
+{
+    if (l->xbucket >= 0)
+        eng_w_release(e, l->xbucket);
+}
+
 int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t *in,
                       const int32_t *tg, double *loss_sum, double *tc)
 {
@@ -76,10 +93,13 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             break;
         if (tied_head(l) && (rc = eng_w_ready(e, l->tied->bucket)))
             break;
+        if ((rc = x_acquire(e, l)))
+            break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
         rc = l->ops->forward(l, &io);
+        x_release(e, l);
         if (!rc && eng_lp(e)) {
             /* what a 16-bit model keeps: its output and saved activations */
             if (io.out)
@@ -133,6 +153,8 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
             break;
         if ((rc = eng_g_acquire(e, b)) || (tied_head(l) && (rc = eng_g_acquire(e, l->tied->bucket))))
             break;
+        if (l->xbucket >= 0 && ((rc = x_acquire(e, l)) || (rc = eng_g_acquire(e, l->xbucket))))
+            break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
         double t0 = eng_now();
@@ -169,10 +191,17 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         if (needs_w && (i == ch->l0 || e->layers[i - 1].index == 0 ||
                         e->layers[i - 1].bucket != b))
             eng_w_release(e, b);
-        if (--e->buckets[b].pending == 0 && e->cfg.overlap && !e->buckets[b].tied_defer) {
-            rc = eng_g_reduce(e, b, first_micro, last_micro);
-            if (!rc && e->dp.size == 1 && last_micro)
-                eng_off_grad_ready(e, b); /* nothing to reduce: final now */
+        x_release(e, l);
+        /* the layer's expert bucket (EP) first: it is the later one in flat order */
+        for (int k = 0; k < 2 && !rc; k++) {
+            int rb = k == 0 ? l->xbucket : b;
+            if (rb < 0)
+                continue;
+            if (--e->buckets[rb].pending == 0 && e->cfg.overlap && !e->buckets[rb].tied_defer) {
+                rc = eng_g_reduce(e, rb, first_micro, last_micro);
+                if (!rc && e->buckets[rb].comm->size == 1 && last_micro)
+                    eng_off_grad_ready(e, rb); /* nothing to reduce: final now */
+            }
         }
         if (!rc && e->dp.size > 1)
             rc = eng_g_poll(e);

@@ -12,8 +12,13 @@
 static void rebind_g(whale_engine *e, int b, float *base)
 {
     struct eng_bucket *bk = &e->buckets[b];
-    for (int li = bk->l0; li < bk->l1; li++)
-        e->layers[li].g = base ? base + (e->layers[li].flat_begin - bk->flat) : NULL;
+    for (int li = bk->l0; li < bk->l1; li++) {
+        struct eng_layer *l = &e->layers[li];
+        if (bk->expert)
+            l->gx = base ? base + (l->flat_xbegin - bk->flat) : NULL;
+        else
+            l->g = base ? base + (l->flat_begin - bk->flat) : NULL;
+    }
 }
 
 /* ZeRO 2/3: a zeroed full-size gradient buffer while the bucket is in backward. */
@@ -31,10 +36,11 @@ int eng_g_acquire(whale_engine *e, int b)
 }
 
 /* 16-bit gradient reduction for this engine? (DP backends that offer it) */
-static bool g_reduce_16(const whale_engine *e)
+static bool g_reduce_16(const whale_engine *e, const struct eng_bucket *bk)
 {
-    return eng_lp(e) && e->cfg.grad_reduce_16 && e->dp.size > 1 && e->dp.iallreduce16 &&
-           e->dp.ireduce_scatter16;
+    const struct whale_par_comm *g = bk->comm;
+    return eng_lp(e) && e->cfg.grad_reduce_16 && g->size > 1 && g->iallreduce16 &&
+           g->ireduce_scatter16;
 }
 
 /* Bucket b has all gradients of this micro-batch: reduce it. */
@@ -42,20 +48,20 @@ int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 {
     struct eng_bucket *bk = &e->buckets[b];
     const int z = e->cfg.zero_stage;
-    const size_t sb = bk->n / e->dp.size;
+    const size_t sb = bk->n / bk->comm->size;
     int rc = 0;
     if (z < 2) {
         /* full gradients stay local until the last micro-batch (no_sync) */
-        if (!last_micro || e->dp.size == 1)
+        if (!last_micro || bk->comm->size == 1)
             return 0;
-        if (g_reduce_16(e)) {
+        if (g_reduce_16(e, bk)) {
             /* round the fp32 sum to 16 bits, reduce, widen back in eng_g_finish */
             if (!(bk->g16 = (uint16_t *)eng_scratch_alloc(e, WHALE_MEM_GRAD, bk->n / 2, false)))
                 return WHALE_ENOMEM;
             eng_lp_store(e, bk->g16, e->G + bk->flat, bk->n);
-            rc = e->dp.iallreduce16(&e->dp, bk->g16, bk->n, e->lp, &bk->greq);
+            rc = bk->comm->iallreduce16(bk->comm, bk->g16, bk->n, e->lp, &bk->greq);
         } else {
-            rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+            rc = bk->comm->iallreduce(bk->comm, e->G + bk->flat, bk->n, &bk->greq);
         }
         if (!rc) {
             eng_comm_started(e);
@@ -64,7 +70,7 @@ int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         return rc;
     }
     float *dst = e->Gsh + bk->shard_off;
-    if (e->dp.size == 1) {
+    if (bk->comm->size == 1) {
         if (first_micro)
             memcpy(dst, bk->gbuf, sb * sizeof(float));
         else if ((rc = whale_k_acc(e->bk, NULL, WHALE_FLOAT32, dst, bk->gbuf, (int64_t)sb)))
@@ -73,14 +79,14 @@ int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         rebind_g(e, b, NULL);
         return 0;
     }
-    if (g_reduce_16(e)) {
+    if (g_reduce_16(e, bk)) {
         /* send: the whole bucket in 16 bits; receive: my block, after it */
         if (!(bk->g16 = (uint16_t *)eng_scratch_alloc(e, WHALE_MEM_GRAD, (bk->n + sb) / 2, false)))
             return WHALE_ENOMEM;
         eng_lp_store(e, bk->g16, bk->gbuf, bk->n);
         if (!first_micro && !(bk->rs_tmp = eng_scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
             return WHALE_ENOMEM;
-        rc = e->dp.ireduce_scatter16(&e->dp, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
+        rc = bk->comm->ireduce_scatter16(bk->comm, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
         if (!rc) {
             eng_comm_started(e);
             eng_phase(e, WHALE_ENGINE_COLLECTIVE);
@@ -89,7 +95,7 @@ int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
     }
     if (!first_micro && !(bk->rs_tmp = eng_scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
         return WHALE_ENOMEM;
-    rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
+    rc = bk->comm->ireduce_scatter(bk->comm, bk->gbuf, first_micro ? dst : bk->rs_tmp, sb, &bk->greq);
     if (!rc) {
         eng_comm_started(e);
         eng_phase(e, WHALE_ENGINE_COLLECTIVE);
@@ -102,7 +108,7 @@ int eng_g_finish(whale_engine *e, int b)
 {
     struct eng_bucket *bk = &e->buckets[b];
     int rc = eng_req_wait(e, &bk->greq);
-    const size_t sb = bk->n / e->dp.size;
+    const size_t sb = bk->n / bk->comm->size;
     if (bk->g16) {
         if (e->cfg.zero_stage < 2) {
             eng_lp_load(e, e->G + bk->flat, bk->g16, bk->n);
@@ -170,10 +176,10 @@ int eng_grads_finish(whale_engine *e)
             whale_trace_span("allreduce", "tied wte", t0, -1, -1);
         if (rc)
             return rc;
-        const size_t sb = bk->n / e->dp.size;
+        const size_t sb = bk->n / bk->comm->size;
         if (z < 2) {
-            if (e->dp.size > 1) {
-                rc = e->dp.iallreduce(&e->dp, e->G + bk->flat, bk->n, &bk->greq);
+            if (bk->comm->size > 1) {
+                rc = bk->comm->iallreduce(bk->comm, e->G + bk->flat, bk->n, &bk->greq);
                 if (!rc) {
                     eng_comm_started(e);
                     rc = eng_req_wait(e, &bk->greq);
@@ -181,10 +187,10 @@ int eng_grads_finish(whale_engine *e)
             }
         } else {
             float *dst = e->Gsh + bk->shard_off;
-            if (e->dp.size == 1) {
+            if (bk->comm->size == 1) {
                 memcpy(dst, bk->gbuf, sb * sizeof(float));
             } else {
-                rc = e->dp.ireduce_scatter(&e->dp, bk->gbuf, dst, sb, &bk->greq);
+                rc = bk->comm->ireduce_scatter(bk->comm, bk->gbuf, dst, sb, &bk->greq);
                 if (!rc) {
                     eng_comm_started(e);
                     rc = eng_req_wait(e, &bk->greq);

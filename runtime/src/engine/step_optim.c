@@ -80,7 +80,7 @@ int eng_apply_adamw(whale_engine *e, float grad_mul)
 int eng_allgather_weights(whale_engine *e)
 {
     const int z = e->cfg.zero_stage;
-    if ((z != 1 && z != 2) || e->dp.size == 1)
+    if (z != 1 && z != 2)
         return 0;
     int rc = 0;
     void **reqs = calloc(e->nb > 0 ? (size_t)e->nb : 1, sizeof *reqs);
@@ -88,22 +88,24 @@ int eng_allgather_weights(whale_engine *e)
         return WHALE_ENOMEM;
     for (int k = 0; k < e->nb && !rc; k++) {
         struct eng_bucket *bk = &e->buckets[k];
-        size_t sb = bk->n / e->dp.size;
+        if (bk->comm->size == 1)
+            continue;
+        size_t sb = bk->n / bk->comm->size;
         if (eng_lp(e)) {
             /* the 16-bit params travel (as sb/2 fp32 words: a gather only copies) */
             uint16_t *own = (uint16_t *)e->agtmp + bk->shard_off;
             if (e->off.mode) /* offload: the mover brings the updated shard back */
                 eng_move_wait(e, &bk->wup);
-            memcpy(own, e->W16 + bk->flat + (size_t)e->dp.rank * sb, sb * sizeof(uint16_t));
-            rc = e->dp.iallgather(&e->dp, (const float *)own, (float *)(e->W16 + bk->flat),
+            memcpy(own, e->W16 + bk->flat + (size_t)bk->comm->rank * sb, sb * sizeof(uint16_t));
+            rc = bk->comm->iallgather(bk->comm, (const float *)own, (float *)(e->W16 + bk->flat),
                                   sb / 2, &reqs[k]);
         } else {
             if (e->off.mode) /* offload: the mover put the updated shard there */
                 eng_move_wait(e, &bk->wup);
             else
-                memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)e->dp.rank * sb,
+                memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)bk->comm->rank * sb,
                        sb * sizeof(float));
-            rc = e->dp.iallgather(&e->dp, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
+            rc = bk->comm->iallgather(bk->comm, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
                                   &reqs[k]);
         }
         if (!rc)

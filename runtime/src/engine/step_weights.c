@@ -12,8 +12,13 @@
 static void rebind_w(whale_engine *e, int b, float *base)
 {
     struct eng_bucket *bk = &e->buckets[b];
-    for (int li = bk->l0; li < bk->l1; li++)
-        e->layers[li].w = base ? base + (e->layers[li].flat_begin - bk->flat) : NULL;
+    for (int li = bk->l0; li < bk->l1; li++) {
+        struct eng_layer *l = &e->layers[li];
+        if (bk->expert)
+            l->wx = base ? base + (l->flat_xbegin - bk->flat) : NULL;
+        else
+            l->w = base ? base + (l->flat_begin - bk->flat) : NULL;
+    }
 }
 
 /* Start gathering bucket b's weights (ZeRO 3) and take a reference. With
@@ -30,7 +35,7 @@ int eng_w_acquire(whale_engine *e, int b)
         return 0;
     if (!(bk->wbuf = eng_scratch_alloc(e, WHALE_MEM_PARAM, bk->n, false)))
         return WHALE_ENOMEM;
-    size_t sb = bk->n / e->dp.size;
+    size_t sb = bk->n / bk->comm->size;
     eng_move_wait(e, &bk->wup); /* optimizer offload: the shard's update is back */
     if (lp && e->cfg.zero_stage < 3) {
         eng_lp_load(e, bk->wbuf, e->W16 + bk->flat, bk->n);
@@ -42,33 +47,33 @@ int eng_w_acquire(whale_engine *e, int b)
         const void *src = e->W16sh ? e->W16sh + bk->shard_off : NULL;
         int rc = 0;
         if (eng_off_rparams(e)) /* the shard lives in another task (offload_rparams.c) */
-            rc = e->dp.size == 1 ? eng_off_rp_fetch(e, b, bk->wbuf16, sb, true)
+            rc = bk->comm->size == 1 ? eng_off_rp_fetch(e, b, bk->wbuf16, sb, true)
                                  : eng_off_rp_stage(e, b, sb, true, &src);
         if (rc) {
             rebind_w(e, b, bk->wbuf);
             return rc;
         }
-        if (e->dp.size == 1) {
+        if (bk->comm->size == 1) {
             if (!eng_off_rparams(e))
                 memcpy(bk->wbuf16, src, sb * sizeof(uint16_t));
         } else {
-            rc = e->dp.iallgather(&e->dp, (const float *)src, (float *)bk->wbuf16, sb / 2,
+            rc = bk->comm->iallgather(bk->comm, (const float *)src, (float *)bk->wbuf16, sb / 2,
                                   &bk->wreq);
             if (rc)
                 return rc;
             eng_comm_started(e);
         }
-    } else if (e->dp.size == 1 && eng_off_rparams(e)) {
+    } else if (bk->comm->size == 1 && eng_off_rparams(e)) {
         /* the shard lives in another task: an RMA get, waited for in eng_w_ready */
         int rc = eng_off_rp_fetch(e, b, bk->wbuf, sb, false);
         if (rc) {
             rebind_w(e, b, bk->wbuf);
             return rc;
         }
-    } else if (e->dp.size == 1 && e->off.mode == WHALE_OFFLOAD_PARAMS) {
+    } else if (bk->comm->size == 1 && e->off.mode == WHALE_OFFLOAD_PARAMS) {
         /* the shard lives in the host tier: fetched ahead by the mover */
         eng_move_post(e, &bk->wfetch, bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
-    } else if (e->dp.size == 1) {
+    } else if (bk->comm->size == 1) {
         memcpy(bk->wbuf, e->Wsh + bk->shard_off, sb * sizeof(float));
     } else {
         /* with params offload the gather reads the host-tier shard directly
@@ -79,7 +84,7 @@ int eng_w_acquire(whale_engine *e, int b)
             rebind_w(e, b, bk->wbuf);
             return rc;
         }
-        rc = e->dp.iallgather(&e->dp, src, bk->wbuf, sb, &bk->wreq);
+        rc = bk->comm->iallgather(bk->comm, src, bk->wbuf, sb, &bk->wreq);
         if (rc)
             return rc;
         eng_comm_started(e);

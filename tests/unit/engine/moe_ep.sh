@@ -8,6 +8,8 @@
 #   no biases:              EP2 x DP2 in fp32 and in bf16 (against one bf16
 #                           rank, within the bf16 layouts' 1e-3)
 # and a checkpoint saved with EP 2 resumes with EP 4 (steps 11..20 equal).
+# Each rank allocates only its experts: the EP 2 x DP 2 run's parameter
+# memory per rank is one rank's less half the experts'.
 # Every layout runs micro-batches of 2 sequences (routing capacity and the
 # auxiliary losses are per micro-batch of a rank, EP or not). An EP run's
 # summary says "ep":2, so a run that silently fell back to EP 1 fails.
@@ -71,6 +73,19 @@ compare ep2_pp2 ref 2
 run ref_l8 l8 1 -- --grad-accum 4
 run ep2_dropless l8 2 --dp 2 --ep 2 -- --grad-accum 2
 compare ep2_dropless ref_l8 2
+# each rank holds only its experts: EP 2's parameter memory is one rank's
+# less half the experts' (8 experts x 3 matrices 32x64 in 2 layers, fp32)
+python3 - "$T/ref_l8.jsonl" "$T/ep2_dropless.jsonl" <<'PY' || fail "ep2_dropless: the experts are not sharded"
+import json, sys
+def param_mb(p):
+    return [json.loads(l)["summary"]["param_mb"] for l in open(p) if '"summary"' in l][0]
+one, ep2 = param_mb(sys.argv[1]), param_mb(sys.argv[2])
+experts_mb = 2 * 8 * 3 * 32 * 64 * 4 / 1048576.0
+saved = one - ep2
+print("  param memory: one rank %.3f MiB, EP 2 %.3f MiB per rank (saved %.3f, experts' half %.3f)"
+      % (one, ep2, saved, experts_mb / 2))
+sys.exit(0 if abs(saved - experts_mb / 2) <= 0.05 * experts_mb else 1)
+PY
 run ref_l8_bf16 l8 1 -- --grad-accum 4 --precision bf16
 run ep2_dropless_bf16 l8 2 --dp 2 --ep 2 -- --grad-accum 2 --precision bf16
 # bf16: a sum reordered by any layout (DP 2 without EP as well) can move
