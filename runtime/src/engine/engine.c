@@ -642,6 +642,7 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         free(blocks);
         e->grp.emb_group = NULL; /* the caller still owns its groups */
         e->grp.edp_group = NULL;
+        e->grp.ep_group = NULL;
         whale_engine_destroy(e);
         return rc;
     }

@@ -56,4 +56,11 @@ out=$(timeout 120 "$RUN" -n 2 --dp 2 --ep 2 --timeout 100 "$TRAIN" "${common[@]}
   --model gpt-moe-tiny --batch 6 --micro-batch 2 --dp-shares 2,1 2>&1); rc=$?
 check "EP 2 with uneven --dp-shares refused" \
   '[ $rc -ne 0 ] && [[ "$out" == *"--dp-shares with expert parallelism EP=2"* ]]'
+# a model that does not fit the memory budget, with the EP groups built: the
+# engine gives the caller's groups back before it destroys itself (it freed
+# the EP group, which the caller freed again: SIGSEGV)
+out=$(timeout 120 "$RUN" -n 2 --ep 2 --timeout 100 "$TRAIN" "${common[@]}" \
+  --model gpt-moe-tiny --device-mem 64K 2>&1); rc=$?
+check "EP 2 past the memory budget: a clear refusal, no crash" \
+  '[ $rc -ne 0 ] && [[ "$out" != *"signal"* ]] && [[ "$out" == *"does not fit"* ]]'
 exit $fail
