@@ -163,6 +163,7 @@ int el_init(whale_ctx *ctx)
         mp_arrival_init(&el->arr[t], now, hb);
     }
     el->next_hb = now;
+    el->last_pass = el->last_poll = now;
     if (el->armed)
         load_topo(el);
     whale_debug("elastic: heartbeat %s (every %.2f s, silent after %.1f s), hang timeout %s",
@@ -305,9 +306,12 @@ static void send_heartbeats(whale_ctx *ctx)
     hdr_init(ctx, &h, EL_HB);
     int to[MP_WATCH];
     int k = mp_ring_targets(&ctx->el->ring, ctx->boot.task, ring_ok, ctx, to);
-    for (int i = 0; i < k; i++)
+    for (int i = 0; i < k; i++) {
+        whale_trace("elastic: heartbeat to task %d (%d in flight) at %.3f", to[i], ctx->el->inflight[to[i]],
+                    el_now());
         if (ctx->el->inflight[to[i]] < 4)
             el_send(ctx, to[i], &h, sizeof h);
+    }
     /* While a recovery is due, the coordinator (the lowest member not
      * known dead) hears from everyone: it can tell a task that is busy
      * and will propose later from one that is cut off. */
@@ -533,6 +537,8 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     case EL_HB:
         /* Only ring heartbeats make silence count: the coordinator's
          * extra ones stop when the recovery ends. */
+        whale_trace("elastic: heartbeat from task %d%s, %.3f s after the last, at %.3f", from,
+                    h.flags & EL_F_COORD ? " (coordinator)" : "", now - el->arr[from].last, now);
         if (h.flags & EL_F_COORD)
             break;
         if (el->hb_seen[from])
@@ -676,6 +682,9 @@ static void check_silence(whale_ctx *ctx, double now)
              * pid namespace) a stopped process is a hang, not a link. */
             char s = comm_proc_alive(&ctx->procs[t]) == 1 ? el_proc_state(ctx->procs[t].pid) : 0;
             int how = s == 'T' || s == 't' ? WHALE_DETECT_HANG : WHALE_DETECT_LINK;
+            whale_debug("elastic: task %d silent for %.3f s (bound %.3f s, %d gaps of mean %.3f s); "
+                        "this task's previous heartbeat pass %.3f s ago",
+                        t, now - el->last_heard[t], bound, el->arr[t].n, el->arr[t].mean, now - el->last_pass);
             char why[96];
             snprintf(why, sizeof why, "no heartbeat for %.1f s%s", now - el->last_heard[t],
                      how == WHALE_DETECT_HANG ? " (process stopped)" : "");
@@ -698,6 +707,18 @@ int el_poll(whale_ctx *ctx)
     struct comm_elastic *el = ctx->el;
     if (!el || !ctx->worker)
         return 0;
+    if (el->armed) {
+        /* Before receiving: what arrives now was heard now. */
+        double stall = mp_own_stall(&el->last_poll, el_now(), el->hb_interval);
+        if (stall > 0) {
+            whale_debug("elastic: this task did not run for %.2f s: its peers' silence meanwhile "
+                        "does not count", stall);
+            for (int t = 0; t < ctx->boot.ntasks; t++) {
+                el->last_heard[t] += stall;
+                el->counter_at[t] += stall;
+            }
+        }
+    }
     int events = receive(ctx);
     if (!el->armed)
         goto notice;
@@ -706,6 +727,7 @@ int el_poll(whale_ctx *ctx)
         el->next_hb = now + el->hb_interval;
         send_heartbeats(ctx);
         check_silence(ctx, now);
+        el->last_pass = now;
         if (!ctx->nactive)
             comm_watchdog(ctx); /* same-node peers, also while idle */
     }

@@ -80,6 +80,8 @@ struct comm_elastic {
     bool armed;             /* heartbeats + failure broadcast on */
     double hb_interval, hang_timeout, agree_timeout;
     double next_hb, next_watch;
+    double last_pass; /* when this task last ran its heartbeat pass */
+    double last_poll; /* when this task last polled (mp_own_stall) */
     /* per task */
     double *last_heard;     /* any control message */
     uint64_t *counter;      /* last progress counter heard */

@@ -69,6 +69,13 @@ void mp_arrival_note(struct mp_arrival *a, double now);
 /* The silence after which the peer is suspected: mean + 6 sd (phi ~ 9),
  * sd at least a quarter of the mean, never below floor. */
 double mp_arrival_bound(const struct mp_arrival *a, double floor);
+/* Silence counts only while the observer runs: a machine-wide stall (every
+ * task starved or frozen at once) ends with each task checking its senders
+ * before they could send again. Called on every poll with the time of the
+ * previous one (updated here) and the longest interval the observer
+ * sleeps between polls: returns how long the observer itself did not run
+ * (0 for a gap within twice the interval), to be forgiven its peers. */
+double mp_own_stall(double *last_poll, double now, double interval);
 
 enum mp_type {
     MP_PING = 1, MP_ACK, MP_PREQ, MP_PACK, /* detector */

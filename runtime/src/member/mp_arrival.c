@@ -41,3 +41,10 @@ double mp_arrival_bound(const struct mp_arrival *a, double floor)
     double b = a->mean + 6 * sd;
     return b > floor ? b : floor;
 }
+
+double mp_own_stall(double *last_poll, double now, double interval)
+{
+    double gap = now - *last_poll;
+    *last_poll = now;
+    return gap > 2 * interval ? gap - interval : 0;
+}

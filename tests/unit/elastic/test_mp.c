@@ -172,6 +172,53 @@ static void arrival_follows_a_starved_peer(void **state)
     assert_true(mp_arrival_bound(&starved, 5.0) > 6.0);
 }
 
+/* The observer's side of el_poll: forgive its own stall, take what
+ * arrived (the sender's heartbeat, if it ran), judge the silence. */
+static bool poll_finds_silent(double *last_poll, double *heard, double now, bool arrived)
+{
+    *heard += mp_own_stall(last_poll, now, 0.5);
+    if (arrived)
+        *heard = now;
+    return now - *heard > 8.0;
+}
+
+/* Every task frozen for 9 s at once (a machine-wide stall): on the thaw the
+ * observer polls before its sender could send again, and must not fail
+ * it; a sender that dies while the observer runs is failed after the
+ * timeout as before; an observer polled late but within twice the
+ * interval forgives nothing. */
+static void own_stall_is_not_peer_silence(void **state)
+{
+    (void)state;
+    double last = 0, heard = 0, t = 0;
+    for (; t < 10.0; t += 0.5)
+        assert_false(poll_finds_silent(&last, &heard, t, true));
+    t += 9.0; /* frozen: neither polls nor sends */
+    assert_false(poll_finds_silent(&last, &heard, t, false));
+    t += 0.5; /* the sender runs again */
+    assert_false(poll_finds_silent(&last, &heard, t, true));
+    /* now the sender dies; the observer keeps polling */
+    double died = t;
+    bool failed = false;
+    while (!failed && t < died + 20) {
+        t += 0.5;
+        failed = poll_finds_silent(&last, &heard, t, false);
+    }
+    assert_true(failed);
+    assert_true(t - died > 8.0 && t - died <= 8.5);
+    /* a starved observer polling every 0.9 s still fails a dead sender
+     * after the timeout */
+    double d2 = t;
+    heard = t;
+    failed = false;
+    while (!failed && t < d2 + 20) {
+        t += 0.9;
+        failed = poll_finds_silent(&last, &heard, t, false);
+    }
+    assert_true(failed);
+    assert_true(t - d2 <= 9.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +227,7 @@ int main(void)
         cmocka_unit_test(ring_senders_only_grow_task_loss),
         cmocka_unit_test(ring_one_node),
         cmocka_unit_test(arrival_follows_a_starved_peer),
+        cmocka_unit_test(own_stall_is_not_peer_silence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
