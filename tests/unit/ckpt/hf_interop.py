@@ -253,7 +253,7 @@ def masked(m, kind, d, tok, conf):
           "masked loss, 1 rank: loss %.7f vs torch ignore_index %.7f (rel %.1e), grad norm "
           "%.6f vs %.6f (rel %.1e)" % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
     wl, wg = whale_step(kind + "-m2", conf, d + "/tok.bin", d + "/w", 2, ("--dp", "2"),
-                        ("--micro-batch", "1", "--loss-mask", d + "/tokm.bin.mask"))
+                        ("--grad-accum", "2", "--loss-mask", d + "/tokm.bin.mask"))
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "masked loss, DP 2 x 2 micro-batches: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
