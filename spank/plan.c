@@ -114,6 +114,10 @@ int whale_plan_from_options(const struct whale_conf *c, const struct whale_step 
         p->precision = o->precision;
     if (o->given[OPT_CKPT_EVERY])
         p->ckpt_every = o->ckpt_every;
+    /* retention's site defaults travel with the plan like CheckpointRoot;
+     * whale-train's --ckpt-keep / WHALE_CKPT_* override them */
+    p->ckpt_keep = c->ckpt_keep;
+    p->ckpt_milestone_every = c->ckpt_milestone_every;
     const char *dir = o->given[OPT_CKPT_DIR] ? o->ckpt_dir : NULL;
     if (!dir && o->given[OPT_CKPT_EVERY])
         dir = c->checkpoint_root;

@@ -7,26 +7,38 @@
 #     commit) vs `dd oflag=direct conv=fdatasync` of the same size into the
 #     same directory                                   target: >= 80 % of dd
 #     (dd through the page cache is printed too, for reference)
-#   - whale-train (gpt-small, a checkpoint every step): the stall the run
-#     reports (save + the optimizer's wait for a deferred snapshot) with
-#     WHALE_CKPT_ASYNC=0, WHALE_CKPT_SNAPSHOT=copy and =deferred (the default)
-#                                                      target: deferred <= 5 % of sync
+#   - load bandwidth (whale_ckpt_read, page cache dropped, WHALE_CKPT_READERS
+#     threads) vs `dd iflag=direct` of the same bytes   target: >= 80 % of dd
+#   - whale-train (gpt-small and gpt2-124m, a checkpoint every 10 steps):
+#     the stall per save the run reports (its save call + the optimizer's
+#     wait for a deferred snapshot) with WHALE_CKPT_ASYNC=0,
+#     WHALE_CKPT_SNAPSHOT=copy and =deferred (the default), as % of the
+#     synchronous save and the whole stall as % of the run's wall time (and
+#     with WHALE_CKPT_BUSY=defer: a save due while one is written is postponed)
+#                                   target: deferred <= 5 % of sync, <= 2 % of the run
+#   - bytes written per save by delta saves (WHALE_CKPT_DELTA) against full
+#     saves over 100 steps of gpt-small training    target: <= 50 %
 #   - bytes written by an incremental save with half the layers frozen
 #   - size and restore error per compression mode
 # A target is judged only when the 1-minute load average stayed at or below
 # the core count during its rounds; otherwise the summary says "not judged
 # (load)". Median and best of the rounds are printed.
 # usage: contrib/bench/ckpt-bench.sh [-b BUILD_DIR] [-d SCRATCH_DIR] [-m MB] [-r RUNS]
-#            [-c COMPUTE_MS] [-s TRAIN_STEPS (0: skip whale-train)]
+#            [-c COMPUTE_MS] [-s TRAIN_STEPS (0: skip whale-train)] [-e SAVE_EVERY]
+#            [-M "MODELS"] [-D DELTA_STEPS (0: skip the delta bytes)] [-p PARTS]
+#   PARTS: any of persist,stall,train,delta,extra (default all)
 set -euo pipefail
-build=build dir=${TMPDIR:-/tmp} mb=512 runs=5 compute_ms=400 tsteps=6
-while getopts "b:d:m:r:c:s:h" o; do
+build=build dir=${TMPDIR:-/tmp} mb=512 runs=5 compute_ms=400 tsteps=30 every=10
+models="gpt-small gpt2-124m" dsteps=100 parts=persist,stall,train,delta,extra
+while getopts "b:d:m:r:c:s:e:M:D:p:h" o; do
     case $o in
     b) build=$OPTARG ;; d) dir=$OPTARG ;; m) mb=$OPTARG ;; r) runs=$OPTARG ;;
-    c) compute_ms=$OPTARG ;; s) tsteps=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    c) compute_ms=$OPTARG ;; s) tsteps=$OPTARG ;; e) every=$OPTARG ;; M) models=$OPTARG ;;
+    D) dsteps=$OPTARG ;; p) parts=$OPTARG ;;
+    *) sed -n '2,30p' "$0"; exit 2 ;;
     esac
 done
+part() { [[ ",$parts," == *",$1,"* ]]; }
 tool=$build/runtime/tools/ckpt/whale-ckpt
 [ -x "$tool" ] || { echo "ckpt-bench: $tool not built (ninja -C $build)" >&2; exit 1; }
 scratch=$(mktemp -d "$dir/whale-ckpt-bench-XXXXXX")
@@ -42,20 +54,29 @@ rate() { echo "$1 $2 $3" | awk '{printf "%.1f", $1 * 8.388608 / ($3 - $2)}'; }
 
 echo "# whale-ckpt benchmark: $mb MiB model, $runs interleaved rounds, scratch $scratch"
 echo "# $cores cores, $(df -h --output=source,fstype "$scratch" | tail -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
-dd_mbps=() ddd_mbps=() ours=() sync_s=() astall=() dstall=() loads_p=() loads_s=()
+dd_mbps=() ddd_mbps=() ddr_mbps=() load_mbps=() ours=() sync_s=() astall=() dstall=() loads_p=() loads_s=()
+part persist || runs_p=0
+part stall || runs_s=0
 bytes=$("$tool" bench --dir "$scratch" --mb "$mb" --part none 2>/dev/null | get bytes)
 count=$(( (bytes + 8388607) / 8388608 ))
 # persist bandwidth vs dd: the same bytes, alternating, each after the same
 # pause with dirty pages flushed (the disk and its host cache are shared)
-for i in $(seq "$runs"); do
+for i in $(seq "${runs_p:-$runs}"); do
     l0=$(load1)
     sync; sleep 2
     # the raw device rate: O_DIRECT, no page cache
     t0=$(date +%s.%N)
     dd if=/dev/zero of="$scratch/dd.bin" bs=8M count="$count" oflag=direct conv=fdatasync status=none
     t1=$(date +%s.%N)
-    rm -f "$scratch/dd.bin"
     ddd_mbps+=("$(rate "$count" "$t0" "$t1")")
+    # the raw read rate of the same bytes: O_DIRECT
+    t0=$(date +%s.%N)
+    dd if="$scratch/dd.bin" of=/dev/null bs=8M iflag=direct status=none
+    t1=$(date +%s.%N)
+    ddr_mbps+=("$(rate "$count" "$t0" "$t1")")
+    rm -f "$scratch/dd.bin"
+    out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --part load)
+    load_mbps+=("$(echo "$out" | get load_MBps)")
     sync; sleep 2
     out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --part persist)
     ours+=("$(echo "$out" | get persist_MBps)")
@@ -67,10 +88,10 @@ for i in $(seq "$runs"); do
     dd_mbps+=("$(rate "$count" "$t0" "$t1")")
     l1=$(load1)
     loads_p+=("$l0" "$l1")
-    echo "persist round $i: whale-ckpt ${ours[-1]} MB/s, dd oflag=direct ${ddd_mbps[-1]} MB/s, dd (page cache) ${dd_mbps[-1]} MB/s  [load $l0 -> $l1]"
+    echo "persist round $i: whale-ckpt ${ours[-1]} MB/s, dd oflag=direct ${ddd_mbps[-1]} MB/s, dd (page cache) ${dd_mbps[-1]} MB/s; load: whale-ckpt ${load_mbps[-1]} MB/s, dd iflag=direct ${ddr_mbps[-1]} MB/s  [load $l0 -> $l1]"
 done
 # stall per checkpoint: sync save vs async (copy) vs async (deferred copy)
-for i in $(seq "$runs"); do
+for i in $(seq "${runs_s:-$runs}"); do
     l0=$(load1)
     sync; sleep 1
     out=$("$tool" bench --dir "$scratch" --mb "$mb" --repeat 1 --compute-ms "$compute_ms" --part stall)
@@ -81,46 +102,94 @@ for i in $(seq "$runs"); do
     loads_s+=("$l0" "$l1")
     echo "stall round $i: sync save ${sync_s[-1]} s, async stall ${astall[-1]} s, deferred stall ${dstall[-1]} s  [load $l0 -> $l1]"
 done
-# whale-train: the stall it reports over a run with a save every step
-tr_sync=() tr_copy=() tr_def=() loads_t=()
+# whale-train: the stall per save it reports, a save every $every steps
 train=$build/runtime/tools/train/whale-train
-if [ "$tsteps" -gt 0 ]; then
+tr_lines=()
+if [ "$tsteps" -gt 0 ] && part train; then
     head -c 3000000 /dev/urandom | base64 > "$scratch/corpus.txt"
-    train_stall() { # MODE -> seconds of checkpoint stall in the summary
-        local env=(WHALE_CKPT_SNAPSHOT="$1")
-        [ "$1" = sync ] && env=(WHALE_CKPT_ASYNC=0)
+    train_run() { # MODEL MODE -> "per_save_s pct_of_run saves"
+        local env=(WHALE_CKPT_SNAPSHOT="$2")
+        [ "$2" = sync ] && env=(WHALE_CKPT_ASYNC=0)
+        [ "$2" = defer ] && env=(WHALE_CKPT_SNAPSHOT=deferred WHALE_CKPT_BUSY=defer)
         rm -rf "$scratch/ck"
-        env "${env[@]}" "$train" --model gpt-small --data "$scratch/corpus.txt" --steps "$tsteps" \
+        env "${env[@]}" "$train" --model "$1" --data "$scratch/corpus.txt" --steps "$tsteps" \
             --batch 4 --seq 64 --threads "$cores" --no-progress --whale-ckpt-dir "$scratch/ck" \
-            --whale-ckpt-every 1 --metrics "$scratch/m.jsonl" 2>/dev/null |
+            --whale-ckpt-every "$every" --metrics "$scratch/m.jsonl" 2>/dev/null |
             python3 -c 'import json,sys
 for l in sys.stdin:
-    if l.startswith("{\"summary\""): print("%.4f" % json.loads(l)["summary"]["checkpoints"]["stall_s"])'
+    if l.startswith("{\"summary\""):
+        c = json.loads(l)["summary"]["checkpoints"]
+        print("%.4f %.3f %d" % (c["stall_per_save_s"], c["stall_pct_of_run"], c["saves"]))'
     }
-    for i in $(seq "$runs"); do
-        l0=$(load1)
-        tr_sync+=("$(train_stall sync)")
-        tr_copy+=("$(train_stall copy)")
-        tr_def+=("$(train_stall deferred)")
-        l1=$(load1)
-        loads_t+=("$l0" "$l1")
-        echo "whale-train round $i ($tsteps saves of gpt-small): stall sync ${tr_sync[-1]} s, copy ${tr_copy[-1]} s, deferred ${tr_def[-1]} s  [load $l0 -> $l1]"
+    for model in $models; do
+        t_sync=() t_copy=() t_def=() p_def=() t_dfr=() loads_t=()
+        for i in $(seq "$runs"); do
+            l0=$(load1)
+            read -r s_ps _ _ <<<"$(train_run "$model" sync)"
+            read -r c_ps _ _ <<<"$(train_run "$model" copy)"
+            read -r d_ps d_pct n_sv <<<"$(train_run "$model" deferred)"
+            read -r f_ps f_pct f_sv <<<"$(train_run "$model" defer)"
+            t_sync+=("$s_ps") t_copy+=("$c_ps") t_def+=("$d_ps") p_def+=("$d_pct") t_dfr+=("$f_ps")
+            l1=$(load1)
+            loads_t+=("$l0" "$l1")
+            echo "whale-train $model round $i ($n_sv saves, every $every of $tsteps steps): stall per save sync $s_ps s, copy $c_ps s, deferred $d_ps s ($d_pct % of the run); with WHALE_CKPT_BUSY=defer $f_ps s ($f_sv saves, $f_pct % of the run)  [load $l0 -> $l1]"
+        done
+        tr_lines+=("$(awk -v m="$model" -v s="$(printf '%s\n' "${t_sync[@]}" | median)" \
+            -v c="$(printf '%s\n' "${t_copy[@]}" | median)" -v d="$(printf '%s\n' "${t_def[@]}" | median)" \
+            -v bd="$(printf '%s\n' "${t_def[@]}" | best_min)" -v pr="$(printf '%s\n' "${p_def[@]}" | median)" \
+            -v lt="$(printf '%s\n' "${loads_t[@]}" | best_max)" -v cores="$cores" -v e="$every" 'BEGIN {
+  v = lt > cores ? sprintf("NOT JUDGED (load up to %.1f on %d cores)", lt, cores) : (d <= 0.05 * s && pr <= 2 ? "MET" : "NOT MET")
+  printf "whale-train %s, a save every %d steps: stall per save sync %.3f s, copy %.4f s (%.1f %%), deferred %.4f s = %.1f %% of sync (best %.1f %%), %.2f %% of the run  target <= 5 %% and <= 2 %%: %s\n", m, e, s, c, 100*c/s, d, 100*d/s, 100*bd/s, pr, v
+}')")
     done
     rm -rf "$scratch/ck"
 fi
+# delta saves: bytes written per save over a real run, delta vs full
+delta_line=
+if [ "$dsteps" -gt 0 ] && part delta; then
+    [ -f "$scratch/corpus.txt" ] || head -c 3000000 /dev/urandom | base64 > "$scratch/corpus.txt"
+    bytes_run() { # DELTA_K -> mean bytes written per save after the first, and the last step's dir
+        rm -rf "$scratch/ck"
+        WHALE_CKPT_DELTA="$1" WHALE_CKPT_KEEP=0 "$train" --model gpt-small --data "$scratch/corpus.txt" \
+            --steps "$dsteps" --batch 4 --seq 64 --threads "$cores" --no-progress \
+            --whale-ckpt-dir "$scratch/ck" --whale-ckpt-every "$every" --metrics "$scratch/m.jsonl" \
+            >/dev/null 2>&1
+        python3 - "$scratch/ck" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+steps = sorted(d for d in os.listdir(root) if d.startswith("step-"))
+w = [json.load(open(os.path.join(root, d, "manifest.json")))["bytes"]["written"] for d in steps]
+print("%.0f %d" % (sum(w) / len(w), len(w)))
+PY
+    }
+    l0=$(load1)
+    read -r full_b nfull <<<"$(bytes_run 0)"
+    read -r delta_b ndelta <<<"$(bytes_run 4)"
+    "$tool" verify "$scratch/ck/$(ls "$scratch/ck" | grep '^step-' | tail -1)" >/dev/null &&
+        vok="verify of the last delta: ok" || vok="verify of the last delta: FAILED"
+    l1=$(load1)
+    delta_line=$(awk -v f="$full_b" -v d="$delta_b" -v n="$ndelta" -v st="$dsteps" -v v="$vok" 'BEGIN {
+  printf "bytes written per save over %d steps of gpt-small (%d saves): full %.1f MB, delta (a full every 5) %.1f MB = %.1f %%  target <= 50 %%: %s; %s\n", st, n, f/1e6, d/1e6, 100*d/f, (d <= 0.5*f ? "MET" : "NOT MET"), v
+}')
+    echo "delta run: $delta_line  [load $l0 -> $l1]"
+    rm -rf "$scratch/ck"
+fi
 m_sync=$(printf '%s\n' "${sync_s[@]}" | median)
+set +u # the arrays of a part not run are empty
 m_as=$(printf '%s\n' "${astall[@]}" | median); b_as=$(printf '%s\n' "${astall[@]}" | best_min)
 m_ds=$(printf '%s\n' "${dstall[@]}" | median); b_ds=$(printf '%s\n' "${dstall[@]}" | best_min)
 m_ours=$(printf '%s\n' "${ours[@]}" | median); b_ours=$(printf '%s\n' "${ours[@]}" | best_max)
 m_dd=$(printf '%s\n' "${dd_mbps[@]}" | median)
+m_ld=$(printf '%s\n' "${load_mbps[@]}" | median); m_ddr=$(printf '%s\n' "${ddr_mbps[@]}" | median)
 m_ddd=$(printf '%s\n' "${ddd_mbps[@]}" | median); b_ddd=$(printf '%s\n' "${ddd_mbps[@]}" | best_max)
 maxload_p=$(printf '%s\n' "${loads_p[@]}" | best_max)
 maxload_s=$(printf '%s\n' "${loads_s[@]}" | best_max)
 echo
 echo "== medians (best) of $runs rounds"
+if part persist && part stall; then
 awk -v s="$m_sync" -v a="$m_as" -v ba="$b_as" -v d="$m_ds" -v bd="$b_ds" -v o="$m_ours" \
     -v bo="$b_ours" -v dd="$m_dd" -v ddd="$m_ddd" -v bddd="$b_ddd" -v lp="$maxload_p" \
-    -v ls="$maxload_s" -v cores="$cores" '
+    -v ls="$maxload_s" -v cores="$cores" -v ld="$m_ld" -v ddr="$m_ddr" '
 function verdict(ok, load) {
   if (load > cores) return sprintf("NOT JUDGED (load up to %.1f on %d cores)", load, cores)
   return ok ? "MET" : "NOT MET"
@@ -131,15 +200,12 @@ BEGIN {
   printf "async stall, deferred copy    %8.4f s  = %5.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", d, 100*d/s, 100*bd/s, verdict(100*d/s <= 5, ls)
   printf "persist bandwidth             %8.1f MB/s = %5.1f %% of dd oflag=direct %.1f MB/s (best %.1f of %.1f)  target >= 80 %%: %s\n", o, 100*o/ddd, ddd, bo, bddd, verdict(o >= 0.8*ddd, lp)
   printf "                                          (dd through the page cache: %.1f MB/s)\n", dd
-}'
-if [ "$tsteps" -gt 0 ]; then
-    awk -v s="$(printf '%s\n' "${tr_sync[@]}" | median)" -v c="$(printf '%s\n' "${tr_copy[@]}" | median)" \
-        -v d="$(printf '%s\n' "${tr_def[@]}" | median)" -v bd="$(printf '%s\n' "${tr_def[@]}" | best_min)" \
-        -v lt="$(printf '%s\n' "${loads_t[@]}" | best_max)" -v cores="$cores" -v n="$tsteps" 'BEGIN {
-  v = lt > cores ? sprintf("NOT JUDGED (load up to %.1f on %d cores)", lt, cores) : (d <= 0.05 * s ? "MET" : "NOT MET")
-  printf "whale-train, %d saves: stall sync %.3f s, copy %.3f s (%.1f %%), deferred %.4f s = %.1f %% of sync (best %.1f %%)  target <= 5 %%: %s\n", n, s, c, 100*c/s, d, 100*d/s, 100*bd/s, v
+  printf "load bandwidth                %8.1f MB/s = %5.1f %% of dd iflag=direct %.1f MB/s  target >= 80 %%: %s\n", ld, 100*ld/ddr, ddr, verdict(ld >= 0.8*ddr, lp)
 }'
 fi
+for l in "${tr_lines[@]}"; do echo "$l"; done
+[ -z "$delta_line" ] || echo "$delta_line"
+part extra || exit 0
 echo
 echo "== incremental and compression (one run each)"
 "$tool" bench --dir "$scratch" --mb "$mb" --part incremental | grep -v RESULT

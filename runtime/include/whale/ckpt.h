@@ -104,6 +104,19 @@ int64_t whale_ckpt_piece_numel(const whale_ckpt_piece *p);
 enum whale_ckpt_busy {
     WHALE_CKPT_BUSY_WAIT = 0, /* a save while one is in flight waits for it */
     WHALE_CKPT_BUSY_SKIP,     /* ... or is skipped (logged, *skipped = true) */
+    /* ... or is postponed by the caller to its first step boundary after the
+     * running save ends (whale_ckpt_in_flight; whale-train does this, the
+     * ranks agreeing). whale_ckpt_save() itself waits, as with WAIT. */
+    WHALE_CKPT_BUSY_DEFER,
+};
+
+/* CPU priority of the thread that hashes, encodes and writes a save (the
+ * deferred snapshot copy keeps the caller's priority: the optimizer waits
+ * for it). */
+enum whale_ckpt_priority {
+    WHALE_CKPT_PRIO_LOW = 0,  /* nice +10 over the caller's: compute threads first */
+    WHALE_CKPT_PRIO_NORMAL,   /* the caller's priority */
+    WHALE_CKPT_PRIO_IDLE,     /* SCHED_IDLE: only cycles no other thread wants */
 };
 
 enum whale_ckpt_snapshot {
@@ -121,6 +134,10 @@ enum whale_ckpt_wstore {
     WHALE_CKPT_WEIGHTS_EXACT = 0, /* parameters stored in their own dtype */
     WHALE_CKPT_WEIGHTS_BF16,      /* fp32 parameters stored as bf16 (rel. error <= 2^-9) */
     WHALE_CKPT_WEIGHTS_FP16,      /* fp32 parameters stored as fp16 (rel. error <= 2^-12 in range) */
+    /* fp32 parameters stored as int8 with one fp32 scale per output channel
+     * (a row of a 2-D or larger box chunk; ZeRO's flat shards and vectors:
+     * per quant_block elements): |error| <= max|row| / 254 */
+    WHALE_CKPT_WEIGHTS_INT8,
 };
 
 typedef struct whale_ckpt_config {
@@ -141,11 +158,19 @@ typedef struct whale_ckpt_config {
     const char *run_id;     /* same on every rank of one launch; default from the env */
     int every_steps;        /* whale_ckpt_due(): every N steps (0 = off) */
     double every_seconds;   /* ... or every T seconds (0 = off) */
+    enum whale_ckpt_priority priority; /* of the persist thread; default LOW */
+    int milestone_every;    /* step multiples of M are milestones (0 = none) */
+    int delta_every;        /* up to K delta saves between full ones (0 = off): a
+                             * delta stores each exact chunk as the difference of
+                             * its bit patterns against the last full save,
+                             * zstd-compressed; retention keeps the full ones
+                             * that kept deltas need */
 } whale_ckpt_config;
 
 void whale_ckpt_config_default(whale_ckpt_config *c);
 /* Override from WHALE_CKPT_DIR, _EVERY (N steps or "30s"/"10m"/"2h"), _KEEP,
- * _ASYNC (0/1), _BUSY (wait|skip), _WEIGHTS (exact|bf16|fp16), _MOMENTS
+ * _ASYNC (0/1), _BUSY (wait|skip|defer), _PRIORITY (low|normal|idle),
+ * _MILESTONE_EVERY (steps), _DELTA (K), _WEIGHTS (exact|bf16|fp16|int8), _MOMENTS
  * (exact|int8), _ZSTD (level), _INCREMENTAL (0/1), _CHUNK_MB, _PRIVATE
  * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
  * logged with the variable and the allowed range. */
@@ -196,6 +221,13 @@ int  whale_ckpt_fence(whale_ckpt *ck);
 int  whale_ckpt_poll(whale_ckpt *ck);
 /* Wait until no save is in flight; returns its status (reported once). */
 int  whale_ckpt_wait(whale_ckpt *ck);
+/* Whether a save is in flight (started and not yet persisted/committed on
+ * this rank). */
+bool whale_ckpt_in_flight(whale_ckpt *ck);
+/* Make the next checkpoint this rank commits a milestone (rank 0 decides:
+ * it writes the manifest). Retention keeps the newest `keep` checkpoints
+ * and, besides them, every milestone. Async-signal-safe. */
+void whale_ckpt_mark_milestone(whale_ckpt *ck);
 /* Whether a checkpoint is due at this step (every_steps / every_seconds).
  * Time-based: evaluate on rank 0 and broadcast, clocks differ per rank. */
 bool whale_ckpt_due(whale_ckpt *ck, int64_t step);

@@ -71,6 +71,8 @@ struct whale_conf {
     int max_tp, max_pp, max_dp, max_microbatch;
     int min_ckpt_every;       /* refuse more frequent checkpoints (0: no limit) */
     char *checkpoint_root;    /* may hold %u (user) and %j (job id) */
+    int ckpt_keep;            /* CkptKeep: default --ckpt-keep of a step's plan (-1: unset) */
+    int ckpt_milestone_every; /* CkptMilestoneEvery: default milestone interval (0: none) */
     unsigned allowed_offload;   /* bit (1 << enum whale_offload), all by default */
     unsigned allowed_recompute; /* bit (1 << enum whale_recompute) */
     int max_zero;             /* highest ZeRO stage allowed (3) */

@@ -83,6 +83,8 @@ struct whale_plan {
     int *dp_batch; int n_dp_batch;
     char ckpt_dir[1024];
     int ckpt_every;
+    int ckpt_keep;            /* site default of --ckpt-keep (-1: none; absent in JSON) */
+    int ckpt_milestone_every; /* site default milestone interval (0: none; absent) */
     char *prediction_json;    /* serialized "prediction" object or NULL */
     /* Batch fields nobody chose (WHALE_PLAN_UNSET_*): the JSON form leaves
      * them out, so a tool's own documented default applies (whale-train's

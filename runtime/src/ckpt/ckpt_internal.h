@@ -77,6 +77,11 @@ int    ckpt_convert(enum whale_dtype from, const void *src, enum whale_dtype to,
 int    ckpt_shuffle_width(enum ckpt_enc e, enum whale_dtype t);
 void   ckpt_shuffle(const void *src, void *dst, size_t n, int w);
 void   ckpt_unshuffle(const void *src, void *dst, size_t n, int w);
+/* Delta chunks (delta.c): out = zigzag(cur - base) per w-byte element;
+ * apply turns such differences back into the values, in place. */
+bool   ckpt_delta_width_ok(size_t w);
+void   ckpt_delta_encode(size_t w, const void *base, const void *cur, size_t n, void *out);
+void   ckpt_delta_apply(size_t w, const void *base, void *inout, size_t n);
 uint16_t ckpt_f32_to_bf16(float f);
 float    ckpt_bf16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_f16(float f);
@@ -166,6 +171,9 @@ void ckpt_fmt_shape(char *b, size_t n, int nd, const int64_t *s);
 int ckpt_resolve(const char *root, const char *which, char **out, bool quiet);
 
 #define CKPT_MANIFEST "manifest.json"
+#define CKPT_MILESTONE "milestone.json" /* marker: retention keeps this step */
+/* marker of a delta checkpoint: the full ones it needs (a JSON array of names) */
+#define CKPT_DELTA_BASES "delta-bases.json"
 #define CKPT_FORMAT   "whale-ckpt"
 #define CKPT_VERSION  1
 

@@ -111,7 +111,7 @@ static int wait_ranks(whale_ckpt *ck, struct persist *ps)
 static int merge(whale_ckpt *ck, struct job *j, struct persist *ps, json_t **out)
 {
     json_t *man = json_object(), *tensors = json_object(), *files = json_object(),
-           *ranks = json_array();
+           *ranks = json_array(), *bases = json_object();
     json_int_t logical = 0, stored = 0, written = 0, linked = 0;
     json_t *idx0 = NULL;
     int rc = 0;
@@ -160,6 +160,9 @@ static int merge(whale_ckpt *ck, struct job *j, struct persist *ps, json_t **out
             json_object_del(rec, "shape");
             json_object_del(rec, "kind");
             json_object_set_new(rec, "rank", json_integer(r));
+            const char *db = json_string_value(json_object_get(rec, "delta_base"));
+            if (db)
+                json_object_set_new(bases, db, json_true());
             json_array_append_new(json_object_get(t, "chunks"), rec);
         }
         json_array_foreach(json_object_get(idx, "files"), k, c)
@@ -178,6 +181,7 @@ static int merge(whale_ckpt *ck, struct job *j, struct persist *ps, json_t **out
             json_decref(idx);
     }
     if (rc) {
+        json_decref(bases);
         json_decref(idx0);
         json_decref(man);
         json_decref(tensors);
@@ -208,6 +212,15 @@ static int merge(whale_ckpt *ck, struct job *j, struct persist *ps, json_t **out
     json_object_set_new(man, "ranks", ranks);
     json_object_set_new(man, "tensors", tensors);
     json_object_set_new(man, "files", files);
+    if (json_object_size(bases)) { /* a delta: the full checkpoints it needs */
+        json_t *bl = json_array();
+        const char *bn;
+        json_t *v;
+        json_object_foreach(bases, bn, v)
+            json_array_append_new(bl, json_string(bn));
+        json_object_set_new(man, "delta_bases", bl);
+    }
+    json_decref(bases);
     json_decref(idx0);
     char dg[33];
     if (ckpt_manifest_digest(man, dg)) {
@@ -228,14 +241,42 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
     if ((rc = merge(ck, j, ps, &man)))
         return rc;
     char *txt = json_dumps(man, JSON_INDENT(1));
+    json_t *bl = json_object_get(man, "delta_bases");
+    char *btxt = bl ? json_dumps(bl, JSON_COMPACT) : NULL;
     json_decref(man);
-    if (!txt)
+    if (!txt || (bl && !btxt)) {
+        free(txt);
+        free(btxt);
         return WHALE_ENOMEM;
+    }
+    /* retention reads this marker, not every kept manifest */
+    if (btxt) {
+        rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_DELTA_BASES, btxt, strlen(btxt), ps->fmode,
+                                    &ck->fault);
+        free(btxt);
+        if (rc) {
+            free(txt);
+            return rc;
+        }
+    }
     rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_MANIFEST, txt, strlen(txt), ps->fmode,
                                 &ck->fault);
     free(txt);
     if (rc)
         return rc;
+    /* a milestone: retention keeps it whatever `keep` says (marker file, so
+     * that GC tells it with a stat and older readers ignore it) */
+    bool asked = atomic_exchange(&ck->milestone_req, false);
+    bool every = ck->cfg.milestone_every > 0 && j->step % ck->cfg.milestone_every == 0;
+    bool mark = asked || every;
+    if (mark) {
+        char why[96];
+        int wl = snprintf(why, sizeof why, "{\"step\":%lld,\"reason\":\"%s\"}\n",
+                          (long long)j->step, asked ? "signal" : "every");
+        if ((rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_MILESTONE, why, (size_t)wl, ps->fmode,
+                                         &ck->fault)))
+            return rc;
+    }
     ckpt_fsync_path(ps->tmpdir);
     /* A step directory of the same name (an earlier run that reached this
      * step) is moved aside first; resolve() survives a crash in between. */
@@ -258,7 +299,8 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
         return rc;
     if (moved)
         ckpt_rm_rf(old);
-    whale_info("checkpoint step %lld committed: %s", (long long)j->step, ps->finaldir);
+    whale_info("checkpoint step %lld committed%s: %s", (long long)j->step,
+               mark ? " (milestone)" : "", ps->finaldir);
     ckpt_gc(ck, ps->final_name, j->seq);
     return 0;
 }
@@ -267,6 +309,48 @@ static int cmp_i64_desc(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Adds the full checkpoints that step directory `step` is a delta against
+ * (its CKPT_DELTA_BASES marker) to the set `need`. */
+static void add_bases_of(const char *root, const char *name, json_t *need)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s/%s", root, name, CKPT_DELTA_BASES);
+    json_t *a = json_load_file(p, 0, NULL);
+    size_t k;
+    json_t *v;
+    json_array_foreach(a, k, v)
+        if (json_is_string(v))
+            json_object_set_new(need, json_string_value(v), json_true());
+    json_decref(a);
+}
+
+static void add_bases(const char *root, int64_t step, json_t *need)
+{
+    char name[64];
+    snprintf(name, sizeof name, "step-%08lld", (long long)step);
+    add_bases_of(root, name, need);
+}
+
+/* Whether step directory `name` of the root is a milestone. */
+static bool is_milestone(const char *root, const char *name)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s/%s", root, name, CKPT_MILESTONE);
+    return access(p, F_OK) == 0;
+}
+
+/* Milestones that are deltas keep their bases too. */
+static void add_milestone_bases(const char *root, json_t *need)
+{
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (ckpt_step_of(e->d_name) >= 0 && is_milestone(root, e->d_name))
+            add_bases_of(root, e->d_name, need);
+    if (d)
+        closedir(d);
 }
 
 /* Remove step directories beyond the K newest, stale temporary directories
@@ -311,13 +395,24 @@ void ckpt_gc(whale_ckpt *ck, const char *keep_name, unsigned seq)
     closedir(d);
     if (ck->cfg.keep > 0 && n > (size_t)ck->cfg.keep) {
         qsort(steps, n, sizeof *steps, cmp_i64_desc);
+        /* the full checkpoints that the kept deltas need stay too */
+        json_t *need = json_object();
+        for (size_t i = 0; i < (size_t)ck->cfg.keep; i++)
+            add_bases(ck->root, steps[i], need);
+        add_milestone_bases(ck->root, need);
         for (size_t i = (size_t)ck->cfg.keep; i < n; i++) {
             snprintf(p, sizeof p, "%s/step-%08lld", ck->root, (long long)steps[i]);
-            if (!strcmp(strrchr(p, '/') + 1, keep_name))
+            const char *base = strrchr(p, '/') + 1;
+            if (!strcmp(base, keep_name) || is_milestone(ck->root, base))
+                continue; /* milestones: never removed */
+            if (json_object_get(need, base)) {
+                whale_debug("checkpoint: keeping %s: a kept delta checkpoint needs it", p);
                 continue;
+            }
             whale_debug("checkpoint: removing %s (keep %d)", p, ck->cfg.keep);
             ckpt_rm_rf(p);
         }
+        json_decref(need);
     }
     free(steps);
 }

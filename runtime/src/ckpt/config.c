@@ -10,6 +10,7 @@
 #include "whale/log.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -21,6 +22,7 @@ void whale_ckpt_config_default(whale_ckpt_config *c)
     c->keep = 3;
     c->async = true;
     c->busy = WHALE_CKPT_BUSY_WAIT;
+    c->priority = WHALE_CKPT_PRIO_LOW;
     c->snapshot = WHALE_CKPT_SNAPSHOT_COPY;
     c->weights = WHALE_CKPT_WEIGHTS_EXACT;
     c->quant_block = 128;
@@ -121,11 +123,33 @@ int whale_ckpt_config_from(whale_ckpt_config *c, whale_ckpt_lookup_fn get, void 
             c->busy = WHALE_CKPT_BUSY_WAIT;
         else if (!strcasecmp(s, "skip"))
             c->busy = WHALE_CKPT_BUSY_SKIP;
+        else if (!strcasecmp(s, "defer"))
+            c->busy = WHALE_CKPT_BUSY_DEFER;
         else {
-            whale_error("WHALE_CKPT_BUSY=%s: expected wait or skip", s);
+            whale_error("WHALE_CKPT_BUSY=%s: expected wait, skip or defer", s);
             return WHALE_EINVAL;
         }
     }
+    if ((s = get("WHALE_CKPT_PRIORITY", user)) && *s) {
+        if (!strcasecmp(s, "low"))
+            c->priority = WHALE_CKPT_PRIO_LOW;
+        else if (!strcasecmp(s, "normal"))
+            c->priority = WHALE_CKPT_PRIO_NORMAL;
+        else if (!strcasecmp(s, "idle"))
+            c->priority = WHALE_CKPT_PRIO_IDLE;
+        else {
+            whale_error("WHALE_CKPT_PRIORITY=%s: expected low, normal or idle", s);
+            return WHALE_EINVAL;
+        }
+    }
+    if ((rc = env_long(get, user, "WHALE_CKPT_DELTA", 0, 1000000, &v)) < 0)
+        return rc;
+    if (rc == 0)
+        c->delta_every = (int)v;
+    if ((rc = env_long(get, user, "WHALE_CKPT_MILESTONE_EVERY", 0, INT32_MAX, &v)) < 0)
+        return rc;
+    if (rc == 0)
+        c->milestone_every = (int)v;
     if ((s = get("WHALE_CKPT_SNAPSHOT", user)) && *s) {
         if (!strcasecmp(s, "copy"))
             c->snapshot = WHALE_CKPT_SNAPSHOT_COPY;
@@ -143,8 +167,10 @@ int whale_ckpt_config_from(whale_ckpt_config *c, whale_ckpt_lookup_fn get, void 
             c->weights = WHALE_CKPT_WEIGHTS_BF16;
         else if (!strcasecmp(s, "fp16"))
             c->weights = WHALE_CKPT_WEIGHTS_FP16;
+        else if (!strcasecmp(s, "int8"))
+            c->weights = WHALE_CKPT_WEIGHTS_INT8;
         else {
-            whale_error("WHALE_CKPT_WEIGHTS=%s: expected exact, bf16 or fp16", s);
+            whale_error("WHALE_CKPT_WEIGHTS=%s: expected exact, bf16, fp16 or int8", s);
             return WHALE_EINVAL;
         }
     }

@@ -8,12 +8,16 @@
 #include "whale/checked.h"
 #include "whale/nameidx.h"
 #include "whale/readfile.h"
+#include "whale/envnum.h"
+#include "whale/knobs.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,7 @@ typedef struct rchunk {
     int shuffle;         /* byte-shuffle width applied before zstd (0/1: none) */
     const char *xxh;     /* xxh3-128 of the stored bytes, hex */
     const char *cxxh;    /* content_xxh3_128 (digest.c), hex; NULL in older manifests */
+    const char *delta_base; /* a delta chunk: the full step directory it is against */
 } rchunk;
 
 typedef struct rtensor {
@@ -51,7 +56,15 @@ struct whale_ckpt_reader {
     char *plan, *data, *extra;
     struct whale_nameidx idx; /* tensor name -> index into t */
     bool digest_bad;          /* open_all: the manifest failed its digest (verify counts it) */
+    bool is_base;             /* opened as a delta's base: holds no deltas itself */
+    /* the full checkpoints this one's delta chunks are against, opened on
+     * first use (siblings of dir) */
+    struct { char name[64]; whale_ckpt_reader *r; } base[4];
+    int nbase;
+    pthread_mutex_t base_mu;
 };
+
+static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict);
 
 /* ---- resolve -------------------------------------------------------------- */
 
@@ -267,6 +280,9 @@ void whale_ckpt_reader_close(whale_ckpt_reader *r)
 {
     if (!r)
         return;
+    for (int i = 0; i < r->nbase; i++)
+        whale_ckpt_reader_close(r->base[i].r);
+    pthread_mutex_destroy(&r->base_mu);
     for (size_t i = 0; i < r->nt; i++)
         free(r->t[i].c);
     free(r->t);
@@ -326,6 +342,7 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
     whale_ckpt_reader *r = calloc(1, sizeof *r);
     if (!r)
         return WHALE_ENOMEM;
+    pthread_mutex_init(&r->base_mu, NULL);
     r->dir = strdup(dir);
     char *mp = ckpt_path(dir, CKPT_MANIFEST);
     json_error_t je;
@@ -422,6 +439,8 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
             json_t *cj = json_object_get(c, "content_xxh3_128");
             y->xxh = xs;
             y->cxxh = json_string_value(cj);
+            json_t *dbj = json_object_get(c, "delta_base");
+            y->delta_base = json_string_value(dbj);
             const char *why = NULL;
             if (!y->file || !xs || strlen(xs) != 32)
                 why = "missing file or xxh3_128";
@@ -429,6 +448,11 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
                 why = "content_xxh3_128 is not 32 hex digits";
             else if (ckpt_name_confined(r->dir, y->file, name))
                 why = "file outside the checkpoint";
+            else if (dbj && (!y->delta_base || ckpt_step_of(y->delta_base) < 0 ||
+                             strchr(y->delta_base, '/') || strlen(y->delta_base) > 60))
+                why = "delta_base is not a step directory name";
+            else if (dbj && !cj)
+                why = "a delta chunk without content_xxh3_128";
             else if (ckpt_enc_from_name(json_string_value(json_object_get(c, "enc")), &y->enc))
                 why = "unknown enc";
             else if (parse_region(json_object_get(c, "region"), x->ndim, x->shape, &y->reg))
@@ -542,8 +566,92 @@ int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_
 
 /* ---- reading chunks -------------------------------------------------------- */
 
+static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out);
+
+static bool same_region(const ckpt_region *a, const ckpt_region *b)
+{
+    if (a->ndim != b->ndim || a->flat != b->flat || (a->flat && (a->fb != b->fb || a->fe != b->fe)))
+        return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || a->off[d] != b->off[d] || a->cnt[d] != b->cnt[d])
+            return false;
+    return true;
+}
+
+/* The reader of full checkpoint `name`, a sibling of r's directory that a
+ * delta chunk of r is against (opened once, strictly: verified files). */
+static int base_reader(whale_ckpt_reader *r, const char *name, whale_ckpt_reader **out)
+{
+    int rc = 0;
+    pthread_mutex_lock(&r->base_mu);
+    *out = NULL;
+    for (int i = 0; i < r->nbase && !*out; i++)
+        if (!strcmp(r->base[i].name, name))
+            *out = r->base[i].r;
+    if (!*out) {
+        const char *sl = strrchr(r->dir, '/');
+        char p[4096];
+        if (sl)
+            snprintf(p, sizeof p, "%.*s/%s", (int)(sl - r->dir), r->dir, name);
+        else
+            snprintf(p, sizeof p, "%s", name);
+        whale_ckpt_reader *b = NULL;
+        if (r->nbase == (int)(sizeof r->base / sizeof r->base[0])) {
+            whale_error("checkpoint: %s: delta chunks against more than %d full checkpoints",
+                        r->dir, r->nbase);
+            rc = WHALE_EDATA;
+        } else if ((rc = reader_open(p, &b, true))) {
+            whale_error("checkpoint: %s is a delta checkpoint: it needs the full checkpoint %s, "
+                        "which does not open (%s)", r->dir, p, whale_strerror(rc));
+        } else {
+            b->is_base = true;
+            snprintf(r->base[r->nbase].name, sizeof r->base[r->nbase].name, "%s", name);
+            r->base[r->nbase++].r = b;
+            *out = b;
+        }
+    }
+    pthread_mutex_unlock(&r->base_mu);
+    return rc;
+}
+
+/* A delta chunk's n values in buf (differences, delta.c) become the
+ * values: the same region of the same tensor in its base, plus these. */
+static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void *buf,
+                       int64_t n)
+{
+    size_t w = ckpt_dtype_size(t->dtype);
+    if (r->is_base || c->enc != CKPT_ENC_RAW || !ckpt_delta_width_ok(w)) {
+        whale_error("checkpoint: %s: tensor %s: a delta chunk %s", r->dir, t->name,
+                    r->is_base ? "in a checkpoint that a delta names as its full base (chains "
+                                 "are one deep)"
+                               : "of an encoding deltas do not use");
+        return WHALE_EDATA;
+    }
+    whale_ckpt_reader *b;
+    int rc = base_reader(r, c->delta_base, &b);
+    if (rc)
+        return rc;
+    long ti = whale_ckpt_reader_find(b, t->name);
+    const rtensor *bt = ti >= 0 ? &b->t[ti] : NULL;
+    const rchunk *bc = NULL;
+    for (size_t k = 0; bt && k < bt->nc && !bc; k++)
+        if (same_region(&bt->c[k].reg, &c->reg))
+            bc = &bt->c[k];
+    if (!bt || bt->dtype != t->dtype || !bc || bc->enc != CKPT_ENC_RAW) {
+        whale_error("checkpoint: %s: tensor %s: its base %s has no exact chunk of the same "
+                    "dtype and region", r->dir, t->name, b->dir);
+        return WHALE_EDATA;
+    }
+    void *bb = NULL;
+    if ((rc = load_chunk(b, bt, bc, &bb)))
+        return rc;
+    ckpt_delta_apply(w, bb, buf, (size_t)n);
+    free(bb);
+    return 0;
+}
+
 /* Reads, checks and decodes one chunk into a malloc'd buffer of the
- * tensor's dtype. */
+ * tensor's dtype (a delta chunk: plus its base's). */
 static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out)
 {
     char path[4096];
@@ -645,6 +753,13 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         free(raw);
         return WHALE_ECORRUPT;
     }
+    if (c->delta_base) { /* the content hash below then covers base and delta */
+        int drc = apply_delta(r, t, c, enc, n);
+        if (drc) {
+            free(enc);
+            return drc;
+        }
+    }
     if (c->cxxh) {
         /* the manifest's fields must still mean what was saved: a changed
          * shuffle, dtype, region, enc or block decodes intact bytes into
@@ -719,92 +834,153 @@ void ckpt_fmt_shape(char *b, size_t n, int nd, const int64_t *s)
         snprintf(b + o, n - o, "]");
 }
 
-int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t n)
+/* One piece: every chunk that overlaps it, decoded and copied in. */
+static int read_piece(whale_ckpt_reader *r, const whale_ckpt_piece *p)
 {
-    for (size_t i = 0; i < n; i++) {
-        const whale_ckpt_piece *p = &pieces[i];
-        long ti = p->name ? whale_ckpt_reader_find(r, p->name) : -1;
-        if (ti < 0) {
-            whale_error("checkpoint: tensor %s is not in %s", p->name ? p->name : "(null)",
-                        r->dir);
-            return WHALE_ENOENT;
+    long ti = p->name ? whale_ckpt_reader_find(r, p->name) : -1;
+    if (ti < 0) {
+        whale_error("checkpoint: tensor %s is not in %s", p->name ? p->name : "(null)",
+                    r->dir);
+        return WHALE_ENOENT;
+    }
+    const rtensor *t = &r->t[ti];
+    bool same_shape = t->ndim == p->ndim;
+    for (int d = 0; same_shape && d < p->ndim; d++)
+        same_shape = t->shape[d] == p->shape[d];
+    if (!same_shape) {
+        char a[128], b[128];
+        ckpt_fmt_shape(a, sizeof a, t->ndim, t->shape);
+        ckpt_fmt_shape(b, sizeof b, p->ndim, p->shape);
+        whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
+                    p->name, a, b);
+        return WHALE_EINVAL;
+    }
+    if (t->dtype != p->dtype && !(ckpt_dtype_is_float(t->dtype) && ckpt_dtype_is_float(p->dtype))) {
+        whale_error("checkpoint: tensor %s: saved as %s, requested %s", p->name,
+                    ckpt_dtype_st(t->dtype), ckpt_dtype_st(p->dtype) ? ckpt_dtype_st(p->dtype) : "?");
+        return WHALE_EINVAL;
+    }
+    ckpt_region want;
+    ckpt_region_from_piece(&want, p);
+    int rc = ckpt_region_check(&want, p->name);
+    if (rc)
+        return rc;
+    int64_t need = ckpt_region_numel(&want);
+    if (p->device) { /* GPU memory: through a host copy */
+        if (!ckpt_dev_available()) {
+            whale_error("checkpoint: tensor %s: GPU memory but this build has no CUDA",
+                        p->name);
+            return WHALE_ENOTSUP;
         }
-        const rtensor *t = &r->t[ti];
-        bool same_shape = t->ndim == p->ndim;
-        for (int d = 0; same_shape && d < p->ndim; d++)
-            same_shape = t->shape[d] == p->shape[d];
-        if (!same_shape) {
-            char a[128], b[128];
-            ckpt_fmt_shape(a, sizeof a, t->ndim, t->shape);
-            ckpt_fmt_shape(b, sizeof b, p->ndim, p->shape);
-            whale_error("checkpoint: tensor %s: saved with global shape %s, requested %s",
-                        p->name, a, b);
-            return WHALE_EINVAL;
-        }
-        if (t->dtype != p->dtype && !(ckpt_dtype_is_float(t->dtype) && ckpt_dtype_is_float(p->dtype))) {
-            whale_error("checkpoint: tensor %s: saved as %s, requested %s", p->name,
-                        ckpt_dtype_st(t->dtype), ckpt_dtype_st(p->dtype) ? ckpt_dtype_st(p->dtype) : "?");
-            return WHALE_EINVAL;
-        }
-        ckpt_region want;
-        ckpt_region_from_piece(&want, p);
-        int rc = ckpt_region_check(&want, p->name);
-        if (rc)
-            return rc;
-        int64_t need = ckpt_region_numel(&want);
-        if (p->device) { /* GPU memory: through a host copy */
-            if (!ckpt_dev_available()) {
-                whale_error("checkpoint: tensor %s: GPU memory but this build has no CUDA",
-                            p->name);
-                return WHALE_ENOTSUP;
-            }
-            size_t bytes = (size_t)need * ckpt_dtype_size(p->dtype);
-            whale_ckpt_piece h = *p;
-            h.device = false;
-            h.data = malloc(bytes ? bytes : 1);
-            if (!h.data)
-                return WHALE_ENOMEM;
-            rc = whale_ckpt_read(r, &h, 1);
-            if (!rc)
-                rc = ckpt_host_to_dev(p->data, h.data, bytes);
-            free(h.data);
-            if (rc)
-                return rc;
-            continue;
-        }
-        uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
-        if (!bits)
+        size_t bytes = (size_t)need * ckpt_dtype_size(p->dtype);
+        whale_ckpt_piece h = *p;
+        h.device = false;
+        h.data = malloc(bytes ? bytes : 1);
+        if (!h.data)
             return WHALE_ENOMEM;
-        for (size_t k = 0; k < t->nc && !rc; k++) {
-            const rchunk *c = &t->c[k];
-            int64_t alo, ahi, blo, bhi;
-            ckpt_region_bounds(&c->reg, &alo, &ahi);
-            ckpt_region_bounds(&want, &blo, &bhi);
-            if (ahi <= blo || bhi <= alo)
-                continue;
-            void *buf = NULL;
-            if ((rc = load_chunk(r, t, c, &buf)))
-                break;
-            struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
-            if (c->enc != CKPT_ENC_RAW)
-                cc.sdt = WHALE_FLOAT32;
-            ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
-            free(buf);
-        }
-        int64_t have = 0;
-        for (int64_t w = 0; w < (need + 63) / 64; w++)
-            have += __builtin_popcountll(bits[w]);
-        free(bits);
-        if (rc)
-            return rc;
-        if (have != need) {
-            whale_error("checkpoint: tensor %s: %s holds only %lld of the %lld elements "
-                        "requested (a rank's shards are missing?)", p->name, r->dir,
-                        (long long)have, (long long)need);
-            return WHALE_EDATA;
-        }
+        rc = read_piece(r, &h);
+        if (!rc)
+            rc = ckpt_host_to_dev(p->data, h.data, bytes);
+        free(h.data);
+        return rc;
+    }
+    uint64_t *bits = calloc((size_t)(need + 63) / 64 + 1, 8);
+    if (!bits)
+        return WHALE_ENOMEM;
+    for (size_t k = 0; k < t->nc && !rc; k++) {
+        const rchunk *c = &t->c[k];
+        int64_t alo, ahi, blo, bhi;
+        ckpt_region_bounds(&c->reg, &alo, &ahi);
+        ckpt_region_bounds(&want, &blo, &bhi);
+        if (ahi <= blo || bhi <= alo)
+            continue;
+        void *buf = NULL;
+        if ((rc = load_chunk(r, t, c, &buf)))
+            break;
+        struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
+        if (c->enc != CKPT_ENC_RAW)
+            cc.sdt = WHALE_FLOAT32;
+        ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
+        free(buf);
+    }
+    int64_t have = 0;
+    for (int64_t w = 0; w < (need + 63) / 64; w++)
+        have += __builtin_popcountll(bits[w]);
+    free(bits);
+    if (rc)
+        return rc;
+    if (have != need) {
+        whale_error("checkpoint: tensor %s: %s holds only %lld of the %lld elements "
+                    "requested (a rank's shards are missing?)", p->name, r->dir,
+                    (long long)have, (long long)need);
+        return WHALE_EDATA;
     }
     return 0;
+}
+
+/* Pieces are read by up to WHALE_CKPT_READERS threads (default 4): each
+ * piece's chunks are independent files or ranges, so several reads keep a
+ * parallel file system (or an NVMe queue) busy where one thread waits on
+ * one request at a time. */
+struct read_pool {
+    whale_ckpt_reader *r;
+    const whale_ckpt_piece *p;
+    size_t n;
+    atomic_size_t next;
+    atomic_int rc;
+};
+
+static void *read_worker(void *arg)
+{
+    struct read_pool *rp = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&rp->next, 1);
+        if (i >= rp->n || atomic_load(&rp->rc))
+            return NULL;
+        int rc = read_piece(rp->r, &rp->p[i]);
+        if (rc) {
+            int zero = 0;
+            atomic_compare_exchange_strong(&rp->rc, &zero, rc);
+        }
+    }
+}
+
+static int readers(void)
+{
+    const char *s = whale_knob_getenv("WHALE_CKPT_READERS");
+    long v = 4;
+    if (s && *s && whale_parse_long(s, 1, 64, &v)) {
+        whale_warn("WHALE_CKPT_READERS=%s: expected an integer in [1, 64]; using 4", s);
+        v = 4;
+    }
+    return (int)v;
+}
+
+int whale_ckpt_read(whale_ckpt_reader *r, const whale_ckpt_piece *pieces, size_t n)
+{
+    int nt = readers();
+    if ((size_t)nt > n)
+        nt = (int)n;
+    if (nt <= 1) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = read_piece(r, &pieces[i]);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    struct read_pool rp = {.r = r, .p = pieces, .n = n};
+    atomic_init(&rp.next, 0);
+    atomic_init(&rp.rc, 0);
+    pthread_t th[64];
+    int started = 0;
+    for (int k = 1; k < nt; k++)
+        if (pthread_create(&th[started], NULL, read_worker, &rp) == 0)
+            started++;
+    read_worker(&rp); /* this thread reads too; with no helper it reads them all */
+    for (int k = 0; k < started; k++)
+        pthread_join(th[k], NULL);
+    return atomic_load(&rp.rc);
 }
 
 int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)

@@ -35,6 +35,7 @@ typedef struct chunk {
     const unsigned char *raw;
     int64_t n;
     enum ckpt_enc enc;
+    int block;           /* elements per int8 scale: quant_block, or a row (per channel) */
     XXH128_hash_t h;
 } chunk;
 
@@ -52,6 +53,7 @@ static enum ckpt_enc pick_enc(const whale_ckpt_config *c, const struct job_piece
     case WHALE_CKPT_PARAM:
         return c->weights == WHALE_CKPT_WEIGHTS_BF16   ? CKPT_ENC_BF16
                : c->weights == WHALE_CKPT_WEIGHTS_FP16 ? CKPT_ENC_FP16
+               : c->weights == WHALE_CKPT_WEIGHTS_INT8 ? CKPT_ENC_Q8
                                                        : CKPT_ENC_RAW;
     case WHALE_CKPT_MOMENT1:
         return c->quantize_moments ? CKPT_ENC_Q8 : CKPT_ENC_RAW;
@@ -114,6 +116,17 @@ static int plan_chunks(whale_ckpt *ck, struct job *j, chunk **out, size_t *nout)
             x->raw = sub.data;
             x->n = ckpt_region_numel(&x->reg);
             x->enc = pick_enc(&ck->cfg, p);
+            x->block = ck->cfg.quant_block;
+            /* int8 weights: one scale per output channel, a row of the box
+             * (the row-major inner extent); flat shards have no rows */
+            if (x->enc == CKPT_ENC_Q8 && p->kind == WHALE_CKPT_PARAM && !x->reg.flat &&
+                x->reg.ndim >= 2) {
+                int64_t row = 1;
+                for (int d = 1; d < x->reg.ndim; d++)
+                    row *= x->reg.cnt[d];
+                if (row >= 1 && row <= (1 << 30))
+                    x->block = (int)row;
+            }
         }
     }
     *out = c;
@@ -213,9 +226,12 @@ static void bundle_key(whale_ckpt *ck, chunk *c, bundle *b)
     for (size_t i = b->first; i < b->first + b->count; i++) {
         const chunk *x = &c[i];
         XXH3_128bits_update(st, x->p->name, strlen(x->p->name) + 1);
-        int32_t hdr[4] = {(int32_t)x->p->dtype, (int32_t)x->enc, ck->cfg.quant_block,
-                          ck->cfg.zstd_level};
+        int32_t hdr[4] = {(int32_t)x->p->dtype, (int32_t)x->enc, x->block, ck->cfg.zstd_level};
         XXH3_128bits_update(st, hdr, sizeof hdr);
+        /* a delta's bytes mean something only with its base (full saves
+         * keep the keys earlier versions gave them: they still link) */
+        if (ck->delta_now)
+            XXH3_128bits_update(st, &ck->base_step, sizeof ck->base_step);
         XXH3_128bits_update(st, &x->reg, sizeof x->reg);
         XXH3_128bits_update(st, &x->h, sizeof x->h);
     }
@@ -264,27 +280,50 @@ struct stored {
     XXH128_hash_t content; /* of the encoded bytes, before shuffle and zstd */
     void *own;
     bool raw;        /* data is the chunk's source, alive until the save ends */
+    bool z;          /* zstd-compressed (opaque bytes in the file) */
+    bool delta;      /* the difference against the base's chunk (delta.c) */
 };
+
+/* Whether chunk x of this save is stored as a delta: an exact chunk of a
+ * delta save whose element width the difference handles. */
+static bool delta_chunk(const whale_ckpt *ck, const chunk *x)
+{
+    return ck->delta_now && x->enc == CKPT_ENC_RAW &&
+           ckpt_delta_width_ok(ckpt_dtype_size(x->p->dtype));
+}
 
 static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
 {
     const struct job_piece *p = x->p;
     memset(s, 0, sizeof *s);
-    s->enc_len = ckpt_enc_size(x->enc, p->dtype, x->n, ck->cfg.quant_block);
+    s->enc_len = ckpt_enc_size(x->enc, p->dtype, x->n, x->block);
     s->data = x->raw;
     s->len = s->enc_len;
     if (x->enc != CKPT_ENC_RAW) {
         if (!(s->own = malloc(s->enc_len ? s->enc_len : 1)))
             return WHALE_ENOMEM;
-        ckpt_encode(x->enc, p->dtype, x->raw, x->n, ck->cfg.quant_block, s->own);
+        ckpt_encode(x->enc, p->dtype, x->raw, x->n, x->block, s->own);
         s->data = s->own;
     }
     /* raw: the data itself, already hashed for deduplication */
     s->content = x->enc == CKPT_ENC_RAW ? x->h : XXH3_128bits(s->data, s->enc_len);
     s->raw = s->data == x->raw;
-    if (ck->cfg.zstd_level <= 0)
+    int level = ck->cfg.zstd_level;
+    if (delta_chunk(ck, x)) {
+        /* the snapshot of the base has this save's layout: the same offset */
+        size_t w = ckpt_dtype_size(p->dtype);
+        const unsigned char *b = ck->base + (x->raw - ck->buf);
+        if (!(s->own = malloc(s->enc_len ? s->enc_len : 1)))
+            return WHALE_ENOMEM;
+        ckpt_delta_encode(w, b, x->raw, (size_t)x->n, s->own);
+        s->data = s->own;
+        s->delta = true;
+        level = level > 0 ? level : 1; /* the point of a delta is its zeros */
+    }
+    if (level <= 0)
         return 0;
     s->raw = false;
+    s->z = true;
     s->shuffle = ckpt_shuffle_width(x->enc, p->dtype);
     if (s->shuffle > 1) { /* bytes of equal significance together: exponents compress */
         void *sh = malloc(s->enc_len ? s->enc_len : 1);
@@ -299,7 +338,7 @@ static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
     void *z = malloc(bound ? bound : 1);
     if (!z)
         return WHALE_ENOMEM;
-    size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, s->data, s->enc_len, ck->cfg.zstd_level);
+    size_t zr = ZSTD_compressCCtx(ck->zc, z, bound, s->data, s->enc_len, level);
     if (ZSTD_isError(zr)) {
         free(z);
         whale_error("checkpoint: zstd: %s", ZSTD_getErrorName(zr));
@@ -328,13 +367,13 @@ static size_t chunk_entries(const whale_ckpt *ck, const chunk *x, const struct s
         lnd = x->reg.ndim;
         memcpy(lshape, x->reg.cnt, sizeof lshape);
     }
-    if (ck->cfg.zstd_level > 0) {
+    if (s->z) {
         ent[0] = (ckpt_st_entry){.name = (char *)p->name, .dtype = WHALE_UINT8, .ndim = 1,
                                  .shape = {(int64_t)s->len}, .begin = off, .end = off + s->len};
         return 1;
     }
     if (x->enc == CKPT_ENC_Q8 || x->enc == CKPT_ENC_Q8SQRT) {
-        int block = ck->cfg.quant_block;
+        int block = x->block;
         int64_t nbk = (x->n + block - 1) / block;
         char sname[1024];
         snprintf(sname, sizeof sname, "%s#scales", p->name);
@@ -367,20 +406,25 @@ static json_t *chunk_record(const whale_ckpt *ck, const chunk *x, const struct s
     XXH128_canonicalFromHash(&can, sh);
     char hx[33];
     ckpt_hex128(&can, hx);
-    bool z = ck->cfg.zstd_level > 0;
+    bool z = s->z;
     char cx[33];
-    ckpt_content_hash(s->content, p->dtype, x->enc, ck->cfg.quant_block, &x->reg, cx);
-    return json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s, s:s}",
+    ckpt_content_hash(s->content, p->dtype, x->enc, x->block, &x->reg, cx);
+    json_t *rec = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:i, s:I, s:i, s:I, s:s, s:s}",
                      "tensor", p->name, "dtype", ckpt_dtype_st(p->dtype),
                      "kind", p->kind == WHALE_CKPT_PARAM     ? "param"
                              : p->kind == WHALE_CKPT_MOMENT1 ? "moment1"
                              : p->kind == WHALE_CKPT_MOMENT2 ? "moment2"
                                                              : "other",
                      "shape", shape_json(p->reg.ndim, p->reg.shape), "region",
-                     region_json(&x->reg), "enc", ckpt_enc_name(x->enc), "block",
-                     ck->cfg.quant_block, "zstd", (json_int_t)(z ? s->enc_len : 0), "shuffle",
+                     region_json(&x->reg), "enc", ckpt_enc_name(x->enc), "block", x->block, "zstd", (json_int_t)(z ? s->enc_len : 0), "shuffle",
                      z ? s->shuffle : 0, "nbytes", (json_int_t)s->len, "xxh3_128", hx,
                      "content_xxh3_128", cx);
+    if (rec && s->delta) { /* the full checkpoint this chunk is a difference against */
+        char bn[64];
+        snprintf(bn, sizeof bn, "step-%08lld", (long long)ck->base_step);
+        json_object_set_new(rec, "delta_base", json_string(bn));
+    }
+    return rec;
 }
 
 /* Chunks whose stored bytes can go to the file straight from their
@@ -657,6 +701,7 @@ static int publish_index(whale_ckpt *ck, struct job *j, struct persist *ps,
         "encoding", json_pack("{s:s, s:s, s:i, s:i, s:I}", "weights",
                               ck->cfg.weights == WHALE_CKPT_WEIGHTS_BF16   ? "bf16"
                               : ck->cfg.weights == WHALE_CKPT_WEIGHTS_FP16 ? "fp16"
+                              : ck->cfg.weights == WHALE_CKPT_WEIGHTS_INT8 ? "int8"
                                                                            : "exact",
                               "moments", ck->cfg.quantize_moments ? "int8" : "exact",
                               "quant_block", ck->cfg.quant_block, "zstd", ck->cfg.zstd_level,
@@ -683,6 +728,65 @@ static int publish_index(whale_ckpt *ck, struct job *j, struct persist *ps,
     return rc;
 }
 
+/* The layout of a job's snapshot: names, dtypes, regions and places in the
+ * buffer. A delta needs its base's to be the same. 0 when the pieces are
+ * not all in the snapshot buffer (a synchronous save reads the caller's
+ * tensors: no base to keep). */
+static uint64_t layout_sig(const whale_ckpt *ck, const struct job *j)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st)
+        return 0;
+    XXH3_64bits_reset(st);
+    for (size_t i = 0; i < j->n; i++) {
+        const struct job_piece *p = &j->p[i];
+        if (!ck->buf || (p->bytes && (p->src < ck->buf || p->src + p->bytes > ck->buf + ck->cap))) {
+            XXH3_freeState(st);
+            return 0;
+        }
+        uint64_t off = (uint64_t)(p->src - ck->buf), hdr[3] = {off, p->bytes, (uint64_t)p->dtype};
+        XXH3_64bits_update(st, p->name, strlen(p->name) + 1);
+        XXH3_64bits_update(st, hdr, sizeof hdr);
+        XXH3_64bits_update(st, &p->reg, sizeof p->reg);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h ? h : 1;
+}
+
+/* Whether this save is a delta, before it starts. */
+static void delta_decide(whale_ckpt *ck, uint64_t sig)
+{
+    ck->delta_now = ck->cfg.delta_every > 0 && sig && ck->base_valid && sig == ck->base_sig &&
+                    ck->since_full < ck->cfg.delta_every;
+}
+
+/* After the save: a delta counts against K; a full one becomes the base
+ * (its snapshot buffer is kept, the next snapshot goes to the other). */
+static void delta_after(whale_ckpt *ck, const struct job *j, uint64_t sig, int rc)
+{
+    if (rc) { /* the base may not be on disk: start again with a full save */
+        ck->base_valid = false;
+    } else if (ck->delta_now) {
+        ck->since_full++;
+    } else if (ck->cfg.delta_every > 0 && sig) {
+        unsigned char *b = ck->base;
+        size_t bc = ck->base_cap;
+        bool bp = ck->base_pinned;
+        ck->base = ck->buf;
+        ck->base_cap = ck->cap;
+        ck->base_pinned = ck->buf_pinned;
+        ck->buf = b;
+        ck->cap = bc;
+        ck->buf_pinned = bp;
+        ck->base_valid = true;
+        ck->base_step = j->step;
+        ck->base_sig = sig;
+        ck->since_full = 0;
+    }
+    ck->delta_now = false;
+}
+
 /* Persist this rank's part of a job into ps->tmpdir; on success fills the
  * index (rank-N.json) and the new incremental map. Bundle i+1 is hashed,
  * encoded and staged while the writer thread writes bundle i. */
@@ -696,6 +800,8 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
     size_t nnp = 0;
     struct ckpt_writer w;
     ckpt_writer_init(&w, ck, ps);
+    uint64_t sig = ck->cfg.delta_every > 0 ? layout_sig(ck, j) : 0;
+    delta_decide(ck, sig);
     int rc = plan_chunks(ck, j, &c, &nc);
     if (!rc)
         rc = plan_bundles(ck, c, nc, &b, &nb);
@@ -749,6 +855,7 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
         nnp = 0;
     }
     free_prev(np, nnp);
+    delta_after(ck, j, sig, rc);
     free(ps->fds);
     ps->fds = NULL;
     free(c);

@@ -142,7 +142,21 @@ struct whale_ckpt {
     struct whale_nameidx prev_idx; /* bundle key -> index into prev */
 
     double last_save_time;
+    /* delta saves (cfg.delta_every): the last full save's snapshot (the
+     * snapshot buffer of that save, swapped out, same layout), its step and
+     * layout signature, and how many deltas followed it */
+    unsigned char *base;
+    size_t base_cap;
+    bool base_pinned, base_valid;
+    int64_t base_step;
+    uint64_t base_sig;
+    int since_full;
+    bool delta_now;   /* the job being persisted is a delta against base */
+    atomic_bool milestone_req; /* whale_ckpt_mark_milestone: the next commit is one */
 };
+
+/* Lowers the calling thread's CPU priority to `prio` (saver.c). */
+void ckpt_lower_priority(enum whale_ckpt_priority prio);
 
 int  ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_ckpt_stats *st);
 void ckpt_prev_clear(whale_ckpt *ck);

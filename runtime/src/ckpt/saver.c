@@ -1,13 +1,26 @@
 /* The saver API: one background thread per handle, at most one save in
- * flight, errors kept until the caller's next call. */
+ * flight, errors kept until the caller's next call.
+ *
+ * The save thread copies a deferred snapshot at the caller's priority (the
+ * optimizer waits for that copy), then persists (hash, encode, write,
+ * commit) in a short-lived thread at a lower CPU priority
+ * (cfg.priority): on a machine whose cores all run compute threads, a
+ * persist at equal priority took their cores and every step slowed while
+ * it ran. WHALE_TRACE records the spans "ckpt snapshot", "ckpt wait"
+ * (the caller blocked on a save) and "ckpt persist" / "ckpt write". */
 #define _GNU_SOURCE
 #include "save_internal.h"
 
 #include "whale/error.h"
 #include "whale/knobs.h"
 #include "whale/log.h"
+#include "whale/trace.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +63,7 @@ static int snapshot(whale_ckpt *ck, struct job *j)
 static int run_job(whale_ckpt *ck, struct job *j, whale_ckpt_stats *st)
 {
     double t0 = ckpt_now();
+    uint64_t tr0 = whale_trace_now();
     struct persist ps;
     memset(&ps, 0, sizeof ps);
     ps.step = j->step;
@@ -71,17 +85,71 @@ static int run_job(whale_ckpt *ck, struct job *j, whale_ckpt_stats *st)
         rc = ckpt_persist_rank(ck, j, &ps, st);
     if (!rc && ck->cfg.rank == 0)
         rc = ckpt_commit(ck, j, &ps);
+    if (rc) /* a base that may not have been committed: the next save is full */
+        ck->base_valid = false;
     if (rc && ps.tmpdir)
         ckpt_abort_rank(ck, &ps, rc);
     st->persist_s = ckpt_now() - t0;
+    whale_trace_span("ckpt", "ckpt persist", tr0, -1, -1);
     free(ps.tmpdir);
     free(ps.finaldir);
     return rc;
 }
 
+/* Lowers the calling thread's CPU priority (threads it creates inherit
+ * it). Best effort: a refusal leaves the caller's priority. */
+void ckpt_lower_priority(enum whale_ckpt_priority prio)
+{
+    if (prio == WHALE_CKPT_PRIO_IDLE) {
+        struct sched_param sp = {0};
+        if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) == 0)
+            return;
+        prio = WHALE_CKPT_PRIO_LOW; /* no SCHED_IDLE here: the nice level */
+    }
+    if (prio == WHALE_CKPT_PRIO_LOW) {
+        /* Linux: a thread's nice value is its own (PRIO_PROCESS of its tid) */
+        id_t tid = (id_t)syscall(SYS_gettid);
+        errno = 0;
+        int cur = getpriority(PRIO_PROCESS, tid);
+        if (errno == 0)
+            (void)setpriority(PRIO_PROCESS, tid, cur + 10 > 19 ? 19 : cur + 10);
+    }
+}
+
+struct persist_arg {
+    whale_ckpt *ck;
+    struct job *j;
+    whale_ckpt_stats *st;
+    int rc;
+};
+
+static void *persist_main(void *arg)
+{
+    struct persist_arg *a = arg;
+    whale_trace_thread_name("ckpt persist");
+    ckpt_lower_priority(a->ck->cfg.priority);
+    a->rc = run_job(a->ck, a->j, a->st);
+    return NULL;
+}
+
+/* run_job at cfg.priority: in a thread of its own, since an unprivileged
+ * thread cannot raise its priority again for the next snapshot copy. */
+static int run_job_bg(whale_ckpt *ck, struct job *j, whale_ckpt_stats *st)
+{
+    if (ck->cfg.priority == WHALE_CKPT_PRIO_NORMAL)
+        return run_job(ck, j, st);
+    struct persist_arg a = {ck, j, st, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, persist_main, &a))
+        return run_job(ck, j, st); /* no thread: at this priority, still correct */
+    pthread_join(th, NULL);
+    return a.rc;
+}
+
 static void *worker(void *arg)
 {
     whale_ckpt *ck = arg;
+    whale_trace_thread_name("ckpt save");
     pthread_mutex_lock(&ck->mu);
     for (;;) {
         while (!ck->stop && !ck->has_job)
@@ -95,6 +163,7 @@ static void *worker(void *arg)
         int rc = 0;
         if (need_snap) {
             double t0 = ckpt_now();
+            uint64_t tr0 = whale_trace_now();
             if (ck->snap_coop)
                 ckpt_snap_help(ck); /* the fence may be copying slices too */
             else
@@ -103,6 +172,7 @@ static void *worker(void *arg)
             while (ck->snap_coop && !ck->snap_done)
                 pthread_cond_wait(&ck->cv, &ck->mu);
             ck->cur.snapshot_s = ckpt_now() - t0;
+            whale_trace_span("ckpt", "ckpt snapshot", tr0, -1, -1);
             ck->snap_done = true;
             pthread_cond_broadcast(&ck->cv);
             pthread_mutex_unlock(&ck->mu);
@@ -112,7 +182,7 @@ static void *worker(void *arg)
         st = ck->cur;
         pthread_mutex_unlock(&ck->mu);
         if (!rc)
-            rc = run_job(ck, &ck->job, &st);
+            rc = run_job_bg(ck, &ck->job, &st);
 
         pthread_mutex_lock(&ck->mu);
         st.stall_s = ck->cur.stall_s; /* fence time may have been added meanwhile */
@@ -271,8 +341,10 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
                 *skipped = true;
             return 0;
         }
+        uint64_t tw = whale_trace_now();
         while (ck->busy)
             pthread_cond_wait(&ck->cv, &ck->mu);
+        whale_trace_span("ckpt", "ckpt wait (previous save)", tw, -1, -1);
         if ((e = take_pending(ck))) {
             pthread_mutex_unlock(&ck->mu);
             return e;
@@ -360,8 +432,10 @@ int whale_ckpt_save(whale_ckpt *ck, const whale_ckpt_meta *meta, const whale_ckp
         snap_now = false;
     if (snap_now) {
         double s0 = ckpt_now();
+        uint64_t tr0 = whale_trace_now();
         int rc = snapshot(ck, &j);
         st.snapshot_s = ckpt_now() - s0;
+        whale_trace_span("ckpt", "ckpt snapshot", tr0, -1, -1);
         if (rc) {
             job_free(&j);
             return rc;
@@ -395,6 +469,7 @@ int whale_ckpt_fence(whale_ckpt *ck)
     if (!ck)
         return WHALE_EINVAL;
     double t0 = ckpt_now();
+    uint64_t tr0 = whale_trace_now();
     pthread_mutex_lock(&ck->mu);
     bool waited = false;
     if (ck->busy && !ck->snap_done && ck->snap_coop) {
@@ -411,7 +486,25 @@ int whale_ckpt_fence(whale_ckpt *ck)
     if (waited || ck->busy)
         ck->cur.stall_s += ckpt_now() - t0;
     pthread_mutex_unlock(&ck->mu);
+    if (waited)
+        whale_trace_span("ckpt", "ckpt wait (snapshot)", tr0, -1, -1);
     return 0;
+}
+
+bool whale_ckpt_in_flight(whale_ckpt *ck)
+{
+    if (!ck)
+        return false;
+    pthread_mutex_lock(&ck->mu);
+    bool b = ck->busy;
+    pthread_mutex_unlock(&ck->mu);
+    return b;
+}
+
+void whale_ckpt_mark_milestone(whale_ckpt *ck)
+{
+    if (ck)
+        atomic_store(&ck->milestone_req, true);
 }
 
 int whale_ckpt_poll(whale_ckpt *ck)
@@ -475,6 +568,7 @@ int whale_ckpt_close(whale_ckpt *ck)
     pthread_mutex_destroy(&ck->mu);
     pthread_cond_destroy(&ck->cv);
     ckpt_host_free(ck->buf, ck->buf_pinned);
+    ckpt_host_free(ck->base, ck->base_pinned);
     ckpt_dev_stream_destroy(ck->stream);
     free(ck->root);
     free(ck->run_id);

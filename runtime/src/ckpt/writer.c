@@ -15,6 +15,7 @@
 
 #include "whale/error.h"
 #include "whale/log.h"
+#include "whale/trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -140,7 +141,9 @@ static void *writer_main(void *arg)
             break;
         struct ckpt_image *im = &w->img[w->queued];
         pthread_mutex_unlock(&w->mu);
+        uint64_t tr0 = whale_trace_now();
         int rc = w->err ? 0 : write_image(w, im);
+        whale_trace_span("ckpt", "ckpt write", tr0, -1, -1);
         pthread_mutex_lock(&w->mu);
         if (rc && !w->err)
             w->err = rc;

@@ -66,6 +66,7 @@ void whale_plan_init(struct whale_plan *p)
     p->offload = WHALE_OFFLOAD_NONE;
     p->precision = WHALE_PREC_FP32;
     p->map = WHALE_MAP_TOPO;
+    p->ckpt_keep = -1;
 }
 
 void whale_plan_free(struct whale_plan *p)
@@ -239,6 +240,9 @@ static int plan_from_obj(json_t *root, const char *origin, struct whale_plan *p)
             rc = get_ints(v, key, origin, 1, 1 << 30, &p->dp_batch, &p->n_dp_batch);
         else if (!strcmp(key, "ckpt_dir")) rc = get_str(v, key, origin, p->ckpt_dir, sizeof p->ckpt_dir);
         else if (!strcmp(key, "ckpt_every")) rc = get_int(v, key, origin, 0, 1 << 30, &p->ckpt_every);
+        else if (!strcmp(key, "ckpt_keep")) rc = get_int(v, key, origin, 0, 1000000, &p->ckpt_keep);
+        else if (!strcmp(key, "ckpt_milestone_every"))
+            rc = get_int(v, key, origin, 0, 1 << 30, &p->ckpt_milestone_every);
         else if (!strcmp(key, "prediction")) {
             if (!json_is_object(v)) {
                 whale_error("%s: plan key \"prediction\" must be an object", origin);
@@ -374,6 +378,10 @@ char *whale_plan_to_json(const struct whale_plan *p, int indent)
         json_object_set_new(o, "dp_batch", ints_json(p->dp_batch, p->n_dp_batch));
     json_object_set_new(o, "ckpt_dir", json_string(p->ckpt_dir));
     json_object_set_new(o, "ckpt_every", json_integer(p->ckpt_every));
+    if (p->ckpt_keep >= 0) /* site defaults: only when a site set them */
+        json_object_set_new(o, "ckpt_keep", json_integer(p->ckpt_keep));
+    if (p->ckpt_milestone_every > 0)
+        json_object_set_new(o, "ckpt_milestone_every", json_integer(p->ckpt_milestone_every));
     if (p->prediction_json) {
         json_t *pred = json_loads(p->prediction_json, 0, NULL);
         if (pred)

@@ -12,6 +12,9 @@
  * Then: persist bandwidth, incremental bytes with half the layers frozen,
  * and size + restore error for each compression mode. */
 #define _GNU_SOURCE
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -103,6 +106,7 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
     bool do_stall = !part || !strcmp(part, "stall") || do_persist;
     bool do_incr = !part || !strcmp(part, "incremental");
     bool do_comp = !part || !strcmp(part, "compression");
+    bool do_load = part && !strcmp(part, "load"); /* asked for by name only */
     struct synth_model m = {.hidden = 512, .vocab = 8192, .seq = 256};
     double per_layer = 3.0 * 4 * (12.0 * 512 * 512 + 13.0 * 512) / 1048576;
     double emb = 3.0 * 4 * (8192.0 + 256) * 512 / 1048576;
@@ -236,12 +240,75 @@ int ckpt_tool_bench(const char *dir, double mb, int repeat, double compute_ms, c
         }
     }
 
+    /* ---- load: the bytes of a saved checkpoint read back from the disk
+     * (page cache dropped for its files) by whale_ckpt_read, whose
+     * WHALE_CKPT_READERS threads read tensors in parallel ---- */
+    double *lbw = calloc((size_t)repeat, 8);
+    double lbytes = 0;
+    if (!rc && do_load) {
+        whale_ckpt_config c = base_cfg(root);
+        c.async = false;
+        c.incremental = false;
+        whale_ckpt *ck;
+        if (!(rc = whale_ckpt_open(&c, &ck))) {
+            meta.step = 1;
+            rc = whale_ckpt_save(ck, &meta, p, n, NULL);
+            whale_ckpt_stats s;
+            whale_ckpt_last_stats(ck, &s);
+            lbytes = (double)s.bytes_stored;
+            whale_ckpt_close(ck);
+        }
+    }
+    for (int k = 0; k < repeat && !rc && do_load; k++) {
+        char sd[4200];
+        snprintf(sd, sizeof sd, "%s/step-00000001/rank-00000", root);
+        sync();
+        DIR *d = opendir(sd);
+        struct dirent *e;
+        while (d && (e = readdir(d))) { /* out of the page cache: read from the disk */
+            char f[8400];
+            snprintf(f, sizeof f, "%s/%s", sd, e->d_name);
+            int fd = open(f, O_RDONLY);
+            if (fd >= 0) {
+                posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+                close(fd);
+            }
+        }
+        if (d)
+            closedir(d);
+        whale_ckpt_piece *q;
+        size_t nq;
+        synth_pieces(&m, &l, false, false, 1, &q, &nq);
+        char *dd;
+        whale_ckpt_reader *r;
+        double t0 = whale_now_s();
+        if (!(rc = whale_ckpt_resolve(root, NULL, &dd))) {
+            if (!(rc = whale_ckpt_reader_open(dd, &r))) {
+                rc = whale_ckpt_read(r, q, nq);
+                whale_ckpt_reader_close(r);
+            }
+            free(dd);
+        }
+        lbw[k] = lbytes / (whale_now_s() - t0);
+        synth_free(q, nq);
+    }
+    if (!rc && do_load) {
+        printf("load (whale_ckpt_read, page cache dropped): %.1f MB/s of %.1f MB stored\n",
+               median(lbw, repeat) / 1e6, lbytes / 1e6);
+        printf("RESULT load_MBps=%.1f stored_bytes=%.0f\n", median(lbw, repeat) / 1e6, lbytes);
+    }
+    if (do_load)
+        rm_rf(root);
+    free(lbw);
+
     /* ---- compression modes ---- */
     struct { const char *name; enum whale_ckpt_wstore w; bool q; int z; } modes[] = {
         {"exact", WHALE_CKPT_WEIGHTS_EXACT, false, 0},
         {"zstd-3", WHALE_CKPT_WEIGHTS_EXACT, false, 3},
         {"bf16-weights", WHALE_CKPT_WEIGHTS_BF16, false, 0},
         {"fp16-weights", WHALE_CKPT_WEIGHTS_FP16, false, 0},
+        {"int8-weights", WHALE_CKPT_WEIGHTS_INT8, false, 0},
+        {"int8-weights+mom", WHALE_CKPT_WEIGHTS_INT8, true, 0},
         {"int8-moments", WHALE_CKPT_WEIGHTS_EXACT, true, 0},
         {"bf16+int8", WHALE_CKPT_WEIGHTS_BF16, true, 0},
         {"bf16+int8+zstd-3", WHALE_CKPT_WEIGHTS_BF16, true, 3},

@@ -39,10 +39,11 @@ static void usage(FILE *f)
         "      and a checkpoint to --resume from (refuses what whale cannot compute exactly)\n"
         "  export --hf OUT_DIR DIR --model CONF [--hf-config JSON] [--max-shard-mb N] [--dtype D]\n"
         "      a checkpoint (any layout) as a Hugging Face directory for from_pretrained\n"
-        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|persist|incremental|compression]\n"
+        "  bench --dir DIR [--mb N] [--repeat R] [--compute-ms T] [--part stall|persist|load|incremental|compression]\n"
         "      synthetic checkpoint benchmark: sync vs async stall (copy, deferred), the\n"
         "      background persist bandwidth of an async save (share written in place),\n"
-        "      incremental bytes with half the layers frozen, size and error per compression\n"
+        "      incremental bytes with half the layers frozen, size and error per compression;\n"
+        "      load: the read-back rate of a saved checkpoint (page cache dropped)\n"
         "\n"
         "DIR is a checkpoint root (the newest checkpoint, via `latest`) or one step directory;\n"
         "W selects another: latest (default), a step number, step-N, or a path.\n"
@@ -239,9 +240,10 @@ int main(int argc, char **argv)
         case 'A': any_names = true; break;
         case 'P':
             if (strcmp(optarg, "stall") && strcmp(optarg, "incremental") &&
-                strcmp(optarg, "compression") && strcmp(optarg, "persist") && strcmp(optarg, "none")) {
-                fprintf(stderr, "whale-ckpt: --part %s: expected stall, persist, incremental "
-                        "or compression\n", optarg);
+                strcmp(optarg, "compression") && strcmp(optarg, "persist") &&
+                strcmp(optarg, "load") && strcmp(optarg, "none")) {
+                fprintf(stderr, "whale-ckpt: --part %s: expected stall, persist, load, "
+                        "incremental or compression\n", optarg);
                 return 2;
             }
             part = optarg;

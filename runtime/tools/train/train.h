@@ -48,6 +48,7 @@ struct train_opts {
     const char *resume, *ckpt_dir, *ckpt_every; /* checkpoints */
     const char *init_from;   /* --init-from HF_DIR: Hugging Face weights (and model) */
     long ckpt_keep;
+    long ckpt_milestone; /* --ckpt-milestone-every M (-1: unset) */
     long steps, batch, micro, accum, seq, seed, warmup, zero, threads, log_every;
     double lr, min_lr, wd, clip, bucket_mb, peak_gflops;
     int overlap; /* -1: unset */
@@ -77,6 +78,12 @@ struct train_totals {
     long last_save;    /* step of the last save started (0: none) */
     double ckpt_stall;
     double hist_stall; /* checkpoint stall before this process joined */
+    /* one save's stall: its whale_ckpt_save call plus the optimizer's wait
+     * for its deferred snapshot (known one step later) */
+    double save_stall, save_stall_max;
+    long save_step;    /* the save save_stall belongs to (0: none open) */
+    double loop_s;     /* wall time of the training loop (the stall's share of it) */
+    bool ck_deferred;  /* a due save postponed: one was still in flight (BUSY=defer) */
     bool joined;       /* history taken from the survivors (a promoted spare) */
     bool peak_raised;  /* a step beat the peak: it was raised (train_mfu) */
 };
@@ -88,6 +95,7 @@ struct train {
     bool have_plan;
     char *plan_json;          /* recorded in checkpoints */
     char plan_ckpt_dir[1024], plan_ckpt_every[32];
+    char plan_ckpt_keep[16], plan_ckpt_milestone[16]; /* the plan's retention, as text */
     char plan_src[1100];      /* "--plan FILE" or "WHALE_PLAN", for messages */
     /* where the knobs the site limits bound came from (train_limits.c) */
     const char *src_zero, *src_micro, *src_ckpt;

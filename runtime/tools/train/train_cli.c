@@ -87,6 +87,9 @@ void train_usage(FILE *f)
 "  --whale-ckpt-every N|Ts  checkpoint every N steps or every T (30s, 10m, 2h)\n"
 "                       (default: WHALE_CKPT_EVERY, the plan's ckpt_every)\n"
 "  --ckpt-keep K        keep the last K checkpoints (3; 0 keeps all)\n"
+"  --ckpt-milestone-every M  checkpoints of step multiples of M are milestones that\n"
+"                       retention never removes (0: none; WHALE_CKPT_MILESTONE_EVERY);\n"
+"                       SIGUSR2 makes the next checkpoint a milestone\n"
 "  --init-from HF_DIR   fine-tune a Hugging Face model (config.json + safetensors of\n"
 "                       GPT-2, Llama, Mistral, Qwen2, Mixtral): the model unless --model,\n"
 "                       and the weights, each rank reading only its slices; AdamW starts\n"
@@ -126,7 +129,7 @@ void train_defaults(struct train *t)
                                 .log_every = 10, .lr = 6e-4, .min_lr = -1, .wd = 0.1,
                                 .clip = 1.0, .bucket_mb = 4, .overlap = -1, .loss_scale = -1,
                                 .progress = -1, .metrics = "whale-train-metrics.jsonl",
-                                .ckpt_keep = -1 };
+                                .ckpt_keep = -1, .ckpt_milestone = -1 };
     whale_plan_init(&t->plan);
 }
 
@@ -137,7 +140,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
 {
     enum { O_MICRO = 256, O_ACCUM, O_MINLR, O_WARM, O_WD, O_CLIP, O_ZERO, O_BUCKET, O_NOOVL,
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
-           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_INIT_FROM, O_CKDIR, O_CKEVERY, O_CKKEEP,
+           O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_INIT_FROM, O_CKDIR, O_CKEVERY, O_CKKEEP, O_CKMILE,
            O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP, O_SHARES, O_PPLAYERS,
            O_HELPENV, O_LOSSMASK,
            O_AREA /* .. the areas' options, in registry order */ };
@@ -161,6 +164,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
         { "whale-ckpt-every", required_argument, 0, O_CKEVERY },
         { "ckpt-keep", required_argument, 0, O_CKKEEP },
+        { "ckpt-milestone-every", required_argument, 0, O_CKMILE },
         { "schedule", required_argument, 0, O_SCHED },
         { "interleave", required_argument, 0, O_INTERLEAVE },
         { "recompute", required_argument, 0, O_RECOMPUTE },
@@ -250,6 +254,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         case O_CKDIR: t->o.ckpt_dir = optarg; break;
         case O_CKEVERY: t->o.ckpt_every = optarg; break;
         case O_CKKEEP: bad |= whale_opt_long("whale-train", "--ckpt-keep", optarg, 0, 1000000, &t->o.ckpt_keep); break;
+        case O_CKMILE: bad |= whale_opt_long("whale-train", "--ckpt-milestone-every", optarg, 0, 1000000000, &t->o.ckpt_milestone); break;
         case O_SCHED: {
             enum whale_schedule k;
             if (whale_schedule_parse(optarg, &k)) {

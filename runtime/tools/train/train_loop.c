@@ -26,6 +26,14 @@ static void on_signal(int sig)
     stop_requested = 1;
 }
 
+/* SIGUSR2: the next checkpoint is a milestone (retention keeps it) */
+static volatile sig_atomic_t sigusr2_seen;
+static void on_usr2(int sig)
+{
+    (void)sig;
+    sigusr2_seen = 1;
+}
+
 bool train_stop_requested(void)
 {
     return stop_requested != 0;
@@ -55,9 +63,24 @@ static void fmt_eta(char *buf, size_t n, double s)
         snprintf(buf, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
+/* Whether a save is still in flight on any rank (BUSY=defer): the ranks
+ * must agree, or they would save different steps and never commit. */
+static int any_in_flight(struct train *t, bool *busy)
+{
+    float b = whale_ckpt_in_flight(t->ck) ? 1.0f : 0.0f;
+    if (t->ctx && whale_world_size(t->ctx) > 1 &&
+        whale_allreduce(whale_world(t->ctx), &b, &b, 1, WHALE_FLOAT32, WHALE_MAX))
+        return 1;
+    *busy = b > 0;
+    return 0;
+}
+
 /* After step `step1` (1-based): save when due. Returns 0 and the seconds
- * the save stalled the step in *t_ck, or 1 (stop). */
-static int step_checkpoint(struct train *t, long step1, double *t_ck)
+ * the save stalled the step in *t_ck, or 1 (stop). With BUSY=defer a save
+ * due while the previous one is still being written waits for the first
+ * step boundary after it ends (at most one save in flight, and the step
+ * never blocks on the disk); `force` (the run's last step) waits instead. */
+static int step_checkpoint(struct train *t, long step1, double *t_ck, bool force)
 {
     *t_ck = 0;
     int due = whale_ckpt_due(t->ck, step1);
@@ -65,8 +88,25 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
     if (t->ckc.every_seconds > 0 && t->ctx && whale_world_size(t->ctx) > 1 &&
         whale_broadcast(whale_world(t->ctx), &due, 1, WHALE_INT32, 0))
         return 1;
-    if (!due)
+    if (!due && !t->tot.ck_deferred)
         return 0;
+    if (t->ckc.busy == WHALE_CKPT_BUSY_DEFER && !force) {
+        bool busy;
+        if (any_in_flight(t, &busy))
+            return 1;
+        if (busy) {
+            if (due && t->tot.ck_deferred && t->rank == 0)
+                whale_info("checkpoint of step %ld folded into the postponed one: the "
+                           "previous save is still being written", step1);
+            t->tot.ck_deferred = true;
+            return 0;
+        }
+    }
+    t->tot.ck_deferred = false;
+    if (sigusr2_seen) { /* the milestone request: rank 0's commit marks it */
+        sigusr2_seen = 0;
+        whale_ckpt_mark_milestone(t->ck);
+    }
     double t0 = whale_now_s();
     bool skipped = false;
     int sv = whale_ckpt_save_engine(t->ck, t->e, t->plan_json, &skipped);
@@ -81,8 +121,25 @@ static int step_checkpoint(struct train *t, long step1, double *t_ck)
         t->tot.nsaves++;
         t->tot.last_save = step1;
         t->tot.ckpt_stall += *t_ck;
+        t->tot.save_stall = *t_ck;
+        t->tot.save_step = step1;
     }
     return 0;
+}
+
+/* The stall of the save of step save_step, once complete: its call plus
+ * the fences that waited for its snapshot (the next step's optimizer). */
+static void close_save_stall(struct train *t, json_t *line)
+{
+    if (!t->tot.save_step)
+        return;
+    if (t->tot.save_stall > t->tot.save_stall_max)
+        t->tot.save_stall_max = t->tot.save_stall;
+    if (line) {
+        json_object_set_new(line, "ckpt_save_stall_s", json_real(t->tot.save_stall));
+        json_object_set_new(line, "ckpt_save_step", json_integer(t->tot.save_step));
+    }
+    t->tot.save_step = 0;
 }
 
 /* Rank 0's metrics line of a step (NULL without a metrics file). */
@@ -155,6 +212,7 @@ int train_loop(struct train *t)
 {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    signal(SIGUSR2, on_usr2);
     struct whale_train_state ts;
     whale_engine_get_state(t->e, &ts);
     const long first_step = (long)ts.step;
@@ -163,6 +221,7 @@ int train_loop(struct train *t)
         t->tot.first_loss = NAN;
     }
     t->tot.last_loss = NAN;
+    double loop_t0 = whale_now_s();
     if (first_step >= t->o.steps && t->rank == 0) {
         /* a finished run resumed again (a requeued job script): success
          * with nothing to do; the summary keeps only its JSON line */
@@ -210,7 +269,14 @@ int train_loop(struct train *t)
          * step's optimizer: part of that checkpoint's stall */
         double t_fence = te_take_ckpt_fence_s(t->te);
         t->tot.ckpt_stall += t_fence;
-        if (t->ck && step_checkpoint(t, step + 1, &t_ck))
+        /* the open save's snapshot is complete after this step's fence (or
+         * at its call, copy snapshot): its stall is known */
+        bool close_prev = t->tot.save_step != 0;
+        t->tot.save_stall += t_fence;
+        long prev_save = t->tot.save_step;
+        double prev_stall = t->tot.save_stall;
+        t->tot.save_step = 0;
+        if (t->ck && step_checkpoint(t, step + 1, &t_ck, step + 1 == t->o.steps))
             return 1;
         double tokens = (double)t->gbatch * t->seq;
         double tps = train_rate(tokens, st.t_total);
@@ -221,6 +287,17 @@ int train_loop(struct train *t)
         json_t *line = step_line(t, step + 1, &st, tps, mfu, t_ck, cpu_s);
         if (line && t_fence > 0)
             json_object_set_new(line, "ckpt_fence_s", json_real(t_fence));
+        if (close_prev) { /* the previous save's, then this step's save stays open */
+            long cur = t->tot.save_step;
+            double cur_stall = t->tot.save_stall;
+            t->tot.save_step = prev_save;
+            t->tot.save_stall = prev_stall;
+            close_save_stall(t, line);
+            t->tot.save_step = cur;
+            t->tot.save_stall = cur_stall;
+        }
+        if (t->tot.save_step && t->ckc.snapshot != WHALE_CKPT_SNAPSHOT_DEFERRED)
+            close_save_stall(t, line); /* copied before the call returned */
         train_areas_step(t, &st, line);
         if (train_rebalance_step(t, &st, step + 1, line)) {
             write_line(t, line);
@@ -232,5 +309,14 @@ int train_loop(struct train *t)
     }
     if (t->tty)
         fputc('\n', stderr);
+    /* a save postponed behind a running one (BUSY=defer) when the loop
+     * ended early (a signal): taken now, at the last finished step */
+    whale_engine_get_state(t->e, &ts);
+    double t_ck;
+    if (t->ck && t->tot.ck_deferred && (long)ts.step > first_step &&
+        step_checkpoint(t, (long)ts.step, &t_ck, true))
+        return 1;
+    close_save_stall(t, NULL); /* the last save's snapshot: fenced at close */
+    t->tot.loop_s += whale_now_s() - loop_t0;
     return TRAIN_GO;
 }

@@ -57,6 +57,18 @@ static const char *ckpt_setting(const char *name, void *user)
     if (!strcmp(name, "WHALE_CKPT_EVERY"))
         return train_pick(t, t->o.ckpt_every, "--whale-ckpt-every", name, t->plan_ckpt_every,
                           &t->src_ckpt);
+    /* retention: the variable, else the site default the plan carries
+     * (whale.conf CkptKeep / CkptMilestoneEvery); the flags apply after */
+    if (!strcmp(name, "WHALE_CKPT_KEEP") || !strcmp(name, "WHALE_CKPT_MILESTONE_EVERY")) {
+        const char *e = whale_knob_getenv(name);
+        bool keep = !strcmp(name, "WHALE_CKPT_KEEP");
+        int pv = keep ? t->plan.ckpt_keep : t->plan.ckpt_milestone_every;
+        char *buf = keep ? t->plan_ckpt_keep : t->plan_ckpt_milestone;
+        if ((e && *e) || !t->have_plan || pv < (keep ? 0 : 1))
+            return e;
+        snprintf(buf, 16, "%d", pv);
+        return buf;
+    }
     return whale_knob_getenv(name);
 }
 
@@ -70,6 +82,8 @@ static int checkpoint_config(struct train *t)
         return 1;
     if (o->ckpt_keep >= 0)
         ckc->keep = (int)o->ckpt_keep;
+    if (o->ckpt_milestone >= 0)
+        ckc->milestone_every = (int)o->ckpt_milestone;
     ckc->rank = t->rank;
     ckc->world = t->ctx ? whale_world_size(t->ctx) : 1;
     if ((ckc->every_steps > 0 || ckc->every_seconds > 0) && !ckc->root) {

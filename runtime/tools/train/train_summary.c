@@ -67,10 +67,16 @@ static json_t *summary_object(struct train *t)
     json_object_set_new(sm, "param_mb", json_real(emem.param_bytes / 1048576.0));
     json_object_set_new(sm, "blas_core", json_string(whale_blas_corename()));
     train_areas_report(t, sm);
-    if (r->nsaves)
+    if (r->nsaves) {
+        /* stall per save (its call plus the wait for its deferred snapshot)
+         * and the share of the loop's wall time the saves stalled */
+        double stall = r->ckpt_stall + r->hist_stall;
         json_object_set_new(sm, "checkpoints",
-                            json_pack("{sisf}", "saves", r->nsaves, "stall_s",
-                                      r->ckpt_stall + r->hist_stall));
+                            json_pack("{sisfsfsfsf}", "saves", r->nsaves, "stall_s", stall,
+                                      "stall_per_save_s", stall / r->nsaves, "stall_max_s",
+                                      r->save_stall_max, "stall_pct_of_run",
+                                      r->loop_s > 0 ? 100 * r->ckpt_stall / r->loop_s : 0.0));
+    }
     return j;
 }
 

@@ -800,6 +800,81 @@ static void corrupt_byte(const char *path, off_t at)
     close(fd);
 }
 
+/* int8 weights: one scale per output channel (a row of a box chunk), so
+ * each element is within max|row| / 254 of what was saved; vectors use
+ * quant_block blocks; the records say which (enc q8, block). */
+static void test_int8_weights_per_channel(void **st)
+{
+    (void)st;
+    struct synth_model m = {.layers = 2, .hidden = 64, .vocab = 128, .seq = 16};
+    struct synth_layout l;
+    synth_layout_of(1, 1, 1, 0, 0, &l);
+    char *root = mkroot();
+    whale_ckpt_config c = cfg_for(root, 0, 1);
+    c.async = false;
+    c.weights = WHALE_CKPT_WEIGHTS_INT8;
+    whale_ckpt *ck;
+    assert_int_equal(whale_ckpt_open(&c, &ck), 0);
+    whale_ckpt_piece *p, *q;
+    size_t n;
+    assert_int_equal(synth_pieces(&m, &l, true, true, 5, &p, &n), 0);
+    assert_int_equal(synth_pieces(&m, &l, true, true, 5, &q, &n), 0);
+    whale_ckpt_meta meta = {.step = 5};
+    assert_int_equal(whale_ckpt_save(ck, &meta, p, n, NULL), 0);
+    assert_int_equal(whale_ckpt_close(ck), 0);
+    char *dir;
+    whale_ckpt_reader *r;
+    assert_int_equal(whale_ckpt_resolve(root, NULL, &dir), 0);
+    assert_int_equal(whale_ckpt_reader_open(dir, &r), 0);
+    assert_int_equal(whale_ckpt_read(r, q, n), 0);
+    int checked_rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *a = p[i].data, *b = q[i].data;
+        int64_t k = whale_ckpt_piece_numel(&p[i]);
+        if (!strncmp(p[i].name, "opt.", 4)) { /* moments stay exact */
+            assert_memory_equal(a, b, (size_t)k * 4);
+            continue;
+        }
+        int64_t row = p[i].ndim >= 2 ? p[i].shape[p[i].ndim - 1] : 128;
+        for (int d = 1; p[i].ndim >= 2 && d < p[i].ndim - 1; d++)
+            row *= p[i].shape[d];
+        for (int64_t s0 = 0; s0 < k; s0 += row) {
+            double mx = 0;
+            for (int64_t j = s0; j < s0 + row && j < k; j++)
+                mx = fmax(mx, fabs(a[j]));
+            for (int64_t j = s0; j < s0 + row && j < k; j++)
+                assert_true(fabs((double)a[j] - b[j]) <= mx / 254 * 1.0001 + 1e-30);
+            checked_rows += p[i].ndim >= 2;
+        }
+    }
+    assert_true(checked_rows > 0);
+    /* the manifest: a 2-D weight's chunks carry one scale per row */
+    char mp[4096];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    json_t *man = json_load_file(mp, 0, NULL);
+    assert_non_null(man);
+    const char *tn;
+    json_t *t;
+    int per_row = 0;
+    json_object_foreach(json_object_get(man, "tensors"), tn, t) {
+        json_t *sh = json_object_get(t, "shape");
+        if (strncmp(tn, "opt.", 4) && json_array_size(sh) == 2) {
+            json_t *c0 = json_array_get(json_object_get(t, "chunks"), 0);
+            assert_string_equal(json_string_value(json_object_get(c0, "enc")), "q8");
+            assert_int_equal(json_integer_value(json_object_get(c0, "block")),
+                             json_integer_value(json_array_get(sh, 1)));
+            per_row++;
+        }
+    }
+    assert_true(per_row > 0);
+    json_decref(man);
+    whale_ckpt_reader_close(r);
+    free(dir);
+    synth_free(p, n);
+    synth_free(q, n);
+    rmroot(root);
+}
+
 static void test_corruption_and_truncation_named(void **st)
 {
     (void)st;
@@ -1246,6 +1321,7 @@ int main(void)
         cmocka_unit_test(test_incremental_frozen_half_and_gc),
         cmocka_unit_test(test_keep_last_k),
         cmocka_unit_test(test_compression_modes),
+        cmocka_unit_test(test_int8_weights_per_channel),
         cmocka_unit_test(test_corruption_and_truncation_named),
         cmocka_unit_test(test_disk_full_background),
         cmocka_unit_test(test_rank_failure_removes_partial),

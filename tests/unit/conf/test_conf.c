@@ -20,7 +20,7 @@ static const char *good =
     "# a GPU site\n"
     "TopologyFile=none\n"
     "DefaultMap=block MaxSpares=4 MaxTP=8\n"
-    "CheckpointRoot=/ckpt/%u/%j\n"
+    "CheckpointRoot=/ckpt/%u/%j CkptKeep=5 CkptMilestoneEvery=1000\n"
     "AllowedOffload=none,optimizer AllowedRecompute=none,selective,full\n"
     "SetNCCLEnv=no LinkBandwidth=leaf:40,spine:20\n"
     "GPUType=H100 PeakTFLOPS=989 Memory=80G NVLinkBandwidth=450\n"
@@ -50,6 +50,8 @@ static void test_parse_good(void **st)
     assert_true(c->nodesets[0].nic_gbs == 50);        /* 400 Gb/s */
     assert_int_equal(c->nodesets[1].gpus, 0);
     assert_int_equal(c->nodesets[1].nnics, 1);
+    assert_int_equal(c->ckpt_keep, 5);
+    assert_int_equal(c->ckpt_milestone_every, 1000);
     char *p = whale_conf_expand_path(c->checkpoint_root, "alice", "42");
     assert_string_equal(p, "/ckpt/alice/42");
     free(p);
@@ -98,6 +100,7 @@ static void test_parse_errors(void **st)
                  ":5: NodeName=f[0]: this file's hostlists expand to more than 262144 hosts in all");
     expect_error("NVLinkDomain=r1\n", "needs Nodes=");
     expect_error("CheckpointRoot=relative/dir\n", "must be an absolute path");
+    expect_error("CkptKeep=-2\n", "CkptKeep");
     expect_error("AllowedOffload=none,disk\n", "'disk' is not one of");
     expect_error("MaxTP=8 MaxTP=4\n", "given twice");
     expect_error("MaxTP=8 NodeName=a\n", "NodeName= must be the first key");

@@ -47,10 +47,21 @@ static void test_roundtrip(void **st)
     assert_int_equal(q.n_stage_layers, 4);
     assert_string_equal(q.model, "gpt-tiny");
     assert_non_null(strstr(q.prediction_json, "1.5"));
+    assert_int_equal(q.ckpt_keep, -1); /* unset: absent from the JSON */
+    assert_null(strstr(js, "ckpt_keep"));
     char *js2 = whale_plan_to_json(&q, 0);
     assert_string_equal(js, js2);
     free(js);
     free(js2);
+    whale_plan_free(&q);
+    /* retention's site defaults travel */
+    p.ckpt_keep = 7;
+    p.ckpt_milestone_every = 500;
+    js = whale_plan_to_json(&p, 0);
+    assert_int_equal(whale_plan_from_json(js, "rt", &q), 0);
+    assert_int_equal(q.ckpt_keep, 7);
+    assert_int_equal(q.ckpt_milestone_every, 500);
+    free(js);
     whale_plan_free(&q);
 }
 

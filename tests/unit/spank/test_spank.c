@@ -198,7 +198,9 @@ static void test_plan_from_flags(void **st)
 {
     (void)st;
     char path[256];
-    write_file("site.conf", "DefaultMap=block CheckpointRoot=/ckpt/%u/%j\n", path, sizeof path);
+    write_file("site.conf",
+               "DefaultMap=block CheckpointRoot=/ckpt/%u/%j CkptKeep=4 CkptMilestoneEvery=100\n",
+               path, sizeof path);
     snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", path);
     assert_int_equal(whale_site_load(), 0);
     assert_int_equal(opt("whale-tp", "2"), 0);
@@ -215,6 +217,8 @@ static void test_plan_from_flags(void **st)
     assert_int_equal(p.map, WHALE_MAP_BLOCK);     /* site default */
     assert_string_equal(p.ckpt_dir, "/ckpt/bob/77");
     assert_int_equal(p.ckpt_every, 50);
+    assert_int_equal(p.ckpt_keep, 4);               /* retention's site defaults */
+    assert_int_equal(p.ckpt_milestone_every, 100);
     whale_plan_free(&p);
     unlink(path);
     /* no CheckpointRoot: --whale-ckpt-every alone is refused */
