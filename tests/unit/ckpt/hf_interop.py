@@ -257,6 +257,12 @@ def masked(m, kind, d, tok, conf):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "masked loss, DP 2 x 2 micro-batches: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    # vocabulary-parallel cross-entropy (TP) and the loss on the last stage (PP)
+    wl, wg = whale_step(kind + "-m4", conf, d + "/tokm.bin", d + "/w", 4, ("--tp", "2", "--pp", "2"),
+                        ("--grad-accum", "2"))
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "masked loss, TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
 
 
 def main():
