@@ -479,6 +479,23 @@ int whale_k_attention_gqa_bwd(whale_backend *b, whale_stream *s, enum whale_dtyp
                               const void *v, int ldv, int B, int T,
                               const struct whale_attn_heads *m);
 
+/* Generation with a KV cache, one token at a time (fp32 only).
+ * rope_at: whale_k_rope's rotation of one token row x (nh,hd) at the
+ * absolute position pos (the same angles, so a cached run matches a full
+ * one). attention_decode: stores the token's k and v (KVl,hd) at position
+ * pos of the caches kc, vc (KVl,S,hd: S positions per KV head), then
+ * out (NH,hd) = softmax(q k^T / sqrt(hd)) v of q (NH,hd) over positions
+ * 0..pos, query head h reading KV head as m says. 0 <= pos < S.
+ * WHALE_ENOTSUP on a backend without them (cuda): generation then runs the
+ * whole window again per token. */
+int whale_k_rope_at(whale_backend *b, whale_stream *s, enum whale_dtype t, void *x, int nh,
+                    int hd, int pos, float theta, const struct whale_rope_scaling *sc);
+int whale_k_attention_decode(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                             const void *q, const void *k, const void *v, float *kc, float *vc,
+                             int pos, int S, const struct whale_attn_heads *m);
+/* Whether the backend has the two above (false: generation recomputes). */
+bool whale_backend_has_decode(const whale_backend *b);
+
 /* Plain (non-flash) attention with grouped KV heads where the kernels read
  * host memory (cpu): expand compact q|k|v (N rows, ld elements apart) to
  * (N,3,NH,hd) with each query head's key and value beside it, for the

@@ -140,6 +140,14 @@ struct bk_ops {
                       const struct whale_attn_heads *m);
     int (*gqa_fold)(whale_backend *b, bk_stream s, float *dqkv, int ld, const float *dexp, int N,
                     const struct whale_attn_heads *m);
+    /* generation with a KV cache: one token's rotary at its absolute
+     * position, and its attention over the cache (NULL: the backend has
+     * none; whale_k_* answers WHALE_ENOTSUP and generation recomputes) */
+    int (*rope_at)(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int nh, int hd,
+                   int pos, float theta, const struct whale_rope_scaling *sc);
+    int (*attention_decode)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                            const void *q, const void *k, const void *v, float *kc, float *vc,
+                            int pos, int S, const struct whale_attn_heads *m);
 };
 
 struct bk_block {

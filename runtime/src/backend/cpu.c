@@ -232,6 +232,9 @@ static const struct bk_ops cpu_ops = {
     /* plain attention's GQA expand / fold on the host (cpu_llama.c) */
     .gqa_expand = bkc_gqa_expand,
     .gqa_fold = bkc_gqa_fold,
+    /* generation with a KV cache (cpu_decode.c) */
+    .rope_at = bkc_rope_at,
+    .attention_decode = bkc_attention_decode,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

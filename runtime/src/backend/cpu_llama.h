@@ -35,4 +35,11 @@ int bkc_gqa_fold(whale_backend *b, bk_stream s, float *dqkv, int ld, const float
 int bkc_bias_fill(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, int ldo,
                   const void *bias, int N, int OC);
 
+/* cpu_decode.c: generation with a KV cache */
+int bkc_rope_at(whale_backend *b, bk_stream s, enum whale_dtype t, void *x, int nh, int hd,
+                int pos, float theta, const struct whale_rope_scaling *sc);
+int bkc_attention_decode(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                         const void *q, const void *k, const void *v, float *kc, float *vc,
+                         int pos, int S, const struct whale_attn_heads *m);
+
 #endif

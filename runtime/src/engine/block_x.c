@@ -153,6 +153,14 @@ int eng_xblock_params(const struct eng_dims *d, int index, struct eng_param *p)
     return xb_decl(d, index, p, NULL);
 }
 
+void eng_xblock_ix(const struct eng_dims *d, int index, struct eng_xb_ix *ix)
+{
+    struct xb_ix x;
+    xb_decl(d, index, NULL, &x);
+    *ix = (struct eng_xb_ix){ x.ln1w, x.ln1b, x.qw, x.qb, x.kvw, x.kvb, x.ow, x.ob, x.ln2w,
+                              x.ln2b, x.fcw, x.fcb, x.upw, x.upb, x.pw, x.pb, x.moe };
+}
+
 static float *pw_or_null(const struct eng_layer *l, int i)
 {
     return i < 0 ? NULL : eng_pw(l, i);

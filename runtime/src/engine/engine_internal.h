@@ -273,4 +273,8 @@ void eng_lp_load(const whale_engine *e, float *dst, const uint16_t *src, size_t 
 /* buf (n) = widen(round(buf)): an fp32 buffer holding 16-bit values */
 void eng_lp_round(const whale_engine *e, float *buf, size_t n);
 
+/* generate.c: 0 when the engine can generate (one fp32 rank, micro-batch
+ * 1, no ZeRO or offload), else WHALE_EINVAL with the requirement said */
+int eng_gen_check_layout(const whale_engine *e);
+
 #endif

@@ -25,7 +25,7 @@ int whale_engine_seq(const whale_engine *e)
     return e->d.T;
 }
 
-static int check_layout(const whale_engine *e)
+int eng_gen_check_layout(const whale_engine *e)
 {
     const char *why = NULL;
     if (e->d.tp != 1 || e->grp.pp.size != 1 || e->dp.size != 1 || e->nchunks != 1)
@@ -45,7 +45,7 @@ static int check_layout(const whale_engine *e)
 
 int whale_engine_next_probs(whale_engine *e, const int32_t *tokens, int n, float *probs)
 {
-    int rc = check_layout(e);
+    int rc = eng_gen_check_layout(e);
     if (rc)
         return rc;
     const int T = e->d.T, C = e->d.C, V = e->d.V;

@@ -155,6 +155,13 @@ extern const struct eng_layer_ops eng_embed_ops, eng_block_ops, eng_head_ops;
  * attention); eng_block_ops hands over to it when d->xblock. */
 int eng_xblock_params(const struct eng_dims *d, int index, struct eng_param *p);
 extern const struct eng_layer_ops eng_xblock_ops;
+/* Where each parameter of a configurable block sits in its layer's table
+ * (-1: none; combined q|k|v: q is attn.qkv, kv -1; moe: the first MoE
+ * parameter), for decode.c's one-token forward. */
+struct eng_xb_ix {
+    int ln1w, ln1b, qw, qb, kvw, kvb, ow, ob, ln2w, ln2b, fcw, fcb, upw, upb, pw, pb, moe;
+};
+void eng_xblock_ix(const struct eng_dims *d, int index, struct eng_xb_ix *ix);
 /* The description's norm through the backend (d->bk): LayerNorm (b may be
  * NULL: Bias=no) or RMSNorm (b and mean unused). out, inp (N,C); mean, rstd
  * (N); dinp (N,C) +=; dw, db (C) +=. 0 or the backend's error. */

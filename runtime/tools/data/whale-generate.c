@@ -53,9 +53,16 @@ static void usage(FILE *f)
 "  --vocab N            vocabulary (default: the recorded one)\n"
 "  --seq N              context window (default: the trained seq)\n"
 "  --threads N          compute threads (default: all CPUs)\n"
+"  --no-kv-cache        run the whole window again for every new token instead of\n"
+"                       keeping the keys and values of earlier positions (slower; the\n"
+"                       same tokens)\n"
+"  --bench              generate twice, with and without the KV cache, and print both\n"
+"                       rates, their ratio and whether the tokens agree on stderr\n"
 "  -h, --help  -V, --version\n"
 "\n"
-"No KV cache yet: each new token runs the model over the whole window again.\n"
+"The prompt runs through the model once and each new token one position, attending\n"
+"over cached keys and values; once the text outgrows the window, or on a backend\n"
+"without the cache's operations (cuda), each token runs the whole window again.\n"
 "Output: the prompt and its continuation on stdout; timing on stderr.\n");
 }
 
@@ -82,7 +89,7 @@ struct gen_opts {
     const char *ckpt, *prompt, *tok_arg, *model_arg;
     long ntok, topk, seed, vocab, seq, threads;
     double temp, top_p;
-    bool print_ids;
+    bool print_ids, no_kv, bench;
 };
 
 /* What one run holds, released by gen_free(). */
@@ -100,6 +107,7 @@ struct gen_run {
     float *probs;
     int V;
     double dt; /* seconds spent generating */
+    bool cached; /* the KV cache was used (else every token recomputed the window) */
     char *text;
 };
 
@@ -116,7 +124,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
                              .top_p = 1 };
     int bad = 0;
     enum { O_CKPT = 256, O_PROMPT, O_TOKENS, O_TEMP, O_TOPK, O_TOPP, O_GREEDY, O_SEED, O_TOK, O_MODEL,
-           O_VOCAB, O_SEQ, O_THREADS, O_PRINT_IDS };
+           O_VOCAB, O_SEQ, O_THREADS, O_PRINT_IDS, O_NO_KV, O_BENCH };
     static const struct option lo[] = {
         { "ckpt", required_argument, 0, O_CKPT }, { "prompt", required_argument, 0, O_PROMPT },
         { "tokens", required_argument, 0, O_TOKENS },
@@ -126,6 +134,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
         { "seed", required_argument, 0, O_SEED }, { "tokenizer", required_argument, 0, O_TOK },
         { "model", required_argument, 0, O_MODEL }, { "vocab", required_argument, 0, O_VOCAB },
         { "seq", required_argument, 0, O_SEQ }, { "threads", required_argument, 0, O_THREADS },
+        { "no-kv-cache", no_argument, 0, O_NO_KV }, { "bench", no_argument, 0, O_BENCH },
         { "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
     };
     int c;
@@ -139,6 +148,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
         case O_TOPP: bad |= whale_opt_double("whale-generate", "--top-p", optarg, 1e-6, 1, &o->top_p) ? 1 : 0; break;
         case O_GREEDY: o->temp = 0; break;
         case O_PRINT_IDS: o->print_ids = true; break;
+        case O_NO_KV: o->no_kv = true; break;
+        case O_BENCH: o->bench = true; break;
         case O_SEED: bad |= whale_opt_long("whale-generate", "--seed", optarg, 0, LONG_MAX, &o->seed); break;
         case O_TOK: o->tok_arg = optarg; break;
         case O_MODEL: o->model_arg = optarg; break;
@@ -295,14 +306,28 @@ static int encode_prompt(const struct gen_opts *o, struct gen_run *r)
 
 /* Up to --tokens sampled tokens appended to the context, timed.
  * 0 or -1 (said). */
-static int generate(const struct gen_opts *o, struct gen_run *r)
+static int generate(const struct gen_opts *o, struct gen_run *r, bool use_kv)
 {
     struct wd_ids *ids = &r->ids;
     r->V = whale_engine_vocab(r->e);
+    free(r->probs);
+    wg_sampler_free(&r->smp);
     r->probs = malloc(sizeof(float) * r->V);
     if (!r->probs || wg_sampler_init(&r->smp, o->temp, (int)o->topk, o->top_p,
                                         (uint64_t)o->seed, r->V))
         return -1;
+    whale_kv_cache *kv = NULL;
+    if (use_kv) {
+        int krc = whale_kv_cache_create(r->e, &kv);
+        if (krc == WHALE_ENOTSUP)
+            ERR("note: this backend has no KV-cache operations; every token runs the whole "
+                "window");
+        else if (krc) {
+            ERR("KV cache: %s", whale_strerror(krc));
+            return -1;
+        }
+    }
+    r->cached = kv != NULL;
     ids->cap = ids->n + o->ntok;
     int32_t *grown = realloc(ids->ids, ids->cap * sizeof(int32_t));
     if (!grown)
@@ -314,9 +339,18 @@ static int generate(const struct gen_opts *o, struct gen_run *r)
     for (long made = 0; made < o->ntok; made++) {
         /* the last `seq` tokens: the window slides once the text is longer */
         size_t n = ids->n < (size_t)o->seq ? ids->n : (size_t)o->seq;
-        int erc = whale_engine_next_probs(r->e, ids->ids + ids->n - n, (int)n, r->probs);
+        int erc = 0;
+        if (kv && ids->n <= (size_t)o->seq) {
+            /* the same context as last time (a skipped token): the same probs */
+            if ((int)n > whale_kv_cache_len(kv))
+                erc = whale_engine_kv_next_probs(r->e, kv, ids->ids, (int)n, r->probs);
+        } else {
+            /* no cache, or the window slid: every position moved, recompute */
+            erc = whale_engine_next_probs(r->e, ids->ids + ids->n - n, (int)n, r->probs);
+        }
         if (erc) {
             ERR("forward failed: %s", whale_strerror(erc));
+            whale_kv_cache_destroy(kv);
             return -1;
         }
         int t = wg_sample(&r->smp, r->probs, r->V);
@@ -328,7 +362,37 @@ static int generate(const struct gen_opts *o, struct gen_run *r)
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->dt = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    whale_kv_cache_destroy(kv);
     return 0;
+}
+
+/* --bench: the same generation with and without the KV cache, timed; the
+ * cached run's tokens stay for the report. 0 or -1 (said). */
+static int bench(const struct gen_opts *o, struct gen_run *r)
+{
+    size_t np = r->ids.n;
+    if (generate(o, r, false))
+        return -1;
+    size_t n_full = r->ids.n;
+    double dt_full = r->dt;
+    int32_t *full = malloc(sizeof(int32_t) * (n_full ? n_full : 1));
+    if (!full)
+        return -1;
+    memcpy(full, r->ids.ids, sizeof(int32_t) * n_full);
+    r->ids.n = np;
+    if (generate(o, r, true)) {
+        free(full);
+        return -1;
+    }
+    bool same = r->ids.n == n_full && !memcmp(full, r->ids.ids, sizeof(int32_t) * n_full);
+    free(full);
+    double tf = dt_full > 0 ? (n_full - np) / dt_full : 0;
+    double tc = r->dt > 0 ? (r->ids.n - np) / r->dt : 0;
+    fprintf(stderr, "whale-generate: bench: %zu prompt tokens, %zu generated: KV cache %.1f "
+            "tokens/s%s, recompute %.1f tokens/s, ratio %.2f, same tokens: %s\n", np,
+            r->ids.n - np, tc, r->cached ? "" : " (unavailable: recomputed)", tf,
+            tf > 0 ? tc / tf : 0.0, same ? "yes" : "NO");
+    return same ? 0 : -1;
 }
 
 /* The text on stdout, the figures on stderr. 0 or -1 (said). */
@@ -358,9 +422,10 @@ static int report(const struct gen_opts *o, struct gen_run *r)
     fflush(stdout);
     double dt = r->dt;
     fprintf(stderr, "whale-generate: step %lld of %s (%s, vocabulary %d, window %ld): %zu prompt "
-            "tokens, %zu generated in %.2f s (%.1f tokens/s, %s)\n", (long long)r->info->step, r->dir,
+            "tokens, %zu generated in %.2f s (%.1f tokens/s, %s, %s)\n", (long long)r->info->step, r->dir,
             r->md.name, r->V, o->seq, r->nprompt, ids->n - r->nprompt, dt,
-            dt > 0 ? (ids->n - r->nprompt) / dt : 0.0, o->temp <= 0 ? "greedy" : "sampled");
+            dt > 0 ? (ids->n - r->nprompt) / dt : 0.0, o->temp <= 0 ? "greedy" : "sampled",
+            r->cached ? "KV cache" : "recomputing the window");
     return 0;
 }
 
@@ -390,7 +455,9 @@ int main(int argc, char **argv)
 
     struct gen_run r = { 0 };
     int rc = open_model(&o, &r) || open_tokenizer(&o, &r) || open_engine(&o, &r) ||
-             encode_prompt(&o, &r) || generate(&o, &r) || report(&o, &r) ? 1 : 0;
+             encode_prompt(&o, &r) ||
+                     (o.bench ? bench(&o, &r) : generate(&o, &r, !o.no_kv)) || report(&o, &r)
+                 ? 1 : 0;
     gen_free(&r);
     return rc;
 }

@@ -312,6 +312,9 @@ static const bk_ops cuda_ops = {
     // no host-side GQA expand / fold: plain GQA runs the grouped kernels
     nullptr,
     nullptr,
+    // no one-token generation kernels yet: generation recomputes the window
+    nullptr,
+    nullptr,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
