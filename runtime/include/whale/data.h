@@ -46,7 +46,16 @@ struct whale_data_config {
      * the even split: offset dp_rank x local_batch, global batch
      * local_batch x dp_size (the same samples in the same order). */
     int global_batch, offset;
+    /* Loss masks (instruction data): one byte per token of the matching data
+     * file, 0 = the token is not a target (its target id becomes -1, which
+     * the engine ignores with loss_mask), 1 = it counts. NULL: each data
+     * file's PATH.mask when it exists (whale-data --jsonl writes it), none
+     * otherwise; else a comma-separated list, one per data file. */
+    const char *masks;
 };
+
+/* Whether any data file of the list has a PATH.mask beside it. */
+bool whale_data_mask_beside(const char *paths);
 
 /* Opens, maps and validates every file; errors name the file and the
  * problem (missing, empty, wrong magic, truncated, token >= vocab, fewer

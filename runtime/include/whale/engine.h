@@ -135,6 +135,11 @@ struct whale_engine_config {
      * and 3 reduce at every micro-batch, so there every replica needs the
      * same grad_accum. */
     int global_batch;
+    /* Targets < 0 are ignored (instruction data with the loss masked to the
+     * responses): the loss and its gradients are the mean over the counted
+     * targets of the global batch, their count summed over DP and the
+     * micro-batches every step (one extra scalar reduction per step). */
+    bool loss_mask;
     uint64_t seed;
 
     /* optimizer */
@@ -220,7 +225,8 @@ struct whale_moe_stats {
 };
 
 struct whale_step_stats {
-    double loss;           /* mean loss over the global batch */
+    double loss;           /* mean loss over the global batch's counted targets */
+    int64_t loss_tokens;   /* targets counted in the loss over the global batch */
     double grad_norm;      /* global gradient norm before clipping */
     float lr;
     bool skipped;          /* loss scaler found inf/NaN: no update */

@@ -486,7 +486,8 @@ void k_softmax_xent_fwd(float *probs, float *losses, const int32_t *targets, int
         span_exp_sub(r, mx, V);
         float sum = row_sum(r, V);
         span_scale(r, 1.0f / sum, V);
-        losses[n] = -logf(r[targets[n]] > 1e-30f ? r[targets[n]] : 1e-30f);
+        int t = targets[n]; /* < 0: an ignored target (masked loss) */
+        losses[n] = t < 0 ? 0.0f : -logf(r[t] > 1e-30f ? r[t] : 1e-30f);
     }
 }
 
@@ -495,6 +496,10 @@ void k_softmax_xent_bwd(float *probs, const int32_t *targets, float dloss, int N
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = probs + (size_t)n * V;
+        if (targets[n] < 0) { /* ignored target: no gradient */
+            memset(r, 0, sizeof(float) * (size_t)V);
+            continue;
+        }
         span_scale(r, dloss, V);
         r[targets[n]] -= dloss;
     }
@@ -580,6 +585,10 @@ void k_softmax_xent_bwd_tp(float *probs, const int32_t *targets, int v0, float d
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *r = probs + (size_t)n * V;
+        if (targets[n] < 0) { /* ignored target: no gradient */
+            memset(r, 0, sizeof(float) * (size_t)V);
+            continue;
+        }
         span_scale(r, dloss, V);
         int t = targets[n] - v0;
         if (t >= 0 && t < V)

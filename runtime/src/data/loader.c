@@ -25,6 +25,10 @@ struct dfile {
     const void *tok;     /* first token */
     int64_t ntok;
     int64_t first;       /* global index of its first token */
+    /* loss mask, one byte per token (NULL: every target counts) */
+    char *mpath;
+    void *mask;
+    size_t mask_len;
 };
 
 struct whale_data {
@@ -138,11 +142,75 @@ static int open_one(struct dfile *f, const struct whale_data_config *cfg)
     return 0;
 }
 
+/* The loss mask of f: one byte (0 or 1) per token, exactly ntok bytes. */
+static int open_mask(struct dfile *f)
+{
+    int fd = open(f->mpath, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        whale_error("loss mask %s: %s", f->mpath, strerror(errno));
+        return errno == ENOENT ? WHALE_ENOENT : WHALE_EIO;
+    }
+    struct stat sb;
+    int rc = 0;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        whale_error("loss mask %s: not a regular file", f->mpath);
+        rc = WHALE_EDATA;
+    } else if ((int64_t)sb.st_size != f->ntok) {
+        whale_error("loss mask %s: %lld bytes, but data file %s has %lld tokens (one byte per "
+                    "token)", f->mpath, (long long)sb.st_size, f->path, (long long)f->ntok);
+        rc = WHALE_EDATA;
+    } else {
+        f->mask_len = (size_t)sb.st_size;
+        f->mask = mmap(NULL, f->mask_len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (f->mask == MAP_FAILED) {
+            f->mask = NULL;
+            whale_error("loss mask %s: mmap: %s", f->mpath, strerror(errno));
+            rc = WHALE_EIO;
+        }
+    }
+    close(fd);
+    if (rc)
+        return rc;
+    const uint8_t *m = f->mask;
+    for (int64_t i = 0; i < f->ntok; i++)
+        if (m[i] > 1) {
+            whale_error("loss mask %s: byte %d at offset %lld (expected 0 or 1)", f->mpath, m[i],
+                        (long long)i);
+            return WHALE_EDATA;
+        }
+    return 0;
+}
+
+static char *mask_name(const char *path, size_t len)
+{
+    char *m = malloc(len + 6);
+    if (m) {
+        memcpy(m, path, len);
+        memcpy(m + len, ".mask", 6);
+    }
+    return m;
+}
+
+bool whale_data_mask_beside(const char *paths)
+{
+    for (const char *p = paths; p && *p;) {
+        size_t len = strcspn(p, ",");
+        char *m = mask_name(p, len);
+        bool here = m && access(m, F_OK) == 0;
+        free(m);
+        if (here)
+            return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
 /* file being read by this thread's copy (named when it faults) */
 static __thread int t_file = -1;
 
-/* dst (n) = tokens [start, start + n) of the concatenated stream */
-static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
+/* dst (n) = tokens [start, start + n) of the concatenated stream, dm (n)
+ * their loss-mask bytes (1 where a file has no mask) */
+static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, uint8_t *dm, int n)
 {
     int fi = 0;
     while (fi + 1 < d->nf && d->f[fi + 1].first <= start)
@@ -158,6 +226,7 @@ static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, int n)
             dst[i] = ((const uint16_t *)d->f[fi].tok)[pos];
         else
             dst[i] = ((const uint8_t *)d->f[fi].tok)[pos];
+        dm[i] = d->f[fi].mask ? ((const uint8_t *)d->f[fi].mask)[pos] : 1;
         pos++;
     }
 }
@@ -167,6 +236,7 @@ struct fill_job {
     const whale_data *d;
     int64_t gs;
     int32_t *in, *tg, *win;
+    uint8_t *wm;
 };
 
 static void fill_run(void *arg)
@@ -178,9 +248,11 @@ static void fill_run(void *arg)
     for (int b = 0; b < B; b++) {
         int64_t g = j->gs + off + b;
         int64_t start = (g % d->epoch) * T;
-        copy_tokens(d, start, j->win, T + 1);
+        copy_tokens(d, start, j->win, j->wm, T + 1);
         memcpy(j->in + (size_t)b * T, j->win, sizeof(int32_t) * T);
-        memcpy(j->tg + (size_t)b * T, j->win + 1, sizeof(int32_t) * T);
+        int32_t *tg = j->tg + (size_t)b * T;
+        for (int t = 0; t < T; t++) /* a masked token is no target: -1 */
+            tg[t] = j->wm[t + 1] ? j->win[t + 1] : -1;
     }
 }
 
@@ -197,12 +269,17 @@ static int fill(const whale_data *d, int64_t gs, int32_t *in, int32_t *tg)
             return WHALE_ECORRUPT;
         }
     }
-    struct fill_job j = { d, gs, in, tg, malloc(sizeof(int32_t) * ((size_t)d->cfg.seq + 1)) };
-    if (!j.win)
+    struct fill_job j = { d, gs, in, tg, malloc(sizeof(int32_t) * ((size_t)d->cfg.seq + 1)),
+                          malloc((size_t)d->cfg.seq + 1) };
+    if (!j.win || !j.wm) {
+        free(j.win);
+        free(j.wm);
         return WHALE_ENOMEM;
+    }
     t_file = -1;
     int g = data_guard_run(fill_run, &j);
     free(j.win);
+    free(j.wm);
     if (g) {
         const char *path = t_file >= 0 ? d->f[t_file].path : "(unknown)";
         whale_error("data file %s: reading it failed (SIGBUS: the file was truncated while "
@@ -287,6 +364,28 @@ int whale_data_open(const struct whale_data_config *cfg, whale_data **out)
         d->f[i].path = strndup(p, len);
         d->nf = i + 1;
         rc = open_one(&d->f[i], cfg);
+        if (!rc && !cfg->masks) { /* PATH.mask beside the file, when there */
+            char *m = mask_name(p, len);
+            if (!m)
+                rc = WHALE_ENOMEM;
+            else if (access(m, F_OK) == 0)
+                d->f[i].mpath = m;
+            else
+                free(m);
+        } else if (!rc) {
+            const char *q = cfg->masks;
+            for (int k = 0; k < i && q; k++)
+                q = strchr(q, ',') ? strchr(q, ',') + 1 : NULL;
+            size_t ql = q ? strcspn(q, ",") : 0;
+            if (!ql) {
+                whale_error("--loss-mask '%s': no mask for data file %d (%s): give one per "
+                            "data file", cfg->masks, i + 1, d->f[i].path);
+                rc = WHALE_EINVAL;
+            } else if (!(d->f[i].mpath = strndup(q, ql)))
+                rc = WHALE_ENOMEM;
+        }
+        if (!rc && d->f[i].mpath)
+            rc = open_mask(&d->f[i]);
         if (!rc) {
             d->f[i].first = d->ntok;
             d->ntok += d->f[i].ntok;
@@ -373,7 +472,10 @@ void whale_data_close(whale_data *d)
             munmap(d->f[i].map, d->f[i].map_len);
         if (d->f[i].fd >= 0)
             close(d->f[i].fd);
+        if (d->f[i].mask)
+            munmap(d->f[i].mask, d->f[i].mask_len);
         free(d->f[i].path);
+        free(d->f[i].mpath);
     }
     free(d->f);
     free(d->pin);

@@ -422,9 +422,10 @@ static int head_fwd(struct eng_layer *l, struct eng_io *io)
      * and on host_coherent cuda (device.c); a host-access point (stream-
      * ordered cuda drains the device here, a no-op elsewhere) */
     BK(whale_backend_host_access(bk));
-    double sum = 0;
+    double sum = 0; /* ignored targets (< 0, loss_mask) count nothing */
     for (int n = 0; n < N; n++)
-        sum += h.losses[n];
+        if (io->targets[n] >= 0)
+            sum += h.losses[n];
     io->loss_sum = sum;
     return 0;
 }

@@ -149,6 +149,28 @@ static void step_stats(whale_engine *e, struct whale_step_stats *st, double t_st
     }
 }
 
+/* Targets counted in the loss over the global batch: all of them, or with
+ * loss_mask those >= 0, counted by the ranks that hold the loss and summed
+ * over the world (as the loss itself), so every DP / micro-batch layout
+ * divides by the same count. */
+static int step_tokens(whale_engine *e, const int32_t *targets, double *tokens)
+{
+    *tokens = (double)e->d.T * eng_global_batch(e);
+    if (!e->cfg.loss_mask)
+        return 0;
+    const size_t n = (size_t)e->d.B * e->d.T * e->cfg.grad_accum;
+    double red[3] = { 0, 0, 0 };
+    if (e->last_stage && e->d.tp_rank == 0)
+        for (size_t i = 0; i < n; i++)
+            red[0] += targets[i] >= 0;
+    int rc = dp_sum3(e, red);
+    if (!rc)
+        rc = mp_sum3(e, red);
+    /* a batch of prompts only: nothing counts, and the gradients are zero */
+    *tokens = red[0] > 0 ? red[0] : 1;
+    return rc;
+}
+
 int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       struct whale_step_stats *st)
 {
@@ -156,7 +178,9 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     double tc = 0, loss_sum = 0;
     e->t_comm = e->t_wait = 0;
     int rc = 0;
-    const double tokens_global = (double)e->d.T * eng_global_batch(e);
+    double tokens_global;
+    if ((rc = step_tokens(e, targets, &tokens_global)))
+        return rc;
     const float dloss = (float)(e->scaler.scale / tokens_global);
 
     struct whale_pp_stats pst = { 0 };
@@ -204,6 +228,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     if (st) {
         memset(st, 0, sizeof *st);
         st->loss = red[0] / tokens_global;
+        st->loss_tokens = (int64_t)tokens_global;
         st->grad_norm = norm;
         st->lr = lr;
         st->skipped = skip;
@@ -216,8 +241,10 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
 int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       double *loss)
 {
-    double loss_sum = 0;
-    int rc = eng_dev_tokens(e, &inputs, &targets);
+    double loss_sum = 0, tokens;
+    int rc = step_tokens(e, targets, &tokens);
+    if (!rc)
+        rc = eng_dev_tokens(e, &inputs, &targets);
     if (!rc)
         rc = eng_pipe_forward_only(e, inputs, targets, &loss_sum);
     if (rc)
@@ -226,6 +253,6 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
     double red[3] = { loss_here ? loss_sum : 0, 0, 0 };
     if ((rc = dp_sum3(e, red)) || (rc = mp_sum3(e, red)))
         return rc;
-    *loss = red[0] / ((double)e->d.T * eng_global_batch(e));
+    *loss = red[0] / tokens;
     return 0;
 }

@@ -54,6 +54,7 @@ struct train_opts {
     int overlap; /* -1: unset */
     int loss_scale;
     int format;
+    const char *loss_mask; /* --loss-mask: comma list, NULL = DATA.mask when present */
     int progress; /* -1 auto */
     const char *schedule, *recompute, *precision;
     long interleave;

@@ -31,6 +31,8 @@ void train_usage(FILE *f)
 "  --model NAME|FILE    preset (config/models/NAME.conf) or .conf file\n"
 "  --data FILES         llm.c token shards (.bin) or raw byte files, comma-separated\n"
 "  --format auto|llmc|bytes   data format (auto: .bin or magic = llmc)\n"
+"  --loss-mask FILE[,FILE..]  loss masks, one per data file (1 byte per token,\n"
+"                             0 = not a target; default: DATA.mask when it exists)\n"
 "  --steps N            optimizer steps (default 100)\n"
 "  --batch N            global batch in samples per step (default 8)\n"
 "  --micro-batch N      samples per micro-batch per rank (default batch/(DP*accum))\n"
@@ -140,7 +142,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
            O_LS, O_THREADS, O_METRICS, O_LOGEVERY, O_PEAK, O_NOPROG, O_FORMAT, O_SCHED,
            O_INTERLEAVE, O_RECOMPUTE, O_ACTBUDGET, O_RESUME, O_INIT_FROM, O_CKDIR, O_CKEVERY, O_CKKEEP, O_CKMILE,
            O_PREC, O_NOLS, O_INJECT, O_GRED, O_EP, O_SHARES, O_PPLAYERS,
-           O_HELPENV,
+           O_HELPENV, O_LOSSMASK,
            O_AREA /* .. the areas' options, in registry order */ };
     static const struct option core[] = {
         { "model", required_argument, 0, 'm' }, { "data", required_argument, 0, 'd' },
@@ -156,6 +158,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
         { "log-every", required_argument, 0, O_LOGEVERY },
         { "peak-gflops", required_argument, 0, O_PEAK }, { "no-progress", no_argument, 0, O_NOPROG },
         { "format", required_argument, 0, O_FORMAT },
+        { "loss-mask", required_argument, 0, O_LOSSMASK },
         { "resume", required_argument, 0, O_RESUME },
         { "init-from", required_argument, 0, O_INIT_FROM },
         { "whale-ckpt-dir", required_argument, 0, O_CKDIR },
@@ -284,6 +287,7 @@ int train_parse_args(struct train *t, int argc, char **argv)
                 bad = 1;
             }
             break;
+        case O_LOSSMASK: t->o.loss_mask = optarg; break;
         case 'h': train_usage(stdout); rc = 0; goto done;
         case O_HELPENV:
             if (optarg && strcmp(optarg, "markdown")) {

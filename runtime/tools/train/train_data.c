@@ -176,6 +176,7 @@ int train_data_val_open(struct train_data *t, const struct whale_data_config *tr
         return 0;
     struct whale_data_config dc = *train_dc;
     dc.paths = t->val;
+    dc.masks = NULL; /* the validation files' own PATH.mask, if any */
     dc.prefetch = false; /* a few batches every N steps */
     if (whale_data_open(&dc, &t->vd)) {
         whale_error("--val-data %s cannot be used (see above)", t->val);

@@ -161,6 +161,8 @@ static json_t *step_line(struct train *t, long step1, const struct whale_step_st
         json_object_set_new(j, "grad_norm", json_null());
     if (t_ck > 0)
         json_object_set_new(j, "ckpt_stall_s", json_real(t_ck));
+    if (t->ec.loss_mask) /* the targets the masked loss counted (global batch) */
+        json_object_set_new(j, "loss_tokens", json_integer((json_int_t)st->loss_tokens));
     json_object_set_new(j, "pipe_wait_s", json_real(st->t_pipe_wait));
     json_object_set_new(j, "cpu_s", json_real(cpu_s)); /* CPU time of this process */
     json_object_set_new(j, "recompute_s", json_real(st->t_recompute));

@@ -241,6 +241,11 @@ int train_setup(struct train *t)
     /* the engine refuses layouts that cannot run (divisibility, stage split,
      * schedule vs micro-batches, a device-memory budget too small) with the
      * reason, before any step */
+    /* masked loss (instruction data): the targets the mask hides are -1 */
+    t->ec.loss_mask = t->o.loss_mask || whale_data_mask_beside(t->o.data);
+    if (t->ec.loss_mask && t->rank == 0)
+        whale_info("loss mask: %s (the loss counts the response tokens only)",
+                   t->o.loss_mask ? t->o.loss_mask : "DATA.mask beside the data");
     if (whale_engine_create(&t->ec, t->ctx, &t->e))
         return 1;
     if (whale_trace_init(t->rank, t->world))
@@ -253,7 +258,7 @@ int train_setup(struct train *t)
                                         .dp_rank = t->dp_rank, .dp_size = t->dp,
                                         .global_batch = t->share.uneven ? (int)t->share.global : 0,
                                         .offset = (int)t->share.offset,
-                                        .prefetch = true };
+                                        .prefetch = true, .masks = t->o.loss_mask };
     if (whale_data_open(&t->dc, &t->data))
         return 1;
     if ((rc = setup_checkpoints(t)) != TRAIN_GO)

@@ -90,8 +90,9 @@ def tokens_file(path, n):
     return tok
 
 
-def ref_step(m, kind, tok):
-    """loss and global gradient norm of one step on B samples of S+1 tokens"""
+def ref_step(m, kind, tok, mask=None):
+    """loss and global gradient norm of one step on B samples of S+1 tokens
+    (mask: one 0/1 per token, 0 = that token is no target: ignore_index)"""
     extra = []
     if kind == "qwen2":  # whale's Qwen2 has zero o/mlp biases: they get gradients too
         for l in m.model.layers:
@@ -100,6 +101,9 @@ def ref_step(m, kind, tok):
                 extra.append(lin.bias)
     x = torch.stack([tok[b * S:b * S + S] for b in range(B)])
     y = torch.stack([tok[b * S + 1:b * S + S + 1] for b in range(B)])
+    if mask is not None:
+        ym = torch.stack([mask[b * S + 1:b * S + S + 1] for b in range(B)])
+        y = torch.where(ym > 0, y, torch.full_like(y, -100))
     m.zero_grad()
     logits = m(x).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -141,6 +145,8 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "1 rank: loss %.7f vs torch %.7f (rel %.1e), grad norm %.6f vs %.6f (rel %.1e)"
           % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
+    if kind == "llama":
+        masked(m, kind, d, tok, conf)
     # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
     wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
                           ("--tp", "2", "--pp", "2"),
@@ -228,6 +234,35 @@ def drop_tensor(d):
     t = load_file(d + "/model.safetensors")
     del t["model.layers.1.mlp.up_proj.weight"]
     save_file(t, d + "/model.safetensors", metadata={"format": "pt"})
+
+
+def masked(m, kind, d, tok, conf):
+    """instruction data: the loss masked to the response tokens (a mask file
+    beside the data, one byte per token) equals cross_entropy(ignore_index)
+    on 1 rank, and DP 2 with 2 micro-batches per rank (--loss-mask) equals it:
+    the counted targets are summed over ranks and micro-batches"""
+    n = B * S + 1
+    mask = (torch.arange(n) % 11 >= 4).to(torch.uint8)  # prompts of 4, responses of 7
+    mask[S + 1:2 * S + 1] = 0  # a whole sample of prompt: only the other ranks count
+    os.symlink(d + "/tok.bin", d + "/tokm.bin")
+    with open(d + "/tokm.bin.mask", "wb") as f:
+        f.write(bytes(mask.tolist()))
+    loss, gn, _ = ref_step(m, kind, tok, mask)
+    wl, wg = whale_step(kind + "-m1", conf, d + "/tokm.bin", d + "/w")
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "masked loss, 1 rank: loss %.7f vs torch ignore_index %.7f (rel %.1e), grad norm "
+          "%.6f vs %.6f (rel %.1e)" % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
+    wl, wg = whale_step(kind + "-m2", conf, d + "/tok.bin", d + "/w", 2, ("--dp", "2"),
+                        ("--grad-accum", "2", "--loss-mask", d + "/tokm.bin.mask"))
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "masked loss, DP 2 x 2 micro-batches: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    # vocabulary-parallel cross-entropy (TP) and the loss on the last stage (PP)
+    wl, wg = whale_step(kind + "-m4", conf, d + "/tokm.bin", d + "/w", 4, ("--tp", "2", "--pp", "2"),
+                        ("--grad-accum", "2"))
+    check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+          "masked loss, TP2xPP2: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+          % (wl, rel(wl, loss), wg, rel(wg, gn)))
 
 
 def main():

@@ -231,6 +231,56 @@ static void test_bytes(void **st)
     whale_data_close(d);
 }
 
+static void write_mask(const char *name, int n, int bad_at)
+{
+    char p[256];
+    path(p, name);
+    FILE *f = fopen(p, "wb");
+    for (int i = 0; i < n; i++)
+        fputc(i == bad_at ? 7 : i % 3 != 0, f);
+    fclose(f);
+}
+
+/* PATH.mask beside a shard (or --loss-mask): masked targets become -1,
+ * inputs stay; a mask of the wrong size or with a byte other than 0/1 is
+ * refused, naming the mask file. */
+static void test_loss_mask(void **st)
+{
+    (void)st;
+    char p[256], m[300];
+    write_shard("sft.bin", 100, WHALE_LLMC_MAGIC, 100, 50);
+    path(p, "sft.bin");
+    assert_false(whale_data_mask_beside(p));
+    write_mask("sft.bin.mask", 100, -1);
+    assert_true(whale_data_mask_beside(p));
+    struct whale_data_config c = { .paths = p, .vocab = 256, .seq = 8, .local_batch = 2,
+                                   .dp_rank = 0, .dp_size = 1 };
+    whale_data *d;
+    assert_int_equal(whale_data_open(&c, &d), 0);
+    int32_t in[16], tg[16];
+    assert_int_equal(whale_data_next(d, 0, in, tg), 0);
+    for (int i = 0; i < 16; i++) { /* sample b, position t: token b*8+t, target b*8+t+1 */
+        int tok = i + 1;
+        assert_int_equal(in[i], (i * 7 + 3) % 50);
+        assert_int_equal(tg[i], tok % 3 != 0 ? (tok * 7 + 3) % 50 : -1);
+    }
+    whale_data_close(d);
+    snprintf(m, sizeof m, "%s/sft.bin.mask", dir);
+    write_mask("sft.bin.mask", 99, -1);
+    open_expect_error(p, 256, "one byte per token");
+    write_mask("sft.bin.mask", 100, 5);
+    open_expect_error(p, 256, "expected 0 or 1");
+    /* an explicit list needs one mask per data file */
+    write_mask("sft.bin.mask", 100, -1);
+    char two[600];
+    snprintf(two, sizeof two, "%s,%s", p, p);
+    c.paths = two;
+    c.masks = m;
+    last[0] = 0;
+    assert_true(whale_data_open(&c, &d) < 0);
+    assert_non_null(strstr(last, "give one per data file"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +288,7 @@ int main(void)
         cmocka_unit_test(test_split_and_resume),
         cmocka_unit_test(test_uneven_shares),
         cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_loss_mask),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -400,6 +400,8 @@ __global__ void __launch_bounds__(256) k_xent_fwd(T *x, float *losses, const int
         float p = expf(ldf(r, i) - mx) * inv;
         if (i == tg)
             losses[blockIdx.x] = -logf(p > 1e-30f ? p : 1e-30f);
+        else if (tg < 0 && i == 0) /* an ignored target (masked loss) */
+            losses[blockIdx.x] = 0.0f;
         stf(r, i, p);
     }
 }
@@ -412,8 +414,9 @@ __global__ void __launch_bounds__(256) k_xent_bwd(T *probs, const int32_t *targe
     {
         int64_t n = i / V;
         int c = (int)(i % V);
-        float g = ldf(probs, i) * dloss;
-        if (c == targets[n] - v0)
+        /* an ignored target (< 0, masked loss): no gradient */
+        float g = targets[n] < 0 ? 0.0f : ldf(probs, i) * dloss;
+        if (targets[n] >= 0 && c == targets[n] - v0)
             g -= dloss;
         stf(probs, i, g);
     }
