@@ -1,8 +1,12 @@
 /* Convergence on real text: a 2-layer byte-level GPT (gpt-tiny) trained on
- * this project's own C sources (always present, ~150 KB) must bring the
- * mean loss of its last 20 steps below 3.0 nats within 200 steps (it starts
- * at ln 256 = 5.55; a unigram byte model of C code sits near 3.3, so the
- * threshold needs context; measured: ~2.6, a generous margin). */
+ * a fixed corpus, the Python standard library's modules a*.py and b*.py
+ * (~300 KB; python3 is a dependency of the build, and Debian 12's 3.11
+ * sources do not change), must bring the mean loss of its last 20 steps
+ * below 3.0 nats within 200 steps (it starts at ln 256 = 5.55; a unigram
+ * byte model of source code sits above 3, so the threshold needs context).
+ * Not this project's own sources: they grow with every commit, and the
+ * loss on them rose from 2.6 to 3.17 as they did, with the trainer
+ * unchanged (checked by training one binary on two revisions' sources). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,8 +29,7 @@ static void test_converge(void **st)
     (void)st;
     char corpus[256], cmd[1024];
     snprintf(corpus, sizeof corpus, "/tmp/whale-test-corpus-%d.txt", (int)getpid());
-    snprintf(cmd, sizeof cmd, "cat %s/../../runtime/src/*/*.c %s/../../runtime/include/whale/*.h > %s",
-             WHALE_TEST_DATA_DIR, WHALE_TEST_DATA_DIR, corpus);
+    snprintf(cmd, sizeof cmd, "cat $(ls /usr/lib/python3.*/[ab]*.py | sort) > %s", corpus);
     assert_int_equal(system(cmd), 0);
 
     struct whale_model_desc md;
