@@ -149,7 +149,7 @@ struct whale_engine {
     double t_recompute;
     struct whale_moe_stats moe; /* the step's MoE routing and auxiliary losses (forwards) */
     int cur_err;
-    bool pipe_abandoned;     /* a pipelined step (PP > 1) failed with transfers posted into slots: never free them */
+    bool pipe_abandoned;     /* a step with PP or TP > 1 failed with transfers posted into slots: never free them */
 
     /* state */
     int64_t step, adam_t, samples;

@@ -509,10 +509,11 @@ int eng_pipe_step(whale_engine *e, const int32_t *in, const int32_t *tg, float d
         .lookahead = 1,
     };
     int rc = whale_pp_run(&e->grp.pp, &e->psched, &h, pst);
-    /* only a pipeline of two or more stages posts transfers into the slots;
-     * without one the slots are free to go (an elastic run goes on with a
-     * new engine: keeping them would leak its activations per recovery) */
-    if (rc && e->grp.pp.size > 1)
+    /* only pipeline transfers (PP > 1) and tensor-parallel collectives
+     * (TP > 1) touch the slots; without either, the slots are free to go
+     * after a failed step (an elastic run goes on with a new engine: keeping
+     * them would leak its activations at every recovery) */
+    if (rc && (e->grp.pp.size > 1 || e->grp.tp.size > 1))
         e->pipe_abandoned = true;
     *loss_sum += e->cur_loss;
     *tc += e->cur_tc;
