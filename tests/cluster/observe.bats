@@ -218,7 +218,7 @@ import glob, json, re, sys
 doc = open(sys.argv[1]).read()
 after = doc.split("spans, by name")[1]
 table = "\n".join(l for l in after.split("\n\n")[1].splitlines() if l.lstrip().startswith("|"))
-documented = set(re.findall(r"`([a-z][a-z ]*)`", table))
+documented = set(re.findall(r"`([a-z][a-z ()]*)`", table))
 seen = set()
 for p in glob.glob(sys.argv[2] + "/trace-rank*.json") + [sys.argv[2] + "/sel.json"]:
     t = json.load(open(p))
