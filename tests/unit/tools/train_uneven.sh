@@ -6,7 +6,8 @@
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
 # the option or plan field; an elastic shrink from DP 4 to 3 keeps the
-# global batch with uneven shares (ZeRO 0, 1 and 3, state from memory);
+# global batch with uneven shares (ZeRO 0, 1 and 3, state from memory; at
+# ZeRO 1 and 3 a second failure, DP 3 -> 2, restores from memory too);
 # --dp-shares=auto moves micro-batches away from a slowed replica (recorded
 # in the metrics and whale-report's report) with the losses of one rank,
 # also at ZeRO 2/3 (micro-batch sizes move) and with PP 2;
@@ -119,15 +120,17 @@ check "--rebalance with a bad threshold refused, naming the option and the range
 
 # ZeRO 1 and 3: the dropped replica's shards come from its holder's
 # in-memory copy and every survivor's shards are re-cut for DP 3 (no
-# checkpoint directory: nothing on disk to fall back to); whale-run needs no
-# --keep-going for an elastic step
+# checkpoint directory: nothing on disk to fall back to); the survivors set
+# up new holders, so a second failure (DP 3 -> 2) restores from memory too;
+# whale-run needs no --keep-going for an elastic step
 for z in 1 3; do
   "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/ref4z.jsonl" >/dev/null 2>&1
-  out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 \
-        "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
+  out=$(WHALE_ELASTIC=1 WHALE_FAULT="kill:rank=3:step=8;kill:rank=2:step=14" timeout 300 \
+        "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
   d=$(reldiff "$T/ref4z.jsonl" "$T/k4z.jsonl")
-  check "elastic shrink DP 4 -> 3 at ZeRO $z: shards re-cut from memory, same losses (max rel diff $d)" \
-    'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] && [[ "$out" != *"from disk"* ]]'
+  check "elastic shrinks DP 4 -> 3 -> 2 at ZeRO $z: shards re-cut from memory both times, same losses (max rel diff $d)" \
+    'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] &&
+     [[ "$out" == *"re-cut for DP 2 from memory"* ]] && [[ "$out" != *"from disk"* ]]'
 done
 
 # uneven pipeline stages: --pp-layers 3,1 (PP 2) equals one rank, fp32 and
