@@ -617,12 +617,16 @@ static unsigned char *fetch_copy(struct train_elastic *te, int r, int me)
 #define TE_EVAL 4
 #define TE_TARGET 0.05
 
-/* The dropped replicas' held copies, each from its holder to every rank
- * (the same order everywhere: dropped replica, then old rank); copy[i]
- * keeps dropped replica i's copy at (tp, pp), NULL when its holder is not a
- * working rank any more. A collective rather than one-sided gets: the
- * holders are busy in the same recovery, and a get emulated over tagged
- * messages needs the holder to progress. */
+/* The dropped replicas' held copies, each from its holder to the ranks
+ * that re-cut it: the survivors at the same (TP, PP) position (the same
+ * order everywhere: dropped replica, then old rank). copy[i] keeps dropped
+ * replica i's copy at my (tp, pp), NULL when its holder is not a working
+ * rank any more. Messages rather than one-sided gets: the holders are busy
+ * in the same recovery, and a get emulated over tagged messages needs the
+ * holder to progress. Every rank walks the copies in one order and each
+ * copy only involves its holder and its receivers, so the blocking
+ * receives cannot wait on each other in a cycle. */
+#define TE_COPY_TAG 0x7e1
 static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, int tpr, int ppr,
                         unsigned char **copy)
 {
@@ -630,9 +634,16 @@ static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, i
     const int W = whale_world_size(ctx), me = whale_rank(ctx);
     if (!tables || te->zero < 1)
         return 0;
-    for (int i = 0; i < ev->ndropped; i++)
-        for (int pp = 0; pp < ev->old_grid.pp; pp++)
-            for (int tp = 0; tp < ev->old_grid.tp; tp++) {
+    struct whale_grid ng;
+    whale_ctx_grid(ctx, &ng);
+    whale_group *world = whale_world(ctx);
+    whale_req **reqs = calloc((size_t)W, sizeof *reqs);
+    if (!reqs)
+        return WHALE_ENOMEM; /* the others wait for this rank: stop loudly */
+    int rc = 0;
+    for (int i = 0; i < ev->ndropped && !rc; i++)
+        for (int pp = 0; pp < ev->old_grid.pp && !rc; pp++)
+            for (int tp = 0; tp < ev->old_grid.tp && !rc; tp++) {
                 struct whale_coords c = { .tp = tp, .pp = pp, .dp = ev->dropped[i] };
                 int orank = whale_grid_rank(&ev->old_grid, &c), root = -1;
                 if (orank < 0 || orank >= te->world || te->holder_task[orank] < 0)
@@ -642,23 +653,40 @@ static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, i
                         root = r;
                 if (root < 0)
                     continue; /* a spare now (its replica was dropped), or gone */
+                const bool mine = tp == tpr && pp == ppr;
+                if (me != root && !mine)
+                    continue;
                 size_t len = 2 * te->slot_bytes[orank];
                 unsigned char *buf = malloc(len ? len : 1);
-                if (!buf)
-                    return WHALE_ENOMEM; /* the others wait in the broadcast: stop loudly */
-                if (me == root)
-                    memcpy(buf, te->hold + te->hold_off[orank], len);
-                int rc = whale_broadcast(whale_world(ctx), buf, len, WHALE_UINT8, root);
-                if (rc) {
-                    free(buf);
-                    return rc;
+                if (!buf) {
+                    rc = WHALE_ENOMEM;
+                    break;
                 }
-                if (tp == tpr && pp == ppr)
+                if (me == root) {
+                    memcpy(buf, te->hold + te->hold_off[orank], len);
+                    int n = 0;
+                    for (int r = 0; r < W && !rc; r++) {
+                        struct whale_coords rc_;
+                        whale_grid_coords(&ng, r, &rc_);
+                        if (r != me && rc_.tp == tp && rc_.pp == pp)
+                            rc = whale_isend(world, buf, len, WHALE_UINT8, r, TE_COPY_TAG,
+                                             &reqs[n++]);
+                    }
+                    for (int k = 0; k < n; k++) {
+                        int w = reqs[k] ? whale_wait(reqs[k]) : 0;
+                        rc = rc ? rc : w;
+                        reqs[k] = NULL;
+                    }
+                } else {
+                    rc = whale_recv(world, buf, len, WHALE_UINT8, root, TE_COPY_TAG);
+                }
+                if (!rc && mine)
                     copy[i] = buf;
                 else
                     free(buf);
             }
-    return 0;
+    free(reqs);
+    return rc;
 }
 
 /* After a shrink whose new layout cuts the state differently (ZeRO >= 1:
