@@ -7,10 +7,26 @@
 #include "plugin.h"
 #include "step.h"
 #include "whale/conf.h"
+#include "whale/plan.h"
 #include "whale/topo.h"
 
 #include <slurm/slurm.h>
 #include <string.h>
+#include <strings.h>
+
+/* A GPUType line of whale.conf, or a device of the planner's catalogue
+ * (whose names it matches exactly or by prefix, as the planner does). */
+static bool type_known(const struct whale_topo *t, const char *type)
+{
+    if (whale_topo_find_gpu_type(t, type) >= 0)
+        return true;
+    int n;
+    const struct whale_plan_device *cat = whale_plan_devices(&n);
+    for (int i = 0; i < n; i++)
+        if (!strncasecmp(cat[i].name, type, strlen(type)))
+            return true;
+    return false;
+}
 
 int whale_step_types_from_slurm(const struct whale_conf *c, const struct whale_step *s)
 {
@@ -46,6 +62,13 @@ int whale_step_types_from_slurm(const struct whale_conf *c, const struct whale_s
             const char *type = whale_conf_device_type(c, feat, n->gres, &gpus, &line);
             if (!type)
                 break;
+            if (!type_known(s->topo, type)) {
+                slurm_error(PLUGIN_NAME ": %s:%d: node %s maps to GPU type %s, which is neither "
+                            "a GPUType line nor a device the planner knows (A100-80GB, "
+                            "H100-80GB, ...)", whale_site.used_path, line, s->nodes[i], type);
+                rv = -1;
+                break;
+            }
             /* without a GRES count, one device per task on the node */
             int rc = whale_conf_topo_set_device(s->topo, k, type, gpus > 0 ? gpus : s->ntasks[i]);
             if (rc < 0) {

@@ -65,6 +65,16 @@ assert len(b) == 4 and sum(b) == 64 and b[0] == b[1] < b[2] == b[3], b
   [ "$status" -eq 0 ]
 }
 
+@test "a feature mapped to a GPU type nobody knows: refused naming whale.conf's line, no task runs" {
+  scontrol update NodeName=node1 AvailableFeatures=bogus ActiveFeatures=bogus
+  run timeout 90 srun -N1 -n2 -w node1 --whale-plan=auto --whale-model=gpt-small --whale-batch=8 \
+    sh -c 'echo RAN'
+  scontrol update NodeName=node1 AvailableFeatures= ActiveFeatures=
+  [ "$status" -ne 0 ]
+  [[ "$output" =~ whale\.conf:[0-9]+:\ node\ node1\ maps\ to\ GPU\ type\ NoSuchGPU ]]
+  [[ "$output" != *RAN* ]]
+}
+
 @test "auto without --whale-model or --whale-batch: the missing option is named, no task runs" {
   run timeout 90 srun -N2 -n2 --whale-plan=auto --whale-batch=8 sh -c 'echo RAN'
   [ "$status" -ne 0 ]
