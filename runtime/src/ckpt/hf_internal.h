@@ -50,6 +50,10 @@ int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_fa
 const char *hf_family_name(enum hf_family f);
 /* The family a description is (for export without a config.json). */
 int hf_family_of(const struct whale_model_desc *md, enum hf_family *fam);
+/* Mixtral's router_aux_loss_coef <-> whale's AuxLoss (hf_config.c says how
+ * the two losses relate). */
+double hf_aux_from_coef(double coef, int topk, int layers);
+double hf_aux_to_coef(double aux, int topk, int layers);
 /* Writes the description as a .conf file. */
 int hf_write_conf(const char *path, const struct whale_model_desc *md, const char *from);
 
