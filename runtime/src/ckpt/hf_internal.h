@@ -85,6 +85,9 @@ bool hf_find(struct hf_src *s, const char *name, struct hf_found *out);
 const void *hf_tdata(const struct hf_found *x);
 /* src [a, b] -> dst [b, a], elements of es bytes */
 void hf_transpose(void *dst, const void *src, int64_t a, int64_t b, size_t es);
+/* bf16 -> fp32 for a destination written once and not read soon (the
+ * import's weights): streaming stores where the CPU has them (hf_cvt.c) */
+void hf_bf16_to_f32_stream(float *dst, const uint16_t *src, size_t n);
 /* Every source of the table present, float, of the expected shape
  * (logged, naming the tensor); *used marks the sources taken; *dt0 the
  * dtype of the first. */

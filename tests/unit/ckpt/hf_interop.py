@@ -235,6 +235,8 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if kind in ("gpt2", "llama"):
+        bf16_exact(m, kind, d)
     if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
         sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
             d + "/w/hf_config.json"])
@@ -272,6 +274,23 @@ def aux_check(m, x, conf):
     check(abs((per - pooled) - cov) <= 1e-6,
           "transformers' all-layers aux %.7f = per-layer mean %.7f - %.2e (E sum_e cov_l(F, P) "
           "%.2e)" % (pooled, per, per - pooled, cov))
+
+
+def bf16_exact(m, kind, d):
+    """a bf16 checkpoint (as most are published): --init-from into TP 2 x PP 2
+    (mapped slices, streaming widening to fp32, GPT-2's transposes) gives bit
+    for bit the weights whale-ckpt import gives"""
+    import copy
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d + "/hf16", safe_serialization=True)
+    sh([CKPT, "import", d + "/hf16", "-o", d + "/w16"])
+    whale_step(kind + "-b4", None, d + "/tok.bin", d + "/hf16", 4, ("--tp", "2", "--pp", "2"),
+               ("--lr", "0", "--whale-ckpt-dir", d + "/ck16", "--whale-ckpt-every", "1"))
+    sh([CKPT, "convert", d + "/w16", d + "/i16.safetensors"])
+    sh([CKPT, "convert", d + "/ck16", d + "/t16.safetensors"])
+    a, b = load_file(d + "/i16.safetensors"), load_file(d + "/t16.safetensors")
+    same = [k for k in a if k in b and torch.equal(a[k].float(), b[k].float())]
+    check(len(same) == len(a), "bf16 files: --init-from TP2xPP2 equals whale-ckpt import bit for "
+          "bit (%d of %d tensors)" % (len(same), len(a)))
 
 
 def refused(name, mutate, field, kind="llama"):
