@@ -141,6 +141,11 @@ struct whale_engine_config {
      * micro-batches every step (one extra scalar reduction per step). */
     bool loss_mask;
     uint64_t seed;
+    /* The weights start at zero instead of the seeded random initialisation:
+     * for a caller that writes every one of them before the first step
+     * (whale-train --init-from). The initialisation costs tens of ns per
+     * weight, far more than loading them. */
+    bool skip_init;
 
     /* optimizer */
     float lr, min_lr;

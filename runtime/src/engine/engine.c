@@ -436,9 +436,11 @@ static int alloc_state(whale_engine *e)
         !(e->agtmp = aalloc(e, WHALE_MEM_COMM, e->agtmp_floats)))
         return WHALE_ENOMEM;
 
-    /* initial weights: every rank computes exactly its own elements */
+    /* initial weights: every rank computes exactly its own elements (none
+     * when the caller loads them all: the arena's memory is zeroed) */
     struct eng_pieces it;
-    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_ALL); eng_pieces_next(&it);) {
+    for (eng_pieces_init(&it, e, 0, e->cfg.skip_init ? 0 : e->nb, ENG_RANGE_ALL);
+         eng_pieces_next(&it);) {
         const struct eng_param *p = it.p;
         float *tmp = malloc(p->numel * sizeof(float));
         if (!tmp)
