@@ -7,8 +7,9 @@ Llama-2-chat and Mistral-7B-Instruct-v0.1. For each: whale-data's ids equal
 transformers' apply_chat_template(messages, tokenize=True) for every
 conversation, and its mask equals return_assistant_tokens_mask (the same
 template with {% generation %} around the assistant's output; the test also
-checks that it renders the same ids). --chat-template auto recognises each
-template; bad records and an unknown template are refused with file:line or
+checks that it renders the same ids). A Llama-2-style SentencePiece .model
+gives LlamaTokenizer's ids with the llama2 template. --chat-template auto
+recognises each template; bad records and an unknown template are refused with file:line or
 the file named; --max-tokens truncates and counts.
 Then the whole fine-tuning flow: whale-data --instruct -> whale-train
 --init-from a tiny Qwen2 model made here: no --lr gives the fine-tuning
@@ -188,6 +189,52 @@ def compare(name, d, gen_template, convs, expect_name):
     return hf
 
 
+def spm_llama2(corpus):
+    """a Llama-2-style SentencePiece .model: <s> and </s> its control pieces,
+    [INST] text; ids = LlamaTokenizer's apply_chat_template (legacy, as the
+    Llama 2 checkpoints ship), the mask on the responses"""
+    d = os.path.join(T, "spm")
+    os.makedirs(d, exist_ok=True)
+    cf = os.path.join(d, "corpus.txt")
+    open(cf, "w", encoding="utf-8").write(corpus)
+    p = subprocess.run(["spm_train", "--input=" + cf, "--model_prefix=" + d + "/tokenizer",
+                        "--vocab_size=800", "--model_type=bpe", "--byte_fallback=true",
+                        "--normalization_rule_name=identity", "--add_dummy_prefix=true",
+                        "--split_digits=true", "--remove_extra_whitespaces=false",
+                        "--allow_whitespace_only_pieces=true", "--character_coverage=0.9995",
+                        "--unk_id=0", "--bos_id=1", "--eos_id=2"], capture_output=True, text=True)
+    if p.returncode:
+        check(False, "spm_train: %s" % p.stderr[-300:])
+        return
+    tok = transformers.LlamaTokenizer(d + "/tokenizer.model", legacy=True, add_bos_token=False,
+                                      add_eos_token=False)
+    tok.chat_template = LLAMA2
+    convs = CONVS[:2]
+    want = []
+    for c in convs:
+        want += tok.apply_chat_template(c, tokenize=True)
+    jl = os.path.join(T, "spm.jsonl")
+    write_jsonl(jl, convs)
+    out = os.path.join(T, "spm.out")
+    p = subprocess.run([DATA, "-o", out, "--tokenizer", d + "/tokenizer.model", "--chat-template",
+                        "llama2", "--val-fraction", "0", "--no-shuffle", "--no-progress",
+                        "--threads", "1", jl], capture_output=True, text=True, timeout=120)
+    if p.returncode:
+        check(False, "whale-data --chat-template llama2 --tokenizer .model: %s" % p.stderr[-500:])
+        return
+    ids, mask = shard(out)
+    first = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), None)
+    check(ids == want, "llama2, SentencePiece .model: whale-data ids = LlamaTokenizer's "
+          "apply_chat_template (%d tokens)%s" % (len(want), "" if ids == want else
+                                                 " DIFFER at %s: %r %r" % (first, ids[first:first + 6], want[first:first + 6])))
+    got = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+    resp = [m["content"].strip() for c in convs for m in c if m["role"] == "assistant"]
+    check(all(r.split()[0] in got for r in resp) and got.count("</s>") == len(resp) and
+          "[INST]" not in got and "Write" not in got,
+          "llama2, SentencePiece .model: the mask covers the responses and their </s> only "
+          "(%d tokens: %r)" % (sum(mask), got[:60]))
+
+
 def refusals(d):
     """bad records: file:line and the problem; an unknown template: the file"""
     cases = [
@@ -288,6 +335,7 @@ def main():
     compare("llama2", model_dir("llama2", l2, LLAMA2, "<s>", "</s>"), LLAMA2_GEN, CONVS, "llama2")
     compare("mistral", model_dir("mistral", l2, MISTRAL, "<s>", "</s>"), MISTRAL_GEN,
             [c[1:] if c[0]["role"] == "system" else c for c in CONVS], "mistral")
+    spm_llama2(corpus)
     refusals(dq)
     finetune(dq, hf)
     if fails:
