@@ -103,7 +103,9 @@ static char *normalize(const char *s)
             continue;
         } else if (!strncmp(s + i, "message.role", 12) || !strncmp(s + i, "message.content", 15)) {
             bool role = s[i + 8] == 'r';
-            k += (size_t)sprintf(o + k, role ? "message['role']" : "message['content']");
+            const char *rep = role ? "message['role']" : "message['content']";
+            memcpy(o + k, rep, strlen(rep)); /* at most twice the length: fits */
+            k += strlen(rep);
             i += role ? 11 : 14;
         } else {
             o[k++] = c;

@@ -629,6 +629,11 @@ static int instruct_encode(const struct opts *o, struct data_run *r)
         fprintf(stderr, "; %zu texts encoded piece by piece (the tokens did not line up with "
                 "the text: a normalizer?)", s->split_runs);
     fputc('\n', stderr);
+    if (!s->tokens) {
+        ERR("no tokens to write: all %zu records were dropped (--max-tokens %ld)", s->records,
+            o->max_tokens);
+        return -1;
+    }
     return 0;
 }
 

@@ -272,6 +272,20 @@ def refusals(d):
     meta = json.load(open(os.path.join(T, "long.out", "whale-data.json")))["instruct"]
     check(meta["truncated"] == 1 and meta["truncated_without_target"] == 1 and
           "1 truncated" in p.stderr, "--overlong truncate: counted in the summary and whale-data.json")
+    # plain text over it with --force: no mask of the instruction run stays
+    # beside the new shard (whale-train would read it with the new tokens)
+    had = os.path.exists(os.path.join(T, "long.out", "train_000000.bin.mask"))
+    txt = os.path.join(T, "plain.txt")
+    open(txt, "w").write("plain text, no records\n")
+    subprocess.run([DATA, "-o", os.path.join(T, "long.out"), "--tokenizer",
+                    os.path.join(d, "tokenizer.json"), "--val-fraction", "0", "--force",
+                    "--no-progress", txt], capture_output=True, check=True, timeout=120)
+    check(had and not os.path.exists(os.path.join(T, "long.out", "train_000000.bin.mask")),
+          "--force with plain text removes the masks of the instruction output it replaces")
+    p = run_data(d, long, os.path.join(T, "drop.out"), "--max-tokens", "1", "--overlong", "drop",
+                 ok=False)
+    check(p.returncode != 0 and "all 2 records were dropped" in p.stderr,
+          "--overlong drop of every record: refused, not an empty output")
 
 
 def finetune(d, hf):
