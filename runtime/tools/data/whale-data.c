@@ -193,7 +193,7 @@ static int write_mask(struct wd_out *o, const char *shard, const uint8_t *const 
 /* Write one split's shards (documents in `order`); names appended to arr. */
 static int write_split(struct wd_out *o, const char *split, const struct wd_corpus *c,
                        const struct wd_ids *enc, const size_t *order, bool val, bool masks,
-                       long shard_tokens, json_t *arr,
+                       bool wide, long shard_tokens, json_t *arr,
                        size_t *ntok, size_t *ndocs, size_t *nbytes)
 {
     size_t cap = 64, np = 0, cur = 0;
@@ -236,7 +236,7 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
             if (cur == (size_t)shard_tokens) { /* a full shard: write it */
                 char nm[64];
                 snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
-                rc = wd_write_shard(o, nm, parts, lens, np) ||
+                rc = wd_write_shard(o, nm, parts, lens, np, wide) ||
                      write_mask(o, nm, mparts, lens, np, masks);
                 json_array_append_new(arr, json_string(nm));
                 *ntok += cur;
@@ -250,7 +250,7 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
         if (last && cur && !rc) {
             char nm[64];
             snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
-            rc = wd_write_shard(o, nm, parts, lens, np) ||
+            rc = wd_write_shard(o, nm, parts, lens, np, wide) ||
                  write_mask(o, nm, mparts, lens, np, masks);
             json_array_append_new(arr, json_string(nm));
             *ntok += cur;
@@ -475,10 +475,9 @@ static int make_tokenizer(const struct opts *o, bool progress, struct data_run *
         }
     }
     r->V = wd_spm_vocab(r->sp);
-    if (r->V > 65536) {
-        ERR("the tokenizer has %d tokens; llm.c shards hold uint16 ids (at most 65536)", r->V);
-        return -1;
-    }
+    if (r->V > 65536) /* Llama 3, Qwen2: uint32 shards (version 2), which whale-train reads */
+        fprintf(stderr, "whale-data: the tokenizer has %d tokens, over uint16: the shards hold "
+                "uint32 ids (llm.c shard version 2)\n", r->V);
     return 0;
 }
 
@@ -491,9 +490,9 @@ static int write_shards(const struct opts *o, struct data_run *r)
     json_t *tr = json_array(), *va = json_array();
     if (wd_out_write(&r->out, TOK_NAME, r->model, r->model_len) ||
         write_split(&r->out, "train", &r->corp, r->enc, r->order, false, o->chat_template,
-                    o->shard_tokens, tr, &r->tt, &r->td, &r->tb) ||
+                    r->V > 65536, o->shard_tokens, tr, &r->tt, &r->td, &r->tb) ||
         write_split(&r->out, "val", &r->corp, r->enc, r->order, true, o->chat_template,
-                    o->shard_tokens, va, &r->vt, &r->vd, &r->vb)) {
+                    r->V > 65536, o->shard_tokens, va, &r->vt, &r->vd, &r->vb)) {
         json_decref(tr);
         json_decref(va);
         return -1;
@@ -536,6 +535,7 @@ static json_t *build_meta(const struct opts *o, struct data_run *r)
         return NULL;
     json_object_set_new(meta, "library_version", json_string(wd_spm_version()));
     json_object_set_new(meta, "shuffle", o->shuffle >= 0 ? json_integer(o->shuffle) : json_null());
+    json_object_set_new(meta, "token_bytes", json_integer(r->V > 65536 ? 4 : 2));
     if (o->jsonl)
         json_object_set_new(meta, "jsonl_field", json_string(o->jsonl));
     if (o->chat_template) {

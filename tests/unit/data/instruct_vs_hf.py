@@ -144,8 +144,9 @@ def run_data(d, jsonl, out, *extra, ok=True):
 
 def shard(out):
     raw = open(os.path.join(out, "train_000000.bin"), "rb").read()
-    n = struct.unpack("<256i", raw[:1024])[2]
-    ids = list(struct.unpack("<%dH" % n, raw[1024:1024 + 2 * n]))
+    _, ver, n = struct.unpack("<256i", raw[:1024])[:3]
+    ids = list(struct.unpack("<%d%s" % (n, "I" if ver == 2 else "H"),
+                             raw[1024:1024 + (4 if ver == 2 else 2) * n]))
     mask = list(open(os.path.join(out, "train_000000.bin.mask"), "rb").read())
     return ids, mask
 
@@ -282,6 +283,21 @@ def refusals(d):
                     "--no-progress", txt], capture_output=True, check=True, timeout=120)
     check(had and not os.path.exists(os.path.join(T, "long.out", "train_000000.bin.mask")),
           "--force with plain text removes the masks of the instruction output it replaces")
+    # a vocabulary over 65536 (Llama 3, Qwen2): uint32 shards (version 2), the same ids
+    w = os.path.join(T, "wide")
+    os.makedirs(w, exist_ok=True)
+    tj = json.load(open(os.path.join(d, "tokenizer.json")))
+    tj["added_tokens"].append({"id": 151643, "content": "<|far|>", "single_word": False,
+                               "lstrip": False, "rstrip": False, "normalized": False,
+                               "special": True})
+    json.dump(tj, open(os.path.join(w, "tokenizer.json"), "w"))
+    shutil.copy(os.path.join(d, "tokenizer_config.json"), w)
+    run_data(d, jl, os.path.join(T, "narrow.out"))
+    p = run_data(w, jl, os.path.join(T, "wide.out"))
+    raw = open(os.path.join(T, "wide.out", "train_000000.bin"), "rb").read()
+    check(struct.unpack("<2i", raw[4:12])[0] == 2 and
+          shard(os.path.join(T, "wide.out")) == shard(os.path.join(T, "narrow.out")),
+          "a tokenizer of 151644 ids: uint32 shards (llm.c version 2) with the same ids and mask")
     p = run_data(d, long, os.path.join(T, "drop.out"), "--max-tokens", "1", "--overlong", "drop",
                  ok=False)
     check(p.returncode != 0 and "all 2 records were dropped" in p.stderr,
