@@ -391,46 +391,51 @@ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, con
     }
 }
 
+/* One parallel region for both loops: the input gradient by rows, then
+ * (without waiting: it reads none of dinp) dw, db by column blocks. */
 void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                      const float *w, const float *mean, const float *rstd, int N, int C)
 {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        float mdn = 0, mdnx = 0;
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
-            mdn += dn;
-            mdnx += dn * xh;
-        }
-        mdn /= C;
-        mdnx /= C;
-#pragma omp simd
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
-            dx[i] += s * (dn - mdn - xh * mdnx);
-        }
-    }
     enum { CB = 64 };
     int nb = (C + CB - 1) / CB;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nb; blk++) {
-        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
-        float aw[CB] = { 0 }, ab[CB] = { 0 };
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
             float m = mean[n], s = rstd[n];
+            float mdn = 0, mdnx = 0;
+            for (int i = 0; i < C; i++) {
+                float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+                mdn += dn;
+                mdnx += dn * xh;
+            }
+            mdn /= C;
+            mdnx /= C;
 #pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                aw[c - c0] += dy[c] * (x[c] - m) * s;
-                ab[c - c0] += dy[c];
+            for (int i = 0; i < C; i++) {
+                float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+                dx[i] += s * (dn - mdn - xh * mdnx);
             }
         }
-        for (int c = c0; c < c1; c++) {
-            dw[c] += aw[c - c0];
-            db[c] += ab[c - c0];
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < nb; blk++) {
+            int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            float aw[CB] = { 0 }, ab[CB] = { 0 };
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+                float m = mean[n], s = rstd[n];
+#pragma omp simd
+                for (int c = c0; c < c1; c++) {
+                    aw[c - c0] += dy[c] * (x[c] - m) * s;
+                    ab[c - c0] += dy[c];
+                }
+            }
+            for (int c = c0; c < c1; c++) {
+                dw[c] += aw[c - c0];
+                db[c] += ab[c - c0];
+            }
         }
     }
 }
