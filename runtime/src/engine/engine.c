@@ -824,7 +824,7 @@ int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch)
 {
     /* ZeRO 2/3 reduce at every micro-batch (the count must stay equal over
      * the replicas) and a pipeline's schedule spans its stages: there the
-     * engine is built again instead */
+     * engine is built again instead (whale_engine_reshape) */
     if (e->grp.pp.size > 1 || e->cfg.zero_stage >= 2) {
         whale_error("the micro-batches per step change between steps only at PP = 1 and "
                     "ZeRO 0/1 (here PP = %d, ZeRO %d)", e->grp.pp.size, e->cfg.zero_stage);
