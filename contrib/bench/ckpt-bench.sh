@@ -20,6 +20,8 @@
 #                                   target: deferred <= 5 % of sync, <= 2 % of the run
 #   - bytes written per save by delta saves (WHALE_CKPT_DELTA) against full
 #     saves over 100 steps of gpt-small training    target: <= 50 %
+#     (and, with numpy and zstandard, other exact encodings measured on the
+#     same full saves: contrib/bench/ckpt-delta-study.py)
 #   - bytes written by an incremental save with half the layers frozen
 #   - size and restore error per compression mode
 # A target is judged only when the 1-minute load average stayed at or below
@@ -173,6 +175,11 @@ PY
     }
     l0=$(load1)
     read -r full_b nfull <<<"$(bytes_run 0)"
+    # other exact encodings, measured on the same full saves (needs numpy, zstandard)
+    study=
+    if python3 -c 'import numpy, zstandard' 2>/dev/null; then
+        study=$(python3 "$(dirname "$0")/ckpt-delta-study.py" "$scratch/ck" 4 2>&1 | sed 's/^/    /')
+    fi
     read -r delta_b ndelta <<<"$(bytes_run 4)"
     "$tool" verify "$scratch/ck/$(ls "$scratch/ck" | grep '^step-' | tail -1)" >/dev/null &&
         vok="verify of the last delta: ok" || vok="verify of the last delta: FAILED"
@@ -216,6 +223,7 @@ BEGIN {
 fi
 for l in "${tr_lines[@]}"; do echo "$l"; done
 [ -z "$delta_line" ] || echo "$delta_line"
+[ -z "${study:-}" ] || { echo "  other exact delta encodings on the same saves (contrib/bench/ckpt-delta-study.py):"; echo "$study"; }
 part extra || exit 0
 echo
 echo "== incremental and compression (one run each)"
