@@ -296,6 +296,20 @@ int train_resolve_layout(struct train *t)
         return src;
     t->accum = o->accum > 0 ? o->accum : 1;
     t->micro = o->micro;
+    if (t->micro && o->batch_set) {
+        /* --batch with --micro-batch: the global batch is what the user
+         * asked for; without --grad-accum the micro-batch count follows
+         * from it (it used to stay 1 and train a smaller global batch) */
+        if (o->accum <= 0 && o->batch % (t->dp * t->micro) == 0)
+            t->accum = o->batch / (t->dp * t->micro);
+        if (t->micro * t->accum * t->dp != o->batch) {
+            whale_error("--batch=%ld does not equal DP (%d) x %s (%ld) x grad-accum (%ld); "
+                        "give a --batch that DP x the micro-batch divides, or leave one of "
+                        "them out",
+                        o->batch, t->dp, t->src_micro, t->micro, t->accum);
+            return 1;
+        }
+    }
     if (!t->micro) {
         if (o->batch % (t->dp * t->accum)) {
             whale_error("--batch=%ld is not divisible by DP (%d) x grad-accum (%ld)", o->batch,
@@ -372,10 +386,14 @@ int train_engine_config(struct train *t)
     ec->grad_accum = (int)t->accum;
     ec->global_batch = t->share.uneven ? (int)t->share.global : 0;
     ec->seed = (uint64_t)o->seed;
-    ec->lr = (float)o->lr;
-    ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : o->lr / 10);
+    /* a spare promoted into an --init-from run takes the same defaults as
+     * the ranks that started it (it skipped the fine-tuning probe) */
+    const bool ft = t->finetune || o->init_from;
+    const double lr = o->lr >= 0 ? o->lr : ft ? TRAIN_FINETUNE_LR : TRAIN_PRETRAIN_LR;
+    ec->lr = (float)lr;
+    ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : lr / 10);
     ec->warmup_steps = o->warmup >= 0 ? o->warmup
-                       : t->finetune  ? train_finetune_warmup(o->steps)
+                       : ft           ? train_finetune_warmup(o->steps)
                                       : o->steps / 20;
     ec->total_steps = o->steps;
     ec->weight_decay = (float)o->wd;
