@@ -515,6 +515,32 @@ static bool stale_silence(whale_ctx *ctx, int from, int t, int how, uint64_t fro
            (el->revived_at[t] > 0 && now - el->revived_at[t] < ctx->peer_timeout);
 }
 
+/* `from` still counts this task failed for silence, within the grace (it
+ * probes it, or reports it): a recovery is under way there. This task
+ * joins it (its operations stop, it proposes) and answers, so that it is
+ * taken back; a stopped process learns so only once it runs again. Only
+ * news of this epoch: a late probe or report of an older one is history. */
+static void grace_join(whale_ctx *ctx, int from, uint64_t from_epoch)
+{
+    struct comm_elastic *el = ctx->el;
+    if (from_epoch != el->st.epoch)
+        return;
+    if (!el->suspected) {
+        whale_info("elastic: task %d counts this task as failed (within the grace period): "
+                   "joining the recovery", from);
+        el->suspected = true;
+        el_fail_all_groups(ctx, -1);
+        pthread_cond_broadcast(&el->cond);
+    }
+    if (el->inflight[from] < 4) {
+        /* a sign of life, not a probe (a probe would be answered again) */
+        struct el_hdr h;
+        hdr_init(ctx, &h, EL_HB);
+        h.flags |= EL_F_COORD;
+        el_send(ctx, from, &h, sizeof h);
+    }
+}
+
 /* A notice or proposal from `from`: what it knows dead. recovering: the
  * sender is in a recovery (then even an idle spare's death is news: that
  * agreement decides on it). */
@@ -528,13 +554,8 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
         if (!dead[t])
             continue;
         if (!ctx->dead[t] && stale_silence(ctx, from, t, how[t], from_epoch)) {
-            if (t == ctx->boot.task && el->inflight[from] < 4) {
-                /* it must hear this task to take it back */
-                struct el_hdr h;
-                hdr_init(ctx, &h, EL_HB);
-                h.flags |= EL_F_PROBE;
-                el_send(ctx, from, &h, sizeof h);
-            }
+            if (t == ctx->boot.task)
+                grace_join(ctx, from, from_epoch);
             continue;
         }
         if (ctx->dead[t]) {
@@ -615,6 +636,8 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
          * extra ones stop when the recovery ends. */
         whale_trace("elastic: heartbeat from task %d%s, %.3f s after the last, at %.3f", from,
                     h.flags & EL_F_COORD ? " (coordinator)" : "", now - el->arr[from].last, now);
+        if (h.flags & EL_F_PROBE)
+            grace_join(ctx, from, h.epoch);
         if (h.flags & (EL_F_COORD | EL_F_PROBE))
             break;
         if (el->hb_seen[from])

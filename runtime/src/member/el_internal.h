@@ -29,7 +29,8 @@ struct whale_ctx;
 
 enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
 /* EL_F_COORD: a heartbeat to the coordinator only because a recovery is
- * due (not a ring heartbeat): it proves life, its end is no silence. */
+ * due, or the answer to a probe (not a ring heartbeat): it proves life,
+ * its end is no silence. */
 /* EL_F_PROBE: a heartbeat to a member declared failed for silence, within
  * the grace period (el_grace.c): it may bring the member back; it is no
  * ring heartbeat either. */
