@@ -123,15 +123,16 @@ static int link_class(int a, int b, void *user)
 }
 
 /* Coordinator: decide and send the decision to every member still
- * reachable; keep it as if received (the apply path is the same). */
-static void decide(whale_ctx *ctx)
+ * reachable; keep it as if received (the apply path is the same).
+ * Returns true while it waits out the grace period instead (no decision). */
+static bool decide(whale_ctx *ctx)
 {
     struct comm_elastic *el = ctx->el;
     const struct el_state *b = &el->st;
     int n = ctx->boot.ntasks;
     uint8_t *gone = calloc((size_t)n, 1);
     if (!gone)
-        return;
+        return false;
     int nprev = 0, nhard = 0, nalive = 0, lowest = -1;
     for (int t = 0; t < n; t++) {
         if (!b->member[t])
@@ -154,7 +155,7 @@ static void decide(whale_ctx *ctx)
     int drc = quorum ? el_decide(b, gone, el->how, link_class, ctx, &ns, &ev) : 0;
     if (drc && drc != WHALE_ENOFIT) {
         free(gone);
-        return; /* out of memory: try again on the next pass */
+        return false; /* out of memory: try again on the next pass */
     }
     /* The recovery window: rather than drop a replica, stop the step or
      * stop as a minority, wait for members gone only for silence. */
@@ -185,7 +186,7 @@ static void decide(whale_ctx *ctx)
         }
         el_state_free(&ns);
         free(gone);
-        return;
+        return true;
     }
     if (!quorum) {
         dflags = EL_D_MINORITY;
@@ -205,7 +206,7 @@ static void decide(whale_ctx *ctx)
     }
     if (!ns.rank_of_task) {
         free(gone);
-        return;
+        return false;
     }
     /* agreed step: min over surviving working ranks; detect: worst lag */
     int64_t step = INT64_MAX;
@@ -242,6 +243,7 @@ static void decide(whale_ctx *ctx)
     }
     el_state_free(&ns);
     free(gone);
+    return false;
 }
 
 static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
@@ -527,11 +529,14 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
                     !(el->prop[t].valid && el->prop[t].epoch == el->st.epoch))
                     missing++;
             if (!missing) {
-                whale_debug("elastic: coordinator: all proposals of epoch %llu in after %.3f s",
-                            (unsigned long long)el->st.epoch, now - t0);
-                decide(ctx);
-                idle = 0;
-                continue;
+                if (el->grace_logged != el->st.epoch + 1)
+                    whale_debug("elastic: coordinator: all proposals of epoch %llu in after %.3f s",
+                                (unsigned long long)el->st.epoch, now - t0);
+                if (!decide(ctx)) {
+                    idle = 0;
+                    continue;
+                }
+                /* waiting for members gone silent: an idle pass (below) */
             }
             /* A member that neither proposes nor heartbeats (every task
              * heartbeats the coordinator while a recovery is due) for
