@@ -11,6 +11,8 @@
 #   WHALE_TEST_SKIP_ASAN=1  skip the sanitizer build (quicker local runs)
 #   WHALE_TEST_FILTER    only cluster test files matching this glob part
 #   WHALE_TEST_SKIP_FUZZ=1  skip the fuzzers; WHALE_TEST_FUZZ_SECONDS per harness (15)
+#   WHALE_TEST_SOAK=1    also run the cluster soak cases (tests/cluster/*-soak.bats: long,
+#                        they load the machine; skipped otherwise)
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)

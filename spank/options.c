@@ -116,6 +116,10 @@ static const struct optdef optdefs[] = {
       "Training precision: bf16/fp16 mixed precision (16-bit weights in compute, activations "
       "and gradients; fp32 master weights and optimizer state) or fp32.", K_ENUM, 0, 0,
       parse_precision, "fp32, bf16, fp16", &whale_opts.precision },
+    { OPT_NODE_GRACE, "whale-node-grace", "SECONDS",
+      "Elastic steps: when a node goes silent (link, hang) and no spare is free, wait this long "
+      "for it to come back before shrinking DP or stopping (default: the site's NodeGrace, "
+      "else 0).", K_INT, 0, 86400, NULL, NULL, &whale_opts.node_grace },
 };
 #define NOPTS ((int)(sizeof optdefs / sizeof optdefs[0]))
 

@@ -40,6 +40,7 @@ enum whale_opt_id {
     OPT_OFFLOAD_TARGET, /* --whale-offload-target (exported as WHALE_OFFLOAD_TARGET) */
     OPT_PRECISION,    /* --whale-precision */
     OPT_EP,           /* --whale-ep */
+    OPT_NODE_GRACE,   /* --whale-node-grace (exported as WHALE_NODE_GRACE) */
     OPT_COUNT_
 };
 
@@ -61,6 +62,7 @@ struct whale_opts {
     int batch;                 /* --whale-batch: global batch, sequences per step */
     char offload_target[1024]; /* --whale-offload-target: local | spares | hostlist */
     enum whale_precision precision; /* --whale-precision */
+    int node_grace;            /* --whale-node-grace: seconds */
 };
 
 extern struct whale_opts whale_opts;

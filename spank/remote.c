@@ -277,6 +277,14 @@ int whale_remote_task_init(spank_t sp, int ac, char **av)
     if (whale_opts.given[OPT_OFFLOAD_TARGET] &&
         set_task_env("WHALE_OFFLOAD_TARGET", whale_opts.offload_target, sp))
         return -1;
+    /* the recovery window: the option, else the site's default */
+    int grace = whale_opts.given[OPT_NODE_GRACE] ? whale_opts.node_grace : c->node_grace;
+    if (grace >= 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", grace);
+        if (set_task_env(WHALE_ENV_NODE_GRACE, v, sp))
+            return -1;
+    }
     return 0;
 }
 

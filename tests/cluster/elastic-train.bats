@@ -229,6 +229,31 @@ spare_proc() {
   check klink 3d-long replaced link 1e-6 0
 }
 
+@test "a node's link down for less than --whale-node-grace: it comes back, no replacement, same losses" {
+  # DP=2 without spares: dropping the cut-off replica is what the survivors
+  # would do at once; with the grace they wait, the node is heard again
+  # after link-up, keeps its rank (RESUMED), and the steps since the agreed
+  # one are redone from each rank's own copy. Nothing is drained.
+  STEPS=$LONG_STEPS
+  ref dp2-long -N2 -n2 --whale-dp=2
+  fault_run kgrace WHALE_ELASTIC=1 UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 -- -N2 -n2 --whale-dp=2 \
+    --whale-node-grace=120 --no-kill --kill-on-bad-exit=0 --wait=0
+  wait_for steps_done kgrace 8
+  node=$(node_of_rank 1)
+  [ -n "$node" ]
+  FAILED_NODES=$node
+  "$MC" -i "$I" link-down "$node"
+  # both sides declare the other silent (the cut-off one waits too: no majority)
+  wait_for grep -q "waiting up to .* (WHALE_NODE_GRACE)" "$TMPD/kgrace.out"
+  "$MC" -i "$I" link-up "$node"
+  finish kgrace
+  check kgrace dp2-long resumed link 1e-6 0
+  grep -q "keeps its place" "$TMPD/kgrace.out"
+  grep -q "elastic: epoch 1 RESUMED" "$TMPD/kgrace.out"
+  ! drained "$node"
+  grep -E "failed or is unreachable|waiting up to|keeps its place|RESUMED" "$TMPD/kgrace.out" | head -8
+}
+
 @test "SIGSTOP one rank: detected as hung, replaced, and killed by its node's slurmstepd" {
   ref 3d "${L3D[@]}"
   fault_run khang WHALE_FAULT=hang:rank=3:step=12 -- "${L3D[@]}"

@@ -82,6 +82,7 @@ struct whale_conf {
     char *checkpoint_root;    /* may hold %u (user) and %j (job id) */
     int ckpt_keep;            /* CkptKeep: default --ckpt-keep of a step's plan (-1: unset) */
     int ckpt_milestone_every; /* CkptMilestoneEvery: default milestone interval (0: none) */
+    int node_grace;           /* NodeGrace: default --whale-node-grace in seconds (-1: unset) */
     unsigned allowed_offload;   /* bit (1 << enum whale_offload), all by default */
     unsigned allowed_recompute; /* bit (1 << enum whale_recompute) */
     int max_zero;             /* highest ZeRO stage allowed (3) */

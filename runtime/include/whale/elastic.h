@@ -59,6 +59,9 @@
  *                         (default then 30 s). [0, 86400]
  *   WHALE_ELASTIC=1       arm heartbeats and failure broadcast without
  *                         spares (a DP > 1 step that may shrink).
+ *   WHALE_NODE_GRACE=S    the recovery window (srun --whale-node-grace,
+ *                         whale.conf NodeGrace=), [0, 86400], default 0:
+ *                         see "Grace" below.
  *
  * Agreement (inside whale_elastic_recover; runs over UCX, never PMIx,
  * whose fences hang on a dead peer)
@@ -97,6 +100,21 @@
  *     their old order.
  *   Otherwise (DP = 1 and no spare): whale_elastic_recover returns
  *     WHALE_ENOFIT and logs what failed; the step cannot continue here.
+ *
+ * Grace (WHALE_NODE_GRACE=S > 0)
+ *   When the decision at hand would drop a DP replica, stop the step
+ *   (ENOFIT) or stop this side as a minority, and some member is gone only
+ *   for silence (LINK or HANG, not known crashed), the coordinator waits up
+ *   to S seconds from that member's detection. Everybody keeps probing the
+ *   silent members (one heartbeat each per WHALE_HEARTBEAT). A member heard
+ *   again within S takes its place back on every task that hears it; once
+ *   the coordinator has its proposal it decides RESUMED: same ranks, same
+ *   degrees, a new epoch, agreed_step as always (the ranks roll back to it
+ *   from their own copies and redo the steps since, with the same losses).
+ *   Past S the decision is taken without it as before (it then learns it
+ *   was left out and stops), and a cut-off side that still has no quorum
+ *   stops: one decision for all survivors, a minority never goes on. A free
+ *   spare is used at once (no wait); a crashed member is never waited for.
  *   agreed_step = min over surviving working ranks of the
  *   my_last_completed_step they passed (spares do not count).
  *
@@ -122,7 +140,14 @@ extern "C" {
 
 #define WHALE_MAX_FAILED 64
 
-enum whale_recovery { WHALE_RECOVERY_REPLACED = 1, WHALE_RECOVERY_SHRUNK = 2 };
+enum whale_recovery {
+    WHALE_RECOVERY_REPLACED = 1,
+    WHALE_RECOVERY_SHRUNK = 2,
+    /* nothing failed for good: every member declared failed for silence was
+     * heard again within WHALE_NODE_GRACE and keeps its rank (no replacement,
+     * same degrees); the ranks roll back to agreed_step from their own copies */
+    WHALE_RECOVERY_RESUMED = 3,
+};
 
 struct whale_membership_event {
     uint64_t epoch;                 /* membership epoch after the event (first event: 1) */

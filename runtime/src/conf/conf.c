@@ -20,7 +20,7 @@ static const char *const global_keys[] = {
     "MaxZero", "MinCkptEvery", "CheckpointRoot", "CkptKeep", "CkptMilestoneEvery",
     "AllowedOffload", "AllowedRecompute",
     "AllowUserConfig", "SetCudaVisibleDevices", "SetUCXNetDevices", "SetNCCLEnv",
-    "LinkBandwidth", "DeviceTypeFromFeature", "DeviceTypeFromGres", NULL
+    "LinkBandwidth", "DeviceTypeFromFeature", "DeviceTypeFromGres", "NodeGrace", NULL
 };
 static const char *const node_keys[] = { "NodeName", "GPUs", "Cores", "GPUType", "NICs",
                                          "NICBandwidth", "PricePerNodeHour",
@@ -471,7 +471,8 @@ static int parse_global_line(struct whale_conf *c, const struct whale_kv_line *l
         (rc = get_int(l, "MaxZero", 0, 3, &c->max_zero)) ||
         (rc = get_int(l, "MinCkptEvery", 0, 1 << 30, &c->min_ckpt_every)) ||
         (rc = get_int(l, "CkptKeep", 0, 1000000, &c->ckpt_keep)) ||
-        (rc = get_int(l, "CkptMilestoneEvery", 0, 1 << 30, &c->ckpt_milestone_every)))
+        (rc = get_int(l, "CkptMilestoneEvery", 0, 1 << 30, &c->ckpt_milestone_every)) ||
+        (rc = get_int(l, "NodeGrace", 0, 86400, &c->node_grace)))
         return rc;
     if ((kv = whale_kv_find(l, "CheckpointRoot"))) {
         if (kv->value[0] != '/') {
@@ -542,6 +543,7 @@ struct whale_conf *whale_conf_defaults(void)
     c->default_map = WHALE_MAP_TOPO;
     c->max_spares = -1;
     c->ckpt_keep = -1;
+    c->node_grace = -1;
     c->max_tp = c->max_pp = c->max_dp = c->max_microbatch = 0; /* 0: no site limit */
     c->max_zero = 3;
     c->allowed_offload = (1u << WHALE_OFFLOAD_NONE) | (1u << WHALE_OFFLOAD_OPTIMIZER) |

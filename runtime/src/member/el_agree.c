@@ -123,15 +123,16 @@ static int link_class(int a, int b, void *user)
 }
 
 /* Coordinator: decide and send the decision to every member still
- * reachable; keep it as if received (the apply path is the same). */
-static void decide(whale_ctx *ctx)
+ * reachable; keep it as if received (the apply path is the same).
+ * Returns true while it waits out the grace period instead (no decision). */
+static bool decide(whale_ctx *ctx)
 {
     struct comm_elastic *el = ctx->el;
     const struct el_state *b = &el->st;
     int n = ctx->boot.ntasks;
     uint8_t *gone = calloc((size_t)n, 1);
     if (!gone)
-        return;
+        return false;
     int nprev = 0, nhard = 0, nalive = 0, lowest = -1;
     for (int t = 0; t < n; t++) {
         if (!b->member[t])
@@ -151,26 +152,61 @@ static void decide(whale_ctx *ctx)
     struct whale_membership_event ev;
     memset(&ev, 0, sizeof ev);
     uint16_t dflags = 0;
+    int drc = quorum ? el_decide(b, gone, el->how, link_class, ctx, &ns, &ev) : 0;
+    if (drc && drc != WHALE_ENOFIT) {
+        free(gone);
+        return false; /* out of memory: try again on the next pass */
+    }
+    /* The recovery window: rather than drop a replica, stop the step or
+     * stop as a minority, wait for members gone only for silence. */
+    double left = el->grace > 0 && el_grace_wanted(quorum, drc, &ev)
+                      ? el_grace_left(n, b->member, gone, el->hard, el->gone_at, el->grace, el_now())
+                      : 0;
+    if (left > 0) {
+        if (el->grace_logged != b->epoch + 1) {
+            el->grace_logged = b->epoch + 1;
+            int k = 0;
+            char who[256];
+            size_t o = 0;
+            who[0] = '\0';
+            for (int t = 0; t < n && o < sizeof who - 16; t++)
+                if (b->member[t] && gone[t] && !el->hard[t]) {
+                    o += (size_t)snprintf(who + o, sizeof who - o, "%s%d", k ? "," : "", t);
+                    k++;
+                    if (!el->grace_how)
+                        el->grace_how = el->how[t];
+                    if (el->lat[t] > el->grace_lat)
+                        el->grace_lat = el->lat[t];
+                }
+            whale_warn("elastic: %s; waiting up to %.1f s (WHALE_NODE_GRACE) for task(s) %s, "
+                       "gone silent, to come back", !quorum ? "this side has no majority"
+                       : drc == WHALE_ENOFIT ? "no spare is free and DP = 1"
+                                             : "no spare is free: a DP replica would be dropped",
+                       left, who);
+        }
+        el_state_free(&ns);
+        free(gone);
+        return true;
+    }
     if (!quorum) {
         dflags = EL_D_MINORITY;
         whale_error("elastic: only %d of %d tasks of epoch %llu are reachable (%d known crashed): "
                     "this side is a minority and stops", nalive, nprev, (unsigned long long)b->epoch, nhard);
-    } else {
-        int rc = el_decide(b, gone, el->how, link_class, ctx, &ns, &ev);
-        if (rc == WHALE_ENOFIT) {
-            dflags = EL_D_FATAL;
-            whale_error("elastic: %d rank(s) failed, no spare task is left and DP=1: the step cannot "
-                        "continue here (resume from the last checkpoint)", ev.nfailed);
-        } else if (rc) {
-            free(gone);
-            return; /* out of memory: try again on the next pass */
-        }
+    } else if (drc == WHALE_ENOFIT) {
+        dflags = EL_D_FATAL;
+        whale_error("elastic: %d rank(s) failed, no spare task is left and DP=1: the step cannot "
+                    "continue here (resume from the last checkpoint)", ev.nfailed);
+    } else if (!ev.nfailed && !ev.nfailed_spares && !ev.ndropped) {
+        ev.kind = WHALE_RECOVERY_RESUMED; /* everyone silent came back in time */
+        ev.how = el->grace_how ? (enum whale_detect)el->grace_how : WHALE_DETECT_LINK;
     }
-    if (dflags)
+    if (dflags) {
+        el_state_free(&ns);
         el_state_copy(&ns, b), ns.epoch = b->epoch + 1;
+    }
     if (!ns.rank_of_task) {
         free(gone);
-        return;
+        return false;
     }
     /* agreed step: min over surviving working ranks; detect: worst lag */
     int64_t step = INT64_MAX;
@@ -183,7 +219,11 @@ static void decide(whale_ctx *ctx)
     for (int t = 0; t < n; t++)
         if (gone[t] && el->lat[t] > lag)
             lag = el->lat[t];
+    if (ev.kind == WHALE_RECOVERY_RESUMED && el->grace_lat > lag)
+        lag = el->grace_lat;
     ev.detect_s = lag;
+    el->grace_how = 0;
+    el->grace_lat = 0;
     size_t len = sizeof(struct el_hdr) + state_size(n) + sizeof ev;
     uint8_t *m = malloc(len);
     if (m) {
@@ -203,6 +243,7 @@ static void decide(whale_ctx *ctx)
     }
     el_state_free(&ns);
     free(gone);
+    return false;
 }
 
 static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
@@ -242,6 +283,8 @@ static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
         o += (size_t)snprintf(buf + o, sizeof buf - o, "%sspare task %d on %s failed (%s)",
                               k || i ? "; " : "", ev->failed_spare_task[i],
                               ev->failed_spare_node[i], whale_detect_name(ev->failed_spare_how[i]));
+    if (!k && !ks)
+        snprintf(buf, sizeof buf, "every member gone silent came back within the grace period");
     char step[32];
     if (ev->agreed_step == INT64_MAX)
         snprintf(step, sizeof step, "none");
@@ -294,6 +337,11 @@ static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
     for (int t = 0; t < n; t++)
         if (ns.member[t] && ns.rank_of_task[t] >= 0)
             tor[ns.rank_of_task[t]] = t;
+    /* whoever the decision kept but this task thinks gone for silence was
+     * heard by the coordinator within the grace: it is back here too */
+    for (int t = 0; t < n; t++)
+        if (ns.member[t] && ctx->dead[t] && !el->hard[t] && el->st.member[t])
+            el_revive(ctx, t, "kept by the decision");
     /* whoever the decision left out is gone for this task too */
     for (int t = 0; t < n; t++)
         if (!ns.member[t] && !ctx->dead[t]) {
@@ -469,6 +517,9 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
             last_coord = coord;
             coord_since = now;
         }
+        /* a member back from silence gets the whole time to propose */
+        if (el->last_revival > coord_since)
+            coord_since = el->last_revival;
         if (coord == me) {
             el->prop[me] = (struct el_proposal){ true, el->st.epoch, spare_caller ? INT64_MAX : last_step,
                                                  spare_caller };
@@ -478,11 +529,14 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
                     !(el->prop[t].valid && el->prop[t].epoch == el->st.epoch))
                     missing++;
             if (!missing) {
-                whale_debug("elastic: coordinator: all proposals of epoch %llu in after %.3f s",
-                            (unsigned long long)el->st.epoch, now - t0);
-                decide(ctx);
-                idle = 0;
-                continue;
+                if (el->grace_logged != el->st.epoch + 1)
+                    whale_debug("elastic: coordinator: all proposals of epoch %llu in after %.3f s",
+                                (unsigned long long)el->st.epoch, now - t0);
+                if (!decide(ctx)) {
+                    idle = 0;
+                    continue;
+                }
+                /* waiting for members gone silent: an idle pass (below) */
             }
             /* A member that neither proposes nor heartbeats (every task
              * heartbeats the coordinator while a recovery is due) for
@@ -514,7 +568,7 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
             sent_to = coord;
             resend = now + RESEND_S;
         }
-        if (now - t0 > 2 * el->agree_timeout + 2 * ctx->peer_timeout) {
+        if (now - t0 > 2 * el->agree_timeout + 2 * ctx->peer_timeout + el->grace) {
             whale_error("elastic: no decision after %.0f s (epoch %llu): giving up", now - t0,
                         (unsigned long long)el->st.epoch);
             rc = WHALE_ETIMEDOUT;

@@ -115,12 +115,14 @@ int el_init(whale_ctx *ctx)
         return WHALE_ENOMEM;
     ctx->el = el;
     pthread_cond_init(&el->cond, NULL);
-    double hb, hang, on;
+    double hb, hang, on, grace;
     bool hb_set;
     if ((rc = env_num("WHALE_HEARTBEAT", 0.01, 60, 0.5, &hb, &hb_set)) ||
         (rc = env_num("WHALE_HANG_TIMEOUT", 1, 86400, 0, &hang, NULL)) ||
-        (rc = env_num("WHALE_ELASTIC", 0, 1, 0, &on, NULL)))
+        (rc = env_num("WHALE_ELASTIC", 0, 1, 0, &on, NULL)) ||
+        (rc = env_num("WHALE_NODE_GRACE", 0, 86400, 0, &grace, NULL)))
         return rc;
+    el->grace = grace;
     bool spares = ctx->boot.ntasks > ctx->boot.world;
     el->hb_interval = hb;
     el->hang_timeout = hang;
@@ -135,6 +137,8 @@ int el_init(whale_ctx *ctx)
     el->inflight = calloc((size_t)n, sizeof(int));
     el->how = calloc((size_t)n, 1);
     el->hard = calloc((size_t)n, sizeof(bool));
+    el->gone_at = calloc((size_t)n, sizeof(double));
+    el->revived_at = calloc((size_t)n, sizeof(double));
     el->done_from = calloc((size_t)n, 1);
     el->lat = calloc((size_t)n, sizeof(float));
     el->prop = calloc((size_t)n, sizeof *el->prop);
@@ -148,7 +152,7 @@ int el_init(whale_ctx *ctx)
                      by_node ? ctx->boot.nnodes : 1))
         return WHALE_ENOMEM;
     if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen || !el->arr ||
-        !el->inflight || !el->how || !el->hard || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
+        !el->inflight || !el->how || !el->hard || !el->gone_at || !el->revived_at || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
     el->st.ntasks = n;
@@ -166,8 +170,9 @@ int el_init(whale_ctx *ctx)
     el->last_pass = el->last_poll = now;
     if (el->armed)
         load_topo(el);
-    whale_debug("elastic: heartbeat %s (every %.2f s, silent after %.1f s), hang timeout %s",
-                el->armed ? "on" : "off", hb, ctx->peer_timeout, hang > 0 ? "set" : "off");
+    whale_debug("elastic: heartbeat %s (every %.2f s, silent after %.1f s), hang timeout %s, "
+                "node grace %.1f s", el->armed ? "on" : "off", hb, ctx->peer_timeout,
+                hang > 0 ? "set" : "off", grace);
     return 0;
 }
 
@@ -209,6 +214,8 @@ void el_fini(whale_ctx *ctx)
     free(el->inflight);
     free(el->how);
     free(el->hard);
+    free(el->gone_at);
+    free(el->revived_at);
     free(el->done_from);
     free(el->lat);
     free(el->prop);
@@ -312,6 +319,18 @@ static void send_heartbeats(whale_ctx *ctx)
         if (ctx->el->inflight[to[i]] < 4)
             el_send(ctx, to[i], &h, sizeof h);
     }
+    /* Within the grace period a member failed for silence may come back:
+     * it must hear from us to know we are still here (O(failed) sends). */
+    struct comm_elastic *el = ctx->el;
+    double now = el_now();
+    for (int t = 0; el->grace > 0 && t < ctx->boot.ntasks; t++)
+        if (t != ctx->boot.task &&
+            el_grace_may_revive(el->st.member[t], ctx->dead[t], el->hard[t], el->gone_at[t],
+                                el->grace, now) && el->inflight[t] < 4) {
+            struct el_hdr p = h;
+            p.flags |= EL_F_PROBE;
+            el_send_raw(ctx, t, &p, sizeof p, true);
+        }
     /* While a recovery is due, the coordinator (the lowest member not
      * known dead) hears from everyone: it can tell a task that is busy
      * and will propose later from one that is cut off. */
@@ -426,6 +445,7 @@ void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
         el->how[task] = (uint8_t)how;
         el->lat[task] = (float)lat;
     }
+    el->gone_at[task] = el_now();
     el->hard[task] = how == WHALE_DETECT_CRASH || how == WHALE_DETECT_NODE;
     /* a whole node gone: every task of it dead */
     int node = ctx->boot.node_of_task ? ctx->boot.node_of_task[task] : -1;
@@ -456,11 +476,76 @@ void el_on_dead(whale_ctx *ctx, int task, int how, double lat)
     pthread_cond_broadcast(&el->cond);
 }
 
+void el_revive(whale_ctx *ctx, int task, const char *why)
+{
+    struct comm_elastic *el = ctx->el;
+    double now = el_now();
+    const char *node = ctx->boot.node_names && ctx->boot.node_of_task
+                           ? ctx->boot.node_names[ctx->boot.node_of_task[task]] : "?";
+    whale_warn("elastic: task %d on %s is back %.1f s after it was declared failed (%s): %s; it "
+               "keeps its place", task, node, now - el->gone_at[task],
+               whale_detect_name((enum whale_detect)(el->how[task] ? el->how[task] : WHALE_DETECT_LINK)),
+               why);
+    ctx->dead[task] = false;
+    el->how[task] = 0;
+    el->lat[task] = 0;
+    el->hard[task] = false;
+    el->revived_at[task] = now;
+    el->last_revival = now;
+    el->last_heard[task] = now;
+    el->counter_at[task] = now;
+    el->hb_seen[task] = false;
+    mp_arrival_init(&el->arr[task], now, el->hb_interval);
+}
+
+/* Within the grace, reports of a silence are not all news: one that names
+ * this task comes from a member that has not heard it yet (it will, and
+ * takes it back; a decision that leaves this task out arrives with a newer
+ * epoch), and one that comes from, or names, a member heard again lately
+ * describes that member's isolation, not a new failure. */
+static bool stale_silence(whale_ctx *ctx, int from, int t, int how, uint64_t from_epoch)
+{
+    struct comm_elastic *el = ctx->el;
+    if (!(el->grace > 0) || (how != WHALE_DETECT_LINK && how != WHALE_DETECT_HANG))
+        return false;
+    double now = el_now();
+    if (t == ctx->boot.task)
+        return from_epoch <= el->st.epoch;
+    return (el->revived_at[from] > 0 && now - el->revived_at[from] < ctx->peer_timeout) ||
+           (el->revived_at[t] > 0 && now - el->revived_at[t] < ctx->peer_timeout);
+}
+
+/* `from` still counts this task failed for silence, within the grace (it
+ * probes it, or reports it): a recovery is under way there. This task
+ * joins it (its operations stop, it proposes) and answers, so that it is
+ * taken back; a stopped process learns so only once it runs again. Only
+ * news of this epoch: a late probe or report of an older one is history. */
+static void grace_join(whale_ctx *ctx, int from, uint64_t from_epoch)
+{
+    struct comm_elastic *el = ctx->el;
+    if (from_epoch != el->st.epoch)
+        return;
+    if (!el->suspected) {
+        whale_info("elastic: task %d counts this task as failed (within the grace period): "
+                   "joining the recovery", from);
+        el->suspected = true;
+        el_fail_all_groups(ctx, -1);
+        pthread_cond_broadcast(&el->cond);
+    }
+    if (el->inflight[from] < 4) {
+        /* a sign of life, not a probe (a probe would be answered again) */
+        struct el_hdr h;
+        hdr_init(ctx, &h, EL_HB);
+        h.flags |= EL_F_COORD;
+        el_send(ctx, from, &h, sizeof h);
+    }
+}
+
 /* A notice or proposal from `from`: what it knows dead. recovering: the
  * sender is in a recovery (then even an idle spare's death is news: that
  * agreement decides on it). */
 static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *how,
-                  const float *lat, bool recovering)
+                  const float *lat, bool recovering, uint64_t from_epoch)
 {
     struct comm_elastic *el = ctx->el;
     int n = ctx->boot.ntasks;
@@ -468,6 +553,11 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
     for (int t = 0; t < n; t++) {
         if (!dead[t])
             continue;
+        if (!ctx->dead[t] && stale_silence(ctx, from, t, how[t], from_epoch)) {
+            if (t == ctx->boot.task)
+                grace_join(ctx, from, from_epoch);
+            continue;
+        }
         if (ctx->dead[t]) {
             /* an idle spare we let go without a recovery: a recovering
              * sender now agrees on it, and this task must join in */
@@ -523,6 +613,13 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     if (!len || len > cap)
         return;
     el->last_heard[from] = now;
+    /* A member failed for silence that is heard again within the grace
+     * takes its place back (a decision without it would arrive with a
+     * newer epoch than the one it is at: such a sender stays out). */
+    if (ctx->dead[from] && h.epoch <= el->st.epoch && (h.type != EL_DECIDE) &&
+        el_grace_may_revive(el->st.member[from], true, el->hard[from], el->gone_at[from],
+                            el->grace, now))
+        el_revive(ctx, from, "heard again within the grace period");
     if (ctx->dead[from]) {
         /* failed (or excluded) tasks are no longer heard; one that still
          * proposes learns that it was left out */
@@ -539,7 +636,9 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
          * extra ones stop when the recovery ends. */
         whale_trace("elastic: heartbeat from task %d%s, %.3f s after the last, at %.3f", from,
                     h.flags & EL_F_COORD ? " (coordinator)" : "", now - el->arr[from].last, now);
-        if (h.flags & EL_F_COORD)
+        if (h.flags & EL_F_PROBE)
+            grace_join(ctx, from, h.epoch);
+        if (h.flags & (EL_F_COORD | EL_F_PROBE))
             break;
         if (el->hb_seen[from])
             mp_arrival_note(&el->arr[from], now);
@@ -557,12 +656,12 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     case EL_NOTICE:
         if (blen >= vec)
             learn(ctx, from, body, body + n, (const float *)(body + 2 * n),
-                  (h.flags & EL_F_RECOVERING) != 0);
+                  (h.flags & EL_F_RECOVERING) != 0, h.epoch);
         break;
     case EL_PROPOSE:
         if (blen < vec)
             return;
-        learn(ctx, from, body, body + n, (const float *)(body + 2 * n), true);
+        learn(ctx, from, body, body + n, (const float *)(body + 2 * n), true, h.epoch);
         if (h.epoch > el->st.epoch) {
             /* the proposer holds a decision this task missed */
             struct el_state ns;

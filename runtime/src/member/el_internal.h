@@ -29,8 +29,12 @@ struct whale_ctx;
 
 enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
 /* EL_F_COORD: a heartbeat to the coordinator only because a recovery is
- * due (not a ring heartbeat): it proves life, its end is no silence. */
-enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8 };
+ * due, or the answer to a probe (not a ring heartbeat): it proves life,
+ * its end is no silence. */
+/* EL_F_PROBE: a heartbeat to a member declared failed for silence, within
+ * the grace period (el_grace.c): it may bring the member back; it is no
+ * ring heartbeat either. */
+enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8, EL_F_PROBE = 16 };
 enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 
 #define EL_MAGIC 0x57454c31u /* "WEL1" */
@@ -93,6 +97,13 @@ struct comm_elastic {
     int *inflight;          /* control sends not yet completed */
     uint8_t *how;           /* enum whale_detect of a dead task, 0 alive */
     bool *hard;             /* died for sure (CRASH/NODE), not merely silent */
+    double *gone_at;        /* when it was declared failed (el_now) */
+    double *revived_at;     /* when it was last heard again within the grace, 0 never */
+    double grace;           /* WHALE_NODE_GRACE seconds, 0 none (el_grace.c) */
+    uint64_t grace_logged;  /* epoch whose wait was logged, +1 (0: none) */
+    double last_revival;    /* when a member was last heard again, 0 never */
+    uint8_t grace_how;      /* how the members waited for were detected */
+    float grace_lat;        /* and the worst detection latency among them */
     float *lat;             /* last sign of life -> declared dead, seconds */
     bool notice_dirty;      /* something new to broadcast */
     bool suspected;         /* a failure is known: recovery needed */
@@ -127,6 +138,9 @@ int el_poll(struct whale_ctx *ctx);             /* receive + ticks; events seen 
 double el_next_deadline(struct whale_ctx *ctx); /* seconds until the next tick, <0 none */
 void el_on_dead(struct whale_ctx *ctx, int task, int how, double last_heard);
 void el_fail_all_groups(struct whale_ctx *ctx, int task);
+/* A member declared failed for silence takes its place back (heard again
+ * within the grace, or kept by a decision): alive, detector state fresh. */
+void el_revive(struct whale_ctx *ctx, int task, const char *why);
 /* A member spare that holds nothing of the training here (no whale_remote
  * to its memory: neither offloaded state nor in-memory copies). */
 bool el_idle_spare(const struct whale_ctx *ctx, int task);
@@ -145,6 +159,18 @@ int el_state_copy(struct el_state *dst, const struct el_state *src);
 /* Parse a serialized state (n tasks) into *s (allocated): 0 or WHALE_EDATA. */
 int el_get_state(const uint8_t *p, size_t left, int n, uint64_t epoch, struct el_state *s);
 void el_state_free(struct el_state *s);
+
+/* el_grace.c: pure rules of the recovery window (WHALE_NODE_GRACE).
+ * el_grace_wanted: the decision at hand costs something a returning member
+ * would spare (no quorum, ENOFIT, or a SHRUNK event). el_grace_left:
+ * seconds still to wait for the members gone for silence (not hard) of
+ * member[] (0: decide now). el_grace_may_revive: a task heard again may
+ * take its place back. */
+bool el_grace_wanted(bool quorum, int decide_rc, const struct whale_membership_event *ev);
+double el_grace_left(int n, const uint8_t *member, const uint8_t *gone, const bool *hard,
+                     const double *gone_at, double grace, double now);
+bool el_grace_may_revive(bool member, bool dead, bool hard, double gone_at, double grace,
+                         double now);
 
 /* el_decide.c: pure (no ctx, no lock). Given the base state, which tasks are
  * gone, and the link class between any task's node and any other's

@@ -58,6 +58,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_MODEL_PATH", "path", "", "':'-separated folders searched for model presets (NAME.conf) before the installed ones" },
     { "WHALE_NCCL_TIMEOUT", "number", "600", "seconds a NCCL collective may take before the watchdog aborts it" },
     { "WHALE_NODE", "contract", "", "node name this task was mapped to" },
+    { "WHALE_NODE_GRACE", "number", "0", "elastic steps: seconds the survivors wait for a member gone silent (link, hang) to come back before dropping its DP replica or stopping, when no spare is free (0..86400; srun --whale-node-grace, whale.conf NodeGrace=)" },
     { "WHALE_NO_BF16_GEMM", "bool", "unset", "set: no AVX512-BF16 GEMM path even where the CPU has it" },
     { "WHALE_NTASKS", "contract", "", "all tasks of the step, spares included" },
     { "WHALE_OFFLOAD", "enum", "the plan's offload, else none", "none, optimizer or params (--offload overrides)" },

@@ -31,6 +31,7 @@
 #include "run_limits.h"
 #include "run_report.h"
 #include "task_env.h"
+#include "whale/env.h"
 #include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/knobs.h"
@@ -79,6 +80,9 @@ static void usage(FILE *f)
             "      --ep N          expert-parallel degree, divides DP (default 1)\n"
             "      --nodes K       simulate K nodes: tasks split in blocks, WHALE_NODE=node<i> (default 1)\n"
             "      --spares S      hold back the last S simulated nodes as hot spares (default 0)\n"
+            "      --node-grace SEC  elastic step: wait up to SEC seconds for a task gone silent\n"
+            "                      to come back before dropping its DP replica, when no spare\n"
+            "                      is free (0..86400, default 0; sets WHALE_NODE_GRACE)\n"
             "      --plan PLAN     value of WHALE_PLAN (path or inline JSON)\n"
             "      --keep-going    do not stop the other tasks when one fails (always so for an\n"
             "                      elastic step: spares, or WHALE_ELASTIC=1)\n"
@@ -264,7 +268,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
     int timeout = 0;
     bool bind = true;
     enum { O_TP = 256, O_PP, O_DP, O_EP, O_NODES, O_SPARES, O_PLAN, O_KEEP, O_TIMEOUT, O_NOLABEL, O_BIND,
-           O_HELPENV };
+           O_HELPENV, O_GRACE };
     static const struct option opts[] = {
         { "ntasks", required_argument, NULL, 'n' }, { "tp", required_argument, NULL, O_TP },
         { "pp", required_argument, NULL, O_PP }, { "dp", required_argument, NULL, O_DP },
@@ -273,6 +277,7 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         { "plan", required_argument, NULL, O_PLAN }, { "keep-going", no_argument, NULL, O_KEEP },
         { "timeout", required_argument, NULL, O_TIMEOUT }, { "no-label", no_argument, NULL, O_NOLABEL },
         { "bind", required_argument, NULL, O_BIND }, { "help-env", no_argument, NULL, O_HELPENV },
+        { "node-grace", required_argument, NULL, O_GRACE },
         { "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
     int c;
     while ((c = getopt_long(argc, argv, "+n:hV", opts, NULL)) != -1) {
@@ -286,6 +291,19 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         case O_NODES: bad = parse_pos("--nodes", optarg, 1, &lo.nodes); break;
         case O_SPARES: bad = parse_pos("--spares", optarg, 0, &lo.spares); break;
         case O_PLAN: lo.plan = optarg; break;
+        case O_GRACE: {
+            long g;
+            char v[16];
+            if (whale_parse_long(optarg, 0, 86400, &g)) {
+                fprintf(stderr, "whale-run: --node-grace='%s' must be a number of seconds in "
+                        "0..86400\n", optarg);
+                return 2;
+            }
+            /* the tasks inherit it: the runtime reads WHALE_NODE_GRACE */
+            snprintf(v, sizeof v, "%ld", g);
+            bad = setenv(WHALE_ENV_NODE_GRACE, v, 1) ? 1 : 0;
+            break;
+        }
         case O_KEEP: keep_going = true; break;
         case O_TIMEOUT: bad = parse_pos("--timeout", optarg, 1, &timeout); break;
         case O_NOLABEL: label = false; break;

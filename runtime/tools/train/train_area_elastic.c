@@ -5,8 +5,40 @@
  * file maps it onto the area interface (train_areas.h) and sets t->elastic
  * and t->promoted for the core. The core still asks train_elastic.h for
  * rank 0's peak, the checkpoint fence and the copy's metrics fields. */
+#include <stdlib.h>
+
 #include "train_areas.h"
+#include "whale/env.h"
+#include "whale/envnum.h"
 #include "whale/log.h"
+
+/* --node-grace S: the recovery window of the membership layer, which reads
+ * it from WHALE_NODE_GRACE at whale_init (flags run before it). */
+static int set_node_grace(struct train *t, const char *arg)
+{
+    (void)t;
+    long g;
+    char v[16];
+    if (whale_parse_long(arg, 0, 86400, &g)) {
+        fprintf(stderr, "whale-train: --node-grace=%s: expected seconds in 0..86400\n", arg);
+        return -1;
+    }
+    snprintf(v, sizeof v, "%ld", g);
+    return setenv(WHALE_ENV_NODE_GRACE, v, 1) ? -1 : 0;
+}
+
+static const struct train_opt elastic_opts[] = {
+    { "node-grace", 1, set_node_grace },
+    { NULL, 0, NULL },
+};
+
+static void elastic_usage(FILE *f)
+{
+    fprintf(f, "  --node-grace S       elastic steps: wait up to S seconds for a rank gone silent\n"
+               "                       (link, hang) to come back before dropping its DP replica\n"
+               "                       or stopping, when no spare is free (WHALE_NODE_GRACE; srun\n"
+               "                       --whale-node-grace, whale.conf NodeGrace=)\n");
+}
 
 /* Right after whale_init: the knobs, then a spare waits here until it is
  * promoted (then it carries on as the rank it took) or the step ends. */
@@ -69,6 +101,8 @@ static int elastic_step_failed(struct train *t, int rc, long step1, long *redo)
 
 const struct train_area train_area_elastic = {
     .name = "elastic",
+    .opts = elastic_opts,
+    .usage = elastic_usage,
     .ranks = elastic_ranks,
     .start = elastic_start,
     .step_begin = elastic_step_begin,

@@ -1176,7 +1176,8 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     train_report_failures(&ev); /* Slurm: drain, stop, exit status */
     const double t_agreed = whale_now_s();
     memset(&te->rep, 0, sizeof te->rep);
-    te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk" : "replaced";
+    te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK   ? "shrunk"
+                 : ev.kind == WHALE_RECOVERY_RESUMED ? "resumed" : "replaced";
     te->rep.how = detect_name(ev.how);
     te->rep.nfailed = ev.nfailed < 8 ? ev.nfailed : 8;
     te->rep.tasks_known = true;

@@ -20,6 +20,10 @@
  *   busy     the victims compute without calling into the library (their
  *            heartbeats go on) until excluded for no progress
  *            (WHALE_HANG_TIMEOUT, HANG), then get WHALE_EMINORITY;
+ *   pause    the victims SIGSTOP themselves at step 3 and a child of each
+ *            sends it SIGCONT after --resume MS: with WHALE_NODE_GRACE
+ *            longer than that, every task must see one RESUMED event (no
+ *            failed rank, same degrees) and finish;
  *   external steps of 0.2 s; failures come from outside (a cluster test
  *            kills a node or cuts its link); a cut-off task that gets
  *            WHALE_EMINORITY prints "stops as a minority" and exits 0.
@@ -35,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -135,8 +140,13 @@ static void print_event(whale_ctx *ctx, const struct whale_membership_event *ev)
 static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev, const int *vic,
                         int nv, int old_world)
 {
-    if (ev->nfailed < 1)
+    if (ev->kind == WHALE_RECOVERY_RESUMED) {
+        if (ev->nfailed != 0 || ev->dp != ev->old_grid.dp)
+            FAIL("a RESUMED event with %d failed rank(s), DP %d -> %d", ev->nfailed,
+                 ev->old_grid.dp, ev->dp);
+    } else if (ev->nfailed < 1) {
         FAIL("event lists no failed rank");
+    }
     for (int i = 0; i < ev->nfailed && i < WHALE_MAX_FAILED; i++) {
         if (nv > 0 && !is_victim(vic, nv, ev->failed_rank[i]) && ev->epoch == 1)
             FAIL("rank %d reported failed but was no victim", ev->failed_rank[i]);
@@ -164,11 +174,11 @@ static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev,
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: el_check idle|kill|stop|during|minority|again|external [--victims LIST] [--steps N] [--pause MS]\n");
+        fprintf(stderr, "usage: el_check idle|kill|stop|pause|during|minority|again|external [--victims LIST] [--steps N] [--pause MS] [--resume MS]\n");
         return 2;
     }
     const char *sc = argv[1];
-    int vic[16], nv = 0, steps = 8, pause_ms = 0;
+    int vic[16], nv = 0, steps = 8, pause_ms = 0, resume_ms = 10000;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--victims") && i + 1 < argc) {
             char *s = argv[++i];
@@ -179,6 +189,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
             steps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
+            resume_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--pause") && i + 1 < argc) {
             pause_ms = atoi(argv[++i]); /* per step: a run that outlasts the peer timeout */
         } else {
@@ -275,6 +287,20 @@ int main(int argc, char **argv)
                 raise(SIGKILL);
             if (!strcmp(sc, "stop") || minority)
                 raise(SIGSTOP);
+            if (!strcmp(sc, "pause")) {
+                /* a frozen node that thaws: stopped, then continued */
+                pid_t parent = getpid(), c = fork();
+                if (c == 0) {
+                    usleep((useconds_t)resume_ms * 1000);
+                    kill(parent, SIGCONT);
+                    _exit(0);
+                }
+                raise(SIGSTOP);
+                if (c > 0)
+                    waitpid(c, NULL, 0);
+                printf("el_check: task %d continued after %d ms\n", g_task, resume_ms);
+                fflush(stdout);
+            }
             if (!strcmp(sc, "busy")) {
                 /* compute without progress (heartbeats go on): the others
                  * must fail it for no progress (WHALE_HANG_TIMEOUT) and it
@@ -343,6 +369,9 @@ int main(int argc, char **argv)
         sleep(3); /* "compute" without calls: the spare keeps waiting, nobody is suspected */
     if (!strcmp(sc, "idle") ? events != 0 : events < 1)
         FAIL("%d membership events, want %s", events, !strcmp(sc, "idle") ? "0" : ">= 1");
+    if (!strcmp(sc, "pause") && (events != 1 || ev.kind != WHALE_RECOVERY_RESUMED))
+        FAIL("%d membership event(s), the last %s; want one RESUMED", events,
+             events ? whale_recovery_name(ev.kind) : "none");
 done:;
     int fr = whale_rank(ctx), fw = whale_world_size(ctx);
     rc = whale_finalize(ctx);

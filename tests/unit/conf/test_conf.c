@@ -21,6 +21,7 @@ static const char *good =
     "TopologyFile=none\n"
     "DefaultMap=block MaxSpares=4 MaxTP=8\n"
     "CheckpointRoot=/ckpt/%u/%j CkptKeep=5 CkptMilestoneEvery=1000\n"
+    "NodeGrace=45\n"
     "AllowedOffload=none,optimizer AllowedRecompute=none,selective,full\n"
     "SetNCCLEnv=no LinkBandwidth=leaf:40,spine:20\n"
     "GPUType=H100 PeakTFLOPS=989 Memory=80G NVLinkBandwidth=450\n"
@@ -52,6 +53,7 @@ static void test_parse_good(void **st)
     assert_int_equal(c->nodesets[1].nnics, 1);
     assert_int_equal(c->ckpt_keep, 5);
     assert_int_equal(c->ckpt_milestone_every, 1000);
+    assert_int_equal(c->node_grace, 45);
     char *p = whale_conf_expand_path(c->checkpoint_root, "alice", "42");
     assert_string_equal(p, "/ckpt/alice/42");
     free(p);
@@ -81,6 +83,7 @@ static void test_parse_errors(void **st)
     expect_error("# c\n\nMaxTP=8\nMaxTq=4\n", "/etc/slurm/whale.conf:4: unknown key 'MaxTq'");
     expect_error("MaxTP=abc\n", ":1: MaxTP=abc: not an integer");
     expect_error("MaxZero=7\n", "MaxZero=7: out of range");
+    expect_error("NodeGrace=86401\n", "NodeGrace=86401: out of range");
     expect_error("DefaultMap=random\n", "DefaultMap=random: expected topo or block");
     expect_error("NodeName=a GPUs=8 GPUType=B200\n", ":1: GPUType=B200 is not defined");
     expect_error("NodeName=a[1- GPUs=8\n", "not a valid hostlist");
