@@ -4,6 +4,7 @@
 # single-rank run (same global batch, same seed) within 1e-5 relative.
 
 load train_helpers
+load elastic_helpers
 
 TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
 RUN="$WHALE_BUILD_DIR/runtime/tools/run/whale-run"
@@ -125,6 +126,54 @@ assert any(e["step"] >= 5 and e["to"][3] < e["from"][3] for e in ev), ev
 assert summ["rebalances"] == len(ev) and summ["dp_shares_final"] == ev[-1]["to"], summ
 assert summ["dp_shares_final"][3] == 1, summ
 print(ev)
+PY
+  echo "$output"
+  [ "$status" -eq 0 ]
+}
+
+@test "srun --whale-dp=4: a node throttled mid-run (its CPU quota cut) loses micro-batches, recorded; losses equal one rank's" {
+  # The real thing beside WHALE_SLOWDOWN: after step 5 the node of rank 3
+  # gets a CPU quota of 0.05 x the minicluster's speed unit (a few hundredths
+  # of a core, tens of times less than a rank gets even on a busy 2-core
+  # machine), as a throttled node or a noisy neighbour would. The run must
+  # move micro-batches away from rank 3 at a step boundary, record it, and
+  # keep one rank's losses. 60 steps: the throttle lands mid-run.
+  local a=(--model gpt-tiny --data "$TMPD/corpus.txt" --steps 60 --batch 8 --threads 1 --no-progress)
+  "$TRAIN" "${a[@]}" --metrics "$TMPD/ref60.jsonl" > /dev/null 2>&1
+  rm -f "$TMPD/q.jsonl"
+  timeout 300 srun -N4 -n4 --whale-dp=4 "$TRAIN" "${a[@]}" --micro-batch 1 --grad-accum 2 \
+    --rebalance=0.3:2 --metrics "$TMPD/q.jsonl" > "$TMPD/q.out" 2>&1 &
+  local pid=$! node=
+  for _ in $(seq 1200); do
+    [ "$(grep -c '^{"step"' "$TMPD/q.jsonl" 2>/dev/null || true)" -ge 5 ] && node=$(node_of_rank 3)
+    [ -n "$node" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$node" ] && "$MC" -i "$I" speed "$node" 0.05
+  local rc=0
+  wait "$pid" || rc=$?
+  [ -n "$node" ] && "$MC" -i "$I" speed "$node" max
+  grep -i rebalance "$TMPD/q.out" || true
+  echo "throttled $node; srun exit $rc"
+  [ -n "$node" ]
+  [ "$rc" -eq 0 ]
+  run python3 - "$TMPD/ref60.jsonl" "$TMPD/q.jsonl" <<'PY'
+import json, sys
+def recs(p):
+    return [json.loads(l) for l in open(p) if l.startswith("{")]
+ref = {r["step"]: r["loss"] for r in recs(sys.argv[1]) if "step" in r}
+run = recs(sys.argv[2])
+got = {r["step"]: r["loss"] for r in run if "step" in r and "loss" in r}
+assert sorted(got) == sorted(ref) == list(range(1, 61)), (len(got), len(ref))
+worst = max(abs(ref[s] - got[s]) / abs(ref[s]) for s in ref)
+ev = [r["rebalance"] for r in run if "rebalance" in r]
+summ = [r["summary"] for r in run if "summary" in r][0]
+print("worst rel loss diff %.2e; rebalances %s" % (worst, ev))
+assert worst < 1e-5
+assert any(e["step"] >= 5 and e["to"][3] < e["from"][3] for e in ev), ev
+assert all(sum(e["to"]) == 8 for e in ev), ev
+assert summ["rebalances"] == len(ev) and summ["dp_shares_final"][3] < 2, summ
 PY
   echo "$output"
   [ "$status" -eq 0 ]
