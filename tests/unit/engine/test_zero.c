@@ -30,20 +30,10 @@ static char data_path[256];
 
 static struct whale_engine_config base_cfg(int dp, int zero, int accum)
 {
-    struct whale_engine_config c;
-    whale_engine_config_defaults(&c);
-    c.model = (struct whale_model_desc){ .name = "t", .layers = 2, .hidden = 32, .heads = 4,
-                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = 256,
-                                         .tied_embeddings = true };
-    c.seq = SEQ;
+    struct whale_engine_config c = toy_engine_cfg(2, SEQ, STEPS);
     c.grad_accum = accum;
     c.micro_batch = GB / dp / accum;
-    c.lr = 3e-3f;
-    c.warmup_steps = 3;
-    c.total_steps = STEPS;
     c.zero_stage = zero;
-    c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
-    c.threads = 1;
     return c;
 }
 
@@ -68,11 +58,8 @@ static void *run_rank(void *arg)
 {
     struct run *r = arg;
     struct whale_engine_config c = base_cfg(r->dp, r->zero, r->accum);
-    struct whale_par_comm comm;
     whale_engine *e = NULL;
-    if (r->w)
-        inproc_comm(r->w, r->rank, &comm);
-    r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
+    r->rc = toy_engine(&c, r->w, r->rank, &e);
     if (r->rc)
         return NULL;
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,

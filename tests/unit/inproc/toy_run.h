@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "engine/engine_internal.h"
+#include "inproc.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 
@@ -31,6 +33,35 @@ static inline void toy_text_make(char *path, size_t len, const char *tag)
         fputs(words[(s >> 33) % 12], f);
     }
     fclose(f);
+}
+
+/* The toy model (LAYERS blocks of width 32, vocabulary 256, SEQ tokens)
+ * trained for STEPS steps at lr 3e-3 after 3 warm-up steps, in DP buckets of
+ * 16 KiB (several even for this small model), on one thread. */
+static inline struct whale_engine_config toy_engine_cfg(int layers, int seq, int steps)
+{
+    struct whale_engine_config c;
+    whale_engine_config_defaults(&c);
+    c.model = (struct whale_model_desc){ .name = "t", .layers = layers, .hidden = 32, .heads = 4,
+                                         .kv_heads = 4, .ffn = 128, .seq = seq, .vocab = 256,
+                                         .tied_embeddings = true };
+    c.seq = seq;
+    c.lr = 3e-3f;
+    c.warmup_steps = 3;
+    c.total_steps = steps;
+    c.bucket_bytes = 16 << 10;
+    c.threads = 1;
+    return c;
+}
+
+/* The engine of rank RANK of the DP world W (NULL: a single rank). */
+static inline int toy_engine(const struct whale_engine_config *c, struct inproc_world *w, int rank,
+                             whale_engine **e)
+{
+    struct whale_par_comm comm;
+    if (w)
+        inproc_comm(w, rank, &comm);
+    return eng_create(c, NULL, w ? &comm : NULL, e);
 }
 
 /* STEPS steps of E on the batches DC reads, each step's loss in LOSS and,

@@ -89,6 +89,23 @@ static void test_arena(void **st)
 
 /* ---- host AdamW ----------------------------------------------------------------- */
 
+/* Two equal AdamW states in BUF, laid out w0 g m0 v0 w1 m1 v1 (N floats
+ * each; g shared): weights, gradients and first moments uniform in [-1, 1],
+ * second moments in [0, 1e-3], drawn from the generator state *R. */
+static void adamw_twins(float *buf, size_t n, uint64_t *r)
+{
+    for (size_t i = 0; i < 4 * n; i++) {
+        *r = *r * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[i] = (float)((int64_t)(*r >> 11) % 2000001 - 1000000) * 1e-6f;
+    }
+    float *v0 = buf + 3 * n;
+    for (size_t i = 0; i < n; i++)
+        v0[i] = fabsf(v0[i]) * 1e-3f;
+    memcpy(buf + 4 * n, buf, n * 4);
+    memcpy(buf + 5 * n, buf + 2 * n, n * 4);
+    memcpy(buf + 6 * n, v0, n * 4);
+}
+
 static void test_host_adamw_bitexact(void **st)
 {
     (void)st;
@@ -102,15 +119,7 @@ static void test_host_adamw_bitexact(void **st)
             float *buf = malloc(n * 4 * 8);
             float *w0 = buf, *g = buf + n, *m0 = buf + 2 * n, *v0 = buf + 3 * n;
             float *w1 = buf + 4 * n, *m1 = buf + 5 * n, *v1 = buf + 6 * n;
-            for (size_t i = 0; i < 4 * n; i++) {
-                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-                buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
-            }
-            for (size_t i = 0; i < n; i++)
-                v0[i] = fabsf(v0[i]) * 1e-3f;
-            memcpy(w1, w0, n * 4);
-            memcpy(m1, m0, n * 4);
-            memcpy(v1, v0, n * 4);
+            adamw_twins(buf, n, &r);
             for (int t = 1; t <= 3; t++) {
                 whale_adamw_update(&o, t, w0, g, m0, v0, n, 0.5f, t != 2);
                 whale_adamw_update_simd((enum whale_simd)s, &o, t, w1, g, m1, v1, n, 0.5f, t != 2);
@@ -133,19 +142,9 @@ static enum whale_precision run_precision; /* fp32 unless a 16-bit test sets it 
 
 static struct whale_engine_config base_cfg(int dp, int zero, int offload)
 {
-    struct whale_engine_config c;
-    whale_engine_config_defaults(&c);
-    c.model = (struct whale_model_desc){ .name = "t", .layers = 3, .hidden = 32, .heads = 4,
-                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = 256,
-                                         .tied_embeddings = true };
-    c.seq = SEQ;
+    struct whale_engine_config c = toy_engine_cfg(3, SEQ, STEPS);
     c.micro_batch = GB / dp;
-    c.lr = 3e-3f;
-    c.warmup_steps = 3;
-    c.total_steps = STEPS;
     c.zero_stage = zero;
-    c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
-    c.threads = 1;
     c.offload = offload;
     c.precision = run_precision;
     c.loss_scaling = run_precision == WHALE_PREC_FP16;
@@ -181,11 +180,8 @@ static void *run_rank(void *arg)
         c.grad_accum = GB / 2 / r->dp;
     }
     c.device_mem = r->budget;
-    struct whale_par_comm comm;
     whale_engine *e = NULL;
-    if (r->w)
-        inproc_comm(r->w, r->rank, &comm);
-    r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
+    r->rc = toy_engine(&c, r->w, r->rank, &e);
     if (r->rc)
         return NULL;
     if (run_rem && (whale_engine_offload_bytes(e) > REM_SLOT ||
@@ -641,15 +637,7 @@ static void test_mixed_host_bitexact(void **st)
     const enum whale_dtype dts[2] = { WHALE_BFLOAT16, WHALE_FLOAT16 };
     for (int d = 0; d < 2; d++) {
         uint64_t r = 5;
-        for (size_t i = 0; i < 4 * n; i++) {
-            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-            buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
-        }
-        for (size_t i = 0; i < n; i++)
-            v0[i] = fabsf(v0[i]) * 1e-3f;
-        memcpy(w1, w0, n * 4);
-        memcpy(m1, m0, n * 4);
-        memcpy(v1, v0, n * 4);
+        adamw_twins(buf, n, &r);
         for (int t = 1; t <= 3; t++) {
             whale_adamw_update_mixed(&o, t, w0, g, m0, v0, p0, dts[d], n, 0.5f, t != 2);
             whale_adamw_update_mixed_host(&o, t, w1, g, m1, v1, p1, dts[d], n, 0.5f, t != 2);
