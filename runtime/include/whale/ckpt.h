@@ -165,6 +165,9 @@ typedef struct whale_ckpt_config {
                              * its bit patterns against the last full save,
                              * zstd-compressed; retention keeps the full ones
                              * that kept deltas need */
+    int writers;            /* threads writing one rank's bundle files at once,
+                             * each fdatasyncs the files it wrote (1..16;
+                             * 0 = the default, 2) */
 } whale_ckpt_config;
 
 void whale_ckpt_config_default(whale_ckpt_config *c);
@@ -172,8 +175,8 @@ void whale_ckpt_config_default(whale_ckpt_config *c);
  * _ASYNC (0/1), _BUSY (wait|skip|defer), _PRIORITY (low|normal|idle),
  * _MILESTONE_EVERY (steps), _DELTA (K), _WEIGHTS (exact|bf16|fp16|int8), _MOMENTS
  * (exact|int8), _ZSTD (level), _INCREMENTAL (0/1), _CHUNK_MB, _PRIVATE
- * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID; rank/world from WHALE_RANK/WHALE_WORLD. Bad values are
- * logged with the variable and the allowed range. */
+ * (0/1), _COMMIT_TIMEOUT (s), _RUN_ID, _WRITERS (1..16); rank/world from
+ * WHALE_RANK/WHALE_WORLD. Bad values are logged with the variable and the allowed range. */
 int whale_ckpt_config_from_env(whale_ckpt_config *c);
 /* The same settings from a lookup by variable name (NULL or "": unset), for
  * a tool that resolves its own sources (flags > variables > a plan) and

@@ -108,6 +108,8 @@ int  ckpt_st_read_header(int fd, const char *path, ckpt_st_entry **e, size_t *n,
 void ckpt_st_entries_free(ckpt_st_entry *e, size_t n);
 
 /* ---- files ----------------------------------------------------------------- */
+#define CKPT_MAX_WRITERS 16 /* whale_ckpt_config.writers */
+
 typedef struct ckpt_fault {
     long long enospc_after; /* fail writes with ENOSPC after this many bytes (-1 off) */
     int slow_ms;            /* sleep before each file write (kill tests) */
@@ -125,6 +127,11 @@ int  ckpt_rm_rf(const char *path);
 /* Write a small file atomically: path.tmp, fsync, rename, fsync dir. */
 int  ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
                             mode_t mode, ckpt_fault *f);
+/* The same without the directory fsync, for files of a save's temporary
+ * directory: commit fsyncs that directory once, after the last of them
+ * (every rank's index, the manifest, ...), before renaming it. */
+int  ckpt_write_file_renamed(const char *dir, const char *name, const void *buf, size_t len,
+                             mode_t mode, ckpt_fault *f);
 int  ckpt_read_file(const char *path, char **buf, size_t *len);
 /* Points dir/name at target (a symlink), atomically. */
 int  ckpt_symlink_atomic(const char *dir, const char *name, const char *target);

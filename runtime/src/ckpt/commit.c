@@ -251,7 +251,7 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
     }
     /* retention reads this marker, not every kept manifest */
     if (btxt) {
-        rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_DELTA_BASES, btxt, strlen(btxt), ps->fmode,
+        rc = ckpt_write_file_renamed(ps->tmpdir, CKPT_DELTA_BASES, btxt, strlen(btxt), ps->fmode,
                                     &ck->fault);
         free(btxt);
         if (rc) {
@@ -259,7 +259,7 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
             return rc;
         }
     }
-    rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_MANIFEST, txt, strlen(txt), ps->fmode,
+    rc = ckpt_write_file_renamed(ps->tmpdir, CKPT_MANIFEST, txt, strlen(txt), ps->fmode,
                                 &ck->fault);
     free(txt);
     if (rc)
@@ -273,10 +273,11 @@ int ckpt_commit(whale_ckpt *ck, struct job *j, struct persist *ps)
         char why[96];
         int wl = snprintf(why, sizeof why, "{\"step\":%lld,\"reason\":\"%s\"}\n",
                           (long long)j->step, asked ? "signal" : "every");
-        if ((rc = ckpt_write_file_atomic(ps->tmpdir, CKPT_MILESTONE, why, (size_t)wl, ps->fmode,
+        if ((rc = ckpt_write_file_renamed(ps->tmpdir, CKPT_MILESTONE, why, (size_t)wl, ps->fmode,
                                          &ck->fault)))
             return rc;
     }
+    /* the renames of every rank's index and of the files above, at once */
     ckpt_fsync_path(ps->tmpdir);
     /* A step directory of the same name (an earlier run that reached this
      * step) is moved aside first; resolve() survives a crash in between. */

@@ -29,6 +29,7 @@ void whale_ckpt_config_default(whale_ckpt_config *c)
     c->incremental = true;
     c->chunk_bytes = 32u << 20;
     c->commit_timeout_s = 600;
+    c->writers = 2;
 }
 
 /* 1: unset; the value through util's checked parser (whale/envnum.h) */
@@ -188,6 +189,10 @@ int whale_ckpt_config_from(whale_ckpt_config *c, whale_ckpt_lookup_fn get, void 
         return rc;
     if (rc == 0)
         c->commit_timeout_s = (int)v;
+    if ((rc = env_long(get, user, "WHALE_CKPT_WRITERS", 1, CKPT_MAX_WRITERS, &v)) < 0)
+        return rc;
+    if (rc == 0)
+        c->writers = (int)v;
     if ((s = get("WHALE_CKPT_RUN_ID", user)) && *s)
         c->run_id = s;
     if ((rc = env_long(get, user, WHALE_ENV_RANK, -1, 1 << 24, &v)) < 0)

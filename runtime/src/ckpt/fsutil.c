@@ -129,8 +129,8 @@ char *ckpt_path(const char *a, const char *b)
     return p;
 }
 
-int ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
-                           mode_t mode, ckpt_fault *f)
+int ckpt_write_file_renamed(const char *dir, const char *name, const void *buf, size_t len,
+                            mode_t mode, ckpt_fault *f)
 {
     char tmp[4096], dst[4096];
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
@@ -153,12 +153,18 @@ int ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, s
         whale_error("checkpoint: rename %s -> %s: %s", tmp, dst, strerror(errno));
         rc = WHALE_EIO;
     }
-    if (rc) {
+    if (rc)
         unlink(tmp);
-        return rc;
-    }
-    ckpt_fsync_path(dir);
-    return 0;
+    return rc;
+}
+
+int ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, size_t len,
+                           mode_t mode, ckpt_fault *f)
+{
+    int rc = ckpt_write_file_renamed(dir, name, buf, len, mode, f);
+    if (!rc)
+        ckpt_fsync_path(dir);
+    return rc;
 }
 
 int ckpt_read_file(const char *path, char **buf, size_t *len)

@@ -7,9 +7,9 @@
  * order, and writes each bundle as one safetensors file. A bundle's key is
  * xxh3-128 over its chunks' names, regions, encodings and raw-data hashes;
  * a bundle whose key matches one of the previous save is hard-linked from
- * there instead of encoded and written. A second thread writes each
- * bundle's staged image while the next is hashed, encoded and staged
- * (writer.c). Rank 0 then commits (see ckpt.h). */
+ * there instead of encoded and written. Writer threads write and
+ * fdatasync bundles' staged images while the next is hashed, encoded and
+ * staged (writer.c). Rank 0 then commits (see ckpt.h). */
 #define _GNU_SOURCE
 #include "ckpt_internal.h"
 #include "save_internal.h"
@@ -261,11 +261,6 @@ static void prev_set(whale_ckpt *ck, struct prev_bundle *pb, size_t n)
     for (size_t i = 0; i < n; i++)
         if (whale_nameidx_find(&ck->prev_idx, pb[i].key) < 0)
             whale_nameidx_insert(&ck->prev_idx, pb[i].key, (int)i);
-}
-
-static int errno_to_whale(int e)
-{
-    return e == ENOSPC || e == EDQUOT || e == EFBIG ? WHALE_ENOSPC : WHALE_EIO;
 }
 
 /* ---- one bundle: encode, describe, stage, hand to the writer ------------------ */
@@ -585,23 +580,6 @@ static int write_bundle(whale_ckpt *ck, struct ckpt_writer *w, chunk *c, bundle 
     return rc;
 }
 
-static int sync_fds(whale_ckpt *ck, struct persist *ps)
-{
-    int rc = 0;
-    for (size_t i = 0; i < ps->nfds; i++) {
-        if (fdatasync(ps->fds[i]) && !rc) {
-            int e = errno;
-            whale_error("checkpoint step %lld: rank %d: fsync: %s", (long long)ps->step,
-                        ck->cfg.rank, strerror(e));
-            rc = errno_to_whale(e);
-        }
-        if (close(ps->fds[i]) && !rc)
-            rc = WHALE_EIO;
-    }
-    ps->nfds = 0;
-    return rc;
-}
-
 static char *hexdump(const void *p, size_t n)
 {
     char *s = malloc(2 * n + 1);
@@ -720,7 +698,8 @@ static int publish_index(whale_ckpt *ck, struct job *j, struct persist *ps,
         return WHALE_ENOMEM;
     char iname[64];
     snprintf(iname, sizeof iname, "rank-%05d.json", ck->cfg.rank);
-    int rc = ckpt_write_file_atomic(ps->tmpdir, iname, txt, strlen(txt), ps->fmode, &ck->fault);
+    /* rank 0 fsyncs the directory once all ranks' indexes are there */
+    int rc = ckpt_write_file_renamed(ps->tmpdir, iname, txt, strlen(txt), ps->fmode, &ck->fault);
     free(txt);
     if (rc)
         whale_error("checkpoint step %lld: rank %d: cannot publish %s/%s", (long long)j->step,
@@ -799,18 +778,18 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
     struct prev_bundle *np = NULL;
     size_t nnp = 0;
     struct ckpt_writer w;
-    ckpt_writer_init(&w, ck, ps);
     uint64_t sig = ck->cfg.delta_every > 0 ? layout_sig(ck, j) : 0;
     delta_decide(ck, sig);
     int rc = plan_chunks(ck, j, &c, &nc);
     if (!rc)
         rc = plan_bundles(ck, c, nc, &b, &nb);
     if (!rc) {
-        ps->fds = calloc(nb ? nb : 1, sizeof *ps->fds);
         np = calloc(nb ? nb : 1, sizeof *np);
-        rc = ps->fds && np ? 0 : WHALE_ENOMEM;
+        rc = np ? 0 : WHALE_ENOMEM;
     }
-    w.no_thread = nb < 2; /* nothing to overlap */
+    /* one bundle: nothing to overlap, written by this thread */
+    ckpt_writer_init(&w, ck, ps, nb < 2 ? 0 : nb < (size_t)ck->cfg.writers ? (int)nb
+                                                                          : ck->cfg.writers);
     char rdir[64];
     snprintf(rdir, sizeof rdir, "rank-%05d", ck->cfg.rank);
     for (size_t i = 0; i < nb && !rc; i++) {
@@ -839,10 +818,9 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
                                                (json_int_t)fbytes, "key", b[i].key,
                                                "linked", linked));
     }
-    int wrc = ckpt_writer_finish(&w); /* the last image, and a write error of any */
+    /* every file written and fdatasynced, or the first error */
+    int wrc = ckpt_writer_finish(&w);
     rc = rc ? rc : wrc;
-    int src = ps->fds ? sync_fds(ck, ps) : 0;
-    rc = rc ? rc : src;
     if (!rc) {
         char rp[4096];
         snprintf(rp, sizeof rp, "%s/%s", ps->tmpdir, rdir);
@@ -856,8 +834,6 @@ int ckpt_persist_rank(whale_ckpt *ck, struct job *j, struct persist *ps, whale_c
     }
     free_prev(np, nnp);
     delta_after(ck, j, sig, rc);
-    free(ps->fds);
-    ps->fds = NULL;
     free(c);
     free(b);
     json_decref(chunks);

@@ -47,8 +47,6 @@ struct persist {
     char tmp_name[256], final_name[64];
     char *tmpdir, *finaldir;
     mode_t fmode, dmode;
-    int *fds;              /* written files, fsynced at the end (the writer adds them) */
-    size_t nfds;
     bool no_direct;        /* the file system refused O_DIRECT: buffered writes */
 };
 
@@ -73,29 +71,37 @@ struct ckpt_image {
     char fname[128];       /* relative to the save's temporary directory */
 };
 
-/* Double-buffered background writer of bundle images (writer.c). */
+/* Background writers of bundle images (writer.c): `nth` threads take
+ * filled images in submission order, each writes and fdatasyncs its file;
+ * the save thread fills the next of nth + 1 images meanwhile. */
 struct ckpt_writer {
     whale_ckpt *ck;
     struct persist *ps;
-    struct ckpt_image img[2];
-    int next;              /* the image the save thread fills next */
-    int queued;            /* the image handed to the writer, -1 none */
+    struct ckpt_image img[CKPT_MAX_WRITERS + 1];
+    int state[CKPT_MAX_WRITERS + 1]; /* CKPT_IMG_FREE / _FILLING / _QUEUED / _WRITING */
+    unsigned seq[CKPT_MAX_WRITERS + 1]; /* submission order of queued images */
+    unsigned next_seq;
+    int nimg, nth, started;
     int err;               /* first write error; later images are not written */
-    bool stop, have_thread, no_thread;
-    pthread_t th;
+    bool stop, inline_only;
+    pthread_t th[CKPT_MAX_WRITERS];
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
-void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps);
-/* The free image with a stage of at least `stage_bytes` and room for
- * `extents` extents, emptied (NULL: out of memory). */
+/* `threads` writer threads (1..CKPT_MAX_WRITERS; 0: the caller writes each
+ * image inside ckpt_writer_submit). */
+void ckpt_writer_init(struct ckpt_writer *w, whale_ckpt *ck, struct persist *ps, int threads);
+/* A free image with a stage of at least `stage_bytes` and room for
+ * `extents` extents, emptied; waits while every image is queued or being
+ * written (NULL: out of memory). */
 struct ckpt_image *ckpt_writer_image(struct ckpt_writer *w, size_t stage_bytes, size_t extents);
 bool ckpt_writer_direct_ok(struct ckpt_writer *w);
-/* Hands a filled image to the writer (after the previous one is written);
- * returns the first write error so far. */
+/* Hands a filled image to the writers; returns the first write error so
+ * far (the image is then dropped). */
 int  ckpt_writer_submit(struct ckpt_writer *w, struct ckpt_image *im);
-/* Waits for the last image, stops the thread, frees the images. */
+/* Waits for every image, stops the threads, frees the images; the first
+ * write or fdatasync error. */
 int  ckpt_writer_finish(struct ckpt_writer *w);
 
 #define CKPT_DIRECT_ALIGN 4096

@@ -234,9 +234,10 @@ int whale_ckpt_open(const whale_ckpt_config *cfg, whale_ckpt **out)
         return WHALE_ERANGE;
     }
     if (cfg->chunk_bytes < 4096 || cfg->quant_block < 1 || cfg->zstd_level < 0 ||
-        cfg->zstd_level > 19 || cfg->keep < 0 || cfg->commit_timeout_s < 1) {
+        cfg->zstd_level > 19 || cfg->keep < 0 || cfg->commit_timeout_s < 1 ||
+        cfg->writers < 0 || cfg->writers > CKPT_MAX_WRITERS) {
         whale_error("checkpoint: bad settings (chunk >= 4 KiB, quant block >= 1, zstd 0..19, "
-                    "keep >= 0, commit timeout >= 1 s)");
+                    "keep >= 0, commit timeout >= 1 s, writers 0..%d)", CKPT_MAX_WRITERS);
         return WHALE_ERANGE;
     }
     whale_ckpt *ck = calloc(1, sizeof *ck);
@@ -257,6 +258,8 @@ int whale_ckpt_open(const whale_ckpt_config *cfg, whale_ckpt **out)
             *p = '_';
     ck->cfg.root = ck->root;
     ck->cfg.run_id = ck->run_id;
+    if (ck->cfg.writers == 0)
+        ck->cfg.writers = 2;
     ckpt_fault_from_env(&ck->fault);
     ck->zc = ZSTD_createCCtx();
     pthread_mutex_init(&ck->mu, NULL);

@@ -30,6 +30,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_CKPT_RUN_ID", "string", "the job and step id", "identifies one run's saves (a replacement rank joins the same run)" },
     { "WHALE_CKPT_WEIGHTS", "enum", "exact", "weights in checkpoints: exact, bf16 or fp16" },
     { "WHALE_CKPT_ZSTD", "int", "0", "zstd level for checkpoint data after a byte shuffle, 0 = off (0..19)" },
+    { "WHALE_CKPT_WRITERS", "int", "2", "threads per rank that write a save's bundle files at once, each fdatasyncing its own (1..16)" },
     { "WHALE_COLL_ALGO", "spec", "auto", "force ring, rd, raben, hier, tree or shm for every collective, or per collective: allreduce=ring,broadcast=tree" },
     { "WHALE_COLL_CHUNK", "size", "2097152", "collective pipelining unit in bytes" },
     { "WHALE_COLL_MODEL", "spec", "measured", "link model shm=ALPHA_US:GBPS,net=ALPHA_US:GBPS,copy=ALPHA_US:GBPS instead of the probe" },

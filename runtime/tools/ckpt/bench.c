@@ -72,6 +72,9 @@ static whale_ckpt_config base_cfg(const char *root)
 {
     whale_ckpt_config c;
     whale_ckpt_config_default(&c);
+    /* WHALE_CKPT_WRITERS, _PRIORITY, ... as whale-train would take them */
+    if (whale_ckpt_config_from_env(&c))
+        whale_ckpt_config_default(&c);
     c.root = root;
     c.keep = 0;
     c.run_id = "bench";

@@ -235,9 +235,10 @@ int train_setup(struct train *t)
      * bind them all (before the engine allocates anything) */
     if (train_check_site_limits(t))
         return 1;
-    if (t->finetune && t->o.warmup < 0 && t->rank == 0)
+    if (t->finetune && (t->o.warmup < 0 || t->o.lr < 0) && t->rank == 0)
         whale_info("fine-tuning (weights without a train state): AdamW starts afresh, warmup "
-                   "%lld steps (--warmup N to change)", (long long)t->ec.warmup_steps);
+                   "%lld steps, learning rate %g (--warmup N, --lr X to change)",
+                   (long long)t->ec.warmup_steps, (double)t->ec.lr);
     /* the engine refuses layouts that cannot run (divisibility, stage split,
      * schedule vs micro-batches, a device-memory budget too small) with the
      * reason, before any step */
@@ -246,7 +247,13 @@ int train_setup(struct train *t)
     if (t->ec.loss_mask && t->rank == 0)
         whale_info("loss mask: %s (the loss counts the response tokens only)",
                    t->o.loss_mask ? t->o.loss_mask : "DATA.mask beside the data");
-    if (whale_engine_create(&t->ec, t->ctx, &t->e))
+    /* --init-from writes every weight: no random initialisation first (a
+     * spare's engine keeps it, its weights come from elsewhere; engines
+     * built again later, by elastic changes, too) */
+    t->ec.skip_init = t->o.init_from && !whale_is_spare(t->ctx);
+    int crc = whale_engine_create(&t->ec, t->ctx, &t->e);
+    t->ec.skip_init = false;
+    if (crc)
         return 1;
     if (whale_trace_init(t->rank, t->world))
         return 1;
