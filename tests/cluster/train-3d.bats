@@ -5,13 +5,10 @@
 # 20-step run within 1e-5 relative; WHALE_TRACE writes a trace per rank.
 
 load train_helpers
-
-TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
+load train_layouts
 
 setup_file() {
-  : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
-  export TMPD=$(mktemp -d)
-  make_corpus "$TMPD"
+  layouts_setup_file
   # 4 blocks: PP=2 x interleave 2 and PP=4 both get a block per stage
   printf 'Name=t4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\n' > "$TMPD/t4.conf"
   "$TRAIN" $(train_args) --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
@@ -22,31 +19,14 @@ setup_file() {
   "$TRAIN" $(train_args) --model "$TMPD/m4.conf" --micro-batch 1 --grad-accum 8 \
       --metrics "$TMPD/ref_moe.jsonl" > /dev/null 2>&1
 }
-teardown_file() { rm -rf "$TMPD"; }
 
 train_args() {
   echo --model "$TMPD/t4.conf" --data "$TMPD/corpus.txt" --steps 20 --batch 8 --seq 32 \
        --grad-accum 4 --threads 1 --no-progress
 }
 
-
-# srun_train NAME SRUN-OPTIONS... -- TRAIN-OPTIONS...
-srun_train() {
-  local name=$1; shift
-  local sopts=()
-  while [ "$1" != "--" ]; do sopts+=("$1"); shift; done
-  shift
-  run timeout 300 srun "${sopts[@]}" "$TRAIN" $(train_args) --metrics "$TMPD/$name.jsonl" "$@"
-  echo "$output" | tail -3
-  [ "$status" -eq 0 ]
-  run same_losses "$TMPD/ref.jsonl" "$TMPD/$name.jsonl"
-  echo "$name: $output"
-  [ "$status" -eq 0 ]
-}
-
 @test "reference run trains (loss falls)" {
-  run python3 -c "import json;l=[json.loads(x) for x in open('$TMPD/ref.jsonl') if x.startswith('{\"step\"')];assert l[-1]['loss']<l[0]['loss']-0.3"
-  [ "$status" -eq 0 ]
+  reference_learns
 }
 
 @test "srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-dp=2 (1F1B): same loss as one rank" {

@@ -5,40 +5,21 @@
 # step of a 20-step run within 1e-5 relative.
 
 load train_helpers
-
-TRAIN="$WHALE_BUILD_DIR/runtime/tools/train/whale-train"
+load train_layouts
 
 setup_file() {
-  : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
-  export TMPD=$(mktemp -d)
-  make_corpus "$TMPD"
+  layouts_setup_file
   printf 'Name=l4 Layers=4 Hidden=64 Heads=4 KVHeads=2 FFN=176 Seq=64 Vocab=256 MLP=swiglu Norm=rmsnorm Position=rotary Bias=no TiedEmbeddings=no Attention=flash\n' > "$TMPD/l4.conf"
   "$TRAIN" $(train_args) --metrics "$TMPD/ref.jsonl" > /dev/null 2>&1
 }
-teardown_file() { rm -rf "$TMPD"; }
 
 train_args() {
   echo --model "$TMPD/l4.conf" --data "$TMPD/corpus.txt" --steps 20 --batch 8 --seq 32 \
        --grad-accum 4 --threads 1 --no-progress --lr 2e-3
 }
 
-# srun_train NAME SRUN-OPTIONS... -- TRAIN-OPTIONS...
-srun_train() {
-  local name=$1; shift
-  local sopts=()
-  while [ "$1" != "--" ]; do sopts+=("$1"); shift; done
-  shift
-  run timeout 300 srun "${sopts[@]}" "$TRAIN" $(train_args) --metrics "$TMPD/$name.jsonl" "$@"
-  echo "$output" | tail -3
-  [ "$status" -eq 0 ]
-  run same_losses "$TMPD/ref.jsonl" "$TMPD/$name.jsonl"
-  echo "$name: $output"
-  [ "$status" -eq 0 ]
-}
-
 @test "Llama reference run trains (loss falls)" {
-  run python3 -c "import json;l=[json.loads(x) for x in open('$TMPD/ref.jsonl') if x.startswith('{\"step\"')];assert l[-1]['loss']<l[0]['loss']-0.3"
-  [ "$status" -eq 0 ]
+  reference_learns
 }
 
 @test "Llama: srun -N4 -n8 --whale-tp=2 --whale-pp=2 --whale-dp=2 --whale-zero=1: same loss as one rank" {

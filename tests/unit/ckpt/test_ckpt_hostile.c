@@ -127,6 +127,48 @@ static void expect_refused(const char *dir, const char *want)
     assert_non_null(strstr(logbuf, want));
 }
 
+/* verify opens the checkpoint at DIR and finds exactly one bad file; what
+ * it said is in logbuf. */
+static void verify_finds_one_bad(const char *dir)
+{
+    whale_ckpt_reader *r;
+    assert_int_equal(whale_ckpt_reader_open_all(dir, &r), 0);
+    log_capture();
+    int bad = 0;
+    assert_int_equal(whale_ckpt_verify(r, &bad), WHALE_ECORRUPT);
+    log_release();
+    whale_ckpt_reader_close(r);
+    assert_int_equal(bad, 1);
+}
+
+/* P: a safetensors file of header HDR and 4 data bytes of zeros. */
+static void write_st(const char *p, const char *hdr)
+{
+    size_t hl = strlen(hdr);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    unsigned char lb[8];
+    for (int i = 0; i < 8; i++)
+        lb[i] = (unsigned char)(hl >> (8 * i));
+    fwrite(lb, 1, 8, f);
+    fwrite(hdr, 1, hl, f);
+    fwrite("\0\0\0\0", 1, 4, f);
+    fclose(f);
+}
+
+/* The header reader refuses P as corrupt; what it said is in logbuf. */
+static void st_header_refused(const char *p)
+{
+    int fd = open(p, O_RDONLY);
+    ckpt_st_entry *e = NULL;
+    size_t ne = 0;
+    uint64_t doff, fsz;
+    log_capture();
+    assert_int_equal(ckpt_st_read_header(fd, p, &e, &ne, &doff, &fsz, NULL), WHALE_ECORRUPT);
+    log_release();
+    close(fd);
+}
+
 static void cleanup(char *root, char *dir)
 {
     ckpt_rm_rf(root);
@@ -179,14 +221,7 @@ static void test_huge_nbytes_named(void **st)
     json_object_set_new(chunk0(m, "layer.a"), "nbytes", json_integer((json_int_t)1 << 62));
     man_store(dir, m);
     expect_refused(dir, "tensor layer.a needs bytes");
-    whale_ckpt_reader *r;
-    assert_int_equal(whale_ckpt_reader_open_all(dir, &r), 0);
-    log_capture();
-    int bad = 0;
-    assert_int_equal(whale_ckpt_verify(r, &bad), WHALE_ECORRUPT);
-    log_release();
-    whale_ckpt_reader_close(r);
-    assert_int_equal(bad, 1);
+    verify_finds_one_bad(dir);
     assert_non_null(strstr(logbuf, ".safetensors is truncated: tensor layer.a"));
     cleanup(root, dir);
 }
@@ -200,14 +235,7 @@ static void test_paths_confined(void **st)
     json_object_set_new(json_object_get(m, "files"), "../../../../../../etc/passwd",
                         json_pack("{s:i}", "bytes", 8));
     man_store(dir, m);
-    whale_ckpt_reader *r;
-    assert_int_equal(whale_ckpt_reader_open_all(dir, &r), 0);
-    log_capture();
-    int bad = 0;
-    assert_int_equal(whale_ckpt_verify(r, &bad), WHALE_ECORRUPT);
-    log_release();
-    whale_ckpt_reader_close(r);
-    assert_int_equal(bad, 1);
+    verify_finds_one_bad(dir);
     assert_non_null(strstr(logbuf, "leaves the checkpoint directory"));
     assert_null(strstr(logbuf, "root:")); /* nothing of the file was read */
     expect_refused(dir, "leaves the checkpoint directory");
@@ -293,42 +321,14 @@ static void test_safetensors_shape_vs_bytes(void **st)
     char *d = mkdtemp(t);
     char p[4096];
     snprintf(p, sizeof p, "%s/x.safetensors", d);
-    const char *hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[4611686018427387905],"
-                      "\"data_offsets\":[0,4]}}";
-    size_t hl = strlen(hdr);
-    FILE *f = fopen(p, "wb");
-    unsigned char lb[8];
-    for (int i = 0; i < 8; i++)
-        lb[i] = (unsigned char)(hl >> (8 * i));
-    fwrite(lb, 1, 8, f);
-    fwrite(hdr, 1, hl, f);
-    fwrite("\0\0\0\0", 1, 4, f);
-    fclose(f);
-    int fd = open(p, O_RDONLY);
-    ckpt_st_entry *e = NULL;
-    size_t ne = 0;
-    uint64_t doff, fsz;
-    log_capture();
-    assert_int_equal(ckpt_st_read_header(fd, p, &e, &ne, &doff, &fsz, NULL), WHALE_ECORRUPT);
-    log_release();
-    close(fd);
+    write_st(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[4611686018427387905],"
+                "\"data_offsets\":[0,4]}}");
+    st_header_refused(p);
     assert_non_null(strstr(logbuf, "tensor w: shape has a negative extent or more than 2^60"));
 
     /* shape [2] but 4 bytes of F32: also refused, with both numbers */
-    f = fopen(p, "wb");
-    hdr = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}";
-    hl = strlen(hdr);
-    for (int i = 0; i < 8; i++)
-        lb[i] = (unsigned char)(hl >> (8 * i));
-    fwrite(lb, 1, 8, f);
-    fwrite(hdr, 1, hl, f);
-    fwrite("\0\0\0\0", 1, 4, f);
-    fclose(f);
-    fd = open(p, O_RDONLY);
-    log_capture();
-    assert_int_equal(ckpt_st_read_header(fd, p, &e, &ne, &doff, &fsz, NULL), WHALE_ECORRUPT);
-    log_release();
-    close(fd);
+    write_st(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}");
+    st_header_refused(p);
     assert_non_null(strstr(logbuf, "do not hold the 8 bytes"));
     unlink(p);
     rmdir(d);

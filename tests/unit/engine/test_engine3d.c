@@ -219,16 +219,22 @@ static void check_equal(const struct layout *L, struct world3 *w)
            w->loss[0][0], w->loss[0][STEPS - 1], worst, w->eval[0]);
 }
 
+/* Runs ONE (a single rank) and makes its losses the ones to match. */
+static void take_reference(const struct layout *one)
+{
+    struct world3 *w = malloc(sizeof *w);
+    run_layout(one, w);
+    memcpy(ref_loss, w->loss[0], sizeof ref_loss);
+    ref_eval = w->eval[0];
+    free(w);
+}
+
 static int setup(void **state)
 {
     (void)state;
     static const struct layout one = { "single", 1, 1, 1, 0, 2, WHALE_SCHED_1F1B, 1,
                                        WHALE_RECOMPUTE_NONE, { 0 }, 0, { 0 }, 0 };
-    struct world3 *w = malloc(sizeof *w);
-    run_layout(&one, w);
-    memcpy(ref_loss, w->loss[0], sizeof ref_loss);
-    ref_eval = w->eval[0];
-    free(w);
+    take_reference(&one);
     if (!(ref_loss[STEPS - 1] < ref_loss[0] - 0.1)) {
         fprintf(stderr, "reference run does not learn: %f -> %f\n", ref_loss[0],
                 ref_loss[STEPS - 1]);
@@ -411,11 +417,7 @@ static void test_uneven_vocabulary(void **state)
     double keep[STEPS], keep_eval = ref_eval;
     memcpy(keep, ref_loss, sizeof keep);
     vocab = 61;
-    struct world3 *w = malloc(sizeof *w);
-    run_layout(&one, w);
-    memcpy(ref_loss, w->loss[0], sizeof ref_loss);
-    ref_eval = w->eval[0];
-    free(w);
+    take_reference(&one);
     run_set(set, sizeof set / sizeof *set);
     vocab = VOCAB;
     memcpy(ref_loss, keep, sizeof keep);

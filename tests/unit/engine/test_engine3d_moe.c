@@ -68,11 +68,7 @@ static void moe_ref(int micro)
         return;
     struct layout one = LAY("single", 1, 1, 1, 0, 2, 1F1B, 1, NONE);
     one.micro = micro;
-    struct world3 *w = malloc(sizeof *w);
-    run_layout(&one, w);
-    memcpy(ref_loss, w->loss[0], sizeof ref_loss);
-    ref_eval = w->eval[0];
-    free(w);
+    take_reference(&one);
     ref_micro = micro;
     printf("  reference (micro-batch %d): loss %.5f -> %.5f\n", micro, ref_loss[0],
            ref_loss[STEPS - 1]);

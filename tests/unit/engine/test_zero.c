@@ -18,6 +18,7 @@
 
 #include "engine/engine_internal.h"
 #include "../inproc/inproc.h"
+#include "../inproc/toy_run.h"
 #include "whale/data.h"
 #include "whale/engine.h"
 
@@ -27,37 +28,12 @@
 
 static char data_path[256];
 
-static void make_data(void)
-{
-    snprintf(data_path, sizeof data_path, "/tmp/whale-test-zero-%d.txt", (int)getpid());
-    FILE *f = fopen(data_path, "w");
-    assert_non_null(f);
-    uint64_t s = 7;
-    for (int i = 0; i < 20000; i++) {
-        s = s * 6364136223846793005ULL + 1;
-        const char *words[] = { "def ", "return ", "self", ".x", " = ", "(", ")", ":\n    ",
-                                "import ", "os", "\n", "for i in range(10):" };
-        fputs(words[(s >> 33) % 12], f);
-    }
-    fclose(f);
-}
-
 static struct whale_engine_config base_cfg(int dp, int zero, int accum)
 {
-    struct whale_engine_config c;
-    whale_engine_config_defaults(&c);
-    c.model = (struct whale_model_desc){ .name = "t", .layers = 2, .hidden = 32, .heads = 4,
-                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = 256,
-                                         .tied_embeddings = true };
-    c.seq = SEQ;
+    struct whale_engine_config c = toy_engine_cfg(2, SEQ, STEPS);
     c.grad_accum = accum;
     c.micro_batch = GB / dp / accum;
-    c.lr = 3e-3f;
-    c.warmup_steps = 3;
-    c.total_steps = STEPS;
     c.zero_stage = zero;
-    c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
-    c.threads = 1;
     return c;
 }
 
@@ -82,37 +58,16 @@ static void *run_rank(void *arg)
 {
     struct run *r = arg;
     struct whale_engine_config c = base_cfg(r->dp, r->zero, r->accum);
-    struct whale_par_comm comm;
     whale_engine *e = NULL;
-    if (r->w)
-        inproc_comm(r->w, r->rank, &comm);
-    r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
+    r->rc = toy_engine(&c, r->w, r->rank, &e);
     if (r->rc)
         return NULL;
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
                                     .local_batch = GB / r->dp, .dp_rank = r->rank,
                                     .dp_size = r->dp, .prefetch = true };
-    whale_data *d = NULL;
-    if ((r->rc = whale_data_open(&dc, &d))) {
-        whale_engine_destroy(e);
-        return NULL;
-    }
-    size_t n = (size_t)(GB / r->dp) * SEQ;
-    int32_t *in = malloc(n * 4), *tg = malloc(n * 4);
-    for (int s = 0; s < STEPS && !r->rc; s++) {
-        struct whale_train_state ts;
-        whale_engine_get_state(e, &ts);
-        struct whale_step_stats st;
-        r->rc = whale_data_next(d, ts.samples, in, tg);
-        if (!r->rc)
-            r->rc = whale_engine_step(e, in, tg, &st);
-        r->loss[s] = st.loss;
-    }
+    r->rc = toy_train(e, &dc, STEPS, r->loss, NULL);
     whale_engine_memory(e, &r->mem);
     whale_engine_tensors(e, count_piece, r);
-    free(in);
-    free(tg);
-    whale_data_close(d);
     whale_engine_destroy(e);
     return NULL;
 }
@@ -120,16 +75,12 @@ static void *run_rank(void *arg)
 static void run_dp(int dp, int zero, int accum, struct run *runs)
 {
     struct inproc_world *w = dp > 1 ? inproc_create(dp) : NULL;
-    pthread_t th[8];
-    for (int r = 0; r < dp; r++) {
+    for (int r = 0; r < dp; r++)
         runs[r] = (struct run){ .dp = dp, .rank = r, .zero = zero, .accum = accum,
                                 .w = w };
-        pthread_create(&th[r], NULL, run_rank, &runs[r]);
-    }
-    for (int r = 0; r < dp; r++) {
-        pthread_join(th[r], NULL);
+    toy_threads(dp, run_rank, runs, sizeof *runs);
+    for (int r = 0; r < dp; r++)
         assert_int_equal(runs[r].rc, 0);
-    }
     inproc_destroy(w);
 }
 
@@ -138,7 +89,7 @@ static struct run ref;
 static int setup(void **st)
 {
     (void)st;
-    make_data();
+    toy_text_make(data_path, sizeof data_path, "zero");
     run_dp(1, 0, 1, &ref);
     return 0;
 }
@@ -154,13 +105,10 @@ static void check_equiv(int dp, int zero, int accum)
 {
     struct run runs[4];
     run_dp(dp, zero, accum, runs);
-    double worst = 0;
-    for (int s = 0; s < STEPS; s++) {
-        double rel = fabs(runs[0].loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
-        worst = rel > worst ? rel : worst;
+    double worst = toy_worst_rel(runs[0].loss, ref.loss, STEPS);
+    for (int s = 0; s < STEPS; s++)
         for (int r = 1; r < dp; r++)
             assert_true(runs[r].loss[s] == runs[0].loss[s]);
-    }
     printf("DP=%d ZeRO=%d accum=%d: loss %.5f -> %.5f (single rank %.5f -> %.5f), worst rel "
            "diff %.2e\n", dp, zero, accum, runs[0].loss[0], runs[0].loss[STEPS - 1], ref.loss[0],
            ref.loss[STEPS - 1], worst);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../inproc/inproc.h"
+#include "../inproc/toy_run.h"
 #include "engine/engine_internal.h"
 #include "whale/arena.h"
 #include "whale/comm.h"
@@ -88,6 +89,23 @@ static void test_arena(void **st)
 
 /* ---- host AdamW ----------------------------------------------------------------- */
 
+/* Two equal AdamW states in BUF, laid out w0 g m0 v0 w1 m1 v1 (N floats
+ * each; g shared): weights, gradients and first moments uniform in [-1, 1],
+ * second moments in [0, 1e-3], drawn from the generator state *R. */
+static void adamw_twins(float *buf, size_t n, uint64_t *r)
+{
+    for (size_t i = 0; i < 4 * n; i++) {
+        *r = *r * 6364136223846793005ULL + 1442695040888963407ULL;
+        buf[i] = (float)((int64_t)(*r >> 11) % 2000001 - 1000000) * 1e-6f;
+    }
+    float *v0 = buf + 3 * n;
+    for (size_t i = 0; i < n; i++)
+        v0[i] = fabsf(v0[i]) * 1e-3f;
+    memcpy(buf + 4 * n, buf, n * 4);
+    memcpy(buf + 5 * n, buf + 2 * n, n * 4);
+    memcpy(buf + 6 * n, v0, n * 4);
+}
+
 static void test_host_adamw_bitexact(void **st)
 {
     (void)st;
@@ -101,15 +119,7 @@ static void test_host_adamw_bitexact(void **st)
             float *buf = malloc(n * 4 * 8);
             float *w0 = buf, *g = buf + n, *m0 = buf + 2 * n, *v0 = buf + 3 * n;
             float *w1 = buf + 4 * n, *m1 = buf + 5 * n, *v1 = buf + 6 * n;
-            for (size_t i = 0; i < 4 * n; i++) {
-                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-                buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
-            }
-            for (size_t i = 0; i < n; i++)
-                v0[i] = fabsf(v0[i]) * 1e-3f;
-            memcpy(w1, w0, n * 4);
-            memcpy(m1, m0, n * 4);
-            memcpy(v1, v0, n * 4);
+            adamw_twins(buf, n, &r);
             for (int t = 1; t <= 3; t++) {
                 whale_adamw_update(&o, t, w0, g, m0, v0, n, 0.5f, t != 2);
                 whale_adamw_update_simd((enum whale_simd)s, &o, t, w1, g, m1, v1, n, 0.5f, t != 2);
@@ -128,38 +138,13 @@ static void test_host_adamw_bitexact(void **st)
 
 static char data_path[256];
 
-static void make_data(void)
-{
-    snprintf(data_path, sizeof data_path, "/tmp/whale-test-offload-%d.txt", (int)getpid());
-    FILE *f = fopen(data_path, "w");
-    assert_non_null(f);
-    uint64_t s = 7;
-    for (int i = 0; i < 20000; i++) {
-        s = s * 6364136223846793005ULL + 1;
-        const char *words[] = { "def ", "return ", "self", ".x", " = ", "(", ")", ":\n    ",
-                                "import ", "os", "\n", "for i in range(10):" };
-        fputs(words[(s >> 33) % 12], f);
-    }
-    fclose(f);
-}
-
 static enum whale_precision run_precision; /* fp32 unless a 16-bit test sets it */
 
 static struct whale_engine_config base_cfg(int dp, int zero, int offload)
 {
-    struct whale_engine_config c;
-    whale_engine_config_defaults(&c);
-    c.model = (struct whale_model_desc){ .name = "t", .layers = 3, .hidden = 32, .heads = 4,
-                                         .kv_heads = 4, .ffn = 128, .seq = SEQ, .vocab = 256,
-                                         .tied_embeddings = true };
-    c.seq = SEQ;
+    struct whale_engine_config c = toy_engine_cfg(3, SEQ, STEPS);
     c.micro_batch = GB / dp;
-    c.lr = 3e-3f;
-    c.warmup_steps = 3;
-    c.total_steps = STEPS;
     c.zero_stage = zero;
-    c.bucket_bytes = 16 << 10; /* several buckets even for this small model */
-    c.threads = 1;
     c.offload = offload;
     c.precision = run_precision;
     c.loss_scaling = run_precision == WHALE_PREC_FP16;
@@ -195,11 +180,8 @@ static void *run_rank(void *arg)
         c.grad_accum = GB / 2 / r->dp;
     }
     c.device_mem = r->budget;
-    struct whale_par_comm comm;
     whale_engine *e = NULL;
-    if (r->w)
-        inproc_comm(r->w, r->rank, &comm);
-    r->rc = eng_create(&c, NULL, r->w ? &comm : NULL, &e);
+    r->rc = toy_engine(&c, r->w, r->rank, &e);
     if (r->rc)
         return NULL;
     if (run_rem && (whale_engine_offload_bytes(e) > REM_SLOT ||
@@ -211,28 +193,8 @@ static void *run_rank(void *arg)
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
                                     .local_batch = GB / r->dp, .dp_rank = r->rank,
                                     .dp_size = r->dp, .prefetch = false };
-    whale_data *d = NULL;
-    if ((r->rc = whale_data_open(&dc, &d))) {
-        whale_engine_destroy(e);
-        return NULL;
-    }
-    size_t n = (size_t)(GB / r->dp) * SEQ;
-    int32_t *in = malloc(n * 4), *tg = malloc(n * 4);
-    int steps = r->steps ? r->steps : STEPS;
-    for (int s = 0; s < steps && !r->rc; s++) {
-        struct whale_train_state ts;
-        whale_engine_get_state(e, &ts);
-        struct whale_step_stats sst;
-        r->rc = whale_data_next(d, ts.samples, in, tg);
-        if (!r->rc)
-            r->rc = whale_engine_step(e, in, tg, &sst);
-        r->loss[s] = sst.loss;
-        r->hidden_sum += sst.offload_hidden;
-    }
+    r->rc = toy_train(e, &dc, r->steps ? r->steps : STEPS, r->loss, &r->hidden_sum);
     whale_engine_memory(e, &r->mem);
-    free(in);
-    free(tg);
-    whale_data_close(d);
     whale_engine_destroy(e);
     return NULL;
 }
@@ -242,17 +204,13 @@ static int run_steps; /* 0: STEPS */
 static void run_dp(int dp, int zero, int offload, int prefetch, struct run *runs)
 {
     struct inproc_world *w = dp > 1 ? inproc_create(dp) : NULL;
-    pthread_t th[8];
-    for (int r = 0; r < dp; r++) {
+    for (int r = 0; r < dp; r++)
         runs[r] = (struct run){ .dp = dp, .rank = r, .zero = zero, .offload = offload,
                                 .prefetch = prefetch, .w = w,
                                 .steps = run_steps };
-        pthread_create(&th[r], NULL, run_rank, &runs[r]);
-    }
-    for (int r = 0; r < dp; r++) {
-        pthread_join(th[r], NULL);
+    toy_threads(dp, run_rank, runs, sizeof *runs);
+    for (int r = 0; r < dp; r++)
         assert_int_equal(runs[r].rc, 0);
-    }
     inproc_destroy(w);
 }
 
@@ -261,7 +219,7 @@ static struct run ref;
 static int setup(void **st)
 {
     (void)st;
-    make_data();
+    toy_text_make(data_path, sizeof data_path, "offload");
     run_dp(1, 0, WHALE_OFFLOAD_NONE, 0, &ref);
     return 0;
 }
@@ -277,13 +235,10 @@ static void check_equiv(int dp, int zero, int offload, int prefetch)
 {
     struct run runs[2];
     run_dp(dp, zero, offload, prefetch, runs);
-    double worst = 0;
-    for (int s = 0; s < STEPS; s++) {
-        double rel = fabs(runs[0].loss[s] - ref.loss[s]) / fabs(ref.loss[s]);
-        worst = rel > worst ? rel : worst;
+    double worst = toy_worst_rel(runs[0].loss, ref.loss, STEPS);
+    for (int s = 0; s < STEPS; s++)
         for (int r = 1; r < dp; r++)
             assert_true(runs[r].loss[s] == runs[0].loss[s]);
-    }
     printf("offload=%-9s ZeRO %d DP %d prefetch %d: loss %.6f -> %.6f (reference %.6f -> "
            "%.6f), worst rel diff %.2e, host %.1f KiB, arena peak %.1f KiB, hidden %.2f\n",
            whale_offload_name(offload), zero, dp, prefetch, runs[0].loss[0],
@@ -320,6 +275,32 @@ static void test_equiv_dp2(void **st)
     check_equiv(2, 3, WHALE_OFFLOAD_PARAMS, 2);
 }
 
+/* From the engine's own layout at DP, ZeRO Z: the update range U (all P
+ * parameters for ZeRO 0, else the shard) and the shard S, in elements. */
+static void layout_sizes(int dp, int z, double *U, double *S)
+{
+    struct whale_engine_config c = base_cfg(dp, z, 0);
+    whale_engine *e;
+    struct inproc_world *w = inproc_create(dp);
+    struct whale_par_comm comm;
+    inproc_comm(w, 0, &comm);
+    assert_int_equal(eng_create(&c, NULL, dp > 1 ? &comm : NULL, &e), 0);
+    *U = (double)(z == 0 ? e->P : e->S);
+    *S = (double)e->S;
+    whale_engine_destroy(e);
+    inproc_destroy(w);
+}
+
+/* Rank 0's arena peak in run A minus that in run B is WANT bytes (5 %). */
+static void drop_is(const char *what, const struct run *a, const struct run *b, double want)
+{
+    double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
+    printf("%s: arena peak %lld -> %lld B, drop %.0f B, formula %.0f B (%.2f %%), host tier "
+           "%lld B\n", what, (long long)a[0].mem.arena_peak, (long long)b[0].mem.arena_peak, got,
+           want, 100 * fabs(got - want) / want, (long long)b[0].mem.host_bytes);
+    assert_true(fabs(got - want) / want < 0.05);
+}
+
 /* Arena peak without offload minus with it = the offloaded bytes:
  * optimizer: 2 moments x 4 B x U (U = update range: P for ZeRO 0, else the
  * shard S); params: also the ZeRO-3 weight shard (4 B x S). */
@@ -335,24 +316,12 @@ static void test_memory_drop(void **st)
                 struct run a[2], b[2];
                 run_dp(dp, z, WHALE_OFFLOAD_NONE, 1, a);
                 run_dp(dp, z, off, 1, b);
-                /* persistent sizes from the engine's own layout */
-                struct whale_engine_config c = base_cfg(dp, z, 0);
-                whale_engine *e;
-                struct inproc_world *w = inproc_create(dp);
-                struct whale_par_comm comm;
-                inproc_comm(w, 0, &comm);
-                assert_int_equal(eng_create(&c, NULL, dp > 1 ? &comm : NULL, &e), 0);
-                double U = (double)(z == 0 ? e->P : e->S), S = (double)e->S;
-                whale_engine_destroy(e);
-                inproc_destroy(w);
-                double want = 8 * U + (off == WHALE_OFFLOAD_PARAMS ? 4 * S : 0);
-                double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
-                printf("DP %d ZeRO %d offload=%s: arena peak %lld -> %lld B, drop %.0f B, "
-                       "formula %.0f B (%.2f %%), host tier %lld B\n", dp, z,
-                       whale_offload_name(off), (long long)a[0].mem.arena_peak,
-                       (long long)b[0].mem.arena_peak, got, want,
-                       100 * fabs(got - want) / want, (long long)b[0].mem.host_bytes);
-                assert_true(fabs(got - want) / want < 0.05);
+                double U, S;
+                layout_sizes(dp, z, &U, &S);
+                char what[64];
+                snprintf(what, sizeof what, "DP %d ZeRO %d offload=%s", dp, z,
+                         whale_offload_name(off));
+                drop_is(what, a, b, 8 * U + (off == WHALE_OFFLOAD_PARAMS ? 4 * S : 0));
             }
         }
     }
@@ -418,41 +387,73 @@ static int snap_piece(const struct whale_tensor_piece *p, void *user)
     return 0;
 }
 
-static void resume_case(int zero, int offload)
+/* The tensor walk of E into SN and its training state into TS; E is gone. */
+static void snap_take(whale_engine *e, struct snap *sn, struct whale_train_state *ts)
 {
-    struct whale_engine_config c = base_cfg(1, zero, offload);
+    *sn = (struct snap){ .n = 0 };
+    assert_int_equal(whale_engine_tensors(e, snap_piece, sn), 0);
+    whale_engine_get_state(e, ts);
+    whale_engine_destroy(e);
+}
+
+/* Everything snap_take kept, into the fresh engine F. */
+static void snap_give(whale_engine *f, struct snap *sn, const struct whale_train_state *ts)
+{
+    sn->restore = true;
+    assert_int_equal(whale_engine_tensors(f, snap_piece, sn), 0);
+    assert_int_equal(whale_engine_set_state(f, ts), 0);
+}
+
+static void snap_free(struct snap *sn)
+{
+    for (int i = 0; i < sn->n; i++)
+        free(sn->buf[i]);
+}
+
+/* The single-rank reader of the test data. */
+static whale_data *open_data(void)
+{
     struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
                                     .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
     whale_data *d = NULL;
     assert_int_equal(whale_data_open(&dc, &d), 0);
+    return d;
+}
+
+/* Steps FROM to TO - 1 of E on D; with WANT, each loss must equal WANT[step]. */
+static void steps_on(whale_engine *e, whale_data *d, int from, int to, const double *want)
+{
     int32_t in[GB * SEQ], tg[GB * SEQ];
-    whale_engine *e, *f;
-    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
     struct whale_train_state ts;
     struct whale_step_stats sst;
-    for (int s = 0; s < STEPS / 2; s++) {
+    for (int s = from; s < to; s++) {
         whale_engine_get_state(e, &ts);
         assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
         assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
+        if (want)
+            assert_true(sst.loss == want[s]);
     }
-    struct snap sn = { .n = 0 };
-    assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
-    whale_engine_get_state(e, &ts);
-    whale_engine_destroy(e);
+}
+
+/* Stop at step 10, restore into a fresh engine: the later losses are WANT's
+ * (those of the uninterrupted run at this precision). */
+static void resume_case(int zero, int offload, const double *want)
+{
+    struct whale_engine_config c = base_cfg(1, zero, offload);
+    whale_data *d = open_data();
+    whale_engine *e, *f;
+    assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
+    steps_on(e, d, 0, STEPS / 2, NULL);
+    struct snap sn;
+    struct whale_train_state ts;
+    snap_take(e, &sn, &ts);
     assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
-    sn.restore = true;
-    assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
-    assert_int_equal(whale_engine_set_state(f, &ts), 0);
-    for (int s = STEPS / 2; s < STEPS; s++) {
-        whale_engine_get_state(f, &ts);
-        assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
-        assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
-        assert_true(sst.loss == ref.loss[s]);
-    }
-    printf("restore at step %d with offload=%s ZeRO %d: steps %d..%d equal the uninterrupted "
-           "run\n", STEPS / 2, whale_offload_name(offload), zero, STEPS / 2 + 1, STEPS);
-    for (int i = 0; i < sn.n; i++)
-        free(sn.buf[i]);
+    snap_give(f, &sn, &ts);
+    steps_on(f, d, STEPS / 2, STEPS, want);
+    printf("%s restore at step %d with offload=%s ZeRO %d: steps %d..%d equal the "
+           "uninterrupted run\n", whale_precision_name(run_precision), STEPS / 2,
+           whale_offload_name(offload), zero, STEPS / 2 + 1, STEPS);
+    snap_free(&sn);
     whale_engine_destroy(f);
     whale_data_close(d);
 }
@@ -460,10 +461,36 @@ static void resume_case(int zero, int offload)
 static void test_tensors_resume(void **st)
 {
     (void)st;
-    resume_case(0, WHALE_OFFLOAD_OPTIMIZER);
-    resume_case(2, WHALE_OFFLOAD_OPTIMIZER);
-    resume_case(3, WHALE_OFFLOAD_OPTIMIZER);
-    resume_case(3, WHALE_OFFLOAD_PARAMS);
+    resume_case(0, WHALE_OFFLOAD_OPTIMIZER, ref.loss);
+    resume_case(2, WHALE_OFFLOAD_OPTIMIZER, ref.loss);
+    resume_case(3, WHALE_OFFLOAD_OPTIMIZER, ref.loss);
+    resume_case(3, WHALE_OFFLOAD_PARAMS, ref.loss);
+}
+
+/* A remote tier in a world of one: LEN zeroed bytes of this process
+ * registered with CTX and the handle that reaches them (rem[0]). */
+struct tier {
+    void *mem;
+    size_t len;
+    whale_region *reg;
+    whale_remote **rem;
+};
+
+static void tier_open(whale_ctx *ctx, size_t len, struct tier *t)
+{
+    t->len = len;
+    t->mem = calloc(1, len);
+    assert_non_null(t->mem);
+    assert_int_equal(whale_region_register(ctx, t->mem, len, &t->reg), 0);
+    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), t->reg, &t->rem), 0);
+}
+
+static void tier_close(struct tier *t)
+{
+    whale_remote_free(t->rem[0]);
+    free(t->rem);
+    whale_region_free(t->reg);
+    free(t->mem);
 }
 
 /* The remote tier through the RMA API, in a world of one (the handle on
@@ -479,56 +506,30 @@ static void remote_case(whale_ctx *ctx, int z, int offload, const double *want)
         assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
         size_t need = whale_engine_offload_bytes(e), pad = 4096;
         assert_true(need > 0);
-        void *mem = calloc(1, need + pad);
-        whale_region *reg;
-        whale_remote **rem;
-        assert_int_equal(whale_region_register(ctx, mem, need + pad, &reg), 0);
-        assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
-        assert_int_equal(whale_engine_offload_attach(e, rem[0], pad), 0);
+        struct tier t;
+        tier_open(ctx, need + pad, &t);
+        assert_int_equal(whale_engine_offload_attach(e, t.rem[0], pad), 0);
         struct whale_engine_memory m;
         whale_engine_memory(e, &m);
         assert_true(m.host_bytes < (int64_t)need); /* grads + staging stay local */
-        struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
-                                        .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
-        whale_data *d = NULL;
-        assert_int_equal(whale_data_open(&dc, &d), 0);
-        int32_t in[GB * SEQ], tg[GB * SEQ];
+        whale_data *d = open_data();
+        steps_on(e, d, 0, STEPS / 2, want);
+        struct snap sn;
         struct whale_train_state ts;
-        struct whale_step_stats sst;
-        for (int s = 0; s < STEPS / 2; s++) {
-            whale_engine_get_state(e, &ts);
-            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
-            assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
-            assert_true(sst.loss == want[s]);
-        }
-        struct snap sn = { .n = 0 };
-        assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
-        whale_engine_get_state(e, &ts);
-        whale_engine_destroy(e);
-        memset(mem, 0, need + pad); /* the new engine must get everything from the walk */
+        snap_take(e, &sn, &ts);
+        memset(t.mem, 0, t.len); /* the new engine must get everything from the walk */
         assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
-        assert_int_equal(whale_engine_offload_attach(f, rem[0], pad), 0);
-        sn.restore = true;
-        assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
-        assert_int_equal(whale_engine_set_state(f, &ts), 0);
-        for (int s = STEPS / 2; s < STEPS; s++) {
-            whale_engine_get_state(f, &ts);
-            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
-            assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
-            assert_true(sst.loss == want[s]);
-        }
+        assert_int_equal(whale_engine_offload_attach(f, t.rem[0], pad), 0);
+        snap_give(f, &sn, &ts);
+        steps_on(f, d, STEPS / 2, STEPS, want);
         printf("remote tier (RMA, world of one) %s ZeRO %d offload=%s: %zu B there, %lld B "
                "local host, 20 steps equal, restore through the walk continues exactly\n",
                whale_precision_name(run_precision), z, whale_offload_name(offload), need,
                (long long)m.host_bytes);
-        for (int i = 0; i < sn.n; i++)
-            free(sn.buf[i]);
+        snap_free(&sn);
         whale_engine_destroy(f);
         whale_data_close(d);
-        whale_remote_free(rem[0]);
-        free(rem);
-        whale_region_free(reg);
-        free(mem);
+        tier_close(&t);
     }
 }
 
@@ -561,22 +562,16 @@ static void test_remote_tier(void **st)
     whale_engine *e;
     assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
     size_t need = 4096;
-    void *mem = calloc(1, need);
-    whale_region *reg;
-    whale_remote **rem;
-    assert_int_equal(whale_region_register(ctx, mem, need, &reg), 0);
-    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
-    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_EINVAL);
+    struct tier t;
+    tier_open(ctx, need, &t);
+    assert_int_equal(whale_engine_offload_attach(e, t.rem[0], 0), WHALE_EINVAL);
     whale_engine_destroy(e);
     c = base_cfg(1, 3, WHALE_OFFLOAD_PARAMS);
     assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
     assert_true(whale_engine_offload_bytes(e) > need);
-    assert_int_equal(whale_engine_offload_attach(e, rem[0], 0), WHALE_ERANGE);
+    assert_int_equal(whale_engine_offload_attach(e, t.rem[0], 0), WHALE_ERANGE);
     whale_engine_destroy(e);
-    whale_remote_free(rem[0]);
-    free(rem);
-    whale_region_free(reg);
-    free(mem);
+    tier_close(&t);
     whale_finalize(ctx);
 }
 
@@ -591,12 +586,8 @@ static void test_remote_params(void **st)
     (void)st;
     whale_ctx *ctx = NULL;
     assert_int_equal(whale_init(&ctx), 0);
-    size_t len = 2 * (size_t)REM_SLOT;
-    void *mem = calloc(1, len);
-    whale_region *reg;
-    whale_remote **rem;
-    assert_int_equal(whale_region_register(ctx, mem, len, &reg), 0);
-    assert_int_equal(whale_region_exchange(whale_all_tasks(ctx), reg, &rem), 0);
+    struct tier t;
+    tier_open(ctx, 2 * (size_t)REM_SLOT, &t);
     const enum whale_precision ps[3] = { WHALE_PREC_FP32, WHALE_PREC_BF16, WHALE_PREC_FP16 };
     for (int pi = 0; pi < 3; pi++) {
         run_precision = ps[pi];
@@ -604,20 +595,16 @@ static void test_remote_params(void **st)
             struct run base[2], runs[2];
             run_rem = NULL;
             run_dp(dp, 0, WHALE_OFFLOAD_NONE, 0, base);
-            run_rem = rem[0];
+            run_rem = t.rem[0];
             /* prefetch 1 and deeper in fp32; one distance for the 16-bit runs */
             const int pfs[2] = { dp == 1 ? 3 : 2, 1 };
             for (int i = 0; i < (pi == 0 ? 2 : 1); i++) {
                 const int pf = pfs[i];
-                memset(mem, 0, len); /* everything there comes from this run's attach */
+                memset(t.mem, 0, t.len); /* everything there comes from this run's attach */
                 run_dp(dp, 3, WHALE_OFFLOAD_PARAMS, pf, runs);
-                double worst = 0;
-                for (int s = 0; s < STEPS; s++) {
-                    double rel = fabs(runs[0].loss[s] - base[0].loss[s]) / fabs(base[0].loss[s]);
-                    worst = rel > worst ? rel : worst;
-                    if (dp == 2)
-                        assert_true(runs[1].loss[s] == runs[0].loss[s]);
-                }
+                double worst = toy_worst_rel(runs[0].loss, base[0].loss, STEPS);
+                for (int s = 0; s < STEPS && dp == 2; s++)
+                    assert_true(runs[1].loss[s] == runs[0].loss[s]);
                 printf("remote params %s DP %d prefetch %d: loss %.6f -> %.6f, worst rel diff "
                        "%.2e against no offload\n", whale_precision_name(ps[pi]), dp, pf,
                        runs[0].loss[0], runs[0].loss[STEPS - 1], worst);
@@ -628,10 +615,7 @@ static void test_remote_params(void **st)
         }
     }
     run_precision = WHALE_PREC_FP32;
-    whale_remote_free(rem[0]);
-    free(rem);
-    whale_region_free(reg);
-    free(mem);
+    tier_close(&t);
     whale_finalize(ctx);
 }
 
@@ -653,15 +637,7 @@ static void test_mixed_host_bitexact(void **st)
     const enum whale_dtype dts[2] = { WHALE_BFLOAT16, WHALE_FLOAT16 };
     for (int d = 0; d < 2; d++) {
         uint64_t r = 5;
-        for (size_t i = 0; i < 4 * n; i++) {
-            r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-            buf[i] = (float)((int64_t)(r >> 11) % 2000001 - 1000000) * 1e-6f;
-        }
-        for (size_t i = 0; i < n; i++)
-            v0[i] = fabsf(v0[i]) * 1e-3f;
-        memcpy(w1, w0, n * 4);
-        memcpy(m1, m0, n * 4);
-        memcpy(v1, v0, n * 4);
+        adamw_twins(buf, n, &r);
         for (int t = 1; t <= 3; t++) {
             whale_adamw_update_mixed(&o, t, w0, g, m0, v0, p0, dts[d], n, 0.5f, t != 2);
             whale_adamw_update_mixed_host(&o, t, w1, g, m1, v1, p1, dts[d], n, 0.5f, t != 2);
@@ -719,18 +695,11 @@ static void test_memory_drop_lp(void **st)
             struct run a[1], b[1];
             run_dp(1, z, WHALE_OFFLOAD_NONE, 1, a);
             run_dp(1, z, off, 1, b);
-            struct whale_engine_config c = base_cfg(1, z, 0);
-            whale_engine *e;
-            assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
-            double U = (double)(z == 0 ? e->P : e->S), S = (double)e->S;
-            whale_engine_destroy(e);
-            double want = 12 * U + (off == WHALE_OFFLOAD_PARAMS ? 2 * S : 0);
-            double got = (double)(a[0].mem.arena_peak - b[0].mem.arena_peak);
-            printf("bf16 ZeRO %d offload=%s: arena peak %lld -> %lld B, drop %.0f B, formula "
-                   "%.0f B (%.2f %%)\n", z, whale_offload_name(off),
-                   (long long)a[0].mem.arena_peak, (long long)b[0].mem.arena_peak, got, want,
-                   100 * fabs(got - want) / want);
-            assert_true(fabs(got - want) / want < 0.05);
+            double U, S;
+            layout_sizes(1, z, &U, &S);
+            char what[64];
+            snprintf(what, sizeof what, "bf16 ZeRO %d offload=%s", z, whale_offload_name(off));
+            drop_is(what, a, b, 12 * U + (off == WHALE_OFFLOAD_PARAMS ? 2 * S : 0));
         }
     }
     run_precision = WHALE_PREC_FP32;
@@ -748,41 +717,7 @@ static void test_resume_lp(void **st)
                                                           : WHALE_OFFLOAD_OPTIMIZER;
         struct run full[1];
         run_dp(1, zero, offload, 1, full);
-        struct whale_engine_config c = base_cfg(1, zero, offload);
-        struct whale_data_config dc = { .paths = data_path, .vocab = 256, .seq = SEQ,
-                                        .local_batch = GB, .dp_rank = 0, .dp_size = 1 };
-        whale_data *d = NULL;
-        assert_int_equal(whale_data_open(&dc, &d), 0);
-        int32_t in[GB * SEQ], tg[GB * SEQ];
-        whale_engine *e, *f;
-        struct whale_train_state ts;
-        struct whale_step_stats sst;
-        assert_int_equal(eng_create(&c, NULL, NULL, &e), 0);
-        for (int s = 0; s < STEPS / 2; s++) {
-            whale_engine_get_state(e, &ts);
-            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
-            assert_int_equal(whale_engine_step(e, in, tg, &sst), 0);
-        }
-        struct snap sn = { .n = 0 };
-        assert_int_equal(whale_engine_tensors(e, snap_piece, &sn), 0);
-        whale_engine_get_state(e, &ts);
-        whale_engine_destroy(e);
-        assert_int_equal(eng_create(&c, NULL, NULL, &f), 0);
-        sn.restore = true;
-        assert_int_equal(whale_engine_tensors(f, snap_piece, &sn), 0);
-        assert_int_equal(whale_engine_set_state(f, &ts), 0);
-        for (int s = STEPS / 2; s < STEPS; s++) {
-            whale_engine_get_state(f, &ts);
-            assert_int_equal(whale_data_next(d, ts.samples, in, tg), 0);
-            assert_int_equal(whale_engine_step(f, in, tg, &sst), 0);
-            assert_true(sst.loss == full[0].loss[s]);
-        }
-        printf("bf16 restore at step %d, offload=%s ZeRO %d: continues exactly\n", STEPS / 2,
-               whale_offload_name(offload), zero);
-        for (int i = 0; i < sn.n; i++)
-            free(sn.buf[i]);
-        whale_engine_destroy(f);
-        whale_data_close(d);
+        resume_case(zero, offload, full[0].loss);
     }
     run_precision = WHALE_PREC_FP32;
 }

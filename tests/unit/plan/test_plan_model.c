@@ -20,6 +20,7 @@
 #include "whale/plan.h"
 #include "whale/planfile.h"
 #include "plan/plan_internal.h"
+#include "plan_fixture.h"
 #include "backend/attn_blocked.h"
 
 static void model(struct whale_model_desc *m, int layers, int hidden, int heads, int seq)
@@ -30,18 +31,19 @@ static void model(struct whale_model_desc *m, int layers, int hidden, int heads,
     assert_int_equal(whale_model_desc_parse_string(txt, "test", m), 0);
 }
 
-static struct whale_plan_config cfg_of(int tp, int pp, int dp, int mb, int zero, int rc)
+/* Weight, gradient and optimizer bytes per parameter of M at dp 8 on C, for
+ * ZeRO stages 0 to 3, are WANT[stage]. */
+static void state_bytes_are(const struct whale_model_desc *m, const struct whale_cluster *c,
+                            const double want[4])
 {
-    struct whale_plan_config c;
-    memset(&c, 0, sizeof c);
-    c.tp = tp;
-    c.pp = pp;
-    c.dp = dp;
-    c.microbatch = mb;
-    c.interleave = 1;
-    c.zero = zero;
-    c.recompute = rc;
-    return c;
+    double P = (double)whale_model_desc_params(m);
+    for (int z = 0; z <= 3; z++) {
+        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
+        struct whale_plan_prediction p;
+        assert_int_equal(whale_plan_eval(m, 8, c, &cfg, &p), 0);
+        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
+        assert_true(fabs(got - want[z]) < 1e-9);
+    }
 }
 
 /* ZeRO (Rajbhandari et al.): 16, 4 + 12/N, 2 + 14/N, 16/N bytes per parameter. */
@@ -55,24 +57,12 @@ static void test_zero_bytes_per_param(void **state)
     double P = (double)whale_model_desc_params(&m);
     double N = 8;
     double want[4] = { 16, 4 + 12 / N, 2 + 14 / N, 16 / N };
-    for (int z = 0; z <= 3; z++) {
-        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
-        struct whale_plan_prediction p;
-        assert_int_equal(whale_plan_eval(&m, 8, &c, &cfg, &p), 0);
-        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
-        assert_true(fabs(got - want[z]) < 1e-9);
-    }
+    state_bytes_are(&m, &c, want);
     /* CPU ranks train in fp32: 4 + 4 + 8 (Adam m, v; the weights are the master) */
     struct whale_cluster cpu;
     assert_int_equal(whale_cluster_init(&cpu, 4, 2, "cpu"), 0);
     double want32[4] = { 16, 8 + 8 / N, 4 + 12 / N, 16 / N };
-    for (int z = 0; z <= 3; z++) {
-        struct whale_plan_config cfg = cfg_of(1, 1, 8, 1, z, WHALE_RECOMPUTE_NONE);
-        struct whale_plan_prediction p;
-        assert_int_equal(whale_plan_eval(&m, 8, &cpu, &cfg, &p), 0);
-        double got = (p.mem_weights + p.mem_grads + p.mem_optim) / P;
-        assert_true(fabs(got - want32[z]) < 1e-9);
-    }
+    state_bytes_are(&m, &cpu, want32);
     /* and 4-byte activations: twice the bf16 formula */
     {
         struct whale_model_desc m5;
@@ -335,9 +325,8 @@ static void test_recompute_auto_between(void **state)
     (void)state;
     /* auto is never slower than the fixed policies that fit, and fits when full fits */
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-18.4b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 32, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-18.4b", &c, 32, 8, "A100-80GB");
     struct whale_plan_prediction p[4];
     for (int r = 0; r < 4; r++) {
         struct whale_plan_config cfg = cfg_of(8, 1, 32, 1, 1, r);
@@ -413,9 +402,8 @@ static void test_calibration_roundtrip(void **state)
     /* one-point step fit: reproduces the measured time, then predicts others */
     {
         struct whale_model_desc ms;
-        assert_int_equal(whale_model_desc_load("gpt-small", &ms), 0);
         struct whale_cluster one;
-        assert_int_equal(whale_cluster_init(&one, 1, 1, "cpu"), 0);
+        plan_setup(&ms, "gpt-small", &one, 1, 1, "cpu");
         struct whale_calib sc;
         memset(&sc, 0, sizeof sc);
         struct whale_plan_config g = cfg_of(1, 1, 1, 8, 0, WHALE_RECOMPUTE_NONE);
@@ -491,9 +479,8 @@ static void test_cache_spill(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-tiny", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 1, 1, "cpu"), 0);
+    plan_setup(&m, "gpt-tiny", &c, 1, 1, "cpu");
     struct plan_ctx x;
     plan_ctx_init(&x, &m, 32, &c);
     struct whale_plan_device g = c.group[0].gpu;
@@ -552,9 +539,8 @@ static void test_heterogeneous(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-3.6b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 2, 8, "H100-80GB"), 0);
+    plan_setup(&m, "gpt-3.6b", &c, 2, 8, "H100-80GB");
     assert_int_equal(whale_cluster_add_group(&c, 2, 8, "A100-80GB"), 0);
     assert_true(whale_cluster_is_mixed(&c));
 
@@ -585,12 +571,7 @@ static void test_heterogeneous(void **state)
 
     /* the search picks an uneven plan and reports the gain */
     struct whale_plan_request rq;
-    whale_plan_request_init(&rq);
-    rq.model = &m;
-    rq.global_batch = 512;
-    rq.cluster = &c;
-    struct whale_plan_result *res = malloc(sizeof *res);
-    assert_non_null(res);
+    struct whale_plan_result *res = plan_request(&rq, &m, 512, &c);
     assert_int_equal(whale_plan_search(&rq, res), 0);
     assert_true(res->mixed);
     assert_true(res->best.cfg.uneven);
@@ -628,9 +609,8 @@ static void test_auto_and_planfile(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-7.5b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 16, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-7.5b", &c, 16, 8, "A100-80GB");
     struct whale_plan p;
     char explain[512];
     assert_int_equal(whale_plan_auto(&m, 512, &c, NULL, NULL, &p, explain, sizeof explain), 0);
@@ -654,9 +634,8 @@ static void test_auto_and_planfile(void **state)
 
     /* nothing fits: a clear reason and WHALE_ENOFIT */
     struct whale_model_desc big;
-    assert_int_equal(whale_model_desc_load("gpt-1t", &big), 0);
     struct whale_cluster one;
-    assert_int_equal(whale_cluster_init(&one, 1, 8, "A100-80GB"), 0);
+    plan_setup(&big, "gpt-1t", &one, 1, 8, "A100-80GB");
     assert_int_equal(whale_plan_auto(&big, 64, &one, NULL, NULL, &p, explain, sizeof explain), WHALE_ENOFIT);
     assert_non_null(strstr(explain, "GiB"));
 }
@@ -665,9 +644,8 @@ static void test_bad_configs(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 4, 8, "A100-80GB");
     char why[256];
     struct whale_cluster c4;
     assert_int_equal(whale_cluster_init(&c4, 8, 4, "A100-80GB"), 0);
@@ -695,9 +673,8 @@ static void test_predict_plan(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-39.1b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 64, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-39.1b", &c, 64, 8, "A100-80GB");
     struct whale_plan p;
     whale_plan_init(&p);
     p.tp = 8;
@@ -734,9 +711,8 @@ static void test_limits_and_seqpar(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-18.4b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 32, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-18.4b", &c, 32, 8, "A100-80GB");
     struct whale_plan_request lim;
     whale_plan_request_init(&lim);
     lim.max_tp = 2;
@@ -788,9 +764,8 @@ static void test_pruning_is_exact(void **state)
     for (int i = 0; i < 4; i++)
         for (int g = 0; g < 4; g++) {
             struct whale_model_desc m;
-            assert_int_equal(whale_model_desc_load(models[i], &m), 0);
             struct whale_cluster c;
-            assert_int_equal(whale_cluster_init(&c, nodes[(i + g) % 4], 8, gpus[g]), 0);
+            plan_setup(&m, models[i], &c, nodes[(i + g) % 4], 8, gpus[g]);
             struct whale_plan_request rq;
             whale_plan_request_init(&rq);
             rq.model = &m;

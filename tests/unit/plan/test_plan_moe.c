@@ -17,19 +17,13 @@
 #include "whale/log.h"
 #include "whale/modeldesc.h"
 #include "whale/plan.h"
+#include "plan_fixture.h"
 
-static struct whale_plan_config cfg_of(int tp, int pp, int dp, int ep, int mb, int zero)
+/* The shared layout with full recompute, over EP groups of EP ranks. */
+static struct whale_plan_config cfg_ep(int tp, int pp, int dp, int ep, int mb, int zero)
 {
-    struct whale_plan_config c;
-    memset(&c, 0, sizeof c);
-    c.tp = tp;
-    c.pp = pp;
-    c.dp = dp;
+    struct whale_plan_config c = cfg_of(tp, pp, dp, mb, zero, WHALE_RECOMPUTE_FULL);
     c.ep = ep;
-    c.microbatch = mb;
-    c.interleave = 1;
-    c.zero = zero;
-    c.recompute = WHALE_RECOMPUTE_FULL;
     return c;
 }
 
@@ -53,10 +47,10 @@ static void test_expert_memory_and_alltoall(void **state)
     (void)state;
     struct whale_model_desc m;
     assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
-    struct whale_plan_prediction p1 = eval(&m, 64, 2, cfg_of(1, 1, 16, 1, 1, 1));
-    struct whale_plan_prediction p8 = eval(&m, 64, 2, cfg_of(1, 1, 16, 8, 1, 1));
+    struct whale_plan_prediction p1 = eval(&m, 64, 2, cfg_ep(1, 1, 16, 1, 1, 1));
+    struct whale_plan_prediction p8 = eval(&m, 64, 2, cfg_ep(1, 1, 16, 8, 1, 1));
     /* tp 2: the 8 EP ranks are 2 apart and span both nodes */
-    struct whale_plan_prediction p16 = eval(&m, 64, 2, cfg_of(2, 1, 8, 8, 1, 1));
+    struct whale_plan_prediction p16 = eval(&m, 64, 2, cfg_ep(2, 1, 8, 8, 1, 1));
     double tot = (double)whale_model_desc_params(&m);
     double routed = 32.0 * 8 * 3 * 4096.0 * 14336;   /* 32 blocks x 8 experts x 3 h f */
     printf("weights GiB: ep1 %.1f ep8 %.1f; optimizer GiB: ep1 %.2f ep8 %.2f; a2a s: ep8 in a node %.4f, over two nodes %.4f\n",
@@ -73,11 +67,11 @@ static void test_expert_memory_and_alltoall(void **state)
     /* EP must divide DP and the experts; dense models have none */
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 2, 8, "H100-80GB"), 0);
-    struct whale_plan_config bad = cfg_of(1, 1, 16, 3, 1, 1);
+    struct whale_plan_config bad = cfg_ep(1, 1, 16, 3, 1, 1);
     assert_int_equal(whale_plan_check(&m, 64, &c, &bad, NULL, 0), WHALE_EINVAL);
     struct whale_model_desc d;
     assert_int_equal(whale_model_desc_load("llama3-8b", &d), 0);
-    bad = cfg_of(1, 1, 16, 2, 1, 1);
+    bad = cfg_ep(1, 1, 16, 2, 1, 1);
     assert_int_equal(whale_plan_check(&d, 64, &c, &bad, NULL, 0), WHALE_EINVAL);
 }
 
@@ -88,7 +82,7 @@ static void test_active_rates(void **state)
     (void)state;
     struct whale_model_desc m;
     assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
-    struct whale_plan_prediction p = eval(&m, 64, 2, cfg_of(1, 1, 16, 8, 1, 1));
+    struct whale_plan_prediction p = eval(&m, 64, 2, cfg_ep(1, 1, 16, 8, 1, 1));
     double tokens = 64.0 * m.seq;
     double active = (double)whale_model_desc_active_params(&m);
     double per_token = p.model_flops_step / tokens;
@@ -105,9 +99,9 @@ static void test_capacity_imbalance(void **state)
     (void)state;
     struct whale_model_desc m;
     assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
-    struct whale_plan_prediction a = eval(&m, 64, 2, cfg_of(1, 1, 16, 8, 1, 1));
+    struct whale_plan_prediction a = eval(&m, 64, 2, cfg_ep(1, 1, 16, 8, 1, 1));
     m.moe.capacity = 1.5;
-    struct whale_plan_prediction b = eval(&m, 64, 2, cfg_of(1, 1, 16, 8, 1, 1));
+    struct whale_plan_prediction b = eval(&m, 64, 2, cfg_ep(1, 1, 16, 8, 1, 1));
     printf("dropless %.4g s, capacity 1.5 %.4g s\n", a.t_step, b.t_step);
     assert_true(b.t_compute > 1.2 * a.t_compute);
     assert_true(fabs(a.model_flops_step / b.model_flops_step - 1) < 1e-9);
@@ -120,9 +114,8 @@ static void test_search(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 8, 8, "H100-80GB"), 0);
+    plan_setup(&m, "mixtral-8x7b", &c, 8, 8, "H100-80GB");
     struct whale_plan_request rq;
     whale_plan_request_init(&rq);
     rq.model = &m;
@@ -157,9 +150,8 @@ static void test_auto_keeps_ep(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("deepseek-moe-16b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 2, 8, "H100-80GB"), 0);
+    plan_setup(&m, "deepseek-moe-16b", &c, 2, 8, "H100-80GB");
     struct whale_plan p;
     char explain[4096];
     assert_int_equal(whale_plan_auto(&m, 64, &c, NULL, NULL, &p, explain, sizeof explain), 0);

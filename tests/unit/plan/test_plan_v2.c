@@ -18,20 +18,7 @@
 #include "whale/plan.h"
 #include "whale/planfile.h"
 #include "plan/plan_internal.h"
-
-static struct whale_plan_config cfg_of(int tp, int pp, int dp, int mb, int zero, int rc)
-{
-    struct whale_plan_config c;
-    memset(&c, 0, sizeof c);
-    c.tp = tp;
-    c.pp = pp;
-    c.dp = dp;
-    c.microbatch = mb;
-    c.interleave = 1;
-    c.zero = zero;
-    c.recompute = rc;
-    return c;
-}
+#include "plan_fixture.h"
 
 static void test_modeldesc_keys(void **state)
 {
@@ -117,9 +104,8 @@ static void test_flash_attention(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 1, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 1, 8, "A100-80GB");
     struct plan_ctx x;
     plan_ctx_init(&x, &m, 8, &c);
     struct plan_layer_cost plain, flash;
@@ -142,9 +128,8 @@ static void test_uneven_interleave(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);   /* 24 layers */
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 4, 8, "A100-80GB");   /* 24 layers */
     struct whale_plan_config cfg = cfg_of(1, 2, 16, 1, 0, WHALE_RECOMPUTE_FULL);
     cfg.interleave = 5;                                         /* 10 chunks of 24 layers */
     struct whale_plan_prediction p;
@@ -175,14 +160,10 @@ static void test_fixed_config_reason(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-39.1b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 2, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-39.1b", &c, 2, 8, "A100-80GB");
     struct whale_plan_request rq;
-    whale_plan_request_init(&rq);
-    rq.model = &m;
-    rq.global_batch = 1536;
-    rq.cluster = &c;
+    struct whale_plan_result *res = plan_request(&rq, &m, 1536, &c);
     rq.tp = 8;
     rq.pp = 2;
     rq.microbatch = 4;
@@ -191,8 +172,6 @@ static void test_fixed_config_reason(void **state)
     rq.recompute = WHALE_RECOMPUTE_NONE;
     rq.offload = WHALE_OFFLOAD_NONE;
     rq.seqpar = 0;
-    struct whale_plan_result *res = malloc(sizeof *res);
-    assert_non_null(res);
     assert_int_equal(whale_plan_search(&rq, res), WHALE_ENOFIT);
     printf("why: %s\n", res->why_none);
     assert_null(strstr(res->why_none, "no valid layout"));
@@ -214,18 +193,12 @@ static void test_seqpar_needs_tp(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 4, 8, "A100-80GB");
     struct whale_plan_request rq;
-    whale_plan_request_init(&rq);
-    rq.model = &m;
-    rq.global_batch = 512;
-    rq.cluster = &c;
+    struct whale_plan_result *res = plan_request(&rq, &m, 512, &c);
     rq.tp = 1;
     rq.seqpar = 1;
-    struct whale_plan_result *res = malloc(sizeof *res);
-    assert_non_null(res);
     assert_int_equal(whale_plan_search(&rq, res), WHALE_EINVAL);
     rq.tp = 0;
     assert_int_equal(whale_plan_search(&rq, res), 0);
@@ -244,9 +217,8 @@ static void test_mfu_hfu(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 4, 8, "A100-80GB");
     struct whale_plan_config a = cfg_of(1, 1, 32, 1, 0, WHALE_RECOMPUTE_NONE), b = a;
     b.recompute = WHALE_RECOMPUTE_FULL;
     struct whale_plan_prediction pa, pb;
@@ -280,9 +252,8 @@ static void test_precision_time(void **state)
 {
     (void)state;
     struct whale_model_desc m;
-    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
     struct whale_cluster c;
-    assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
+    plan_setup(&m, "gpt-1.7b", &c, 4, 8, "A100-80GB");
     struct whale_plan_config a = cfg_of(1, 1, 32, 1, 1, WHALE_RECOMPUTE_FULL), b = a;
     struct whale_plan_prediction p16, p32;
     assert_int_equal(whale_plan_eval(&m, 512, &c, &a, &p16), 0);

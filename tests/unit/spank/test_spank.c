@@ -1,5 +1,5 @@
 /* The plugin's option table, site limits and plan building, run outside
- * Slurm: the few Slurm functions they call are recorded by stubs here. */
+ * Slurm: the few Slurm functions they call are stubbed in slurm_stubs.c. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -13,40 +13,13 @@
 #include <unistd.h>
 
 #include "plugin.h"
+#include "slurm_stubs.h"
 #include "submit_check.h"
 #include "whale/log.h"
 
-/* ---- stubs of the Slurm side ------------------------------------------ */
-static char last_err[2048];
-static struct spank_option reg[64];
-static int nreg;
-
-void slurm_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_err, sizeof last_err, fmt, ap);
-    va_end(ap);
-}
-void slurm_info(const char *fmt, ...) { (void)fmt; }
-void slurm_verbose(const char *fmt, ...) { (void)fmt; }
-void slurm_debug(const char *fmt, ...) { (void)fmt; }
-void slurm_spank_log(const char *fmt, ...) { (void)fmt; }
-const char *spank_strerror(spank_err_t e) { (void)e; return "stub"; }
-spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
-{
-    (void)sp;
-    reg[nreg++] = *opt;
-    return ESPANK_SUCCESS;
-}
-
 static int opt(const char *name, const char *arg)
 {
-    for (int i = 0; i < nreg; i++)
-        if (!strcmp(reg[i].name, name))
-            return reg[i].cb(reg[i].val, arg, 0);
-    fail_msg("option %s not registered", name);
-    return -99;
+    return stub_opt(name, arg, 0);
 }
 
 static char dir[64];
@@ -63,14 +36,9 @@ static void write_file(const char *name, const char *text, char *path, size_t n)
 static int setup(void **st)
 {
     (void)st;
-    memset(&whale_opts, 0, sizeof whale_opts);
-    whale_opts.tp = whale_opts.pp = 1;
     whale_site_free();
     snprintf(whale_site.conf_path, sizeof whale_site.conf_path, "%s", WHALE_CONF_DEFAULT_PATH);
-    last_err[0] = '\0';
-    nreg = 0;
-    whale_plugin_log_init();
-    assert_int_equal(whale_options_register(NULL), 0);
+    stub_options_reset();
     return 0;
 }
 

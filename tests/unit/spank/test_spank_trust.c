@@ -17,39 +17,13 @@
 #include <unistd.h>
 
 #include "plugin.h"
+#include "slurm_stubs.h"
 #include "trust.h"
 #include "whale/log.h"
 
-static char last_err[4096];
-static struct spank_option reg[64];
-static int nreg;
-
-void slurm_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_err, sizeof last_err, fmt, ap);
-    va_end(ap);
-}
-void slurm_info(const char *fmt, ...) { (void)fmt; }
-void slurm_verbose(const char *fmt, ...) { (void)fmt; }
-void slurm_debug(const char *fmt, ...) { (void)fmt; }
-void slurm_spank_log(const char *fmt, ...) { (void)fmt; }
-const char *spank_strerror(spank_err_t e) { (void)e; return "stub"; }
-spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
-{
-    (void)sp;
-    reg[nreg++] = *opt;
-    return ESPANK_SUCCESS;
-}
-
 static int opt(const char *name, const char *arg)
 {
-    for (int i = 0; i < nreg; i++)
-        if (!strcmp(reg[i].name, name))
-            return reg[i].cb(reg[i].val, arg, 1); /* replayed in slurmstepd */
-    fail_msg("option %s not registered", name);
-    return -99;
+    return stub_opt(name, arg, 1); /* replayed in slurmstepd */
 }
 
 static char dir[64];
@@ -58,12 +32,7 @@ static struct whale_conf *site;
 static int setup(void **st)
 {
     (void)st;
-    memset(&whale_opts, 0, sizeof whale_opts);
-    whale_opts.tp = whale_opts.pp = 1;
-    last_err[0] = '\0';
-    nreg = 0;
-    whale_plugin_log_init();
-    assert_int_equal(whale_options_register(NULL), 0);
+    stub_options_reset();
     snprintf(dir, sizeof dir, "/tmp/whale-trust-XXXXXX");
     assert_non_null(mkdtemp(dir));
     assert_int_equal(whale_conf_parse_string("MaxZero=1 AllowedOffload=none MinCkptEvery=100 "
