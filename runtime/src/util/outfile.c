@@ -135,15 +135,26 @@ int whale_output_close(FILE *f)
     errno = 0;
     if (fflush(f) || ferror(f))
         rc = failed(f, errno, "write");
-    errno = 0;
-    if (fclose(f) && !rc)
-        rc = failed(f, errno, "close");
+    /* the record goes before fclose: a closed stream's pointer is not
+     * compared with anything (its value is indeterminate after the free) */
+    char *path = NULL;
+    bool warned = false;
     pthread_mutex_lock(&mu);
     struct out_rec *r = find(f);
     if (r) {
-        free(r->path);
+        path = r->path;
+        warned = r->failed;
         *r = recs[--nrec];
     }
     pthread_mutex_unlock(&mu);
+    errno = 0;
+    if (fclose(f) && !rc) {
+        int e = errno ? errno : EIO;
+        if (!warned)
+            whale_warn("cannot close %s: %s (the run goes on; what is written there from now "
+                       "on is lost)", path ? path : "an output file", strerror(e));
+        rc = WHALE_EIO;
+    }
+    free(path);
     return rc;
 }
