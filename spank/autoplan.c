@@ -25,6 +25,9 @@ static int step_cluster(const struct whale_step *s, int spares, struct whale_clu
                     "(none was built from %s)", whale_site.used_path);
         return -1;
     }
+    /* nodes no NodeName line types: their type from Slurm's features / GRES */
+    if (whale_step_types_from_slurm(whale_site.conf, s))
+        return -1;
     int nwork = s->nnodes - spares;
     if (nwork < 1) {
         slurm_error(PLUGIN_NAME ": --whale-spares=%d leaves no working node of the step's %d",

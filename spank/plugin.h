@@ -103,6 +103,10 @@ struct whale_step;
 int whale_plan_from_options(const struct whale_conf *c, const struct whale_step *step,
                             const char *user, const char *jobid, struct whale_plan *out);
 
+/* slurm_types.c: the GPU types whale.conf's DeviceTypeFromFeature= /
+ * DeviceTypeFromGres= give the step's untyped nodes (srun only). 0, or -1
+ * after a message. */
+int whale_step_types_from_slurm(const struct whale_conf *c, const struct whale_step *step);
 /* The planner in srun (autoplan.c): search a plan on the step
  * (--whale-plan=auto), or check explicit degrees against device memory
  * (--whale-model). Log the reason and return -1 when nothing fits. */

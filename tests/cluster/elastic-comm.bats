@@ -57,10 +57,12 @@ wait_for() {
   ns=$(node_ns "$node")
   [ -n "$ns" ]
   sleep 1
-  # every process of the step in that namespace (not slurmd: the node stays
-  # usable for later tests; Slurm's side of node death is tested elsewhere)
+  # every task of the step in that namespace at once (not slurmd nor the
+  # step daemon: the node stays usable for later tests, and slurmstepd
+  # reports the tasks' end at once - killed with them, srun waited 100 s for
+  # it; Slurm's side of node death is tested in elastic-slurm.bats)
   for p in $(ip netns pids "$ns"); do
-    case $(cat /proc/"$p"/comm 2>/dev/null) in slurmd) ;; *) kill -9 "$p" 2>/dev/null || true ;; esac
+    case $(cat /proc/"$p"/comm 2>/dev/null) in el_check) kill -9 "$p" 2>/dev/null || true ;; esac
   done
   wait "$srun_pid" || true
   cat "$out"/task-* | grep -v '^\['

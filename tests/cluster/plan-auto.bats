@@ -9,7 +9,11 @@ setup() {
   : "${SLURM_CONF:?run through contrib/test.sh (needs the minicluster)}"
   TMP=$(mktemp -d)
 }
-teardown() { rm -rf "$TMP"; }
+teardown() {
+  rm -rf "$TMP"
+  # a failed features case must not leave typed nodes to the next cases
+  scontrol update NodeName='node[1-4]' AvailableFeatures= ActiveFeatures= >/dev/null 2>&1 || true
+}
 
 plan_of_rank0() {  # srun args... -> WHALE_PLAN of task 0 on stdout
   timeout 90 srun "$@" sh -c '[ "$SLURM_PROCID" = 0 ] && printf "%s\n" "$WHALE_PLAN" || true'
@@ -40,6 +44,35 @@ assert "prediction" in p, p
   [ "$status" -eq 0 ]
   [[ "$output" == *"auto plan on 4 x 2 cpu"* ]]
   [[ "$output" == *"predicted"* ]]
+}
+
+@test "auto on nodes typed by their Slurm features: two node groups, more samples on the faster" {
+  # the minicluster's whale.conf maps features a100 and h100 to device types
+  # (DeviceTypeFromFeature=); no NodeName line types its nodes
+  scontrol update NodeName=node[1-2] AvailableFeatures=a100 ActiveFeatures=a100
+  scontrol update NodeName=node[3-4] AvailableFeatures=h100 ActiveFeatures=h100
+  run plan_of_rank0 -N4 -n8 -w 'node[1-4]' --whale-plan=auto --whale-model=gpt-small \
+    --whale-batch=64 --whale-microbatch=2 --whale-tp=2
+  scontrol update NodeName='node[1-4]' AvailableFeatures= ActiveFeatures=
+  [ "$status" -eq 0 ]
+  run python3 -c '
+import json, sys
+p = json.loads(sys.argv[1])
+assert p["prediction"]["cluster"].startswith("2 x 2 A100-80GB + 2 x 2 H100-80GB"), p["prediction"]
+b = p["dp_batch"]
+assert len(b) == 4 and sum(b) == 64 and b[0] == b[1] < b[2] == b[3], b
+' "$output"
+  [ "$status" -eq 0 ]
+}
+
+@test "a feature mapped to a GPU type nobody knows: refused naming whale.conf's line, no task runs" {
+  scontrol update NodeName=node1 AvailableFeatures=bogus ActiveFeatures=bogus
+  run timeout 90 srun -N1 -n2 -w node1 --whale-plan=auto --whale-model=gpt-small --whale-batch=8 \
+    sh -c 'echo RAN'
+  scontrol update NodeName=node1 AvailableFeatures= ActiveFeatures=
+  [ "$status" -ne 0 ]
+  [[ "$output" =~ whale\.conf:[0-9]+:\ node\ node1\ maps\ to\ GPU\ type\ NoSuchGPU ]]
+  [[ "$output" != *RAN* ]]
 }
 
 @test "auto without --whale-model or --whale-batch: the missing option is named, no task runs" {

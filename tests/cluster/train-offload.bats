@@ -29,6 +29,22 @@ summary_field() {
   python3 -c "import json,sys;[print(json.loads(l)['summary'].get(sys.argv[2])) for l in open(sys.argv[1]) if l.startswith('{\"summary\"')]" "$1" "$2"
 }
 
+# kill_spare_after_2_steps METRICS PID: once METRICS has 2 steps (or PID,
+# the launcher, is gone), kill -9 the spare task of that run; prints its pid
+kill_spare_after_2_steps() {
+  local m=$1 launcher=$2 p
+  for _ in $(seq 1 3000); do
+    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  for p in $(pgrep -f -- "--metrics $m"); do
+    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
+      kill -9 "$p" && echo "$p"
+    fi
+  done
+}
+
 @test "one rank: offload optimizer (ZeRO 0..3) and params (ZeRO 3): same losses, state in host memory" {
   for z in 0 1 2 3; do
     run "$TRAIN" $(train_args) --zero $z --offload optimizer --metrics "$TMPD/o1z$z.jsonl"
@@ -234,17 +250,7 @@ summary_field() {
     --whale-offload=params --whale-offload-target=spares "$TRAIN" $(train_args) --steps 400 \
     --metrics "$m" > "$TMPD/srun-spdie.out" 2>&1 3>&- &
   srun_pid=$!
-  for _ in $(seq 1 3000); do
-    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
-    kill -0 "$srun_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  killed=
-  for p in $(pgrep -f -- "--metrics $m"); do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
-      kill -9 "$p" && killed=$p
-    fi
-  done
+  killed=$(kill_spare_after_2_steps "$m" "$srun_pid")
   rc=0
   wait "$srun_pid" || rc=$?
   grep -E "offload|recovery|REPLACED|error|Killed|Force|replaced" "$TMPD/srun-spdie.out" | head -20
@@ -293,17 +299,7 @@ summary_field() {
   timeout 300 "$RUN" -n 3 --nodes 3 --spares 1 --timeout 280 "$TRAIN" $(train_args) \
     --zero 3 --offload params --whale-offload-target spares --metrics "$m" > "$TMPD/spdie.out" 2>&1 &
   runner=$!
-  for _ in $(seq 1 3000); do
-    [ "$(grep -c '"step"' "$m" 2>/dev/null || true)" -ge 2 ] && break
-    kill -0 "$runner" 2>/dev/null || break
-    sleep 0.1
-  done
-  killed=
-  for p in $(pgrep -f -- "--metrics $m"); do
-    if tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx 'WHALE_SPARE=1'; then
-      kill -9 "$p" && killed=$p
-    fi
-  done
+  killed=$(kill_spare_after_2_steps "$m" "$runner")
   rc=0
   wait "$runner" || rc=$?
   grep -E "offload|recovery|REPLACED|error" "$TMPD/spdie.out" | head -20

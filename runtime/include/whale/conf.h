@@ -33,6 +33,15 @@ struct whale_conf_nodeset {
     double price_gpu_hour;  /* $ per GPU-hour (PricePerGPUHour=), < 0: not given */
 };
 
+/* One DeviceTypeFromFeature= / DeviceTypeFromGres= entry: a Slurm node
+ * feature or GPU GRES type (from, matched without case) -> a GPU type
+ * (a GPUType line, or a device the planner's catalogue knows). */
+struct whale_conf_devmap {
+    char *from;
+    char *type;
+    int line;
+};
+
 struct whale_conf_domain {
     char *name;
     char *hosts;
@@ -94,6 +103,11 @@ struct whale_conf {
     int ngpu_types;
     struct whale_conf_domain *domains;
     int ndomains;
+    /* GPU types of nodes no NodeName line types, from Slurm's description */
+    struct whale_conf_devmap *feature_types; /* DeviceTypeFromFeature= */
+    int nfeature_types;
+    struct whale_conf_devmap *gres_types;    /* DeviceTypeFromGres= */
+    int ngres_types;
 };
 
 /* Load and validate a file; *out is NULL on error (message logged). */
@@ -129,6 +143,22 @@ int whale_conf_build_topo(const struct whale_conf *c, const char *slurm_conf,
  * Returns its index or a negative WHALE_E* code. */
 int whale_conf_topo_ensure_node(const struct whale_conf *c, struct whale_topo *t,
                                 const char *name);
+
+/* The GPU type DeviceTypeFromFeature= / DeviceTypeFromGres= give a node
+ * with Slurm's features (comma-separated, "a100,ib"; NULL: none) and GRES
+ * ("gpu:a100:4(S:0-1),..."; NULL: none): the first mapped feature, else
+ * the first gpu GRES of a mapped type. NULL when nothing maps. *gpus: the
+ * count of that GPU type's GRES (0: unknown); *line (may be NULL): the
+ * whale.conf line of the mapping. Malformed or oversized strings map to
+ * nothing. */
+const char *whale_conf_device_type(const struct whale_conf *c, const char *features,
+                                   const char *gres, int *gpus, int *line);
+/* Gives topology node `node` GPU type `type` (added to t's types without
+ * figures when whale.conf has no GPUType line of that name: the planner's
+ * catalogue supplies them) and, when its GPU count is unknown, `gpus`.
+ * A node a NodeName line typed keeps its type. 1 set, 0 kept, or a
+ * negative WHALE_E* code. */
+int whale_conf_topo_set_device(struct whale_topo *t, int node, const char *type, int gpus);
 
 /* Price of running on the named nodes, in dollars per hour (price.c):
  * per node the NodeName line that lists it (the last one, as slurm.conf),

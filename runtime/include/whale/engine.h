@@ -141,6 +141,11 @@ struct whale_engine_config {
      * micro-batches every step (one extra scalar reduction per step). */
     bool loss_mask;
     uint64_t seed;
+    /* The weights start at zero instead of the seeded random initialisation:
+     * for a caller that writes every one of them before the first step
+     * (whale-train --init-from). The initialisation costs tens of ns per
+     * weight, far more than loading them. */
+    bool skip_init;
 
     /* optimizer */
     float lr, min_lr;
@@ -259,6 +264,15 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
  * micro-batch stays (uneven DP shares that follow the replicas' speeds).
  * PP = 1 and ZeRO 0/1 only (WHALE_EINVAL otherwise). */
 int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch);
+/* Between two steps, any shape: this replica's micro-batch size and count
+ * and the global batch (0: the even split). The engine is built again on
+ * the same groups with the same state (parameters, optimizer, scalar
+ * state, phase hook) and *e changes, for the shapes whale_engine_set_batch
+ * cannot change (a new micro-batch size, a pipeline's schedule); a
+ * collective of every rank (they all call it at the same step). On failure
+ * *e is the old shape again (NULL if even that could not be built). Not
+ * with an offload tier. */
+int whale_engine_reshape(whale_engine **e, int micro_batch, int grad_accum, int global_batch);
 /* Mean loss of the global batch without updating anything. */
 int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *targets,
                       double *loss);

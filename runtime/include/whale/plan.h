@@ -120,6 +120,10 @@ struct whale_eff_model {
                               parameter tensor of the block (whale_plan_block_tensors(), what
                               the published DeepSpeed/FSDP runs behave like); 1 = one flat
                               buffer per layer */
+    double grad_reduce_bytes; /* bytes per gradient element of the DP reduction (ZeRO 0-2);
+                              0 (default) = the training precision's gradient (2 in bf16);
+                              4 = fp32, as Megatron-LM reduces bf16 gradients unless
+                              --grad-reduce-in-bf16 (megatron/training/arguments.py) */
     double host_adam_rate; /* parameters/s the host updates with Adam (optimizer offload) */
     double kernel_overhead;/* seconds of launch/sync overhead per layer per micro-batch pass */
     /* Free constants of the GPU model, fitted on published runs

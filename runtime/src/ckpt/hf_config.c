@@ -247,7 +247,32 @@ static int parse_gpt2(struct cfgctx *x, struct whale_model_desc *md)
 /* Mixtral's sparse MoE block on every layer: softmax over all experts,
  * the top k renormalized to sum 1 (Gate=softmax GateRenorm=yes), no
  * capacity limit. Its load-balancing loss is part of the training loss
- * only with output_router_logits (transformers' convention); no z-loss. */
+ * only with output_router_logits (transformers' convention); no z-loss.
+ *
+ * transformers' load_balancing_loss_func takes the router logits of all L
+ * layers as one batch of L N rows: E sum_e F_e Pbar_e, F_e = assignments
+ * to e / (L N) (summing to K, not 1), Pbar_e = mean probability over the
+ * L N rows. whale's loss is per block, E sum_e f_le P_le with f_le =
+ * assignments / (N K), summed over blocks. One layer's HF term is K times
+ * whale's, so AuxLoss = coef K / L makes whale's loss coef times the mean
+ * over layers of HF's function applied to each layer alone: equal to
+ * transformers' when L = 1 (or the layers route alike); otherwise it is
+ * larger by coef E sum_e cov_l(F_le, P_le), the covariance over layers
+ * (hf_aux_coef_from / _to, docs/models-and-data.md). */
+double hf_aux_from_coef(double coef, int topk, int layers)
+{
+    return coef * topk / layers;
+}
+
+/* the inverse, rounded to the 9 digits model.conf keeps, so that
+ * import -> export gives back a config's 0.001 rather than 0.0010000000000000002 */
+double hf_aux_to_coef(double aux, int topk, int layers)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%.9g", aux * layers / topk);
+    return strtod(b, NULL);
+}
+
 static int parse_mixtral_moe(struct cfgctx *x, struct whale_model_desc *md)
 {
     struct whale_moe_desc *m = &md->moe;
@@ -284,7 +309,7 @@ static int parse_mixtral_moe(struct cfgctx *x, struct whale_model_desc *md)
     m->gate = WHALE_GATE_SOFTMAX;
     m->renorm = true;
     m->capacity = 0;
-    m->aux = aux_on ? coef : 0;
+    m->aux = aux_on ? hf_aux_from_coef(coef, m->topk, md->layers) : 0;
     m->zloss = 0;
     return 0;
 }
@@ -512,7 +537,9 @@ int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_fa
         SETI("num_experts_per_tok", md->moe.topk);
         json_object_set_new(c, "output_router_logits", json_boolean(md->moe.aux > 0));
         json_object_set_new(c, "router_aux_loss_coef",
-                            md->moe.aux > 0 ? json_real(md->moe.aux) : json_real(0.001));
+                            md->moe.aux > 0
+                                ? json_real(hf_aux_to_coef(md->moe.aux, md->moe.topk, md->layers))
+                                : json_real(0.001));
         json_object_set_new(c, "router_jitter_noise", json_real(0));
     }
     return 0;

@@ -50,6 +50,10 @@ int hf_config_fill(void *cfg_json, const struct whale_model_desc *md, enum hf_fa
 const char *hf_family_name(enum hf_family f);
 /* The family a description is (for export without a config.json). */
 int hf_family_of(const struct whale_model_desc *md, enum hf_family *fam);
+/* Mixtral's router_aux_loss_coef <-> whale's AuxLoss (hf_config.c says how
+ * the two losses relate). */
+double hf_aux_from_coef(double coef, int topk, int layers);
+double hf_aux_to_coef(double aux, int topk, int layers);
 /* Writes the description as a .conf file. */
 int hf_write_conf(const char *path, const struct whale_model_desc *md, const char *from);
 
@@ -81,6 +85,9 @@ bool hf_find(struct hf_src *s, const char *name, struct hf_found *out);
 const void *hf_tdata(const struct hf_found *x);
 /* src [a, b] -> dst [b, a], elements of es bytes */
 void hf_transpose(void *dst, const void *src, int64_t a, int64_t b, size_t es);
+/* bf16 -> fp32 for a destination written once and not read soon (the
+ * import's weights): streaming stores where the CPU has them (hf_cvt.c) */
+void hf_bf16_to_f32_stream(float *dst, const uint16_t *src, size_t n);
 /* Every source of the table present, float, of the expected shape
  * (logged, naming the tensor); *used marks the sources taken; *dt0 the
  * dtype of the first. */

@@ -20,7 +20,7 @@ static const char *const global_keys[] = {
     "MaxZero", "MinCkptEvery", "CheckpointRoot", "CkptKeep", "CkptMilestoneEvery",
     "AllowedOffload", "AllowedRecompute",
     "AllowUserConfig", "SetCudaVisibleDevices", "SetUCXNetDevices", "SetNCCLEnv",
-    "LinkBandwidth", NULL
+    "LinkBandwidth", "DeviceTypeFromFeature", "DeviceTypeFromGres", NULL
 };
 static const char *const node_keys[] = { "NodeName", "GPUs", "Cores", "GPUType", "NICs",
                                          "NICBandwidth", "PricePerNodeHour",
@@ -497,6 +497,12 @@ static int parse_global_line(struct whale_conf *c, const struct whale_kv_line *l
         return rc;
     if ((kv = whale_kv_find(l, "LinkBandwidth")) && (rc = parse_link_bw(l, kv, c->link_gbs)))
         return rc;
+    if ((kv = whale_kv_find(l, "DeviceTypeFromFeature")) &&
+        (rc = conf_parse_devmap(l, kv, &c->feature_types, &c->nfeature_types)))
+        return rc;
+    if ((kv = whale_kv_find(l, "DeviceTypeFromGres")) &&
+        (rc = conf_parse_devmap(l, kv, &c->gres_types, &c->ngres_types)))
+        return rc;
     return 0;
 }
 
@@ -623,6 +629,8 @@ void whale_conf_free(struct whale_conf *c)
     for (int i = 0; i < c->ngpu_types; i++)
         free(c->gpu_types[i].name);
     free(c->gpu_types);
+    conf_devmap_free(c->feature_types, c->nfeature_types);
+    conf_devmap_free(c->gres_types, c->ngres_types);
     for (int i = 0; i < c->ndomains; i++) {
         free(c->domains[i].name);
         free(c->domains[i].hosts);

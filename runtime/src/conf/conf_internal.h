@@ -27,6 +27,14 @@ int conf_parse_bandwidth(const struct whale_kv_line *l, const struct whale_kv *k
 /* PricePerNodeHour= / PricePerGPUHour= of a NodeName line (price.c): a
  * dollar amount >= 0; both on one line is an error (which one counts?).
  * Giving one clears the other one inherited from NodeName=DEFAULT. */
+/* DeviceTypeFromFeature= / DeviceTypeFromGres= (devtype.c): NAME:TYPE
+ * entries appended to *arr (error with file:line for bad syntax or a name
+ * mapped twice). */
+struct whale_conf_devmap;
+int conf_parse_devmap(const struct whale_kv_line *l, const struct whale_kv *kv,
+                      struct whale_conf_devmap **arr, int *n);
+void conf_devmap_free(struct whale_conf_devmap *arr, int n);
+
 int conf_parse_price(const struct whale_kv_line *l, double *node_hour, double *gpu_hour);
 
 /* Slurm hostlist expressions through libslurm (resolved from the host

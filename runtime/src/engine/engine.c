@@ -436,9 +436,11 @@ static int alloc_state(whale_engine *e)
         !(e->agtmp = aalloc(e, WHALE_MEM_COMM, e->agtmp_floats)))
         return WHALE_ENOMEM;
 
-    /* initial weights: every rank computes exactly its own elements */
+    /* initial weights: every rank computes exactly its own elements (none
+     * when the caller loads them all: the arena's memory is zeroed) */
     struct eng_pieces it;
-    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_ALL); eng_pieces_next(&it);) {
+    for (eng_pieces_init(&it, e, 0, e->cfg.skip_init ? 0 : e->nb, ENG_RANGE_ALL);
+         eng_pieces_next(&it);) {
         const struct eng_param *p = it.p;
         float *tmp = malloc(p->numel * sizeof(float));
         if (!tmp)
@@ -824,7 +826,7 @@ int whale_engine_set_batch(whale_engine *e, int grad_accum, int global_batch)
 {
     /* ZeRO 2/3 reduce at every micro-batch (the count must stay equal over
      * the replicas) and a pipeline's schedule spans its stages: there the
-     * engine is built again instead */
+     * engine is built again instead (whale_engine_reshape) */
     if (e->grp.pp.size > 1 || e->cfg.zero_stage >= 2) {
         whale_error("the micro-batches per step change between steps only at PP = 1 and "
                     "ZeRO 0/1 (here PP = %d, ZeRO %d)", e->grp.pp.size, e->cfg.zero_stage);

@@ -147,7 +147,7 @@ int whale_cluster_validate(const struct whale_cluster *c)
         return WHALE_EINVAL;
     }
     const struct whale_eff_model *e = &c->eff;
-    if (!(e->gemm_eff >= 0 && e->gemm_eff <= 1) || e->zero3_msgs < 0 || !(e->mem_eff > 0 && e->mem_eff <= 1) ||
+    if (!(e->gemm_eff >= 0 && e->gemm_eff <= 1) || e->zero3_msgs < 0 || e->grad_reduce_bytes < 0 || e->grad_reduce_bytes > 8 || !(e->mem_eff > 0 && e->mem_eff <= 1) ||
         !(e->coll_eff > 0 && e->coll_eff <= 1) || e->dp_overlap < 0 || e->dp_overlap > 1 ||
         e->gemm_half_dim < 0 || e->overlap_cost < 0 || e->overlap_cost > 1 || e->zero3_overlap < 0 || e->zero3_overlap > 1 || e->offload_overlap < 0 || e->offload_overlap > 1 || e->kernel_overhead < 0 || !(e->host_adam_rate > 0) ||
         e->gemm_scale < 0 || e->gemm_scale > 1.5 || e->lat_scale < 0 || e->tp_overlap < 0 || e->tp_overlap > 1 ||

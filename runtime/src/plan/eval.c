@@ -310,7 +310,11 @@ static double dp_group_time(const struct plan_ctx *x, const struct whale_plan_co
     double al, bw;
     plan_group_link(x, stride, n, &al, &bw);
     double ov = x->c->eff.dp_overlap;
-    double grad = GBYTES * P, w = WBYTES * P;
+    /* ZeRO 0-2 reduce the gradient buffer in its wire precision (Megatron-LM:
+     * fp32 for bf16 training); ZeRO-3 reduce-scatters the layer's gradients
+     * as computed */
+    double gb = cfg->zero < 3 && x->c->eff.grad_reduce_bytes > 0 ? x->c->eff.grad_reduce_bytes : GBYTES;
+    double grad = gb * P, w = WBYTES * P;
     /* GPU runtimes (Megatron DDP / distributed optimizer, PyTorch DDP)
      * reduce gradients in buckets as backward produces them: every bucket
      * pays the collective's latency (ring: 2 (dp-1) steps, tree: 2 log2 dp),

@@ -13,7 +13,7 @@
  * these): fitted on the whole validation set by test_plan_validation, which
  * also fits them leaving each source out in turn and checks these are the
  * whole-set fit. Everything else is a data sheet or a public measurement. */
-#define PLAN_FIT_GEMM_SCALE 0.875  /* achieved / best-shape sustained (MAMF) GEMM rate */
+#define PLAN_FIT_GEMM_SCALE 0.900  /* achieved / best-shape sustained (MAMF) GEMM rate */
 #define PLAN_FIT_COLL_EFF   0.90   /* NCCL bus bandwidth / link rate */
 #define PLAN_FIT_LAT_SCALE  1.0    /* x the per-step latency of every link class */
 #define PLAN_FIT_Z3_OVERLAP 0.0    /* share of compute that hides ZeRO-3 gather bandwidth */

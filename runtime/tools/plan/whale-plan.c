@@ -57,6 +57,10 @@ static void usage(FILE *f)
 "      --sharp                all-reduces reduce in the network (NVLink SHARP / NVLS\n"
 "                             inside the NVLink domain, InfiniBand SHARP across it):\n"
 "                             each GPU sends and receives its bytes once\n"
+"      --grad-reduce-fp32     the data-parallel gradient reduction moves fp32 (4 bytes\n"
+"                             per parameter), as Megatron-LM does for bf16 training\n"
+"                             unless --grad-reduce-in-bf16 (default: the gradient's\n"
+"                             own precision, 2 bytes in bf16)\n"
 "      --conf FILE --nodelist HOSTS\n"
 "                             the cluster as the plugin sees it: whale.conf (+ its\n"
 "                             topology.conf) and a Slurm hostlist (instead of -N/-G)\n"
@@ -122,7 +126,7 @@ static void usage(FILE *f)
 enum {
     O_TOKENS = 256, O_SHARP, O_GROUP, O_DOMAIN, O_LEAF, O_OVERSUB, O_CALIB, O_TP, O_PP, O_DP, O_EP, O_MB,
     O_V, O_IDLE, O_CONF, O_NODELIST, O_FIT, O_CALOUT, O_ZERO, O_RC, O_OFF, O_SP, O_MAXMB, O_EXH, O_LIST, O_EXPLAIN_MODEL,
-    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS
+    O_PREC, O_TRAIN_TOKENS, O_PRICE_NODE, O_PRICE_GPU, O_CORES, O_THREADS, O_GRAD32
 };
 
 static const struct option longopts[] = {
@@ -137,6 +141,7 @@ static const struct option longopts[] = {
     { "nodes-per-leaf", required_argument, 0, O_LEAF },
     { "spine-oversub", required_argument, 0, O_OVERSUB },
     { "sharp", no_argument, 0, O_SHARP },
+    { "grad-reduce-fp32", no_argument, 0, O_GRAD32 },
     { "calib", required_argument, 0, O_CALIB },
     { "cores-per-node", required_argument, 0, O_CORES },
     { "threads", required_argument, 0, O_THREADS },
@@ -405,7 +410,7 @@ struct cluster_args {
     const char *conf_path, *nodelist, *gpu;
     long nodes, gpn, domain, leaf;
     bool gpn_given, constants_only; /* constants_only: --explain-model without --model */
-    bool sharp;
+    bool sharp, grad32;
     double oversub;
     const struct group_arg *groups;
     int ngroups;
@@ -443,6 +448,8 @@ static int resolve_cluster(const struct cluster_args *a, struct whale_cluster *c
     cl->spine_oversub = a->oversub;
     if (a->sharp)
         cl->eff.innet_reduce = 1;
+    if (a->grad32)
+        cl->eff.grad_reduce_bytes = 4;
     return 0;
 }
 
@@ -552,7 +559,7 @@ struct plan_opts {
     double oversub;
     double train_tokens; /* --train-tokens: the cost of the whole run */
     struct plan_price price;
-    bool evaluate, quiet, list, explain_model, sharp;
+    bool evaluate, quiet, list, explain_model, sharp, grad32;
     struct group_arg groups[WHALE_CLUSTER_MAX_GROUPS];
     int ngroups;
     struct whale_plan_request rq; /* the search constraints (--tp, --zero, ...) */
@@ -676,6 +683,7 @@ static int parse_number(int c, const char *arg, struct plan_opts *o)
     case O_LEAF: return whale_opt_long("whale-plan", "nodes-per-leaf", arg, 0, 10000000, &o->leaf) ? 2 : 0;
     case O_OVERSUB: return whale_opt_double("whale-plan", "spine-oversub", arg, 1, 1000, &o->oversub) ? 2 : 0;
     case O_SHARP: o->sharp = true; return 0;
+    case O_GRAD32: o->grad32 = true; return 0;
     case O_CORES: return whale_opt_long("whale-plan", "cores-per-node", arg, 1, 65536, &o->cores) ? 2 : 0;
     case O_THREADS: return whale_opt_long("whale-plan", "threads", arg, 1, 4096, &o->threads) ? 2 : 0;
     case O_FIT: return whale_opt_double("whale-plan", "fit-step", arg, 1e-9, 1e9, &o->fit_step) ? 2 : 0;
@@ -751,6 +759,7 @@ static int setup_cluster(const struct plan_opts *o, struct whale_cluster *cl,
     struct cluster_args ca = { .conf_path = o->conf_path, .nodelist = o->nodelist, .gpu = o->gpu,
                                .nodes = o->nodes, .gpn = o->gpn, .gpn_given = o->gpn_given,
                                .domain = o->domain, .leaf = o->leaf, .oversub = o->oversub, .sharp = o->sharp,
+                               .grad32 = o->grad32,
                                .groups = o->groups, .ngroups = o->ngroups,
                                .constants_only = o->explain_model && !o->model };
     int crc = resolve_cluster(&ca, cl);

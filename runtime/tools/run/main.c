@@ -90,6 +90,8 @@ static void usage(FILE *f)
             "      --help-env      every WHALE_* variable: type, default, meaning\n"
             "  -V, --version       show the version\n"
             "\n"
+            "Network: every task is on this machine, so UCX_NET_DEVICES defaults to lo (UCX's\n"
+            "network transports stay on loopback); a UCX_NET_DEVICES you set is kept.\n\n"
             "Limits: each task needs about 3 open files here; the soft limit is raised to the\n"
             "hard one, and a run that still does not fit is refused before any task starts.\n"
             "\n"
@@ -221,7 +223,14 @@ static char **build_env(struct run_layout *lay, struct pmix_host *ph, int task)
         return NULL;
     for (size_t i = 0; i < n; i++)
         env[i] = strdup(environ[i]);
-    if (run_layout_env(lay, task, &env) || pmix_host_child_env(ph, task, &env)) {
+    /* Every task runs on this machine: UCX's network transports (TCP when
+     * UCX_TLS asks for it, RDMA loopback) stay on loopback unless the user
+     * chose devices. Without this UCX spread connections over every
+     * interface, and one that vanished mid-run (another cluster's bridge)
+     * silenced them with no error. */
+    bool have_dev = getenv("UCX_NET_DEVICES") != NULL;
+    if ((!have_dev && run_env_set(&env, "UCX_NET_DEVICES", "lo")) ||
+        run_layout_env(lay, task, &env) || pmix_host_child_env(ph, task, &env)) {
         for (size_t i = 0; env[i]; i++)
             free(env[i]);
         free(env);

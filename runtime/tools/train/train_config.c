@@ -296,6 +296,20 @@ int train_resolve_layout(struct train *t)
         return src;
     t->accum = o->accum > 0 ? o->accum : 1;
     t->micro = o->micro;
+    if (t->micro && o->batch_set) {
+        /* --batch with --micro-batch: the global batch is what the user
+         * asked for; without --grad-accum the micro-batch count follows
+         * from it (it used to stay 1 and train a smaller global batch) */
+        if (o->accum <= 0 && o->batch % (t->dp * t->micro) == 0)
+            t->accum = o->batch / (t->dp * t->micro);
+        if (t->micro * t->accum * t->dp != o->batch) {
+            whale_error("--batch=%ld does not equal DP (%d) x %s (%ld) x grad-accum (%ld); "
+                        "give a --batch that DP x the micro-batch divides, or leave one of "
+                        "them out",
+                        o->batch, t->dp, t->src_micro, t->micro, t->accum);
+            return 1;
+        }
+    }
     if (!t->micro) {
         if (o->batch % (t->dp * t->accum)) {
             whale_error("--batch=%ld is not divisible by DP (%d) x grad-accum (%ld)", o->batch,

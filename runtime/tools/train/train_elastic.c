@@ -356,6 +356,127 @@ static void te_attach(struct train_elastic *te, int r, int me)
         whale_red_set_target(te->red, &t);
 }
 
+/* After a shrink the copies were laid out for the old ranks: new holders
+ * among the working ranks of the new layout (the dropped replicas' tasks
+ * wait as spares and take no part), so that a second failure restores from
+ * memory too. A collective over the new world, after new_store: every
+ * survivor's refresh into the old regions has completed (the old store
+ * waited for it), so the old region goes. */
+static int te_rehold(struct train_elastic *te, whale_ctx *ctx)
+{
+    if (!te->every || !te->red)
+        return 0;
+    whale_group *w = whale_world(ctx);
+    const int W = whale_world_size(ctx), me = whale_rank(ctx);
+    struct whale_grid g;
+    whale_ctx_grid(ctx, &g);
+    int64_t mine[2] = { (int64_t)node_hash(), (int64_t)whale_red_remote_slot_bytes(te->red) };
+    int64_t *v = calloc((size_t)W * 2, sizeof *v);
+    int *rank_node = calloc((size_t)W, sizeof(int)), *hold = calloc((size_t)W, sizeof(int));
+    int *holder_task = calloc((size_t)W, sizeof(int));
+    size_t *slot_bytes = calloc((size_t)W, sizeof(size_t)), *hold_off = calloc((size_t)W, sizeof(size_t));
+    whale_remote **rem = NULL, **by_task = calloc((size_t)te->ntasks, sizeof *by_task);
+    unsigned char *buf = NULL;
+    whale_region *region = NULL;
+    int rc = WHALE_ENOMEM;
+    if (!v || !rank_node || !hold || !holder_task || !slot_bytes || !hold_off || !by_task)
+        goto out;
+    if ((rc = whale_allgather(w, mine, v, 2, WHALE_INT64)))
+        goto out;
+    for (int r = 0; r < W; r++) { /* nodes numbered by first appearance */
+        int k = 0;
+        while (k < r && v[2 * k] != v[2 * r])
+            k++;
+        rank_node[r] = k;
+        slot_bytes[r] = (size_t)v[2 * r + 1];
+    }
+    struct whale_red_layout l = { .grid = g, .zero = te->zero, .rank_node = rank_node };
+    if ((rc = whale_red_holders(&l, hold)))
+        goto out;
+    size_t len = 0;
+    for (int r = 0; r < W; r++) {
+        holder_task[r] = hold[r] == WHALE_RED_NO_HOLDER || hold[r] < 0 || !slot_bytes[r]
+                             ? -1 : whale_rankmap_task(ctx, hold[r]);
+        if (holder_task[r] < 0 || holder_task[r] >= te->ntasks)
+            holder_task[r] = -1;
+    }
+    /* offsets inside each holder's region, in rank order */
+    for (int h = 0; h < W; h++) {
+        size_t off = 0;
+        const int ht = whale_rankmap_task(ctx, h);
+        for (int r = 0; r < W; r++)
+            if (holder_task[r] >= 0 && holder_task[r] == ht) {
+                hold_off[r] = off;
+                off += 2 * slot_bytes[r];
+            }
+        if (h == me)
+            len = off;
+    }
+    if (len && (!(buf = calloc(1, len)) ||
+                (rc = whale_region_register(ctx, buf, len, &region)))) {
+        whale_error("elastic: rank %d cannot hold %zu bytes of copies after the shrink", me, len);
+        rc = buf ? rc : WHALE_ENOMEM;
+        goto out;
+    }
+    if ((rc = whale_region_exchange(w, region, &rem)))
+        goto out;
+    for (int r = 0; r < W; r++) {
+        const int t = whale_rankmap_task(ctx, r);
+        if (t >= 0 && t < te->ntasks && !by_task[t])
+            by_task[t] = rem[r];
+        else
+            whale_remote_free(rem[r]);
+    }
+    free(rem);
+    /* the old tables and regions go; the new ones are indexed by the new ranks */
+    if (te->remotes)
+        for (int t = 0; t < te->ntasks; t++)
+            whale_remote_free(te->remotes[t]);
+    free(te->remotes);
+    whale_region_free(te->region);
+    free(te->hold);
+    free(te->holder_task);
+    free(te->slot_bytes);
+    free(te->hold_off);
+    te->remotes = by_task;
+    te->region = region;
+    te->hold = buf;
+    te->hold_len = len;
+    te->holder_task = holder_task;
+    te->slot_bytes = slot_bytes;
+    te->hold_off = hold_off;
+    te->world = W;
+    te->reshaped = false;
+    by_task = NULL;
+    region = NULL;
+    buf = NULL;
+    holder_task = NULL;
+    slot_bytes = hold_off = NULL;
+    te_attach(te, me, whale_task_id(ctx));
+    if (me == 0) {
+        int64_t tot = 0;
+        for (int r = 0; r < W; r++)
+            tot += te->holder_task[r] >= 0 ? (int64_t)te->slot_bytes[r] : 0;
+        whale_info("elastic: new holders after the shrink: in-memory copies on buddy ranks, "
+                   "%lld bytes per refresh in all", (long long)tot);
+    }
+    rc = 0;
+out:
+    if (rc)
+        whale_error("elastic: rank %d: setting up new holders after the shrink failed: %s", me,
+                    whale_strerror(rc));
+    whale_region_free(region);
+    free(buf);
+    free(by_task);
+    free(v);
+    free(rank_node);
+    free(hold);
+    free(holder_task);
+    free(slot_bytes);
+    free(hold_off);
+    return rc;
+}
+
 int te_spare(struct train_elastic *te, whale_ctx *ctx)
 {
     if (!te->elastic) {
@@ -496,12 +617,16 @@ static unsigned char *fetch_copy(struct train_elastic *te, int r, int me)
 #define TE_EVAL 4
 #define TE_TARGET 0.05
 
-/* The dropped replicas' held copies, each from its holder to every rank
- * (the same order everywhere: dropped replica, then old rank); copy[i]
- * keeps dropped replica i's copy at (tp, pp), NULL when its holder is not a
- * working rank any more. A collective rather than one-sided gets: the
- * holders are busy in the same recovery, and a get emulated over tagged
- * messages needs the holder to progress. */
+/* The dropped replicas' held copies, each from its holder to the ranks
+ * that re-cut it: the survivors at the same (TP, PP) position (the same
+ * order everywhere: dropped replica, then old rank). copy[i] keeps dropped
+ * replica i's copy at my (tp, pp), NULL when its holder is not a working
+ * rank any more. Messages rather than one-sided gets: the holders are busy
+ * in the same recovery, and a get emulated over tagged messages needs the
+ * holder to progress. Every rank walks the copies in one order and each
+ * copy only involves its holder and its receivers, so the blocking
+ * receives cannot wait on each other in a cycle. */
+#define TE_COPY_TAG 0x7e1
 static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, int tpr, int ppr,
                         unsigned char **copy)
 {
@@ -509,9 +634,16 @@ static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, i
     const int W = whale_world_size(ctx), me = whale_rank(ctx);
     if (!tables || te->zero < 1)
         return 0;
-    for (int i = 0; i < ev->ndropped; i++)
-        for (int pp = 0; pp < ev->old_grid.pp; pp++)
-            for (int tp = 0; tp < ev->old_grid.tp; tp++) {
+    struct whale_grid ng;
+    whale_ctx_grid(ctx, &ng);
+    whale_group *world = whale_world(ctx);
+    whale_req **reqs = calloc((size_t)W, sizeof *reqs);
+    if (!reqs)
+        return WHALE_ENOMEM; /* the others wait for this rank: stop loudly */
+    int rc = 0;
+    for (int i = 0; i < ev->ndropped && !rc; i++)
+        for (int pp = 0; pp < ev->old_grid.pp && !rc; pp++)
+            for (int tp = 0; tp < ev->old_grid.tp && !rc; tp++) {
                 struct whale_coords c = { .tp = tp, .pp = pp, .dp = ev->dropped[i] };
                 int orank = whale_grid_rank(&ev->old_grid, &c), root = -1;
                 if (orank < 0 || orank >= te->world || te->holder_task[orank] < 0)
@@ -521,23 +653,40 @@ static int bcast_copies(struct train_elastic *te, whale_ctx *ctx, bool tables, i
                         root = r;
                 if (root < 0)
                     continue; /* a spare now (its replica was dropped), or gone */
+                const bool mine = tp == tpr && pp == ppr;
+                if (me != root && !mine)
+                    continue;
                 size_t len = 2 * te->slot_bytes[orank];
                 unsigned char *buf = malloc(len ? len : 1);
-                if (!buf)
-                    return WHALE_ENOMEM; /* the others wait in the broadcast: stop loudly */
-                if (me == root)
-                    memcpy(buf, te->hold + te->hold_off[orank], len);
-                int rc = whale_broadcast(whale_world(ctx), buf, len, WHALE_UINT8, root);
-                if (rc) {
-                    free(buf);
-                    return rc;
+                if (!buf) {
+                    rc = WHALE_ENOMEM;
+                    break;
                 }
-                if (tp == tpr && pp == ppr)
+                if (me == root) {
+                    memcpy(buf, te->hold + te->hold_off[orank], len);
+                    int n = 0;
+                    for (int r = 0; r < W && !rc; r++) {
+                        struct whale_coords rc_;
+                        whale_grid_coords(&ng, r, &rc_);
+                        if (r != me && rc_.tp == tp && rc_.pp == pp)
+                            rc = whale_isend(world, buf, len, WHALE_UINT8, r, TE_COPY_TAG,
+                                             &reqs[n++]);
+                    }
+                    for (int k = 0; k < n; k++) {
+                        int w = reqs[k] ? whale_wait(reqs[k]) : 0;
+                        rc = rc ? rc : w;
+                        reqs[k] = NULL;
+                    }
+                } else {
+                    rc = whale_recv(world, buf, len, WHALE_UINT8, root, TE_COPY_TAG);
+                }
+                if (!rc && mine)
                     copy[i] = buf;
                 else
                     free(buf);
             }
-    return 0;
+    free(reqs);
+    return rc;
 }
 
 /* After a shrink whose new layout cuts the state differently (ZeRO >= 1:
@@ -1160,8 +1309,9 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
             te_attach(te, *job->rank, whale_task_id(ctx));
         } else {
             te->reshaped = true;
-            whale_warn("elastic: after the shrink the in-memory copies are local rollback "
-                       "images only");
+            if (te_rehold(te, ctx))
+                whale_warn("elastic: after the shrink the in-memory copies are local rollback "
+                           "images only");
         }
     } else {
         te_attach(te, *job->rank, whale_task_id(ctx));

@@ -5,15 +5,24 @@
  *
  * Measure: every rank's compute seconds of the step (forward, backward,
  * optimizer, timed by the engine around each layer: the time blocked in DP
- * collectives is not in it), the slowest rank of each replica, agreed over the job by
- * one allreduce (MAX) of a vector with one entry per replica. Every rank
- * feeds the same vector to the same detector, so all decide the same step
- * and the same shares.
+ * collectives and pipeline receives is not in it), the slowest rank of each
+ * replica, agreed over the job by one allreduce (MAX) of a vector with one
+ * entry per replica. With a pipeline a replica is all its stages, and the
+ * slowest stage sets its pace: the MAX over the replica's ranks is that
+ * stage. Every rank feeds the same vector to the same detector, so all
+ * decide the same step and the same shares.
+ *
+ * What moves: ZeRO 0/1, micro-batches (the count per replica; the size is
+ * the same everywhere); ZeRO 2/3, the micro-batch size (they reduce at
+ * every micro-batch, so the count stays equal over the replicas).
  *
  * Apply at the step boundary: the engine's micro-batch count and global
- * batch (whale_engine_set_batch), the data reader's slice (offset, size).
- * The global batch, the sample order and the loss scaling (1 / global
- * batch) do not change, so the loss curve is the one of any other split. */
+ * batch (whale_engine_set_batch) or, where the buffers follow the shape (a
+ * new micro-batch size, a pipeline's schedule), the engine built again with
+ * the same state (whale_engine_reshape); the data reader's slice (offset,
+ * size). The global batch, the sample order and the loss scaling (1 /
+ * global batch) do not change, so the loss curve is the one of any other
+ * split. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <jansson.h>
@@ -46,8 +55,11 @@ static struct {
     int patience;
     bool calib;         /* --dp-shares=auto: calibration pending */
     bool active;
+    bool sizes;         /* ZeRO 2/3: the units are micro-batch sizes */
+    bool rebuild;       /* the engine is built again to apply new shares */
+    long unit;          /* samples per unit: the micro-batch, or the count (ZeRO 2/3) */
     int n;              /* DP replicas */
-    long *units;        /* micro-batches per replica now */
+    long *units;        /* micro-batches (ZeRO 2/3: samples per micro-batch) per replica now */
     long *next;         /* the shares a rebalance moves to */
     double *sec;        /* the agreed compute seconds of a step */
     float *vec;
@@ -147,12 +159,20 @@ bool train_rebalance_auto(const struct train *t)
 
 static int why_not(const struct train *t, const char **why)
 {
+    const bool sizes = t->ec.zero_stage >= 2, rebuild = sizes || t->grid.pp > 1;
+    const long unit = sizes ? t->accum : t->micro;
     *why = t->dp < 2                   ? "DP = 1"
-           : t->pp > 1                 ? "PP > 1"
-           : t->ec.zero_stage >= 2     ? "ZeRO 2/3 (the shares set micro-batch sizes there)"
+           : t->grid.pp > 1 && t->ec.schedule == WHALE_SCHED_INTERLEAVED
+               ? "the interleaved schedule (micro-batches per step stay a multiple of PP)"
+           : rebuild && t->ec.offload != WHALE_OFFLOAD_NONE
+               ? "--offload with ZeRO 2/3 or PP > 1 (the engine is built again for new shares)"
+           : sizes && t->ec.seqpar && t->grid.tp > 1
+               ? "--seqpar with ZeRO 2/3 (the micro-batch sizes change)"
            : train_area_data_validating() ? "--val-data (evaluation uses the training split)"
-           : t->gbatch / t->micro < t->dp ? "fewer micro-batches than DP replicas"
-                                          : NULL;
+           : t->gbatch / unit < t->dp
+               ? (sizes ? "fewer samples per micro-batch than DP replicas"
+                        : "fewer micro-batches than DP replicas")
+               : NULL;
     return *why != NULL;
 }
 
@@ -173,12 +193,15 @@ static int rb_start(struct train *t)
         return TRAIN_GO;
     const char *why;
     if (why_not(t, &why)) {
-        whale_error("%s: shares that follow the replicas' speeds need DP > 1, PP = 1, ZeRO 0/1 "
-                    "and at least one micro-batch per replica; here %s",
+        whale_error("%s: shares that follow the replicas' speeds need DP > 1 and at least one "
+                    "micro-batch (ZeRO 2/3: one sample per micro-batch) per replica; here %s",
                     rb.calib ? "--dp-shares=auto" : "--rebalance", why);
         return 2;
     }
     rb.n = t->dp;
+    rb.sizes = t->ec.zero_stage >= 2;
+    rb.rebuild = rb.sizes || t->grid.pp > 1;
+    rb.unit = rb.sizes ? t->accum : t->micro;
     rb.units = calloc((size_t)rb.n, sizeof *rb.units);
     rb.vec = calloc((size_t)rb.n, sizeof *rb.vec);
     rb.next = calloc((size_t)rb.n, sizeof *rb.next);
@@ -188,7 +211,7 @@ static int rb_start(struct train *t)
         whale_error("rank %d: out of memory for the shares of %d DP replicas", t->rank, rb.n);
         return 1;
     }
-    rb.vec[t->dp_rank] = (float)t->accum;
+    rb.vec[t->dp_rank] = (float)(rb.sizes ? t->micro : t->accum);
     int rc = whale_allreduce(whale_world(t->ctx), rb.vec, rb.vec, (size_t)rb.n, WHALE_FLOAT32,
                              WHALE_MAX);
     if (rc) {
@@ -231,15 +254,25 @@ static int apply(struct train *t, const long *next)
     if (!sh)
         return WHALE_ENOMEM;
     for (int i = 0; i < rb.n; i++)
-        sh[i] = next[i] * t->micro;
+        sh[i] = next[i] * rb.unit;
     struct train_share ts;
-    int rc = train_share_of(sh, rb.n, t->dp_rank, t->micro, t->accum, 0, "rebalance", &ts);
+    int rc = train_share_of(sh, rb.n, t->dp_rank, t->micro, t->accum, rb.sizes ? 2 : 0,
+                            "rebalance", &ts);
     free(sh);
     if (rc)
         return WHALE_EINVAL;
-    if ((rc = whale_engine_set_batch(t->e, (int)ts.accum, ts.uneven ? (int)ts.global : 0)))
+    const int gb = ts.uneven ? (int)ts.global : 0;
+    if (rb.rebuild) {
+        /* a save in flight still reads the old engine's tensors */
+        if (t->ck && (rc = whale_ckpt_fence(t->ck)))
+            return rc;
+        rc = whale_engine_reshape(&t->e, (int)ts.micro, (int)ts.accum, gb);
+    } else {
+        rc = whale_engine_set_batch(t->e, (int)ts.accum, gb);
+    }
+    if (rc)
         return rc;
-    size_t bt = (size_t)t->micro * ts.accum * t->seq;
+    size_t bt = (size_t)ts.micro * ts.accum * t->seq;
     int32_t *in = realloc(t->in, bt * sizeof(int32_t));
     if (in)
         t->in = in;
@@ -250,6 +283,8 @@ static int apply(struct train *t, const long *next)
         return WHALE_ENOMEM;
     t->share = ts;
     t->accum = ts.accum;
+    t->micro = ts.micro;
+    t->ec.micro_batch = (int)ts.micro;
     t->ec.grad_accum = (int)ts.accum;
     t->ec.global_batch = ts.uneven ? (int)ts.global : 0;
     whale_data_close(t->data);
@@ -271,13 +306,14 @@ static void record(struct train *t, long step1, const char *reason, const long *
         return;
     json_t *sp = json_array();
     for (int i = 0; sp && i < rb.n; i++) /* samples per second */
-        json_array_append_new(sp, json_real(rb.d.speed[i] * (double)t->micro));
+        json_array_append_new(sp, json_real(rb.d.speed[i] * (double)rb.unit));
     json_t *ev = json_pack("{sIsssososfsoso}", "step", (json_int_t)step1, "reason", reason,
                            "from", json_longs(from, rb.n), "to", json_longs(to, rb.n),
                            "predicted_gain", gain, "speeds", sp, "unit",
-                           json_string("micro-batches"));
-    whale_info("rebalance after step %ld (%s): micro-batches per DP replica %s -> %s, "
-               "predicted step %.0f %% faster", step1, reason, a, b, 100 * gain);
+                           json_string(rb.sizes ? "micro-batch samples" : "micro-batches"));
+    whale_info("rebalance after step %ld (%s): %s per DP replica %s -> %s, predicted step "
+               "%.0f %% faster", step1, reason,
+               rb.sizes ? "samples per micro-batch" : "micro-batches", a, b, 100 * gain);
     if (!ev)
         return;
     if (line)
@@ -337,7 +373,7 @@ int train_rebalance_step(struct train *t, const struct whale_step_stats *st, lon
     if (rb.calib && rb.measured > RB_CALIB_STEPS) {
         /* the calibration: whatever the speeds call for, once */
         rb.calib = false;
-        due = !train_balance_split(rb.d.speed, rb.n, t->gbatch / t->micro, next) &&
+        due = !train_balance_split(rb.d.speed, rb.n, t->gbatch / rb.unit, next) &&
               memcmp(next, rb.units, sizeof *next * (size_t)rb.n) != 0;
         reason = "calibration";
         if (due) /* what the calibration promises: the step now over the step then */
@@ -392,7 +428,9 @@ static void rb_usage(FILE *f)
 "  --rebalance[=TH[:K]] re-measure every DP replica's compute time each step and move\n"
 "                       micro-batches to the faster replicas when the step would be TH\n"
 "                       faster (default 0.15) for K steps in a row (default 3); off: never\n"
-"                       (PP = 1, ZeRO 0/1; on with --dp-shares=auto; WHALE_REBALANCE)\n");
+"                       (ZeRO 2/3: samples per micro-batch move instead; PP > 1 or\n"
+"                       ZeRO 2/3 build the engine again; on with --dp-shares=auto;\n"
+"                       WHALE_REBALANCE)\n");
 }
 
 static const struct train_opt rb_opts[] = {

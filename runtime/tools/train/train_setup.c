@@ -246,7 +246,13 @@ int train_setup(struct train *t)
     if (t->ec.loss_mask && t->rank == 0)
         whale_info("loss mask: %s (the loss counts the response tokens only)",
                    t->o.loss_mask ? t->o.loss_mask : "DATA.mask beside the data");
-    if (whale_engine_create(&t->ec, t->ctx, &t->e))
+    /* --init-from writes every weight: no random initialisation first (a
+     * spare's engine keeps it, its weights come from elsewhere; engines
+     * built again later, by elastic changes, too) */
+    t->ec.skip_init = t->o.init_from && !whale_is_spare(t->ctx);
+    int crc = whale_engine_create(&t->ec, t->ctx, &t->e);
+    t->ec.skip_init = false;
+    if (crc)
         return 1;
     if (whale_trace_init(t->rank, t->world))
         return 1;

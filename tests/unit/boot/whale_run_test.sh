@@ -136,5 +136,13 @@ t "PMIx variables given" sh -c "\"$RUN\" -n 2 sh -c 'test -n \"\$PMIX_NAMESPACE\
 t "spare node tasks: rank -1, WHALE_SPARE=1" sh -c "[ \$(grep -c ' -1 1 node' $tmp/o) -eq 2 ]"
 t "simulated nodes named, local ranks" grep -q '^[0-9]: [0-9] 0 node0 1$' "$tmp/o"
 
+# every task is on this machine: UCX's network transports use loopback only
+# (a bridge or interface that disappears mid-run, e.g. another cluster's,
+# silenced TCP connections without an error); the user's choice is kept
+env -u UCX_NET_DEVICES "$RUN" -n 2 sh -c 'echo "dev=$UCX_NET_DEVICES"' >"$tmp/o"
+t "UCX_NET_DEVICES defaults to lo" sh -c "[ \$(grep -c ': dev=lo\$' $tmp/o) -eq 2 ]"
+UCX_NET_DEVICES=eth7 "$RUN" -n 1 sh -c 'echo "dev=$UCX_NET_DEVICES"' >"$tmp/o"
+t "a given UCX_NET_DEVICES is kept" grep -qx '0: dev=eth7' "$tmp/o"
+
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -19,7 +19,9 @@ CKPT, TRAIN, RUN, GEN = sys.argv[1:5]
 T = tempfile.mkdtemp(prefix="whale-hf.")
 B, S = 4, 32  # S = n_positions: whale's wpe has the run's sequence length
 NGEN = 12     # generated tokens (prompt 9 + 12 < S)
+AUX_COEF = 0.02  # Mixtral's router_aux_loss_coef: large enough to show in the loss
 fails = []
+last_row = {}
 transformers.logging.set_verbosity_error()
 # generate() asks whether the model is FSDP-managed by importing
 # torch.distributed.fsdp, which Debian's torch 1.13 cannot import on Python
@@ -64,10 +66,15 @@ def model_for(kind):
                                            rope_scaling=dict(type="linear", factor=2.0), **kw)
         elif kind == "mistral":
             cfg = transformers.MistralConfig(sliding_window=4096, **kw)
-        elif kind == "mixtral":  # 4 experts, top 2 (whale: every block MoE, EP 1)
+        elif kind == "mixtral":  # 4 experts, top 3 (whale: every block MoE, EP 1)
+            # with the load-balancing loss (output_router_logits): every
+            # loss and gradient check below includes it (aux_ref)
             kw["intermediate_size"] = 96
+            # (top 3 of 4 experts over 2 layers: whale's AuxLoss = coef K / L differs
+            # from the coefficient)
             cfg = transformers.MixtralConfig(sliding_window=None, num_local_experts=4,
-                                             num_experts_per_tok=2, **kw)
+                                             num_experts_per_tok=3, output_router_logits=True,
+                                             router_aux_loss_coef=AUX_COEF, **kw)
         else:  # Qwen2's own epsilon (1e-6), carried into whale's RMSNorm
             kw["rms_norm_eps"] = 1e-6
             cfg = transformers.Qwen2Config(**kw)
@@ -90,9 +97,11 @@ def tokens_file(path, n):
     return tok
 
 
-def ref_step(m, kind, tok, mask=None):
+def ref_step(m, kind, tok, mask=None, dp=1):
     """loss and global gradient norm of one step on B samples of S+1 tokens
-    (mask: one 0/1 per token, 0 = that token is no target: ignore_index)"""
+    (mask: one 0/1 per token, 0 = that token is no target: ignore_index;
+    dp: the MoE aux loss as whale's DP ranks compute it, each on its B/dp
+    samples, averaged)"""
     extra = []
     if kind == "qwen2":  # whale's Qwen2 has zero o/mlp biases: they get gradients too
         for l in m.model.layers:
@@ -105,14 +114,38 @@ def ref_step(m, kind, tok, mask=None):
         ym = torch.stack([mask[b * S + 1:b * S + S + 1] for b in range(B)])
         y = torch.where(ym > 0, y, torch.full_like(y, -100))
     m.zero_grad()
-    logits = m(x).logits
+    out = m(x)
+    logits = out.logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    if kind == "mixtral":
+        rows = B // dp * S
+        loss = loss + m.config.router_aux_loss_coef * sum(
+            aux_ref(m, [r[d * rows:(d + 1) * rows] for r in out.router_logits])[0]
+            for d in range(dp)) / dp
     loss.backward()
     gn = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in m.parameters() if p.grad is not None))
     for l in m.model.layers if kind == "qwen2" else []:
         for lin in (l.self_attn.o_proj, l.mlp.gate_proj, l.mlp.up_proj, l.mlp.down_proj):
             lin.bias = None
     return loss.item(), gn.item(), x
+
+
+def aux_ref(m, router_logits):
+    """whale's Mixtral load-balancing term (AuxLoss = coef K / L summed over
+    its L blocks, hf_config.c): the mean over layers of transformers'
+    load_balancing_loss_func applied to each layer alone; also transformers'
+    own value (all layers as one batch) and E sum_e cov_l(F_le, P_le), by
+    which the two differ"""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+    E, K = m.config.num_local_experts, m.config.num_experts_per_tok
+    per = [load_balancing_loss_func((r,), E, K) for r in router_logits]
+    pooled = load_balancing_loss_func(tuple(router_logits), E, K)
+    with torch.no_grad():
+        F = torch.stack([torch.nn.functional.one_hot(torch.topk(r, K, dim=-1)[1], E).sum(1)
+                         .double().mean(0) for r in router_logits])  # [L, E], rows sum to K
+        P = torch.stack([torch.softmax(r.double(), -1).mean(0) for r in router_logits])
+        cov = E * ((F * P).mean(0) - F.mean(0) * P.mean(0)).sum()
+    return sum(per) / len(per), pooled, cov
 
 
 def whale_step(tag, conf, data, ck, n=1, layout=(), extra=()):
@@ -125,6 +158,8 @@ def whale_step(tag, conf, data, ck, n=1, layout=(), extra=()):
         args = [RUN, "-n", str(n), "--timeout", "280"] + list(layout) + args
     sh(["timeout", "300"] + args)
     rows = [json.loads(l) for l in open(met) if '"step"' in l]
+    last_row.clear()
+    last_row.update(rows[0])
     return rows[0]["loss"], rows[0]["grad_norm"]
 
 
@@ -147,6 +182,8 @@ def family(kind):
           % (wl, loss, rel(wl, loss), wg, gn, rel(wg, gn)))
     if kind == "llama":
         masked(m, kind, d, tok, conf)
+    if kind == "mixtral":
+        aux_check(m, x, conf)
     # lr 0: the checkpoint it saves (TP 2 x PP 2) holds the imported weights
     wl4, wg4 = whale_step(kind + "-4", conf, d + "/tok.bin", d + "/w", 4,
                           ("--tp", "2", "--pp", "2"),
@@ -159,6 +196,10 @@ def family(kind):
     # transformers' generate(do_sample=False) (its KV cache) token for token
     prompt = "whale, hf"
     ids = torch.tensor([list(prompt.encode())])
+    # generate() with output_router_logits fails inside transformers 4.46's
+    # load_balancing_loss_func (its cached steps' attention mask): the loss
+    # plays no part in generation
+    m.config.output_router_logits = False
     with torch.no_grad():
         ref = m.generate(ids, max_new_tokens=NGEN, do_sample=False, eos_token_id=None,
                          pad_token_id=0, attention_mask=torch.ones_like(ids))[0].tolist()
@@ -167,6 +208,7 @@ def family(kind):
     got = [int(t) for t in p.stdout.split()]
     check(got == ref, "greedy generation of %d tokens equals transformers' generate: %s"
           % (NGEN, "same" if got == ref else "%s vs %s" % (got, ref)))
+    m.config.output_router_logits = kind == "mixtral"
     # export -> from_pretrained: no missing/unexpected keys, identical logits
     sh([CKPT, "export", "--hf", d + "/out", d + "/w", "--model", conf, "--hf-config",
         d + "/w/hf_config.json", "--max-shard-mb", "0.05"])
@@ -175,6 +217,9 @@ def family(kind):
     bad = {k: v for k, v in info.items() if v}
     check(not bad, "export loads with no missing/unexpected keys: %s" % (bad or "none"))
     nsh = len([f for f in os.listdir(d + "/out") if f.endswith(".safetensors")])
+    if kind == "mixtral":
+        check(m2.config.output_router_logits and m2.config.router_aux_loss_coef == AUX_COEF,
+              "export: router_aux_loss_coef %g" % m2.config.router_aux_loss_coef)
     with torch.no_grad():
         same = torch.equal(m(x).logits, m2.eval()(x).logits)
     check(same, "export -> from_pretrained: identical logits (%d shard files)" % nsh)
@@ -183,11 +228,15 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "--init-from, 1 rank: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if kind == "mixtral":  # whale's aux loss: per DP rank's micro-batch
+        loss, gn, _ = ref_step(m, kind, tok, dp=2)
     wl, wg = whale_step(kind + "-i4", None, d + "/tok.bin", d + "/hf", 4,
                         ("--tp", "2", "--dp", "2"), ("--zero", "3"))
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if kind in ("gpt2", "llama"):
+        bf16_exact(m, kind, d)
     if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
         sh([CKPT, "export", "--hf", d + "/out4", d + "/ck4", "--model", conf, "--hf-config",
             d + "/w/hf_config.json"])
@@ -204,6 +253,44 @@ def family(kind):
     a, b = load_file(d + "/a.safetensors"), load_file(d + "/b.safetensors")
     check(a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a),
           "import -> export -> import bit-exact (%d tensors)" % len(a))
+
+
+def aux_check(m, x, conf):
+    """whale's per-block aux (metrics moe.aux, normalised by N K) times K is
+    transformers' load_balancing_loss_func of that layer alone; the
+    description carries coef K / L; transformers' all-layers value differs
+    from the per-layer mean by exactly E sum_e cov_l(F_le, P_le)"""
+    E, K, L = (m.config.num_local_experts, m.config.num_experts_per_tok,
+               m.config.num_hidden_layers)
+    with torch.no_grad():
+        per, pooled, cov = aux_ref(m, m(x).router_logits)
+    per, pooled, cov = float(per), float(pooled), float(cov)
+    got = last_row["moe"]["aux"] * K
+    check(rel(got, per) <= 1e-5,
+          "aux loss: whale's mean block aux x K %.7f vs load_balancing_loss_func per layer %.7f "
+          "(rel %.1e)" % (got, per, rel(got, per)))
+    want = "AuxLoss=%.9g" % (AUX_COEF * K / L)
+    check(want in open(conf).read(), "router_aux_loss_coef %g -> %s" % (AUX_COEF, want))
+    check(abs((per - pooled) - cov) <= 1e-6,
+          "transformers' all-layers aux %.7f = per-layer mean %.7f - %.2e (E sum_e cov_l(F, P) "
+          "%.2e)" % (pooled, per, per - pooled, cov))
+
+
+def bf16_exact(m, kind, d):
+    """a bf16 checkpoint (as most are published): --init-from into TP 2 x PP 2
+    (mapped slices, streaming widening to fp32, GPT-2's transposes) gives bit
+    for bit the weights whale-ckpt import gives"""
+    import copy
+    copy.deepcopy(m).to(torch.bfloat16).save_pretrained(d + "/hf16", safe_serialization=True)
+    sh([CKPT, "import", d + "/hf16", "-o", d + "/w16"])
+    whale_step(kind + "-b4", None, d + "/tok.bin", d + "/hf16", 4, ("--tp", "2", "--pp", "2"),
+               ("--lr", "0", "--whale-ckpt-dir", d + "/ck16", "--whale-ckpt-every", "1"))
+    sh([CKPT, "convert", d + "/w16", d + "/i16.safetensors"])
+    sh([CKPT, "convert", d + "/ck16", d + "/t16.safetensors"])
+    a, b = load_file(d + "/i16.safetensors"), load_file(d + "/t16.safetensors")
+    same = [k for k in a if k in b and torch.equal(a[k].float(), b[k].float())]
+    check(len(same) == len(a), "bf16 files: --init-from TP2xPP2 equals whale-ckpt import bit for "
+          "bit (%d of %d tensors)" % (len(same), len(a)))
 
 
 def refused(name, mutate, field, kind="llama"):

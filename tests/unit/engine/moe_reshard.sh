@@ -8,40 +8,10 @@
 # usage: moe_reshard.sh WHALE_RUN WHALE_TRAIN
 set -eu
 RUN=$1 TRAIN=$2
-T=$(mktemp -d /tmp/whale-moe-3d.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-python3 - "$T/corpus.txt" <<'PY'
-import sys, random
-r = random.Random(7)
-words = ["def ", "return ", "self", ".x", " = ", "(", ")", ":\n    ", "import ", "os", "\n",
-         "for i in range(10):", "while ", "True", "None", "[", "]", "+", "1"]
-open(sys.argv[1], "w").write("".join(r.choice(words) for _ in range(60000)))
-PY
+. "$(dirname "$0")/../../lib/layouts.sh"
+layout_corpus "$T/corpus.txt"
 printf 'Name=m4 Layers=4 Hidden=64 Heads=4 Seq=64 Vocab=256 TiedEmbeddings=yes\nExperts=4 TopK=2 ExpertFFN=64 SharedExperts=1 CapacityFactor=1.0 AuxLoss=0.02 ZLoss=0.002\n' >"$T/m4.conf"
 C="--model $T/m4.conf --data $T/corpus.txt --steps 20 --batch 8 --seq 32 --micro-batch 2 --threads 1 --no-progress"
-
-run() { # name ntasks whale-run-args -- whale-train-args
-    name=$1 n=$2; shift 2
-    rargs=""
-    while [ "$1" != "--" ]; do rargs="$rargs $1"; shift; done
-    shift
-    # shellcheck disable=SC2086
-    timeout 300 "$RUN" -n "$n" --timeout 280 $rargs "$TRAIN" $C --metrics "$T/$name.jsonl" "$@" \
-        >"$T/$name.out" 2>&1 || { tail -20 "$T/$name.out" >&2; fail "$name"; }
-}
-compare() { # name first-step
-    python3 - "$T/ref.jsonl" "$T/$1.jsonl" "$2" "$1" <<'PY' || fail "$1: losses differ"
-import json, sys
-def load(p):
-    return {d["step"]: d["loss"] for d in (json.loads(l) for l in open(p)) if "step" in d}
-a, b, first = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3])
-assert sorted(b) == list(range(first, 21)), sorted(b)
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
-print("  %-36s steps %d..20, worst rel loss diff %.1e" % (sys.argv[4], first, worst))
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
 
 run ref 1 -- --grad-accum 4
 run dp2_z3 2 --dp 2 -- --zero 3 --grad-accum 2

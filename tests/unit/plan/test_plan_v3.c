@@ -132,6 +132,31 @@ static void test_dp_buckets(void **state)
     assert_true(b.t_dp > a.t_dp);
 }
 
+/* Gradients reduced in fp32 (Megatron-LM's default for bf16 training) move
+ * twice the bytes of bf16 ones over DP with ZeRO 0-2; ZeRO-3's per-layer
+ * reduce-scatters keep the computed gradients' precision. */
+static void test_grad_reduce_bytes(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("gpt-1.7b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 16, 8, "H100-80GB"), 0);
+    c.eff.dp_overlap = 0;   /* expose all of it */
+    struct whale_plan_config z1 = cfg_of(1, 1, 128, 1, 1), z3 = cfg_of(1, 1, 128, 1, 3);
+    struct whale_plan_prediction a, b, a3, b3;
+    assert_int_equal(whale_plan_eval(&m, 128, &c, &z1, &a), 0);
+    assert_int_equal(whale_plan_eval(&m, 128, &c, &z3, &a3), 0);
+    c.eff.grad_reduce_bytes = 4;
+    assert_int_equal(whale_plan_eval(&m, 128, &c, &z1, &b), 0);
+    assert_int_equal(whale_plan_eval(&m, 128, &c, &z3, &b3), 0);
+    printf("ZeRO-1 DP at dp 128: bf16 gradients %.4g s, fp32 %.4g s\n", a.t_dp, b.t_dp);
+    assert_true(b.t_dp > a.t_dp && b.t_step > a.t_step);
+    assert_true(fabs(b3.t_dp - a3.t_dp) < 1e-12);
+    c.eff.grad_reduce_bytes = 9;   /* out of range */
+    assert_int_not_equal(whale_plan_eval(&m, 128, &c, &z1, &b), 0);
+}
+
 /* Ranges: GPU kinds have one, CPU clusters none; the kind names the
  * generation and the parallelism family. */
 static void test_ranges(void **state)
@@ -169,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_cpu_untouched),
         cmocka_unit_test(test_innet_and_tp_overlap),
         cmocka_unit_test(test_dp_buckets),
+        cmocka_unit_test(test_grad_reduce_bytes),
         cmocka_unit_test(test_ranges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

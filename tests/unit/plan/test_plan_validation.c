@@ -71,7 +71,7 @@ static struct theta theta_of(int k)
 }
 
 struct vrow {
-    char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], dpov[8], metric[16], pair[16], source[64];
+    char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], dpov[8], gred[8], metric[16], pair[16], source[64];
     char mb[8], v[8], seq[8], nic[16], zs[8];
     char group[64];   /* the source up to ':' (one paper or page) */
     char kind[32];    /* whale_plan_kind of the published layout */
@@ -104,11 +104,11 @@ static int load_rows(const char *path, struct vrow *rows, int max)
         assert_true(n < max);
         struct vrow *r = &rows[n];
         memset(r, 0, sizeof *r);
-        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %7s %15s %7s %7s %7s %15s %lf %15s %63s",
+        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %7s %15s %7s %7s %7s %7s %15s %lf %15s %63s",
                        r->id, r->gpu, &r->gpn, r->nic, &r->gpus, r->model, r->seq, &r->batch, &r->tp,
-                       &r->pp, r->mb, r->v, r->zs, r->rc, r->sp, r->z3, r->dpov, r->metric, &r->pub,
+                       &r->pp, r->mb, r->v, r->zs, r->rc, r->sp, r->z3, r->dpov, r->gred, r->metric, &r->pub,
                        r->pair, r->source);
-        if (k != 21) {
+        if (k != 22) {
             fprintf(stderr, "%s: bad row (%d fields): %s", path, k, line);
             fail();
         }
@@ -147,6 +147,8 @@ static void run_row(struct vrow *r, const struct theta *th)
         c.eff.zero3_msgs = 1;   /* FSDP: one flat buffer per layer */
     if (!strcmp(r->dpov, "none"))
         c.eff.dp_overlap = 0;   /* DP collectives after the last backward */
+    if (!strcmp(r->gred, "fp32"))
+        c.eff.grad_reduce_bytes = 4;   /* Megatron-LM's bf16 gradients reduced in fp32 */
     if (th) {
         c.eff.gemm_scale = th->gemm;
         c.eff.coll_eff = th->coll;

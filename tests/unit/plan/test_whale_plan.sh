@@ -44,6 +44,13 @@ expect 1 "tp beyond the domain" -- "$P" -m gpt-1.7b -b 512 -N 4 -g 4 --tp 8
 expect 0 search -- "$P" -m gpt-1.7b -b 512 -N 4
 has "$TMP/out" "^best" "table"
 has "$TMP/out" "why this plan" "explanation"
+# fp32 gradient reduction (Megatron-LM's bf16 default) costs more DP time than bf16
+expect 0 "bf16 gradients" -- "$P" -m gpt-1.7b -b 512 -N 16 --tp 1 --pp 1 --zero 1 --microbatch 4
+sed -n 's/.*DP\/ZeRO exposed \([0-9.e+-]*\).*/\1/p' "$TMP/out" > "$TMP/dp16"
+expect 0 "fp32 gradients" -- "$P" -m gpt-1.7b -b 512 -N 16 --tp 1 --pp 1 --zero 1 --microbatch 4 --grad-reduce-fp32
+sed -n 's/.*DP\/ZeRO exposed \([0-9.e+-]*\).*/\1/p' "$TMP/out" > "$TMP/dp32"
+awk -v a="$(cat "$TMP/dp16")" -v b="$(cat "$TMP/dp32")" 'BEGIN { exit !(b > a && a > 0) }' ||
+    { echo "FAIL: --grad-reduce-fp32: DP exposed $(cat "$TMP/dp32") s not above $(cat "$TMP/dp16") s"; fails=$((fails + 1)); }
 expect 0 json -- "$P" -m gpt-7.5b -b 512 -N 16 -q --json "$TMP/plan.json"
 has "$TMP/plan.json" '"prediction"' "json prediction"
 has "$TMP/plan.json" '"tp"' "json tp"

@@ -86,4 +86,16 @@ out=$(WHALE_PLAN=$tiny "$TRAIN" "${common[@]}" --batch 4 2>&1); rc=$?
 check "plan for batch 2 refused for --batch 4" '[ $rc -eq 2 ] && [[ "$out" == *"made for global batch 2 but --batch gives 4"* ]]'
 out=$(WHALE_PLAN=$tiny "$TRAIN" "${common[@]}" 2>&1); rc=$?
 check "the plan's own model and batch run" '[ $rc -eq 0 ]'
+
+# --batch with --micro-batch: the global batch is --batch (grad-accum follows
+# from it when not given; it used to stay 1 and train a batch of 2 here)
+out=$("$TRAIN" "${common[@]}" --batch 4 --micro-batch 2 --metrics "$T/mb.jsonl" 2>&1); rc=$?
+check "--batch 4 --micro-batch 2 trains a global batch of 4 (2 micro-batches)" \
+  '[ $rc -eq 0 ] && [[ "$out" == *"global batch 4 (2 x 2 micro x DP 1)"* ]] && grep -q "\"global_batch\":4" "$T/mb.jsonl"'
+out=$("$TRAIN" "${common[@]}" --batch 5 --micro-batch 2 2>&1); rc=$?
+check "--batch 5 --micro-batch 2 refused, naming both" \
+  '[ $rc -eq 1 ] && [[ "$out" == *"--batch=5 does not equal DP (1) x --micro-batch (2)"* ]]'
+out=$("$TRAIN" "${common[@]}" --batch 4 --micro-batch 2 --grad-accum 1 2>&1); rc=$?
+check "--batch 4 --micro-batch 2 --grad-accum 1 refused (they disagree)" \
+  '[ $rc -eq 1 ] && [[ "$out" == *"x grad-accum (1)"* ]]'
 exit $fail

@@ -6,9 +6,11 @@
 # summed gradients), at ZeRO 0, 1 and 3, under whale-run; the even shares
 # reproduce the run without shares exactly; bad shares are refused naming
 # the option or plan field; an elastic shrink from DP 4 to 3 keeps the
-# global batch with uneven shares (ZeRO 0, 1 and 3, state from memory);
+# global batch with uneven shares (ZeRO 0, 1 and 3, state from memory; at
+# ZeRO 1 and 3 a second failure, DP 3 -> 2, restores from memory too);
 # --dp-shares=auto moves micro-batches away from a slowed replica (recorded
-# in the metrics and whale-report's report) with the losses of one rank;
+# in the metrics and whale-report's report) with the losses of one rank,
+# also at ZeRO 2/3 (micro-batch sizes move) and with PP 2;
 # uneven pipeline stages (--pp-layers, WHALE_PP_LAYERS) equal one rank and
 # a checkpoint resumes with another split.
 # usage: train_uneven.sh WHALE_RUN WHALE_TRAIN [WHALE_REPORT]
@@ -103,24 +105,32 @@ if [ -n "$REPORT" ]; then
   check "whale-report lists the rebalance" \
     '[ $rc -eq 0 ] && grep -qE "DP rebalances</td><td>[0-9]+; step 3 \(calibration\): 4,4 → " "$T/report.html"'
 fi
-out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --dp-shares=auto 2>&1); rc=$?
-check "--dp-shares=auto at ZeRO 3 refused with the reason" \
-  '[ $rc -eq 2 ] && [[ "$out" == *"--dp-shares=auto: shares that follow the replicas'"'"' speeds need"*"ZeRO 2/3"* ]]'
+# ZeRO 3 reduces at every micro-batch: the calibration moves samples per
+# micro-batch (the count stays equal), every rank builds its engine again at
+# the step boundary with the same state; the losses stay those of one rank
+out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 2 "$TRAIN" "${common[@]}" --zero 3 --micro-batch 4 \
+      --grad-accum 1 --dp-shares=auto --metrics "$T/auto.jsonl" 2>&1); rc=$?
+d=$(reldiff "$T/one.jsonl" "$T/auto.jsonl")
+check "ZeRO 3 --dp-shares=auto: micro-batch sizes move to the fast replica after step 3, same losses (max rel diff $d <= 1e-6)" \
+  '[ $rc -eq 0 ] && within "$d" 1e-6 &&
+   [[ "$out" == *"rebalance after step 3 (calibration): samples per micro-batch per DP replica 4,4 -> "* ]]'
 out=$("$RUN" -n 2 "$TRAIN" "${common[@]}" --rebalance=2x 2>&1); rc=$?
 check "--rebalance with a bad threshold refused, naming the option and the range" \
   '[ $rc -eq 2 ] && [[ "$out" == *"--rebalance=2x: expected THRESHOLD[:STEPS]"* ]]'
 
 # ZeRO 1 and 3: the dropped replica's shards come from its holder's
 # in-memory copy and every survivor's shards are re-cut for DP 3 (no
-# checkpoint directory: nothing on disk to fall back to); whale-run needs no
-# --keep-going for an elastic step
+# checkpoint directory: nothing on disk to fall back to); the survivors set
+# up new holders, so a second failure (DP 3 -> 2) restores from memory too;
+# whale-run needs no --keep-going for an elastic step
 for z in 1 3; do
   "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/ref4z.jsonl" >/dev/null 2>&1
-  out=$(WHALE_ELASTIC=1 WHALE_FAULT=kill:rank=3:step=12 timeout 300 "$RUN" -n 4 \
-        "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
+  out=$(WHALE_ELASTIC=1 WHALE_FAULT="kill:rank=3:step=8;kill:rank=2:step=14" timeout 300 \
+        "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
   d=$(reldiff "$T/ref4z.jsonl" "$T/k4z.jsonl")
-  check "elastic shrink DP 4 -> 3 at ZeRO $z: shards re-cut from memory, same losses (max rel diff $d)" \
-    'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] && [[ "$out" != *"from disk"* ]]'
+  check "elastic shrinks DP 4 -> 3 -> 2 at ZeRO $z: shards re-cut from memory both times, same losses (max rel diff $d)" \
+    'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] &&
+     [[ "$out" == *"re-cut for DP 2 from memory"* ]] && [[ "$out" != *"from disk"* ]]'
 done
 
 # uneven pipeline stages: --pp-layers 3,1 (PP 2) equals one rank, fp32 and
@@ -143,6 +153,17 @@ done
 out=$(WHALE_PP_LAYERS=1,3 "$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --metrics "$T/u.jsonl" 2>&1); rc=$?
 d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
 check "WHALE_PP_LAYERS=1,3 equals one rank (max rel diff $d)" '[ $rc -eq 0 ] && within "$d" 1e-6'
+# a rebalance mid-run with PP 2 x DP 2: a replica is both its stages (its
+# time the slower one's); ZeRO 0 moves micro-batches (the pipeline's
+# schedule changes), ZeRO 2 the micro-batch sizes; the losses stay one rank's
+for z in 0 2; do
+  ga=4; [ $z = 2 ] && ga=2
+  out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 4 --pp 2 "$TRAIN" "${pp[@]}" --grad-accum $ga \
+        --zero $z --dp-shares=auto --metrics "$T/u.jsonl" 2>&1); rc=$?
+  d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
+  check "PP 2 x DP 2 ZeRO $z --dp-shares=auto: a rebalance after step 3, same losses as one rank (max rel diff $d <= 1e-6)" \
+    '[ $rc -eq 0 ] && within "$d" 1e-6 && [[ "$out" == *"rebalance after step 3 (calibration): "* ]]'
+done
 # a checkpoint written with 3+1 layers per stage resumes with 1+3 (parameters
 # are named by their global layer): the last 10 steps equal one rank's
 "$RUN" -n 2 --pp 2 "$TRAIN" "${pp[@]}" --pp-layers 3,1 --whale-ckpt-dir "$T/ck" \
