@@ -570,8 +570,13 @@ int bench_comm_main(int argc, char **argv)
     /* Phase 4, report */
     if (whale_rank(b.ctx) == 0 && nbw)
         printf("# Avg bus bandwidth    : %g\n#\n", bwsum / nbw);
-    free(b.send);
-    free(b.recv);
+    if (c.window) {
+        whale_shm_free(b.send);
+        whale_shm_free(b.recv);
+    } else {
+        free(b.send);
+        free(b.recv);
+    }
     free(b.wr);
     free(g_tab.sc);
     int rc = whale_finalize(b.ctx);
