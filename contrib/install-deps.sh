@@ -84,9 +84,10 @@ fi
 # hf_interop.py): transformers on Debian's torch (python3-torch 1.13), for
 # /usr/bin/python3 (the interpreter that has torch). 4.46 is the last
 # release that still runs on torch 1.13 and has Llama, Mistral and Qwen2;
-# no CUDA torch from PyPI. About 3 minutes on a fresh machine.
-HF_PIP=("transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99")
-if ! /usr/bin/python3 -c "import transformers, tokenizers, safetensors, sentencepiece, torch; assert transformers.__version__ == '4.46.3'" 2>/dev/null; then
+# no CUDA torch from PyPI. About 3 minutes on a fresh machine. jinja2 runs
+# apply_chat_template (tests/unit/data/instruct_vs_hf.py).
+HF_PIP=("transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99" "jinja2>=3.1")
+if ! /usr/bin/python3 -c "import transformers, tokenizers, safetensors, sentencepiece, jinja2, torch; assert transformers.__version__ == '4.46.3'" 2>/dev/null; then
   echo "install-deps: pip installing ${HF_PIP[*]} for /usr/bin/python3"
   /usr/bin/python3 -m pip install -q --break-system-packages "${HF_PIP[@]}"
 fi

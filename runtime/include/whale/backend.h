@@ -269,6 +269,18 @@ int whale_k_linear_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, vo
 int whale_k_linear_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
                        float *dw, float *db, const void *dout, const void *inp, const void *w,
                        int N, int IC, int OC, bool acc);
+/* The MLP's fc with its GELU: whale_k_linear_fwd into out, then
+ * whale_k_gelu_fwd (gl, out). And the MLP's proj backward with GELU's:
+ * whale_k_linear_bwd (acc false), then whale_k_gelu_bwd (dinp, pre, dinp).
+ * The same results as those calls; the cpu backend applies GELU to each
+ * thread's block of the product while it is in cache (one parallel region
+ * instead of two, one pass over memory less). */
+int whale_k_linear_gelu_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                            void *gl, const void *inp, const void *w, const void *bias, int N,
+                            int IC, int OC);
+int whale_k_linear_bwd_gelu(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                            const void *pre, float *dw, float *db, const void *dout,
+                            const void *inp, const void *w, int N, int IC, int OC);
 
 /* out (N,C) = (inp - mean) * rstd * w (C) + bias (C), eps 1e-5 ;
  * mean, rstd (N) fp32 saved for backward. */

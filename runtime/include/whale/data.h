@@ -3,7 +3,8 @@
  *
  * Formats (detected from the content, or forced):
  *  - llm.c token shards: 256 x int32 header (magic 20240520, version 1,
- *    token count), then uint16 tokens;
+ *    token count), then uint16 tokens; version 2 (whale-data's for
+ *    vocabularies over 65536: Llama 3, Qwen2) has uint32 tokens;
  *  - raw bytes: every byte is a token (vocabulary 256).
  * Several files (comma-separated) are concatenated in the given order.
  *

@@ -450,6 +450,31 @@ int whale_k_linear_bwd(whale_backend *b, whale_stream *s, enum whale_dtype t, vo
     return fin(b, s, b->ops->linear_bwd(b, native_of(b, s), t, dinp, dw, db, dout, inp, w, N, IC, OC, acc));
 }
 
+int whale_k_linear_gelu_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
+                            void *gl, const void *inp, const void *w, const void *bias, int N,
+                            int IC, int OC)
+{
+    CHECK("whale_k_linear_gelu_fwd", t, N, IC, OC);
+    bk_stream ns = native_of(b, s);
+    if (b->ops->linear_gelu_fwd)
+        return fin(b, s, b->ops->linear_gelu_fwd(b, ns, t, out, gl, inp, w, bias, N, IC, OC));
+    int rc = b->ops->linear_fwd(b, ns, t, out, inp, w, bias, N, IC, OC);
+    return fin(b, s, rc ? rc : b->ops->gelu_fwd(b, ns, t, gl, out, (int64_t)N * OC));
+}
+
+int whale_k_linear_bwd_gelu(whale_backend *b, whale_stream *s, enum whale_dtype t, void *dinp,
+                            const void *pre, float *dw, float *db, const void *dout,
+                            const void *inp, const void *w, int N, int IC, int OC)
+{
+    CHECK("whale_k_linear_bwd_gelu", t, N, IC, OC);
+    bk_stream ns = native_of(b, s);
+    if (b->ops->linear_bwd_gelu)
+        return fin(b, s, b->ops->linear_bwd_gelu(b, ns, t, dinp, pre, dw, db, dout, inp, w, N, IC,
+                                                 OC));
+    int rc = b->ops->linear_bwd(b, ns, t, dinp, dw, db, dout, inp, w, N, IC, OC, false);
+    return fin(b, s, rc ? rc : b->ops->gelu_bwd(b, ns, t, dinp, pre, dinp, (int64_t)N * IC));
+}
+
 int whale_k_layernorm_fwd(whale_backend *b, whale_stream *s, enum whale_dtype t, void *out,
                           float *mean, float *rstd, const void *inp, const void *w,
                           const void *bias, int N, int C)

@@ -51,6 +51,13 @@ struct bk_ops {
     int (*linear_bwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
                       float *db, const void *dout, const void *inp, const void *w, int N, int IC,
                       int OC, bool acc);
+    /* optional (NULL: linear_fwd / linear_bwd and the gelu ops in turn) */
+    int (*linear_gelu_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
+                           void *gl, const void *inp, const void *w, const void *bias, int N,
+                           int IC, int OC);
+    int (*linear_bwd_gelu)(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp,
+                           const void *pre, float *dw, float *db, const void *dout,
+                           const void *inp, const void *w, int N, int IC, int OC);
     int (*layernorm_fwd)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                          float *mean, float *rstd, const void *inp, const void *w,
                          const void *bias, int N, int C);

@@ -16,6 +16,11 @@ int bkc_linear_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
 int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,
                    float *db, const void *dout, const void *inp, const void *w, int N, int IC,
                    int OC, bool acc);
+int bkc_linear_gelu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, void *gl,
+                        const void *inp, const void *w, const void *bias, int N, int IC, int OC);
+int bkc_linear_bwd_gelu(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp,
+                        const void *pre, float *dw, float *db, const void *dout, const void *inp,
+                        const void *w, int N, int IC, int OC);
 int bkc_layernorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *mean,
                       float *rstd, const void *inp, const void *w, const void *bias, int N, int C);
 int bkc_layernorm_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp, float *dw,

@@ -73,6 +73,32 @@ int bkc_linear_bwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp
     return bkc_done(&st);
 }
 
+/* fp32: one fused call (kernels.c); 16-bit types stage every operand, so
+ * they take the two calls (the rounding of out to t between them is part
+ * of their arithmetic) */
+int bkc_linear_gelu_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, void *gl,
+                        const void *inp, const void *w, const void *bias, int N, int IC, int OC)
+{
+    if (t != WHALE_FLOAT32) {
+        int rc = bkc_linear_fwd(b, s, t, out, inp, w, bias, N, IC, OC);
+        return rc ? rc : bkc_gelu_fwd(b, s, t, gl, out, (int64_t)N * OC);
+    }
+    k_linear_gelu_fwd(b->gemm_math, out, gl, inp, w, bias, N, IC, OC);
+    return 0;
+}
+
+int bkc_linear_bwd_gelu(whale_backend *b, bk_stream s, enum whale_dtype t, void *dinp,
+                        const void *pre, float *dw, float *db, const void *dout, const void *inp,
+                        const void *w, int N, int IC, int OC)
+{
+    if (t != WHALE_FLOAT32) {
+        int rc = bkc_linear_bwd(b, s, t, dinp, dw, db, dout, inp, w, N, IC, OC, false);
+        return rc ? rc : bkc_gelu_bwd(b, s, t, dinp, pre, dinp, (int64_t)N * IC);
+    }
+    k_linear_bwd_gelu(b->gemm_math, dinp, pre, dw, db, dout, inp, w, N, IC, OC, 0);
+    return 0;
+}
+
 /* ---- LayerNorm ------------------------------------------------------------------- */
 
 int bkc_layernorm_fwd(whale_backend *b, bk_stream s, enum whale_dtype t, void *out, float *mean,

@@ -49,6 +49,19 @@ K_VEC static void span_gelu_bwd(float *restrict dinp, const float *restrict inp,
     }
 }
 
+/* d (n) = gelu'(inp) * d: span_gelu_bwd in place (the same expression) */
+K_VEC static void span_gelu_bwd_inplace(float *restrict d, const float *restrict inp, int64_t n)
+{
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        float s = 1.0f / (1.0f + k_exp(-2.0f * u));
+        float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+        d[i] = (s + 2.0f * x * s * (1.0f - s) * du) * d[i];
+    }
+}
+
 /* r (n) = exp(r - mx); the caller sums the row in order afterwards */
 K_VEC static void span_exp_sub(float *restrict r, float mx, int n)
 {
@@ -153,14 +166,32 @@ static inline int k_in_parallel(void)
 #endif
 }
 
-void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
-            const float *B, int ldb, float beta, float *C, int ldc)
+/* What k_gemm_blocks does to each thread's block [r0,r1) x [c0,c1) of C
+ * around its product: pre before it (fill C with the bias), post after it
+ * (an element-wise activation while the block is still in cache). Both may
+ * be NULL. One parallel region does all three instead of three. */
+struct k_gemm_hooks {
+    void (*pre)(const struct k_gemm_hooks *h, int r0, int r1, int c0, int c1);
+    void (*post)(const struct k_gemm_hooks *h, int r0, int r1, int c0, int c1);
+    float *c;            /* C as the hooks see it (row stride ld) */
+    const float *x;      /* the hook's other operand: bias (pre), GELU input (post) */
+    float *y;            /* the hook's output (post), row stride ld */
+    int ld;
+};
+
+static void k_gemm_blocks(int transA, int transB, int M, int N, int K, float alpha,
+                          const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                          int ldc, const struct k_gemm_hooks *h)
 {
     const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
     const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
     int nt = k_nthreads;
     if (nt <= 1 || k_in_parallel() || (double)M * N * K < 2e6) {
+        if (h && h->pre)
+            h->pre(h, 0, M, 0, N);
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (h && h->post)
+            h->post(h, 0, M, 0, N);
         return;
     }
     /* Split the larger output dimension into nt blocks (multiples of 16). */
@@ -176,6 +207,10 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 #endif
         int lo = id * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
         if (lo < hi) {
+            int r0 = splitM ? lo : 0, r1 = splitM ? hi : M;
+            int c0 = splitM ? 0 : lo, c1 = splitM ? N : hi;
+            if (h && h->pre)
+                h->pre(h, r0, r1, c0, c1);
             if (splitM) {
                 const float *Ab = transA ? A + lo : A + (size_t)lo * lda;
                 cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, Ab, lda, B, ldb, beta,
@@ -185,19 +220,89 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
                 cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, Bb, ldb, beta,
                             C + lo, ldc);
             }
+            if (h && h->post)
+                h->post(h, r0, r1, c0, c1);
         }
     }
 }
 
-void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
-                  const float *b, int N, int IC, int OC)
+void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
+            const float *B, int ldb, float beta, float *C, int ldc)
 {
+    k_gemm_blocks(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL);
+}
+
+/* pre: rows r0..r1 of C, columns c0..c1, = the bias */
+static void hook_bias_fill(const struct k_gemm_hooks *h, int r0, int r1, int c0, int c1)
+{
+    for (int r = r0; r < r1; r++)
+        memcpy(h->c + (size_t)r * h->ld + c0, h->x + c0, sizeof(float) * (size_t)(c1 - c0));
+}
+
+/* post: y = gelu(C) over the block; whole rows are one span (the spans give
+ * the same bits at any length: kernels_vec.h) */
+static void hook_gelu_fwd(const struct k_gemm_hooks *h, int r0, int r1, int c0, int c1)
+{
+    if (c0 == 0 && c1 == h->ld) {
+        size_t o = (size_t)r0 * h->ld;
+        span_gelu_fwd(h->y + o, h->c + o, (int64_t)(r1 - r0) * h->ld);
+        return;
+    }
+    for (int r = r0; r < r1; r++) {
+        size_t o = (size_t)r * h->ld + c0;
+        span_gelu_fwd(h->y + o, h->c + o, c1 - c0);
+    }
+}
+
+/* post: y (the input gradient C) = gelu'(x) * C over the block, in place */
+static void hook_gelu_bwd(const struct k_gemm_hooks *h, int r0, int r1, int c0, int c1)
+{
+    if (c0 == 0 && c1 == h->ld) {
+        size_t o = (size_t)r0 * h->ld;
+        span_gelu_bwd_inplace(h->c + o, h->x + o, (int64_t)(r1 - r0) * h->ld);
+        return;
+    }
+    for (int r = r0; r < r1; r++) {
+        size_t o = (size_t)r * h->ld + c0;
+        span_gelu_bwd_inplace(h->c + o, h->x + o, c1 - c0);
+    }
+}
+
+/* out = inp @ w^T (+ b), and gl = gelu(out) when gl is not NULL. fp32
+ * products fill the bias and apply GELU inside the product's own parallel
+ * region, block by block (the same bits as the separate passes: each
+ * element gets the same operations); other operand types take the
+ * separate passes. */
+static void linear_fwd_hooked(enum whale_dtype mm, float *out, float *gl, const float *inp,
+                              const float *w, const float *b, int N, int IC, int OC)
+{
+    if (mm == WHALE_FLOAT32) {
+        struct k_gemm_hooks h = { .pre = b ? hook_bias_fill : NULL,
+                                  .post = gl ? hook_gelu_fwd : NULL,
+                                  .c = out, .x = b, .y = gl, .ld = OC };
+        k_gemm_blocks(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC, &h);
+        return;
+    }
     if (b) {
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++)
             memcpy(out + (size_t)n * OC, b, sizeof(float) * OC);
     }
     k_gemm_mm(mm, 0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, b ? 1.0f : 0.0f, out, OC);
+    if (gl)
+        k_gelu_fwd(gl, out, (int64_t)N * OC);
+}
+
+void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,
+                  const float *b, int N, int IC, int OC)
+{
+    linear_fwd_hooked(mm, out, NULL, inp, w, b, N, IC, OC);
+}
+
+void k_linear_gelu_fwd(enum whale_dtype mm, float *out, float *gl, const float *inp,
+                       const float *w, const float *b, int N, int IC, int OC)
+{
+    linear_fwd_hooked(mm, out, gl, inp, w, b, N, IC, OC);
 }
 
 /* db (OC) += column sums of dout (N,OC). Each thread owns one contiguous
@@ -239,8 +344,21 @@ static void k_colsum_acc(float *db, const float *dout, int N, int OC)
 void k_linear_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
                   const float *inp, const float *w, int N, int IC, int OC, int acc)
 {
-    if (dinp)
+    k_linear_bwd_gelu(mm, dinp, NULL, dw, db, dout, inp, w, N, IC, OC, acc);
+}
+
+void k_linear_bwd_gelu(enum whale_dtype mm, float *dinp, const float *pre, float *dw, float *db,
+                       const float *dout, const float *inp, const float *w, int N, int IC,
+                       int OC, int acc)
+{
+    if (dinp && pre && mm == WHALE_FLOAT32 && !acc) {
+        struct k_gemm_hooks h = { .post = hook_gelu_bwd, .c = dinp, .x = pre, .ld = IC };
+        k_gemm_blocks(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC, &h);
+    } else if (dinp) {
         k_gemm_mm(mm, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp, IC);
+        if (pre)
+            k_gelu_bwd(dinp, pre, dinp, (int64_t)N * IC);
+    }
     if (dw)
         k_gemm_mm(mm, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (db)
@@ -273,46 +391,51 @@ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, con
     }
 }
 
+/* One parallel region for both loops: the input gradient by rows, then
+ * (without waiting: it reads none of dinp) dw, db by column blocks. */
 void k_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                      const float *w, const float *mean, const float *rstd, int N, int C)
 {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        float m = mean[n], s = rstd[n];
-        float mdn = 0, mdnx = 0;
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
-            mdn += dn;
-            mdnx += dn * xh;
-        }
-        mdn /= C;
-        mdnx /= C;
-#pragma omp simd
-        for (int i = 0; i < C; i++) {
-            float xh = (x[i] - m) * s, dn = dy[i] * w[i];
-            dx[i] += s * (dn - mdn - xh * mdnx);
-        }
-    }
     enum { CB = 64 };
     int nb = (C + CB - 1) / CB;
-#pragma omp parallel for schedule(static)
-    for (int blk = 0; blk < nb; blk++) {
-        int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
-        float aw[CB] = { 0 }, ab[CB] = { 0 };
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
         for (int n = 0; n < N; n++) {
             const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
             float m = mean[n], s = rstd[n];
+            float mdn = 0, mdnx = 0;
+            for (int i = 0; i < C; i++) {
+                float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+                mdn += dn;
+                mdnx += dn * xh;
+            }
+            mdn /= C;
+            mdnx /= C;
 #pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                aw[c - c0] += dy[c] * (x[c] - m) * s;
-                ab[c - c0] += dy[c];
+            for (int i = 0; i < C; i++) {
+                float xh = (x[i] - m) * s, dn = dy[i] * w[i];
+                dx[i] += s * (dn - mdn - xh * mdnx);
             }
         }
-        for (int c = c0; c < c1; c++) {
-            dw[c] += aw[c - c0];
-            db[c] += ab[c - c0];
+#pragma omp for schedule(static)
+        for (int blk = 0; blk < nb; blk++) {
+            int c0 = blk * CB, c1 = c0 + CB < C ? c0 + CB : C;
+            float aw[CB] = { 0 }, ab[CB] = { 0 };
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+                float m = mean[n], s = rstd[n];
+#pragma omp simd
+                for (int c = c0; c < c1; c++) {
+                    aw[c - c0] += dy[c] * (x[c] - m) * s;
+                    ab[c - c0] += dy[c];
+                }
+            }
+            for (int c = c0; c < c1; c++) {
+                dw[c] += aw[c - c0];
+                db[c] += ab[c - c0];
+            }
         }
     }
 }

@@ -48,6 +48,16 @@ void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float
 void k_linear_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
                   const float *inp, const float *w, int N, int IC, int OC, int acc);
 
+/* k_linear_fwd, then gl (N,OC) = gelu_tanh(out): for fp32 GEMMs in the
+ * product's parallel region, block by block (the bits of the two calls). */
+void k_linear_gelu_fwd(enum whale_dtype mm, float *out, float *gl, const float *inp,
+                       const float *w, const float *b, int N, int IC, int OC);
+/* k_linear_bwd, then dinp = gelu'(pre) * dinp when pre (N,IC) is not NULL
+ * (fused into the dinp product for fp32 without acc; the same bits). */
+void k_linear_bwd_gelu(enum whale_dtype mm, float *dinp, const float *pre, float *dw, float *db,
+                       const float *dout, const float *inp, const float *w, int N, int IC,
+                       int OC, int acc);
+
 /* out (N,C) = (inp - mean) * rstd * w + b ; mean, rstd (N) saved */
 void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                      const float *b, int N, int C);

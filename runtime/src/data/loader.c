@@ -22,6 +22,7 @@ struct dfile {
     void *map;
     size_t map_len;
     enum whale_data_format fmt;
+    int tokw;            /* bytes per token of an llm.c shard: 2, or 4 (version 2) */
     const void *tok;     /* first token */
     int64_t ntok;
     int64_t first;       /* global index of its first token */
@@ -96,17 +97,19 @@ static int open_one(struct dfile *f, const struct whale_data_config *cfg)
                         f->path, hdr[0], WHALE_LLMC_MAGIC);
             return WHALE_EDATA;
         }
-        if (hdr[1] != 1) {
-            whale_error("data file %s: llm.c shard version %d not supported (expected 1: "
-                        "uint16 tokens)", f->path, hdr[1]);
+        if (hdr[1] != 1 && hdr[1] != 2) {
+            whale_error("data file %s: llm.c shard version %d not supported (1: uint16 "
+                        "tokens; 2: uint32 tokens, whale-data's for vocabularies over 65536)",
+                        f->path, hdr[1]);
             return WHALE_EDATA;
         }
+        f->tokw = hdr[1] == 2 ? 4 : 2;
         if (hdr[2] <= 0) {
             whale_error("data file %s: header says %d tokens", f->path, hdr[2]);
             return WHALE_EDATA;
         }
         f->ntok = hdr[2];
-        size_t need = hb + (size_t)f->ntok * 2;
+        size_t need = hb + (size_t)f->ntok * (size_t)f->tokw;
         if (f->map_len < need) {
             whale_error("data file %s: truncated: header says %lld tokens (%zu bytes) but the "
                         "file has %zu bytes", f->path, (long long)f->ntok, need, f->map_len);
@@ -114,15 +117,17 @@ static int open_one(struct dfile *f, const struct whale_data_config *cfg)
         }
         f->tok = (const char *)f->map + hb;
         const uint16_t *t = f->tok;
+        const uint32_t *t4 = f->tok;
         int64_t bad = -1;
         for (int64_t i = 0; i < f->ntok; i++)
-            if (t[i] >= cfg->vocab) {
+            if ((f->tokw == 4 ? t4[i] : t[i]) >= (uint32_t)cfg->vocab) {
                 bad = i;
                 break;
             }
         if (bad >= 0) {
-            whale_error("data file %s: token %d at position %lld is >= the model's vocabulary "
-                        "size %d", f->path, t[bad], (long long)bad, cfg->vocab);
+            whale_error("data file %s: token %u at position %lld is >= the model's vocabulary "
+                        "size %d", f->path, f->tokw == 4 ? t4[bad] : t[bad], (long long)bad,
+                        cfg->vocab);
             return WHALE_EDATA;
         }
     } else {
@@ -222,7 +227,9 @@ static void copy_tokens(const whale_data *d, int64_t start, int32_t *dst, uint8_
             pos = 0;
         }
         t_file = fi;
-        if (d->f[fi].fmt == WHALE_DATA_LLMC)
+        if (d->f[fi].fmt == WHALE_DATA_LLMC && d->f[fi].tokw == 4)
+            dst[i] = (int32_t)((const uint32_t *)d->f[fi].tok)[pos];
+        else if (d->f[fi].fmt == WHALE_DATA_LLMC)
             dst[i] = ((const uint16_t *)d->f[fi].tok)[pos];
         else
             dst[i] = ((const uint8_t *)d->f[fi].tok)[pos];

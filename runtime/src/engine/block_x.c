@@ -471,15 +471,17 @@ static int xb_fwd(struct eng_layer *l, struct eng_io *io)
         BK(eng_moe_fwd(l, io, ix.moe, s.moe, x.moe, ln, x.sa));
         return whale_k_add(bk, NULL, F32, io->out, s.r1, x.sa, (int64_t)Ns * C);
     }
-    /* fc (gate) (N,F) = ln2 @ Wfc^T ; glu: up (N,F), h = act(gate) * up */
-    BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb), N,
-                          C, F));
+    /* fc (gate) (N,F) = ln2 @ Wfc^T ; gelu: h = GELU(fc) ; glu: up (N,F),
+     * h = act(gate) * up */
     if (xb_glu(d)) {
+        BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, ln, eng_pw(l, ix.fcw), pw_or_null(l, ix.fcb),
+                              N, C, F));
         BK(whale_k_linear_fwd(bk, NULL, F32, s.up, ln, eng_pw(l, ix.upw),
                               pw_or_null(l, ix.upb), N, C, F));
         BK(whale_k_glu_fwd(bk, NULL, F32, xb_glu_act(d), s.h, s.fc, s.up, (int64_t)N * F));
     } else {
-        BK(whale_k_gelu_fwd(bk, NULL, F32, s.h, s.fc, (int64_t)N * F));
+        BK(whale_k_linear_gelu_fwd(bk, NULL, F32, s.fc, s.h, ln, eng_pw(l, ix.fcw),
+                                   pw_or_null(l, ix.fcb), N, C, F));
     }
     BK(xb_row_out(l, io, &x, s.h, eng_pw(l, ix.pw), pw_or_null(l, ix.pb), F, &mine));
     return whale_k_add(bk, NULL, F32, io->out, s.r1, mine, (int64_t)Ns * C);
@@ -612,9 +614,14 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
         BK(eng_moe_bwd(l, io, ix.moe, s.moe, x.moe, ln, dsf, x.sa));
     } else {
-    /* MLP: dh (N,F) = ds @ Wproj ; then the activation's and fc/gate/up's backward */
-    BK(whale_k_linear_bwd(bk, NULL, F32, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf, s.h,
-                          eng_pw(l, ix.pw), N, F, C, false));
+    /* MLP: dh (N,F) = ds @ Wproj ; then the activation's and fc/gate/up's
+     * backward (gelu: dfc = GELU'(fc) * dh in the same call) */
+    if (xb_glu(d))
+        BK(whale_k_linear_bwd(bk, NULL, F32, x.sb, eng_pg(l, ix.pw), pg_or_null(l, ix.pb), dsf,
+                              s.h, eng_pw(l, ix.pw), N, F, C, false));
+    else
+        BK(whale_k_linear_bwd_gelu(bk, NULL, F32, x.sb, s.fc, eng_pg(l, ix.pw),
+                                   pg_or_null(l, ix.pb), dsf, s.h, eng_pw(l, ix.pw), N, F, C));
     BK(xb_norm_rows(l, io, &x, s.ln2, &ln));
     if (xb_glu(d)) {
         /* dgate (N,F) in place of dh, dup (N,F) after it */
@@ -626,7 +633,6 @@ static int xb_bwd(struct eng_layer *l, struct eng_io *io)
         BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.upw), pg_or_null(l, ix.upb), dup,
                               ln, eng_pw(l, ix.upw), N, C, F, true));
     } else {
-        BK(whale_k_gelu_bwd(bk, NULL, F32, x.sb, s.fc, x.sb, (int64_t)N * F));
         BK(whale_k_linear_bwd(bk, NULL, F32, x.sa, eng_pg(l, ix.fcw), pg_or_null(l, ix.fcb),
                               x.sb, ln, eng_pw(l, ix.fcw), N, C, F, false));
     }

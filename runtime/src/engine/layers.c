@@ -254,9 +254,9 @@ static int blk_fwd(struct eng_layer *l, struct eng_io *io)
     BK(whale_k_add(bk, NULL, F32, s.r1, io->in, tmp, (int64_t)N * C));
     BK(whale_k_layernorm_fwd(bk, NULL, F32, s.ln2, s.mean2, s.rstd2, s.r1, eng_pw(l, 6),
                              eng_pw(l, 7), N, C));
-    /* fc (N,F) = ln2 (N,C) @ Wfc (F,C)^T + b */
-    BK(whale_k_linear_fwd(bk, NULL, F32, s.fc, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C, F));
-    BK(whale_k_gelu_fwd(bk, NULL, F32, s.gl, s.fc, (int64_t)N * F));
+    /* fc (N,F) = ln2 (N,C) @ Wfc (F,C)^T + b ; gl = GELU(fc) */
+    BK(whale_k_linear_gelu_fwd(bk, NULL, F32, s.fc, s.gl, s.ln2, eng_pw(l, 8), eng_pw(l, 9), N, C,
+                               F));
     BK(eng_tp_row_linear_fwd(bk, tmp, s.gl, eng_pw(l, 10), eng_pw(l, 11), N, F, C, io->tp_group));
     return whale_k_add(bk, NULL, F32, io->out, s.r1, tmp, (int64_t)N * C);
 }
@@ -284,10 +284,9 @@ static int blk_bwd(struct eng_layer *l, struct eng_io *io)
     float *sc = sb + (size_t)N * big;           /* (N,max(C,Ct)) */
     float *ds = io->dstream;                    /* (N,C), in place: dout -> dinput */
     int rc;
-    /* MLP: dgl (N,F) = ds @ Wmp ; gradients of mlp.proj */
-    BK(whale_k_linear_bwd(bk, NULL, F32, sb, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl,
-                          eng_pw(l, 10), N, F, C, false));
-    BK(whale_k_gelu_bwd(bk, NULL, F32, sb, s.fc, sb, (int64_t)N * F));
+    /* MLP: dfc (N,F) = GELU'(fc) * (ds @ Wmp) ; gradients of mlp.proj */
+    BK(whale_k_linear_bwd_gelu(bk, NULL, F32, sb, s.fc, eng_pg(l, 10), eng_pg(l, 11), ds, s.gl,
+                               eng_pw(l, 10), N, F, C));
     /* dln2 (N,C) = dfc @ Wfc, summed over TP (column-parallel input grad) */
     BK(whale_k_linear_bwd(bk, NULL, F32, sa, eng_pg(l, 8), eng_pg(l, 9), sb, s.ln2, eng_pw(l, 8),
                           N, C, F, false));

@@ -529,6 +529,14 @@ static int normed_split(const wd_bpe *b, const char *t, size_t len, pcre2_match_
     return rc;
 }
 
+int wd_bpe_added_id(const wd_bpe *b, const char *tok)
+{
+    for (int i = 0; i < b->nadded; i++)
+        if (!strcmp(b->added[i], tok))
+            return b->added_id[i];
+    return -1;
+}
+
 /* The added token at t[0, len) (the longest), or -1 */
 static int added_at(const wd_bpe *b, const char *t, size_t len)
 {

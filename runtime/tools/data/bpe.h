@@ -23,6 +23,9 @@ int  wd_bpe_load_bytes(const void *json, size_t len, wd_bpe **out, char *err, si
 void wd_bpe_free(wd_bpe *b);
 int  wd_bpe_vocab(const wd_bpe *b);       /* highest id + 1 (added tokens included) */
 int  wd_bpe_token_id(const wd_bpe *b, const char *tok); /* -1 when absent */
+/* The id of an added token (added_tokens: the special tokens), -1 when tok
+ * is not one: a chat template's markers are one token only as these. */
+int  wd_bpe_added_id(const wd_bpe *b, const char *tok);
 /* Appends the ids of text[0, len) to *ids (grown with realloc). Thread-safe. */
 int  wd_bpe_encode(const wd_bpe *b, const char *text, size_t len, int32_t **ids, size_t *n,
                    size_t *cap, char *err, size_t errlen);

@@ -230,6 +230,12 @@ static int read_jsonl(struct wd_corpus *c, int fi, const char *buf, size_t len, 
             ERR("%s:%ld: not valid JSON: %s (column %d)", path, line, je.text, je.column);
             return -1;
         }
+        if (!*field) { /* the whole record (instruction data): checked by instruct.c */
+            json_decref(j);
+            if (add_doc(c, buf + s, e - s, fi, line))
+                return -1;
+            continue;
+        }
         json_t *v = json_object_get(j, field);
         if (!json_is_object(j) || !v) {
             ERR("%s:%ld: the record has no field \"%s\" (--jsonl %s)", path, line, field, field);

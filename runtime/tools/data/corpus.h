@@ -30,7 +30,7 @@ struct wd_corpus {
  * input (missing, unreadable, a pattern with no match, nothing found). */
 int wd_corpus_files(struct wd_corpus *c, char **inputs, int n);
 /* Read every file: jsonl_field NULL: one document per file; else one per
- * line, the string `jsonl_field` of its object. Invalid UTF-8, bad JSON, a
+ * line, the string `jsonl_field` of its object ("": the whole record). Invalid UTF-8, bad JSON, a
  * missing or non-string field: file:line and the problem. Empty documents
  * are skipped. */
 int wd_corpus_read(struct wd_corpus *c, const char *jsonl_field);

@@ -176,7 +176,9 @@ void wd_encoded_free(struct wd_ids *e, size_t n)
 {
     if (!e)
         return;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         free(e[i].ids);
+        free(e[i].mask);
+    }
     free(e);
 }

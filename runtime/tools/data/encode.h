@@ -14,6 +14,7 @@
 struct wd_ids {
     int32_t *ids;
     size_t n, cap;
+    uint8_t *mask; /* n loss-mask bytes (instruction data), or NULL */
 };
 
 /* out: c->ndocs entries (free with wd_encoded_free). progress: a live line

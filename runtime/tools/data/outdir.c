@@ -155,7 +155,7 @@ void wd_out_free(struct wd_out *o)
 }
 
 int wd_write_shard(struct wd_out *o, const char *name, const int32_t *const *parts,
-                   const size_t *lens, size_t nparts)
+                   const size_t *lens, size_t nparts, bool wide)
 {
     size_t total = 0;
     for (size_t i = 0; i < nparts; i++)
@@ -167,15 +167,19 @@ int wd_write_shard(struct wd_out *o, const char *name, const int32_t *const *par
     FILE *f = wd_out_open(o, name);
     if (!f)
         return -1;
-    int32_t hdr[WHALE_LLMC_HEADER_INTS] = { WHALE_LLMC_MAGIC, 1, (int32_t)total };
+    int32_t hdr[WHALE_LLMC_HEADER_INTS] = { WHALE_LLMC_MAGIC, wide ? 2 : 1, (int32_t)total };
     int rc = fwrite(hdr, sizeof hdr, 1, f) == 1 ? 0 : -1;
     uint16_t buf[4096];
     for (size_t i = 0; i < nparts && !rc; i++)
         for (size_t k = 0; k < lens[i] && !rc;) {
             size_t m = lens[i] - k < 4096 ? lens[i] - k : 4096;
-            for (size_t j = 0; j < m; j++)
-                buf[j] = (uint16_t)parts[i][k + j];
-            rc = fwrite(buf, 2, m, f) == m ? 0 : -1;
+            if (wide) { /* int32 ids >= 0 are their uint32 */
+                rc = fwrite(parts[i] + k, 4, m, f) == m ? 0 : -1;
+            } else {
+                for (size_t j = 0; j < m; j++)
+                    buf[j] = (uint16_t)parts[i][k + j];
+                rc = fwrite(buf, 2, m, f) == m ? 0 : -1;
+            }
             k += m;
         }
     if (rc) {

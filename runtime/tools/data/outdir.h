@@ -5,6 +5,7 @@
 #ifndef WHALE_DATA_OUTDIR_H
 #define WHALE_DATA_OUTDIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,8 +31,10 @@ void wd_out_abort(struct wd_out *o);
 void wd_out_free(struct wd_out *o);
 
 /* An llm.c token shard: 256 int32 header (magic 20240520, version 1,
- * token count), then uint16 tokens (ids must be < 65536). */
+ * token count), then uint16 tokens (ids must be < 65536); wide: version 2,
+ * uint32 tokens (vocabularies over 65536: Llama 3, Qwen2; whale-train
+ * reads both). */
 int wd_write_shard(struct wd_out *o, const char *name, const int32_t *const *parts,
-                   const size_t *lens, size_t nparts);
+                   const size_t *lens, size_t nparts, bool wide);
 
 #endif

@@ -322,6 +322,63 @@ extern "C" int wd_spm_decode(const wd_spm *s, const int32_t *ids, size_t n, char
     return 0;
 }
 
+extern "C" int wd_spm_piece_id(const wd_spm *s, const char *piece)
+{
+    if (s->bpe)
+        return wd_bpe_added_id(s->bpe, piece);
+    int id = s->sp.PieceToId(piece);
+    if (id < 0 || (s->sp.IsUnknown(id) && s->sp.IdToPiece(id) != piece))
+        return -1;
+    return id;
+}
+
+extern "C" int wd_spm_token_bytes(const wd_spm *s, int32_t id, char *buf, size_t cap)
+{
+    if (s->bpe) {
+        char *o = nullptr, e[8];
+        size_t len = 0;
+        if (wd_bpe_decode(s->bpe, &id, 1, &o, &len, e, sizeof e) || len > cap) {
+            std::free(o);
+            return -1;
+        }
+        std::memcpy(buf, o, len);
+        std::free(o);
+        return (int)len;
+    }
+    if (id < 0 || id >= s->sp.GetPieceSize())
+        return -1;
+    if (id == s->nl) {
+        if (cap < 1)
+            return -1;
+        buf[0] = '\n';
+        return 1;
+    }
+    if (s->sp.IsUnknown(id) || s->sp.IsControl(id) || s->sp.IsUnused(id))
+        return -1;
+    const std::string &p = s->sp.IdToPiece(id);
+    unsigned v;
+    if (s->sp.IsByte(id) && std::sscanf(p.c_str(), "<0x%02X>", &v) == 1) {
+        if (cap < 1)
+            return -1;
+        buf[0] = (char)v;
+        return 1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < p.size();) {
+        if (p.compare(i, 3, "\xe2\x96\x81") == 0) { // U+2581, the space mark
+            if (k >= cap)
+                return -1;
+            buf[k++] = ' ';
+            i += 3;
+        } else {
+            if (k >= cap)
+                return -1;
+            buf[k++] = p[i++];
+        }
+    }
+    return (int)k;
+}
+
 extern "C" const char *wd_spm_version(void)
 {
     return WHALE_SPM_VERSION;

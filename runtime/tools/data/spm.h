@@ -58,6 +58,18 @@ int wd_spm_encode_line(const wd_spm *s, const char *text, size_t len, int32_t **
 int wd_spm_decode(const wd_spm *s, const int32_t *ids, size_t n, char **out, char *err,
                   size_t errlen);
 
+/* The id of a special piece by its text: a tokenizer.json's added token
+ * (never a merged one: Hugging Face encodes those as text) or a
+ * SentencePiece piece (control pieces such as <s> included); -1 when the
+ * tokenizer has none (the chat templates' markers). */
+int wd_spm_piece_id(const wd_spm *s, const char *piece);
+/* The bytes of the text token id stands for, into buf (cap bytes): what
+ * decoding it alone gives, with SentencePiece's U+2581 as a space and byte
+ * pieces as their byte (the offsets of a chat template's response inside
+ * an encoded text). Returns the length, or -1 for an id that stands for no
+ * text (unknown, control) or does not fit. */
+int wd_spm_token_bytes(const wd_spm *s, int32_t id, char *buf, size_t cap);
+
 /* The library's version (pkg-config's, fixed at build time). */
 const char *wd_spm_version(void);
 

@@ -18,8 +18,10 @@
 
 #include "corpus.h"
 #include "encode.h"
+#include "instruct.h"
 #include "outdir.h"
 #include "spm.h"
+#include "whale/clock.h"
 #include "whale/envnum.h"
 #include "whale/readfile.h"
 #include "whale_config.h"
@@ -30,6 +32,11 @@
 
 struct opts {
     const char *out, *jsonl, *tokenizer, *model_type;
+    /* instruction data: the chat template (NULL: plain text), the
+     * tokenizer_config.json `auto` reads, a default system turn */
+    const char *chat_template, *tokenizer_config, *system_prompt;
+    long max_tokens;
+    enum wd_overlong overlong;
     long vocab, val_docs, threads, shard_tokens, train_sentences;
     double val_fraction, coverage;
     int progress, verbose, force;
@@ -50,6 +57,22 @@ static void usage(FILE *f)
 "                         val_NNNNNN.bin, whale-data.json\n"
 "  --jsonl FIELD          inputs are JSON lines; each record's string FIELD is one\n"
 "                         document (default: each file is one document)\n"
+"\n"
+"Instruction data (fine-tuning; needs --tokenizer): inputs are JSON lines, each\n"
+"{\"prompt\": P, \"response\": R} (optional \"system\") or {\"messages\": [{\"role\":\n"
+"\"system\"|\"user\"|\"assistant\", \"content\": C}, ..]}; every shard gets SHARD.mask\n"
+"beside it (1 byte per token, 1 = response token: what whale-train's loss counts)\n"
+"  --instruct             records are instruction data (template: --chat-template auto)\n"
+"  --chat-template NAME   chatml, qwen2 (ChatML + Qwen2's default system turn), llama3,\n"
+"                         llama2, mistral (v0.1), or auto (default): recognise the\n"
+"                         chat_template of the tokenizer_config.json beside --tokenizer\n"
+"  --tokenizer-config F   the tokenizer_config.json auto reads\n"
+"  --system-prompt TEXT   the system turn of records without one\n"
+"  --max-tokens N         tokens of one record at most (default 0: no limit)\n"
+"  --overlong P           a longer record: refuse (default: stop, naming file:line),\n"
+"                         truncate (keep its first N tokens) or drop (leave it out);\n"
+"                         truncated and dropped records are counted in the summary\n"
+"\n"
 "  --tokenizer FILE       use this SentencePiece .model, or a Hugging Face tokenizer.json\n"
 "                         (byte-level BPE: GPT-2, Llama 3, Qwen2), instead of training one\n"
 "  --vocab-size N         tokens of the trained tokenizer (default 4096; 64..65536:\n"
@@ -144,17 +167,41 @@ static size_t *doc_order(size_t n, long seed)
     return p;
 }
 
+/* SHARD.mask beside a shard of instruction data: its tokens' loss-mask
+ * bytes, which whale-train reads beside the data file. */
+static int write_mask(struct wd_out *o, const char *shard, const uint8_t *const *parts,
+                      const size_t *lens, size_t np, bool masks)
+{
+    if (!masks)
+        return 0;
+    char nm[80];
+    snprintf(nm, sizeof nm, "%s.mask", shard);
+    FILE *f = wd_out_open(o, nm);
+    if (!f)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < np && !rc; i++)
+        rc = lens[i] && fwrite(parts[i], 1, lens[i], f) != lens[i] ? -1 : 0;
+    if (rc) {
+        ERR("writing %s/%s failed: %s", o->dir, nm, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    return wd_out_close(o, f);
+}
+
 /* Write one split's shards (documents in `order`); names appended to arr. */
 static int write_split(struct wd_out *o, const char *split, const struct wd_corpus *c,
-                       const struct wd_ids *enc, const size_t *order, bool val,
-                       long shard_tokens, json_t *arr,
+                       const struct wd_ids *enc, const size_t *order, bool val, bool masks,
+                       bool wide, long shard_tokens, json_t *arr,
                        size_t *ntok, size_t *ndocs, size_t *nbytes)
 {
     size_t cap = 64, np = 0, cur = 0;
     int shard = 0, rc = 0;
     const int32_t **parts = malloc(cap * sizeof *parts);
+    const uint8_t **mparts = malloc(cap * sizeof *mparts);
     size_t *lens = malloc(cap * sizeof *lens);
-    if (!parts || !lens)
+    if (!parts || !lens || !mparts)
         rc = -1;
     *ntok = *ndocs = *nbytes = 0;
     for (size_t i = 0; i <= c->ndocs && !rc; i++) {
@@ -169,23 +216,28 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
                 cap *= 2;
                 const int32_t **p2 = realloc(parts, cap * sizeof *parts);
                 size_t *l2 = p2 ? realloc(lens, cap * sizeof *lens) : NULL;
+                const uint8_t **m2 = l2 ? realloc(mparts, cap * sizeof *mparts) : NULL;
                 if (p2)
                     parts = p2;
                 if (l2)
                     lens = l2;
-                if (!p2 || !l2) {
+                if (m2)
+                    mparts = m2;
+                if (!p2 || !l2 || !m2) {
                     rc = -1;
                     break;
                 }
             }
             parts[np] = enc[di].ids + off;
+            mparts[np] = enc[di].mask ? enc[di].mask + off : NULL;
             lens[np++] = take;
             cur += take;
             off += take;
             if (cur == (size_t)shard_tokens) { /* a full shard: write it */
                 char nm[64];
                 snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
-                rc = wd_write_shard(o, nm, parts, lens, np);
+                rc = wd_write_shard(o, nm, parts, lens, np, wide) ||
+                     write_mask(o, nm, mparts, lens, np, masks);
                 json_array_append_new(arr, json_string(nm));
                 *ntok += cur;
                 np = cur = 0;
@@ -198,21 +250,25 @@ static int write_split(struct wd_out *o, const char *split, const struct wd_corp
         if (last && cur && !rc) {
             char nm[64];
             snprintf(nm, sizeof nm, "%s_%06d.bin", split, shard++);
-            rc = wd_write_shard(o, nm, parts, lens, np);
+            rc = wd_write_shard(o, nm, parts, lens, np, wide) ||
+                 write_mask(o, nm, mparts, lens, np, masks);
             json_array_append_new(arr, json_string(nm));
             *ntok += cur;
         }
     }
+    free(mparts);
     free(parts);
     free(lens);
     return rc;
 }
 
-/* after --force: shards of the previous output that this one did not write */
-static void remove_stale(const char *dir, json_t *tr, json_t *va)
+/* after --force: shards of the previous output that this one did not
+ * write, and masks beside shards that have none now (whale-train would
+ * read an earlier run's mask with new plain-text tokens) */
+static void remove_stale(const char *dir, json_t *tr, json_t *va, bool masks)
 {
-    const char *pat[2] = { "train_*.bin", "val_*.bin" };
-    for (int k = 0; k < 2; k++) {
+    const char *pat[4] = { "train_*.bin", "val_*.bin", "train_*.bin.mask", "val_*.bin.mask" };
+    for (int k = 0; k < 4; k++) {
         char *g;
         if (asprintf(&g, "%s/%s", dir, pat[k]) < 0)
             return;
@@ -220,10 +276,13 @@ static void remove_stale(const char *dir, json_t *tr, json_t *va)
         if (glob(g, 0, NULL, &gl) == 0) {
             for (size_t i = 0; i < gl.gl_pathc; i++) {
                 const char *base = strrchr(gl.gl_pathv[i], '/') + 1;
+                size_t bl = strlen(base) - (k >= 2 ? 5 : 0); /* the shard of a mask */
                 bool keep = false;
                 size_t j;
                 json_t *v;
-                json_array_foreach(k ? va : tr, j, v) keep |= !strcmp(json_string_value(v), base);
+                json_array_foreach(k % 2 ? va : tr, j, v) keep |=
+                    (k < 2 || masks) && strlen(json_string_value(v)) == bl &&
+                    !strncmp(json_string_value(v), base, bl);
                 if (!keep)
                     unlink(gl.gl_pathv[i]);
             }
@@ -241,10 +300,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
                         .threads = ncpu > 0 ? ncpu : 1, .shard_tokens = 100000000,
                         .train_sentences = 2000000, .coverage = 0.9995, .progress = -1,
                         .shuffle = 1 };
-    enum { O_JSONL = 256, O_TOK, O_VOCAB, O_TYPE, O_COV, O_TRS, O_VF, O_VD, O_ST, O_TH, O_FORCE,
+    enum { O_INSTR = 200, O_TMPL, O_TCFG, O_SYS, O_MAXT, O_OVL, O_JSONL = 256, O_TOK, O_VOCAB, O_TYPE, O_COV, O_TRS, O_VF, O_VD, O_ST, O_TH, O_FORCE,
            O_NOPROG, O_VERB, O_SHUF, O_NOSHUF };
     static const struct option lo[] = {
         { "out", required_argument, 0, 'o' }, { "jsonl", required_argument, 0, O_JSONL },
+        { "instruct", no_argument, 0, O_INSTR }, { "chat-template", required_argument, 0, O_TMPL },
+        { "tokenizer-config", required_argument, 0, O_TCFG },
+        { "system-prompt", required_argument, 0, O_SYS },
+        { "max-tokens", required_argument, 0, O_MAXT },
+        { "overlong", required_argument, 0, O_OVL },
         { "tokenizer", required_argument, 0, O_TOK },
         { "vocab-size", required_argument, 0, O_VOCAB },
         { "model-type", required_argument, 0, O_TYPE },
@@ -269,6 +333,26 @@ static int parse_args(int argc, char **argv, struct opts *o)
             o->jsonl = optarg;
             break;
         case O_TOK: o->tokenizer = optarg; break;
+        case O_INSTR:
+            if (!o->chat_template)
+                o->chat_template = "auto";
+            break;
+        case O_TMPL: o->chat_template = optarg; break;
+        case O_TCFG: o->tokenizer_config = optarg; break;
+        case O_SYS: o->system_prompt = optarg; break;
+        case O_MAXT: bad |= whale_opt_long("whale-data", "--max-tokens", optarg, 0, INT32_MAX, &o->max_tokens); break;
+        case O_OVL:
+            if (!strcmp(optarg, "refuse"))
+                o->overlong = WD_OVERLONG_REFUSE;
+            else if (!strcmp(optarg, "truncate"))
+                o->overlong = WD_OVERLONG_TRUNCATE;
+            else if (!strcmp(optarg, "drop"))
+                o->overlong = WD_OVERLONG_DROP;
+            else {
+                ERR("--overlong=%s: expected refuse, truncate or drop", optarg);
+                bad = 1;
+            }
+            break;
         case O_VOCAB: bad |= whale_opt_long("whale-data", "--vocab-size", optarg, 64, 65536, &o->vocab); vocab_set = 1; break;
         case O_TYPE:
             if (strcmp(optarg, "bpe") && strcmp(optarg, "unigram")) {
@@ -297,6 +381,18 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return 2;
     if (!o->out) {
         ERR("--out DIR is required (see --help)");
+        return 2;
+    }
+    if (o->chat_template && (!o->tokenizer || o->jsonl)) {
+        ERR("%s", o->jsonl ? "--jsonl FIELD reads plain text; instruction records (--instruct, "
+                             "--chat-template) are read whole: give one of them"
+                           : "instruction data (--instruct, --chat-template) needs the model's "
+                             "--tokenizer (its template's special tokens)");
+        return 2;
+    }
+    if (!o->chat_template && (o->tokenizer_config || o->system_prompt || o->max_tokens)) {
+        ERR("--tokenizer-config, --system-prompt and --max-tokens are for instruction data "
+            "(--instruct)");
         return 2;
     }
     if (o->tokenizer && vocab_set) {
@@ -336,6 +432,8 @@ struct data_run {
     json_t *tr, *va;       /* the shard names of each split */
     size_t tt, td, tb, vt, vd, vb; /* tokens, documents, bytes of train / val */
     json_t *meta;
+    struct wd_tmpl tmpl;            /* instruction data */
+    struct wd_instruct_stats inst;
 };
 
 /* The tokenizer: loaded, or trained on the training documents only (so
@@ -377,10 +475,9 @@ static int make_tokenizer(const struct opts *o, bool progress, struct data_run *
         }
     }
     r->V = wd_spm_vocab(r->sp);
-    if (r->V > 65536) {
-        ERR("the tokenizer has %d tokens; llm.c shards hold uint16 ids (at most 65536)", r->V);
-        return -1;
-    }
+    if (r->V > 65536) /* Llama 3, Qwen2: uint32 shards (version 2), which whale-train reads */
+        fprintf(stderr, "whale-data: the tokenizer has %d tokens, over uint16: the shards hold "
+                "uint32 ids (llm.c shard version 2)\n", r->V);
     return 0;
 }
 
@@ -392,10 +489,10 @@ static int write_shards(const struct opts *o, struct data_run *r)
         return -1;
     json_t *tr = json_array(), *va = json_array();
     if (wd_out_write(&r->out, TOK_NAME, r->model, r->model_len) ||
-        write_split(&r->out, "train", &r->corp, r->enc, r->order, false, o->shard_tokens, tr,
-                    &r->tt, &r->td, &r->tb) ||
-        write_split(&r->out, "val", &r->corp, r->enc, r->order, true, o->shard_tokens, va,
-                    &r->vt, &r->vd, &r->vb)) {
+        write_split(&r->out, "train", &r->corp, r->enc, r->order, false, o->chat_template,
+                    r->V > 65536, o->shard_tokens, tr, &r->tt, &r->td, &r->tb) ||
+        write_split(&r->out, "val", &r->corp, r->enc, r->order, true, o->chat_template,
+                    r->V > 65536, o->shard_tokens, va, &r->vt, &r->vd, &r->vb)) {
         json_decref(tr);
         json_decref(va);
         return -1;
@@ -438,8 +535,22 @@ static json_t *build_meta(const struct opts *o, struct data_run *r)
         return NULL;
     json_object_set_new(meta, "library_version", json_string(wd_spm_version()));
     json_object_set_new(meta, "shuffle", o->shuffle >= 0 ? json_integer(o->shuffle) : json_null());
+    json_object_set_new(meta, "token_bytes", json_integer(r->V > 65536 ? 4 : 2));
     if (o->jsonl)
         json_object_set_new(meta, "jsonl_field", json_string(o->jsonl));
+    if (o->chat_template) {
+        const struct wd_instruct_stats *s = &r->inst;
+        json_t *in = json_pack("{sssssIsIsIsIsIsIsIsI}",
+            "chat_template", r->tmpl.name, "masks", "SHARD.mask: 1 byte per token, 1 = response",
+            "records", (json_int_t)s->records, "tokens", (json_int_t)s->tokens,
+            "target_tokens", (json_int_t)s->targets,
+            "max_tokens", (json_int_t)o->max_tokens, "truncated", (json_int_t)s->truncated,
+            "dropped", (json_int_t)s->dropped, "truncated_without_target",
+            (json_int_t)s->no_target, "split_encodings", (json_int_t)s->split_runs);
+        if (in && o->system_prompt)
+            json_object_set_new(in, "system_prompt", json_string(o->system_prompt));
+        json_object_set_new(meta, "instruct", in);
+    }
     if (o->tokenizer) {
         char *rp = realpath(o->tokenizer, NULL);
         json_object_set_new(meta, "tokenizer_source", json_string(rp ? rp : o->tokenizer));
@@ -464,7 +575,65 @@ static int commit_output(const struct opts *o, struct data_run *r)
     json_t *splits = json_object_get(r->meta, "splits");
     if (o->force)
         remove_stale(o->out, json_object_get(json_object_get(splits, "train"), "shards"),
-                     json_object_get(json_object_get(splits, "val"), "shards"));
+                     json_object_get(json_object_get(splits, "val"), "shards"),
+                     o->chat_template != NULL);
+    return 0;
+}
+
+/* The template (named, or recognised in tokenizer_config.json), checked
+ * against the tokenizer; the records into ids and masks (one thread: a
+ * record is small, and its template segments are encoded in order). 0 or
+ * -1 (said). */
+static int instruct_encode(const struct opts *o, struct data_run *r)
+{
+    char err[1024], *cfg = NULL;
+    int rc;
+    if (!strcmp(o->chat_template, "auto")) {
+        if (o->tokenizer_config) {
+            cfg = strdup(o->tokenizer_config);
+        } else { /* beside the tokenizer, as in a Hugging Face model directory */
+            const char *sl = strrchr(o->tokenizer, '/');
+            if (asprintf(&cfg, "%.*stokenizer_config.json", sl ? (int)(sl - o->tokenizer + 1) : 0,
+                         o->tokenizer) < 0)
+                cfg = NULL;
+        }
+        rc = cfg ? wd_tmpl_auto(cfg, &r->tmpl, err, sizeof err) : -1;
+        if (!rc)
+            fprintf(stderr, "whale-data: %s: chat template %s\n", cfg, r->tmpl.name);
+        free(cfg);
+    } else {
+        rc = wd_tmpl_named(o->chat_template, &r->tmpl, err, sizeof err);
+    }
+    if (rc) {
+        ERR("%s", err);
+        return -1;
+    }
+    if (wd_instruct_check(r->sp, &r->tmpl, err, sizeof err)) {
+        ERR("--tokenizer %s: %s", o->tokenizer, err);
+        return -1;
+    }
+    struct wd_instruct_opts io = { .tmpl = &r->tmpl, .system_prompt = o->system_prompt,
+                                   .max_tokens = o->max_tokens, .overlong = o->overlong };
+    double t0 = whale_now_s();
+    if (wd_instruct_encode_all(r->sp, &r->corp, &io, &r->enc, &r->inst))
+        return -1;
+    r->t_enc = whale_now_s() - t0;
+    const struct wd_instruct_stats *s = &r->inst;
+    fprintf(stderr, "whale-data: %zu records (template %s): %zu tokens, %zu of them response "
+            "tokens (mask 1)", s->records, r->tmpl.name, s->tokens, s->targets);
+    if (s->truncated || s->dropped)
+        fprintf(stderr, "; over --max-tokens %ld: %zu truncated (%zu of them left with no "
+                "response token), %zu dropped", o->max_tokens, s->truncated, s->no_target,
+                s->dropped);
+    if (s->split_runs)
+        fprintf(stderr, "; %zu texts encoded piece by piece (the tokens did not line up with "
+                "the text: a normalizer?)", s->split_runs);
+    fputc('\n', stderr);
+    if (!s->tokens) {
+        ERR("no tokens to write: all %zu records were dropped (--max-tokens %ld)", s->records,
+            o->max_tokens);
+        return -1;
+    }
     return 0;
 }
 
@@ -473,14 +642,21 @@ static int run(const struct opts *o, struct data_run *r)
 {
     struct wd_corpus *corp = &r->corp;
     bool progress = o->progress != 0 && isatty(STDERR_FILENO);
-    if (wd_corpus_files(corp, o->inputs, o->ninputs) || wd_corpus_read(corp, o->jsonl) ||
+    if (wd_corpus_files(corp, o->inputs, o->ninputs) ||
+        wd_corpus_read(corp, o->chat_template ? "" : o->jsonl) ||
         wd_corpus_split(corp, o->val_docs ? 0 : o->val_fraction, o->val_docs))
         return -1;
     fprintf(stderr, "whale-data: %d files, %zu documents, %.1f MB of text\n", corp->nfiles,
             corp->ndocs, corp->bytes / 1048576.0);
-    if (make_tokenizer(o, progress, r) ||
-        wd_encode_all(r->sp, corp, (int)o->threads, progress, &r->enc, &r->t_enc) ||
-        write_shards(o, r) || commit_output(o, r))
+    if (make_tokenizer(o, progress, r))
+        return -1;
+    if (o->chat_template) {
+        if (instruct_encode(o, r))
+            return -1;
+    } else if (wd_encode_all(r->sp, corp, (int)o->threads, progress, &r->enc, &r->t_enc)) {
+        return -1;
+    }
+    if (write_shards(o, r) || commit_output(o, r))
         return -1;
     fprintf(stderr, "whale-data: vocabulary %d; train %zu tokens (%zu documents), val %zu tokens "
             "(%zu documents); encoded %.1f MB in %.2f s (%.1f MB/s, %ld threads) -> %s\n", r->V,
@@ -504,6 +680,7 @@ static void data_free(struct data_run *r, bool ok)
     wd_spm_free(r->sp);
     free(r->model);
     wd_corpus_free(&r->corp);
+    wd_tmpl_free(&r->tmpl);
 }
 
 int main(int argc, char **argv)

@@ -150,6 +150,12 @@ const char *train_pick(const struct train *t, const char *flag, const char *flag
                        const char *env, const char *plan, const char **src);
 int train_check_site_limits(const struct train *t);
 long train_finetune_warmup(long steps);
+/* Default peak learning rates without --lr: pre-training, and fine-tuning
+ * (--init-from, weights without a train state): a fresh AdamW's first
+ * updates move every weight by about the rate whatever its gradient, and
+ * trained weights want the usual full fine-tuning rate, not 30 times it. */
+#define TRAIN_PRETRAIN_LR 6e-4
+#define TRAIN_FINETUNE_LR 2e-5
 /* train_setup.c */
 int train_setup(struct train *t);
 /* deferred checkpoint snapshot unless offload or WHALE_CKPT_SNAPSHOT says

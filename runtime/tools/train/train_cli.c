@@ -47,7 +47,8 @@ void train_usage(FILE *f)
 "                       stage, per virtual stage in chunk order with --interleave; the\n"
 "                       first stage also holds the embedding, the last the head)\n"
 "  --seq N              sequence length (default: the model's Seq, at most 1024)\n"
-"  --lr X --min-lr X    peak and final learning rate (6e-4, lr/10)\n"
+"  --lr X --min-lr X    peak and final learning rate (6e-4, lr/10; fine-tuning:\n"
+"                       --init-from or weights without a train state: 2e-5)\n"
 "  --warmup N           warmup steps (default steps/20)\n"
 "  --weight-decay X     AdamW decoupled weight decay (0.1)\n"
 "  --grad-clip X        global-norm clip, 0 disables (1.0)\n"
@@ -127,7 +128,7 @@ void train_defaults(struct train *t)
     memset(t, 0, sizeof *t);
     t->o = (struct train_opts){ .steps = 100, .batch = 8, .micro = 0, .accum = 0, .seq = 0,
                                 .seed = 1337, .warmup = -1, .zero = -1, .threads = 0,
-                                .log_every = 10, .lr = 6e-4, .min_lr = -1, .wd = 0.1,
+                                .log_every = 10, .lr = -1, .min_lr = -1, .wd = 0.1,
                                 .clip = 1.0, .bucket_mb = 4, .overlap = -1, .loss_scale = -1,
                                 .progress = -1, .metrics = "whale-train-metrics.jsonl",
                                 .ckpt_keep = -1, .ckpt_milestone = -1 };

@@ -386,10 +386,14 @@ int train_engine_config(struct train *t)
     ec->grad_accum = (int)t->accum;
     ec->global_batch = t->share.uneven ? (int)t->share.global : 0;
     ec->seed = (uint64_t)o->seed;
-    ec->lr = (float)o->lr;
-    ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : o->lr / 10);
+    /* a spare promoted into an --init-from run takes the same defaults as
+     * the ranks that started it (it skipped the fine-tuning probe) */
+    const bool ft = t->finetune || o->init_from;
+    const double lr = o->lr >= 0 ? o->lr : ft ? TRAIN_FINETUNE_LR : TRAIN_PRETRAIN_LR;
+    ec->lr = (float)lr;
+    ec->min_lr = (float)(o->min_lr >= 0 ? o->min_lr : lr / 10);
     ec->warmup_steps = o->warmup >= 0 ? o->warmup
-                       : t->finetune  ? train_finetune_warmup(o->steps)
+                       : ft           ? train_finetune_warmup(o->steps)
                                       : o->steps / 20;
     ec->total_steps = o->steps;
     ec->weight_decay = (float)o->wd;

@@ -235,9 +235,10 @@ int train_setup(struct train *t)
      * bind them all (before the engine allocates anything) */
     if (train_check_site_limits(t))
         return 1;
-    if (t->finetune && t->o.warmup < 0 && t->rank == 0)
+    if (t->finetune && (t->o.warmup < 0 || t->o.lr < 0) && t->rank == 0)
         whale_info("fine-tuning (weights without a train state): AdamW starts afresh, warmup "
-                   "%lld steps (--warmup N to change)", (long long)t->ec.warmup_steps);
+                   "%lld steps, learning rate %g (--warmup N, --lr X to change)",
+                   (long long)t->ec.warmup_steps, (double)t->ec.lr);
     /* the engine refuses layouts that cannot run (divisibility, stage split,
      * schedule vs micro-batches, a device-memory budget too small) with the
      * reason, before any step */

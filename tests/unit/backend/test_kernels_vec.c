@@ -5,7 +5,9 @@
  * reference, for 1 and 2 threads and on values that hit k_exp's clamps.
  * The bias gradient's column sums (k_linear_bwd's db, walked in contiguous
  * column ranges per thread) keep the row order of the scalar loop.
- * k_flush_denormals reaches the caller and every thread of the pool. */
+ * k_flush_denormals reaches the caller and every thread of the pool.
+ * The MLP's fused calls (GELU applied in the product's parallel region)
+ * give the bits of the separate linear and GELU calls. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -235,6 +237,50 @@ static void test_colsum_bits(void **state)
     }
 }
 
+/* k_linear_gelu_fwd == k_linear_fwd then k_gelu_fwd, and k_linear_bwd_gelu
+ * == k_linear_bwd then k_gelu_bwd, bit for bit, at 1-3 threads: products
+ * split by rows (ragged last block), by columns (GELU on row pieces) and
+ * small enough to run unsplit; with and without a bias. */
+static void test_linear_gelu_bits(void **state)
+{
+    (void)state;
+    const int shapes[][3] = { { 301, 129, 67 }, { 67, 129, 301 }, { 5, 7, 9 }, { 64, 48, 1040 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int N = shapes[k][0], IC = shapes[k][1], OC = shapes[k][2];
+        const size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+        float *x = inputs((int64_t)ni), *w = inputs((int64_t)nw), *b = inputs(OC);
+        float *dy = inputs((int64_t)no), *pre = inputs((int64_t)ni);
+        for (size_t i = 0; i < nw; i++)
+            w[i] *= 1e-3f; /* keep the products in GELU's interesting range */
+        float *o1 = malloc(sizeof(float) * no), *g1 = malloc(sizeof(float) * no);
+        float *o2 = malloc(sizeof(float) * no), *g2 = malloc(sizeof(float) * no);
+        float *d1 = malloc(sizeof(float) * ni), *d2 = malloc(sizeof(float) * ni);
+        float *dw1 = calloc(nw, sizeof(float)), *dw2 = calloc(nw, sizeof(float));
+        float *db1 = calloc(OC, sizeof(float)), *db2 = calloc(OC, sizeof(float));
+        assert_true(o1 && g1 && o2 && g2 && d1 && d2 && dw1 && dw2 && db1 && db2);
+        for (int th = 1; th <= 3; th++) {
+            k_set_threads(th);
+            for (int withb = 0; withb <= 1; withb++) {
+                const float *bb = withb ? b : NULL;
+                k_linear_fwd(WHALE_FLOAT32, o1, x, w, bb, N, IC, OC);
+                k_gelu_fwd(g1, o1, (int64_t)no);
+                k_linear_gelu_fwd(WHALE_FLOAT32, o2, g2, x, w, bb, N, IC, OC);
+                assert_memory_equal(o1, o2, sizeof(float) * no);
+                assert_memory_equal(g1, g2, sizeof(float) * no);
+            }
+            k_linear_bwd(WHALE_FLOAT32, d1, dw1, db1, dy, x, w, N, IC, OC, 0);
+            k_gelu_bwd(d1, pre, d1, (int64_t)ni);
+            k_linear_bwd_gelu(WHALE_FLOAT32, d2, pre, dw2, db2, dy, x, w, N, IC, OC, 0);
+            assert_memory_equal(d1, d2, sizeof(float) * ni);
+            assert_memory_equal(dw1, dw2, sizeof(float) * nw);
+            assert_memory_equal(db1, db2, sizeof(float) * OC);
+        }
+        free(x), free(w), free(b), free(dy), free(pre);
+        free(o1), free(g1), free(o2), free(g2), free(d1), free(d2);
+        free(dw1), free(dw2), free(db1), free(db2);
+    }
+}
+
 /* k_flush_denormals: with it on, a subnormal input reads as 0 (DAZ) in the
  * calling thread and in every thread of the pool (k_add splits its range
  * over them); off, IEEE subnormals come back. x86 only (MXCSR). */
@@ -277,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_glu_bits),
         cmocka_unit_test(test_xent_bits),
         cmocka_unit_test(test_colsum_bits),
+        cmocka_unit_test(test_linear_gelu_bits),
         cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

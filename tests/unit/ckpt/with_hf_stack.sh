@@ -6,8 +6,8 @@
 # Usage: with_hf_stack.sh SCRIPT.py ARGS...
 set -euo pipefail
 PY=/usr/bin/python3
-if ! $PY -c "import transformers, tokenizers, safetensors, sentencepiece, torch" 2>/dev/null; then
+if ! $PY -c "import transformers, tokenizers, safetensors, sentencepiece, jinja2, torch" 2>/dev/null; then
   echo "installing the reference stack (transformers on Debian's torch)"
-  $PY -m pip install -q --break-system-packages "transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99"
+  $PY -m pip install -q --break-system-packages "transformers==4.46.3" "tokenizers>=0.20,<0.21" "safetensors>=0.4" "sentencepiece>=0.1.99" "jinja2>=3.1"
 fi
 exec $PY "$@"

@@ -231,6 +231,41 @@ static void test_bytes(void **st)
     whale_data_close(d);
 }
 
+/* version 2 shards (whale-data's for vocabularies over 65536, Llama 3 and
+ * Qwen2): uint32 ids, read as they are and checked against the vocabulary */
+static void test_wide_tokens(void **st)
+{
+    (void)st;
+    char p[256];
+    path(p, "wide.bin");
+    FILE *f = fopen(p, "wb");
+    int32_t hdr[256] = { WHALE_LLMC_MAGIC, 2, 100 };
+    fwrite(hdr, sizeof hdr, 1, f);
+    for (uint32_t i = 0; i < 100; i++) {
+        uint32_t t = 151000 + i * 7;
+        fwrite(&t, 4, 1, f);
+    }
+    fclose(f);
+    struct whale_data_config c = { .paths = p, .vocab = 151936, .seq = 8, .local_batch = 2,
+                                   .dp_rank = 0, .dp_size = 1 };
+    whale_data *d;
+    assert_int_equal(whale_data_open(&c, &d), 0);
+    int32_t in[16], tg[16];
+    assert_int_equal(whale_data_next(d, 0, in, tg), 0);
+    assert_int_equal(in[0], 151000);
+    assert_int_equal(tg[0], 151007);
+    assert_int_equal(in[8], 151000 + 8 * 7); /* sample 1 starts at token 8 */
+    whale_data_close(d);
+    open_expect_error(p, 151500, ">= the model's vocabulary");
+    hdr[1] = 3;
+    path(p, "v3.bin");
+    f = fopen(p, "wb");
+    fwrite(hdr, sizeof hdr, 1, f);
+    fwrite(in, sizeof in, 1, f);
+    fclose(f);
+    open_expect_error(p, 151936, "version 3 not supported");
+}
+
 static void write_mask(const char *name, int n, int bad_at)
 {
     char p[256];
@@ -288,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_split_and_resume),
         cmocka_unit_test(test_uneven_shares),
         cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_wide_tokens),
         cmocka_unit_test(test_loss_mask),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

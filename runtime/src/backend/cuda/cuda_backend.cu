@@ -273,6 +273,8 @@ static const bk_ops cuda_ops = {
     bkg_gemm,
     bkg_linear_fwd,
     bkg_linear_bwd,
+    NULL, /* linear_gelu_fwd: the separate linear and GELU kernels run */
+    NULL, /* linear_bwd_gelu */
     bkg_layernorm_fwd,
     bkg_layernorm_bwd,
     bkg_attention_saved_floats,

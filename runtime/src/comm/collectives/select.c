@@ -112,7 +112,13 @@ static double raben_ar(int p, double n, struct comm_link l)
 /* Through the group's shared segment (shm_coll.c): alpha per flag wait,
  * beta of a memcpy. Allreduce: one copy in, 1/p of the reduction, one copy
  * out, two waits (one below 16 KiB, where each member reduces it all);
- * reduce-scatter: copy in and reduce; allgather: copy in and out. */
+ * reduce-scatter: copy in and reduce; allgather: copy in and out.
+ * Below 16 KiB the p vectors a member reduces are in its cache: gamma (the
+ * probe's rate, with operands larger than L3) priced that reduction 5-10x
+ * too high, and on 4 ranks the model chose Rabenseifner (4 point-to-point
+ * rounds) for 4 KiB: 73 us against 18 us for Open MPI at load 20, where
+ * this path takes a single wait. In cache a reduction reads two operands
+ * and writes one: about 1.5 copies of the (in-cache, measured) memcpy. */
 static double shm_cost(const whale_group *g, int coll, double n)
 {
     struct comm_link c = g->ctx->link[COMM_LINK_COPY];
@@ -120,7 +126,7 @@ static double shm_cost(const whale_group *g, int coll, double n)
     switch (coll) {
     case COMM_ALLREDUCE:
         if (n <= 16384)
-            return c.alpha + n * c.beta + (p - 1) * n * g_gamma;
+            return c.alpha + n * c.beta + (p - 1) * n * fmin(g_gamma, 1.5 * c.beta);
         return 2 * c.alpha + 2.0 * n * c.beta + (double)(p - 1) / p * n * g_gamma;
     case COMM_REDUCE_SCATTER: /* n = total bytes */
         return c.alpha + (double)(p - 1) / p * n * (c.beta + g_gamma);
