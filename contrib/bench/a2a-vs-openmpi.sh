@@ -11,10 +11,15 @@
 # 2 x cores); the figures are printed anyway.
 #
 #   contrib/bench/a2a-vs-openmpi.sh [-b BUILD_DIR] [-r ROUNDS] [-n "2 4"]
-#                                   [-s "65536 ... 67108864"] [-i ITERS] [-L LOAD] [-E "VAR=VAL ..."]
+#                                   [-s "65536 ... 67108864"] [-i ITERS] [-L LOAD] [-E "VAR=VAL ..."] [-W]
 #
 # -E: run the Whale side with these variables (e.g. WHALE_COLL_ALGO=alltoall=ring
 #     times the pairwise exchange over UCX instead of the shared segment).
+# -W: the Whale side allocates its buffers with whale_shm_alloc (whale-bench -W):
+#     the senders write into the receivers' buffers with one ordinary copy
+#     instead of the receivers reading with process_vm_readv; the Open MPI
+#     side keeps malloc'ed buffers (its shared-memory transport reads them
+#     with the same system call either way).
 # Needs openmpi-bin + libopenmpi-dev (contrib/install-deps.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +30,8 @@ sizes="65536 262144 1048576 4194304 16777216 67108864"
 iters=10
 maxload=$(( 2 * $(nproc) ))
 wenv=""
-while getopts "b:r:n:s:i:L:E:h" o; do
+wflag=""
+while getopts "b:r:n:s:i:L:E:Wh" o; do
   case $o in
     b) build=$OPTARG ;;
     r) rounds=$OPTARG ;;
@@ -34,7 +40,8 @@ while getopts "b:r:n:s:i:L:E:h" o; do
     i) iters=$OPTARG ;;
     L) maxload=$OPTARG ;;
     E) wenv=$OPTARG ;;
-    h) sed -n '2,19p' "$0"; exit 0 ;;
+    W) wflag=-W ;;
+    h) sed -n '2,24p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -55,7 +62,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0 && a == a ? a / b : 0)}';
 
 whale_side() { # ranks size
   ( for v in $wenv; do export "${v?}"; done
-    timeout 600 "$run" -n "$1" "$bench" comm alltoall -d uint8 -b "$2" -e "$2" -n "$iters" -w 3 -c 0 ) |
+    timeout 600 "$run" -n "$1" "$bench" comm alltoall $wflag -d uint8 -b "$2" -e "$2" -n "$iters" -w 3 -c 0 ) |
     sed 's/^0: //' | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8, $NF}'
 }
 mpi_side() { # ranks
@@ -77,7 +84,7 @@ done
 lmin=$(best_min < "$tmp/load"); lmax=$(best_max < "$tmp/load")
 col() { awk -v s="$1" -v c="$2" '$1 == s {print $c}' "$3" 2>/dev/null; }
 printf '# alltoall uint8, one node, shared memory, %d rounds of %d iterations (host %s, %s cores, load %s-%s)%s\n' \
-  "$rounds" "$iters" "$(hostname)" "$(nproc)" "$lmin" "$lmax" "${wenv:+, whale side with $wenv}"
+  "$rounds" "$iters" "$(hostname)" "$(nproc)" "$lmin" "$lmax" "${wenv:+, whale side with $wenv}${wflag:+, whale buffers from whale_shm_alloc}"
 printf '# %5s %11s | %9s %8s %8s %8s | %9s %8s %8s | %8s %8s\n' ranks bytes \
   whale_us busbw best algo ompi_us busbw best bw_ratio best
 big=$(for s in $sizes; do echo "$s"; done | sort -n | tail -1)

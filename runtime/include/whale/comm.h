@@ -105,6 +105,16 @@ int whale_alltoall(whale_group *g, const void *send, void *recv, size_t count, e
 int whale_alltoallv(whale_group *g, const void *send, const size_t *sendcounts,
                     const size_t *sdispls, void *recv, const size_t *recvcounts,
                     const size_t *rdispls, enum whale_dtype t);
+/* Host memory the other ranks of this node can write into: an all-to-all(v)
+ * on a one-node group whose receive blocks lie in one such allocation is
+ * filled by the senders with one ordinary copy each (no system call, no
+ * page pinning), where a receive buffer from malloc is read out of the
+ * senders' buffers with process_vm_readv. Page-granular (an allocation of
+ * n bytes takes n rounded up to pages); NULL when out of memory. Where the
+ * memory cannot be shared it is ordinary memory and the exchange takes
+ * the other path. */
+void *whale_shm_alloc(size_t bytes);
+void whale_shm_free(void *p);
 /* Point to point between group ranks; tag separates concurrent streams. */
 int whale_send(whale_group *g, const void *buf, size_t count, enum whale_dtype t, int peer, int tag);
 int whale_recv(whale_group *g, void *buf, size_t count, enum whale_dtype t, int peer, int tag);

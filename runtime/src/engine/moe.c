@@ -372,17 +372,44 @@ static void moe_losses(const struct eng_dims *d, struct moe_scratch *x, double *
     *z = zz / N;
 }
 
-static void moe_stats(const struct eng_dims *d, struct moe_scratch *x, double aux, double z,
-                      struct whale_moe_stats *st)
+/* The routing statistics of one block forward. With EP they describe the
+ * EP group: the experts of a rank see the tokens every rank of its group
+ * routes to them, so tokens per expert (and with them the imbalance), the
+ * routed and dropped assignments are summed over the group and the
+ * auxiliary losses averaged over it (one small allreduce per block
+ * forward, beside the block's all-to-alls); what the loss adds stays this
+ * rank's own, as the loss is summed over the ranks later. */
+static int moe_stats(const struct eng_dims *d, struct moe_scratch *x, double aux, double z,
+                     struct whale_moe_stats *st)
 {
     const int N = d->B * d->T, E = d->moe.experts, K = d->moe.topk;
-    int64_t mn = INT64_MAX, mx = 0, kept = 0;
+    const int G = d->ep > 1 ? d->ep : 1;
+    /* E routed counts, kept and routed assignments, then aux and z in
+     * fixed point (2^-32): one integer sum, exact whatever the order of
+     * the group's additions */
+    int64_t v[4096 + 4], kept = 0;
+    const double fx = 4294967296.0;
     for (int e = 0; e < E; e++) {
-        mn = x->all[e] < mn ? x->all[e] : mn;
-        mx = x->all[e] > mx ? x->all[e] : mx;
+        v[e] = x->all[e];
         kept += x->cnt[e];
     }
-    double imb = (double)mx / ((double)N * K / E);
+    v[E] = kept;
+    v[E + 1] = (int64_t)N * K;
+    v[E + 2] = llround(aux * fx);
+    v[E + 3] = llround(z * fx);
+    if (G > 1) {
+        int rc = eng_moe_ep_sum(d, v, E + 4);
+        if (rc)
+            return rc;
+    }
+    int64_t mn = INT64_MAX, mx = 0;
+    for (int e = 0; e < E; e++) {
+        int64_t n = v[e];
+        mn = n < mn ? n : mn;
+        mx = n > mx ? n : mx;
+    }
+    const int64_t routed = v[E + 1];
+    double imb = (double)mx / ((double)routed / E);
     if (st->forwards == 0 || mn < st->tok_min)
         st->tok_min = mn;
     if (mx > st->tok_max)
@@ -391,11 +418,12 @@ static void moe_stats(const struct eng_dims *d, struct moe_scratch *x, double au
     if (imb > st->imbalance_max)
         st->imbalance_max = imb;
     st->forwards++;
-    st->routed += (int64_t)N * K;
-    st->dropped += (int64_t)N * K - kept;
-    st->aux += aux;
-    st->zloss += z;
+    st->routed += routed;
+    st->dropped += routed - v[E];
+    st->aux += (double)v[E + 2] / fx / G;
+    st->zloss += (double)v[E + 3] / fx / G;
     st->loss_sum += (double)N * (d->moe.aux * aux + d->moe.zloss * z);
+    return 0;
 }
 
 /* The routing of a forward (or its replay in backward from the saved ids) */
@@ -531,7 +559,7 @@ int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
     if (io->moe) {
         double aux, z;
         moe_losses(d, &x, &aux, &z);
-        moe_stats(d, &x, aux, z, io->moe);
+        BK(moe_stats(d, &x, aux, z, io->moe));
     }
     moe_dispatch(d, &x, ln);
     if (d->ep > 1)

@@ -230,6 +230,15 @@ int eng_moe_ep_combine(const struct eng_dims *d, const struct moe_ep_x *x,
     return rc ? ep_fail(d, "combine", rc) : 0;
 }
 
+int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n)
+{
+    int rc = whale_allreduce(d->ep_group, v, v, (size_t)n, WHALE_INT64, WHALE_SUM);
+    if (rc)
+        whale_error("EP rank %d: the sum of the routing statistics over the EP group failed: %s",
+                    d->ep_rank, whale_strerror(rc));
+    return rc;
+}
+
 int eng_moe_ep_check(const struct whale_engine_config *c, int ep)
 {
     const struct whale_model_desc *m = &c->model;

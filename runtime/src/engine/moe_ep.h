@@ -50,6 +50,9 @@ int eng_moe_ep_dispatch(const struct eng_dims *d, const struct moe_ep_x *x,
 int eng_moe_ep_combine(const struct eng_dims *d, const struct moe_ep_x *x,
                        const int32_t *off, const float *src, float *dst, float *tmp);
 
+/* v (n int64) = its sum over the EP group (the routing statistics). */
+int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n);
+
 /* Refuses an EP degree the MoE blocks cannot shard (logged). */
 int eng_moe_ep_check(const struct whale_engine_config *c, int ep);
 

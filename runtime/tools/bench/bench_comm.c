@@ -65,6 +65,8 @@ void bench_comm_usage(void *stream)
             "  -g, --group G        world (default), tp, pp, dp\n"
             "  -r, --root R         root of broadcast/reduce (default 0)\n"
             "  -N, --nonblocking    issue with the non-blocking call and wait\n"
+            "  -W, --window         buffers from whale_shm_alloc (all-to-all on one node: the\n"
+            "                       senders write into the receive buffer; default malloc)\n"
             "  -h, --help           show this help\n"
             "Run it under whale-run or srun --whale-...; exit status 1 if any result is wrong.\n");
 }
@@ -150,6 +152,7 @@ struct cfg {
     enum whale_dtype t;
     const char *algo, *group;
     bool nonblocking;
+    bool window; /* buffers from whale_shm_alloc */
 };
 
 /* Elements rank s sends to rank d in an alltoallv of about `base` per
@@ -235,11 +238,12 @@ static int parse_args(int argc, char **argv, struct cfg *c)
         { "datatype", required_argument, NULL, 'd' }, { "algo", required_argument, NULL, 'a' },
         { "group", required_argument, NULL, 'g' }, { "root", required_argument, NULL, 'r' },
         { "nonblocking", no_argument, NULL, 'N' }, { "help", no_argument, NULL, 'h' },
+        { "window", no_argument, NULL, 'W' },
         { NULL, 0, NULL, 0 } };
     int o;
     long v;
     optind = 1;
-    while ((o = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:a:g:r:Nh", lo, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "b:e:f:i:n:w:c:o:d:a:g:r:NWh", lo, NULL)) != -1) {
         /* numbers through util's checked parsers (whale/envnum.h) */
         switch (o) {
         case 'b':
@@ -283,6 +287,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
             c->root = (int)v;
             break;
         case 'N': c->nonblocking = true; break;
+        case 'W': c->window = true; break;
         case 'h': bench_comm_usage(stdout); return 0;
         default: bench_comm_usage(stderr); return 2;
         }
@@ -360,8 +365,13 @@ static int setup(const struct cfg *c, struct bench *b)
     b->unit = b->esz * (c->coll == 1 || c->coll == 2 || c->coll >= C_ALLTOALL ? (size_t)b->p : 1);
     size_t maxcount = c->maxb / b->unit + 1;
     b->wr = malloc(sizeof(int) * (size_t)b->p);
-    if (!b->wr || posix_memalign(&b->send, 64, maxcount * b->unit + 64) ||
-        posix_memalign(&b->recv, 64, maxcount * b->unit + 64)) {
+    if (c->window) {
+        b->send = whale_shm_alloc(maxcount * b->unit + 64);
+        b->recv = whale_shm_alloc(maxcount * b->unit + 64);
+    }
+    if (!b->wr || (c->window && (!b->send || !b->recv)) ||
+        (!c->window && (posix_memalign(&b->send, 64, maxcount * b->unit + 64) ||
+                        posix_memalign(&b->recv, 64, maxcount * b->unit + 64)))) {
         fprintf(stderr, "whale-bench comm: cannot allocate %zu bytes\n", 2 * maxcount * b->unit);
         whale_finalize(ctx);
         return 1;
@@ -560,8 +570,13 @@ int bench_comm_main(int argc, char **argv)
     /* Phase 4, report */
     if (whale_rank(b.ctx) == 0 && nbw)
         printf("# Avg bus bandwidth    : %g\n#\n", bwsum / nbw);
-    free(b.send);
-    free(b.recv);
+    if (c.window) {
+        whale_shm_free(b.send);
+        whale_shm_free(b.recv);
+    } else {
+        free(b.send);
+        free(b.recv);
+    }
     free(b.wr);
     free(g_tab.sc);
     int rc = whale_finalize(b.ctx);

@@ -2,7 +2,8 @@
  * gets a "moe" object (the step's MoE block forwards on this rank: tokens
  * per expert, imbalance, dropped assignments, aux and z losses before their
  * coefficients) and the summary the run's totals. Rank 0 writes them: under
- * pipeline parallelism they describe the MoE blocks of rank 0's stage. The
+ * pipeline parallelism they describe the MoE blocks of rank 0's stage, with
+ * expert parallelism its EP group (the engine sums them over the group). The
  * loss of the line already holds every stage's weighted auxiliary losses. */
 #include "train_areas.h"
 
@@ -65,7 +66,8 @@ static void report(struct train *t, json_t *summary)
             whale_model_desc_moe_blocks(md), whale_model_desc_active_params(md) / 1e6,
             whale_model_desc_params(md) / 1e6);
     fprintf(stderr, "  %-20s tokens per expert %lld..%lld, imbalance (max/mean) %.2f mean, "
-            "%.2f worst; dropped %.2f%%; aux %.4f, z-loss %.4f\n", "routing (rank 0)",
+            "%.2f worst; dropped %.2f%%; aux %.4f, z-loss %.4f\n",
+            whale_grid_ep(&t->grid) > 1 ? "routing (EP group)" : "routing (rank 0)",
             (long long)tot.tok_min, (long long)tot.tok_max, tot.imbalance / f, tot.imbalance_max,
             tot.routed ? 100.0 * tot.dropped / tot.routed : 0.0, tot.aux / f, tot.zloss / f);
 }

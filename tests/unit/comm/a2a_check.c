@@ -5,11 +5,14 @@
  * of one, mixing with other collectives (and a non-blocking allreduce
  * still in flight) on the same group, and the argument errors.
  *
- *   a2a_check [--algo auto|ring|shm] [--sizes LIST] [--expect ALGO]
+ *   a2a_check [--algo auto|ring|shm] [--sizes LIST] [--expect ALGO] [--win all|odd]
  *
  * --algo forces the transport (ring: the pairwise exchange over UCX; shm:
  * the segment where the group has one); --expect fails unless the library
- * reports that algorithm for the world. Prints one line per failure and
+ * reports that algorithm for the world. --win: the buffers of every rank
+ * (all) or of the odd ranks only (odd: senders write into some receivers'
+ * windows and the others read out of the senders' buffers, in one
+ * exchange) come from whale_shm_alloc. Prints one line per failure and
  * "a2a_check: OK ..." on rank 0; exit 1 on any failure. */
 #include <getopt.h>
 #include <stdbool.h>
@@ -21,6 +24,23 @@
 #include "whale/error.h"
 
 static int g_rank, g_fail, g_cases;
+static int g_win; /* 0 malloc, 1 whale_shm_alloc on every rank, 2 on odd ranks */
+
+static bool win_here(void)
+{
+    return g_win == 1 || (g_win == 2 && g_rank % 2 == 1);
+}
+static void *buf_alloc(size_t n)
+{
+    return win_here() ? whale_shm_alloc(n) : malloc(n);
+}
+static void buf_free(void *p)
+{
+    if (win_here())
+        whale_shm_free(p);
+    else
+        free(p);
+}
 
 #define FAIL(...)                                        \
     do {                                                 \
@@ -62,7 +82,7 @@ static void one(whale_group *g, enum whale_dtype t, size_t base, bool uneven, bo
         so += sc[q] + (uneven ? 1 : 0);
         ro += rc[q] + (uneven ? 1 : 0);
     }
-    unsigned char *send = malloc(so * esz + 1), *recv = malloc(ro * esz + 1);
+    unsigned char *send = buf_alloc(so * esz + 1), *recv = buf_alloc(ro * esz + 1);
     if (!send || !recv) {
         FAIL("out of memory");
         goto out;
@@ -95,8 +115,10 @@ static void one(whale_group *g, enum whale_dtype t, size_t base, bool uneven, bo
         }
     }
 out:
-    free(send);
-    free(recv);
+    if (send)
+        buf_free(send);
+    if (recv)
+        buf_free(recv);
     free(sc);
 }
 
@@ -187,15 +209,18 @@ int main(int argc, char **argv)
     static const struct option lo[] = { { "algo", required_argument, NULL, 'a' },
                                         { "sizes", required_argument, NULL, 's' },
                                         { "expect", required_argument, NULL, 'x' },
+                                        { "win", required_argument, NULL, 'W' },
                                         { NULL, 0, NULL, 0 } };
     int o;
-    while ((o = getopt_long(argc, argv, "a:s:x:", lo, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "a:s:x:W:", lo, NULL)) != -1) {
         if (o == 'a')
             algo = optarg;
         else if (o == 's')
             list = optarg;
         else if (o == 'x')
             expect = optarg;
+        else if (o == 'W')
+            g_win = !strcmp(optarg, "odd") ? 2 : 1;
         else
             return 2;
     }

@@ -2,14 +2,17 @@
 # Expert parallelism as separate processes through whale-run: every layout
 # equals one rank over 20 steps (1e-5 relative loss):
 #   GPT blocks, 4 experts top-2, capacity factor 1.0 (tokens dropped), a
-#   shared expert, biases:  EP2 on DP4 with ZeRO 1, EP2 x DP2 x TP2 with
-#   ZeRO 3, EP2 x DP2 x PP2
+#   shared expert, biases:  EP2 on DP4 with ZeRO 1, EP2 on DP4 with ZeRO 3
+#   and the parameters offloaded (expert-data-parallel groups of 2),
+#   EP2 x DP2 x TP2 with ZeRO 3, EP2 x DP2 x PP2
 #   Llama blocks, 8 experts top-2 (4 per EP rank), sigmoid gates, dropless,
 #   no biases:              EP2 x DP2 in fp32 and in bf16 (against one bf16
 #                           rank, within the bf16 layouts' 1e-3)
 # and a checkpoint saved with EP 2 resumes with EP 4 (steps 11..20 equal).
 # Each rank allocates only its experts: the EP 2 x DP 2 run's parameter
 # memory per rank is one rank's less half the experts'.
+# The EP2 x DP2 x TP2 run's routing statistics (its EP group is the whole
+# batch) equal one rank's: routed and dropped assignments, aux and z loss.
 # Every layout runs micro-batches of 2 sequences (routing capacity and the
 # auxiliary losses are per micro-batch of a rank, EP or not). An EP run's
 # summary says "ep":2, so a run that silently fell back to EP 1 fails.
@@ -58,6 +61,31 @@ sys.exit(0 if worst <= tol else 1)
 PY
 }
 
+# the routing statistics of an EP run describe its EP group: where the
+# group is the whole DP group (EP = DP), rank 0's per-step routed and
+# dropped assignments equal one rank's over the whole batch, and its aux
+# and z losses (means over block forwards) equal one rank's too
+compare_moe() { # name reference
+    python3 - "$T/$2.jsonl" "$T/$1.jsonl" "$1" <<'PY' || fail "$1: routing statistics differ from $2"
+import json, sys
+def moe(p):
+    return {d["step"]: d["moe"] for d in map(json.loads, open(p)) if "step" in d}
+a, b = moe(sys.argv[1]), moe(sys.argv[2])
+assert sorted(a) == sorted(b) and a, (sorted(a), sorted(b))
+worst = 0.0
+for s in a:
+    for k in ("routed", "dropped"):
+        assert a[s][k] == b[s][k], "step %d %s: %d, one rank %d" % (s, k, b[s][k], a[s][k])
+    for k in ("aux", "zloss"):
+        worst = max(worst, abs(a[s][k] - b[s][k]) / abs(a[s][k]))
+drops = sum(a[s]["dropped"] for s in a)
+print("  %-24s routed/dropped per step equal (%d dropped in all), aux/zloss worst rel %.1e"
+      % (sys.argv[3], drops, worst))
+assert drops > 0, "no dropped assignment: the check is vacuous"
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+
 run ref g4 1 -- --grad-accum 4
 run ep2_dp4_z1 g4 4 --dp 4 --ep 2 -- --grad-accum 1 --zero 1 \
     --whale-ckpt-dir "$T/ck" --whale-ckpt-every 10
@@ -67,6 +95,11 @@ run resume_ep4 g4 4 --dp 4 --ep 4 -- --grad-accum 1 --zero 1 --resume "$T/ck/ste
 compare resume_ep4 ref 4 11
 run ep2_tp2_z3 g4 4 --dp 2 --tp 2 --ep 2 -- --grad-accum 2 --zero 3
 compare ep2_tp2_z3 ref 2
+compare_moe ep2_tp2_z3 ref
+# ZeRO 3 with an expert-data-parallel group of 2 (EP 2 on DP 4), the
+# parameter shards and the optimizer in host memory
+run ep2_dp4_z3_off g4 4 --dp 4 --ep 2 -- --grad-accum 1 --zero 3 --offload params
+compare ep2_dp4_z3_off ref 2
 run ep2_pp2 g4 4 --dp 2 --pp 2 --ep 2 -- --grad-accum 2
 compare ep2_pp2 ref 2
 

@@ -24,7 +24,16 @@
  * 1 MiB, where the slots and both buffers no longer fit the cache.
  * WHALE_SHM_CMA=0 keeps the slot path; with WHALE_SHM_CMA=1 the
  * single-copy path starts at WHALE_SHM_CMA_MIN bytes as for the others,
- * else at A2A_CMA_MIN. Why not UCX's shared-memory transport: one
+ * else at A2A_CMA_MIN.
+ *
+ * A member whose receive blocks all lie in one receive window
+ * (whale_shm_alloc, shm_win.c) says so in its header (push mode): its
+ * peers then map the window and copy their blocks for it straight into
+ * its receive buffer with memcpy (streaming stores for large exchanges),
+ * where process_vm_readv would pin every page and copy at about half of
+ * memcpy's rate; a peer that cannot map it writes with process_vm_writev.
+ * Members in push and pull mode mix in one exchange: a block moves by its
+ * receiver's mode. Why not UCX's shared-memory transport: one
  * rendezvous per peer and per call, where these paths wait on one flag
  * line per step.
  *
@@ -129,6 +138,47 @@ static int cma_read(uint64_t pid, void *dst, uint64_t src, size_t len)
     return 0;
 }
 
+/* len bytes at dst into the peer's address dst_remote; 0 or an errno. */
+static int cma_write(uint64_t pid, uint64_t dst, const void *src, size_t len)
+{
+    const char *s = src;
+    while (len) {
+        struct iovec l = { (void *)s, len }, r = { (void *)(uintptr_t)dst, len };
+        ssize_t n = process_vm_writev((pid_t)pid, &l, 1, &r, 1, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EFAULT;
+        s += n;
+        dst += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Words of a member's header in the single-copy exchange: per peer q the
+ * address and length of my block for q, then the address and length of my
+ * receive block from q (push mode), then my receive window (id, fd,
+ * length, base; id 0: pull mode). */
+#define HDR_WORDS(p) (4 * (size_t)(p) + 4)
+
+/* Whether every block I receive from a peer lies in one receive window
+ * (whale_shm_alloc): then the peers write them (push mode). */
+static bool recv_window(const struct comm_a2a *a, int p, int r, struct comm_win_ref *w,
+                        uint64_t *base)
+{
+    size_t lo = SIZE_MAX, hi = 0;
+    for (int q = 0; q < p; q++)
+        if (q != r && a->rlen[q]) {
+            lo = a->roff[q] < lo ? a->roff[q] : lo;
+            hi = a->roff[q] + a->rlen[q] > hi ? a->roff[q] + a->rlen[q] : hi;
+        }
+    if (lo >= hi || !comm_win_find(a->recv + lo, hi - lo, w))
+        return false;
+    *base = (uint64_t)(uintptr_t)(a->recv + lo) - w->off;
+    return true;
+}
+
 /* Operations queued on the group come first (issue order): drive them to
  * completion before reserving generations after theirs. */
 static int drain(whale_group *g)
@@ -175,33 +225,59 @@ static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a
     int rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, red), gen - COMM_SHM_DEPTH, a->what);
     if (rc)
         return rc;
-    uint64_t *hd = (uint64_t *)in_slot(sh, r, gen);
+    uint64_t *hd = (uint64_t *)in_slot(sh, r, gen), *wh = hd + 4 * (size_t)p;
+    struct comm_win_ref w;
+    uint64_t wbase = 0;
+    const bool push = recv_window(a, p, r, &w, &wbase);
     for (int q = 0; q < p; q++) {
         hd[2 * q] = (uint64_t)(uintptr_t)(a->send + a->soff[q]);
         hd[2 * q + 1] = a->slen[q];
+        hd[2 * (size_t)p + 2 * q] = (uint64_t)(uintptr_t)(a->recv + a->roff[q]);
+        hd[2 * (size_t)p + 2 * q + 1] = a->rlen[q];
     }
+    wh[0] = push ? w.id : 0;
+    wh[1] = push ? w.fd : 0;
+    wh[2] = push ? w.len : 0;
+    wh[3] = wbase;
     st(&me->cin, gen);
     comm_shm_ring(sh->door);
     if ((rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, cin), gen, a->what)))
         return rc;
     int bad = -1, err = 0;
-    size_t bad_len = 0;
+    size_t bad_len = 0, sent = 0;
+    for (int q = 0; q < p; q++)
+        sent += q == r ? 0 : a->slen[q];
+    const bool stream = sent >= sh->stream_min;
     /* from the next rank on, so that the members do not all read one peer */
     for (int k = 1; k < p && !err; k++) {
         int q = (r + k) % p;
-        const uint64_t *qh = (const uint64_t *)in_slot(sh, q, gen);
+        const uint64_t *qh = (const uint64_t *)in_slot(sh, q, gen), *qw = qh + 4 * (size_t)p;
+        const uint64_t qpid = ld(&sh->flags[q].pid);
         uint64_t addr = qh[2 * r], len = qh[2 * r + 1];
         if (len != a->rlen[q] && bad < 0) {
             bad = q;
             bad_len = (size_t)len;
         }
         size_t n = len < a->rlen[q] ? (size_t)len : a->rlen[q];
-        if (n)
-            err = cma_read(ld(&sh->flags[q].pid), a->recv + a->roff[q], addr, n);
+        if (n && !push)
+            err = cma_read(qpid, a->recv + a->roff[q], addr, n);
+        /* q's receive blocks lie in its window: I write my block for q */
+        uint64_t qaddr = qh[2 * (size_t)p + 2 * r], qlen = qh[2 * (size_t)p + 2 * r + 1];
+        n = qlen < a->slen[q] ? (size_t)qlen : a->slen[q];
+        if (!err && qw[0] && n) {
+            char *m = comm_win_map(sh, q, qpid, qw[0], qw[1], qw[2]);
+            const char *src = a->send + a->soff[q];
+            if (!m)
+                err = cma_write(qpid, qaddr, src, n);
+            else if (stream)
+                comm_copy_stream(m + (qaddr - qw[3]), src, n);
+            else
+                memcpy(m + (qaddr - qw[3]), src, n);
+        }
         if (err)
             whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
-                      "%s on a group of %d: reading member %d's buffer failed: %s", a->what, p, q,
-                      strerror(err));
+                      "%s on a group of %d: %s member %d's buffer failed: %s", a->what, p,
+                      push ? "writing" : "reading", q, strerror(err));
     }
     /* the headers are read and nothing of the peers' is read any more */
     st(&me->red, gen);
@@ -255,7 +331,7 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
         return rc;
     const size_t cma_min = ctx->shm_cma ? sh->cma_min : A2A_CMA_MIN;
     const bool cma = sh->a2a_cma > 0 && a->maxlen && a->maxlen * (size_t)p >= cma_min &&
-                     (size_t)p * 2 * sizeof(uint64_t) <= sh->slot;
+                     HDR_WORDS(p) * sizeof(uint64_t) <= sh->slot;
     const uint32_t nsteps = cma ? 1 : (uint32_t)((a->maxlen + pb - 1) / pb);
     /* my own block does not go through the segment */
     if (a->rlen[r])

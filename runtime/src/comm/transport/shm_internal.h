@@ -67,6 +67,7 @@ struct comm_shm {
                                     * with streaming stores (shm_copy.c) */
     int8_t a2a_cma;                /* all-to-all reads the peers' buffers (a2a_shm.c): 0 not
                                     * agreed yet, 1 yes, -1 no */
+    struct comm_win_cache *wins;   /* the peers' receive windows mapped here (shm_win.c) */
 };
 
 /* WHALE_SHM_CHUNK unset: 1 MiB slots, smaller for large groups so that the
@@ -111,5 +112,19 @@ struct comm_stage;
 int comm_shm_cma_build(struct comm_shm *sh, struct comm_shm_job *j, int coll, size_t esz);
 int comm_shm_cma_advance(struct comm_stage *stg, enum whale_dtype t, enum whale_op rop, size_t esz,
                          int *events);
+
+/* shm_win.c: receive windows (whale_shm_alloc). comm_win_find: whether
+ * [p, p + len) lies in one of this process's shareable windows (ref: its
+ * id, descriptor, length and p's offset); comm_win_map: peer q's window
+ * (pid, id, fd, len from its all-to-all header) mapped here, cached, or
+ * NULL where it cannot be mapped; comm_win_release: unmaps them all. */
+struct comm_win_ref {
+    uint64_t id, fd, len;
+    size_t off;
+};
+bool comm_win_find(const void *p, size_t len, struct comm_win_ref *ref);
+char *comm_win_map(struct comm_shm *sh, int q, uint64_t pid, uint64_t id, uint64_t fd,
+                   uint64_t len);
+void comm_win_release(struct comm_shm *sh);
 
 #endif

@@ -142,6 +142,7 @@ static int map_segment(struct comm_shm *sh, bool create, const struct comm_proc_
 static void drop(struct comm_shm *sh)
 {
     free(sh->scratch);
+    comm_win_release(sh);
     if (sh->base)
         munmap(sh->base, sh->len);
     if (sh->linked)
