@@ -234,8 +234,11 @@ spare_proc() {
   # would do at once; with the grace they wait, the node is heard again
   # after link-up, keeps its rank (RESUMED), and the steps since the agreed
   # one are redone from each rank's own copy. Nothing is drained.
-  STEPS=$LONG_STEPS
-  ref dp2-long -N2 -n2 --whale-dp=2
+  # 400 steps: two ranks of this model take ~10 ms a step on a quiet
+  # machine, and the link must go down while the run is still going (once
+  # it is down no step completes, so the wait below has no race)
+  STEPS=400
+  ref dp2-400 -N2 -n2 --whale-dp=2
   fault_run kgrace WHALE_ELASTIC=1 UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 -- -N2 -n2 --whale-dp=2 \
     --whale-node-grace=120 --no-kill --kill-on-bad-exit=0 --wait=0
   wait_for steps_done kgrace 8
@@ -247,7 +250,7 @@ spare_proc() {
   wait_for grep -q "waiting up to .* (WHALE_NODE_GRACE)" "$TMPD/kgrace.out"
   "$MC" -i "$I" link-up "$node"
   finish kgrace
-  check kgrace dp2-long resumed link 1e-6 0
+  check kgrace dp2-400 resumed link 1e-6 0
   grep -q "keeps its place" "$TMPD/kgrace.out"
   grep -q "elastic: epoch 1 RESUMED" "$TMPD/kgrace.out"
   ! drained "$node"
