@@ -165,7 +165,7 @@ int whale_fault_parse(const char *spec, struct whale_fault_plan *out)
         char orig[128];
         snprintf(orig, sizeof orig, "%s", it);
         int ranks[WHALE_FAULT_MAX], nr = 0;
-        struct whale_fault f;
+        struct whale_fault f = { 0 }; /* not fired: parse_item sets the other fields */
         rc = parse_item(it, orig, &f, ranks, WHALE_FAULT_MAX - out->n, &nr);
         for (int i = 0; !rc && i < nr; i++) {
             /* the same rank twice in one step and phase would fire only once */

@@ -75,6 +75,33 @@ static void test_fault_parse_ok(void **st)
     assert_null(whale_fault_due(&p, 1, 5, WHALE_FAULT_COLLECTIVE));
 }
 
+/* Leaves a stack full of non-zero bytes where the parser's locals will be
+ * (the same call depth). */
+static __attribute__((noinline)) void dirty_stack(void)
+{
+    volatile unsigned char junk[8192];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = 0x0a;
+}
+
+/* A parsed fault has not fired, whatever the stack held: its flag came from
+ * an uninitialised local (UBSan: "load of value 10 ... for type '_Bool'";
+ * a fault read as fired never fires, and the sanitizer stopped the rank). */
+static void test_fault_parse_not_fired(void **st)
+{
+    (void)st;
+    struct whale_fault_plan p;
+    dirty_stack();
+    assert_int_equal(whale_fault_parse("kill:rank=3:step=8;kill:rank=2,1:step=14", &p), 0);
+    assert_int_equal(p.n, 3);
+    for (int i = 0; i < p.n; i++) {
+        unsigned char raw;
+        memcpy(&raw, &p.f[i].fired, 1);
+        assert_int_equal(raw, 0);
+    }
+    assert_non_null(whale_fault_due(&p, 3, 8, WHALE_FAULT_START));
+}
+
 static void bad(const char *spec, const char *expect)
 {
     struct whale_fault_plan p;
@@ -214,6 +241,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fault_parse_ok),       cmocka_unit_test(test_fault_parse_bad),
+        cmocka_unit_test(test_fault_parse_not_fired),
         cmocka_unit_test(test_holders_zero0_dp),     cmocka_unit_test(test_holders_spares),
         cmocka_unit_test(test_holders_next_replica), cmocka_unit_test(test_recovery_json),
     };
