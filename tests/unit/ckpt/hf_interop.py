@@ -235,6 +235,12 @@ def family(kind):
     check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
           "--init-from, TP2xDP2 ZeRO-3 (flat shards): loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
           % (wl, rel(wl, loss), wg, rel(wg, gn)))
+    if kind == "mixtral":  # experts sharded over EP 2: each rank reads only its own experts
+        wl, wg = whale_step(kind + "-ep", None, d + "/tok.bin", d + "/hf", 2,
+                            ("--dp", "2", "--ep", "2"), ("--zero", "1"))
+        check(rel(wl, loss) <= 1e-5 and rel(wg, gn) <= 1e-4,
+              "--init-from, DP2xEP2 ZeRO-1: loss %.7f (rel %.1e), grad norm %.6f (rel %.1e)"
+              % (wl, rel(wl, loss), wg, rel(wg, gn)))
     if kind in ("gpt2", "llama"):
         bf16_exact(m, kind, d)
     if os.path.isdir(d + "/ck4"):  # export from the 4-rank layout
