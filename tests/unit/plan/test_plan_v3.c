@@ -17,20 +17,7 @@
 #include "whale/modeldesc.h"
 #include "whale/plan.h"
 #include "plan/plan_internal.h"
-
-static struct whale_plan_config cfg_of(int tp, int pp, int dp, int mb, int zero)
-{
-    struct whale_plan_config c;
-    memset(&c, 0, sizeof c);
-    c.tp = tp;
-    c.pp = pp;
-    c.dp = dp;
-    c.microbatch = mb;
-    c.interleave = 1;
-    c.zero = zero;
-    c.recompute = WHALE_RECOMPUTE_FULL;
-    return c;
-}
+#include "plan_fixture.h"
 
 /* FLOP rate of one layer's forward on one H100 */
 static double layer_rate(const char *model, int tp, int mb)
@@ -70,7 +57,7 @@ static void test_cpu_untouched(void **state)
     assert_int_equal(whale_model_desc_load("gpt-small", &m), 0);
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 2, 2, "cpu"), 0);
-    struct whale_plan_config cfg = cfg_of(2, 1, 2, 2, 0);
+    struct whale_plan_config cfg = cfg_of(2, 1, 2, 2, 0, WHALE_RECOMPUTE_FULL);
     struct whale_plan_prediction a, b;
     assert_int_equal(whale_plan_eval(&m, 16, &c, &cfg, &a), 0);
     c.eff.gemm_scale = 0.5;
@@ -98,7 +85,7 @@ static void test_innet_and_tp_overlap(void **state)
     assert_int_equal(whale_model_desc_load("gpt3-175b", &m), 0);
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 64, 8, "H100-80GB"), 0);
-    struct whale_plan_config cfg = cfg_of(8, 8, 8, 1, 0);
+    struct whale_plan_config cfg = cfg_of(8, 8, 8, 1, 0, WHALE_RECOMPUTE_FULL);
     struct whale_plan_prediction a, b, o;
     assert_int_equal(whale_plan_eval(&m, 512, &c, &cfg, &a), 0);
     c.eff.innet_reduce = 1;
@@ -123,7 +110,7 @@ static void test_dp_buckets(void **state)
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 128, 8, "A100-80GB"), 0);
     c.eff.dp_overlap = 0;   /* expose all of it */
-    struct whale_plan_config cfg = cfg_of(1, 1, 1024, 1, 0);
+    struct whale_plan_config cfg = cfg_of(1, 1, 1024, 1, 0, WHALE_RECOMPUTE_FULL);
     struct whale_plan_prediction a, b;
     assert_int_equal(whale_plan_eval(&m, 1024, &c, &cfg, &a), 0);
     c.eff.dp_bucket = 1e6;
@@ -143,7 +130,7 @@ static void test_grad_reduce_bytes(void **state)
     struct whale_cluster c;
     assert_int_equal(whale_cluster_init(&c, 16, 8, "H100-80GB"), 0);
     c.eff.dp_overlap = 0;   /* expose all of it */
-    struct whale_plan_config z1 = cfg_of(1, 1, 128, 1, 1), z3 = cfg_of(1, 1, 128, 1, 3);
+    struct whale_plan_config z1 = cfg_of(1, 1, 128, 1, 1, WHALE_RECOMPUTE_FULL), z3 = cfg_of(1, 1, 128, 1, 3, WHALE_RECOMPUTE_FULL);
     struct whale_plan_prediction a, b, a3, b3;
     assert_int_equal(whale_plan_eval(&m, 128, &c, &z1, &a), 0);
     assert_int_equal(whale_plan_eval(&m, 128, &c, &z3, &a3), 0);
@@ -166,12 +153,12 @@ static void test_ranges(void **state)
     char kind[32];
     double lo, hi;
     assert_int_equal(whale_cluster_init(&c, 4, 8, "A100-80GB"), 0);
-    struct whale_plan_config cfg = cfg_of(8, 4, 1, 1, 0);
+    struct whale_plan_config cfg = cfg_of(8, 4, 1, 1, 0, WHALE_RECOMPUTE_FULL);
     assert_int_equal(whale_plan_kind(&c, &cfg, kind, sizeof kind), 0);
     assert_string_equal(kind, "ampere/3d");
     assert_int_equal(whale_plan_range(&c, &cfg, &lo, &hi), 0);
     assert_true(lo < 0 && hi > 0 && hi - lo < 0.6);
-    cfg = cfg_of(1, 1, 32, 1, 3);
+    cfg = cfg_of(1, 1, 32, 1, 3, WHALE_RECOMPUTE_FULL);
     assert_int_equal(whale_plan_kind(&c, &cfg, kind, sizeof kind), 0);
     assert_string_equal(kind, "ampere/sharded");
     assert_int_equal(whale_cluster_init(&c, 4, 8, "B200"), 0);
