@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt_fixture.h"
 #include "ckpt/save_internal.h"
 #include "synth.h"
 #include "whale/ckpt.h"
@@ -47,14 +48,6 @@ static void sink(int level, const char *line, void *u)
 }
 static void log_capture(void) { logbuf[0] = 0; whale_log_set_sink(sink, NULL); }
 static void log_release(void) { whale_log_set_sink(NULL, NULL); }
-
-static char *mkroot(void)
-{
-    char t[] = "/tmp/whale-ckpt-test-XXXXXX";
-    char *d = mkdtemp(t);
-    assert_non_null(d);
-    return strdup(d);
-}
 
 static void rmroot(char *r)
 {
@@ -165,13 +158,6 @@ static int run_layout(const char *root, bool load, int tp, int pp, int dp, int z
     free(j);
     free(th);
     return rc;
-}
-
-static bool exists(const char *root, const char *name)
-{
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", root, name);
-    return access(p, F_OK) == 0;
 }
 
 static int count_prefix(const char *root, const char *prefix)
@@ -350,7 +336,7 @@ static void test_region_overlap_bruteforce(void **st)
 static void test_roundtrip_single_rank(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.async = false;
     whale_ckpt *ck;
@@ -445,7 +431,7 @@ static void test_roundtrip_single_rank(void **st)
 static void test_bundles_are_safetensors(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     assert_int_equal(run_layout(root, false, 2, 1, 1, 0, 3, NULL, NULL), 0);
     /* every file the manifest lists parses as safetensors, entries tile the data */
     char p[4096];
@@ -473,7 +459,7 @@ static void test_bundles_are_safetensors(void **st)
 static void test_reshard_3d_zero3_to_tp4(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     long bad = -1;
     /* save: TP=2 PP=2 DP=2, ZeRO-3 (flat ranges of the TP slices) */
     assert_int_equal(run_layout(root, false, 2, 2, 2, 3, 10, NULL, NULL), 0);
@@ -486,7 +472,7 @@ static void test_reshard_3d_zero3_to_tp4(void **st)
     assert_int_equal(run_layout(root, true, 2, 4, 1, 1, 10, NULL, &bad), 0);
     assert_int_equal(bad, 0);
     /* the other way round: single rank -> TP=2 PP=2 DP=2 ZeRO-3 */
-    char *root2 = mkroot();
+    char *root2 = ckpt_test_root("test");
     assert_int_equal(run_layout(root2, false, 1, 1, 1, 0, 4, NULL, NULL), 0);
     assert_int_equal(run_layout(root2, true, 2, 2, 2, 3, 4, NULL, &bad), 0);
     assert_int_equal(bad, 0);
@@ -497,7 +483,7 @@ static void test_reshard_3d_zero3_to_tp4(void **st)
 static void test_async_deferred_snapshot(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.snapshot = WHALE_CKPT_SNAPSHOT_DEFERRED;
     whale_ckpt *ck;
@@ -545,7 +531,7 @@ static void test_async_deferred_snapshot(void **st)
 static void test_deferred_fence_shares_the_copy(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.snapshot = WHALE_CKPT_SNAPSHOT_DEFERRED;
     c.chunk_bytes = 1u << 20;
@@ -614,7 +600,7 @@ static void test_deferred_fence_shares_the_copy(void **st)
 static void test_busy_skip_and_wait(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     setenv("WHALE_CKPT_FAULT", "slow_ms=150", 1);
     for (int policy = 0; policy < 2; policy++) {
         whale_ckpt_config c = cfg_for(root, 0, 1);
@@ -635,7 +621,7 @@ static void test_busy_skip_and_wait(void **st)
         assert_int_equal(whale_ckpt_close(ck), 0);
         char name[32];
         snprintf(name, sizeof name, "step-%08d", 11 + policy * 10);
-        assert_int_equal(exists(root, name), policy == 0);
+        assert_int_equal(ckpt_test_exists(root, name), policy == 0);
     }
     unsetenv("WHALE_CKPT_FAULT");
     rmroot(root);
@@ -644,7 +630,7 @@ static void test_busy_skip_and_wait(void **st)
 static void test_incremental_frozen_half_and_gc(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     struct synth_model m = {.layers = 8, .hidden = 32, .vocab = 64, .seq = 16, .frozen = 4};
     struct synth_layout l;
     synth_layout_of(1, 1, 1, 0, 0, &l);
@@ -679,7 +665,7 @@ static void test_incremental_frozen_half_and_gc(void **st)
     }
     /* keep = 1: only the newest directory; the linked data survived GC */
     assert_int_equal(count_prefix(root, "step-"), 1);
-    assert_false(exists(root, "step-00000001"));
+    assert_false(ckpt_test_exists(root, "step-00000001"));
     char *dir;
     assert_int_equal(whale_ckpt_resolve(root, "latest", &dir), 0);
     whale_ckpt_reader *r;
@@ -701,7 +687,7 @@ static void test_incremental_frozen_half_and_gc(void **st)
 static void test_keep_last_k(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.keep = 2;
     whale_ckpt *ck;
@@ -717,7 +703,7 @@ static void test_keep_last_k(void **st)
     }
     assert_int_equal(whale_ckpt_close(ck), 0);
     assert_int_equal(count_prefix(root, "step-"), 2);
-    assert_true(exists(root, "step-00000400") && exists(root, "step-00000500"));
+    assert_true(ckpt_test_exists(root, "step-00000400") && ckpt_test_exists(root, "step-00000500"));
     assert_string_equal(latest_target(root), "step-00000500");
     assert_int_equal(count_prefix(root, ".tmp-"), 0);
     rmroot(root);
@@ -738,7 +724,7 @@ static void test_compression_modes(void **st)
     };
     uint64_t stored[5];
     for (int k = 0; k < 5; k++) {
-        char *root = mkroot();
+        char *root = ckpt_test_root("test");
         whale_ckpt_config c = cfg_for(root, 0, 1);
         c.async = false;
         c.weights = modes[k].w;
@@ -809,7 +795,7 @@ static void test_int8_weights_per_channel(void **st)
     struct synth_model m = {.layers = 2, .hidden = 64, .vocab = 128, .seq = 16};
     struct synth_layout l;
     synth_layout_of(1, 1, 1, 0, 0, &l);
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.async = false;
     c.weights = WHALE_CKPT_WEIGHTS_INT8;
@@ -878,7 +864,7 @@ static void test_int8_weights_per_channel(void **st)
 static void test_corruption_and_truncation_named(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     c.async = false;
     c.incremental = false;
@@ -978,7 +964,7 @@ static float load_x0(const char *root)
 static void test_disk_full_background(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     int rs, rw;
     save_small(root, 1, 1.0f, true, &rs, &rw);
     assert_int_equal(rs, 0);
@@ -993,7 +979,7 @@ static void test_disk_full_background(void **st)
     assert_non_null(strstr(logbuf, "No space left on device"));
     assert_non_null(strstr(logbuf, "earlier checkpoints are intact"));
     assert_int_equal(count_prefix(root, ".tmp-"), 0);
-    assert_false(exists(root, "step-00000002"));
+    assert_false(ckpt_test_exists(root, "step-00000002"));
     assert_string_equal(latest_target(root), "step-00000001");
     assert_true(load_x0(root) == 1.0f);
     rmroot(root);
@@ -1024,7 +1010,7 @@ static void *rank1_fails(void *arg)
 static void test_rank_failure_removes_partial(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     pthread_t th;
     log_capture();
     pthread_create(&th, NULL, rank1_fails, root);
@@ -1054,7 +1040,7 @@ static void test_rank_failure_removes_partial(void **st)
 static void test_kill9_mid_save(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     int rs, rw;
     save_small(root, 1, 1.0f, false, &rs, &rw);
     assert_int_equal(rs, 0);
@@ -1100,7 +1086,7 @@ static void test_modes_follow_umask(void **st)
     bool priv[3] = {false, false, true};
     mode_t want_f[3] = {0600, 0664, 0600}, want_d[3] = {0700, 0775, 0700};
     for (int k = 0; k < 3; k++) {
-        char *root = mkroot();
+        char *root = ckpt_test_root("test");
         mode_t old = umask(um[k]);
         whale_ckpt_config c = cfg_for(root, 0, 1);
         c.async = false;
@@ -1130,7 +1116,7 @@ static void test_modes_follow_umask(void **st)
 static void test_resolve(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     int rs, rw;
     save_small(root, 5, 5.0f, false, &rs, &rw);
     save_small(root, 6, 6.0f, false, &rs, &rw);
@@ -1155,7 +1141,7 @@ static void test_resolve(void **st)
     free(d);
     log_capture();
     assert_int_equal(whale_ckpt_resolve(root, "7", &d), WHALE_ENOENT);
-    char *empty = mkroot();
+    char *empty = ckpt_test_root("test");
     assert_int_equal(whale_ckpt_resolve(empty, "latest", &d), WHALE_ENOENT);
     log_release();
     assert_non_null(strstr(logbuf, "no checkpoint under"));
@@ -1242,7 +1228,7 @@ static void test_config_env(void **st)
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
     /* due by steps */
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config_default(&c);
     c.root = root;
     c.every_steps = 5;
@@ -1282,7 +1268,7 @@ static void test_config_env(void **st)
 static void test_bad_pieces(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("test");
     whale_ckpt_config c = cfg_for(root, 0, 1);
     whale_ckpt *ck;
     assert_int_equal(whale_ckpt_open(&c, &ck), 0);

@@ -16,27 +16,13 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt_fixture.h"
 #include "synth.h"
 #include "whale/ckpt.h"
 #include "whale/error.h"
 #include "whale/log.h"
 
 static const struct synth_model tiny = {.layers = 2, .hidden = 16, .vocab = 64, .seq = 8};
-
-static char *mkroot(void)
-{
-    char t[] = "/tmp/whale-ckpt-delta-XXXXXX";
-    char *d = mkdtemp(t);
-    assert_non_null(d);
-    return strdup(d);
-}
-
-static bool exists(const char *root, const char *name)
-{
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", root, name);
-    return access(p, F_OK) == 0;
-}
 
 static whale_ckpt_config cfg_for(const char *root)
 {
@@ -89,7 +75,7 @@ static void load_check(const char *dir, int64_t step)
 static void test_chain_restore_verify_retention(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("delta");
     whale_ckpt_config c = cfg_for(root);
     c.delta_every = 3;
     c.keep = 1;
@@ -112,12 +98,12 @@ static void test_chain_restore_verify_retention(void **st)
         snprintf(dir, sizeof dir, "%s/%s", root, name);
         load_check(dir, s);
         /* keep = 1, but the base of the kept delta stays */
-        assert_int_equal(exists(root, "step-00000001"), s <= 4);
+        assert_int_equal(ckpt_test_exists(root, "step-00000001"), s <= 4);
         if (s >= 3)
-            assert_false(exists(root, "step-00000002"));
+            assert_false(ckpt_test_exists(root, "step-00000002"));
     }
     assert_int_equal(whale_ckpt_close(ck), 0);
-    assert_false(exists(root, "step-00000004"));
+    assert_false(ckpt_test_exists(root, "step-00000004"));
     ckpt_rm_rf(root);
     free(root);
 }
@@ -135,7 +121,7 @@ static void sink(int level, const char *line, void *u)
 static void test_missing_or_damaged_base(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("delta");
     whale_ckpt_config c = cfg_for(root);
     c.delta_every = 5;
     c.keep = 0;
@@ -194,7 +180,7 @@ static void test_missing_or_damaged_base(void **st)
 static void test_small_moves_compress(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("delta");
     whale_ckpt_config c = cfg_for(root);
     c.delta_every = 2;
     c.chunk_bytes = 1 << 20;

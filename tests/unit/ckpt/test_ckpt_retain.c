@@ -18,25 +18,11 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt_fixture.h"
 #include "synth.h"
 #include "whale/ckpt.h"
 #include "whale/error.h"
 #include "whale/log.h"
-
-static char *mkroot(void)
-{
-    char t[] = "/tmp/whale-ckpt-retain-XXXXXX";
-    char *d = mkdtemp(t);
-    assert_non_null(d);
-    return strdup(d);
-}
-
-static bool exists(const char *root, const char *name)
-{
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", root, name);
-    return access(p, F_OK) == 0;
-}
 
 static int count_steps(const char *root)
 {
@@ -76,7 +62,7 @@ static void save_x(whale_ckpt *ck, int64_t step, float v)
 static void test_milestones_survive_keep(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("retain");
     whale_ckpt_config c = cfg_for(root);
     c.keep = 2;
     c.milestone_every = 200;
@@ -91,10 +77,10 @@ static void test_milestones_survive_keep(void **st)
     const char *kept[] = {"step-00000200", "step-00000300", "step-00000400", "step-00000600",
                           "step-00000700"};
     for (size_t i = 0; i < 5; i++)
-        assert_true(exists(root, kept[i]));
+        assert_true(ckpt_test_exists(root, kept[i]));
     assert_int_equal(count_steps(root), 5);
-    assert_true(exists(root, "step-00000300/" CKPT_MILESTONE));
-    assert_false(exists(root, "step-00000700/" CKPT_MILESTONE));
+    assert_true(ckpt_test_exists(root, "step-00000300/" CKPT_MILESTONE));
+    assert_false(ckpt_test_exists(root, "step-00000700/" CKPT_MILESTONE));
     /* a milestone loads like any checkpoint */
     whale_ckpt_reader *r;
     char p[4096];
@@ -148,7 +134,7 @@ static int max_thread_nice(void)
 static void test_persist_runs_below_the_caller(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("retain");
     errno = 0;
     int mine = getpriority(PRIO_PROCESS, 0);
     if (mine > 9) { /* no room to go lower: nothing to check */
@@ -186,7 +172,7 @@ static void test_persist_runs_below_the_caller(void **st)
         assert_int_equal(whale_ckpt_close(ck), 0);
     }
     unsetenv("WHALE_CKPT_FAULT");
-    assert_true(exists(root, "step-00000001") && exists(root, "step-00000002"));
+    assert_true(ckpt_test_exists(root, "step-00000001") && ckpt_test_exists(root, "step-00000002"));
     ckpt_rm_rf(root);
     free(root);
 }
@@ -236,7 +222,7 @@ static void test_settings(void **st)
 static void test_parallel_read(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("retain");
     const struct synth_model m = {.layers = 4, .hidden = 16, .vocab = 64, .seq = 8};
     struct synth_layout l;
     synth_layout_of(1, 1, 1, 0, 0, &l);

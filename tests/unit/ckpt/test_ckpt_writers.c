@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+#include "ckpt_fixture.h"
 #include "synth.h"
 #include "whale/ckpt.h"
 #include "whale/error.h"
@@ -23,14 +24,6 @@
 
 /* ~7 MiB with the moments: 1 MiB bundles, most past the O_DIRECT size */
 static const struct synth_model model = {.layers = 2, .hidden = 192, .vocab = 1024, .seq = 16};
-
-static char *mkroot(void)
-{
-    char t[] = "/tmp/whale-ckpt-writers-XXXXXX";
-    char *d = mkdtemp(t);
-    assert_non_null(d);
-    return strdup(d);
-}
 
 static void test_setting(void **st)
 {
@@ -46,7 +39,7 @@ static void test_setting(void **st)
     setenv("WHALE_CKPT_WRITERS", "0", 1);
     assert_true(whale_ckpt_config_from_env(&c) < 0);
     unsetenv("WHALE_CKPT_WRITERS");
-    char *root = mkroot();
+    char *root = ckpt_test_root("writers");
     whale_ckpt_config_default(&c);
     c.root = root;
     c.writers = CKPT_MAX_WRITERS + 1;
@@ -137,7 +130,7 @@ static void test_same_bytes_any_writers(void **st)
     /* 1 MiB bundles (O_DIRECT on a disk), then 128 KiB ones (page cache) */
     size_t chunks[2] = {1u << 20, 128u << 10};
     for (int k = 0; k < 2; k++) {
-        char *one = mkroot(), *many = mkroot();
+        char *one = ckpt_test_root("writers"), *many = ckpt_test_root("writers");
         assert_int_equal(save_with(one, 1, chunks[k]), 0);
         assert_int_equal(save_with(many, 8, chunks[k]), 0);
         int files = same_bundles(one, many);
@@ -157,7 +150,7 @@ static void test_same_bytes_any_writers(void **st)
 static void test_write_error_fails_save(void **st)
 {
     (void)st;
-    char *root = mkroot();
+    char *root = ckpt_test_root("writers");
     assert_int_equal(save_with(root, 4, 1u << 20), 0);
     char first[4096];
     snprintf(first, sizeof first, "%s/step-00000001", root);
