@@ -73,6 +73,10 @@ void whale_group_free(whale_group *g);
 int  whale_group_rank(const whale_group *g);
 int  whale_group_size(const whale_group *g);
 int  whale_group_world_rank(const whale_group *g, int group_rank);
+/* Nodes the group's members run on (1: a one-node group, whose all-to-all
+ * goes through shared memory and can use receive windows, whale_shm_alloc);
+ * 0 for a NULL group. */
+int  whale_group_nnodes(const whale_group *g);
 
 /* ---- blocking collectives -------------------------------------------------- */
 int whale_allreduce(whale_group *g, const void *send, void *recv, size_t count,

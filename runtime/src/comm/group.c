@@ -151,6 +151,7 @@ int comm_group_world_label(const whale_group *g, int group_rank)
 
 int whale_group_rank(const whale_group *g) { return g ? g->rank : -1; }
 int whale_group_size(const whale_group *g) { return g ? g->size : 0; }
+int whale_group_nnodes(const whale_group *g) { return g ? g->nnodes : 0; }
 
 int whale_group_world_rank(const whale_group *g, int group_rank)
 {

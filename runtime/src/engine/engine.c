@@ -591,6 +591,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.ep = g->ep > 1 ? g->ep : 1;
     e->d.ep_rank = g->ep > 1 ? g->ep_rank : 0;
     e->d.ep_group = g->ep > 1 ? g->ep_group : NULL;
+    if (!rc)
+        rc = eng_moe_ep_win_open(&e->d);
     e->d.sp = c->seqpar && tp > 1;
     e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
@@ -728,6 +730,7 @@ void whale_engine_destroy(whale_engine *e)
     eng_off_free(e);
     free(e->buckets);
     free(e->chunks);
+    eng_moe_ep_win_close(&e->d);
     eng_groups_free(&e->grp);
     free(e->layers);
     free(e->params);

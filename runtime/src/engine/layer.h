@@ -76,6 +76,10 @@ struct eng_dims {
      * (ep_group, a whale_group; ep 1: every expert here, no exchange) */
     int ep, ep_rank;
     void *ep_group;
+    /* the receive buffer of the EP exchanges where the group is on one node
+     * (moe_ep.c, whale_shm_alloc; NULL: none), ep_win_floats its size */
+    float *ep_win;
+    size_t ep_win_floats;
 };
 
 struct eng_layer;

@@ -539,7 +539,7 @@ static int moe_ep_experts_fwd(const struct eng_layer *l, int p0, const struct mo
         BK(moe_ffn_fwd(l, p0 + 1 + (e0 + el) * ix->n, ix, s->xin + r0 * C, s->fc + r0 * Fe,
                        s->up ? s->up + r0 * Fe : NULL, s->h + r0 * Fe, x->ey + r0 * C, n, Fe));
     }
-    return eng_moe_ep_combine(d, &ex, x->off, x->ey, s->eo, x->eptmp);
+    return eng_moe_ep_combine(d, &ex, x->off, x->ey, s->eo, x->eptmp, NULL);
 }
 
 int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *saved,
@@ -702,9 +702,10 @@ static void moe_router_grad(const struct eng_dims *d, struct moe_scratch *x, dou
 
 /* EP: the weighted output gradients x->ye go to the experts' ranks like
  * the inputs did, the experts here accumulate their weight gradients, and
- * the input gradients come back into x->ye (this rank's row order) */
+ * the input gradients come back in this rank's row order, into x->ye or
+ * the receive window (*rows says which) */
 static int moe_ep_experts_bwd(const struct eng_layer *l, int p0, const struct moe_ffn_ix *ix,
-                              struct moe_saved *s, struct moe_scratch *x)
+                              struct moe_saved *s, struct moe_scratch *x, const float **rows)
 {
     const struct eng_dims *d = l->d;
     const int El = eng_moe_ep_local(d), e0 = eng_moe_ep_first(d), C = d->C, Fe = d->Fe;
@@ -720,7 +721,7 @@ static int moe_ep_experts_bwd(const struct eng_layer *l, int p0, const struct mo
                        s->up ? s->up + r0 * Fe : NULL, s->h + r0 * Fe, x->ey + r0 * C,
                        x->ey + r0 * C, x->dh, n, Fe, false));
     }
-    return eng_moe_ep_combine(d, &ex, x->off, x->ey, x->ye, x->eptmp);
+    return eng_moe_ep_combine(d, &ex, x->off, x->ey, x->ye, x->eptmp, rows);
 }
 
 int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *saved,
@@ -773,8 +774,9 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         for (int c = 0; c < C; c++)
             ye[c] = g * dy[c];
     }
+    const float *dxe = x.ye; /* the experts' input gradients, this rank's rows */
     if (d->ep > 1)
-        BK(moe_ep_experts_bwd(l, p0, &ix, &s, &x));
+        BK(moe_ep_experts_bwd(l, p0, &ix, &s, &x, &dxe));
     for (int e = 0; e < E && d->ep <= 1; e++) {
         int n = x.cnt[e];
         size_t r0 = (size_t)x.off[e];
@@ -795,7 +797,7 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         BK(whale_memset(bk, dln, 0, sizeof(float) * N * C, NULL));
     }
     /* dispatch's inverse: scatter-add the experts' input gradients */
-    moe_combine(d, &x, x.ye, NULL, dln);
+    moe_combine(d, &x, dxe, NULL, dln);
     /* router: dlogits, its weight's gradient (the same on every TP rank) and
      * its input gradient on TP rank 0 only (the caller sums dln over TP) */
     const double ka = (double)io->dloss * N * d->moe.aux, kz = (double)io->dloss * N * d->moe.zloss;

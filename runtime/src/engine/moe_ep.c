@@ -22,6 +22,13 @@
  *   combine  the inverse exchange: each row's expert output back to its
  *            token's rank, where the gate weighting and the scatter-add run
  *
+ * Where the EP group is on one node, the exchanges receive into a window
+ * (whale_shm_alloc) that the peers write with one ordinary copy, instead
+ * of this rank reading their buffers with process_vm_readv, which pins each
+ * page and copies at about half of memcpy's rate (a2a_shm.c): the dispatch
+ * receives there and permutes out of it, the backward's combine reads its
+ * rows there. WHALE_MOE_EP_WINDOW=0 keeps the reading path.
+ *
  * Backward makes the same two exchanges with the gradients: the gate
  * weighted output gradients go to the experts like the inputs, the input
  * gradients come back like the outputs.
@@ -38,6 +45,7 @@
 
 #include "engine_internal.h"
 #include "whale/comm.h"
+#include "whale/envnum.h"
 #include "whale/error.h"
 #include "whale/grid.h"
 #include "whale/log.h"
@@ -202,6 +210,12 @@ static int ep_fail(const struct eng_dims *d, const char *what, int rc)
     return rc;
 }
 
+/* The receive window, when the exchange's n floats fit it. */
+static float *ep_win(const struct eng_dims *d, size_t n)
+{
+    return d->ep_win && n <= d->ep_win_floats ? d->ep_win : NULL;
+}
+
 int eng_moe_ep_dispatch(const struct eng_dims *d, const struct moe_ep_x *x,
                         const int32_t *off, const float *src, float *dst, float *tmp)
 {
@@ -209,24 +223,38 @@ int eng_moe_ep_dispatch(const struct eng_dims *d, const struct moe_ep_x *x,
     int rc = ep_cd(d, x, off, &c);
     if (rc)
         return rc;
-    rc = whale_alltoallv(d->ep_group, src, c.mc, c.md, tmp, c.tc, c.td, WHALE_FLOAT32);
+    /* the rows land where the permutation reads them: in the window the
+     * peers write, else in tmp */
+    float *rbuf = ep_win(d, (size_t)x->n * (size_t)d->C);
+    if (!rbuf)
+        rbuf = tmp;
+    rc = whale_alltoallv(d->ep_group, src, c.mc, c.md, rbuf, c.tc, c.td, WHALE_FLOAT32);
     free(c.mc);
     if (rc)
         return ep_fail(d, "dispatch", rc);
-    ep_permute(d, x, tmp, dst, true);
+    ep_permute(d, x, rbuf, dst, true);
     return 0;
 }
 
 int eng_moe_ep_combine(const struct eng_dims *d, const struct moe_ep_x *x,
-                       const int32_t *off, const float *src, float *dst, float *tmp)
+                       const int32_t *off, const float *src, float *dst, float *tmp,
+                       const float **rows)
 {
     struct ep_cd c;
     int rc = ep_cd(d, x, off, &c);
     if (rc)
         return rc;
     ep_permute(d, x, src, tmp, false);
-    rc = whale_alltoallv(d->ep_group, tmp, c.tc, c.td, dst, c.mc, c.md, WHALE_FLOAT32);
+    /* a caller that only reads the rows takes them from the window; one that
+     * keeps them (the forward's saved outputs) has them land in dst, as a
+     * copy out of the window would cost what the window saves */
+    float *rbuf = rows ? ep_win(d, (size_t)off[d->moe.experts] * (size_t)d->C) : NULL;
+    if (!rbuf)
+        rbuf = dst;
+    rc = whale_alltoallv(d->ep_group, tmp, c.tc, c.td, rbuf, c.mc, c.md, WHALE_FLOAT32);
     free(c.mc);
+    if (rows)
+        *rows = rbuf;
     return rc ? ep_fail(d, "combine", rc) : 0;
 }
 
@@ -237,6 +265,37 @@ int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n)
         whale_error("EP rank %d: the sum of the routing statistics over the EP group failed: %s",
                     d->ep_rank, whale_strerror(rc));
     return rc;
+}
+
+int eng_moe_ep_win_open(struct eng_dims *d)
+{
+    d->ep_win = NULL;
+    d->ep_win_floats = 0;
+    bool on = true;
+    int rc = whale_env_bool("WHALE_MOE_EP_WINDOW", true, &on);
+    if (rc)
+        return rc;
+    if (d->ep <= 1 || !on || whale_group_nnodes(d->ep_group) != 1)
+        return 0;
+    /* the larger of the two exchanges: the rows the experts here can
+     * receive (eng_moe_ep_rows is at least this rank's N * TopK) */
+    const size_t n = eng_moe_ep_rows(d) * (size_t)d->C;
+    if (!(d->ep_win = whale_shm_alloc(sizeof(float) * n))) {
+        whale_debug("EP rank %d: no receive window of %zu bytes: the MoE exchanges read the "
+                    "peers' buffers instead", d->ep_rank, sizeof(float) * n);
+        return 0;
+    }
+    d->ep_win_floats = n;
+    whale_debug("EP rank %d: the MoE exchanges receive into a shared-memory window of %zu bytes",
+                d->ep_rank, sizeof(float) * n);
+    return 0;
+}
+
+void eng_moe_ep_win_close(struct eng_dims *d)
+{
+    whale_shm_free(d->ep_win);
+    d->ep_win = NULL;
+    d->ep_win_floats = 0;
 }
 
 int eng_moe_ep_check(const struct whale_engine_config *c, int ep)

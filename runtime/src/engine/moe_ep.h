@@ -46,9 +46,18 @@ int eng_moe_ep_dispatch(const struct eng_dims *d, const struct moe_ep_x *x,
                         const int32_t *off, const float *src, float *dst, float *tmp);
 /* The inverse: dst (R, C) in this rank's row layout = the rows src (x->n,
  * C) (expert-major as dispatch left them) that the experts computed for
- * them; tmp (x->n, C) scratch. */
+ * them; tmp (x->n, C) scratch. With rows non-NULL the result may instead
+ * be left in the receive window, *rows saying where (dst or the window),
+ * valid until the next exchange. */
 int eng_moe_ep_combine(const struct eng_dims *d, const struct moe_ep_x *x,
-                       const int32_t *off, const float *src, float *dst, float *tmp);
+                       const int32_t *off, const float *src, float *dst, float *tmp,
+                       const float **rows);
+
+/* The receive window of d's EP group (d->ep_win) where the group is on one
+ * node and WHALE_MOE_EP_WINDOW is not 0; none (and 0) when it cannot be had.
+ * Close frees it. */
+int eng_moe_ep_win_open(struct eng_dims *d);
+void eng_moe_ep_win_close(struct eng_dims *d);
 
 /* v (n int64) = its sum over the EP group (the routing statistics). */
 int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n);

@@ -56,6 +56,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_LOG", "enum", "warn (whale-train: info)", "log level: error, warn, info, debug or trace" },
     { "WHALE_MICRO_BATCH", "int", "the plan's micro_batch, else batch/(DP x accum)", "samples per micro-batch per rank (--micro-batch overrides)" },
     { "WHALE_MODEL_PATH", "path", "", "':'-separated folders searched for model presets (NAME.conf) before the installed ones" },
+    { "WHALE_MOE_EP_WINDOW", "bool", "1", "MoE expert parallelism on one node: the token exchanges receive into shared-memory windows the peers write (0: the receiver reads the peers' buffers)" },
     { "WHALE_NCCL_TIMEOUT", "number", "600", "seconds a NCCL collective may take before the watchdog aborts it" },
     { "WHALE_NODE", "contract", "", "node name this task was mapped to" },
     { "WHALE_NODE_GRACE", "number", "0", "elastic steps: seconds the survivors wait for a member gone silent (link, hang) to come back before dropping its DP replica or stopping, when no spare is free (0..86400; srun --whale-node-grace, whale.conf NodeGrace=)" },

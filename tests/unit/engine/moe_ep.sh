@@ -119,6 +119,23 @@ print("  param memory: one rank %.3f MiB, EP 2 %.3f MiB per rank (saved %.3f, ex
       % (one, ep2, saved, experts_mb / 2))
 sys.exit(0 if abs(saved - experts_mb / 2) <= 0.05 * experts_mb else 1)
 PY
+# the exchanges receive into shared-memory windows that the peers write
+# (the default on one node; the all-to-all forced onto the node's segment,
+# whose single-copy path is the one that uses them) or, with
+# WHALE_MOE_EP_WINDOW=0, read the peers' buffers: the same losses bit for bit
+(export WHALE_COLL_ALGO=alltoall=shm WHALE_LOG=debug; run ep2_win l8 2 --dp 2 --ep 2 -- --grad-accum 2)
+(export WHALE_COLL_ALGO=alltoall=shm WHALE_MOE_EP_WINDOW=0; run ep2_nowin l8 2 --dp 2 --ep 2 -- --grad-accum 2)
+grep -q "MoE exchanges receive into a shared-memory window" "$T/ep2_win.out" ||
+    fail "ep2_win: the exchanges took no receive window"
+compare ep2_win ref_l8 2
+python3 - "$T/ep2_win.jsonl" "$T/ep2_nowin.jsonl" <<'PY' || fail "ep2_win: the losses differ from the exchanges without windows"
+import json, sys
+def losses(p):
+    return [(d["step"], d["loss"]) for d in map(json.loads, open(p)) if "step" in d]
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+print("  %-24s %d steps, losses equal to the run without windows: %s" % ("ep2_win", len(a), a == b))
+sys.exit(0 if a == b and len(a) == 20 else 1)
+PY
 run ref_l8_bf16 l8 1 -- --grad-accum 4 --precision bf16
 run ep2_dropless_bf16 l8 2 --dp 2 --ep 2 -- --grad-accum 2 --precision bf16
 # bf16: a sum reordered by any layout (DP 2 without EP as well) can move
