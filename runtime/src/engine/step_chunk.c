@@ -47,14 +47,22 @@ static bool tied_head(const struct eng_layer *l)
 }
 
 /* EP: the weights of a layer's expert bucket (gathered over the
- * expert-data-parallel group under ZeRO 3), for this layer's pass only. */
+ * expert-data-parallel group under ZeRO 3). Acquired with the layer's
+ * dense weights, `ahead` layers before the layer runs, so that the gather
+ * of the next MoE layer's expert shards overlaps this layer's compute as
+ * the dense buckets' does; x_ready waits for them, x_release drops them
+ * after the layer's pass. */
 static int x_acquire(whale_engine *e, const struct eng_layer *l)
+{
+    return l->xbucket < 0 ? 0 : eng_w_acquire(e, l->xbucket);
+}
+
+static int x_ready(whale_engine *e, const struct eng_layer *l)
 {
     if (l->xbucket < 0)
         return 0;
-    int rc = eng_w_acquire(e, l->xbucket);
     eng_move_wait(e, &e->buckets[l->xbucket].wup);
-    return rc ? rc : eng_w_ready(e, l->xbucket);
+    return eng_w_ready(e, l->xbucket);
 }
 
 static void x_release(whale_engine *e, const struct eng_layer *l)
@@ -74,6 +82,8 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
     int rc = eng_w_acquire(e, e->layers[ch->l0].bucket);
     if (!rc && tied_head(&e->layers[ch->l0]))
         rc = eng_w_acquire(e, e->layers[ch->l0].tied->bucket);
+    if (!rc)
+        rc = x_acquire(e, &e->layers[ch->l0]);
     for (int i = ch->l0; i < ch->l1 && !rc; i++) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
@@ -84,6 +94,8 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
                 rc = eng_w_acquire(e, e->layers[pf].bucket);
             if (!rc && tied_head(&e->layers[pf]))
                 rc = eng_w_acquire(e, e->layers[pf].tied->bucket);
+            if (!rc)
+                rc = x_acquire(e, &e->layers[pf]);
         }
         /* optimizer offload: this bucket's updated weights are back */
         eng_move_wait(e, &e->buckets[b].wup);
@@ -93,7 +105,7 @@ int eng_chunk_forward(whale_engine *e, int c, struct eng_slot *s, const int32_t 
             break;
         if (tied_head(l) && (rc = eng_w_ready(e, l->tied->bucket)))
             break;
-        if ((rc = x_acquire(e, l)))
+        if ((rc = x_ready(e, l)))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
@@ -138,6 +150,8 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
         return rc;
     if (tied_head(&e->layers[top]) && (rc = eng_w_acquire(e, e->layers[top].tied->bucket)))
         return rc;
+    if ((rc = x_acquire(e, &e->layers[top])))
+        return rc;
     for (int i = top; i >= ch->l0 && !rc; i--) {
         struct eng_layer *l = &e->layers[i];
         int b = l->bucket;
@@ -146,6 +160,8 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
             pf--;
             if (e->layers[pf].index > 0 && e->layers[pf].bucket != e->layers[pf + 1].bucket)
                 rc = eng_w_acquire(e, e->layers[pf].bucket);
+            if (!rc)
+                rc = x_acquire(e, &e->layers[pf]);
         }
         if (rc || (needs_w && (rc = eng_w_ready(e, b))))
             break;
@@ -153,7 +169,7 @@ int eng_chunk_backward(whale_engine *e, int c, struct eng_slot *s, const int32_t
             break;
         if ((rc = eng_g_acquire(e, b)) || (tied_head(l) && (rc = eng_g_acquire(e, l->tied->bucket))))
             break;
-        if (l->xbucket >= 0 && ((rc = x_acquire(e, l)) || (rc = eng_g_acquire(e, l->xbucket))))
+        if (l->xbucket >= 0 && ((rc = x_ready(e, l)) || (rc = eng_g_acquire(e, l->xbucket))))
             break;
         struct eng_io io;
         io_init(e, &io, c, s, i, in, tg);
