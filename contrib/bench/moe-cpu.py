@@ -15,6 +15,8 @@ as 2 processes through whale-run, the same global batch:
   dp2    DP 2, every rank runs every expert on its own tokens
   ep2    DP 2 with EP 2: each rank holds the compute of 4 experts, tokens
          move to their expert's rank by all-to-all(v) and back
+  ep2nw  ep2 with WHALE_MOE_EP_WINDOW=0: the exchanges read the peers'
+         buffers instead of receiving into shared-memory windows
 (tokens/s of the whole step; ep2/dp2 is the cost or gain of the exchange at
 this size; both ranks share this machine's cores).
 Prints median tokens/s (warm-up step excluded) and, for whale, MFU against a
@@ -114,7 +116,7 @@ print(json.dumps({"tps": [B * T / t for t in times[1:]], "loss": loss.item()}))
 '''
 
 
-def whale(args, text, tmp, tag, launch=()):
+def whale(args, text, tmp, tag, launch=(), env=None):
     conf = os.path.join(tmp, tag + ".conf")
     with open(conf, "w") as f:
         f.write("Name=bench-%s %s\n" % (tag, text))
@@ -125,7 +127,8 @@ def whale(args, text, tmp, tag, launch=()):
            "--data", args.data, "--format", "bytes", "--steps", str(args.steps), "--batch",
            str(BATCH), "--threads", str(args.threads), "--no-progress", "--metrics", met,
            "--peak-gflops", str(args.peak_gflops)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env=dict(os.environ, **(env or {})))
     lines = [json.loads(l) for l in open(met)]
     st = [l for l in lines if "step" in l][1:]
     return [l["tokens_per_s"] for l in st], [l["mfu"] for l in st]
@@ -150,8 +153,11 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-ep", action="store_true", help="skip the DP 2 / EP 2 runs")
     ap.add_argument("--capacity", default="dropless")
+    ap.add_argument("--runs", default="moe,dense,torch,dp2,ep2,ep2nw",
+                    help="comma-separated runs to make (default: all)")
     args = ap.parse_args()
     moe = MOE % args.capacity
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         args.data = os.path.join(tmp, "corpus.txt")
         with open(args.data, "wb") as f:
@@ -160,10 +166,13 @@ def main():
                     if n.endswith(".c"):
                         f.write(open(os.path.join(root, n), "rb").read())
         res = {"moe": ([], []), "dense": ([], []), "torch": ([], []), "dp2": ([], []),
-               "ep2": ([], [])}
-        launch = {"dp2": ["-n", "2", "--dp", "2"], "ep2": ["-n", "2", "--dp", "2", "--ep", "2"]}
+               "ep2": ([], []), "ep2nw": ([], [])}
+        launch = {"dp2": ["-n", "2", "--dp", "2"], "ep2": ["-n", "2", "--dp", "2", "--ep", "2"],
+                  "ep2nw": ["-n", "2", "--dp", "2", "--ep", "2"]}
+        envs = {"ep2nw": {"WHALE_MOE_EP_WINDOW": "0"}}
         for r in range(args.rounds):
-            order = ["moe", "dense", "torch", "dp2", "ep2"]
+            order = [k for k in ["moe", "dense", "torch", "dp2", "ep2", "ep2nw"]
+                     if k in args.runs.split(",")]
             if r % 2:
                 order.reverse()
             for k in order:
@@ -174,13 +183,13 @@ def main():
                 if k in launch and args.no_ep:
                     continue
                 tps, mfu = whale(args, BASE + (DENSE if k == "dense" else moe), tmp, k,
-                                 launch.get(k, ()))
+                                 launch.get(k, ()), envs.get(k))
                 res[k][0].extend(tps)
                 res[k][1].extend(mfu)
     med = {k: statistics.median(v[0]) if v[0] else float("nan") for k, v in res.items()}
     mfu = {k: statistics.median(v[1]) if v[1] else float("nan") for k, v in res.items()}
-    print("shape: %s, batch %d, %d thread(s), %d rounds x %d steps" % (BASE, BATCH, args.threads,
-                                                                      args.rounds, args.steps))
+    print("shape: %s, batch %d, %d thread(s), %d rounds x %d steps, load average %.1f -> %.1f"
+          % (BASE, BATCH, args.threads, args.rounds, args.steps, load0, os.getloadavg()[0]))
     print("  whale MoE   (%s): %8.0f tokens/s, MFU %.1f %% of %.0f GFLOP/s" % (moe.strip(), med["moe"], 100 * mfu["moe"], args.peak_gflops))
     print("  whale dense (FFN=1024, same active size): %8.0f tokens/s, MFU %.1f %%" % (med["dense"], 100 * mfu["dense"]))
     print("  per active FLOP, MoE / dense: %.2f (target >= 0.8)" % (mfu["moe"] / mfu["dense"]))
@@ -191,6 +200,11 @@ def main():
         print("  whale MoE, 2 ranks DP 2      : %8.0f tokens/s" % med["dp2"])
         print("  whale MoE, 2 ranks EP 2 x DP 2: %8.0f tokens/s (EP 2 / DP 2: %.2f)"
               % (med["ep2"], med["ep2"] / med["dp2"]))
+        print("  whale MoE, EP 2 x DP 2 without receive windows: %8.0f tokens/s (windows / none: %.2f)"
+              % (med["ep2nw"], med["ep2"] / med["ep2nw"]))
+    for k, v in res.items():
+        if v[0]:
+            print("  %-6s tokens/s per step, in run order: %s" % (k, " ".join("%.0f" % t for t in v[0])))
 
 
 if __name__ == "__main__":
