@@ -241,6 +241,17 @@ static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a
     wh[3] = wbase;
     st(&me->cin, gen);
     comm_shm_ring(sh->door);
+    /* my own block moves while the peers read my header and start on
+     * theirs (it was copied before the header was out, so a large one
+     * delayed every peer's writes into my window by its copy), with
+     * streaming stores when it is large: glibc's memcpy switches to them
+     * only past a threshold scaled to the whole shared cache (99 MiB on
+     * this project's VM), and below it reads every line of the receive
+     * buffer before writing it */
+    if (a->rlen[r] >= sh->stream_min)
+        comm_copy_stream(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
+    else if (a->rlen[r])
+        memcpy(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
     if ((rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, cin), gen, a->what)))
         return rc;
     int bad = -1, err = 0;
@@ -333,8 +344,9 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
     const bool cma = sh->a2a_cma > 0 && a->maxlen && a->maxlen * (size_t)p >= cma_min &&
                      HDR_WORDS(p) * sizeof(uint64_t) <= sh->slot;
     const uint32_t nsteps = cma ? 1 : (uint32_t)((a->maxlen + pb - 1) / pb);
-    /* my own block does not go through the segment */
-    if (a->rlen[r])
+    /* my own block does not go through the segment (the single-copy
+     * exchange copies it once its header is out) */
+    if (a->rlen[r] && !cma)
         memcpy(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
     if (!nsteps)
         return 0;
