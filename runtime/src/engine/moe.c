@@ -499,14 +499,17 @@ static int moe_ffn_fwd(const struct eng_layer *l, int base, const struct moe_ffn
     const struct eng_dims *d = l->d;
     whale_backend *bk = d->bk;
     const int C = d->C;
-    BK(whale_k_linear_fwd(bk, NULL, F32, fc, xin, eng_pw(l, base + ix->fcw),
-                          pw_opt(l, base, ix->fcb), n, C, F));
     if (moe_glu(d)) {
+        BK(whale_k_linear_fwd(bk, NULL, F32, fc, xin, eng_pw(l, base + ix->fcw),
+                              pw_opt(l, base, ix->fcb), n, C, F));
         BK(whale_k_linear_fwd(bk, NULL, F32, up, xin, eng_pw(l, base + ix->upw),
                               pw_opt(l, base, ix->upb), n, C, F));
         BK(whale_k_glu_fwd(bk, NULL, F32, moe_act(d), h, fc, up, (int64_t)n * F));
     } else {
-        BK(whale_k_gelu_fwd(bk, NULL, F32, h, fc, (int64_t)n * F));
+        /* GELU on each block of the GEMM while it is in cache, as the dense
+         * MLP does, instead of a second pass over the (n,F) activations */
+        BK(whale_k_linear_gelu_fwd(bk, NULL, F32, fc, h, xin, eng_pw(l, base + ix->fcw),
+                                   pw_opt(l, base, ix->fcb), n, C, F));
     }
     return whale_k_linear_fwd(bk, NULL, F32, y, h, eng_pw(l, base + ix->pw), NULL, n, F, C);
 }
@@ -612,22 +615,24 @@ static int moe_ffn_bwd(const struct eng_layer *l, int base, const struct moe_ffn
     const struct eng_dims *d = l->d;
     whale_backend *bk = d->bk;
     const int C = d->C;
+    if (!moe_glu(d)) {
+        /* dfc = GELU'(fc) * (dy @ Wproj) in the GEMM's blocks (the dense
+         * MLP's fused kernel), then fc's backward */
+        BK(whale_k_linear_bwd_gelu(bk, NULL, F32, dh, fc, eng_pg(l, base + ix->pw), NULL, dy, h,
+                                   eng_pw(l, base + ix->pw), n, F, C));
+        return whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->fcw),
+                                  pg_opt(l, base, ix->fcb), dh, xin, eng_pw(l, base + ix->fcw), n,
+                                  C, F, acc);
+    }
     BK(whale_k_linear_bwd(bk, NULL, F32, dh, eng_pg(l, base + ix->pw), NULL, dy, h,
                           eng_pw(l, base + ix->pw), n, F, C, false));
-    if (moe_glu(d)) {
-        float *dgate = dh, *dup = dh + (size_t)n * F;
-        BK(whale_k_glu_bwd(bk, NULL, F32, moe_act(d), dgate, dup, dh, fc, up, (int64_t)n * F));
-        BK(whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->fcw),
-                              pg_opt(l, base, ix->fcb), dgate, xin, eng_pw(l, base + ix->fcw), n,
-                              C, F, acc));
-        return whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->upw),
-                                  pg_opt(l, base, ix->upb), dup, xin, eng_pw(l, base + ix->upw),
-                                  n, C, F, true);
-    }
-    BK(whale_k_gelu_bwd(bk, NULL, F32, dh, fc, dh, (int64_t)n * F));
-    return whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->fcw),
-                              pg_opt(l, base, ix->fcb), dh, xin, eng_pw(l, base + ix->fcw), n, C,
-                              F, acc);
+    float *dgate = dh, *dup = dh + (size_t)n * F;
+    BK(whale_k_glu_bwd(bk, NULL, F32, moe_act(d), dgate, dup, dh, fc, up, (int64_t)n * F));
+    BK(whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->fcw), pg_opt(l, base, ix->fcb),
+                          dgate, xin, eng_pw(l, base + ix->fcw), n, C, F, acc));
+    return whale_k_linear_bwd(bk, NULL, F32, dx, eng_pg(l, base + ix->upw),
+                              pg_opt(l, base, ix->upb), dup, xin, eng_pw(l, base + ix->upw), n, C,
+                              F, true);
 }
 
 /* dlogits (N,E) into x->logits (overwritten) from the gates' gradients
