@@ -470,6 +470,7 @@ static void moe_combine(const struct eng_dims *d, const struct moe_scratch *x,
     for (int r = 0; r < R; r++) {
         float *o = out + (size_t)x->tok[r] * C;
         const float *y = rows + (size_t)r * C, g = w ? w[r] : 1.0f;
+#pragma omp simd
         for (int c = 0; c < C; c++)
             o[c] += g * y[c];
     }
@@ -591,15 +592,18 @@ int eng_moe_fwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
         const float *b = eng_pw(l, p0 + 1 + e * ix.n + ix.pb);
         for (int r = x.off[e]; r < x.off[e + 1]; r++) {
             float *o = out + (size_t)x.tok[r] * C;
+#pragma omp simd
             for (int c = 0; c < C; c++)
                 o[c] += x.gate[r] * b[c];
         }
     }
     if (d->Fs) {
         const float *b = eng_pw(l, sb + ix.pb);
-        for (int n = 0; n < N; n++)
+        for (int n = 0; n < N; n++) {
+#pragma omp simd
             for (int c = 0; c < C; c++)
                 out[(size_t)n * C + c] += b[c];
+        }
     }
     return 0;
 }
@@ -750,6 +754,7 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
     for (int r = 0; r < R; r++) {
         const float *dy = dout + (size_t)x.tok[r] * C, *y = s.eo + (size_t)r * C;
         float dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int c = 0; c < C; c++)
             dot += dy[c] * y[c];
         x.dgate[r] = dot;
@@ -763,6 +768,7 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
             for (int r = x.off[e]; r < x.off[e + 1]; r++) {
                 const float *dy = dout + (size_t)x.tok[r] * C;
                 float dot = 0;
+#pragma omp simd reduction(+ : dot)
                 for (int c = 0; c < C; c++) {
                     dot += dy[c] * b[c];
                     gb[c] += x.gate[r] * dy[c];
@@ -776,6 +782,7 @@ int eng_moe_bwd(const struct eng_layer *l, struct eng_io *io, int p0, float *sav
     for (int r = 0; r < R; r++) {
         const float *dy = dout + (size_t)x.tok[r] * C;
         float *ye = x.ye + (size_t)r * C, g = x.gate[r];
+#pragma omp simd
         for (int c = 0; c < C; c++)
             ye[c] = g * dy[c];
     }
