@@ -24,7 +24,8 @@ STORE_DIR (a directory all ranks see: namespace nodes of the minicluster
 share the file system); the store and gloo's sockets use GLOO_SOCKET_IFNAME
 (the driver sets lo under whale-run, eth0 under srun on the minicluster).
 With a torch >= 2.0 the model uses scaled_dot_product_attention and AdamW
-runs fused (foreach where fused is missing), as a careful torch user runs it.
+runs fused (foreach where fused is missing), as a careful torch user runs it;
+subnormals are flushed to zero on both sides.
 Rank 0 prints one JSON line: per-step global tokens/s after the first step
 and the largest peak RSS of any rank.
 """
@@ -124,6 +125,11 @@ def main():
     import torch.nn as nn
     import torch.distributed as dist
     torch.set_num_threads(threads)
+    # Subnormal floats flushed to zero, as whale-train does by default
+    # (WHALE_FLUSH_DENORMALS): without it the 124M shape's backward slowed
+    # from step to step here (10, 35, then 101 s on one thread) as the
+    # AdamW-updated weights and gradients produced subnormals.
+    torch.set_flush_denormal(True)
     torch.manual_seed(0)
     import datetime
     dist.init_process_group("gloo", store=rendezvous(store_dir, rank, world), rank=rank,
