@@ -22,7 +22,10 @@ this size; both ranks share this machine's cores).
 Prints median tokens/s (warm-up step excluded) and, for whale, MFU against a
 fixed peak (--peak-gflops, so the two whale runs are comparable): the MoE/dense
 MFU ratio is the speed per active FLOP (target >= 0.8), whale/torch the
-tokens/s ratio (issue target >= 1.2). --capacity dropless (default) makes
+tokens/s ratio (issue target >= 1.2). The same ratio on CPU time (FLOP per
+CPU-second of each step, from the metrics' cpu_s) is printed beside it: on a
+machine shared with other work the wall-clock one swings by 2x between
+rounds, the CPU-time one by a few per cent. --capacity dropless (default) makes
 the FLOP count exact; with a capacity factor dropped tokens skip their
 experts, which the active-FLOP count does not subtract.
 
@@ -131,7 +134,11 @@ def whale(args, text, tmp, tag, launch=(), env=None):
                    env=dict(os.environ, **(env or {})))
     lines = [json.loads(l) for l in open(met)]
     st = [l for l in lines if "step" in l][1:]
-    return [l["tokens_per_s"] for l in st], [l["mfu"] for l in st]
+    # FLOP per CPU-second of the step (mfu x peak x step_s / cpu_s): what
+    # the process computed per second it ran, which time-sharing the cores
+    # with other work changes far less than the wall-clock MFU
+    rate = [l["mfu"] * args.peak_gflops * l["step_s"] / l["cpu_s"] for l in st if l.get("cpu_s")]
+    return [l["tokens_per_s"] for l in st], [l["mfu"] for l in st], rate
 
 
 def torch_run(args, text):
@@ -167,6 +174,7 @@ def main():
                         f.write(open(os.path.join(root, n), "rb").read())
         res = {"moe": ([], []), "dense": ([], []), "torch": ([], []), "dp2": ([], []),
                "ep2": ([], []), "ep2nw": ([], [])}
+        cpu = {k: [] for k in res}
         launch = {"dp2": ["-n", "2", "--dp", "2"], "ep2": ["-n", "2", "--dp", "2", "--ep", "2"],
                   "ep2nw": ["-n", "2", "--dp", "2", "--ep", "2"]}
         envs = {"ep2nw": {"WHALE_MOE_EP_WINDOW": "0"}}
@@ -182,10 +190,11 @@ def main():
                     continue
                 if k in launch and args.no_ep:
                     continue
-                tps, mfu = whale(args, BASE + (DENSE if k == "dense" else moe), tmp, k,
+                tps, mfu, rate = whale(args, BASE + (DENSE if k == "dense" else moe), tmp, k,
                                  launch.get(k, ()), envs.get(k))
                 res[k][0].extend(tps)
                 res[k][1].extend(mfu)
+                cpu[k].extend(rate)
     med = {k: statistics.median(v[0]) if v[0] else float("nan") for k, v in res.items()}
     mfu = {k: statistics.median(v[1]) if v[1] else float("nan") for k, v in res.items()}
     print("shape: %s, batch %d, %d thread(s), %d rounds x %d steps, load average %.1f -> %.1f"
@@ -193,6 +202,11 @@ def main():
     print("  whale MoE   (%s): %8.0f tokens/s, MFU %.1f %% of %.0f GFLOP/s" % (moe.strip(), med["moe"], 100 * mfu["moe"], args.peak_gflops))
     print("  whale dense (FFN=1024, same active size): %8.0f tokens/s, MFU %.1f %%" % (med["dense"], 100 * mfu["dense"]))
     print("  per active FLOP, MoE / dense: %.2f (target >= 0.8)" % (mfu["moe"] / mfu["dense"]))
+    if cpu["moe"] and cpu["dense"]:
+        print("  per active FLOP on CPU time (GFLOP per CPU-second, less sensitive to load): "
+              "MoE %.1f, dense %.1f, MoE / dense %.2f"
+              % (statistics.median(cpu["moe"]), statistics.median(cpu["dense"]),
+                 statistics.median(cpu["moe"]) / statistics.median(cpu["dense"])))
     if not args.no_torch:
         print("  PyTorch MoE (torch_reference.py, fp32, AdamW): %8.0f tokens/s" % med["torch"])
         print("  whale / PyTorch MoE tokens/s: %.2f (target >= 1.2)" % (med["moe"] / med["torch"]))
