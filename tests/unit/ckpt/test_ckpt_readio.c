@@ -23,6 +23,8 @@
 #include "whale/ckpt.h"
 #include "whale/error.h"
 
+#include <jansson.h>
+
 /* 3 x 256 KiB + 777: ends off the block */
 #define FILE_BYTES ((size_t)(3u << 18) + 777)
 
@@ -95,8 +97,11 @@ static void test_range(void **st)
 /* odd sizes: 160 x 480 floats per qkv (307200 bytes, not a multiple of
  * 4096), a vocabulary of 1000 */
 static const struct synth_model odd = {.layers = 2, .hidden = 160, .vocab = 1000, .seq = 16};
+/* compressed chunks of 1 MiB + 7 stay past the O_DIRECT size (256 KiB) */
+static const struct synth_model wide = {.layers = 2, .hidden = 160, .vocab = 4000, .seq = 16};
 
-static void restore_check(const char *dir, int64_t step, const char *direct)
+static void restore_check(const struct synth_model *md, const char *dir, int64_t step,
+                          const char *direct)
 {
     setenv("WHALE_CKPT_READ_DIRECT", direct, 1);
     setenv("WHALE_CKPT_READERS", "4", 1);
@@ -104,7 +109,7 @@ static void restore_check(const char *dir, int64_t step, const char *direct)
     synth_layout_of(1, 1, 1, 0, 0, &l);
     whale_ckpt_piece *p;
     size_t n;
-    assert_int_equal(synth_pieces(&odd, &l, false, true, step, &p, &n), 0);
+    assert_int_equal(synth_pieces(md, &l, false, true, step, &p, &n), 0);
     whale_ckpt_reader *r;
     assert_int_equal(whale_ckpt_reader_open(dir, &r), 0);
     int bad = -1;
@@ -120,9 +125,33 @@ static void restore_check(const char *dir, int64_t step, const char *direct)
     unsetenv("WHALE_CKPT_READERS");
 }
 
-/* Steps 1-3 with `zstd` and up to 2 deltas after each full save; each
- * restored with O_DIRECT and through the page cache. */
-static void save_and_restore(int zstd, size_t chunk)
+/* How many chunks of step directory dir are past the O_DIRECT size and
+ * zstd-compressed (zstd) or deltas (!zstd). */
+static int big_chunks(const char *dir, bool zstd)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    json_t *m = json_load_file(p, 0, NULL);
+    assert_non_null(m);
+    int k = 0;
+    const char *name;
+    json_t *t, *c;
+    size_t i;
+    json_object_foreach(json_object_get(m, "tensors"), name, t) {
+        json_array_foreach(json_object_get(t, "chunks"), i, c) {
+            bool big = json_integer_value(json_object_get(c, "nbytes")) >= (256 << 10);
+            bool z = json_integer_value(json_object_get(c, "zstd")) > 0;
+            bool d = json_object_get(c, "delta_base") != NULL;
+            k += big && (zstd ? z : d);
+        }
+    }
+    json_decref(m);
+    return k;
+}
+
+/* Steps 1-3 with `zstd` and up to 2 deltas after each full save (step 1
+ * full, 2 and 3 deltas against it), each restored with O_DIRECT. */
+static void save_and_restore(const struct synth_model *md, int zstd, size_t chunk)
 {
     char *root = ckpt_test_root("readio");
     whale_ckpt_config c;
@@ -140,7 +169,7 @@ static void save_and_restore(int zstd, size_t chunk)
     for (int s = 1; s <= 3; s++) {
         whale_ckpt_piece *p;
         size_t n;
-        assert_int_equal(synth_pieces(&odd, &l, true, true, s, &p, &n), 0);
+        assert_int_equal(synth_pieces(md, &l, true, true, s, &p, &n), 0);
         whale_ckpt_meta m = {.step = s};
         assert_int_equal(whale_ckpt_save(ck, &m, p, n, NULL), 0);
         assert_int_equal(whale_ckpt_wait(ck), 0);
@@ -150,8 +179,14 @@ static void save_and_restore(int zstd, size_t chunk)
     for (int s = 1; s <= 3; s++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/step-%08d", root, s);
-        restore_check(dir, s, "1");
-        restore_check(dir, s, "0");
+        /* the O_DIRECT path reads compressed and delta chunks too */
+        if (zstd)
+            assert_true(big_chunks(dir, true) > 0);
+        if (s == 2)
+            assert_true(big_chunks(dir, false) > 0);
+        restore_check(md, dir, s, "1");
+        if (s == 2) /* through the page cache too (the chunks are the same either way) */
+            restore_check(md, dir, s, "0");
     }
     ckpt_rm_rf(root);
     free(root);
@@ -160,13 +195,13 @@ static void save_and_restore(int zstd, size_t chunk)
 static void test_restore_exact(void **st)
 {
     (void)st;
-    save_and_restore(0, 1u << 20);
+    save_and_restore(&odd, 0, 1u << 20);
 }
 
 static void test_restore_zstd_odd_chunks(void **st)
 {
     (void)st;
-    save_and_restore(1, 300007); /* chunks cut off the block */
+    save_and_restore(&wide, 1, (1u << 20) + 7); /* chunks cut off the block */
 }
 
 int main(void)
