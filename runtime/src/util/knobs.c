@@ -27,6 +27,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_CKPT_PRIVATE", "bool", "0", "checkpoints, metrics and traces owner-only (never group/world-readable)" },
     { "WHALE_CKPT_SNAPSHOT", "enum", "deferred in whale-train (copy with offload)", "copy: the save copies the tensors before the step goes on; deferred: a background copy overlaps forward/backward and the optimizer waits for it" },
     { "WHALE_CKPT_READERS", "int", "4", "threads that read a checkpoint's tensors in parallel on load (1..64)" },
+    { "WHALE_CKPT_READ_DIRECT", "bool", "1", "load reads chunks of 256 KiB and more with O_DIRECT, bypassing the page cache (buffered where the file system refuses it)" },
     { "WHALE_CKPT_RUN_ID", "string", "the job and step id", "identifies one run's saves (a replacement rank joins the same run)" },
     { "WHALE_CKPT_WEIGHTS", "enum", "exact", "weights in checkpoints: exact, bf16 or fp16" },
     { "WHALE_CKPT_ZSTD", "int", "0", "zstd level for checkpoint data after a byte shuffle, 0 = off (0..19)" },
