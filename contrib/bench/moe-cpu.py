@@ -25,7 +25,9 @@ MFU ratio is the speed per active FLOP (target >= 0.8), whale/torch the
 tokens/s ratio (issue target >= 1.2). The same ratio on CPU time (FLOP per
 CPU-second of each step, from the metrics' cpu_s) is printed beside it: on a
 machine shared with other work the wall-clock one swings by 2x between
-rounds, the CPU-time one by a few per cent. --capacity dropless (default) makes
+rounds, the CPU-time one by a few per cent; it also charges the process's
+background threads, which a quiet machine overlaps (there it read 0.84
+where the wall-clock ratio read 1.00). --capacity dropless (default) makes
 the FLOP count exact; with a capacity factor dropped tokens skip their
 experts, which the active-FLOP count does not subtract.
 
@@ -203,7 +205,8 @@ def main():
     print("  whale dense (FFN=1024, same active size): %8.0f tokens/s, MFU %.1f %%" % (med["dense"], 100 * mfu["dense"]))
     print("  per active FLOP, MoE / dense: %.2f (target >= 0.8)" % (mfu["moe"] / mfu["dense"]))
     if cpu["moe"] and cpu["dense"]:
-        print("  per active FLOP on CPU time (GFLOP per CPU-second, less sensitive to load): "
+        print("  per active FLOP on CPU time (GFLOP per CPU-second of every thread, less "
+              "sensitive to load, charges background threads too): "
               "MoE %.1f, dense %.1f, MoE / dense %.2f"
               % (statistics.median(cpu["moe"]), statistics.median(cpu["dense"]),
                  statistics.median(cpu["moe"]) / statistics.median(cpu["dense"])))
