@@ -145,7 +145,7 @@ static bool excluded_by(const struct mp_node *n, int node, const struct mp_item 
 static int root_of(const struct mp_node *n, int skip)
 {
     for (int i = 0; i < n->nnodes; i++)
-        if (mp_is_alive(n, i) && !has(n->news, n->nnews, i) && skip-- == 0)
+        if (!excluded_by(n, i, n->news, n->nnews) && skip-- == 0)
             return i;
     return -1;
 }
@@ -355,7 +355,8 @@ static void add_news(struct mp_node *n, int32_t id, double now)
 static void report(struct mp_node *n, double now)
 {
     /* a ballot under way for the next epoch: its root collects */
-    int r = n->wave.active && n->wave.epoch == n->epoch + 1 ? n->wave.root
+    int r = n->wave.active && n->wave.epoch == n->epoch + 1 &&
+                    !excluded_by(n, n->wave.root, n->news, n->nnews) ? n->wave.root
           : n->skip ? n->id : root_of(n, 0);
     if (r < 0)
         return;

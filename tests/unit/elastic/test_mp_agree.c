@@ -4,7 +4,7 @@
  * stepped clock. Checks what the runtime needs beyond the simulator's
  * scenarios: survivors of a crash are a majority however few they are
  * (a task known crashed does not count), an exact half decides only
- * with the lowest member, and a decision that removes nobody (MP_NOOP)
+ * with the lowest member, reports skip a root known crashed, and a decision that removes nobody (MP_NOOP)
  * is reached for a recovery whose members all came back. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -113,6 +113,25 @@ static void crash_of_one_of_two(void **state)
     net_free(&net);
 }
 
+/* The lowest task (the root of the next ballot) crashes: the others
+ * report to the next lowest at once, not after the silence that makes a
+ * reporter propose itself (6 resends + confirm = 1.2 s here). */
+static void crash_of_the_root(void **state)
+{
+    (void)state;
+    struct net net;
+    net_init(&net, 3);
+    run_until(&net, 0.5);
+    net.down[0] = true;
+    mp_local_dead(&net.a[2], 0, net.now);
+    run_until(&net, 1.0);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(net.a[i].epoch, 1);
+        assert_true(mp_task_gone(&net.a[i], 0));
+    }
+    net_free(&net);
+}
+
 /* Four tasks, cut in two halves that each see the other silent: the half
  * with task 0 decides, the other stops. */
 static void half_with_the_lowest_decides(void **state)
@@ -182,6 +201,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(crash_of_one_of_two),
+        cmocka_unit_test(crash_of_the_root),
         cmocka_unit_test(half_with_the_lowest_decides),
         cmocka_unit_test(one_of_three_stops),
         cmocka_unit_test(noop_decides_nobody_removed),
