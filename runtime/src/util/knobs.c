@@ -55,6 +55,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_JOB_NO_KILL", "contract", "", "sbatch/salloc: the job was submitted with --no-kill (elastic steps need it)" },
     { "WHALE_LOCAL_RANK", "contract", "", "index of this task on its node" },
     { "WHALE_LOG", "enum", "warn (whale-train: info)", "log level: error, warn, info, debug or trace" },
+    { "WHALE_MEMBERSHIP", "enum", "coordinator", "elastic steps: how the survivors agree on a membership change: coordinator (the lowest member collects every proposal) or tree (the membership protocol's two-phase ballot over a tree of the tasks, O(log N) hops, messages of O(failed) size)" },
     { "WHALE_MICRO_BATCH", "int", "the plan's micro_batch, else batch/(DP x accum)", "samples per micro-batch per rank (--micro-batch overrides)" },
     { "WHALE_MODEL_PATH", "path", "", "':'-separated folders searched for model presets (NAME.conf) before the installed ones" },
     { "WHALE_MOE_EP_WINDOW", "bool", "1", "MoE expert parallelism on one node: the token exchanges receive into shared-memory windows the peers write (0: the receiver reads the peers' buffers)" },
