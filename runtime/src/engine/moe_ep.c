@@ -33,11 +33,11 @@
  * weighted output gradients go to the experts like the inputs, the input
  * gradients come back like the outputs.
  *
- * The expert weights stay in every rank's parameter table (the flat layout,
- * ZeRO partitioning, checkpoints, offload and elastic replacement are those
- * of EP 1); a rank's gradients of the experts it does not compute are zero,
- * so the DP reduction sums, for each expert, the contributions of the one
- * rank per EP group that computed it: the expert-data-parallel sum. */
+ * Each rank holds only its E/EP experts (weights, gradients, optimizer
+ * state); their gradients are reduced over the expert-data-parallel group
+ * (the DP/EP ranks holding the same experts), which ZeRO 1-3 partitions
+ * them over. The experts' output biases stay on every rank: the combine
+ * adds them on the token's rank. */
 #include "moe_ep.h"
 
 #include <stdlib.h>
