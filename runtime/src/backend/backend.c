@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "whale/error.h"
+#include "whale/knobs.h"
 #include "whale/log.h"
 
 /* ---- choosing ------------------------------------------------------------------ */
@@ -89,6 +90,13 @@ int whale_backend_open(const struct whale_backend_opts *o, whale_backend **out)
     b->gemm_math = WHALE_FLOAT32;
     int rc;
     if (d == WHALE_DEVICE_CPU) {
+        if (k_bf16_gemm_mode() < 0) {
+            whale_error("WHALE_BF16_GEMM=%s: not a bf16 GEMM path (auto, onednn or sgemm)",
+                        whale_knob_getenv("WHALE_BF16_GEMM"));
+            pthread_mutex_destroy(&b->lock);
+            free(b);
+            return WHALE_EINVAL;
+        }
         rc = bk_cpu_open(o, b);
     } else {
 #ifdef WHALE_HAVE_CUDA_BACKEND

@@ -33,11 +33,15 @@ void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const floa
 
 /* kernels_lp.c: the same GEMM with operands of type mm: WHALE_FLOAT32 is
  * k_gemm; WHALE_BFLOAT16 rounds A and B to bf16 and multiplies in bf16 with
- * fp32 accumulation where k_bf16_gemm_available() (AVX512_BF16 + oneDNN),
+ * fp32 accumulation where k_bf16_gemm_available() (oneDNN, WHALE_BF16_GEMM),
  * else k_gemm on the same values. */
 void k_gemm_mm(enum whale_dtype mm, int transA, int transB, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 bool k_bf16_gemm_available(void);
+/* WHALE_BF16_GEMM: auto (oneDNN where the CPU has AMX-BF16), onednn (where
+ * it has AVX512_BF16) or sgemm; -1 for any other value */
+enum { K_BF16_GEMM_AUTO, K_BF16_GEMM_ONEDNN, K_BF16_GEMM_SGEMM };
+int k_bf16_gemm_mode(void);
 
 /* The linear layers take the GEMM operand type mm (see k_gemm_mm). */
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) ; b may be NULL */

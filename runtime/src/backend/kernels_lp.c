@@ -1,9 +1,14 @@
 /* bf16 arithmetic for the GEMMs of mixed precision: C (M,N) fp32 =
  * op(A) op(B) with bf16 operands and fp32 accumulation, through oneDNN's
- * matmul primitive (Debian's OpenBLAS exports no cblas_sbgemm). Used only
- * where the CPU has AVX512_BF16 (checked at run time; elsewhere oneDNN would
- * emulate bf16 more slowly than sgemm) and oneDNN was found at build time;
- * otherwise k_gemm_mm falls back to fp32 sgemm on the same values.
+ * matmul primitive (Debian's OpenBLAS exports no cblas_sbgemm). Used by
+ * default only where the CPU has AMX-BF16 (checked at run time) and oneDNN
+ * was found at build time; otherwise k_gemm_mm takes fp32 sgemm on the same
+ * values. With AVX512_BF16 alone oneDNN's matmul (Debian's 2.6) trained
+ * gpt-small at 0.65x of sgemm's tokens per CPU-second (2,800 vs 4,300,
+ * alternated runs, 2026-12-07): the operand conversions and its kernels for
+ * these small shapes cost more than the bf16 dot products save, so
+ * WHALE_BF16_GEMM=onednn asks for it there; without AVX512_BF16 oneDNN
+ * would emulate bf16, slower still, and is never used.
  *
  * Operands arrive in fp32 (weights hold bf16-representable values already;
  * activations are rounded here, as a bf16 tensor would be). Primitives are
@@ -17,6 +22,18 @@
 
 #include "whale/dtype.h"
 #include "whale/knobs.h"
+
+int k_bf16_gemm_mode(void)
+{
+    const char *v = whale_knob_getenv("WHALE_BF16_GEMM");
+    if (!v || !*v || !strcmp(v, "auto"))
+        return K_BF16_GEMM_AUTO;
+    if (!strcmp(v, "onednn"))
+        return K_BF16_GEMM_ONEDNN;
+    if (!strcmp(v, "sgemm"))
+        return K_BF16_GEMM_SGEMM;
+    return -1;
+}
 
 #ifdef WHALE_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -74,7 +91,9 @@ static struct tstate *tstate_get(void)
 static void eng_init(void)
 {
     __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512bf16") || whale_knob_getenv("WHALE_NO_BF16_GEMM"))
+    int mode = k_bf16_gemm_mode();
+    if (!__builtin_cpu_supports("avx512bf16") || mode == K_BF16_GEMM_SGEMM || mode < 0 ||
+        (mode == K_BF16_GEMM_AUTO && !__builtin_cpu_supports("amx-bf16")))
         return;
     eng_ok = pthread_key_create(&tkey, tstate_free) == 0 &&
              dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success;

@@ -10,6 +10,7 @@
 
 const struct whale_knob whale_knobs[] = {
     { "WHALE_BENCH_REEXEC", "contract", "", "internal: whale-bench re-executed itself with OPENBLAS_CORETYPE" },
+    { "WHALE_BF16_GEMM", "enum", "auto", "the GEMM of bf16 training's linear layers on a CPU: auto (oneDNN's bf16 matmul where the CPU has AMX-BF16, else sgemm), onednn (where it has AVX512_BF16; slower than sgemm without AMX here), or sgemm" },
     { "WHALE_BLAS_CORE", "enum", "auto", "OpenBLAS kernels: auto (whale-train/whale-bench restart with OPENBLAS_CORETYPE set when OpenBLAS fell back to generic kernels on an AVX2/AVX-512 CPU), off, or a core name" },
     { "WHALE_CKPT_ASYNC", "bool", "1", "checkpoint saves copy to host memory and write in a background thread (0: synchronous)" },
     { "WHALE_CKPT_BUSY", "enum", "wait", "a save due while the previous one is still writing: wait for it, skip this one, or defer it to the first step after the running one ends (whale-train; at most one save in flight, no stall)" },
@@ -62,7 +63,6 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_NCCL_TIMEOUT", "number", "600", "seconds a NCCL collective may take before the watchdog aborts it" },
     { "WHALE_NODE", "contract", "", "node name this task was mapped to" },
     { "WHALE_NODE_GRACE", "number", "0", "elastic steps: seconds the survivors wait for a member gone silent (link, hang) to come back before dropping its DP replica or stopping, when no spare is free (0..86400; srun --whale-node-grace, whale.conf NodeGrace=)" },
-    { "WHALE_NO_BF16_GEMM", "bool", "unset", "set: no AVX512-BF16 GEMM path even where the CPU has it" },
     { "WHALE_NTASKS", "contract", "", "all tasks of the step, spares included" },
     { "WHALE_OFFLOAD", "enum", "the plan's offload, else none", "none, optimizer or params (--offload overrides)" },
     { "WHALE_OFFLOAD_PREFETCH", "int", "1", "ZeRO 3 + offload=params: layers fetched ahead (--offload-prefetch overrides)" },

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/choose.h"
@@ -199,9 +200,32 @@ static void cpu_appended_ops(void **st)
     whale_backend_close(b);
 }
 
+/* WHALE_BF16_GEMM: an unknown value is refused when a CPU backend opens;
+ * auto multiplies bf16 in oneDNN only where the CPU has AMX-BF16 (with
+ * AVX512_BF16 alone sgemm trained faster) */
+static void bf16_gemm_choice(void **st)
+{
+    (void)st;
+    whale_backend *b = NULL;
+    struct whale_backend_opts o;
+    whale_backend_opts_init(&o);
+    o.device = WHALE_DEVICE_CPU;
+    setenv("WHALE_BF16_GEMM", "amx", 1);
+    assert_int_equal(whale_backend_open(&o, &b), WHALE_EINVAL);
+    assert_null(b);
+    unsetenv("WHALE_BF16_GEMM");
+    assert_int_equal(whale_backend_open(&o, &b), 0);
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-bf16"))
+        assert_false(whale_backend_has_gemm_math(b, WHALE_BFLOAT16));
+    assert_true(whale_backend_has_gemm_math(b, WHALE_FLOAT32));
+    whale_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest t[] = {
+        cmocka_unit_test(bf16_gemm_choice),
         cmocka_unit_test(cpu_is_cpu),
         cmocka_unit_test(auto_without_gpu_is_cpu_with_reason),
         cmocka_unit_test(auto_with_bound_gpu_is_cuda),
