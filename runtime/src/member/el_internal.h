@@ -17,6 +17,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "member/el_joinfile.h"
 #include "member/mp.h"
 #include "whale/elastic.h"
 
@@ -180,5 +181,52 @@ typedef int (*el_class_fn)(int task_a, int task_b, void *user);
 int el_decide(const struct el_state *base, const uint8_t *gone, const uint8_t *how,
               el_class_fn cls, void *user, struct el_state *out,
               struct whale_membership_event *ev);
+
+/* el_join.c: the way back into a running step, pure (no ctx, no lock).
+ * el_decide_join: the removed slots tasks[0..k) become members again, as
+ * spares (JOINED; WHALE_ESTATE when one is still a member or out of
+ * range). el_grow_count: whole DP replicas the free spares of b can add
+ * towards planned_dp (0: none; always 0 with EP > 1). el_decide_grow:
+ * GROWN by that many replicas (WHALE_ENOFIT: none). */
+int el_decide_join(const struct el_state *b, const int *tasks, int k, struct el_state *out,
+                   struct whale_membership_event *ev);
+int el_grow_count(const struct el_state *b, int planned_dp);
+int el_decide_grow(const struct el_state *b, int planned_dp, el_class_fn cls, void *user,
+                   struct el_state *out, struct whale_membership_event *ev);
+/* The agreement's entry point: one decision (one epoch) for the slots
+ * tasks[0..k) asking to join (k may be 0) and the step below planned_dp:
+ * GROWN (ev->njoined says who joined on the way) when the free spares,
+ * the joiners included, fill a replica, else JOINED; WHALE_ENOFIT when
+ * there is nothing to decide, WHALE_ESTATE as el_decide_join. */
+int el_decide_rejoin(const struct el_state *b, const int *tasks, int k, int planned_dp,
+                     el_class_fn cls, void *user, struct el_state *out,
+                     struct whale_membership_event *ev);
+
+/* A join request, as the restarted process sends it (the worker address
+ * of its new UCX worker follows). step_id names the step (Slurm
+ * "JOBID.STEPID" of the step it joins, or whale-run's run id); the secret
+ * is the step's (el_joinfile.c), which only the step's user can read. */
+#define EL_JOIN_MAGIC 0x574a4e31u /* "WJN1" */
+#define EL_JOIN_SECRET EL_JOIN_SECRET_LEN
+struct el_join_req {
+    uint32_t magic;
+    int32_t task, ntasks;
+    uint32_t addr_len;
+    char step_id[EL_JOIN_ID_MAX];
+    char node[64];
+    uint8_t secret[EL_JOIN_SECRET];
+};
+struct el_join_expect {
+    const char *step_id;
+    int ntasks;
+    uint8_t secret[EL_JOIN_SECRET];
+    const char *const *node_of_task; /* [ntasks] node names, or NULL: not checked */
+    const uint8_t *member;           /* [ntasks] current membership, or NULL */
+};
+/* Whether the request msg (len bytes) may be agreed on: 0 (*out filled
+ * when out), WHALE_EDATA malformed, WHALE_EINVAL wrong secret, step, task
+ * or node, WHALE_ESTATE the slot is still a member; why says which. */
+int el_join_check(const void *msg, size_t len, const struct el_join_expect *x,
+                  struct el_join_req *out, char *why, size_t whylen);
 
 #endif

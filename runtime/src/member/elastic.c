@@ -107,6 +107,7 @@ uint64_t whale_elastic_epoch(const whale_ctx *ctx)
 const char *whale_recovery_name(enum whale_recovery k)
 {
     return k == WHALE_RECOVERY_REPLACED ? "REPLACED" : k == WHALE_RECOVERY_SHRUNK ? "SHRUNK"
-           : k == WHALE_RECOVERY_RESUMED ? "RESUMED" : "?";
+           : k == WHALE_RECOVERY_RESUMED ? "RESUMED" : k == WHALE_RECOVERY_JOINED ? "JOINED"
+           : k == WHALE_RECOVERY_GROWN ? "GROWN" : "?";
 }
 
