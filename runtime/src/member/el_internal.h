@@ -229,4 +229,22 @@ struct el_join_expect {
 int el_join_check(const void *msg, size_t len, const struct el_join_expect *x,
                   struct el_join_req *out, char *why, size_t whylen);
 
+/* A peer table entry (el_join.c): a task's node, UCX worker address and
+ * process id. el_peers_size/put: the wire form of k entries (put returns
+ * the bytes written). el_peers_get: parse at most max entries of tasks in
+ * [0, ntasks) from exactly len bytes into p (pointers into in; the node
+ * names copied into names[max]): 0 or WHALE_EDATA. */
+struct el_peer {
+    int task;
+    const char *node;
+    const void *addr;
+    size_t addr_len;
+    const void *proc;
+    size_t proc_len;
+};
+size_t el_peers_size(int k, const struct el_peer *p);
+size_t el_peers_put(uint8_t *out, int k, const struct el_peer *p);
+int el_peers_get(const uint8_t *in, size_t len, int ntasks, int max, struct el_peer *p,
+                 char (*names)[64], int *k);
+
 #endif

@@ -250,3 +250,99 @@ int el_decide_rejoin(const struct el_state *b, const int *tasks, int k, int plan
     }
     return rc;
 }
+
+/* ---- peer table: who is where, for a joiner and about a joiner ----------
+ * Per entry: int32 task, uint16 node name length, the name (no NUL),
+ * uint32 address length, the UCX worker address, uint32 process id
+ * length, the process id (comm_proc_id: the same-node watchdog's). The
+ * joiner gets every member's entry with the decision that takes it in;
+ * the survivors get the joiners' entries with that decision. Parsed
+ * entries point into the message. */
+static size_t peer_size(const struct el_peer *p)
+{
+    return sizeof(int32_t) + sizeof(uint16_t) + strlen(p->node) + 2 * sizeof(uint32_t) +
+           p->addr_len + p->proc_len;
+}
+
+size_t el_peers_size(int k, const struct el_peer *p)
+{
+    size_t s = sizeof(uint32_t);
+    for (int i = 0; i < k; i++)
+        s += peer_size(&p[i]);
+    return s;
+}
+
+static uint8_t *put(uint8_t *o, const void *v, size_t n)
+{
+    memcpy(o, v, n);
+    return o + n;
+}
+
+size_t el_peers_put(uint8_t *out, int k, const struct el_peer *p)
+{
+    uint8_t *o = out;
+    uint32_t nk = (uint32_t)k;
+    o = put(o, &nk, sizeof nk);
+    for (int i = 0; i < k; i++) {
+        int32_t t = p[i].task;
+        size_t nl = strlen(p[i].node);
+        uint16_t l16 = (uint16_t)(nl < UINT16_MAX ? nl : UINT16_MAX);
+        uint32_t al = (uint32_t)p[i].addr_len, pl = (uint32_t)p[i].proc_len;
+        o = put(o, &t, sizeof t);
+        o = put(o, &l16, sizeof l16);
+        o = put(o, p[i].node, l16);
+        o = put(o, &al, sizeof al);
+        o = put(o, p[i].addr, al);
+        o = put(o, &pl, sizeof pl);
+        o = put(o, p[i].proc, pl);
+    }
+    return (size_t)(o - out);
+}
+
+int el_peers_get(const uint8_t *in, size_t len, int ntasks, int max, struct el_peer *p,
+                 char (*names)[64], int *k)
+{
+    size_t off = 0;
+    uint32_t nk;
+    *k = 0;
+    if (len < sizeof nk)
+        return WHALE_EDATA;
+    memcpy(&nk, in, sizeof nk);
+    off += sizeof nk;
+    if (nk > (uint32_t)max)
+        return WHALE_EDATA;
+    for (uint32_t i = 0; i < nk; i++) {
+        int32_t t;
+        uint16_t nl;
+        uint32_t al, pl;
+        if (len - off < sizeof t + sizeof nl)
+            return WHALE_EDATA;
+        memcpy(&t, in + off, sizeof t);
+        memcpy(&nl, in + off + sizeof t, sizeof nl);
+        off += sizeof t + sizeof nl;
+        if (t < 0 || t >= ntasks || nl >= 64 || len - off < (size_t)nl + sizeof al)
+            return WHALE_EDATA;
+        memcpy(names[i], in + off, nl);
+        names[i][nl] = '\0';
+        if (memchr(names[i], '\0', nl))
+            return WHALE_EDATA;
+        off += nl;
+        memcpy(&al, in + off, sizeof al);
+        off += sizeof al;
+        if (al > EL_JOIN_ADDR_MAX || len - off < (size_t)al + sizeof pl)
+            return WHALE_EDATA;
+        const uint8_t *addr = in + off;
+        off += al;
+        memcpy(&pl, in + off, sizeof pl);
+        off += sizeof pl;
+        if (pl > 256 || len - off < pl)
+            return WHALE_EDATA;
+        p[i] = (struct el_peer){ .task = t, .node = names[i], .addr = addr, .addr_len = al,
+                                 .proc = in + off, .proc_len = pl };
+        off += pl;
+    }
+    if (off != len)
+        return WHALE_EDATA;
+    *k = (int)nk;
+    return 0;
+}

@@ -4,7 +4,7 @@
  * the join request check that keeps a stray process out (secret, step,
  * task, node, slot still in use), and the join file that publishes the
  * contact point and the secret (only a private regular file of ours is
- * read). Pure functions and files in a scratch directory: no processes. */
+ * read), and the peer table that travels with a join. Pure functions and files in a scratch directory: no processes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -389,6 +389,50 @@ static void join_file_roundtrip_and_refusals(void **state)
     rmdir(dir);
 }
 
+/* The peer table a joiner gets (every member's node, address, process id)
+ * and the survivors get about it: exact round trip; every truncation,
+ * a task out of range, more entries than allowed and trailing bytes are
+ * refused. */
+static void peer_table_roundtrip(void **state)
+{
+    (void)state;
+    uint8_t a0[10], a2[3000], pid0[16], pid2[16];
+    memset(a0, 1, sizeof a0);
+    memset(a2, 2, sizeof a2);
+    memset(pid0, 3, sizeof pid0);
+    memset(pid2, 4, sizeof pid2);
+    struct el_peer in[3] = {
+        { 0, "node0", a0, sizeof a0, pid0, sizeof pid0 },
+        { 1, "", NULL, 0, NULL, 0 }, /* a removed slot: no address */
+        { 2, "node-two", a2, sizeof a2, pid2, sizeof pid2 },
+    };
+    size_t len = el_peers_size(3, in);
+    uint8_t *buf = malloc(len + 1);
+    assert_int_equal(el_peers_put(buf, 3, in), len);
+    struct el_peer out[4];
+    char names[4][64];
+    int k = -1;
+    assert_int_equal(el_peers_get(buf, len, 3, 4, out, names, &k), 0);
+    assert_int_equal(k, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].task, in[i].task);
+        assert_string_equal(out[i].node, in[i].node);
+        assert_int_equal(out[i].addr_len, in[i].addr_len);
+        assert_int_equal(out[i].proc_len, in[i].proc_len);
+        if (in[i].addr_len)
+            assert_memory_equal(out[i].addr, in[i].addr, in[i].addr_len);
+        if (in[i].proc_len)
+            assert_memory_equal(out[i].proc, in[i].proc, in[i].proc_len);
+    }
+    for (size_t cut = 0; cut < len; cut += cut < 64 ? 1 : 97)
+        assert_int_equal(el_peers_get(buf, cut, 3, 4, out, names, &k), WHALE_EDATA);
+    buf[len] = 0;
+    assert_int_equal(el_peers_get(buf, len + 1, 3, 4, out, names, &k), WHALE_EDATA);
+    assert_int_equal(el_peers_get(buf, len, 2, 4, out, names, &k), WHALE_EDATA); /* task 2 of 2 */
+    assert_int_equal(el_peers_get(buf, len, 3, 2, out, names, &k), WHALE_EDATA); /* 3 > max */
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -399,6 +443,7 @@ int main(void)
         cmocka_unit_test(rejoin_is_one_decision),
         cmocka_unit_test(join_request_checked),
         cmocka_unit_test(join_file_roundtrip_and_refusals),
+        cmocka_unit_test(peer_table_roundtrip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
