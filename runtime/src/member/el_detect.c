@@ -143,7 +143,9 @@ int el_init(whale_ctx *ctx)
     el->lat = calloc((size_t)n, sizeof(float));
     el->prop = calloc((size_t)n, sizeof *el->prop);
     /* the largest control message: a proposal or a decision */
-    el->rx_cap = 4096 + (size_t)n * 16 + sizeof(struct whale_membership_event);
+    el->rx_cap = 4096 + (size_t)n * 16 + sizeof(struct whale_membership_event) +
+                 /* a join request, or a decision with a joiner's peer entry */
+                 sizeof(struct el_join_req) + EL_JOIN_ADDR_MAX + 512;
     el->rx_buf = malloc(el->rx_cap);
     el->st.rank_of_task = malloc(sizeof(int) * (size_t)n);
     el->st.member = malloc((size_t)n);
@@ -166,6 +168,11 @@ int el_init(whale_ctx *ctx)
         el->counter_at[t] = now;
         mp_arrival_init(&el->arr[t], now, hb);
     }
+    el->join_task = -1;
+    el->join_ack_to = -1;
+    el->planned_dp = ctx->boot.grid.dp;
+    if (el->armed && !ctx->boot.joining)
+        el_join_setup(ctx);
     el->next_hb = now;
     el->last_pass = el->last_poll = now;
     if (el->armed)
@@ -200,6 +207,7 @@ void el_fini(whale_ctx *ctx)
     if (!el)
         return;
     el_cancel_rx(ctx);
+    el_join_fini(ctx);
     /* A receive UCX still owns stays with the worker (left to process exit
      * after a failure): its buffer must too. */
     if (!el->rx_posted)
@@ -252,6 +260,11 @@ int el_send(whale_ctx *ctx, int task, const void *msg, size_t len)
     return el_send_raw(ctx, task, msg, len, false);
 }
 
+int el_send_force(whale_ctx *ctx, int task, const void *msg, size_t len)
+{
+    return el_send_raw(ctx, task, msg, len, true);
+}
+
 static int el_send_raw(whale_ctx *ctx, int task, const void *msg, size_t len, bool force)
 {
     if (!ctx->eps || (ctx->dead[task] && !force) || task == ctx->boot.task)
@@ -294,7 +307,8 @@ static void hdr_init(whale_ctx *ctx, struct el_hdr *h, int type)
     h->counter = atomic_load(&el->progress);
     h->flags = (uint8_t)((atomic_load(&ctx->nwaiters) > 0 ? EL_F_WAITING : 0) |
                          (el->recovering ? EL_F_RECOVERING : 0) |
-                         (ctx->boot.spare || el->waiting_spare ? EL_F_SPARE : 0));
+                         (ctx->boot.spare || el->waiting_spare ? EL_F_SPARE : 0) |
+                         (el->change_due ? EL_F_CHANGE : 0));
 }
 
 static bool reachable(whale_ctx *ctx, int t)
@@ -603,6 +617,12 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     struct el_hdr h;
     if (len < sizeof h)
         return;
+    uint32_t magic;
+    memcpy(&magic, m, sizeof magic);
+    if (magic == EL_JOIN_MAGIC) {
+        el_join_on_request(ctx, m, len);
+        return;
+    }
     memcpy(&h, m, sizeof h);
     if (h.magic != EL_MAGIC || h.ntasks != (uint32_t)n || h.task < 0 || h.task >= n)
         return;
@@ -610,6 +630,9 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     double now = el_now();
     size_t cap = len;
     len = el_msg_size(h.type, n);
+    /* a decision that takes tasks in carries their peer entries after it */
+    if (len && h.type == EL_DECIDE && len <= cap && h.counter <= cap - len)
+        len += (size_t)h.counter;
     if (!len || len > cap)
         return;
     el->last_heard[from] = now;
@@ -654,6 +677,10 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
         el->peer_flags[from] = h.flags;
         break;
     case EL_NOTICE:
+        if ((h.flags & EL_F_CHANGE) && h.epoch == el->st.epoch && !el->suspected) {
+            el->suspected = true; /* a join or a grow: agree, as after a failure */
+            el_fail_all_groups(ctx, -1);
+        }
         if (blen >= vec)
             learn(ctx, from, body, body + n, (const float *)(body + 2 * n),
                   (h.flags & EL_F_RECOVERING) != 0, h.epoch);
@@ -831,6 +858,12 @@ int el_poll(whale_ctx *ctx)
             comm_watchdog(ctx); /* same-node peers, also while idle */
     }
 notice:
+    if (el->grow_due && !el->recovering) {
+        el->grow_due = false;
+        el->change_due = el->suspected = el->notice_dirty = true;
+        el_fail_all_groups(ctx, -1);
+        pthread_cond_broadcast(&el->cond);
+    }
     if (el->notice_dirty) {
         el->notice_dirty = false;
         send_notice(ctx);

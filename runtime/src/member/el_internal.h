@@ -35,7 +35,11 @@ enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
 /* EL_F_PROBE: a heartbeat to a member declared failed for silence, within
  * the grace period (el_grace.c): it may bring the member back; it is no
  * ring heartbeat either. */
-enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8, EL_F_PROBE = 16 };
+/* EL_F_CHANGE: a notice from the coordinator that a membership change
+ * without a failure is due (a task asks to join, DP can grow back): every
+ * member abandons its work and agrees, as after a failure. */
+enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8, EL_F_PROBE = 16,
+       EL_F_CHANGE = 32 };
 enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 
 #define EL_MAGIC 0x57454c31u /* "WEL1" */
@@ -128,6 +132,22 @@ struct comm_elastic {
     int rx_status;              /* ucs_status_t */
     ucp_tag_recv_info_t rx_info;
     pthread_cond_t cond;    /* spare wait: news arrived */
+    /* the way back (el_join_boot.c) */
+    int planned_dp;             /* DP the step started with */
+    char step_id[EL_JOIN_ID_MAX];
+    char *join_path;            /* the join file, NULL: none (joining off) */
+    int join_contact;           /* task whose address the join file holds */
+    bool join_wrote;            /* this task wrote it (removes it at the end) */
+    int join_task;              /* a checked join request awaiting the agreement, -1 none */
+    uint8_t *join_addr;         /* its worker address, node, process id */
+    size_t join_alen;
+    char join_node[64];
+    int64_t join_pid, join_start;
+    uint8_t *join_ack;          /* the joiner's copy of the decision, sent once applied */
+    size_t join_ack_len;
+    int join_ack_to;
+    bool change_due;            /* notices carry EL_F_CHANGE */
+    bool grow_due;              /* DP can grow back: start an agreement when idle */
     struct whale_topo *topo;    /* site topology for the spare choice, or NULL */
 };
 
@@ -215,6 +235,7 @@ struct el_join_req {
     char step_id[EL_JOIN_ID_MAX];
     char node[64];
     uint8_t secret[EL_JOIN_SECRET];
+    int64_t pid, start;     /* process id (struct comm_proc_id) */
 };
 struct el_join_expect {
     const char *step_id;
@@ -246,5 +267,25 @@ size_t el_peers_size(int k, const struct el_peer *p);
 size_t el_peers_put(uint8_t *out, int k, const struct el_peer *p);
 int el_peers_get(const uint8_t *in, size_t len, int ntasks, int max, struct el_peer *p,
                  char (*names)[64], int *k);
+
+/* el_join_boot.c: the transport side of the way back. el_join_setup (end
+ * of el_init): step id, planned DP, join file (the lowest member writes
+ * it). el_join_boot: the whale_init of a joining process (comm's join
+ * hook). el_join_on_request: a join request arrived (any task; only the
+ * coordinator acts). el_join_decide: the coordinator's decide() when
+ * nothing failed: JOINED or GROWN into ns and ev (true), the members' extra
+ * bytes in *extra. el_join_ack: keep the joiner's copy of decision m.
+ * el_join_apply: apply()'s part for joined tasks (endpoints, detector). */
+void el_join_setup(struct whale_ctx *ctx);
+void el_join_fini(struct whale_ctx *ctx);
+int el_join_boot(struct whale_ctx *ctx);
+void el_join_on_request(struct whale_ctx *ctx, const uint8_t *m, size_t cap);
+bool el_join_decide(struct whale_ctx *ctx, el_class_fn cls, struct el_state *ns,
+                    struct whale_membership_event *ev, uint8_t **extra, size_t *extra_len);
+void el_join_ack(struct whale_ctx *ctx, const uint8_t *m, size_t len);
+int el_join_apply(struct whale_ctx *ctx, const struct el_state *ns, const uint8_t *extra,
+                  size_t len, int decider);
+/* el_detect.c: a send also to a task this one holds dead (a joiner). */
+int el_send_force(struct whale_ctx *ctx, int task, const void *msg, size_t len);
 
 #endif

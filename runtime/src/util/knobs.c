@@ -51,6 +51,8 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_GRAD_ACCUM", "int", "the plan's num_micro_batches, else 1", "micro-batches per step (--grad-accum overrides)" },
     { "WHALE_HANG_TIMEOUT", "number", "0 (off)", "seconds a computing rank's progress may stand still before it is failed as hung" },
     { "WHALE_HEARTBEAT", "number", "0.5 with spares, else off", "heartbeat interval in seconds (0: off)" },
+    { "WHALE_JOIN", "string", "", "elastic steps: 1 or the running step's id (JOBID.STEPID under Slurm): this process is a restarted task of a removed slot and joins that step as a spare (docs/failures-and-spares.md)" },
+    { "WHALE_JOIN_DIR", "path", "$HOME/.whale/join", "elastic steps: directory of the join file (the step's contact address and join secret, 0600) that a restarted task reads; must be visible from every node" },
     { "WHALE_JOB_NO_KILL", "contract", "", "sbatch/salloc: the job was submitted with --no-kill (elastic steps need it)" },
     { "WHALE_LOCAL_RANK", "contract", "", "index of this task on its node" },
     { "WHALE_LOG", "enum", "warn (whale-train: info)", "log level: error, warn, info, debug or trace" },
