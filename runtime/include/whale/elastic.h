@@ -206,7 +206,10 @@ int whale_elastic_recover(whale_ctx *ctx, int64_t my_last_completed_step,
                           struct whale_membership_event *ev);
 
 /* Non-blocking: > 0 when a failure is suspected anywhere in the step (this
- * task's detector fired or another task's broadcast arrived), else 0. */
+ * task's detector fired or another task's broadcast arrived), or a
+ * membership change without a failure is due (a restarted task asks to
+ * rejoin; on the coordinator, DP can grow back), else 0. Call it between
+ * steps: then everyone calls whale_elastic_recover as after a failure. */
 int whale_elastic_check(whale_ctx *ctx);
 
 /* The engine calls this whenever it made progress (a micro-batch, a

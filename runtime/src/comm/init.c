@@ -380,10 +380,11 @@ int whale_finalize(whale_ctx *ctx)
             if (ctx->el)
                 comm_member->disarm(ctx);
             pthread_mutex_unlock(&ctx->lock);
-            if (lost || ctx->boot.detached) {
-                /* PMIx fences hang while a task of the step is dead: a
-                 * second UCX barrier narrows the window instead (its
-                 * failure only means a peer already left). */
+            if (lost || ctx->boot.detached || ctx->boot.joining) {
+                /* PMIx fences hang while a task of the step is dead, and
+                 * a task that joined has none with the others: a second
+                 * UCX barrier narrows the window instead (its failure
+                 * only means a peer already left). */
                 whale_barrier(ctx->all);
                 ctx->fenced = true;
             } else if (boot_fence(&ctx->boot)) {

@@ -858,12 +858,6 @@ int el_poll(whale_ctx *ctx)
             comm_watchdog(ctx); /* same-node peers, also while idle */
     }
 notice:
-    if (el->grow_due && !el->recovering) {
-        el->grow_due = false;
-        el->change_due = el->suspected = el->notice_dirty = true;
-        el_fail_all_groups(ctx, -1);
-        pthread_cond_broadcast(&el->cond);
-    }
     if (el->notice_dirty) {
         el->notice_dirty = false;
         send_notice(ctx);

@@ -147,7 +147,7 @@ struct comm_elastic {
     size_t join_ack_len;
     int join_ack_to;
     bool change_due;            /* notices carry EL_F_CHANGE */
-    bool grow_due;              /* DP can grow back: start an agreement when idle */
+    bool boundary_due;          /* a join or a grow: agree at the next step boundary */
     struct whale_topo *topo;    /* site topology for the spare choice, or NULL */
 };
 

@@ -4,14 +4,15 @@
  * Members: the lowest member writes the join file (its worker address, the
  * step's secret) at the start and whenever the lowest member changes; a
  * join request that reaches the coordinator (the lowest live member) and
- * passes el_join_check is remembered, and the coordinator tells everyone
- * (a notice with EL_F_CHANGE) to agree, as after a failure. With nothing
+ * passes el_join_check is remembered, and at its next step boundary
+ * (whale_elastic_check) the coordinator tells everyone (a notice with
+ * EL_F_CHANGE) to agree, as after a failure. With nothing
  * failed the decision is JOINED (the slot a member again, a spare); the
  * members get the joiner's peer entry with it and make a new endpoint to
  * it, the joiner gets every member's entry and the cost model. Once JOINED
  * leaves enough spares for a whole DP replica and the step runs below its
- * planned DP, the coordinator starts one more agreement when it is idle:
- * GROWN.
+ * planned DP, the coordinator starts one more agreement at its next step
+ * boundary: GROWN.
  *
  * Joiner (WHALE_JOIN, whale_init's join hook): its contract (WHALE_NTASKS,
  * WHALE_TASK_ID, degrees) says which slot it takes; it reads the join file,
@@ -20,6 +21,7 @@
  * takes it in arrives, then builds the endpoints, the detector and the
  * groups of that epoch; whale_init closes with the members' barrier. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,9 +199,9 @@ void el_join_on_request(whale_ctx *ctx, const uint8_t *m, size_t cap)
     el->join_task = rq.task;
     whale_info("elastic: task %d on %s (pid %lld) asks to rejoin the step: agreeing", rq.task,
                rq.node, (long long)rq.pid);
-    el->change_due = el->suspected = el->notice_dirty = true;
-    el_fail_all_groups(ctx, -1);
-    pthread_cond_broadcast(&el->cond);
+    /* agreed at this task's next step boundary (whale_elastic_check), not
+     * now: the ranks may still be restoring after the last agreement */
+    el->boundary_due = true;
 }
 
 /* Peer entries: the joiners only (members), or every task (joiner, with
@@ -371,7 +373,7 @@ int el_join_apply(whale_ctx *ctx, const struct el_state *ns, const uint8_t *extr
     el->join_contact = low;
     /* spares enough for a replica and the step below plan: grow when idle */
     if (low == me && el_grow_count(ns, el->planned_dp) > 0)
-        el->grow_due = true;
+        el->boundary_due = true;
     return 0;
 }
 
@@ -482,6 +484,41 @@ static uint8_t *ask(whale_ctx *ctx, const char *path, const uint8_t *req, size_t
     return NULL;
 }
 
+/* WHALE_JOIN=1 names no step: the join file of the step this process runs
+ * in when there is one, else the only one in the directory (under Slurm:
+ * of this job; a restarted task runs in a step of its own). 0, or
+ * WHALE_ENOENT while there is none (the members may not have written it
+ * yet), WHALE_EINVAL when several would fit. */
+static int find_join_file(const char *dir, char *path, size_t len, char *sid, size_t sidlen)
+{
+    if (access(path, F_OK) == 0)
+        return 0;
+    const char *j = whale_knob_getenv(WHALE_ENV_JOIN), *job = getenv("SLURM_JOB_ID");
+    if (j && strcmp(j, "1") != 0)
+        return WHALE_ENOENT; /* named: that one */
+    char pre[96];
+    snprintf(pre, sizeof pre, "join-%s%s", job && *job ? job : "", job && *job ? "." : "");
+    DIR *d = opendir(dir);
+    if (!d)
+        return WHALE_ENOENT;
+    int found = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        size_t l = strlen(de->d_name);
+        if (strncmp(de->d_name, pre, strlen(pre)) || l < 11 || strcmp(de->d_name + l - 5, ".json"))
+            continue;
+        if (found++)
+            break;
+        snprintf(sid, sidlen, "%.*s", (int)(l - 10), de->d_name + 5);
+    }
+    closedir(d);
+    if (found > 1) {
+        whale_error("elastic: several join files in %s: name the step in %s=JOBID.STEPID", dir,
+                    WHALE_ENV_JOIN);
+        return WHALE_EINVAL;
+    }
+    return found ? el_join_path(path, len, dir, sid) : WHALE_ENOENT;
+}
+
 /* The boot fields of a state (as apply() sets them for a member). */
 static int take_state(whale_ctx *ctx, const struct el_state *ns)
 {
@@ -572,6 +609,18 @@ int el_join_boot(whale_ctx *ctx)
     }
     double t0 = el_now(), limit = 60.0 + 4 * ctx->peer_timeout;
     int contact = -1;
+    while ((rc = find_join_file(dir, pbuf, sizeof pbuf, sid, sizeof sid)) == WHALE_ENOENT) {
+        if (el_now() - t0 > limit) {
+            whale_error("elastic: task %d: no join file %s within %.0f s (WHALE_JOIN_DIR)", me,
+                        pbuf, limit);
+            rc = WHALE_ETIMEDOUT;
+            goto out;
+        }
+        usleep(200000);
+    }
+    if (rc)
+        goto out;
+    snprintf(rq->step_id, sizeof rq->step_id, "%s", sid);
     whale_info("elastic: task %d on %s: joining step %s through %s", me, node, sid, path);
     while (!(dec = ask(ctx, path, req, rlen, buf, cap, &dlen, &contact))) {
         if (el_now() - t0 > limit) {
@@ -644,7 +693,7 @@ int el_join_boot(whale_ctx *ctx)
             el->how[t] = WHALE_DETECT_CRASH;
             el->hard[t] = true;
         }
-    step_id(el->step_id, sizeof el->step_id, true);
+    snprintf(el->step_id, sizeof el->step_id, "%s", sid);
     el->join_contact = contact;
     el->decide_epoch = el->st.epoch;
     if ((rc = comm_std_groups(ctx, (uint16_t)(EL_GID_BASE + (el->st.epoch % 1000) * 16),

@@ -138,9 +138,21 @@ int el_join_file_write(const char *dir, const struct el_join_info *ji)
         whale_error("elastic: a worker address of %zu bytes for the join file", ji->addr_len);
         return WHALE_EINVAL;
     }
-    if (mkdir(dir, 0700) && errno != EEXIST) {
-        whale_error("elastic: cannot create the join directory %s: %s", dir, strerror(errno));
-        return WHALE_EIO;
+    /* the directory and any missing parent ($HOME/.whale/join), private */
+    char d[4096];
+    snprintf(d, sizeof d, "%s", dir);
+    for (char *p = d + 1;; p++) {
+        bool end = *p == '\0';
+        if (*p == '/' || end) {
+            *p = '\0';
+            if (mkdir(d, 0700) && errno != EEXIST) {
+                whale_error("elastic: cannot create the join directory %s: %s", d, strerror(errno));
+                return WHALE_EIO;
+            }
+            if (end)
+                break;
+            *p = '/';
+        }
     }
     char *ahex = malloc(2 * ji->addr_len + 1), shex[2 * EL_JOIN_SECRET_LEN + 1];
     if (!ahex)

@@ -45,7 +45,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_DP_SHARES", "spec", "the plan's dp_batch, else even", "micro-batches per DP replica (N,N,..) or auto: measured over the first steps and re-measured (--dp-shares overrides)" },
     { "WHALE_ELASTIC", "bool", "0", "1: heartbeats and failure agreement without spares too (a DP > 1 step may shrink)" },
     { "WHALE_EP", "contract", "", "expert-parallel degree: divides DP, expert groups of EP consecutive DP ranks" },
-    { "WHALE_FAULT", "spec", "", "testing: kill|hang:rank=R:step=S[:phase=P][;...] fails a rank (see whale-train(1))" },
+    { "WHALE_FAULT", "spec", "", "testing: kill|hang|pause:rank=R:step=S[:phase=P][;...] fails (or pauses) a rank (see whale-train(1))" },
     { "WHALE_FLUSH_DENORMALS", "bool", "1", "CPU kernels flush subnormal floats to zero (FTZ/DAZ; 0: keep IEEE subnormals, slower where values near 0 occur)" },
     { "WHALE_GENERATE_REEXEC", "contract", "", "internal: whale-generate re-executed itself with OMP_WAIT_POLICY=passive" },
     { "WHALE_GRAD_ACCUM", "int", "the plan's num_micro_batches, else 1", "micro-batches per step (--grad-accum overrides)" },

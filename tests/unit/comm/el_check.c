@@ -350,6 +350,11 @@ int main(int argc, char **argv)
             }
         }
     run:
+        /* rejoin: a join or a grow is agreed at a step boundary */
+        if (!strcmp(sc, "rejoin") && whale_elastic_check(ctx) > 0) {
+            rc = WHALE_EPEER;
+            goto failed;
+        }
         if (external)
             usleep(200000);
         if (pause_ms > 0)
