@@ -3,8 +3,10 @@
 # MPI_Allreduce (mpirun, shared memory) over the same sizes and ranks, in the
 # same session, alternating R rounds; and beside the copy bound: a ring of
 # processes copying through shared memory (shm_copy_ring.c), measured in the
-# same rounds. Prints median and best of each side, the ratios, the load
-# average, and one summary line per target:
+# same rounds. Prints median and best of each side, the ratios, both sides'
+# peak RSS per rank (MiB, largest rank; Open MPI's is its peak up to that
+# size, its sizes run in one process), the load average, and one summary
+# line per target:
 #   64 MiB: busbw >= 3x Open MPI and >= 50 % of the copy ring; 2 MiB: >= 1x;
 #   8 B: time <= 2x Open MPI's; -m srun (TCP across nodes): >= 1.2x.
 # A target is "not judged" when the 1-minute load average went above -L
@@ -90,7 +92,9 @@ whale_side() { # bench ranks size
     UCX_TLS=tcp,self timeout 600 srun -N "$2" -n "$2" "$1" comm -b "$3" -e "$3" -n "$iters" -w 5 -c 0
   else
     timeout 600 "$run" -n "$2" "$1" comm -b "$3" -e "$3" -n "$iters" -w 5 -c 0
-  fi | sed 's/^0: //' | awk '$1 ~ /^[0-9]+$/ {print $1, $6, $8, $NF}'
+  fi | sed 's/^0: //' | awk '$1 ~ /^[0-9]+$/ {row = $1 " " $6 " " $8 " " $NF}
+                             /Peak RSS per rank/ {rss = $7}
+                             END {if (row != "") print row, (rss == "" ? "nan" : rss)}'
 }
 mpi_side() { # ranks
   if [ "$mode" = srun ]; then
@@ -128,8 +132,8 @@ printf '# allreduce float32 sum, %s, %d rounds of %d iterations (host %s, %s cor
   "$([ "$mode" = srun ] && echo "srun, one rank per node, TCP" || echo "one node, shared memory")" \
   "$rounds" "$iters" "$(hostname)" "$(nproc)" "$lmin" "$lmax" "$prio_note"
 [ -z "$base" ] || echo "# base columns: $base${base_env:+ with $base_env}"
-printf '# %5s %11s | %9s %9s %8s %6s | %9s %9s %8s | %8s %8s %8s | %8s' ranks bytes \
-  whale_us best_us busbw algo ompi_us best_us busbw bw_ratio best lat_ratio copyring
+printf '# %5s %11s | %9s %9s %8s %6s | %9s %9s %8s | %8s %8s %8s | %8s | %9s %9s' ranks bytes \
+  whale_us best_us busbw algo ompi_us best_us busbw bw_ratio best lat_ratio copyring whale_MiB ompi_MiB
 [ -z "$base" ] || printf ' | %8s %7s' base_bw vs_base
 printf '\n'
 : > "$tmp/summary"
@@ -142,10 +146,15 @@ for n in $ranks; do
     mt=$(col "$s" 2 "$tmp/m$n" | median); mtb=$(col "$s" 2 "$tmp/m$n" | best_min)
     mb=$(col "$s" 3 "$tmp/m$n" | median); mbb=$(col "$s" 3 "$tmp/m$n" | best_max)
     ratio() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0 && a == a ? a / b : 0)}'; }
-    bwr=$(ratio "$wb" "$mb"); bwrb=$(ratio "$wbb" "$mbb"); latr=$(ratio "$wt" "$mt")
-    printf '  %5d %11d | %9.2f %9.2f %8.2f %6s | %9.2f %9.2f %8.2f | %8.2f %8.2f %8.2f | %8s' \
+    # bandwidth ratios from the times (same bytes on both sides): the busbw
+    # columns are rounded to 0.01 GB/s, which reads 0.00 at the small sizes
+    bwr=$(ratio "$mt" "$wt"); bwrb=$(ratio "$mtb" "$wtb"); latr=$(ratio "$wt" "$mt")
+    # peak RSS per rank, the largest over the rounds (MiB)
+    wr=$(col "$s" 5 "$tmp/w$n" | grep -v nan | best_max); mr=$(col "$s" 4 "$tmp/m$n" | best_max)
+    printf '  %5d %11d | %9.2f %9.2f %8.2f %6s | %9.2f %9.2f %8.2f | %8.2f %8.2f %8.2f | %8s | %9s %9s' \
       "$n" "$s" "$wt" "$wtb" "$wb" "${wa:-?}" "$mt" "$mtb" "$mb" "$bwr" "$bwrb" "$latr" \
-      "$([ "$s" = "$big" ] && [ -n "$cr" ] && [ "$cr" != nan ] && printf '%.2f' "$cr" || echo -)"
+      "$([ "$s" = "$big" ] && [ -n "$cr" ] && [ "$cr" != nan ] && printf '%.2f' "$cr" || echo -)" \
+      "${wr:--}" "${mr:--}"
     if [ -n "$base" ]; then
       bb=$(col "$s" 3 "$tmp/b$n" | median)
       printf ' | %8.2f %7.2f' "$bb" "$(ratio "$wb" "$bb")"

@@ -1,10 +1,13 @@
 /* Open MPI side of comm-vs-openmpi.sh: MPI_Allreduce (float, sum) timed
  * like whale-bench comm (warmup, barrier, mean of N iterations, slowest
- * rank). Prints "size time_us busbw_GBps" per size.
+ * rank). Prints "size time_us busbw_GBps peak_rss_MiB" per size: the
+ * largest rank's peak RSS so far (sizes in ascending order: the peak of
+ * the largest size run yet), beside whale-bench comm's.
  * usage: mpi_allreduce ITERS WARMUP SIZE_BYTES... */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 int main(int argc, char **argv)
 {
@@ -26,9 +29,12 @@ int main(int argc, char **argv)
             MPI_Allreduce(x, y, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         double dt = (MPI_Wtime() - t0) / iters, tmax;
         MPI_Allreduce(&dt, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        struct rusage ru;
+        double rss = getrusage(RUSAGE_SELF, &ru) ? -1 : ru.ru_maxrss / 1024.0, rssmax;
+        MPI_Allreduce(&rss, &rssmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         if (rank == 0)
-            printf("%zu %.3f %.3f\n", n * sizeof(float), tmax * 1e6,
-                   (double)(n * sizeof(float)) / tmax / 1e9 * 2.0 * (p - 1) / p);
+            printf("%zu %.3f %.3f %.1f\n", n * sizeof(float), tmax * 1e6,
+                   (double)(n * sizeof(float)) / tmax / 1e9 * 2.0 * (p - 1) / p, rssmax);
         free(x);
         free(y);
     }

@@ -13,8 +13,9 @@ MODE: ddp   DistributedDataParallel (gloo), what a PyTorch user runs for DP,
             plus the root, when the installed torch can run it on CPU;
       fsdp2 fully_shard (FSDP2, per-parameter sharding over DTensor), one
             unit per block plus the root (torch >= 2.4);
-      zero1 DistributedDataParallel + ZeroRedundancyOptimizer (optimizer
-            state sharded, ZeRO-1), the CPU alternative for older torch.
+      zero1 DistributedDataParallel (settings as ddp) + ZeroRedundancyOptimizer
+            (optimizer state sharded, ZeRO-1): the peer of whale ZeRO-1, and
+            the CPU alternative to FSDP for older torch.
 B is the GLOBAL batch (sequences per step), split evenly over the ranks.
 Rank and world come from WHALE_RANK/WHALE_WORLD (whale-run, srun --whale),
 SLURM_PROCID/SLURM_NTASKS (plain srun) or RANK/WORLD_SIZE (torchrun).
@@ -23,7 +24,8 @@ STORE_DIR (a directory all ranks see: namespace nodes of the minicluster
 share the file system); the store and gloo's sockets use GLOO_SOCKET_IFNAME
 (the driver sets lo under whale-run, eth0 under srun on the minicluster).
 With a torch >= 2.0 the model uses scaled_dot_product_attention and AdamW
-runs fused (foreach where fused is missing), as a careful torch user runs it.
+runs fused (foreach where fused is missing), as a careful torch user runs it;
+subnormals are flushed to zero on both sides.
 Rank 0 prints one JSON line: per-step global tokens/s after the first step
 and the largest peak RSS of any rank.
 """
@@ -123,6 +125,11 @@ def main():
     import torch.nn as nn
     import torch.distributed as dist
     torch.set_num_threads(threads)
+    # Subnormal floats flushed to zero, as whale-train does by default
+    # (WHALE_FLUSH_DENORMALS): without it the 124M shape's backward slowed
+    # from step to step here (10, 35, then 101 s on one thread) as the
+    # AdamW-updated weights and gradients produced subnormals.
+    torch.set_flush_denormal(True)
     torch.manual_seed(0)
     import datetime
     dist.init_process_group("gloo", store=rendezvous(store_dir, rank, world), rank=rank,
@@ -148,9 +155,12 @@ def main():
         clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     elif mode == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
-        model = nn.parallel.DistributedDataParallel(m)
-        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **kw)
+        # DDP at its best settings (as mode ddp), the optimizer state sharded
+        model = nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=True, static_graph=True)
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW, **best_kw)
         clip = lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        wrap = "DDP gradient_as_bucket_view static_graph + ZeroRedundancyOptimizer, AdamW %s" % (
+            "fused" if best_kw.get("fused") else "foreach" if best_kw.get("foreach") else "default")
     elif mode == "fsdp":
         fsdp = fsdp_import()
         import functools

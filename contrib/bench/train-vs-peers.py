@@ -4,7 +4,11 @@ data parallelism against PyTorch DistributedDataParallel (gloo, with
 gradient_as_bucket_view and static_graph), and ZeRO-3 against PyTorch FSDP
 FULL_SHARD and FSDP2 fully_shard (gloo) -- or, where the installed torch
 cannot run FSDP on CPU, against DDP + ZeroRedundancyOptimizer (ZeRO-1),
-labelled as such, with whale-train ZeRO-1 beside it as the like-for-like.
+labelled as such, with whale-train ZeRO-1 beside it as the like-for-like;
+and whale ZeRO-1 against DDP + ZeroRedundancyOptimizer (ZeRO-1 at DDP's
+best settings) at every DP rank count, since sharding the optimizer is the
+cheapest speed-up either side has once AdamW is a sizeable part of the step
+(gpt2-124m on one thread per rank).
 
 Same model (GPT-2 architecture, fp32, AdamW, clip 1.0), same global batch,
 sequence, rank count, threads per rank (whale-train --threads, torch
@@ -15,7 +19,7 @@ both see the same machine load; per-step global tokens/s after the first
 step, median and best over all rounds, the load average beside each round.
 
   contrib/bench/train-vs-peers.py [--build build] [--launcher whale-run,srun]
-      [--ranks 2,4] [--zero3-ranks 2] [--model gpt-small] [--batch 16]
+      [--ranks 2,4] [--zero3-ranks 2] [--zero1-ranks 2,4] [--model gpt-small|gpt2-124m] [--batch 16]
       [--steps 8] [--rounds 3] [--threads 1] [--torch-python /usr/bin/python3]
       [--raise]
 
@@ -54,7 +58,12 @@ TORCH_SEEN = {}   # (mode) -> "torch VERSION (PYTHON): wrapping", printed once
 MODELS = {
     "gpt-tiny": (2, 64, 4, 256, 64),
     "gpt-small": (4, 256, 4, 256, 128),
+    "gpt2-124m": (12, 768, 12, 50257, 256),
 }
+# default (global batch, steps) per preset when --batch / --steps are not
+# given: the 124M shape takes ~10 s per step and rank on one thread, so it
+# runs a smaller batch and fewer steps to keep a round in minutes
+DEFAULTS = {"gpt2-124m": (4, 4)}
 
 
 def blas_core(build):
@@ -142,7 +151,11 @@ def run_whale(a, launcher, n, zero, data, tmp):
     recs = [json.loads(l) for l in lines if l.startswith('{"step"')]
     summ = [json.loads(l)["summary"] for l in lines if l.startswith('{"summary"')]
     rss = summ[-1].get("peak_rss_mb", float("nan")) if summ else float("nan")
-    return [a.batch * T / r["step_s"] for r in recs[1:]], rss
+    # where whale's step goes (medians of the counted steps): compute,
+    # exposed DP wait, and the rest (optimizer, clip, data, bookkeeping)
+    split = {k: statistics.median(r.get(k, 0) / r["step_s"] for r in recs[1:])
+             for k in ("compute_s", "wait_s")} if recs[1:] else {}
+    return [a.batch * T / r["step_s"] for r in recs[1:]], rss, split
 
 
 def fsdp_probe(a, tmp, mode="fsdp"):
@@ -174,9 +187,14 @@ def main():
     ap.add_argument("--launcher", default="whale-run", help="whale-run, srun or both (comma-separated)")
     ap.add_argument("--ranks", default="2,4", help="DP rank counts for the DDP comparison")
     ap.add_argument("--zero3-ranks", default="2", help="rank counts for ZeRO-3 vs FSDP ('' for none)")
+    ap.add_argument("--zero1-ranks", default=None,
+                    help="rank counts for whale ZeRO-1 vs DDP + ZeroRedundancyOptimizer (default: "
+                         "those of --ranks; '' for none)")
     ap.add_argument("--model", default="gpt-small", choices=sorted(MODELS))
-    ap.add_argument("--batch", type=int, default=16, help="global batch (sequences per step)")
-    ap.add_argument("--steps", type=int, default=8, help="steps per run (the first is not counted)")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="global batch (sequences per step; default 16, gpt2-124m 4)")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="steps per run, the first is not counted (default 8, gpt2-124m 4)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="threads per rank, both sides")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per run")
@@ -190,6 +208,9 @@ def main():
     ap.add_argument("--srun-ifname", default="eth0", help="gloo's interface under srun (eth0 on the minicluster)")
     a = ap.parse_args()
     a.build = os.path.abspath(a.build)
+    db, ds = DEFAULTS.get(a.model, (16, 8))
+    a.batch = a.batch or db
+    a.steps = a.steps or ds
     a.blas_core = blas_core(a.build)
     launchers = [l for l in a.launcher.split(",") if l]
     if "both" in launchers:
@@ -199,7 +220,8 @@ def main():
             ap.error("--launcher: whale-run, srun or both, not %r" % l)
     ranks = [int(x) for x in a.ranks.split(",") if x]
     z3 = [int(x) for x in a.zero3_ranks.split(",") if x]
-    for n in ranks + z3:
+    z1 = [int(x) for x in (a.ranks if a.zero1_ranks is None else a.zero1_ranks).split(",") if x]
+    for n in ranks + z3 + z1:
         if n < 1 or a.batch % n:
             ap.error("--batch %d must split evenly over %d ranks" % (a.batch, n))
 
@@ -228,6 +250,9 @@ def main():
                 cases.append(("ZeRO-3 DP%d vs FSDP" % n, n, 3, "fsdp"))
             if not why2:
                 cases.append(("ZeRO-3 DP%d vs FSDP2" % n, n, 3, "fsdp2"))
+        for n in z1:
+            if not (why and n in z3):   # not already compared above
+                cases.append(("ZeRO-1 DP%d vs ZeroRedundancyOptimizer" % n, n, 1, "zero1"))
         print("model %s (L=%d d=%d T=%d), global batch %d, %d thread(s) per rank, %d steps per run "
               "(first not counted), %d rounds; OpenBLAS kernels %s on both sides" % (
                   a.model, L, C, T, a.batch, a.threads, a.steps, a.rounds, a.blas_core or "(OpenBLAS's choice)"),
@@ -240,7 +265,7 @@ def main():
                     t_ld = load()
                     try:
                         t, t_rss = run_torch(a, launcher, n, mode, tmp)
-                        w, w_rss = run_whale(a, launcher, n, zero, data, tmp)
+                        w, w_rss, w_split = run_whale(a, launcher, n, zero, data, tmp)
                     except (RuntimeError, subprocess.TimeoutExpired) as e:
                         print("round %d %s %s: FAILED: %s" % (r + 1, launcher, label, e), flush=True)
                         continue
@@ -251,9 +276,13 @@ def main():
                     e["ld"].append(t_ld)
                     e["trss"].append(t_rss)
                     e["wrss"].append(w_rss)
-                    print("round %d %-9s %-40s torch %7.0f  whale %7.0f tok/s  ratio %.2f  (load %s)" % (
-                        r + 1, launcher, label, statistics.median(t), statistics.median(w),
-                        statistics.median(w) / statistics.median(t), t_ld), flush=True)
+                    print("round %d %-9s %-40s torch %7.0f  whale %7.0f tok/s  ratio %.2f  "
+                          "peak RSS per rank torch %.0f whale %.0f MiB  whale step: compute %.0f%%, "
+                          "exposed DP wait %.0f%%  (load %s)" % (
+                              r + 1, launcher, label, statistics.median(t), statistics.median(w),
+                              statistics.median(w) / statistics.median(t), t_rss, w_rss,
+                              100 * w_split.get("compute_s", 0), 100 * w_split.get("wait_s", 0), t_ld),
+                          flush=True)
         print("\nsummary (global tokens/s per step; median and best over all rounds; peak RSS of the "
               "largest rank, MiB):")
         print("%-9s %-40s %9s %9s %6s %9s %9s %6s %8s %8s  %s" % ("launcher", "case", "torch med", "whale med",
@@ -275,9 +304,10 @@ def main():
                 tl, te = max(es, key=lambda x: statistics.median(x[1]["t"]))
                 wl, we = max(es, key=lambda x: statistics.median(x[1]["w"]))
                 mt, mw = statistics.median(te["t"]), statistics.median(we["w"])
-                print("%-9s DP%d: best torch %s (%s) %.0f tok/s; best whale ZeRO-%d %.0f tok/s; ratio %.2f "
-                      "(target >= 1.2)" % (launcher, n, te["mode"], TORCH_SEEN.get(te["mode"], "?"), mt,
-                                           we["zero"], mw, mw / mt))
+                print("%-9s DP%d: best torch %s (%s) %.0f tok/s, %.0f MiB per rank; best whale ZeRO-%d "
+                      "%.0f tok/s, %.0f MiB per rank; ratio %.2f (target >= 1.2), memory %.2f" % (
+                          launcher, n, te["mode"], TORCH_SEEN.get(te["mode"], "?"), mt, max(te["trss"]),
+                          we["zero"], mw, max(we["wrss"]), mw / mt, max(we["wrss"]) / max(te["trss"])))
         print("load average at the end: %s (other jobs on the machine distort the figures)" % load())
 
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "whale/comm.h"
@@ -570,6 +571,14 @@ int bench_comm_main(int argc, char **argv)
     /* Phase 4, report */
     if (whale_rank(b.ctx) == 0 && nbw)
         printf("# Avg bus bandwidth    : %g\n#\n", bwsum / nbw);
+    /* memory beside the speed: the largest rank's peak RSS (buffers, the
+     * shared segment's pages this rank touched, the library), which the
+     * comparison scripts print beside the peer's */
+    struct rusage ru;
+    int64_t rss = getrusage(RUSAGE_SELF, &ru) ? -1 : (int64_t)ru.ru_maxrss, rssmax = rss;
+    if (status == 0 && whale_allreduce(b.g, &rss, &rssmax, 1, WHALE_INT64, WHALE_MAX) == 0 &&
+        whale_rank(b.ctx) == 0 && rssmax >= 0)
+        printf("# Peak RSS per rank    : %.1f MiB (largest rank)\n", (double)rssmax / 1024.0);
     if (c.window) {
         whale_shm_free(b.send);
         whale_shm_free(b.recv);

@@ -72,11 +72,14 @@ static struct theta theta_of(int k)
 
 struct vrow {
     char id[32], gpu[32], model[64], rc[16], sp[8], z3[8], dpov[8], gred[8], metric[16], pair[16], source[64];
-    char mb[8], v[8], seq[8], nic[16], zs[8];
+    char mb[8], v[8], seq[8], nic[16], zs[8], eps[8];
     char group[64];   /* the source up to ':' (one paper or page) */
     char kind[32];    /* whale_plan_kind of the published layout */
     int gpn, gpus, tp, pp, zero;   /* zero -1: free */
+    int ep;                        /* expert-parallel degree; 0: free */
+    bool moe;                      /* the model has experts */
     int pzero;                    /* the ZeRO stage of the planned configuration */
+    int pep;                      /* the EP degree of the planned configuration */
     long batch;
     double pub;
     /* results at one theta */
@@ -104,15 +107,31 @@ static int load_rows(const char *path, struct vrow *rows, int max)
         assert_true(n < max);
         struct vrow *r = &rows[n];
         memset(r, 0, sizeof *r);
-        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %7s %15s %7s %7s %7s %7s %15s %lf %15s %63s",
+        int k = sscanf(line, "%31s %31s %d %15s %d %63s %7s %ld %d %d %7s %7s %7s %7s %15s %7s %7s %7s %7s %15s %lf %15s %63s",
                        r->id, r->gpu, &r->gpn, r->nic, &r->gpus, r->model, r->seq, &r->batch, &r->tp,
-                       &r->pp, r->mb, r->v, r->zs, r->rc, r->sp, r->z3, r->dpov, r->gred, r->metric, &r->pub,
-                       r->pair, r->source);
-        if (k != 22) {
+                       &r->pp, r->eps, r->mb, r->v, r->zs, r->rc, r->sp, r->z3, r->dpov, r->gred, r->metric,
+                       &r->pub, r->pair, r->source);
+        if (k != 23) {
             fprintf(stderr, "%s: bad row (%d fields): %s", path, k, line);
             fail();
         }
         r->zero = strcmp(r->zs, "-") ? atoi(r->zs) : -1;
+        /* ep: '-' or a degree that divides the data-parallel ranks and,
+         * for a MoE model, its experts (checked when the model loads) */
+        r->ep = strcmp(r->eps, "-") ? atoi(r->eps) : 0;
+        int dp = r->tp * r->pp > 0 ? r->gpus / (r->tp * r->pp) : 0;
+        if (strcmp(r->eps, "-") && (r->ep < 1 || dp % r->ep)) {
+            fprintf(stderr, "%s: row %s: ep '%s' must be '-' or a divisor of dp = %d\n", path, r->id, r->eps, dp);
+            fail();
+        }
+        struct whale_model_desc m;
+        assert_int_equal(whale_model_desc_load(r->model, &m), 0);
+        r->moe = m.moe.experts > 0;
+        if (r->ep > 1 && (!r->moe || m.moe.experts % r->ep)) {
+            fprintf(stderr, "%s: row %s: ep %d needs a model whose experts it divides (%s: %d experts)\n", path,
+                    r->id, r->ep, r->model, m.moe.experts);
+            fail();
+        }
         snprintf(r->group, sizeof r->group, "%.*s", (int)strcspn(r->source, ":"), r->source);
         n++;
     }
@@ -163,6 +182,7 @@ static void run_row(struct vrow *r, const struct theta *th)
     rq.tp = r->tp;
     rq.pp = r->pp;
     rq.dp = r->gpus / (r->tp * r->pp);
+    rq.ep = r->ep;
     rq.zero = r->zero;
     rq.offload = WHALE_OFFLOAD_NONE;
     rq.recompute = strcmp(r->rc, "-") ? rc_of(r->rc) : -1;
@@ -186,6 +206,7 @@ static void run_row(struct vrow *r, const struct theta *th)
         r->t_pub = p->t_step * r->pred / r->pub;   /* rate = FLOPs / step, one FLOP count */
         r->mem = p->mem_total / 1073741824.0;
         r->pzero = res->best.cfg.zero;
+        r->pep = whale_grid_ep(&res->best.cfg.grid);
         whale_plan_format_config(&res->best.cfg, r->cfg, sizeof r->cfg);
         assert_int_equal(whale_plan_kind(&c, &res->best.cfg, r->kind, sizeof r->kind), 0);
     } else {
@@ -365,18 +386,29 @@ static void test_validation(void **state)
     score(ein, n, &med_in, &win_in);
     score(eout, n, &med_out, &win_out);
     /* the categories the set must cover (GPU generation, scale, sharding) */
-    int c_hopper = 0, c_big = 0, c_z3big = 0, c_small = 0;
+    int c_hopper = 0, c_big = 0, c_z3big = 0, c_small = 0, c_moe = 0;
     for (int i = 0; i < n; i++) {
         c_hopper += !strncmp(rows[i].gpu, "H100", 4) || !strncmp(rows[i].gpu, "H200", 4);
         c_big += rows[i].gpus > 4096;
         c_z3big += rows[i].zero == 3 && rows[i].gpus >= 512;
         c_small += rows[i].gpus <= 16;
+        c_moe += rows[i].moe;
     }
     printf("rows %d, fitting %d: %d on H100/H200, %d above 4k GPUs, %d ZeRO-3/FSDP at >= 512 GPUs, "
-           "%d on <= 16 GPUs\n", n, fits, c_hopper, c_big, c_z3big, c_small);
+           "%d on <= 16 GPUs, %d mixture-of-experts\n", n, fits, c_hopper, c_big, c_z3big, c_small, c_moe);
     assert_true(c_hopper >= 15);
     assert_true(c_big >= 5);
+    assert_true(c_z3big >= 5);
     assert_true(c_small >= 3);
+    assert_true(c_moe >= 2);
+    /* MoE rows: planned with the published expert parallelism */
+    for (int i = 0; i < n; i++)
+        if (rows[i].moe) {
+            printf("MoE row %-10s ep %d (planned ep %d): in-sample %+.1f%%, held out %+.1f%%\n", rows[i].id,
+                   rows[i].ep, rows[i].pep, 100 * ein[i], 100 * eout[i]);
+            if (rows[i].ep > 0 && rows[i].ok)
+                assert_int_equal(rows[i].pep, rows[i].ep);
+        }
     printf("in-sample:             median |error| %.1f%%, within 15%%: %d (%.0f%%)\n", 100 * med_in, win_in,
            100.0 * win_in / n);
     printf("leave-one-source-out:  median |error| %.1f%%, within 15%%: %d (%.0f%%), pairs named correctly %d of %d\n",
