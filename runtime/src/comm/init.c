@@ -310,8 +310,11 @@ int whale_init(whale_ctx **out)
      * everyone left, on the groups of the new epoch; the cost model came
      * with the decision (the members probed it at their start) */
     if (ctx->boot.joining) {
-        if ((rc = whale_barrier(ctx->all)))
-            goto fail;
+        /* A failed barrier means the next agreement has begun (DP grows
+         * back, or a member failed): this task is a member now and takes
+         * part in it from whale_spare_wait, like every spare. */
+        if (whale_barrier(ctx->all))
+            whale_warn("joined: the closing barrier failed: the step agrees again");
         goto done;
     }
     /* spares take part: they receive the ranks' cost model */

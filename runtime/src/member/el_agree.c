@@ -427,6 +427,15 @@ static void merge_event(const struct whale_membership_event *acc, struct whale_m
     m.epoch = ev->epoch;
     if (ev->kind == WHALE_RECOVERY_SHRUNK)
         m.kind = WHALE_RECOVERY_SHRUNK;
+    /* a join and the grow it allowed, agreed in one recovery: one GROWN */
+    if (ev->kind == WHALE_RECOVERY_GROWN && m.kind != WHALE_RECOVERY_SHRUNK) {
+        m.kind = WHALE_RECOVERY_GROWN;
+        m.nadded = ev->nadded;
+        memcpy(m.added_rank, ev->added_rank, sizeof m.added_rank);
+        memcpy(m.added_task, ev->added_task, sizeof m.added_task);
+    }
+    for (int i = 0; i < ev->njoined && m.njoined < WHALE_MAX_FAILED; i++)
+        m.joined_task[m.njoined++] = ev->joined_task[i];
     m.grid = ev->grid;
     int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
     for (int i = 0; i < k; i++) {

@@ -139,6 +139,7 @@ int el_init(whale_ctx *ctx)
     el->hard = calloc((size_t)n, sizeof(bool));
     el->gone_at = calloc((size_t)n, sizeof(double));
     el->revived_at = calloc((size_t)n, sizeof(double));
+    el->joined_epoch = calloc((size_t)n, sizeof(uint64_t));
     el->done_from = calloc((size_t)n, 1);
     el->lat = calloc((size_t)n, sizeof(float));
     el->prop = calloc((size_t)n, sizeof *el->prop);
@@ -154,7 +155,7 @@ int el_init(whale_ctx *ctx)
                      by_node ? ctx->boot.nnodes : 1))
         return WHALE_ENOMEM;
     if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen || !el->arr ||
-        !el->inflight || !el->how || !el->hard || !el->gone_at || !el->revived_at || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
+        !el->inflight || !el->how || !el->hard || !el->gone_at || !el->revived_at || !el->joined_epoch || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
     el->st.ntasks = n;
@@ -224,6 +225,7 @@ void el_fini(whale_ctx *ctx)
     free(el->hard);
     free(el->gone_at);
     free(el->revived_at);
+    free(el->joined_epoch);
     free(el->done_from);
     free(el->lat);
     free(el->prop);
@@ -566,6 +568,10 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
     bool news = false;
     for (int t = 0; t < n; t++) {
         if (!dead[t])
+            continue;
+        /* a report from before the decision that took t in again is about
+         * its old process */
+        if (el->joined_epoch[t] > from_epoch)
             continue;
         if (!ctx->dead[t] && stale_silence(ctx, from, t, how[t], from_epoch)) {
             if (t == ctx->boot.task)

@@ -104,6 +104,7 @@ struct comm_elastic {
     bool *hard;             /* died for sure (CRASH/NODE), not merely silent */
     double *gone_at;        /* when it was declared failed (el_now) */
     double *revived_at;     /* when it was last heard again within the grace, 0 never */
+    uint64_t *joined_epoch; /* epoch that took it in again (el_join_boot.c), 0 never */
     double grace;           /* WHALE_NODE_GRACE seconds, 0 none (el_grace.c) */
     uint64_t grace_logged;  /* epoch whose wait was logged, +1 (0: none) */
     double last_revival;    /* when a member was last heard again, 0 never */

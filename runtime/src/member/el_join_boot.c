@@ -346,6 +346,7 @@ int el_join_apply(whale_ctx *ctx, const struct el_state *ns, const uint8_t *extr
             if ((rc = comm_ucx_ep_replace(ctx, t, a)))
                 break;
             fresh(ctx, t);
+            el->joined_epoch[t] = ns->epoch;
             whale_debug("elastic: task %d rejoined: new endpoint", t);
         }
         free(p);
