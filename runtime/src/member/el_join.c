@@ -274,7 +274,8 @@ size_t el_peers_size(int k, const struct el_peer *p)
 
 static uint8_t *put(uint8_t *o, const void *v, size_t n)
 {
-    memcpy(o, v, n);
+    if (n) /* a removed slot has no address (NULL) */
+        memcpy(o, v, n);
     return o + n;
 }
 
