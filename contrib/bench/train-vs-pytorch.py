@@ -11,6 +11,9 @@ output embedding), in each configuration the installed torch has:
             (foreach where fused is missing): torch >= 2.0
   compiled  torch.compile of the sdpa model (its first 3 steps not counted:
             compilation)
+--precision bf16 runs whale-train --precision bf16 against each of these
+configurations with its forward under torch.autocast("cpu",
+dtype=torch.bfloat16) (the AdamW master weights stay fp32 on both sides).
 The comparison names the best configuration (by median tokens/s) and uses
 it for the ratio; every side's peak RSS is printed beside its speed.
 whale-train's tokens/s excludes its first (warm-up) step, and so does
@@ -18,7 +21,7 @@ PyTorch's.
 
   contrib/bench/train-vs-pytorch.py --build build [--shapes small,124m]
       [--reps 3] [--steps 6] [--threads 2] [--torch-python VENV/bin/python]
-      [--torch-configs eager,sdpa,compiled]
+      [--torch-configs eager,sdpa,compiled] [--precision fp32,bf16]
 
 Debian's python3-torch is 1.13 (eager only); a torch 2 venv for the peer at
 its best: python3 -m venv T && T/bin/pip install torch numpy (PyPI's torch
@@ -64,8 +67,12 @@ import torch
 L, C, H, V, T, B, steps, threads = map(int, sys.argv[1:9])
 sys.path.insert(0, sys.argv[9])            # contrib/bench: the shared model
 cfg = sys.argv[10]
+amp = len(sys.argv) > 11 and sys.argv[11] == "bf16"
 from torch_gpt import make_gpt, has_sdpa
 torch.set_num_threads(threads)
+# whale-train flushes subnormals to zero by default (WHALE_FLUSH_DENORMALS);
+# without it torch's 124M steps slow down as AdamW makes subnormal weights
+torch.set_flush_denormal(True)
 torch.manual_seed(0)
 def unavailable(why):
     print(json.dumps({"unavailable": why})); sys.exit(0)
@@ -91,6 +98,16 @@ else:                              # sdpa / compiled: what a careful torch 2 use
         desc = "torch.compile, " + desc
     elif cfg != "sdpa":
         unavailable("unknown configuration " + cfg)
+if amp:                            # bf16: the forward under CPU autocast, as torch documents it
+    class Autocast(torch.nn.Module):
+        def __init__(s, inner):
+            super().__init__()
+            s.inner = inner
+        def forward(s, idx, tgt):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return s.inner(idx, tgt)
+    m = Autocast(m)
+    desc = "autocast(cpu, bfloat16), " + desc
 times, cpus = [], []
 warm = 3 if cfg == "compiled" else 1   # compilation happens in the first steps
 for i in range(steps + warm - 1):
@@ -197,12 +214,13 @@ def make_data(path, vocab, n):
             f.write(struct.pack("<%dH" % n, *(rnd.randrange(vocab) for _ in range(n))))
 
 
-def run_torch(py, cfg, shape, steps, threads, core=None):
-    """One torch run in configuration cfg; None where the torch lacks it."""
+def run_torch(py, cfg, shape, steps, threads, core=None, precision="fp32"):
+    """One torch run in configuration cfg (under autocast bf16 for precision
+    bf16); None where the torch lacks it."""
     _, L, C, H, V, T, B = SHAPES[shape]
     env = child_env(threads, core)
     out = subprocess.run([py, "-c", TORCH_CHILD] + [str(v) for v in (L, C, H, V, T, B, steps, threads)]
-                         + [HERE, cfg], env=env, check=True, capture_output=True, text=True).stdout
+                         + [HERE, cfg, precision], env=env, check=True, capture_output=True, text=True).stdout
     d = json.loads(out.strip().splitlines()[-1])
     if "unavailable" in d:
         print(f"torch configuration {cfg}: not run ({d['unavailable']})", flush=True)
@@ -210,11 +228,12 @@ def run_torch(py, cfg, shape, steps, threads, core=None):
     return d
 
 
-def run_whale(build, shape, steps, threads, data, tmp):
+def run_whale(build, shape, steps, threads, data, tmp, precision="fp32"):
     preset, _, _, _, _, T, B = SHAPES[shape]
     exe = os.path.join(build, "runtime", "tools", "train", "whale-train")
     metrics = os.path.join(tmp, "m.jsonl")
     out = subprocess.run([exe, "--model", preset, "--data", data, "--steps", str(steps),
+                          "--precision", precision,
                           "--batch", str(B), "--seq", str(T), "--threads", str(threads),
                           "--no-progress", "--log-every", "1000000", "--metrics", metrics],
                          check=True, capture_output=True, text=True).stdout
@@ -242,6 +261,9 @@ def main():
     ap.add_argument("--torch-configs", default="eager,sdpa,compiled",
                     help="torch configurations: eager (attention written out), sdpa (SDPA + fused AdamW), "
                          "compiled (torch.compile of the sdpa model); those the torch lacks are skipped")
+    ap.add_argument("--precision", default="fp32",
+                    help="fp32, bf16 or both (fp32,bf16): bf16 runs whale-train --precision bf16 against "
+                         "every torch configuration under torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--no-torch", action="store_true",
                     help="skip PyTorch (whale against the sgemm rate only: ~4 min less per 124m rep)")
     a = ap.parse_args()
@@ -249,7 +271,7 @@ def main():
     cfgs = [] if a.no_torch else [c for c in a.torch_configs.split(",") if c]
     print("OpenBLAS kernels for PyTorch and the sgemm reference: %s" % (core or "OpenBLAS's own choice"))
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in a.shapes.split(","):
+        for shape, prec in [(s, p) for s in a.shapes.split(",") for p in a.precision.split(",")]:
             preset, L, C, H, V, T, B = SHAPES[shape]
             steps = a.steps or (20 if shape == "small" else 5)
             data = os.path.join(tmp, shape + (".bin" if V > 256 else ".txt"))
@@ -262,7 +284,7 @@ def main():
                 for c in cfgs:
                     if tor[c]["desc"] == "-":
                         continue
-                    d = run_torch(a.torch_python, c, shape, steps, a.threads, core)
+                    d = run_torch(a.torch_python, c, shape, steps, a.threads, core, prec)
                     if d is None:
                         tor[c]["desc"] = "-"
                         continue
@@ -274,20 +296,21 @@ def main():
                 # faster one kept: a load spike during one measurement must not
                 # lower the bar whale is held to
                 g0 = run_sgemm(shape, a.threads, core)
-                w, m, p, w_cpu, wcore, rss = run_whale(a.build, shape, steps, a.threads, data, tmp)
+                w, m, p, w_cpu, wcore, rss = run_whale(a.build, shape, steps, a.threads, data, tmp, prec)
                 g = max(g0, run_sgemm(shape, a.threads, core), key=lambda x: x["gflops"])
                 wt += w; mfu += m; peak.append(p); wc += w_cpu; sg.append(g["gflops"]); wrss.append(rss)
                 wg += [x * p for x in m]   # achieved GFLOP/s of each step (MFU x peak)
                 tline = ", ".join("%s %.0f" % (c, med(tor[c]["t"][-steps:])) for c in cfgs if tor[c]["t"])
-                print(f"{shape} rep {r + 1}: step tokens/s median whale {med(w):.0f}"
+                print(f"{shape} {prec} rep {r + 1}: step tokens/s median whale {med(w):.0f}"
                       f"{'; torch ' + tline if tline else ''}; sgemm peak {p:.0f} GFLOP/s; "
                       f"whale {med(m) * p:.1f} GFLOP/s vs sgemm on the step's shapes {g['gflops']:.1f} "
                       f"({g['core']} / whale {wcore}); load {load()}", flush=True)
             mw, bw = med(wt), max(wt)
             pk = max(peak)
-            print(f"{shape} ({preset}: L={L} d={C} T={T} B={B}, {a.threads} threads, {len(wt)} steps each):")
+            print(f"{shape} {prec} ({preset}: L={L} d={C} T={T} B={B}, {a.threads} threads, "
+                  f"{len(wt)} steps each):")
             print(f"  {'side':<56} {'median tok/s':>12} {'best tok/s':>10} {'tok/CPU-s':>9} {'peak RSS MiB':>12}")
-            print(f"  {'whale-train':<56} {mw:>12.0f} {bw:>10.0f} {med(wc):>9.0f} {max(wrss):>12.0f}")
+            print(f"  {'whale-train --precision ' + prec:<56} {mw:>12.0f} {bw:>10.0f} {med(wc):>9.0f} {max(wrss):>12.0f}")
             ran = [c for c in cfgs if tor[c]["t"]]
             for c in ran:
                 x = tor[c]

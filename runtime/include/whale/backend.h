@@ -403,6 +403,10 @@ int whale_k_scale(whale_backend *b, whale_stream *s, float *x, float a, int64_t 
 /* Host results: these wait for s. *sumsq = sum of g[i]^2 in double, in a
  * fixed order (same bits on every run); *found = any inf/NaN in g. */
 int whale_k_sumsq(whale_backend *b, whale_stream *s, const float *g, int64_t n, double *sumsq);
+/* sumsq[i] = whale_k_sumsq of g[i] (n[i] values) for np tensors, the same
+ * bits, in one call (on cpu one parallel region instead of one per tensor). */
+int whale_k_sumsq_multi(whale_backend *b, whale_stream *s, const float *const *g,
+                        const int64_t *n, int np, double *sumsq);
 int whale_k_has_inf_nan(whale_backend *b, whale_stream *s, const float *g, int64_t n,
                         bool *found);
 

@@ -32,6 +32,7 @@
                                                  (a restarted task of a removed slot) */
 #define WHALE_ENV_NODE_GRACE "WHALE_NODE_GRACE" /* elastic recovery window, seconds
                                                * (--whale-node-grace, whale.conf NodeGrace=) */
+#define WHALE_ENV_MEMBERSHIP "WHALE_MEMBERSHIP" /* elastic agreement: coordinator | tree */
 #define WHALE_ENV_REPORT    "WHALE_REPORT"    /* FIFO of this node's slurmstepd: failure reports
                                                * "NODE KIND RANK TASK\n" (spank_whale(8)) */
 

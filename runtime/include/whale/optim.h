@@ -89,6 +89,9 @@ int whale_adamw_multi_simd(enum whale_simd s, const struct whale_adamw *o, int64
 
 /* Sum of squares of g (n), accumulated in double. */
 double whale_sumsq(const float *g, size_t n);
+/* out[i] = whale_sumsq(g[i], n[i]) for np tensors, bit for bit, in one
+ * parallel region; 0 on success, WHALE_ENOMEM. */
+int whale_sumsq_multi(const float *const *g, const int64_t *n, int np, double *out);
 /* Multiplier that brings a gradient of global norm `norm` to at most
  * max_norm (1 when max_norm <= 0 or norm is small enough). */
 float whale_clip_coef(double norm, float max_norm);

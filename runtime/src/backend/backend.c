@@ -653,6 +653,23 @@ int whale_k_sumsq(whale_backend *b, whale_stream *s, const float *g, int64_t n, 
     return n ? fin(b, s, b->ops->sumsq(b, native_of(b, s), g, n, sumsq)) : 0;
 }
 
+int whale_k_sumsq_multi(whale_backend *b, whale_stream *s, const float *const *g,
+                        const int64_t *n, int np, double *sumsq)
+{
+    for (int i = 0; i < np; i++) {
+        CHECK("whale_k_sumsq_multi", WHALE_FLOAT32, n[i], 0, 0);
+        sumsq[i] = 0;
+    }
+    if (np > 0 && b->ops->sumsq_multi)
+        return fin(b, s, b->ops->sumsq_multi(b, native_of(b, s), g, n, np, sumsq));
+    for (int i = 0; i < np; i++) {
+        int rc = n[i] ? fin(b, s, b->ops->sumsq(b, native_of(b, s), g[i], n[i], &sumsq[i])) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int whale_k_has_inf_nan(whale_backend *b, whale_stream *s, const float *g, int64_t n,
                         bool *found)
 {

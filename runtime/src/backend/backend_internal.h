@@ -155,6 +155,10 @@ struct bk_ops {
     int (*attention_decode)(whale_backend *b, bk_stream s, enum whale_dtype t, void *out,
                             const void *q, const void *k, const void *v, float *kc, float *vc,
                             int pos, int S, const struct whale_attn_heads *m);
+    /* out[i] = the sumsq of g[i] (n[i] > 0) for np tensors in one call
+     * (NULL: one sumsq call per tensor) */
+    int (*sumsq_multi)(whale_backend *b, bk_stream s, const float *const *g, const int64_t *n,
+                       int np, double *out);
 };
 
 struct bk_block {

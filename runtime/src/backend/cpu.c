@@ -237,6 +237,7 @@ static const struct bk_ops cpu_ops = {
     /* generation with a KV cache (cpu_decode.c) */
     .rope_at = bkc_rope_at,
     .attention_decode = bkc_attention_decode,
+    .sumsq_multi = bkc_sumsq_multi,
 };
 
 int bk_cpu_open(const struct whale_backend_opts *o, whale_backend *b)

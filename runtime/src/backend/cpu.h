@@ -59,6 +59,8 @@ int bkc_cast(whale_backend *b, bk_stream s, void *dst, enum whale_dtype dt, cons
              enum whale_dtype st, int64_t n);
 int bkc_scale(whale_backend *b, bk_stream s, float *x, float a, int64_t n);
 int bkc_sumsq(whale_backend *b, bk_stream s, const float *g, int64_t n, double *out);
+int bkc_sumsq_multi(whale_backend *b, bk_stream s, const float *const *g, const int64_t *n,
+                    int np, double *out);
 int bkc_has_inf_nan(whale_backend *b, bk_stream s, const float *g, int64_t n, bool *found);
 int bkc_adamw(whale_backend *b, bk_stream s, const struct whale_adamw *o, int64_t t,
               float grad_mul, const struct whale_adamw_piece *p, int np, enum whale_dtype w16t);

@@ -436,6 +436,14 @@ int bkc_sumsq(whale_backend *b, bk_stream s, const float *g, int64_t n, double *
     return 0;
 }
 
+int bkc_sumsq_multi(whale_backend *b, bk_stream s, const float *const *g, const int64_t *n,
+                    int np, double *out)
+{
+    (void)b;
+    (void)s;
+    return whale_sumsq_multi(g, n, np, out);
+}
+
 int bkc_has_inf_nan(whale_backend *b, bk_stream s, const float *g, int64_t n, bool *found)
 {
     (void)b;

@@ -179,51 +179,87 @@ struct k_gemm_hooks {
     int ld;
 };
 
+/* Whether k_gemm_blocks runs a product as one call on the calling thread:
+ * one thread, already inside a parallel region, or too small to split. */
+static int gemm_serial(int M, int N, int K)
+{
+    return k_nthreads <= 1 || k_in_parallel() || (double)M * N * K < 2e6;
+}
+
+/* The whole product as one single-threaded call, with its hooks. */
+static void gemm_whole(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                       const struct k_gemm_hooks *h)
+{
+    if (h && h->pre)
+        h->pre(h, 0, M, 0, N);
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (h && h->post)
+        h->post(h, 0, M, 0, N);
+}
+
+/* Thread id's block (of nt) of the product: the larger output dimension
+ * split into nt blocks (multiples of 16), each one single-threaded call. A
+ * caller's parallel region may run several products' blocks in turn. */
+static void gemm_part(int id, int nt, int transA, int transB, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc, const struct k_gemm_hooks *h)
+{
+    const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
+    const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+    int splitM = M >= N;
+    int dim = splitM ? M : N;
+    int chunk = ((dim + nt - 1) / nt + 15) / 16 * 16;
+    int lo = id * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
+    if (lo >= hi)
+        return;
+    int r0 = splitM ? lo : 0, r1 = splitM ? hi : M;
+    int c0 = splitM ? 0 : lo, c1 = splitM ? N : hi;
+    if (h && h->pre)
+        h->pre(h, r0, r1, c0, c1);
+    if (splitM) {
+        const float *Ab = transA ? A + lo : A + (size_t)lo * lda;
+        cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, Ab, lda, B, ldb, beta,
+                    C + (size_t)lo * ldc, ldc);
+    } else {
+        const float *Bb = transB ? B + (size_t)lo * ldb : B + lo;
+        cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, Bb, ldb, beta, C + lo,
+                    ldc);
+    }
+    if (h && h->post)
+        h->post(h, r0, r1, c0, c1);
+}
+
+static inline int k_team_size(void)
+{
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
+static inline int k_team_id(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 static void k_gemm_blocks(int transA, int transB, int M, int N, int K, float alpha,
                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
                           int ldc, const struct k_gemm_hooks *h)
 {
-    const enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
-    const enum CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
-    int nt = k_nthreads;
-    if (nt <= 1 || k_in_parallel() || (double)M * N * K < 2e6) {
-        if (h && h->pre)
-            h->pre(h, 0, M, 0, N);
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        if (h && h->post)
-            h->post(h, 0, M, 0, N);
+    if (gemm_serial(M, N, K)) {
+        gemm_whole(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, h);
         return;
     }
-    /* Split the larger output dimension into nt blocks (multiples of 16). */
-    int splitM = M >= N;
-    int dim = splitM ? M : N;
-    int chunk = ((dim + nt - 1) / nt + 15) / 16 * 16;
-#pragma omp parallel num_threads(nt)
-    {
-#ifdef _OPENMP
-        int id = omp_get_thread_num();
-#else
-        int id = 0;
-#endif
-        int lo = id * chunk, hi = lo + chunk < dim ? lo + chunk : dim;
-        if (lo < hi) {
-            int r0 = splitM ? lo : 0, r1 = splitM ? hi : M;
-            int c0 = splitM ? 0 : lo, c1 = splitM ? N : hi;
-            if (h && h->pre)
-                h->pre(h, r0, r1, c0, c1);
-            if (splitM) {
-                const float *Ab = transA ? A + lo : A + (size_t)lo * lda;
-                cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, Ab, lda, B, ldb, beta,
-                            C + (size_t)lo * ldc, ldc);
-            } else {
-                const float *Bb = transB ? B + (size_t)lo * ldb : B + lo;
-                cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, Bb, ldb, beta,
-                            C + lo, ldc);
-            }
-            if (h && h->post)
-                h->post(h, r0, r1, c0, c1);
-        }
-    }
+#pragma omp parallel num_threads(k_nthreads)
+    gemm_part(k_team_id(), k_team_size(), transA, transB, M, N, K, alpha, A, lda, B, ldb, beta,
+              C, ldc, h);
 }
 
 void k_gemm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
@@ -312,33 +348,31 @@ void k_linear_gelu_fwd(enum whale_dtype mm, float *out, float *gl, const float *
  * touch every row at a 256 B stride (one page per row: TLB-bound on the
  * MLP's (1024, 3072) gradient). Every column is still summed by one thread,
  * rows in order from 0, then added to db: the bits do not change. */
-static void k_colsum_acc(float *db, const float *dout, int N, int OC)
+static void colsum_part(int id, int nt, float *db, const float *dout, int N, int OC)
 {
     enum { CB = 1024 };
-#pragma omp parallel
-    {
-#ifdef _OPENMP
-        int nt = omp_get_num_threads(), id = omp_get_thread_num();
-#else
-        int nt = 1, id = 0;
-#endif
-        int per = ((OC + nt - 1) / nt + 15) / 16 * 16;
-        int lo = per * id < OC ? per * id : OC, hi = lo + per < OC ? lo + per : OC;
-        float acc[CB];
-        for (int c0 = lo; c0 < hi; c0 += CB) {
-            int w = hi - c0 < CB ? hi - c0 : CB;
-            for (int c = 0; c < w; c++)
-                acc[c] = 0.0f;
-            for (int n = 0; n < N; n++) {
-                const float *r = dout + (size_t)n * OC + c0;
+    int per = ((OC + nt - 1) / nt + 15) / 16 * 16;
+    int lo = per * id < OC ? per * id : OC, hi = lo + per < OC ? lo + per : OC;
+    float acc[CB];
+    for (int c0 = lo; c0 < hi; c0 += CB) {
+        int w = hi - c0 < CB ? hi - c0 : CB;
+        for (int c = 0; c < w; c++)
+            acc[c] = 0.0f;
+        for (int n = 0; n < N; n++) {
+            const float *r = dout + (size_t)n * OC + c0;
 #pragma omp simd
-                for (int c = 0; c < w; c++)
-                    acc[c] += r[c];
-            }
             for (int c = 0; c < w; c++)
-                db[c0 + c] += acc[c];
+                acc[c] += r[c];
         }
+        for (int c = 0; c < w; c++)
+            db[c0 + c] += acc[c];
     }
+}
+
+static void k_colsum_acc(float *db, const float *dout, int N, int OC)
+{
+#pragma omp parallel
+    colsum_part(k_team_id(), k_team_size(), db, dout, N, OC);
 }
 
 void k_linear_bwd(enum whale_dtype mm, float *dinp, float *dw, float *db, const float *dout,
@@ -351,6 +385,35 @@ void k_linear_bwd_gelu(enum whale_dtype mm, float *dinp, const float *pre, float
                        const float *dout, const float *inp, const float *w, int N, int IC,
                        int OC, int acc)
 {
+    /* fp32 on several threads: the input gradient, the weight gradient and
+     * the bias gradient in ONE parallel region instead of three (none reads
+     * another's output, so no thread waits between them). Each thread runs
+     * the same blocks with the same calls as the separate passes below: the
+     * same bits. A GEMM too small to split runs whole on thread 0. The GELU
+     * pass after an accumulated input gradient needs all of it: not here. */
+    if (mm == WHALE_FLOAT32 && k_nthreads > 1 && !k_in_parallel() && !(pre && acc) &&
+        !(dinp && dinp == inp)) {
+        struct k_gemm_hooks h = { .post = hook_gelu_bwd, .c = dinp, .x = pre, .ld = IC };
+        const struct k_gemm_hooks *hd = pre ? &h : NULL;
+        int sd = dinp && gemm_serial(N, IC, OC), sw = dw && gemm_serial(OC, IC, N);
+#pragma omp parallel num_threads(k_nthreads)
+        {
+            int id = k_team_id(), nt = k_team_size();
+            if (dinp && !sd)
+                gemm_part(id, nt, 0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp,
+                          IC, hd);
+            else if (dinp && id == 0)
+                gemm_whole(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, acc ? 1.0f : 0.0f, dinp, IC,
+                           hd);
+            if (dw && !sw)
+                gemm_part(id, nt, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, NULL);
+            else if (dw && id == nt - 1)
+                gemm_whole(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC, NULL);
+            if (db)
+                colsum_part(id, nt, db, dout, N, OC);
+        }
+        return;
+    }
     if (dinp && pre && mm == WHALE_FLOAT32 && !acc) {
         struct k_gemm_hooks h = { .post = hook_gelu_bwd, .c = dinp, .x = pre, .ld = IC };
         k_gemm_blocks(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC, &h);

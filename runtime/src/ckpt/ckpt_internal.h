@@ -133,6 +133,12 @@ int  ckpt_write_file_atomic(const char *dir, const char *name, const void *buf, 
 int  ckpt_write_file_renamed(const char *dir, const char *name, const void *buf, size_t len,
                              mode_t mode, ckpt_fault *f);
 int  ckpt_read_file(const char *path, char **buf, size_t *len);
+/* Bytes [begin, begin + len) of fd (readio.c): *data points at them inside
+ * *alloc (the caller frees it), *got says how many the file had (short at
+ * its end). direct_ok: large ranges with O_DIRECT where the file system
+ * allows it. 0, WHALE_ENOMEM or WHALE_EIO (errno set). */
+int  ckpt_read_range(int fd, uint64_t begin, uint64_t len, bool direct_ok, void **alloc,
+                     unsigned char **data, uint64_t *got);
 /* Points dir/name at target (a symlink), atomically. */
 int  ckpt_symlink_atomic(const char *dir, const char *name, const char *target);
 char *ckpt_path(const char *a, const char *b);  /* a/b, malloc'd */

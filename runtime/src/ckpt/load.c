@@ -57,6 +57,7 @@ struct whale_ckpt_reader {
     struct whale_nameidx idx; /* tensor name -> index into t */
     bool digest_bad;          /* open_all: the manifest failed its digest (verify counts it) */
     bool is_base;             /* opened as a delta's base: holds no deltas itself */
+    bool direct;              /* large chunks read with O_DIRECT (WHALE_CKPT_READ_DIRECT) */
     /* the full checkpoints this one's delta chunks are against, opened on
      * first use (siblings of dir) */
     struct { char name[64]; whale_ckpt_reader *r; } base[4];
@@ -343,6 +344,10 @@ static int reader_open(const char *dir, whale_ckpt_reader **out, bool strict)
     if (!r)
         return WHALE_ENOMEM;
     pthread_mutex_init(&r->base_mu, NULL);
+    if (whale_env_bool("WHALE_CKPT_READ_DIRECT", true, &r->direct)) {
+        whale_warn("WHALE_CKPT_READ_DIRECT: using 1 (O_DIRECT reads of large chunks)");
+        r->direct = true;
+    }
     r->dir = strdup(dir);
     char *mp = ckpt_path(dir, CKPT_MANIFEST);
     json_error_t je;
@@ -566,7 +571,8 @@ int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_
 
 /* ---- reading chunks -------------------------------------------------------- */
 
-static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out);
+static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **alloc,
+                      void **out);
 
 static bool same_region(const ckpt_region *a, const ckpt_region *b)
 {
@@ -642,18 +648,23 @@ static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, 
                     "dtype and region", r->dir, t->name, b->dir);
         return WHALE_EDATA;
     }
-    void *bb = NULL;
-    if ((rc = load_chunk(b, bt, bc, &bb)))
+    void *ba, *bb;
+    if ((rc = load_chunk(b, bt, bc, &ba, &bb)))
         return rc;
     ckpt_delta_apply(w, bb, buf, (size_t)n);
-    free(bb);
+    free(ba);
     return 0;
 }
 
-/* Reads, checks and decodes one chunk into a malloc'd buffer of the
- * tensor's dtype (a delta chunk: plus its base's). */
-static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **out)
+/* Reads, checks and decodes one chunk into a buffer of the tensor's dtype
+ * (a delta chunk: plus its base's): *out, inside the allocation *alloc
+ * that the caller frees (an O_DIRECT read's aligned buffer starts before
+ * the chunk's first byte). */
+static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **alloc,
+                      void **out)
 {
+    *alloc = NULL;
+    *out = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", r->dir, c->file);
     int fd;
@@ -674,48 +685,51 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         close(fd);
         return WHALE_ECORRUPT;
     }
-    unsigned char *raw = malloc(c->nbytes ? c->nbytes : 1);
-    if (!raw) {
+    void *rawbuf; /* the allocation raw points into (aligned and wider for O_DIRECT) */
+    unsigned char *raw;
+    uint64_t got = 0;
+    int rrc = ckpt_read_range(fd, c->begin, c->nbytes, r->direct, &rawbuf, &raw, &got);
+    int rerr = errno;
+    close(fd);
+    if (rrc == WHALE_ENOMEM) {
         whale_error("checkpoint: %s: tensor %s: out of memory for %llu bytes", path, t->name,
                     (unsigned long long)c->nbytes);
-        close(fd);
-        return WHALE_ENOMEM;
+        return rrc;
     }
-    size_t got = 0;
-    while (got < c->nbytes) {
-        ssize_t n = pread(fd, raw + got, c->nbytes - got, (off_t)(c->begin + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
+    if (rrc) {
+        whale_error("checkpoint: %s: tensor %s: read error in bytes [%llu, %llu): %s", path,
+                    t->name, (unsigned long long)c->begin,
+                    (unsigned long long)(c->begin + c->nbytes), strerror(rerr));
+        return rrc;
     }
-    close(fd);
     if (got < c->nbytes) {
         whale_error("checkpoint: %s is truncated: tensor %s needs bytes [%llu, %llu), the file "
                     "has %lld", path, t->name, (unsigned long long)c->begin,
                     (unsigned long long)(c->begin + c->nbytes), (long long)st.st_size);
-        free(raw);
+        free(rawbuf);
         return WHALE_ECORRUPT;
     }
+    /* stored bytes of a plain chunk are its content too: hashed once */
+    XXH128_hash_t rawh = XXH3_128bits(raw, c->nbytes);
     XXH128_canonical_t can;
-    XXH128_canonicalFromHash(&can, XXH3_128bits(raw, c->nbytes));
+    XXH128_canonicalFromHash(&can, rawh);
     char hx[33];
     ckpt_hex128(&can, hx);
     if (strcmp(hx, c->xxh)) {
         whale_error("checkpoint: %s: tensor %s: checksum mismatch in bytes [%llu, %llu) "
                     "(corrupted file)", path, t->name, (unsigned long long)c->begin,
                     (unsigned long long)(c->begin + c->nbytes));
-        free(raw);
+        free(rawbuf);
         return WHALE_ECORRUPT;
     }
     int64_t n = ckpt_region_numel(&c->reg); /* <= 2^60: checked when the manifest was read */
     size_t enc_len = ckpt_enc_size(c->enc, t->dtype, n, c->block);
     unsigned char *enc = raw;
+    void *encbuf = rawbuf; /* what enc points into */
     if (c->shuffle > 1 && (size_t)n * (size_t)c->shuffle != enc_len) {
         whale_error("checkpoint: %s: tensor %s: shuffle width %d does not fit %lld elements in "
                     "%zu bytes", path, t->name, c->shuffle, (long long)n, enc_len);
-        free(raw);
+        free(rawbuf);
         return WHALE_ECORRUPT;
     }
     if (c->zraw) {
@@ -724,7 +738,7 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
         if (fsz != ZSTD_CONTENTSIZE_UNKNOWN && fsz != enc_len) {
             whale_error("checkpoint: %s: tensor %s: zstd data does not decode to %zu bytes",
                         path, t->name, enc_len);
-            free(raw);
+            free(rawbuf);
             return WHALE_ECORRUPT;
         }
         enc = malloc(enc_len ? enc_len : 1);
@@ -733,10 +747,11 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
             whale_error("checkpoint: %s: tensor %s: zstd data does not decode to %zu bytes",
                         path, t->name, enc_len);
             free(enc);
-            free(raw);
+            free(rawbuf);
             return WHALE_ECORRUPT;
         }
-        free(raw);
+        free(rawbuf);
+        encbuf = enc;
         if (c->shuffle > 1) {
             unsigned char *u = malloc(enc_len ? enc_len : 1);
             if (!u) {
@@ -746,17 +761,18 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
             ckpt_unshuffle(enc, u, (size_t)n, c->shuffle);
             free(enc);
             enc = u;
+            encbuf = u;
         }
     } else if (c->nbytes != enc_len) {
         whale_error("checkpoint: %s: tensor %s: chunk has %llu bytes, expected %zu", path,
                     t->name, (unsigned long long)c->nbytes, enc_len);
-        free(raw);
+        free(rawbuf);
         return WHALE_ECORRUPT;
     }
     if (c->delta_base) { /* the content hash below then covers base and delta */
         int drc = apply_delta(r, t, c, enc, n);
         if (drc) {
-            free(enc);
+            free(encbuf);
             return drc;
         }
     }
@@ -765,18 +781,20 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
          * shuffle, dtype, region, enc or block decodes intact bytes into
          * other values */
         char cx[33];
-        ckpt_content_hash(XXH3_128bits(enc, enc_len), t->dtype, c->enc, c->block, &c->reg, cx);
+        XXH128_hash_t ch = !c->zraw && !c->delta_base ? rawh : XXH3_128bits(enc, enc_len);
+        ckpt_content_hash(ch, t->dtype, c->enc, c->block, &c->reg, cx);
         if (strcmp(cx, c->cxxh)) {
             whale_error("checkpoint: %s: tensor %s: the chunk at bytes [%llu, %llu) does not "
                         "decode to what was saved (content_xxh3_128 mismatch): its manifest "
                         "record (dtype, shape, region, enc, block, zstd or shuffle) was changed",
                         path, t->name, (unsigned long long)c->begin,
                         (unsigned long long)(c->begin + c->nbytes));
-            free(enc);
+            free(encbuf);
             return WHALE_ECORRUPT;
         }
     }
     if (c->enc == CKPT_ENC_RAW) {
+        *alloc = encbuf;
         *out = enc;
         return 0;
     }
@@ -784,11 +802,12 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
     if (!dec) {
         whale_error("checkpoint: %s: tensor %s: out of memory decoding %lld elements", path,
                     t->name, (long long)n);
-        free(enc);
+        free(encbuf);
         return WHALE_ENOMEM;
     }
     ckpt_decode(c->enc, t->dtype, enc, n, c->block, dec);
-    free(enc);
+    free(encbuf);
+    *alloc = dec;
     *out = dec;
     return 0;
 }
@@ -894,14 +913,14 @@ static int read_piece(whale_ckpt_reader *r, const whale_ckpt_piece *p)
         ckpt_region_bounds(&want, &blo, &bhi);
         if (ahi <= blo || bhi <= alo)
             continue;
-        void *buf = NULL;
-        if ((rc = load_chunk(r, t, c, &buf)))
+        void *alloc, *buf;
+        if ((rc = load_chunk(r, t, c, &alloc, &buf)))
             break;
         struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
         if (c->enc != CKPT_ENC_RAW)
             cc.sdt = WHALE_FLOAT32;
         ckpt_region_overlap(&c->reg, &want, copy_run, &cc);
-        free(buf);
+        free(alloc);
     }
     int64_t have = 0;
     for (int64_t w = 0; w < (need + 63) / 64; w++)
@@ -993,10 +1012,10 @@ int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
         const rtensor *t = &r->t[i];
         int64_t have = 0, want = ckpt_shape_numel(t->ndim, t->shape);
         for (size_t k = 0; k < t->nc; k++) {
-            void *buf = NULL;
-            if (load_chunk(r, t, &t->c[k], &buf))
+            void *alloc, *buf;
+            if (load_chunk(r, t, &t->c[k], &alloc, &buf))
                 bad++;
-            free(buf);
+            free(alloc);
             have += ckpt_region_numel(&t->c[k].reg);
         }
         /* chunks never overlap (one writer per element), so the sum is the coverage;

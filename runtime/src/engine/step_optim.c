@@ -23,10 +23,40 @@ static bool counts_in_norm(const whale_engine *e, const struct eng_layer *l,
 /* Squared norm and inf/NaN check over this rank's gradient part: its 1/DP
  * of each bucket at every ZeRO stage (ZeRO 0: every rank holds the full
  * sum, so each element counts on one rank). */
+/* The sums of squares of every counted piece in one backend call (on cpu
+ * one parallel region, not one per tensor); NULL when that call cannot be
+ * made (no memory): the caller sums piece by piece. */
+static double *piece_sumsqs(whale_engine *e)
+{
+    int np = 0;
+    struct eng_pieces it;
+    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_SHARD); eng_pieces_next(&it);)
+        np += counts_in_norm(e, it.l, it.p);
+    const float **g = malloc(((size_t)np + 1) * sizeof *g);
+    int64_t *n = malloc(((size_t)np + 1) * sizeof *n);
+    double *ss = malloc(((size_t)np + 1) * sizeof *ss);
+    int k = 0;
+    if (g && n && ss)
+        for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_SHARD); eng_pieces_next(&it);)
+            if (counts_in_norm(e, it.l, it.p)) {
+                g[k] = eng_gptr(e, it.bk, it.lo, it.a);
+                n[k++] = (int64_t)(it.z - it.a);
+            }
+    if (!g || !n || !ss || whale_k_sumsq_multi(e->bk, NULL, g, n, np, ss)) {
+        free(ss);
+        ss = NULL;
+    }
+    free(g);
+    free(n);
+    return ss;
+}
+
 void eng_grad_stats(whale_engine *e, double *sumsq, bool *bad)
 {
     double s = 0;
     bool b = false;
+    double *all = piece_sumsqs(e);
+    int k = 0;
     struct eng_pieces it;
     for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_SHARD); eng_pieces_next(&it);) {
         const float *g = eng_gptr(e, it.bk, it.lo, it.a);
@@ -34,7 +64,9 @@ void eng_grad_stats(whale_engine *e, double *sumsq, bool *bad)
         /* the backend's reductions: whale_sumsq / whale_has_inf_nan on cpu */
         double ss = 0;
         bool bad1 = false, summed = counts_in_norm(e, it.l, it.p);
-        if (summed && whale_k_sumsq(e->bk, NULL, g, n, &ss))
+        if (summed && all)
+            ss = all[k++];
+        else if (summed && whale_k_sumsq(e->bk, NULL, g, n, &ss))
             ss = NAN; /* a failed reduction must not look like a clean gradient */
         s += ss;
         /* A finite sum of squares (no cancellation: every term is >= 0)
@@ -44,6 +76,7 @@ void eng_grad_stats(whale_engine *e, double *sumsq, bool *bad)
             bad1 = true;
         b = b || bad1;
     }
+    free(all);
     *sumsq = s;
     *bad = b;
 }

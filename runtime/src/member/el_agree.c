@@ -122,6 +122,10 @@ static int link_class(int a, int b, void *user)
     return ia < 0 || ib < 0 ? WHALE_LINK_CORE : (int)whale_topo_link_class(t, ia, ib);
 }
 
+static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int drc,
+                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step,
+                         bool change, const uint8_t *extra, size_t extra_len);
+
 /* Coordinator: decide and send the decision to every member still
  * reachable; keep it as if received (the apply path is the same).
  * Returns true while it waits out the grace period instead (no decision). */
@@ -151,7 +155,6 @@ static bool decide(whale_ctx *ctx)
     struct el_state ns = { 0 };
     struct whale_membership_event ev;
     memset(&ev, 0, sizeof ev);
-    uint16_t dflags = 0;
     /* nothing failed: a task joins or DP grows back (el_join_boot.c) */
     uint8_t *extra = NULL;
     size_t extra_len = 0;
@@ -159,6 +162,7 @@ static bool decide(whale_ctx *ctx)
                   el_join_decide(ctx, link_class, &ns, &ev, &extra, &extra_len);
     int drc = change ? 0 : quorum ? el_decide(b, gone, el->how, link_class, ctx, &ns, &ev) : 0;
     if (drc && drc != WHALE_ENOFIT) {
+        free(extra);
         free(gone);
         return false; /* out of memory: try again on the next pass */
     }
@@ -195,10 +199,40 @@ static bool decide(whale_ctx *ctx)
         free(gone);
         return true;
     }
-    if (!quorum) {
-        dflags = EL_D_MINORITY;
+    /* agreed step: min over surviving working ranks' proposals */
+    int64_t step = INT64_MAX;
+    for (int t = 0; t < n; t++)
+        if (b->member[t] && !gone[t] && b->rank_of_task[t] >= 0 && el->prop[t].valid &&
+            el->prop[t].last_step < step)
+            step = el->prop[t].last_step;
+    if (!quorum)
         whale_error("elastic: only %d of %d tasks of epoch %llu are reachable (%d known crashed): "
                     "this side is a minority and stops", nalive, nprev, (unsigned long long)b->epoch, nhard);
+    if (keep_decision(ctx, gone, quorum, drc, &ns, &ev, step, change, extra, extra_len) == 0)
+        for (int t = 0; t < n; t++)
+            if (b->member[t] && !gone[t] && t != ctx->boot.task)
+                el_send(ctx, t, el->decide_msg, el->decide_len);
+    free(extra);
+    free(gone);
+    return false;
+}
+
+/* The decision on base state el->st with gone[] (ns and ev from el_decide,
+ * or nothing without quorum): flags, kind, step, detection latency, into
+ * el->decide_msg as if received (the apply path is the same everywhere).
+ * Frees ns. 0, or -1 out of memory. */
+static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int drc,
+                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step,
+                         bool change, const uint8_t *extra, size_t extra_len)
+{
+    struct comm_elastic *el = ctx->el;
+    const struct el_state *b = &el->st;
+    int n = ctx->boot.ntasks;
+    struct el_state ns = *nsp;
+    struct whale_membership_event ev = *evp;
+    uint16_t dflags = 0;
+    if (!quorum) {
+        dflags = EL_D_MINORITY;
     } else if (drc == WHALE_ENOFIT) {
         dflags = EL_D_FATAL;
         whale_error("elastic: %d rank(s) failed, no spare task is left and DP=1: the step cannot "
@@ -211,17 +245,9 @@ static bool decide(whale_ctx *ctx)
         el_state_free(&ns);
         el_state_copy(&ns, b), ns.epoch = b->epoch + 1;
     }
-    if (!ns.rank_of_task) {
-        free(extra);
-        free(gone);
-        return false;
-    }
-    /* agreed step: min over surviving working ranks; detect: worst lag */
-    int64_t step = INT64_MAX;
-    for (int t = 0; t < n; t++)
-        if (b->member[t] && !gone[t] && b->rank_of_task[t] >= 0 && el->prop[t].valid &&
-            el->prop[t].last_step < step)
-            step = el->prop[t].last_step;
+    if (!ns.rank_of_task)
+        return -1;
+    /* detect: worst lag */
     ev.agreed_step = step;
     double lag = 0;
     for (int t = 0; t < n; t++)
@@ -246,18 +272,26 @@ static bool decide(whale_ctx *ctx)
             memcpy(m + base, extra, extra_len);
         if (change && ev.njoined)
             el_join_ack(ctx, m, base);
-        for (int t = 0; t < n; t++)
-            if (b->member[t] && !gone[t] && t != ctx->boot.task)
-                el_send(ctx, t, m, len);
         free(el->decide_msg);
         el->decide_msg = m;
         el->decide_len = len;
         el->decide_epoch = ns.epoch;
     }
     el_state_free(&ns);
-    free(extra);
-    free(gone);
-    return false;
+    return m ? 0 : -1;
+}
+
+int el_tree_decision(whale_ctx *ctx, const uint8_t *gone)
+{
+    struct el_state ns = { 0 };
+    struct whale_membership_event ev;
+    memset(&ev, 0, sizeof ev);
+    int drc = el_decide(&ctx->el->st, gone, ctx->el->how, link_class, ctx, &ns, &ev);
+    if (drc && drc != WHALE_ENOFIT)
+        return drc;
+    /* the step is agreed after the rebuild (el_recover) */
+    return keep_decision(ctx, gone, true, drc, &ns, &ev, INT64_MAX, false, NULL, 0) ? WHALE_ENOMEM
+                                                                                  : 0;
 }
 
 static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
@@ -535,11 +569,22 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
                 merge_event(&acc, ev);
             acc = *ev;
             have_acc = true;
-            /* Closing barrier over everyone left, on the new groups. */
+            /* Closing barrier over everyone left, on the new groups. The
+             * tree agreement carried only the removed set: the agreed step
+             * (min over the working ranks) and the detection latency (max)
+             * travel in this barrier, as a reduction. */
             whale_group *all = ctx->all;
+            int64_t red[2] = { spare_caller ? INT64_MAX : last_step, -(int64_t)(ev->detect_s * 1e6) };
             pthread_mutex_unlock(&ctx->lock);
-            int brc = whale_barrier(all);
+            int brc = el->mp ? whale_allreduce(all, red, red, 2, WHALE_INT64, WHALE_MIN)
+                             : whale_barrier(all);
             pthread_mutex_lock(&ctx->lock);
+            if (brc == 0 && el->mp) {
+                if (red[0] < ev->agreed_step)
+                    ev->agreed_step = red[0];
+                if (-red[1] / 1e6 > ev->detect_s)
+                    ev->detect_s = (double)-red[1] / 1e6;
+            }
             if (brc == 0 && !el->excluded) {
                 ev->agree_s = t_decided - t0;
                 ev->rebuild_s = el_now() - tr;
@@ -554,11 +599,24 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
             t_decided = 0;
             continue;
         }
+        double now = el_now();
+        if (el->mp) {
+            /* Tree agreement (el_mp.c): report what is known, wait for the
+             * commit; a side that cannot get a majority stops. */
+            el_mp_feed(ctx, t0);
+            if (el_mp_stopped(ctx)) {
+                whale_error("elastic: no majority of the tasks of epoch %llu agreed within %.1f s: "
+                            "this side is a minority and stops", (unsigned long long)el->st.epoch,
+                            now - t0);
+                rc = WHALE_EMINORITY;
+                break;
+            }
+            goto wait_pass;
+        }
         int coord = -1;
         for (int t = 0; t < n && coord < 0; t++)
             if (el->st.member[t] && !ctx->dead[t])
                 coord = t;
-        double now = el_now();
         if (coord != last_coord) {
             last_coord = coord;
             coord_since = now;
@@ -614,6 +672,7 @@ int el_recover(whale_ctx *ctx, int64_t last_step, bool spare_caller,
             sent_to = coord;
             resend = now + RESEND_S;
         }
+    wait_pass:
         if (now - t0 > 2 * el->agree_timeout + 2 * ctx->peer_timeout + el->grace) {
             whale_error("elastic: no decision after %.0f s (epoch %llu): giving up", now - t0,
                         (unsigned long long)el->st.epoch);

@@ -47,6 +47,7 @@ size_t el_msg_size(int type, int n)
     case EL_NOTICE: return h + vec;
     case EL_PROPOSE: return h + vec + st;
     case EL_DECIDE: return h + st + sizeof(struct whale_membership_event);
+    case EL_MP: return h + el_mp_wire_size(); /* the least: its items follow */
     }
     return 0;
 }
@@ -178,6 +179,8 @@ int el_init(whale_ctx *ctx)
     el->last_pass = el->last_poll = now;
     if (el->armed)
         load_topo(el);
+    if ((rc = el_mp_init(ctx)))
+        return rc;
     whale_debug("elastic: heartbeat %s (every %.2f s, silent after %.1f s), hang timeout %s, "
                 "node grace %.1f s", el->armed ? "on" : "off", hb, ctx->peer_timeout,
                 hang > 0 ? "set" : "off", grace);
@@ -209,6 +212,7 @@ void el_fini(whale_ctx *ctx)
         return;
     el_cancel_rx(ctx);
     el_join_fini(ctx);
+    el_mp_fini(ctx);
     /* A receive UCX still owns stays with the worker (left to process exit
      * after a failure): its buffer must too. */
     if (!el->rx_posted)
@@ -657,6 +661,10 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
         return;
     }
     const uint8_t *body = m + sizeof h;
+    if (h.type == EL_MP) {
+        el_mp_handle(ctx, from, body, cap - sizeof h);
+        return;
+    }
     size_t blen = len - sizeof h;
     size_t vec = (size_t)n * (2 + sizeof(float));
     switch (h.type) {
@@ -854,6 +862,7 @@ int el_poll(whale_ctx *ctx)
     int events = receive(ctx);
     if (!el->armed)
         goto notice;
+    el_mp_poll(ctx);
     double now = el_now();
     if (now >= el->next_hb) {
         el->next_hb = now + el->hb_interval;
@@ -876,6 +885,7 @@ double el_next_deadline(whale_ctx *ctx)
     struct comm_elastic *el = ctx->el;
     if (!el || !el->armed)
         return -1;
-    double d = el->next_hb - el_now();
+    double next = el->next_hb < el_mp_next(ctx) ? el->next_hb : el_mp_next(ctx);
+    double d = next - el_now();
     return d < 0 ? 0 : d;
 }

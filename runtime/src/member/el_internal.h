@@ -28,7 +28,8 @@ struct whale_ctx;
  * + {0,3,6,9,12}; whale_group_create stays below EL_GID_BASE. */
 #define EL_GID_BASE COMM_GID_REBUILT /* comm/comm_internal.h */
 
-enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE };
+/* EL_MP: a message of the tree agreement (el_mp.c), WHALE_MEMBERSHIP=tree */
+enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE, EL_MP };
 /* EL_F_COORD: a heartbeat to the coordinator only because a recovery is
  * due, or the answer to a probe (not a ring heartbeat): it proves life,
  * its end is no silence. */
@@ -150,6 +151,7 @@ struct comm_elastic {
     bool change_due;            /* notices carry EL_F_CHANGE */
     bool boundary_due;          /* a join or a grow: agree at the next step boundary */
     struct whale_topo *topo;    /* site topology for the spare choice, or NULL */
+    struct el_mp *mp;           /* the tree agreement, NULL: the coordinator (el_mp.c) */
 };
 
 /* el_detect.c */
@@ -181,6 +183,25 @@ int el_state_copy(struct el_state *dst, const struct el_state *src);
 /* Parse a serialized state (n tasks) into *s (allocated): 0 or WHALE_EDATA. */
 int el_get_state(const uint8_t *p, size_t left, int n, uint64_t epoch, struct el_state *s);
 void el_state_free(struct el_state *s);
+
+/* The tree agreement on the removed set (el_mp.c): every survivor builds
+ * the decision from it with el_decide (step INT64_MAX: agreed in the
+ * closing reduction). 0 or a negative WHALE_E*. */
+int el_tree_decision(struct whale_ctx *ctx, const uint8_t *gone);
+
+/* el_mp.c: the tree agreement (mp_node.c) on the control endpoint.
+ * el_mp_init reads WHALE_MEMBERSHIP (tree | coordinator, the default);
+ * el_mp_feed reports the failures known here (since: when the recovery
+ * began); el_mp_stopped: no majority decided in time (a cut-off
+ * minority). */
+int el_mp_init(struct whale_ctx *ctx);
+void el_mp_fini(struct whale_ctx *ctx);
+size_t el_mp_wire_size(void);
+void el_mp_handle(struct whale_ctx *ctx, int from, const uint8_t *body, size_t len);
+void el_mp_poll(struct whale_ctx *ctx);
+double el_mp_next(struct whale_ctx *ctx);
+void el_mp_feed(struct whale_ctx *ctx, double since);
+bool el_mp_stopped(const struct whale_ctx *ctx);
 
 /* el_grace.c: pure rules of the recovery window (WHALE_NODE_GRACE).
  * el_grace_wanted: the decision at hand costs something a returning member

@@ -84,10 +84,14 @@ enum mp_type {
     MP_STATE,                             /* catch-up: full membership */
 };
 
-/* A removal: a node (all its tasks) or one task. */
+/* A removal: a node (all its tasks) or one task. A node all of whose
+ * tasks are gone is gone too. MP_NOOP removes nothing: it asks for a
+ * decision all the same (a runtime whose members all came back within a
+ * grace period must still agree that everyone goes on). */
 struct mp_item {
-    int32_t id;          /* node >= 0 or -(task + 1) */
+    int32_t id;          /* node >= 0, -(task + 1), or MP_NOOP */
 };
+#define MP_NOOP INT32_MIN
 
 struct mp_msg {
     uint8_t type;
@@ -192,8 +196,14 @@ int mp_node_init(struct mp_node *n, int id, int nnodes, int tasks_per_node,
 void mp_node_free(struct mp_node *n);
 void mp_recv(struct mp_node *n, const struct mp_msg *m, double now);
 void mp_tick(struct mp_node *n, double now);
-/* A task of this node is gone (pid watchdog / process state). */
+/* A task is gone for sure (pid watchdog / process state): a node whose
+ * tasks are all gone for sure does not count towards the majority. */
 void mp_local_dead(struct mp_node *n, int task, double now);
+/* A node is failed by the embedding runtime's own detector (silence it
+ * judged, e.g. after a grace period): reported like one of ours. */
+void mp_suspect(struct mp_node *n, int node, double now);
+/* A decision is wanted even if nothing is removed (MP_NOOP). */
+void mp_request(struct mp_node *n, double now);
 /* When mp_tick must run next. */
 double mp_next(const struct mp_node *n);
 bool mp_is_alive(const struct mp_node *n, int node);

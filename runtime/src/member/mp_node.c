@@ -105,22 +105,47 @@ static void copy_items(struct mp_item **dst, uint32_t *nd, const struct mp_item 
     *nd = ns;
 }
 
-/* An item still news for this node's committed membership. */
+/* An item still news for this node's committed membership (MP_NOOP is
+ * news until the next decision: apply() drops it). */
 static bool item_open(const struct mp_node *n, int32_t id)
 {
-    return id >= 0 ? mp_is_alive(n, id) : !mp_task_gone(n, -id - 1);
+    if (id == MP_NOOP)
+        return true;
+    if (id >= 0)
+        return mp_is_alive(n, id);
+    return -(int64_t)id - 1 < (int64_t)n->nnodes * n->tasks_per_node && !mp_task_gone(n, -id - 1);
+}
+
+static bool is_task_item(int32_t id)
+{
+    return id < 0 && id != MP_NOOP;
+}
+
+static bool in_gone_tasks(const struct mp_node *n, int32_t task)
+{
+    return n->ngone && bsearch(&task, n->gone_tasks, n->ngone, sizeof task, cmp_i32);
+}
+
+/* Every task of the node is gone for sure (committed or in v as a task
+ * item): it is out, and no majority waits for it. */
+static bool node_hard(const struct mp_node *n, int node, const struct mp_item *v, uint32_t nv)
+{
+    for (int k = node * n->tasks_per_node; k < (node + 1) * n->tasks_per_node; k++)
+        if (!in_gone_tasks(n, k) && !has(v, nv, -(k + 1)))
+            return false;
+    return true;
 }
 
 static bool excluded_by(const struct mp_node *n, int node, const struct mp_item *v, uint32_t nv)
 {
-    return !mp_is_alive(n, node) || has(v, nv, node);
+    return !mp_is_alive(n, node) || has(v, nv, node) || node_hard(n, node, v, nv);
 }
 
 /* The k-th lowest live node not known failed (news): the root I report to. */
 static int root_of(const struct mp_node *n, int skip)
 {
     for (int i = 0; i < n->nnodes; i++)
-        if (mp_is_alive(n, i) && !has(n->news, n->nnews, i) && skip-- == 0)
+        if (!excluded_by(n, i, n->news, n->nnews) && skip-- == 0)
             return i;
     return -1;
 }
@@ -180,12 +205,15 @@ static void apply(struct mp_node *n, uint64_t epoch, const struct mp_item *v, ui
 {
     for (uint32_t i = 0; i < nv; i++) {
         int32_t id = v[i].id;
+        if (id == MP_NOOP)
+            continue;
         if (id >= 0 && id < n->nnodes) {
             if (mp_is_alive(n, id)) {
                 n->alive[id >> 3] &= (uint8_t)~(1u << (id & 7));
                 n->hash += mix(id);
             }
-        } else if (id < 0 && !mp_task_gone(n, -id - 1)) {
+        } else if (id < 0 && -(int64_t)id - 1 < (int64_t)n->nnodes * n->tasks_per_node &&
+                   !mp_task_gone(n, -id - 1)) {
             if (n->ngone == n->capgone) {
                 uint32_t c = n->capgone ? 2 * n->capgone : 16;
                 int32_t *g = realloc(n->gone_tasks, c * sizeof *g);
@@ -197,6 +225,10 @@ static void apply(struct mp_node *n, uint64_t epoch, const struct mp_item *v, ui
             n->gone_tasks[n->ngone++] = -id - 1;
             qsort(n->gone_tasks, n->ngone, sizeof *n->gone_tasks, cmp_i32);
             n->hash += mix(id);
+            /* its last task gone: the node is out of the tree and the ring */
+            int node = (-id - 1) / n->tasks_per_node;
+            if (node_hard(n, node, NULL, 0))
+                n->alive[node >> 3] &= (uint8_t)~(1u << (node & 7));
         }
     }
     n->epoch = epoch;
@@ -207,7 +239,7 @@ static void apply(struct mp_node *n, uint64_t epoch, const struct mp_item *v, ui
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < n->nnews; i++)
-        if (item_open(n, n->news[i].id))
+        if (n->news[i].id != MP_NOOP && item_open(n, n->news[i].id))
             n->news[k++] = n->news[i];
     n->nnews = k;
     n->news_since = k ? now : -1;
@@ -323,7 +355,8 @@ static void add_news(struct mp_node *n, int32_t id, double now)
 static void report(struct mp_node *n, double now)
 {
     /* a ballot under way for the next epoch: its root collects */
-    int r = n->wave.active && n->wave.epoch == n->epoch + 1 ? n->wave.root
+    int r = n->wave.active && n->wave.epoch == n->epoch + 1 &&
+                    !excluded_by(n, n->wave.root, n->news, n->nnews) ? n->wave.root
           : n->skip ? n->id : root_of(n, 0);
     if (r < 0)
         return;
@@ -341,6 +374,22 @@ void mp_local_dead(struct mp_node *n, int task, double now)
     if (n->stopped)
         return;
     add_news(n, -(task + 1), now);
+    report(n, now);
+}
+
+void mp_suspect(struct mp_node *n, int node, double now)
+{
+    if (n->stopped || node == n->id)
+        return;
+    add_news(n, node, now);
+    report(n, now);
+}
+
+void mp_request(struct mp_node *n, double now)
+{
+    if (n->stopped)
+        return;
+    add_news(n, MP_NOOP, now);
     report(n, now);
 }
 
@@ -595,10 +644,37 @@ static void ballot_failed(struct mp_node *n, double now)
     schedule_ballot(n, now + n->tm.resend * (2 + (double)(rnd(n) % 100) / 25.0));
 }
 
+/* The majority counts the live nodes not gone for sure (every task of
+ * theirs a task item of the value): a node known crashed never answers
+ * and must not make the survivors a minority. An exact half holding the
+ * lowest such node still decides, so that one of two halves goes on. */
+static bool majority(const struct mp_node *n, const struct mp_wave *w)
+{
+    int eligible = nlive(n);
+    for (uint32_t i = 0; i < w->nval; i++) {
+        int32_t id = w->val[i].id;
+        if (!is_task_item(id))
+            continue;
+        int node = (-id - 1) / n->tasks_per_node;
+        bool first = mp_is_alive(n, node);
+        for (uint32_t j = 0; j < i && first; j++)
+            first = !is_task_item(w->val[j].id) || (-w->val[j].id - 1) / n->tasks_per_node != node;
+        if (first && node_hard(n, node, w->val, w->nval))
+            eligible--;
+    }
+    int c = (int)w->count;
+    if (2 * c != eligible)
+        return 2 * c > eligible;
+    int lowest = -1;
+    for (int x = 0; x < n->nnodes && lowest < 0; x++)
+        if (mp_is_alive(n, x) && !node_hard(n, x, w->val, w->nval))
+            lowest = x;
+    return lowest == n->id;
+}
+
 static void root_done(struct mp_node *n, double now)
 {
     struct mp_wave *w = &n->wave;
-    int live = nlive(n);
     bool refused = w->nack > w->ballot;
     if (w->type == MP_COMMIT) {
         w->active = false;
@@ -607,7 +683,7 @@ static void root_done(struct mp_node *n, double now)
             schedule_ballot(n, now + n->tm.settle);
         return;
     }
-    if (refused || 2 * (int)w->count <= live) {
+    if (refused || !majority(n, w)) {
         ballot_failed(n, now);
         return;
     }
@@ -697,8 +773,14 @@ void mp_recv(struct mp_node *n, const struct mp_msg *m, double now)
     case MP_REPORT: {
         if (m->epoch > n->epoch)
             break; /* we are behind: the reporter's pings will bring us the state */
+        if (m->epoch < n->epoch) {
+            /* the reporter missed a decision: it may be the one it waits for */
+            struct mp_msg s = { .type = MP_STATE, .epoch = n->epoch, .state = n };
+            send(n, m->from, &s);
+        }
         for (uint32_t i = 0; i < m->nitems; i++)
-            add_news(n, m->items[i].id, now);
+            if (m->items[i].id != MP_NOOP || m->epoch == n->epoch)
+                add_news(n, m->items[i].id, now);
         struct mp_msg a = { .type = MP_ACK, .about = -2, .epoch = n->epoch };
         send(n, m->from, &a);
         if (n->nnews)

@@ -3,6 +3,9 @@
 #include "whale/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "whale/error.h"
 
 /* w, g, m, v: (n) fp32. */
 void whale_adamw_update(const struct whale_adamw *o, int64_t t, float *w, const float *g,
@@ -25,28 +28,81 @@ void whale_adamw_update(const struct whale_adamw *o, int64_t t, float *w, const 
     }
 }
 
+/* whale_sumsq's chunk length for n values: at most SUMSQ_MAXCH chunks */
+enum { SUMSQ_CH = 8192, SUMSQ_MAXCH = 1024 };
+static size_t sumsq_chunk(size_t n)
+{
+    size_t ch = SUMSQ_CH;
+    while ((n + ch - 1) / ch > SUMSQ_MAXCH)
+        ch *= 2;
+    return ch;
+}
+
+static double chunk_sumsq(const float *g, size_t lo, size_t hi)
+{
+    double part = 0;
+    for (size_t i = lo; i < hi; i++)
+        part += (double)g[i] * g[i];
+    return part;
+}
+
 double whale_sumsq(const float *g, size_t n)
 {
     /* Fixed chunks summed in chunk order: the result is bit-identical for
      * any thread count (part of "deterministic given a seed"). */
-    enum { CH = 8192, MAXCH = 1024 };
-    double parts[MAXCH];
-    size_t ch = CH;
-    while ((n + ch - 1) / ch > MAXCH)
-        ch *= 2;
+    double parts[SUMSQ_MAXCH];
+    size_t ch = sumsq_chunk(n);
     size_t nch = (n + ch - 1) / ch;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t c = 0; c < nch; c++) {
         size_t lo = c * ch, hi = lo + ch < n ? lo + ch : n;
-        double part = 0;
-        for (size_t i = lo; i < hi; i++)
-            part += (double)g[i] * g[i];
-        parts[c] = part;
+        parts[c] = chunk_sumsq(g, lo, hi);
     }
     double s = 0;
     for (size_t c = 0; c < nch; c++)
         s += parts[c];
     return s;
+}
+
+/* The chunks of every tensor (whale_sumsq's, same lengths) handed out in
+ * one parallel region: one wake of the thread pool per gradient-norm pass
+ * instead of one per tensor of over 64 Ki values. Each tensor's chunks are
+ * then summed in chunk order, as whale_sumsq does: the same bits. */
+int whale_sumsq_multi(const float *const *g, const int64_t *n, int np, double *out)
+{
+    size_t total = 0;
+    for (int i = 0; i < np; i++) {
+        size_t m = n[i] > 0 ? (size_t)n[i] : 0, ch = sumsq_chunk(m);
+        total += (m + ch - 1) / ch;
+    }
+    double *parts = malloc((total ? total : 1) * sizeof *parts);
+    size_t *first = malloc(((size_t)np + 1) * sizeof *first);
+    int *owner = malloc((total ? total : 1) * sizeof *owner);
+    if (!parts || !first || !owner) {
+        free(parts), free(first), free(owner);
+        return WHALE_ENOMEM;
+    }
+    first[0] = 0;
+    for (int i = 0; i < np; i++) {
+        size_t m = n[i] > 0 ? (size_t)n[i] : 0, ch = sumsq_chunk(m);
+        first[i + 1] = first[i] + (m + ch - 1) / ch;
+        for (size_t c = first[i]; c < first[i + 1]; c++)
+            owner[c] = i;
+    }
+#pragma omp parallel for schedule(static) if (total > 8)
+    for (size_t c = 0; c < total; c++) {
+        int i = owner[c];
+        size_t m = (size_t)n[i], ch = sumsq_chunk(m), lo = (c - first[i]) * ch;
+        parts[c] = chunk_sumsq(g[i], lo, lo + ch < m ? lo + ch : m);
+    }
+    for (int i = 0; i < np; i++) {
+        double s = 0;
+        for (size_t c = first[i]; c < first[i + 1]; c++)
+            s += parts[c];
+        out[i] = s;
+    }
+    free(parts), free(first), free(owner);
+    return 0;
 }
 
 float whale_clip_coef(double norm, float max_norm)

@@ -250,6 +250,14 @@ static void test_adamw_fused(void **st)
     double s = 0;
     assert_int_equal(whale_k_sumsq(b, NULL, g1, N1, &s), 0);
     assert_true(s == whale_sumsq(g1, N1));
+    /* the multi-tensor form through the backend: the same bits per tensor */
+    const float *gs[] = { g1, g2, g1 };
+    const int64_t ns[] = { N1, N2, 0 };
+    double ss[3] = { -1, -1, -1 };
+    assert_int_equal(whale_k_sumsq_multi(b, NULL, gs, ns, 3, ss), 0);
+    assert_true(ss[0] == whale_sumsq(g1, N1) && ss[1] == whale_sumsq(g2, N2) && ss[2] == 0);
+    const int64_t bad[] = { -1 };
+    assert_int_equal(whale_k_sumsq_multi(b, NULL, gs, bad, 1, ss), WHALE_EINVAL);
     bool found = true;
     assert_int_equal(whale_k_has_inf_nan(b, NULL, g1, N1, &found), 0);
     assert_false(found);

@@ -7,7 +7,8 @@
  * column ranges per thread) keep the row order of the scalar loop.
  * k_flush_denormals reaches the caller and every thread of the pool.
  * The MLP's fused calls (GELU applied in the product's parallel region)
- * give the bits of the separate linear and GELU calls. */
+ * give the bits of the separate linear and GELU calls, and k_linear_bwd's
+ * one parallel region those of its three separate products. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -281,6 +282,54 @@ static void test_linear_gelu_bits(void **state)
     }
 }
 
+/* k_linear_bwd runs the input gradient, the weight gradient and the bias
+ * gradient in one parallel region: the bits of the three separate calls
+ * (k_gemm twice, the column sums in row order), at 1-3 threads, for
+ * products split by rows, by columns and small enough to run unsplit, with
+ * and without accumulation into dinp, and with each output left out. */
+static void test_linear_bwd_one_region_bits(void **state)
+{
+    (void)state;
+    const int shapes[][3] = { { 301, 129, 67 }, { 67, 129, 301 }, { 5, 7, 9 }, { 64, 48, 1040 } };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int N = shapes[k][0], IC = shapes[k][1], OC = shapes[k][2];
+        const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC;
+        float *x = inputs((int64_t)ni), *w = inputs((int64_t)nw), *dy = inputs((int64_t)N * OC);
+        float *d0 = inputs((int64_t)ni), *dw0 = inputs((int64_t)nw), *db0 = inputs(OC);
+        float *d1 = malloc(sizeof(float) * ni), *d2 = malloc(sizeof(float) * ni);
+        float *dw1 = malloc(sizeof(float) * nw), *dw2 = malloc(sizeof(float) * nw);
+        float *db1 = malloc(sizeof(float) * OC), *db2 = malloc(sizeof(float) * OC);
+        assert_true(d1 && d2 && dw1 && dw2 && db1 && db2);
+        for (int th = 1; th <= 3; th++) {
+            k_set_threads(th);
+            for (int v = 0; v < 8; v++) { /* bit 0: acc, bit 1: no dinp, bit 2: no dw/db */
+                int acc = v & 1, nod = v & 2, now = v & 4;
+                memcpy(d1, d0, sizeof(float) * ni), memcpy(d2, d0, sizeof(float) * ni);
+                memcpy(dw1, dw0, sizeof(float) * nw), memcpy(dw2, dw0, sizeof(float) * nw);
+                memcpy(db1, db0, sizeof(float) * OC), memcpy(db2, db0, sizeof(float) * OC);
+                if (!nod)
+                    k_gemm(0, 0, N, IC, OC, 1.0f, dy, OC, w, IC, acc ? 1.0f : 0.0f, d1, IC);
+                if (!now) {
+                    k_gemm(1, 0, OC, IC, N, 1.0f, dy, OC, x, IC, 1.0f, dw1, IC);
+                    for (int c = 0; c < OC; c++) {
+                        float s = 0.0f;
+                        for (int n = 0; n < N; n++)
+                            s += dy[(size_t)n * OC + c];
+                        db1[c] += s;
+                    }
+                }
+                k_linear_bwd(WHALE_FLOAT32, nod ? NULL : d2, now ? NULL : dw2, now ? NULL : db2,
+                             dy, x, w, N, IC, OC, acc);
+                assert_memory_equal(d1, d2, sizeof(float) * ni);
+                assert_memory_equal(dw1, dw2, sizeof(float) * nw);
+                assert_memory_equal(db1, db2, sizeof(float) * OC);
+            }
+        }
+        free(x), free(w), free(dy), free(d0), free(dw0), free(db0);
+        free(d1), free(d2), free(dw1), free(dw2), free(db1), free(db2);
+    }
+}
+
 /* k_flush_denormals: with it on, a subnormal input reads as 0 (DAZ) in the
  * calling thread and in every thread of the pool (k_add splits its range
  * over them); off, IEEE subnormals come back. x86 only (MXCSR). */
@@ -324,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_xent_bits),
         cmocka_unit_test(test_colsum_bits),
         cmocka_unit_test(test_linear_gelu_bits),
+        cmocka_unit_test(test_linear_bwd_one_region_bits),
         cmocka_unit_test(test_flush_denormals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

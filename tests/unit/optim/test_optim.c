@@ -57,6 +57,32 @@ static void test_clip(void **st)
     free(big);
 }
 
+/* whale_sumsq_multi (the gradient norm's pass over all tensors in one
+ * parallel region) gives each tensor the bits of whale_sumsq: empty, tiny,
+ * serial (<= 64 Ki), split and longer-chunk (over 1024 chunks of 8 Ki)
+ * tensors together. */
+static void test_sumsq_multi(void **st)
+{
+    (void)st;
+    const int64_t n[] = { 0, 3, 65536, 300001, 8192 * 1024 + 77, 1 };
+    enum { NP = sizeof n / sizeof n[0] };
+    const float *g[NP];
+    double ss[NP];
+    for (int i = 0; i < NP; i++) {
+        float *x = malloc(((size_t)n[i] + 1) * sizeof(float));
+        assert_non_null(x);
+        for (int64_t j = 0; j < n[i]; j++)
+            x[j] = (float)(((uint64_t)j * 2654435761u + (uint64_t)i) % 1999) / 997.0f - 1.0f;
+        g[i] = x;
+    }
+    assert_int_equal(whale_sumsq_multi(g, n, NP, ss), 0);
+    for (int i = 0; i < NP; i++) {
+        assert_true(ss[i] == whale_sumsq(g[i], (size_t)n[i]));
+        free((void *)g[i]);
+    }
+    assert_int_equal(whale_sumsq_multi(g, n, 0, ss), 0);
+}
+
 static void test_schedule(void **st)
 {
     (void)st;
@@ -191,6 +217,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adamw_step),      cmocka_unit_test(test_clip),
         cmocka_unit_test(test_schedule),        cmocka_unit_test(test_scaler),
+        cmocka_unit_test(test_sumsq_multi),
         cmocka_unit_test(test_overflow_injection), cmocka_unit_test(test_scaled_equals_unscaled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -317,6 +317,8 @@ static const bk_ops cuda_ops = {
     // no one-token generation kernels yet: generation recomputes the window
     nullptr,
     nullptr,
+    // no multi-tensor sumsq: the gradient norm calls sumsq once per tensor
+    nullptr,
 };
 
 // The GPU of this task: the plugin binds each task's GPUs through
