@@ -147,12 +147,6 @@ enum whale_recovery {
      * heard again within WHALE_NODE_GRACE and keeps its rank (no replacement,
      * same degrees); the ranks roll back to agreed_step from their own copies */
     WHALE_RECOVERY_RESUMED = 3,
-    /* a task slot left out by an earlier decision was taken again by a newly
-     * started process (its node came back): a member again, as a spare */
-    WHALE_RECOVERY_JOINED = 4,
-    /* the step was below its planned DP and free spares filled whole DP
-     * replicas again: dp grows, the same global batch, ranks renumbered */
-    WHALE_RECOVERY_GROWN = 5,
 };
 
 struct whale_membership_event {
@@ -182,14 +176,6 @@ struct whale_membership_event {
     int failed_spare_task[WHALE_MAX_FAILED];
     char failed_spare_node[WHALE_MAX_FAILED][64];
     enum whale_detect failed_spare_how[WHALE_MAX_FAILED];
-    /* JOINED: the task slots taken again (now spares) */
-    int njoined;
-    int joined_task[WHALE_MAX_FAILED];
-    /* GROWN: the ranks of the added replicas (numbering after the event)
-     * and the spare tasks that took them */
-    int nadded;
-    int added_rank[WHALE_MAX_FAILED];
-    int added_task[WHALE_MAX_FAILED];
 };
 
 /* Spare task: block until promoted (0, *ev filled) or the step ends
@@ -206,10 +192,7 @@ int whale_elastic_recover(whale_ctx *ctx, int64_t my_last_completed_step,
                           struct whale_membership_event *ev);
 
 /* Non-blocking: > 0 when a failure is suspected anywhere in the step (this
- * task's detector fired or another task's broadcast arrived), or a
- * membership change without a failure is due (a restarted task asks to
- * rejoin; on the coordinator, DP can grow back), else 0. Call it between
- * steps: then everyone calls whale_elastic_recover as after a failure. */
+ * task's detector fired or another task's broadcast arrived), else 0. */
 int whale_elastic_check(whale_ctx *ctx);
 
 /* The engine calls this whenever it made progress (a micro-batch, a

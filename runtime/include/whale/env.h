@@ -28,8 +28,6 @@
 #define WHALE_ENV_TASK_ID   "WHALE_TASK_ID"   /* Slurm/whale-run task id of this task */
 #define WHALE_ENV_LOCAL_RANK "WHALE_LOCAL_RANK" /* index of this task on its node */
 #define WHALE_ENV_NODE      "WHALE_NODE"      /* node name this task was mapped to */
-#define WHALE_ENV_JOIN      "WHALE_JOIN"      /* 1 or a step id: join that running step
-                                                 (a restarted task of a removed slot) */
 #define WHALE_ENV_NODE_GRACE "WHALE_NODE_GRACE" /* elastic recovery window, seconds
                                                * (--whale-node-grace, whale.conf NodeGrace=) */
 #define WHALE_ENV_MEMBERSHIP "WHALE_MEMBERSHIP" /* elastic agreement: coordinator | tree */

@@ -212,11 +212,7 @@ enum whale_fault_phase {
     WHALE_FAULT_START = 0, WHALE_FAULT_FORWARD, WHALE_FAULT_BACKWARD, WHALE_FAULT_COLLECTIVE,
     WHALE_FAULT_OPTIMIZER, WHALE_FAULT_CKPT, WHALE_FAULT_PHASE_COUNT_
 };
-/* PAUSE: the rank sleeps WHALE_FAULT_PAUSE_S in its compute thread (its
- * progress thread keeps serving: alive, just slow), e.g. to leave a
- * restarted task time to rejoin before the run ends */
-enum whale_fault_action { WHALE_FAULT_KILL = 0, WHALE_FAULT_HANG, WHALE_FAULT_PAUSE };
-#define WHALE_FAULT_PAUSE_S 3
+enum whale_fault_action { WHALE_FAULT_KILL = 0, WHALE_FAULT_HANG };
 #define WHALE_FAULT_MAX 16
 struct whale_fault {
     enum whale_fault_action action;

@@ -41,12 +41,7 @@ int boot_init(struct boot *b)
     /* Only talk to PMIx when a server announced itself: PMIx_Init without one
      * would try to start as a singleton and print noise. */
     const char *ns = getenv("PMIX_NAMESPACE"), *pr = getenv("PMIX_RANK");
-    /* A process that joins a running step (WHALE_JOIN) finds its peers
-     * through the step's join file, not PMIx: its own launch (a new srun
-     * step, a relaunch) has a PMIx namespace of its own, or none. */
-    const char *join = getenv(WHALE_ENV_JOIN);
-    b->joining = join && *join && strcmp(join, "0") != 0;
-    if (!b->joining && ns && *ns && pr && *pr) {
+    if (ns && *ns && pr && *pr) {
         pmix_proc_t *me = calloc(1, sizeof *me);
         if (!me)
             return WHALE_ENOMEM;
@@ -78,7 +73,7 @@ int boot_init(struct boot *b)
         boot_finalize(b);
         return rc;
     }
-    if (!b->have_pmix && b->ntasks > 1 && !b->joining) {
+    if (!b->have_pmix && b->ntasks > 1) {
         whale_error("the environment describes %d tasks but no PMIx server is reachable: "
                     "launch with `srun --mpi=pmix` or `whale-run`", b->ntasks);
         boot_finalize(b);

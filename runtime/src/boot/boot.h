@@ -26,7 +26,6 @@ struct boot {
     int nnodes;
     bool have_pmix;
     bool detached;         /* left PMIx after the wire-up (boot_detach) */
-    bool joining;          /* WHALE_JOIN: takes a removed slot of a running step */
     void *pmix;            /* pmix_proc_t of this process when have_pmix */
 };
 

@@ -187,10 +187,6 @@ struct whale_ctx {
     int *remote_refs;         /* [ntasks] whale_remote handles held here to task t's memory:
                                  a spare with any lends state (offload memory, copies) */
     struct comm_proc_id *procs; /* [ntasks] */
-    /* [ntasks] every task's UCX worker address (kept from the wire-up, a
-     * joined task's from its join): for a process that joins the step */
-    void **peer_addr;
-    size_t *peer_alen;
     bool *watch;              /* [ntasks] same-node peer checked by pid */
     double next_watch;        /* next liveness check (CLOCK_MONOTONIC s) */
     double peer_timeout;      /* seconds */
@@ -244,9 +240,6 @@ struct comm_member_hooks {
     bool (*needs_thread)(const whale_ctx *ctx); /* armed, or a spare waits */
     void (*disarm)(whale_ctx *ctx);             /* peers leave now: no failure */
     void (*step_done)(whale_ctx *ctx);          /* working ranks finished: tell the spares */
-    /* WHALE_JOIN: instead of the wire-up, the standard groups and init, take
-     * a removed task slot of a running step (UCX worker made already) */
-    int (*join)(whale_ctx *ctx);
 };
 extern const struct comm_member_hooks *comm_member;
 void comm_member_register(const struct comm_member_hooks *hooks);
@@ -281,11 +274,6 @@ int comm_std_groups(whale_ctx *ctx, uint16_t gid_base, const uint8_t *member);
 /* ucx.c */
 int comm_ucx_init(whale_ctx *ctx);
 int comm_ucx_connect(whale_ctx *ctx, void **addrs);
-/* A running step's endpoints to and from a process that joins it (no
- * handshake, PEER error handling): to every task with an address, and a
- * member's new endpoint to a joined task (the old one closed). */
-int comm_ucx_connect_peers(whale_ctx *ctx, void **addrs);
-int comm_ucx_ep_replace(whale_ctx *ctx, int task, const void *addr);
 void comm_ucx_fini(whale_ctx *ctx, bool clean);
 uint64_t comm_tag_coll(uint16_t gid, int src, uint32_t seq, uint32_t xtag);
 uint64_t comm_tag_p2p(uint16_t gid, int src, int tag);

@@ -74,29 +74,6 @@ static int read_knobs(whale_ctx *ctx)
     return comm_parse_model_env(whale_knob_getenv("WHALE_COLL_MODEL"), ctx->link);
 }
 
-/* The UCX worker; the progress thread sleeps in poll() on the worker's
- * event fd and this eventfd (comm_wake) while idle. */
-static int worker_up(whale_ctx *ctx)
-{
-    int rc = comm_ucx_init(ctx);
-    if (rc)
-        return rc;
-    if (ucp_worker_get_efd(ctx->worker, &ctx->efd) != UCS_OK)
-        ctx->efd = -1;
-    ctx->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    return 0;
-}
-
-static void free_peer_addrs(whale_ctx *ctx)
-{
-    for (int t = 0; ctx->peer_addr && t < ctx->boot.ntasks; t++)
-        free(ctx->peer_addr[t]);
-    free(ctx->peer_addr);
-    free(ctx->peer_alen);
-    ctx->peer_addr = NULL;
-    ctx->peer_alen = NULL;
-}
-
 /* Exchange blob: node name (NUL-terminated) followed by the UCX address. */
 static int wireup(whale_ctx *ctx)
 {
@@ -108,8 +85,13 @@ static int wireup(whale_ctx *ctx)
     ucp_address_t *addr = NULL;
     size_t alen = 0;
     if (b->ntasks > 1) {
-        if ((rc = worker_up(ctx)))
+        if ((rc = comm_ucx_init(ctx)))
             return rc;
+        /* The progress thread sleeps in poll() on the worker's event fd
+         * and this eventfd (comm_wake) while idle. */
+        if (ucp_worker_get_efd(ctx->worker, &ctx->efd) != UCS_OK)
+            ctx->efd = -1;
+        ctx->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         ucs_status_t st = ucp_worker_get_address(ctx->worker, &addr, &alen);
         if (st != UCS_OK) {
             whale_error("ucp_worker_get_address: %s", ucs_status_string(st));
@@ -165,18 +147,6 @@ static int wireup(whale_ctx *ctx)
     }
     if (b->ntasks > 1)
         rc = comm_ucx_connect(ctx, addrs);
-    /* kept: a process that joins the step later gets them (member/el_join_boot.c) */
-    ctx->peer_addr = calloc((size_t)b->ntasks, sizeof *ctx->peer_addr);
-    ctx->peer_alen = calloc((size_t)b->ntasks, sizeof *ctx->peer_alen);
-    if (!rc && (!ctx->peer_addr || !ctx->peer_alen))
-        rc = WHALE_ENOMEM;
-    for (int t = 0; !rc && b->ntasks > 1 && t < b->ntasks; t++) {
-        size_t l = lens[t] - (size_t)((char *)addrs[t] - (char *)blobs[t]);
-        if (!(ctx->peer_addr[t] = malloc(l ? l : 1)))
-            rc = WHALE_ENOMEM;
-        else
-            memcpy(ctx->peer_addr[t], addrs[t], l), ctx->peer_alen[t] = l;
-    }
 out:
     free(names);
     free(addrs);
@@ -268,19 +238,8 @@ int whale_init(whale_ctx **out)
     if ((rc = boot_init(&ctx->boot)))
         goto fail;
     whale_log_set_rank(ctx->boot.rank);
-    if (ctx->boot.joining) {
-        /* a restarted task of a removed slot: the membership module finds
-         * the running step and takes the slot (groups, detector and all) */
-        if (!comm_member || !comm_member->join || ctx->boot.ntasks < 2) {
-            whale_error("%s is set but this step of %d task(s) has nothing to join",
-                        WHALE_ENV_JOIN, ctx->boot.ntasks);
-            rc = WHALE_EINVAL;
-            goto fail;
-        }
-        if ((rc = worker_up(ctx)) || (rc = comm_member->join(ctx)))
-            goto fail;
-    } else if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) ||
-               (comm_member && (rc = comm_member->init(ctx))))
+    if ((rc = wireup(ctx)) || (rc = comm_std_groups(ctx, 0, NULL)) ||
+        (comm_member && (rc = comm_member->init(ctx))))
         goto fail;
     /* An elastic step must survive a dead rank: under Slurm 22.05 a task that
      * dies while still a PMIx client makes slurmstepd kill the whole step
@@ -306,17 +265,6 @@ int whale_init(whale_ctx **out)
     }
     if (ctx->boot.ntasks > 1 && (rc = comm_thread_start(ctx)))
         goto fail;
-    /* a joiner closes its agreement like every member: the barrier over
-     * everyone left, on the groups of the new epoch; the cost model came
-     * with the decision (the members probed it at their start) */
-    if (ctx->boot.joining) {
-        /* A failed barrier means the next agreement has begun (DP grows
-         * back, or a member failed): this task is a member now and takes
-         * part in it from whale_spare_wait, like every spare. */
-        if (whale_barrier(ctx->all))
-            whale_warn("joined: the closing barrier failed: the step agrees again");
-        goto done;
-    }
     /* spares take part: they receive the ranks' cost model */
     if (((ctx->world && ctx->world->size > 1) || (ctx->boot.spare && ctx->boot.world > 1)) &&
         (rc = comm_probe(ctx, !whale_knob_getenv("WHALE_COLL_MODEL"))))
@@ -324,7 +272,6 @@ int whale_init(whale_ctx **out)
     whale_debug("initialised: task %d of %d, rank %d of %d (tp %d pp %d dp %d), %d node(s)",
                 ctx->boot.task, ctx->boot.ntasks, ctx->boot.rank, ctx->boot.world, ctx->boot.tp,
                 ctx->boot.pp, ctx->boot.dp, ctx->boot.nnodes);
-done:
     *out = ctx;
     return 0;
 fail:
@@ -340,7 +287,6 @@ fail:
     free(ctx->dead);
     free(ctx->remote_refs);
     free(ctx->procs);
-    free_peer_addrs(ctx);
     boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);
     pthread_cond_destroy(&ctx->cond);
@@ -383,11 +329,10 @@ int whale_finalize(whale_ctx *ctx)
             if (ctx->el)
                 comm_member->disarm(ctx);
             pthread_mutex_unlock(&ctx->lock);
-            if (lost || ctx->boot.detached || ctx->boot.joining) {
-                /* PMIx fences hang while a task of the step is dead, and
-                 * a task that joined has none with the others: a second
-                 * UCX barrier narrows the window instead (its failure
-                 * only means a peer already left). */
+            if (lost || ctx->boot.detached) {
+                /* PMIx fences hang while a task of the step is dead: a
+                 * second UCX barrier narrows the window instead (its
+                 * failure only means a peer already left). */
                 whale_barrier(ctx->all);
                 ctx->fenced = true;
             } else if (boot_fence(&ctx->boot)) {
@@ -412,7 +357,6 @@ int whale_finalize(whale_ctx *ctx)
     free(ctx->dead);
     free(ctx->remote_refs);
     free(ctx->procs);
-    free_peer_addrs(ctx);
     sched_scratch_release_all();
     int brc = boot_finalize(&ctx->boot);
     pthread_mutex_destroy(&ctx->lock);

@@ -75,18 +75,16 @@ static int parse_item(char *item, const char *orig, struct whale_fault *f, int *
     char *save = NULL;
     char *act = strtok_r(item, ":", &save);
     if (!act || !*act) {
-        whale_error("WHALE_FAULT item '%s': missing the action (kill, hang or pause)", orig);
+        whale_error("WHALE_FAULT item '%s': missing the action (kill or hang)", orig);
         return WHALE_EINVAL;
     }
     if (!strcmp(act, "kill"))
         f->action = WHALE_FAULT_KILL;
     else if (!strcmp(act, "hang"))
         f->action = WHALE_FAULT_HANG;
-    else if (!strcmp(act, "pause"))
-        f->action = WHALE_FAULT_PAUSE;
     else {
-        whale_error("WHALE_FAULT item '%s': unknown action '%s' (expected kill, hang or pause)",
-                    orig, act);
+        whale_error("WHALE_FAULT item '%s': unknown action '%s' (expected kill or hang)", orig,
+                    act);
         return WHALE_EINVAL;
     }
     f->rank = -1;
@@ -226,12 +224,6 @@ void whale_fault_point(struct whale_fault_plan *p, int rank, int64_t step,
     const struct whale_fault *f = whale_fault_due(p, rank, step, phase);
     if (!f)
         return;
-    if (f->action == WHALE_FAULT_PAUSE) {
-        whale_warn("WHALE_FAULT: rank %d pauses for %d s at step %lld, phase %s", rank,
-                   WHALE_FAULT_PAUSE_S, (long long)step, whale_fault_phase_name(phase));
-        sleep(WHALE_FAULT_PAUSE_S);
-        return;
-    }
     whale_warn("WHALE_FAULT: rank %d %s itself at step %lld, phase %s (pid %d)", rank,
                f->action == WHALE_FAULT_KILL ? "kills" : "stops (SIGSTOP)", (long long)step,
                whale_fault_phase_name(phase), (int)getpid());

@@ -123,8 +123,7 @@ static int link_class(int a, int b, void *user)
 }
 
 static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int drc,
-                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step,
-                         bool change, const uint8_t *extra, size_t extra_len);
+                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step);
 
 /* Coordinator: decide and send the decision to every member still
  * reachable; keep it as if received (the apply path is the same).
@@ -155,18 +154,11 @@ static bool decide(whale_ctx *ctx)
     struct el_state ns = { 0 };
     struct whale_membership_event ev;
     memset(&ev, 0, sizeof ev);
-    /* nothing failed: a task joins or DP grows back (el_join_boot.c) */
-    uint8_t *extra = NULL;
-    size_t extra_len = 0;
-    bool change = quorum && nalive == nprev &&
-                  el_join_decide(ctx, link_class, &ns, &ev, &extra, &extra_len);
-    int drc = change ? 0 : quorum ? el_decide(b, gone, el->how, link_class, ctx, &ns, &ev) : 0;
+    int drc = quorum ? el_decide(b, gone, el->how, link_class, ctx, &ns, &ev) : 0;
     if (drc && drc != WHALE_ENOFIT) {
-        free(extra);
         free(gone);
         return false; /* out of memory: try again on the next pass */
     }
-    el->change_due = false;
     /* The recovery window: rather than drop a replica, stop the step or
      * stop as a minority, wait for members gone only for silence. */
     double left = el->grace > 0 && el_grace_wanted(quorum, drc, &ev)
@@ -195,7 +187,6 @@ static bool decide(whale_ctx *ctx)
                        left, who);
         }
         el_state_free(&ns);
-        free(extra);
         free(gone);
         return true;
     }
@@ -208,11 +199,10 @@ static bool decide(whale_ctx *ctx)
     if (!quorum)
         whale_error("elastic: only %d of %d tasks of epoch %llu are reachable (%d known crashed): "
                     "this side is a minority and stops", nalive, nprev, (unsigned long long)b->epoch, nhard);
-    if (keep_decision(ctx, gone, quorum, drc, &ns, &ev, step, change, extra, extra_len) == 0)
+    if (keep_decision(ctx, gone, quorum, drc, &ns, &ev, step) == 0)
         for (int t = 0; t < n; t++)
             if (b->member[t] && !gone[t] && t != ctx->boot.task)
                 el_send(ctx, t, el->decide_msg, el->decide_len);
-    free(extra);
     free(gone);
     return false;
 }
@@ -222,8 +212,7 @@ static bool decide(whale_ctx *ctx)
  * el->decide_msg as if received (the apply path is the same everywhere).
  * Frees ns. 0, or -1 out of memory. */
 static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int drc,
-                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step,
-                         bool change, const uint8_t *extra, size_t extra_len)
+                         struct el_state *nsp, struct whale_membership_event *evp, int64_t step)
 {
     struct comm_elastic *el = ctx->el;
     const struct el_state *b = &el->st;
@@ -237,7 +226,7 @@ static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int d
         dflags = EL_D_FATAL;
         whale_error("elastic: %d rank(s) failed, no spare task is left and DP=1: the step cannot "
                     "continue here (resume from the last checkpoint)", ev.nfailed);
-    } else if (!change && !ev.nfailed && !ev.nfailed_spares && !ev.ndropped) {
+    } else if (!ev.nfailed && !ev.nfailed_spares && !ev.ndropped) {
         ev.kind = WHALE_RECOVERY_RESUMED; /* everyone silent came back in time */
         ev.how = el->grace_how ? (enum whale_detect)el->grace_how : WHALE_DETECT_LINK;
     }
@@ -258,20 +247,15 @@ static int keep_decision(whale_ctx *ctx, const uint8_t *gone, bool quorum, int d
     ev.detect_s = lag;
     el->grace_how = 0;
     el->grace_lat = 0;
-    size_t base = sizeof(struct el_hdr) + state_size(n) + sizeof ev, len = base + extra_len;
+    size_t len = sizeof(struct el_hdr) + state_size(n) + sizeof ev;
     uint8_t *m = malloc(len);
     if (m) {
         struct el_hdr h;
         hdr(ctx, &h, EL_DECIDE, ns.epoch);
         h.dflags = dflags;
-        h.counter = extra_len; /* the joiners' peer entries follow the event */
         memcpy(m, &h, sizeof h);
         put_state(m + sizeof h, &ns);
         memcpy(m + sizeof h + state_size(n), &ev, sizeof ev);
-        if (extra_len)
-            memcpy(m + base, extra, extra_len);
-        if (change && ev.njoined)
-            el_join_ack(ctx, m, base);
         free(el->decide_msg);
         el->decide_msg = m;
         el->decide_len = len;
@@ -290,8 +274,7 @@ int el_tree_decision(whale_ctx *ctx, const uint8_t *gone)
     if (drc && drc != WHALE_ENOFIT)
         return drc;
     /* the step is agreed after the rebuild (el_recover) */
-    return keep_decision(ctx, gone, true, drc, &ns, &ev, INT64_MAX, false, NULL, 0) ? WHALE_ENOMEM
-                                                                                  : 0;
+    return keep_decision(ctx, gone, true, drc, &ns, &ev, INT64_MAX) ? WHALE_ENOMEM : 0;
 }
 
 static void fill_event_names(whale_ctx *ctx, struct whale_membership_event *ev)
@@ -331,17 +314,7 @@ static void log_event(whale_ctx *ctx, const struct whale_membership_event *ev)
         o += (size_t)snprintf(buf + o, sizeof buf - o, "%sspare task %d on %s failed (%s)",
                               k || i ? "; " : "", ev->failed_spare_task[i],
                               ev->failed_spare_node[i], whale_detect_name(ev->failed_spare_how[i]));
-    if (ev->kind == WHALE_RECOVERY_JOINED || ev->kind == WHALE_RECOVERY_GROWN) {
-        buf[0] = '\0';
-        for (int i = 0; i < ev->njoined && i < WHALE_MAX_FAILED && o < sizeof buf - 160; i++) {
-            int t = ev->joined_task[i];
-            o += (size_t)snprintf(buf + o, sizeof buf - o, "%stask %d on %s joined as a spare",
-                                  o ? "; " : "", t, ctx->boot.node_names[ctx->boot.node_of_task[t]]);
-        }
-        for (int i = 0; i < ev->nadded && i < WHALE_MAX_FAILED && o < sizeof buf - 160; i++)
-            o += (size_t)snprintf(buf + o, sizeof buf - o, "%srank %d -> task %d", o ? "; " : "",
-                                  ev->added_rank[i], ev->added_task[i]);
-    } else if (!k && !ks)
+    if (!k && !ks)
         snprintf(buf, sizeof buf, "every member gone silent came back within the grace period");
     char step[32];
     if (ev->agreed_step == INT64_MAX)
@@ -380,12 +353,6 @@ static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
         return WHALE_EDATA;
     }
     memcpy(ev, body + state_size(n), sizeof *ev);
-    size_t used = state_size(n) + sizeof *ev;
-    if (h.counter > blen - used) {
-        el_state_free(&ns);
-        whale_error("elastic: malformed decision from task %d", h.task);
-        return WHALE_EDATA;
-    }
     if (!ns.member[me]) {
         el_state_free(&ns);
         whale_error("elastic: the decision of epoch %llu excludes this task", (unsigned long long)h.epoch);
@@ -406,13 +373,6 @@ static int apply(whale_ctx *ctx, struct whale_membership_event *ev)
     for (int t = 0; t < n; t++)
         if (ns.member[t] && ctx->dead[t] && !el->hard[t] && el->st.member[t])
             el_revive(ctx, t, "kept by the decision");
-    /* tasks taken in: endpoints to their new processes, detector fresh */
-    int jrc = el_join_apply(ctx, &ns, body + used, (size_t)h.counter, h.task);
-    if (jrc) {
-        free(tor);
-        el_state_free(&ns);
-        return jrc;
-    }
     /* whoever the decision left out is gone for this task too */
     for (int t = 0; t < n; t++)
         if (!ns.member[t] && !ctx->dead[t]) {
@@ -461,15 +421,6 @@ static void merge_event(const struct whale_membership_event *acc, struct whale_m
     m.epoch = ev->epoch;
     if (ev->kind == WHALE_RECOVERY_SHRUNK)
         m.kind = WHALE_RECOVERY_SHRUNK;
-    /* a join and the grow it allowed, agreed in one recovery: one GROWN */
-    if (ev->kind == WHALE_RECOVERY_GROWN && m.kind != WHALE_RECOVERY_SHRUNK) {
-        m.kind = WHALE_RECOVERY_GROWN;
-        m.nadded = ev->nadded;
-        memcpy(m.added_rank, ev->added_rank, sizeof m.added_rank);
-        memcpy(m.added_task, ev->added_task, sizeof m.added_task);
-    }
-    for (int i = 0; i < ev->njoined && m.njoined < WHALE_MAX_FAILED; i++)
-        m.joined_task[m.njoined++] = ev->joined_task[i];
     m.grid = ev->grid;
     int k = ev->nfailed < WHALE_MAX_FAILED ? ev->nfailed : WHALE_MAX_FAILED;
     for (int i = 0; i < k; i++) {

@@ -140,14 +140,11 @@ int el_init(whale_ctx *ctx)
     el->hard = calloc((size_t)n, sizeof(bool));
     el->gone_at = calloc((size_t)n, sizeof(double));
     el->revived_at = calloc((size_t)n, sizeof(double));
-    el->joined_epoch = calloc((size_t)n, sizeof(uint64_t));
     el->done_from = calloc((size_t)n, 1);
     el->lat = calloc((size_t)n, sizeof(float));
     el->prop = calloc((size_t)n, sizeof *el->prop);
     /* the largest control message: a proposal or a decision */
-    el->rx_cap = 4096 + (size_t)n * 16 + sizeof(struct whale_membership_event) +
-                 /* a join request, or a decision with a joiner's peer entry */
-                 sizeof(struct el_join_req) + EL_JOIN_ADDR_MAX + 512;
+    el->rx_cap = 4096 + (size_t)n * 16 + sizeof(struct whale_membership_event);
     el->rx_buf = malloc(el->rx_cap);
     el->st.rank_of_task = malloc(sizeof(int) * (size_t)n);
     el->st.member = malloc((size_t)n);
@@ -156,7 +153,7 @@ int el_init(whale_ctx *ctx)
                      by_node ? ctx->boot.nnodes : 1))
         return WHALE_ENOMEM;
     if (!el->last_heard || !el->counter || !el->counter_at || !el->peer_flags || !el->hb_seen || !el->arr ||
-        !el->inflight || !el->how || !el->hard || !el->gone_at || !el->revived_at || !el->joined_epoch || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
+        !el->inflight || !el->how || !el->hard || !el->gone_at || !el->revived_at || !el->done_from || !el->lat || !el->prop || !el->st.rank_of_task ||
         !el->st.member || !el->rx_buf)
         return WHALE_ENOMEM;
     el->st.ntasks = n;
@@ -170,11 +167,6 @@ int el_init(whale_ctx *ctx)
         el->counter_at[t] = now;
         mp_arrival_init(&el->arr[t], now, hb);
     }
-    el->join_task = -1;
-    el->join_ack_to = -1;
-    el->planned_dp = ctx->boot.grid.dp;
-    if (el->armed && !ctx->boot.joining)
-        el_join_setup(ctx);
     el->next_hb = now;
     el->last_pass = el->last_poll = now;
     if (el->armed)
@@ -211,7 +203,6 @@ void el_fini(whale_ctx *ctx)
     if (!el)
         return;
     el_cancel_rx(ctx);
-    el_join_fini(ctx);
     el_mp_fini(ctx);
     /* A receive UCX still owns stays with the worker (left to process exit
      * after a failure): its buffer must too. */
@@ -229,7 +220,6 @@ void el_fini(whale_ctx *ctx)
     free(el->hard);
     free(el->gone_at);
     free(el->revived_at);
-    free(el->joined_epoch);
     free(el->done_from);
     free(el->lat);
     free(el->prop);
@@ -264,11 +254,6 @@ static void tx_cb(void *req, ucs_status_t st, void *user)
 int el_send(whale_ctx *ctx, int task, const void *msg, size_t len)
 {
     return el_send_raw(ctx, task, msg, len, false);
-}
-
-int el_send_force(whale_ctx *ctx, int task, const void *msg, size_t len)
-{
-    return el_send_raw(ctx, task, msg, len, true);
 }
 
 static int el_send_raw(whale_ctx *ctx, int task, const void *msg, size_t len, bool force)
@@ -313,8 +298,7 @@ static void hdr_init(whale_ctx *ctx, struct el_hdr *h, int type)
     h->counter = atomic_load(&el->progress);
     h->flags = (uint8_t)((atomic_load(&ctx->nwaiters) > 0 ? EL_F_WAITING : 0) |
                          (el->recovering ? EL_F_RECOVERING : 0) |
-                         (ctx->boot.spare || el->waiting_spare ? EL_F_SPARE : 0) |
-                         (el->change_due ? EL_F_CHANGE : 0));
+                         (ctx->boot.spare || el->waiting_spare ? EL_F_SPARE : 0));
 }
 
 static bool reachable(whale_ctx *ctx, int t)
@@ -573,10 +557,6 @@ static void learn(whale_ctx *ctx, int from, const uint8_t *dead, const uint8_t *
     for (int t = 0; t < n; t++) {
         if (!dead[t])
             continue;
-        /* a report from before the decision that took t in again is about
-         * its old process */
-        if (el->joined_epoch[t] > from_epoch)
-            continue;
         if (!ctx->dead[t] && stale_silence(ctx, from, t, how[t], from_epoch)) {
             if (t == ctx->boot.task)
                 grace_join(ctx, from, from_epoch);
@@ -627,12 +607,6 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     struct el_hdr h;
     if (len < sizeof h)
         return;
-    uint32_t magic;
-    memcpy(&magic, m, sizeof magic);
-    if (magic == EL_JOIN_MAGIC) {
-        el_join_on_request(ctx, m, len);
-        return;
-    }
     memcpy(&h, m, sizeof h);
     if (h.magic != EL_MAGIC || h.ntasks != (uint32_t)n || h.task < 0 || h.task >= n)
         return;
@@ -640,9 +614,6 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
     double now = el_now();
     size_t cap = len;
     len = el_msg_size(h.type, n);
-    /* a decision that takes tasks in carries their peer entries after it */
-    if (len && h.type == EL_DECIDE && len <= cap && h.counter <= cap - len)
-        len += (size_t)h.counter;
     if (!len || len > cap)
         return;
     el->last_heard[from] = now;
@@ -691,10 +662,6 @@ static void handle(whale_ctx *ctx, const uint8_t *m, size_t len)
         el->peer_flags[from] = h.flags;
         break;
     case EL_NOTICE:
-        if ((h.flags & EL_F_CHANGE) && h.epoch == el->st.epoch && !el->suspected) {
-            el->suspected = true; /* a join or a grow: agree, as after a failure */
-            el_fail_all_groups(ctx, -1);
-        }
         if (blen >= vec)
             learn(ctx, from, body, body + n, (const float *)(body + 2 * n),
                   (h.flags & EL_F_RECOVERING) != 0, h.epoch);

@@ -17,7 +17,6 @@
 
 #include <ucp/api/ucp.h>
 
-#include "member/el_joinfile.h"
 #include "member/mp.h"
 #include "whale/elastic.h"
 
@@ -36,11 +35,7 @@ enum el_type { EL_HB = 1, EL_NOTICE, EL_PROPOSE, EL_DECIDE, EL_DONE, EL_MP };
 /* EL_F_PROBE: a heartbeat to a member declared failed for silence, within
  * the grace period (el_grace.c): it may bring the member back; it is no
  * ring heartbeat either. */
-/* EL_F_CHANGE: a notice from the coordinator that a membership change
- * without a failure is due (a task asks to join, DP can grow back): every
- * member abandons its work and agrees, as after a failure. */
-enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8, EL_F_PROBE = 16,
-       EL_F_CHANGE = 32 };
+enum { EL_F_WAITING = 1, EL_F_RECOVERING = 2, EL_F_SPARE = 4, EL_F_COORD = 8, EL_F_PROBE = 16 };
 enum { EL_D_MINORITY = 1, EL_D_FATAL = 2 };
 
 #define EL_MAGIC 0x57454c31u /* "WEL1" */
@@ -105,7 +100,6 @@ struct comm_elastic {
     bool *hard;             /* died for sure (CRASH/NODE), not merely silent */
     double *gone_at;        /* when it was declared failed (el_now) */
     double *revived_at;     /* when it was last heard again within the grace, 0 never */
-    uint64_t *joined_epoch; /* epoch that took it in again (el_join_boot.c), 0 never */
     double grace;           /* WHALE_NODE_GRACE seconds, 0 none (el_grace.c) */
     uint64_t grace_logged;  /* epoch whose wait was logged, +1 (0: none) */
     double last_revival;    /* when a member was last heard again, 0 never */
@@ -134,22 +128,6 @@ struct comm_elastic {
     int rx_status;              /* ucs_status_t */
     ucp_tag_recv_info_t rx_info;
     pthread_cond_t cond;    /* spare wait: news arrived */
-    /* the way back (el_join_boot.c) */
-    int planned_dp;             /* DP the step started with */
-    char step_id[EL_JOIN_ID_MAX];
-    char *join_path;            /* the join file, NULL: none (joining off) */
-    int join_contact;           /* task whose address the join file holds */
-    bool join_wrote;            /* this task wrote it (removes it at the end) */
-    int join_task;              /* a checked join request awaiting the agreement, -1 none */
-    uint8_t *join_addr;         /* its worker address, node, process id */
-    size_t join_alen;
-    char join_node[64];
-    int64_t join_pid, join_start;
-    uint8_t *join_ack;          /* the joiner's copy of the decision, sent once applied */
-    size_t join_ack_len;
-    int join_ack_to;
-    bool change_due;            /* notices carry EL_F_CHANGE */
-    bool boundary_due;          /* a join or a grow: agree at the next step boundary */
     struct whale_topo *topo;    /* site topology for the spare choice, or NULL */
     struct el_mp *mp;           /* the tree agreement, NULL: the coordinator (el_mp.c) */
 };
@@ -223,91 +201,5 @@ typedef int (*el_class_fn)(int task_a, int task_b, void *user);
 int el_decide(const struct el_state *base, const uint8_t *gone, const uint8_t *how,
               el_class_fn cls, void *user, struct el_state *out,
               struct whale_membership_event *ev);
-
-/* el_join.c: the way back into a running step, pure (no ctx, no lock).
- * el_decide_join: the removed slots tasks[0..k) become members again, as
- * spares (JOINED; WHALE_ESTATE when one is still a member or out of
- * range). el_grow_count: whole DP replicas the free spares of b can add
- * towards planned_dp (0: none; always 0 with EP > 1). el_decide_grow:
- * GROWN by that many replicas (WHALE_ENOFIT: none). */
-int el_decide_join(const struct el_state *b, const int *tasks, int k, struct el_state *out,
-                   struct whale_membership_event *ev);
-int el_grow_count(const struct el_state *b, int planned_dp);
-int el_decide_grow(const struct el_state *b, int planned_dp, el_class_fn cls, void *user,
-                   struct el_state *out, struct whale_membership_event *ev);
-/* The agreement's entry point: one decision (one epoch) for the slots
- * tasks[0..k) asking to join (k may be 0) and the step below planned_dp:
- * GROWN (ev->njoined says who joined on the way) when the free spares,
- * the joiners included, fill a replica, else JOINED; WHALE_ENOFIT when
- * there is nothing to decide, WHALE_ESTATE as el_decide_join. */
-int el_decide_rejoin(const struct el_state *b, const int *tasks, int k, int planned_dp,
-                     el_class_fn cls, void *user, struct el_state *out,
-                     struct whale_membership_event *ev);
-
-/* A join request, as the restarted process sends it (the worker address
- * of its new UCX worker follows). step_id names the step (Slurm
- * "JOBID.STEPID" of the step it joins, or whale-run's run id); the secret
- * is the step's (el_joinfile.c), which only the step's user can read. */
-#define EL_JOIN_MAGIC 0x574a4e31u /* "WJN1" */
-#define EL_JOIN_SECRET EL_JOIN_SECRET_LEN
-struct el_join_req {
-    uint32_t magic;
-    int32_t task, ntasks;
-    uint32_t addr_len;
-    char step_id[EL_JOIN_ID_MAX];
-    char node[64];
-    uint8_t secret[EL_JOIN_SECRET];
-    int64_t pid, start;     /* process id (struct comm_proc_id) */
-};
-struct el_join_expect {
-    const char *step_id;
-    int ntasks;
-    uint8_t secret[EL_JOIN_SECRET];
-    const char *const *node_of_task; /* [ntasks] node names, or NULL: not checked */
-    const uint8_t *member;           /* [ntasks] current membership, or NULL */
-};
-/* Whether the request msg (len bytes) may be agreed on: 0 (*out filled
- * when out), WHALE_EDATA malformed, WHALE_EINVAL wrong secret, step, task
- * or node, WHALE_ESTATE the slot is still a member; why says which. */
-int el_join_check(const void *msg, size_t len, const struct el_join_expect *x,
-                  struct el_join_req *out, char *why, size_t whylen);
-
-/* A peer table entry (el_join.c): a task's node, UCX worker address and
- * process id. el_peers_size/put: the wire form of k entries (put returns
- * the bytes written). el_peers_get: parse at most max entries of tasks in
- * [0, ntasks) from exactly len bytes into p (pointers into in; the node
- * names copied into names[max]): 0 or WHALE_EDATA. */
-struct el_peer {
-    int task;
-    const char *node;
-    const void *addr;
-    size_t addr_len;
-    const void *proc;
-    size_t proc_len;
-};
-size_t el_peers_size(int k, const struct el_peer *p);
-size_t el_peers_put(uint8_t *out, int k, const struct el_peer *p);
-int el_peers_get(const uint8_t *in, size_t len, int ntasks, int max, struct el_peer *p,
-                 char (*names)[64], int *k);
-
-/* el_join_boot.c: the transport side of the way back. el_join_setup (end
- * of el_init): step id, planned DP, join file (the lowest member writes
- * it). el_join_boot: the whale_init of a joining process (comm's join
- * hook). el_join_on_request: a join request arrived (any task; only the
- * coordinator acts). el_join_decide: the coordinator's decide() when
- * nothing failed: JOINED or GROWN into ns and ev (true), the members' extra
- * bytes in *extra. el_join_ack: keep the joiner's copy of decision m.
- * el_join_apply: apply()'s part for joined tasks (endpoints, detector). */
-void el_join_setup(struct whale_ctx *ctx);
-void el_join_fini(struct whale_ctx *ctx);
-int el_join_boot(struct whale_ctx *ctx);
-void el_join_on_request(struct whale_ctx *ctx, const uint8_t *m, size_t cap);
-bool el_join_decide(struct whale_ctx *ctx, el_class_fn cls, struct el_state *ns,
-                    struct whale_membership_event *ev, uint8_t **extra, size_t *extra_len);
-void el_join_ack(struct whale_ctx *ctx, const uint8_t *m, size_t len);
-int el_join_apply(struct whale_ctx *ctx, const struct el_state *ns, const uint8_t *extra,
-                  size_t len, int decider);
-/* el_detect.c: a send also to a task this one holds dead (a joiner). */
-int el_send_force(struct whale_ctx *ctx, int task, const void *msg, size_t len);
 
 #endif

@@ -83,20 +83,6 @@ int whale_elastic_check(whale_ctx *ctx)
         comm_progress(ctx);
         pthread_mutex_unlock(&ctx->lock);
     }
-    /* The coordinator takes a restarted task in, or grows DP back, at a
-     * step boundary (the caller asks between steps), never while the ranks
-     * restore after an agreement: everyone agrees, as after a failure. */
-    if (el->boundary_due) {
-        pthread_mutex_lock(&ctx->lock);
-        if (el->boundary_due && !el->recovering) {
-            el->boundary_due = false;
-            el->change_due = el->suspected = el->notice_dirty = true;
-            el_fail_all_groups(ctx, -1);
-            pthread_cond_broadcast(&el->cond);
-            comm_wake(ctx);
-        }
-        pthread_mutex_unlock(&ctx->lock);
-    }
     return el->suspected || el->excluded || el->decide_epoch > el->st.epoch ? 1 : 0;
 }
 
@@ -121,7 +107,6 @@ uint64_t whale_elastic_epoch(const whale_ctx *ctx)
 const char *whale_recovery_name(enum whale_recovery k)
 {
     return k == WHALE_RECOVERY_REPLACED ? "REPLACED" : k == WHALE_RECOVERY_SHRUNK ? "SHRUNK"
-           : k == WHALE_RECOVERY_RESUMED ? "RESUMED" : k == WHALE_RECOVERY_JOINED ? "JOINED"
-           : k == WHALE_RECOVERY_GROWN ? "GROWN" : "?";
+           : k == WHALE_RECOVERY_RESUMED ? "RESUMED" : "?";
 }
 

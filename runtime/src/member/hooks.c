@@ -30,7 +30,6 @@ static const struct comm_member_hooks el_hooks = {
     .needs_thread = needs_thread,
     .disarm = disarm,
     .step_done = el_broadcast_done,
-    .join = el_join_boot,
 };
 
 __attribute__((constructor)) static void member_register(void) { comm_member_register(&el_hooks); }

@@ -60,7 +60,6 @@ struct train_elastic {
     double t_last;           /* end of the previous step (adaptive K) */
     double avg_step, avg_cost; /* moving averages: iteration, one refresh */
     bool promoted;
-    bool joined;             /* joined the running step (WHALE_JOIN): no setup exchange */
     bool reshaped;           /* a shrink happened: the holder tables below are stale */
     struct whale_membership_event ev;
 
@@ -155,7 +154,7 @@ void te_free(struct train_elastic *te, bool clean)
     te->red = NULL;
     /* every owner's last refresh has landed before any holder lets go
      * (spares let go after whale_spare_wait returned: after this barrier) */
-    if (clean && te->elastic && (te->remotes || te->joined) && whale_rank(te->ctx) >= 0)
+    if (clean && te->elastic && te->remotes && whale_rank(te->ctx) >= 0)
         whale_barrier(whale_world(te->ctx));
     if (te->remotes) {
         for (int t = 0; t < te->ntasks; t++)
@@ -484,17 +483,10 @@ int te_spare(struct train_elastic *te, whale_ctx *ctx)
         whale_info("hot spare: idle (the step is not elastic)");
         return 1;
     }
-    /* a restarted task that joined the running step (WHALE_JOIN) missed
-     * the setup exchange: it holds no copies and waits as a plain spare */
-    const char *jn = whale_knob_getenv(WHALE_ENV_JOIN);
-    bool joined = te->joined = jn && *jn && strcmp(jn, "0");
-    int rc = joined ? 0 : te_exchange(te, ctx, 0, 0);
+    int rc = te_exchange(te, ctx, 0, 0);
     if (rc)
         return rc;
-    if (joined)
-        whale_info("joined the running step as a spare, waiting to be called in");
-    else
-        whale_info("hot spare: holding %zu bytes of copies, waiting to be called in", te->hold_len);
+    whale_info("hot spare: holding %zu bytes of copies, waiting to be called in", te->hold_len);
     rc = whale_spare_wait(ctx, &te->ev);
     if (rc == WHALE_EDONE)
         return 1;
@@ -820,7 +812,7 @@ static int restore(struct train_elastic *te, whale_ctx *ctx, whale_engine *e, bo
     unsigned char *copy = NULL;
     int64_t held[2] = { -1, -1 };
     bool torn[2] = { false, false };
-    bool replica_only = joiner && (r >= te->world || !te->holder_task || te->holder_task[r] < 0);
+    bool replica_only = joiner && (r >= te->world || te->holder_task[r] < 0);
     if (joiner && !replica_only && (copy = fetch_copy(te, r, me)))
         whale_red_scan(copy, te->slot_bytes[r], held, torn);
     int64_t loc[2] = { -1, -1 };
@@ -971,8 +963,7 @@ int te_start(struct train_elastic *te, whale_ctx *ctx, struct train_job *job)
         /* the record is written (by whoever is rank 0 now) once the redo is done */
         memset(&te->rep, 0, sizeof te->rep);
         te->rep.kind = te->ev.kind == WHALE_RECOVERY_SHRUNK ? "shrunk"
-                     : !strcmp(src, "disk")              ? "restored"
-                     : te->ev.kind == WHALE_RECOVERY_GROWN ? "grown" : "replaced";
+                     : !strcmp(src, "disk")              ? "restored" : "replaced";
         te->rep.how = detect_name(te->ev.how);
         te->rep.nfailed = te->ev.nfailed < 8 ? te->ev.nfailed : 8;
         te->rep.tasks_known = true;
@@ -1186,9 +1177,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     const double t_agreed = whale_now_s();
     memset(&te->rep, 0, sizeof te->rep);
     te->rep.kind = ev.kind == WHALE_RECOVERY_SHRUNK   ? "shrunk"
-                 : ev.kind == WHALE_RECOVERY_RESUMED ? "resumed"
-                 : ev.kind == WHALE_RECOVERY_JOINED  ? "joined"
-                 : ev.kind == WHALE_RECOVERY_GROWN   ? "grown" : "replaced";
+                 : ev.kind == WHALE_RECOVERY_RESUMED ? "resumed" : "replaced";
     te->rep.how = detect_name(ev.how);
     te->rep.nfailed = ev.nfailed < 8 ? ev.nfailed : 8;
     te->rep.tasks_known = true;
@@ -1225,10 +1214,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     whale_coords(ctx, &tpr, &ppr, job->dp_rank);
     *job->rank = whale_rank(ctx);
     *job->world = whale_world_size(ctx);
-    /* a DP change either way (SHRUNK, GROWN): the same global batch */
-    const bool reshaped = (ev.kind == WHALE_RECOVERY_SHRUNK || ev.kind == WHALE_RECOVERY_GROWN) &&
-                          ev.old_grid.dp != job->grid->dp;
-    if (reshaped) {
+    if (ev.kind == WHALE_RECOVERY_SHRUNK && ev.old_grid.dp != job->grid->dp) {
         /* the global batch is kept: the survivors take shares of it
          * (train_shares.h), uneven where it does not split evenly */
         struct whale_engine_config *ec = job->ec;
@@ -1253,8 +1239,8 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
                                    "elastic shrink", &ts);
         free(sh);
         if (src) {
-            stop_message(te, job, failed_step1, "after the DP change the global batch does "
-                         "not split over the replicas", &ev);
+            stop_message(te, job, failed_step1, "after dropping a DP replica the global batch "
+                         "does not split over the remaining replicas", &ev);
             return -1;
         }
         *job->accum = ts.accum;
@@ -1276,7 +1262,7 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
         if (tg)
             *job->tg = tg;
         if (!in || !tg || whale_data_open(job->dc, job->data)) {
-            stop_message(te, job, failed_step1, "could not reopen the data after the DP change",
+            stop_message(te, job, failed_step1, "could not reopen the data after the shrink",
                          &ev);
             return -1;
         }
@@ -1316,17 +1302,11 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     te->rep.steps_lost = (failed_step1 - 1) - R > 0 ? (failed_step1 - 1) - R : 0;
     te->rep.grid = *job->grid;
     ckpt_restart(te, ctx, job, true);
-    if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK || reshaped) {
+    if (!strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK) {
         /* a new layout (or disk state): images of the old one are useless */
         if ((rc = new_store(te, ctx, *job->e)))
             return -1;
-        if (ev.kind == WHALE_RECOVERY_GROWN) {
-            /* the added ranks missed the setup exchange: no holder table
-             * covers them (a later failure rolls back from local images) */
-            te->reshaped = true;
-            whale_info("elastic: after DP grew back the in-memory copies are local rollback "
-                       "images only");
-        } else if (ev.kind != WHALE_RECOVERY_SHRUNK) {
+        if (ev.kind != WHALE_RECOVERY_SHRUNK) {
             te_attach(te, *job->rank, whale_task_id(ctx));
         } else {
             te->reshaped = true;

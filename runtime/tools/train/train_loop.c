@@ -10,7 +10,6 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "whale/elastic.h"
 #include "whale/error.h"
 #include "whale/log.h"
 #include "whale/clock.h"
@@ -252,10 +251,7 @@ int train_loop(struct train *t)
         train_areas_step_begin(t, step + 1);
         if (t->o.inject_overflow == step + 1)
             whale_engine_inject_overflow(t->e);
-        /* a membership change without a failure (a restarted task rejoins,
-         * DP grows back) is agreed at a step boundary, like a failure */
-        int src = t->elastic && whale_elastic_check(t->ctx) > 0
-                      ? WHALE_EPEER : whale_engine_step(t->e, t->in, t->tg, &st);
+        int src = whale_engine_step(t->e, t->in, t->tg, &st);
         if (src) { /* the elastic area recovers, or says why the run stops */
             long redo;
             int frc = train_areas_step_failed(t, src, step + 1, &redo);

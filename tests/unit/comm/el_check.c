@@ -26,12 +26,7 @@
  *            failed rank, same degrees) and finish;
  *   external steps of 0.2 s; failures come from outside (a cluster test
  *            kills a node or cuts its link); a cut-off task that gets
- *            WHALE_EMINORITY prints "stops as a minority" and exits 0;
- *   rejoin   the victims fork a child and SIGKILL themselves at step 3; the
- *            child starts the same program again with WHALE_JOIN=1 (a
- *            node that came back): without spares DP shrinks, the new
- *            process joins as a spare (JOINED) and DP grows back (GROWN);
- *            it then runs the remaining steps as the dropped rank.
+ *            WHALE_EMINORITY prints "stops as a minority" and exits 0.
  * Every task first prints "el_check: start task T rank R node N".
  * After each recovery every working rank checks the event (failed ranks,
  * kind, replacement tasks are spares of the old epoch or dropped DP
@@ -53,7 +48,6 @@
 #include "whale/error.h"
 
 static int g_task, g_fail;
-static char **g_argv;
 static pid_t *g_pids;
 
 #define FAIL(...)                                             \
@@ -146,11 +140,7 @@ static void print_event(whale_ctx *ctx, const struct whale_membership_event *ev)
 static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev, const int *vic,
                         int nv, int old_world)
 {
-    if (ev->kind == WHALE_RECOVERY_JOINED || ev->kind == WHALE_RECOVERY_GROWN) {
-        if (ev->nfailed != 0 || (ev->kind == WHALE_RECOVERY_JOINED) != (ev->dp == ev->old_grid.dp))
-            FAIL("a %s event with %d failed rank(s), DP %d -> %d", whale_recovery_name(ev->kind),
-                 ev->nfailed, ev->old_grid.dp, ev->dp);
-    } else if (ev->kind == WHALE_RECOVERY_RESUMED) {
+    if (ev->kind == WHALE_RECOVERY_RESUMED) {
         if (ev->nfailed != 0 || ev->dp != ev->old_grid.dp)
             FAIL("a RESUMED event with %d failed rank(s), DP %d -> %d", ev->nfailed,
                  ev->old_grid.dp, ev->dp);
@@ -184,11 +174,10 @@ static void check_event(whale_ctx *ctx, const struct whale_membership_event *ev,
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: el_check idle|kill|stop|pause|during|minority|again|external|rejoin [--victims LIST] [--steps N] [--pause MS] [--resume MS]\n");
+        fprintf(stderr, "usage: el_check idle|kill|stop|pause|during|minority|again|external [--victims LIST] [--steps N] [--pause MS] [--resume MS]\n");
         return 2;
     }
     const char *sc = argv[1];
-    g_argv = argv;
     int vic[16], nv = 0, steps = 8, pause_ms = 0, resume_ms = 10000;
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--victims") && i + 1 < argc) {
@@ -221,10 +210,7 @@ int main(int argc, char **argv)
     g_pids = calloc((size_t)nt, sizeof *g_pids);
     int32_t me = (int32_t)getpid();
     int32_t *pids = calloc((size_t)nt, sizeof *pids);
-    /* a task that joined the running step (rejoin) skips the start's exchange */
-    bool joined = getenv("WHALE_JOIN") != NULL;
-    if (!g_pids || !pids ||
-        (!joined && whale_allgather(whale_all_tasks(ctx), &me, pids, 1, WHALE_INT32))) {
+    if (!g_pids || !pids || whale_allgather(whale_all_tasks(ctx), &me, pids, 1, WHALE_INT32)) {
         fprintf(stderr, "el_check: pid exchange failed\n");
         return 1;
     }
@@ -296,24 +282,6 @@ int main(int argc, char **argv)
             }
             usleep(100000);
             bool first = whale_rank(ctx) == vic[0];
-            if (!strcmp(sc, "rejoin")) {
-                /* its node comes back: the same slot started again, which
-                 * joins the running step (WHALE_JOIN) and takes the
-                 * dropped replica's place once DP grows back */
-                pid_t c = fork();
-                if (c == 0) {
-                    /* not the dying process's sockets: its peers must see
-                     * them close (a crash, not a silent link) */
-                    for (int fd = 3; fd < 1024; fd++)
-                        close(fd);
-                    setsid();
-                    sleep(2);
-                    setenv("WHALE_JOIN", "1", 1);
-                    execv("/proc/self/exe", g_argv);
-                    _exit(127);
-                }
-                raise(SIGKILL);
-            }
             if (!strcmp(sc, "kill") || (!strcmp(sc, "during") && first) ||
                 (!strcmp(sc, "again") && first))
                 raise(SIGKILL);
@@ -350,11 +318,6 @@ int main(int argc, char **argv)
             }
         }
     run:
-        /* rejoin: a join or a grow is agreed at a step boundary */
-        if (!strcmp(sc, "rejoin") && whale_elastic_check(ctx) > 0) {
-            rc = WHALE_EPEER;
-            goto failed;
-        }
         if (external)
             usleep(200000);
         if (pause_ms > 0)

@@ -42,11 +42,8 @@ static struct ep_arg *g_ep_args;
 
 static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
+    (void)ep;
     struct ep_arg *a = arg;
-    /* an endpoint replaced since (the task rejoined with a new process):
-     * the old process's failure is old news */
-    if (a->ctx->eps && a->ctx->eps[a->task] != ep)
-        return;
     /* UCX 1.13 reports a peer whose process died (its sockets closed) as
      * an endpoint timeout too, at once; a node behind a broken link goes
      * silent instead and the heartbeat (LINK) fires first. Only an
@@ -351,61 +348,6 @@ out:
     free(reqs);
     free(rbuf);
     return rc;
-}
-
-/* Endpoints to the tasks that have an address (addrs[t] != NULL), PEER
- * error handling, no handshake: a process that joins a running step
- * (member/el_join_boot.c) reaches every member this way; the members do
- * the same towards it with comm_ucx_ep_replace. lock held or before any
- * thread runs. */
-static int ep_new(whale_ctx *ctx, int t, const void *addr)
-{
-    g_ep_args[t] = (struct ep_arg){ ctx, t };
-    ctx->watch[t] = false;
-    ucp_ep_params_t ep = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = addr,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = { .cb = ep_err_cb, .arg = &g_ep_args[t] },
-    };
-    ucs_status_t st = ucp_ep_create(ctx->worker, &ep, &ctx->eps[t]);
-    if (st != UCS_OK) {
-        ctx->eps[t] = NULL;
-        whale_error("ucp_ep_create to task %d: %s", t, ucs_status_string(st));
-        return WHALE_EUCX;
-    }
-    return 0;
-}
-
-int comm_ucx_connect_peers(whale_ctx *ctx, void **addrs)
-{
-    int n = ctx->boot.ntasks, rc;
-    g_ep_args = calloc((size_t)n, sizeof *g_ep_args);
-    ctx->eps = calloc((size_t)n, sizeof *ctx->eps);
-    ctx->watch = calloc((size_t)n, sizeof *ctx->watch);
-    if (!g_ep_args || !ctx->eps || !ctx->watch)
-        return WHALE_ENOMEM;
-    for (int t = 0; t < n; t++)
-        if (addrs[t] && t != ctx->boot.task && (rc = ep_new(ctx, t, addrs[t])))
-            return rc;
-    return 0;
-}
-
-int comm_ucx_ep_replace(whale_ctx *ctx, int t, const void *addr)
-{
-    if (!ctx->eps || t == ctx->boot.task)
-        return WHALE_ESTATE;
-    if (ctx->eps[t]) {
-        /* the old process is gone: nothing to flush, nobody to wait for */
-        ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-                                  .flags = UCP_EP_CLOSE_FLAG_FORCE };
-        void *r = ucp_ep_close_nbx(ctx->eps[t], &p);
-        if (r && !UCS_PTR_IS_ERR(r))
-            ucp_request_free(r);
-        ctx->eps[t] = NULL;
-    }
-    return ep_new(ctx, t, addr);
 }
 
 static void close_cb(void *req, ucs_status_t st, void *user)
