@@ -210,6 +210,13 @@ static void stage_eval(const struct plan_ctx *x, const struct whale_plan_config 
     if (cfg->zero == 3)
         o->buffers += 2 * WBYTES * (x->p_layer - x->p_expert + x->p_expert / whale_grid_ep(&cfg->grid)) / cfg->tp;
     if (cfg->zero == 2) o->buffers += GBYTES * fmin(P, 5e7);
+    /* the MoE exchanges' receive window (shared host memory): the
+     * device's memory on a CPU, the host's beside a GPU */
+    double win = plan_moe_ep_window(x, cfg);
+    if (x->gpu_model)
+        o->host += win;
+    else
+        o->buffers += win;
 
     double inflight = stage_inflight(cfg, s, m);
     double extra_act = 0;

@@ -55,3 +55,17 @@ double plan_moe_alltoall(const struct plan_ctx *x, int tp, bool sp, int b, int e
     double one = (ep - 1) * al + (double)(ep - 1) / ep * bytes / bw;
     return 2 * one;   /* dispatch + combine */
 }
+
+double plan_moe_ep_window(const struct plan_ctx *x, const struct whale_plan_config *cfg)
+{
+    const int ep = whale_grid_ep(&cfg->grid);
+    if (!x->moe || ep <= 1 || (double)cfg->tp * ep > x->gpn_min)
+        return 0;
+    /* engine/moe_ep.c (eng_moe_ep_rows): fp32 rows, the most the experts of
+     * one rank receive in one exchange: every EP rank's micro-batch tokens,
+     * each sent at most min(top-k, experts per rank) times to this rank */
+    const struct whale_moe_desc *d = &x->m->moe;
+    double local = (double)d->experts / ep;
+    double rows = (double)ep * cfg->microbatch * x->m->seq * fmin(d->topk, local);
+    return 4.0 * rows * x->m->hidden;
+}

@@ -95,6 +95,10 @@ void plan_layer_cost(const struct plan_ctx *x, const struct whale_plan_device *g
  * group's link (stride tp: EP groups are consecutive DP ranks). */
 void plan_moe_init(struct plan_ctx *x);
 double plan_moe_alltoall(const struct plan_ctx *x, int tp, bool sp, int b, int ep);
+/* Bytes of the shared-memory receive window the engine keeps for the MoE
+ * exchanges where the EP group lies in one node (its TP x EP ranks fit the
+ * smallest node); 0 otherwise. */
+double plan_moe_ep_window(const struct plan_ctx *x, const struct whale_plan_config *cfg);
 /* FLOPs of one MoE block's MLP part per token, forward, active experts
  * only (top-k routed + shared + router): what rates on active parameters
  * count in place of the dense MLP's 2 nmat h f. */

@@ -75,6 +75,37 @@ static void test_expert_memory_and_alltoall(void **state)
     assert_int_equal(whale_plan_check(&d, 64, &c, &bad, NULL, 0), WHALE_EINVAL);
 }
 
+/* The engine's receive window for the MoE exchanges (engine/moe_ep.c,
+ * shared memory, fp32 rows: EP x micro-batch x seq tokens, each at most
+ * min(top-k, experts per rank) times) is per-rank memory where the EP group
+ * lies in one node: in the buffers on CPU ranks, absent when the group
+ * spans nodes or without EP, and not device memory beside a GPU. */
+static void test_ep_window_memory(void **state)
+{
+    (void)state;
+    struct whale_model_desc m;
+    assert_int_equal(whale_model_desc_load("mixtral-8x7b", &m), 0);
+    struct whale_cluster c;
+    assert_int_equal(whale_cluster_init(&c, 2, 4, "cpu"), 0);
+    struct whale_plan_prediction p1, p4, p8;
+    struct whale_plan_config k1 = cfg_ep(1, 1, 8, 1, 2, 1), k4 = cfg_ep(1, 1, 8, 4, 2, 1),
+                             k8 = cfg_ep(1, 1, 8, 8, 2, 1);
+    assert_int_equal(whale_plan_eval(&m, 64, &c, &k1, &p1), 0);
+    assert_int_equal(whale_plan_eval(&m, 64, &c, &k4, &p4), 0);
+    assert_int_equal(whale_plan_eval(&m, 64, &c, &k8, &p8), 0);
+    /* EP 4 on a 4-rank node: 8 experts, 2 per rank, top-2 */
+    double win = 4.0 * 4 * 2 * m.seq * 2 * m.hidden;
+    printf("buffers MiB: ep1 %.1f, ep4 in a node %.1f (window %.1f), ep8 over two nodes %.1f\n",
+           p1.mem_buffers / 1048576.0, p4.mem_buffers / 1048576.0, win / 1048576.0,
+           p8.mem_buffers / 1048576.0);
+    assert_true(fabs(p4.mem_buffers - p1.mem_buffers - win) < 1);
+    assert_true(fabs(p8.mem_buffers - p1.mem_buffers) < 1);
+    /* beside a GPU the window is host memory: the device's buffers do not grow */
+    struct whale_plan_prediction g1 = eval(&m, 64, 2, cfg_ep(1, 1, 16, 1, 1, 1));
+    struct whale_plan_prediction g8 = eval(&m, 64, 2, cfg_ep(1, 1, 16, 8, 1, 1));
+    assert_true(fabs(g8.mem_buffers - g1.mem_buffers) < 1);
+}
+
 /* Rates on active parameters: Mixtral's model FLOPs per token are those
  * of its 12.9B active parameters (6 N + attention), not of its 46.7B. */
 static void test_active_rates(void **state)
@@ -170,6 +201,7 @@ int main(void)
     whale_log_set_level(WHALE_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expert_memory_and_alltoall),
+        cmocka_unit_test(test_ep_window_memory),
         cmocka_unit_test(test_active_rates),
         cmocka_unit_test(test_capacity_imbalance),
         cmocka_unit_test(test_search),
