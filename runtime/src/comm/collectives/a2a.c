@@ -96,6 +96,17 @@ static int run(whale_group *g, struct comm_a2a *a, bool equal)
             mine = a->rlen[q] > mine ? a->rlen[q] : mine;
         }
     a->maxlen = mine;
+    if (!equal && ctx->forced_algo[COMM_ALLTOALL] != COMM_ALGO_RING && comm_a2a_shm_single(g)) {
+        /* the members agreed on the single-copy exchange: it takes one
+         * generation at every size, so no agreement on the largest block
+         * (one allreduce, a rendezvous more per call) is needed to choose
+         * alike; it is at least as fast as the pairwise exchange over
+         * UCX's shared memory, which reads with the same system call */
+        a->any_size = true;
+        whale_trace("%s of up to %zu bytes per peer (this member) on group of %d: shm, single copy",
+                    a->what, a->maxlen, p);
+        return comm_a2a_shm(g, a);
+    }
     if (g->shm_state == COMM_SHM_READY && !equal && ctx->forced_algo[COMM_ALLTOALL] != COMM_ALGO_RING) {
         /* the segment path cuts blocks into steps: every member needs the
          * same number of them, hence the largest block of the group */

@@ -4,6 +4,7 @@
 #ifndef WHALE_COMM_A2A_H
 #define WHALE_COMM_A2A_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "comm/comm_internal.h"
@@ -15,6 +16,9 @@ struct comm_a2a {
     size_t *roff, *rlen;   /* [p] bytes: the block from member q */
     size_t maxlen;         /* the largest block between two different members, over the
                             * whole group (agreed: every member computes the same) */
+    bool any_size;         /* maxlen is this member's own, not agreed: the segment's
+                            * single-copy exchange is taken at every size (the only
+                            * choice every member makes alike without the maxlen) */
     const char *what;      /* "alltoall" / "alltoallv", for messages */
 };
 
@@ -28,5 +32,10 @@ void build_alltoall_pairwise(struct sched *s, const struct comm_a2a *a);
  * receiver is WHALE_EINVAL on the receiver, after the exchange completed
  * on every member). */
 int comm_a2a_shm(whale_group *g, const struct comm_a2a *a);
+
+/* Whether the group's members agreed (on an earlier all-to-all through the
+ * segment) that every one can read the others' memory: then an exchange
+ * may take the single-copy path at any size (any_size). */
+bool comm_a2a_shm_single(const whale_group *g);
 
 #endif

@@ -94,13 +94,22 @@ static inline size_t piece(size_t len, size_t pb, uint32_t s)
 
 /* Nothing moved: spin a little, then yield or sleep on the doorbell; now
  * and then run the progress engine (heartbeats, the watchdog that fails
- * the group when a member dies). */
+ * the group when a member dies).
+ *
+ * With more members than cores the member we wait for may need this very
+ * core: no pause loop, a few yields, then sleep until a member rings. The
+ * progress engine then runs every 64th round only (a dead member is still
+ * seen within 64 sleeps of 1 ms): it takes the context's lock, which the
+ * progress thread contends for, and running it at every yield spent the
+ * time slices the peers we wait for needed (contrib/bench/a2a-vs-openmpi.sh,
+ * 4 ranks on 2 cores). */
 static int idle(whale_group *g, struct comm_shm *sh, uint32_t seen, unsigned *n)
 {
     whale_ctx *ctx = g->ctx;
-    unsigned spin = ctx->oversubscribed ? 64 : 4096;
+    const bool over = ctx->oversubscribed;
+    const unsigned spin = over ? 0 : 4096, yields = over ? 64 : 0;
     ++*n;
-    if (*n % 256 == 0 || *n > spin) {
+    if (*n % (over ? 64 : 256) == 0 || (!over && *n > spin)) {
         pthread_mutex_lock(&ctx->lock);
         comm_progress(ctx);
         bool failed = g->failed;
@@ -112,7 +121,7 @@ static int idle(whale_group *g, struct comm_shm *sh, uint32_t seen, unsigned *n)
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
-    } else if (ctx->oversubscribed && *n <= spin + 64) {
+    } else if (*n <= spin + yields) {
         sched_yield();
     } else {
         comm_shm_sleep(sh->door, seen, 1000);
@@ -217,6 +226,44 @@ static int wait_peers(whale_group *g, struct comm_shm *sh, size_t field, uint64_
     }
 }
 
+/* My share of the single-copy exchange with peer q, whose header for
+ * generation gen is out: read its block for me (pull), write mine into its
+ * window (push). 0 or an errno; a length mismatch is noted in bad. */
+static int peer_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a, uint64_t gen,
+                    int q, bool push, bool stream, int *bad, size_t *bad_len)
+{
+    const int p = sh->p, r = sh->r;
+    const uint64_t *qh = (const uint64_t *)in_slot(sh, q, gen), *qw = qh + 4 * (size_t)p;
+    const uint64_t qpid = ld(&sh->flags[q].pid);
+    uint64_t addr = qh[2 * r], len = qh[2 * r + 1];
+    int err = 0;
+    if (len != a->rlen[q] && *bad < 0) {
+        *bad = q;
+        *bad_len = (size_t)len;
+    }
+    size_t n = len < a->rlen[q] ? (size_t)len : a->rlen[q];
+    if (n && !push)
+        err = cma_read(qpid, a->recv + a->roff[q], addr, n);
+    /* q's receive blocks lie in its window: I write my block for q */
+    uint64_t qaddr = qh[2 * (size_t)p + 2 * r], qlen = qh[2 * (size_t)p + 2 * r + 1];
+    n = qlen < a->slen[q] ? (size_t)qlen : a->slen[q];
+    if (!err && qw[0] && n) {
+        char *m = comm_win_map(sh, q, qpid, qw[0], qw[1], qw[2]);
+        const char *src = a->send + a->soff[q];
+        if (!m)
+            err = cma_write(qpid, qaddr, src, n);
+        else if (stream)
+            comm_copy_stream(m + (qaddr - qw[3]), src, n);
+        else
+            memcpy(m + (qaddr - qw[3]), src, n);
+    }
+    if (err)
+        whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                  "%s on a group of %d: %s member %d's buffer failed: %s", a->what, p,
+                  push ? "writing" : "reading", q, strerror(err));
+    return err;
+}
+
 /* The single-copy exchange in generation gen (see the top). */
 static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a, uint64_t gen)
 {
@@ -252,43 +299,42 @@ static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a
         comm_copy_stream(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
     else if (a->rlen[r])
         memcpy(a->recv + a->roff[r], a->send + a->soff[r], a->rlen[r]);
-    if ((rc = wait_peers(g, sh, offsetof(struct comm_shm_flags, cin), gen, a->what)))
-        return rc;
     int bad = -1, err = 0;
     size_t bad_len = 0, sent = 0;
     for (int q = 0; q < p; q++)
         sent += q == r ? 0 : a->slen[q];
     const bool stream = sent >= sh->stream_min;
-    /* from the next rank on, so that the members do not all read one peer */
-    for (int k = 1; k < p && !err; k++) {
-        int q = (r + k) % p;
-        const uint64_t *qh = (const uint64_t *)in_slot(sh, q, gen), *qw = qh + 4 * (size_t)p;
-        const uint64_t qpid = ld(&sh->flags[q].pid);
-        uint64_t addr = qh[2 * r], len = qh[2 * r + 1];
-        if (len != a->rlen[q] && bad < 0) {
-            bad = q;
-            bad_len = (size_t)len;
+    /* Each peer's blocks move as soon as its header is out, instead of
+     * after every header is: with more members than cores a member then
+     * copies while the peers it still waits for are scheduled, and the
+     * only rendezvous left is the final one (no peer reads my buffer any
+     * more). Peers are visited from the next rank on, so that the members
+     * do not all start on one peer. */
+    uint64_t todo = 0;
+    for (int k = 1; k < p; k++)
+        todo |= 1ull << k;
+    unsigned idle_n = 0;
+    while (todo && !err) {
+        uint32_t seen = __atomic_load_n(&sh->door->bell, __ATOMIC_SEQ_CST);
+        bool moved = false;
+        for (int k = 1; k < p && !err; k++) {
+            int q = (r + k) % p;
+            if (!((todo >> k) & 1) || ld(&sh->flags[q].cin) < gen)
+                continue;
+            todo &= ~(1ull << k);
+            moved = true;
+            err = peer_job(g, sh, a, gen, q, push, stream, &bad, &bad_len);
         }
-        size_t n = len < a->rlen[q] ? (size_t)len : a->rlen[q];
-        if (n && !push)
-            err = cma_read(qpid, a->recv + a->roff[q], addr, n);
-        /* q's receive blocks lie in its window: I write my block for q */
-        uint64_t qaddr = qh[2 * (size_t)p + 2 * r], qlen = qh[2 * (size_t)p + 2 * r + 1];
-        n = qlen < a->slen[q] ? (size_t)qlen : a->slen[q];
-        if (!err && qw[0] && n) {
-            char *m = comm_win_map(sh, q, qpid, qw[0], qw[1], qw[2]);
-            const char *src = a->send + a->soff[q];
-            if (!m)
-                err = cma_write(qpid, qaddr, src, n);
-            else if (stream)
-                comm_copy_stream(m + (qaddr - qw[3]), src, n);
-            else
-                memcpy(m + (qaddr - qw[3]), src, n);
+        if (moved || err) {
+            idle_n = 0;
+            continue;
         }
-        if (err)
+        if ((rc = idle(g, sh, seen, &idle_n))) {
             whale_log(g->ctx->closing ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
-                      "%s on a group of %d: %s member %d's buffer failed: %s", a->what, p,
-                      push ? "writing" : "reading", q, strerror(err));
+                      "%s on a group of %d ranks: %s is dead (%s)", a->what, p, comm_blame(g),
+                      whale_strerror(rc));
+            return rc;
+        }
     }
     /* the headers are read and nothing of the peers' is read any more */
     st(&me->red, gen);
@@ -323,6 +369,12 @@ static int agree_cma(whale_group *g, struct comm_shm *sh)
     return 0;
 }
 
+bool comm_a2a_shm_single(const whale_group *g)
+{
+    return g->shm_state == COMM_SHM_READY && g->shm && g->shm->a2a_cma > 0 &&
+           HDR_WORDS(g->shm->p) * sizeof(uint64_t) <= g->shm->slot;
+}
+
 int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
 {
     whale_ctx *ctx = g->ctx;
@@ -341,8 +393,8 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
     if (rc)
         return rc;
     const size_t cma_min = ctx->shm_cma ? sh->cma_min : A2A_CMA_MIN;
-    const bool cma = sh->a2a_cma > 0 && a->maxlen && a->maxlen * (size_t)p >= cma_min &&
-                     HDR_WORDS(p) * sizeof(uint64_t) <= sh->slot;
+    const bool cma = sh->a2a_cma > 0 && HDR_WORDS(p) * sizeof(uint64_t) <= sh->slot &&
+                     (a->any_size || (a->maxlen && a->maxlen * (size_t)p >= cma_min));
     const uint32_t nsteps = cma ? 1 : (uint32_t)((a->maxlen + pb - 1) / pb);
     /* my own block does not go through the segment (the single-copy
      * exchange copies it once its header is out) */
