@@ -47,6 +47,13 @@ void whale_arena_destroy(whale_arena *a);
  * in use and the budget. */
 void *whale_arena_alloc(whale_arena *a, enum whale_mem_cat cat, size_t n, int zero);
 void  whale_arena_free(whale_arena *a, enum whale_mem_cat cat, void *p, size_t n);
+/* Counts n bytes in category cat that the caller got elsewhere (a shared-
+ * memory window the peers map, which the backend cannot provide), so that
+ * they count against the budget and show in the statistics; n < 0 gives
+ * them back. Over the budget: WHALE_ENOMEM, nothing counted, and the
+ * message says what was asked for (quiet: logged at debug level only, for
+ * a caller that can do without). */
+int   whale_arena_charge(whale_arena *a, enum whale_mem_cat cat, int64_t n, int quiet);
 
 struct whale_arena_stats {
     int64_t budget;                          /* 0: unlimited */

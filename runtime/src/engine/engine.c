@@ -591,8 +591,6 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->d.ep = g->ep > 1 ? g->ep : 1;
     e->d.ep_rank = g->ep > 1 ? g->ep_rank : 0;
     e->d.ep_group = g->ep > 1 ? g->ep_group : NULL;
-    if (!rc)
-        rc = eng_moe_ep_win_open(&e->d);
     e->d.sp = c->seqpar && tp > 1;
     e->d.Ns = e->d.sp ? c->micro_batch * c->seq / tp : c->micro_batch * c->seq;
     e->d.r0 = e->d.sp ? g->tp.rank * e->d.Ns : 0;
@@ -618,7 +616,10 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
         eng_dev_arena_backend(e, &ab);
         rc = whale_arena_create(c->device_mem, &ab, &e->arena);
     }
-    if (rc || (rc = eng_layout(e, blocks)) || (rc = build_layers(e, blocks)) ||
+    /* the EP window counts in the arena's communication category: it is
+     * opened once the arena exists */
+    if (rc || (rc = eng_moe_ep_win_open(&e->d, e->arena)) || (rc = eng_layout(e, blocks)) ||
+        (rc = build_layers(e, blocks)) ||
         (rc = build_buckets(e)) || (rc = eng_off_init(e)) || (rc = alloc_state(e)) ||
         (rc = eng_pipe_init(e))) {
         struct whale_arena_stats as = { 0 };
@@ -730,7 +731,7 @@ void whale_engine_destroy(whale_engine *e)
     eng_off_free(e);
     free(e->buckets);
     free(e->chunks);
-    eng_moe_ep_win_close(&e->d);
+    eng_moe_ep_win_close(&e->d, e->arena);
     eng_groups_free(&e->grp);
     free(e->layers);
     free(e->params);

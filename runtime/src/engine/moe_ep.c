@@ -267,7 +267,7 @@ int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n)
     return rc;
 }
 
-int eng_moe_ep_win_open(struct eng_dims *d)
+int eng_moe_ep_win_open(struct eng_dims *d, whale_arena *a)
 {
     d->ep_win = NULL;
     d->ep_win_floats = 0;
@@ -280,9 +280,19 @@ int eng_moe_ep_win_open(struct eng_dims *d)
     /* the larger of the two exchanges: the rows the experts here can
      * receive (eng_moe_ep_rows is at least this rank's N * TopK) */
     const size_t n = eng_moe_ep_rows(d) * (size_t)d->C;
+    /* counted like the engine's other buffers: the memory report and the
+     * budget see it (the planner's model counts it too, plan/eval.c) */
+    if (a && whale_arena_charge(a, WHALE_MEM_COMM, (int64_t)(sizeof(float) * n), 1)) {
+        whale_debug("EP rank %d: a receive window of %zu bytes does not fit the memory budget: "
+                    "the MoE exchanges read the peers' buffers instead", d->ep_rank,
+                    sizeof(float) * n);
+        return 0;
+    }
     if (!(d->ep_win = whale_shm_alloc(sizeof(float) * n))) {
         whale_debug("EP rank %d: no receive window of %zu bytes: the MoE exchanges read the "
                     "peers' buffers instead", d->ep_rank, sizeof(float) * n);
+        if (a)
+            whale_arena_charge(a, WHALE_MEM_COMM, -(int64_t)(sizeof(float) * n), 1);
         return 0;
     }
     d->ep_win_floats = n;
@@ -291,8 +301,10 @@ int eng_moe_ep_win_open(struct eng_dims *d)
     return 0;
 }
 
-void eng_moe_ep_win_close(struct eng_dims *d)
+void eng_moe_ep_win_close(struct eng_dims *d, whale_arena *a)
 {
+    if (d->ep_win && a)
+        whale_arena_charge(a, WHALE_MEM_COMM, -(int64_t)(sizeof(float) * d->ep_win_floats), 1);
     whale_shm_free(d->ep_win);
     d->ep_win = NULL;
     d->ep_win_floats = 0;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "layer.h"
+#include "whale/arena.h"
 #include "whale/engine.h"
 
 /* Experts this rank computes: E / ep, the first one's global index. */
@@ -54,10 +55,11 @@ int eng_moe_ep_combine(const struct eng_dims *d, const struct moe_ep_x *x,
                        const float **rows);
 
 /* The receive window of d's EP group (d->ep_win) where the group is on one
- * node and WHALE_MOE_EP_WINDOW is not 0; none (and 0) when it cannot be had.
- * Close frees it. */
-int eng_moe_ep_win_open(struct eng_dims *d);
-void eng_moe_ep_win_close(struct eng_dims *d);
+ * node and WHALE_MOE_EP_WINDOW is not 0, counted in arena a (communication
+ * category, against its budget); none (and 0) when it cannot be had or
+ * does not fit the budget. Close frees it and gives its bytes back. */
+int eng_moe_ep_win_open(struct eng_dims *d, whale_arena *a);
+void eng_moe_ep_win_close(struct eng_dims *d, whale_arena *a);
 
 /* v (n int64) = its sum over the EP group (the routing statistics). */
 int eng_moe_ep_sum(const struct eng_dims *d, int64_t *v, int n);

@@ -120,6 +120,32 @@ void whale_arena_free(whale_arena *a, enum whale_mem_cat cat, void *p, size_t n)
     pthread_mutex_unlock(&a->mu);
 }
 
+int whale_arena_charge(whale_arena *a, enum whale_mem_cat cat, int64_t n, int quiet)
+{
+    if (!a || cat < 0 || cat >= WHALE_MEM_CAT_COUNT_)
+        return WHALE_EINVAL;
+    pthread_mutex_lock(&a->mu);
+    if (n > 0 && a->st.budget > 0 && a->st.in_use + n > a->st.budget) {
+        char r[32], u[32], b[32];
+        mib(r, sizeof r, n);
+        mib(u, sizeof u, a->st.in_use);
+        mib(b, sizeof b, a->st.budget);
+        pthread_mutex_unlock(&a->mu);
+        whale_log(quiet ? WHALE_LOG_DEBUG : WHALE_LOG_ERROR,
+                  "device memory budget exceeded: %s for %s needed, %s in use of a %s budget", r,
+                  whale_mem_cat_name(cat), u, b);
+        return WHALE_ENOMEM;
+    }
+    a->st.in_use += n;
+    a->st.cat_in_use[cat] += n;
+    if (a->st.in_use > a->st.peak)
+        a->st.peak = a->st.in_use;
+    if (a->st.cat_in_use[cat] > a->st.cat_peak[cat])
+        a->st.cat_peak[cat] = a->st.cat_in_use[cat];
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
 void whale_arena_stats(const whale_arena *a, struct whale_arena_stats *s)
 {
     pthread_mutex_lock((pthread_mutex_t *)&a->mu);

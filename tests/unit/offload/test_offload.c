@@ -73,6 +73,18 @@ static void test_arena(void **st)
     assert_int_equal(s.in_use, 400);
     assert_int_equal(s.peak, 400);
     assert_int_equal(s.cat_peak[WHALE_MEM_GRAD], 400);
+    /* memory from elsewhere (the MoE EP window) counts against the budget
+     * and in its category, and comes back */
+    assert_int_equal(whale_arena_charge(a, WHALE_MEM_COMM, 700, 1), WHALE_ENOMEM);
+    assert_int_equal(whale_arena_charge(a, WHALE_MEM_COMM, 500, 1), 0);
+    whale_arena_stats(a, &s);
+    assert_int_equal(s.in_use, 900);
+    assert_int_equal(s.cat_peak[WHALE_MEM_COMM], 500);
+    assert_null(whale_arena_alloc(a, WHALE_MEM_ACT, 200, 0));
+    assert_int_equal(whale_arena_charge(a, WHALE_MEM_COMM, -500, 1), 0);
+    whale_arena_stats(a, &s);
+    assert_int_equal(s.in_use, 400);
+    assert_int_equal(s.cat_in_use[WHALE_MEM_COMM], 0);
     whale_arena_free(a, WHALE_MEM_GRAD, q, 400);
     whale_arena_destroy(a);
     assert_int_equal(whale_parse_size("4096"), 4096);
