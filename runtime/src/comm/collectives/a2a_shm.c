@@ -62,6 +62,14 @@
  * when WHALE_SHM_CMA is unset: below, p - 1 system calls cost more than
  * the second copy of a few cache lines. */
 #define A2A_CMA_MIN (16u << 10)
+/* The same with more ranks on the node than cores: the single-copy path
+ * has two rendezvous per call (the headers are out; no peer reads my
+ * buffer any more), the slots one, and each rendezvous may wait for a
+ * peer to be scheduled. Measured on 4 ranks of a 2-core VM at load 15-25
+ * (a2a-vs-openmpi.sh, medians of 3-5 rounds): 64 KiB exchanges 25-34 us
+ * through the slots against 42-127 us single copy; from 256 KiB the
+ * slots' second copy costs more than the rendezvous it saves. */
+#define A2A_CMA_MIN_OVER (128u << 10)
 
 static inline uint64_t ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -392,7 +400,9 @@ int comm_a2a_shm(whale_group *g, const struct comm_a2a *a)
         rc = drain(g);
     if (rc)
         return rc;
-    const size_t cma_min = ctx->shm_cma ? sh->cma_min : A2A_CMA_MIN;
+    const size_t cma_min = ctx->shm_cma         ? sh->cma_min
+                           : ctx->oversubscribed ? A2A_CMA_MIN_OVER
+                                                 : A2A_CMA_MIN;
     const bool cma = sh->a2a_cma > 0 && HDR_WORDS(p) * sizeof(uint64_t) <= sh->slot &&
                      (a->any_size || (a->maxlen && a->maxlen * (size_t)p >= cma_min));
     const uint32_t nsteps = cma ? 1 : (uint32_t)((a->maxlen + pb - 1) / pb);
