@@ -299,7 +299,8 @@ fail:
  * ctx->all still holds it and a barrier on it fails at once): the live
  * members, the same set on every task once each has noticed the death
  * (a dead same-node process is checked here, not only while an operation
- * waits). NULL: nobody is dead, or no group could be made. */
+ * waits). NULL: nobody is dead, a working rank is, or no group could be
+ * made. */
 #define FINALIZE_GID 0x7ff0 /* above every epoch's groups (member/el_internal.h) */
 static whale_group *live_group(whale_ctx *ctx)
 {
@@ -310,13 +311,20 @@ static whale_group *live_group(whale_ctx *ctx)
             comm_mark_dead(ctx, t, "the process exited");
     int *tasks = malloc(sizeof(int) * (size_t)all->size);
     int *wr = malloc(sizeof(int) * (size_t)all->size), n = 0;
+    bool rank_lost = false;
     for (int i = 0; tasks && wr && i < all->size; i++)
         if (!ctx->dead[all->tasks[i]]) {
             tasks[n] = all->tasks[i];
             wr[n++] = all->world_ranks[i];
+        } else {
+            rank_lost |= ctx->boot.rank_of_task[all->tasks[i]] >= 0;
         }
-    /* internal: no sub-groups (their ids would be FINALIZE_GID + 1, + 2) */
-    if (tasks && wr && n < all->size && n > 1 &&
+    /* Only spares dead: every working rank is on its way here. A dead working
+     * rank means the step is stopping on a failure: the barrier on
+     * ctx->all fails at once as before, rather than waiting here on a
+     * peer that may be stuck elsewhere. internal: no sub-groups (their
+     * ids would be FINALIZE_GID + 1, + 2). */
+    if (tasks && wr && !rank_lost && n < all->size && n > 1 &&
         comm_group_new(ctx, FINALIZE_GID, tasks, wr, n, true, &g))
         g = NULL;
     pthread_mutex_unlock(&ctx->lock);
