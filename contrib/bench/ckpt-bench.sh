@@ -19,7 +19,9 @@
 #     with WHALE_CKPT_BUSY=defer: a save due while one is written is postponed)
 #                                   target: deferred <= 5 % of sync, <= 2 % of the run
 #   - bytes written per save by delta saves (WHALE_CKPT_DELTA) against full
-#     saves over 100 steps of gpt-small training    target: <= 50 %
+#     fp32 saves over 100 steps of gpt-small training, exact and with INT8
+#     moments and/or weights (WHALE_CKPT_MOMENTS/WEIGHTS=int8), each with
+#     its restore error against the exact run    target: <= 50 %
 #     (and, with numpy and zstandard, other exact encodings measured on the
 #     same full saves: contrib/bench/ckpt-delta-study.py)
 #   - bytes written by an incremental save with half the layers frozen
@@ -39,7 +41,7 @@ while getopts "b:d:m:r:c:s:e:M:D:p:h" o; do
     b) build=$OPTARG ;; d) dir=$OPTARG ;; m) mb=$OPTARG ;; r) runs=$OPTARG ;;
     c) compute_ms=$OPTARG ;; s) tsteps=$OPTARG ;; e) every=$OPTARG ;; M) models=$OPTARG ;;
     D) dsteps=$OPTARG ;; p) parts=$OPTARG ;;
-    *) sed -n '2,30p' "$0"; exit 2 ;;
+    *) sed -n '2,32p' "$0"; exit 2 ;;
     esac
 done
 part() { [[ ",$parts," == *",$1,"* ]]; }
@@ -155,40 +157,92 @@ for l in sys.stdin:
     done
     rm -rf "$scratch/ck"
 fi
-# delta saves: bytes written per save over a real run, delta vs full
+# delta saves: bytes written per save over a real run, per storage mode,
+# as % of a full fp32 save, with each mode's restore error of the last step
+# (a delta: restored through its chain) against the exact run's last step
 delta_line=
 if [ "$dsteps" -gt 0 ] && part delta; then
     [ -f "$scratch/corpus.txt" ] || head -c 3000000 /dev/urandom | base64 > "$scratch/corpus.txt"
-    bytes_run() { # DELTA_K -> mean bytes written per save after the first, and the last step's dir
+    mode_run() { # TAG VAR=VALUE... -> "mean bytes written per save, saves, verify of the last"
+        local tag=$1 last v=ok
+        shift
         rm -rf "$scratch/ck"
-        WHALE_CKPT_DELTA="$1" WHALE_CKPT_KEEP=0 "$train" --model gpt-small --data "$scratch/corpus.txt" \
+        env "$@" WHALE_CKPT_KEEP=0 "$train" --model gpt-small --data "$scratch/corpus.txt" \
             --steps "$dsteps" --batch 4 --seq 64 --threads "$cores" --no-progress \
             --whale-ckpt-dir "$scratch/ck" --whale-ckpt-every "$every" --metrics "$scratch/m.jsonl" \
             >/dev/null 2>&1
-        python3 - "$scratch/ck" <<'PY'
+        last=$(ls "$scratch/ck" | grep '^step-' | tail -1)
+        "$tool" verify "$scratch/ck/$last" >/dev/null 2>&1 || v=FAILED
+        "$tool" convert "$scratch/ck/$last" "$scratch/$tag.safetensors" >/dev/null 2>&1 || v=FAILED
+        python3 - "$scratch/ck" "$v" <<'PY'
 import json, os, sys
 root = sys.argv[1]
 steps = sorted(d for d in os.listdir(root) if d.startswith("step-"))
 w = [json.load(open(os.path.join(root, d, "manifest.json")))["bytes"]["written"] for d in steps]
-print("%.0f %d" % (sum(w) / len(w), len(w)))
+print("%.0f %d %s" % (sum(w) / len(w), len(w), sys.argv[2]))
+PY
+    }
+    # rel. L2 of weights, first and second moments of $1 against $2 (plain safetensors)
+    rel_err() {
+        python3 - "$1" "$2" <<'PY' 2>/dev/null || echo "n/a n/a n/a"
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop("__metadata__", None)
+    return {k: np.frombuffer(b, dtype=np.float32, count=(v["data_offsets"][1] - v["data_offsets"][0]) // 4,
+                             offset=8 + n + v["data_offsets"][0]).astype(np.float64)
+            for k, v in h.items() if v["dtype"] == "F32"}
+a, r = load(sys.argv[1]), load(sys.argv[2])
+def kind(k):
+    return 1 if k.startswith("opt.m.") else 2 if k.startswith("opt.v.") else 0
+num, den = [0.0] * 3, [0.0] * 3
+for k, x in r.items():
+    y = a.get(k)
+    if y is None or y.shape != x.shape:
+        continue
+    num[kind(k)] += float(((y - x) ** 2).sum())
+    den[kind(k)] += float((x ** 2).sum())
+print(" ".join("%.2e" % ((num[i] / den[i]) ** 0.5) if den[i] else "n/a" for i in range(3)))
 PY
     }
     l0=$(load1)
-    read -r full_b nfull <<<"$(bytes_run 0)"
+    read -r full_b nfull vfull <<<"$(mode_run full WHALE_CKPT_DELTA=0)"
     # other exact encodings, measured on the same full saves (needs numpy, zstandard)
     study=
     if python3 -c 'import numpy, zstandard' 2>/dev/null; then
         study=$(DELTA_STUDY_QUICK=1 python3 "$(dirname "$0")/ckpt-delta-study.py" "$scratch/ck" 4 2>&1 | sed 's/^/    /')
     fi
-    read -r delta_b ndelta <<<"$(bytes_run 4)"
-    "$tool" verify "$scratch/ck/$(ls "$scratch/ck" | grep '^step-' | tail -1)" >/dev/null &&
-        vok="verify of the last delta: ok" || vok="verify of the last delta: FAILED"
+    read -r d_b nd vd <<<"$(mode_run delta WHALE_CKPT_DELTA=4)"
+    read -r q_b nq vq <<<"$(mode_run q8 WHALE_CKPT_DELTA=0 WHALE_CKPT_MOMENTS=int8)"
+    read -r qd_b nqd vqd <<<"$(mode_run q8delta WHALE_CKPT_DELTA=4 WHALE_CKPT_MOMENTS=int8)"
+    read -r wqd_b nwqd vwqd <<<"$(mode_run wq8delta WHALE_CKPT_DELTA=4 WHALE_CKPT_MOMENTS=int8 WHALE_CKPT_WEIGHTS=int8)"
     l1=$(load1)
-    delta_line=$(awk -v f="$full_b" -v d="$delta_b" -v n="$ndelta" -v st="$dsteps" -v v="$vok" 'BEGIN {
-  printf "bytes written per save over %d steps of gpt-small (%d saves): full %.1f MB, delta (a full every 5) %.1f MB = %.1f %%  target <= 50 %%: %s; %s\n", st, n, f/1e6, d/1e6, 100*d/f, (d <= 0.5*f ? "MET" : "NOT MET"), v
-}')
-    echo "delta run: $delta_line  [load $l0 -> $l1]"
-    rm -rf "$scratch/ck"
+    ref="$scratch/full.safetensors"
+    delta_line=$(
+        printf 'bytes written per save over %d steps of gpt-small (a save every %d steps: %d saves; delta modes: a full save every 5), as %% of a full fp32 save (%.1f MB); restore error of the last step (a delta: through its chain) as rel. L2 against the exact run (weights, 1st moment, 2nd moment):\n' \
+            "$dsteps" "$every" "$nfull" "$(awk -v f="$full_b" 'BEGIN {print f/1e6}')"
+        best=
+        for m in "full fp32|$full_b|$vfull|full" "exact delta|$d_b|$vd|delta" \
+                 "INT8 moments, full|$q_b|$vq|q8" "INT8 moments + delta|$qd_b|$vqd|q8delta" \
+                 "INT8 weights + moments + delta|$wqd_b|$vwqd|wq8delta"; do
+            IFS='|' read -r name bytes v tag <<<"$m"
+            read -r ew em ev <<<"$(rel_err "$scratch/$tag.safetensors" "$ref")"
+            [ "$tag" = full ] && ew=reference em=- ev=-
+            pct=$(awk -v f="$full_b" -v d="$bytes" 'BEGIN {printf "%.1f", 100*d/f}')
+            printf '  %-32s %6s %%  %s  error w %s m %s v %s  verify %s\n' "$name" "$pct" \
+                "$(awk -v p="$pct" 'BEGIN {print (p <= 50 ? "<= 50 %" : "> 50 % ")}')" "$ew" "$em" "$ev" "$v"
+            awk -v p="$pct" 'BEGIN {exit !(p <= 50)}' && best="${best:+$best, }$name ($pct %, moments error $em / $ev)"
+        done
+        [ -n "$best" ] && echo "  target <= 50 %: MET by $best" || echo "  target <= 50 %: NOT MET"
+        awk -v f="$full_b" -v d="$d_b" 'BEGIN {exit !(d > 0.5*f)}' &&
+            echo "  exact deltas stay above 50 %: Adam's first moment is mostly new after $every steps (per tensor kind: contrib/bench/ckpt-delta-study.py below)" || true
+    )
+    echo "delta run: [load $l0 -> $l1]"
+    echo "$delta_line"
+    rm -rf "$scratch/ck" "$scratch"/*.safetensors
 fi
 m_sync=$(printf '%s\n' "${sync_s[@]}" | median)
 set +u # the arrays of a part not run are empty

@@ -204,6 +204,11 @@ spare_proc() {
   # no recovery: no event, no redone step (each step written once)
   ! grep -q '"event":"recovery"' "$TMPD/kspare.jsonl"
   ! grep -q "recovery:" "$TMPD/kspare.out"
+  # the end of the step is fenced over the live tasks: no barrier fails on
+  # the dead spare, and no task sees a working rank vanish while it still
+  # talks to it (the waiting spare would take that for 8 failures)
+  [ "$(grep -cE "error: barrier on a group of|error: rank [0-9]+ \(task [0-9]+ on [^)]*\) failed" \
+        "$TMPD/kspare.out")" -eq 0 ]
   [ "$(grep -c '^{"step"' "$TMPD/kspare.jsonl")" -eq "$STEPS" ]
   run same_curve "$TMPD/ref-3d-long.jsonl" "$TMPD/kspare.jsonl" 1e-6
   echo "$output"

@@ -82,6 +82,14 @@ void   ckpt_unshuffle(const void *src, void *dst, size_t n, int w);
 bool   ckpt_delta_width_ok(size_t w);
 void   ckpt_delta_encode(size_t w, const void *base, const void *cur, size_t n, void *out);
 void   ckpt_delta_apply(size_t w, const void *base, void *inout, size_t n);
+/* The same over a chunk's encoded bytes (ckpt_enc_size of them): each of
+ * its arrays (int8: scales, codes) at its own width. Whether the encoding
+ * of dtype t has deltas. */
+bool   ckpt_delta_enc_ok(enum ckpt_enc e, enum whale_dtype t);
+void   ckpt_delta_encode_enc(enum ckpt_enc e, enum whale_dtype t, int64_t n, int block,
+                             const void *base, const void *cur, void *out);
+void   ckpt_delta_apply_enc(enum ckpt_enc e, enum whale_dtype t, int64_t n, int block,
+                            const void *base, void *inout);
 uint16_t ckpt_f32_to_bf16(float f);
 float    ckpt_bf16_to_f32(uint16_t h);
 uint16_t ckpt_f32_to_f16(float f);

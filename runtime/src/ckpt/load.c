@@ -572,7 +572,7 @@ int whale_ckpt_reader_rng(const whale_ckpt_reader *r, int rank, void *buf, size_
 /* ---- reading chunks -------------------------------------------------------- */
 
 static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **alloc,
-                      void **out);
+                      void **out, bool decode);
 
 static bool same_region(const ckpt_region *a, const ckpt_region *b)
 {
@@ -620,13 +620,13 @@ static int base_reader(whale_ckpt_reader *r, const char *name, whale_ckpt_reader
     return rc;
 }
 
-/* A delta chunk's n values in buf (differences, delta.c) become the
- * values: the same region of the same tensor in its base, plus these. */
+/* A delta chunk's n values in buf (differences, delta.c, of its encoded
+ * bytes) become the encoded values: the same region of the same tensor in
+ * its base, stored in the same encoding, plus these. */
 static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void *buf,
                        int64_t n)
 {
-    size_t w = ckpt_dtype_size(t->dtype);
-    if (r->is_base || c->enc != CKPT_ENC_RAW || !ckpt_delta_width_ok(w)) {
+    if (r->is_base || !ckpt_delta_enc_ok(c->enc, t->dtype)) {
         whale_error("checkpoint: %s: tensor %s: a delta chunk %s", r->dir, t->name,
                     r->is_base ? "in a checkpoint that a delta names as its full base (chains "
                                  "are one deep)"
@@ -643,15 +643,16 @@ static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, 
     for (size_t k = 0; bt && k < bt->nc && !bc; k++)
         if (same_region(&bt->c[k].reg, &c->reg))
             bc = &bt->c[k];
-    if (!bt || bt->dtype != t->dtype || !bc || bc->enc != CKPT_ENC_RAW) {
-        whale_error("checkpoint: %s: tensor %s: its base %s has no exact chunk of the same "
-                    "dtype and region", r->dir, t->name, b->dir);
+    if (!bt || bt->dtype != t->dtype || !bc || bc->enc != c->enc || bc->block != c->block) {
+        whale_error("checkpoint: %s: tensor %s: its base %s has no chunk of the same dtype, "
+                    "region and encoding (%s, block %d)", r->dir, t->name, b->dir,
+                    ckpt_enc_name(c->enc), c->block);
         return WHALE_EDATA;
     }
     void *ba, *bb;
-    if ((rc = load_chunk(b, bt, bc, &ba, &bb)))
+    if ((rc = load_chunk(b, bt, bc, &ba, &bb, false)))
         return rc;
-    ckpt_delta_apply(w, bb, buf, (size_t)n);
+    ckpt_delta_apply_enc(c->enc, t->dtype, n, c->block, bb, buf);
     free(ba);
     return 0;
 }
@@ -659,9 +660,10 @@ static int apply_delta(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, 
 /* Reads, checks and decodes one chunk into a buffer of the tensor's dtype
  * (a delta chunk: plus its base's): *out, inside the allocation *alloc
  * that the caller frees (an O_DIRECT read's aligned buffer starts before
- * the chunk's first byte). */
+ * the chunk's first byte). decode false: the checked encoded bytes (what
+ * a delta against this chunk is a difference of). */
 static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, void **alloc,
-                      void **out)
+                      void **out, bool decode)
 {
     *alloc = NULL;
     *out = NULL;
@@ -793,7 +795,7 @@ static int load_chunk(whale_ckpt_reader *r, const rtensor *t, const rchunk *c, v
             return WHALE_ECORRUPT;
         }
     }
-    if (c->enc == CKPT_ENC_RAW) {
+    if (c->enc == CKPT_ENC_RAW || !decode) {
         *alloc = encbuf;
         *out = enc;
         return 0;
@@ -914,7 +916,7 @@ static int read_piece(whale_ckpt_reader *r, const whale_ckpt_piece *p)
         if (ahi <= blo || bhi <= alo)
             continue;
         void *alloc, *buf;
-        if ((rc = load_chunk(r, t, c, &alloc, &buf)))
+        if ((rc = load_chunk(r, t, c, &alloc, &buf, true)))
             break;
         struct copy_ctx cc = {buf, t->dtype, p->data, p->dtype, bits};
         if (c->enc != CKPT_ENC_RAW)
@@ -1013,7 +1015,7 @@ int whale_ckpt_verify(whale_ckpt_reader *r, int *bad_out)
         int64_t have = 0, want = ckpt_shape_numel(t->ndim, t->shape);
         for (size_t k = 0; k < t->nc; k++) {
             void *alloc, *buf;
-            if (load_chunk(r, t, &t->c[k], &alloc, &buf))
+            if (load_chunk(r, t, &t->c[k], &alloc, &buf, true))
                 bad++;
             free(alloc);
             have += ckpt_region_numel(&t->c[k].reg);

@@ -279,12 +279,12 @@ struct stored {
     bool delta;      /* the difference against the base's chunk (delta.c) */
 };
 
-/* Whether chunk x of this save is stored as a delta: an exact chunk of a
- * delta save whose element width the difference handles. */
+/* Whether chunk x of this save is stored as a delta: a chunk of a delta
+ * save whose encoding the difference handles (exact of width 1/2/4/8,
+ * bf16, fp16, int8). */
 static bool delta_chunk(const whale_ckpt *ck, const chunk *x)
 {
-    return ck->delta_now && x->enc == CKPT_ENC_RAW &&
-           ckpt_delta_width_ok(ckpt_dtype_size(x->p->dtype));
+    return ck->delta_now && ckpt_delta_enc_ok(x->enc, x->p->dtype);
 }
 
 static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
@@ -305,13 +305,24 @@ static int encode_chunk(whale_ckpt *ck, const chunk *x, struct stored *s)
     s->raw = s->data == x->raw;
     int level = ck->cfg.zstd_level;
     if (delta_chunk(ck, x)) {
-        /* the snapshot of the base has this save's layout: the same offset */
-        size_t w = ckpt_dtype_size(p->dtype);
+        /* the snapshot of the base has this save's layout: the same offset;
+         * encoded again, it gives the codes the base stored (encoding is a
+         * pure function of the values) */
         const unsigned char *b = ck->base + (x->raw - ck->buf);
-        if (!(s->own = malloc(s->enc_len ? s->enc_len : 1)))
+        void *benc = NULL, *d = malloc(s->enc_len ? s->enc_len : 1);
+        if (d && x->enc != CKPT_ENC_RAW) {
+            if ((benc = malloc(s->enc_len ? s->enc_len : 1)))
+                ckpt_encode(x->enc, p->dtype, b, x->n, x->block, benc);
+        }
+        if (!d || (x->enc != CKPT_ENC_RAW && !benc)) {
+            free(d);
             return WHALE_ENOMEM;
-        ckpt_delta_encode(w, b, x->raw, (size_t)x->n, s->own);
-        s->data = s->own;
+        }
+        ckpt_delta_encode_enc(x->enc, p->dtype, x->n, x->block, benc ? benc : b, s->data, d);
+        free(benc);
+        free(s->own);
+        s->own = d;
+        s->data = d;
         s->delta = true;
         level = level > 0 ? level : 1; /* the point of a delta is its zeros */
     }

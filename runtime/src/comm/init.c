@@ -294,12 +294,52 @@ fail:
     return rc;
 }
 
+/* The finalize barrier's group when a member of the step-wide group is
+ * dead (an idle spare that died: no agreement rebuilt the groups since, so
+ * ctx->all still holds it and a barrier on it fails at once): the live
+ * members, the same set on every task once each has noticed the death
+ * (a dead same-node process is checked here, not only while an operation
+ * waits). NULL: nobody is dead, a working rank is, or no group could be
+ * made. */
+#define FINALIZE_GID 0x7ff0 /* above every epoch's groups (member/el_internal.h) */
+static whale_group *live_group(whale_ctx *ctx)
+{
+    whale_group *all = ctx->all, *g = NULL;
+    pthread_mutex_lock(&ctx->lock);
+    for (int t = 0; ctx->watch && t < ctx->boot.ntasks; t++)
+        if (ctx->watch[t] && !ctx->dead[t] && comm_proc_alive(&ctx->procs[t]) == 0)
+            comm_mark_dead(ctx, t, "the process exited");
+    int *tasks = malloc(sizeof(int) * (size_t)all->size);
+    int *wr = malloc(sizeof(int) * (size_t)all->size), n = 0;
+    bool rank_lost = false;
+    for (int i = 0; tasks && wr && i < all->size; i++)
+        if (!ctx->dead[all->tasks[i]]) {
+            tasks[n] = all->tasks[i];
+            wr[n++] = all->world_ranks[i];
+        } else {
+            rank_lost |= ctx->boot.rank_of_task[all->tasks[i]] >= 0;
+        }
+    /* Only spares dead: every working rank is on its way here. A dead working
+     * rank means the step is stopping on a failure: the barrier on
+     * ctx->all fails at once as before, rather than waiting here on a
+     * peer that may be stuck elsewhere. internal: no sub-groups (their
+     * ids would be FINALIZE_GID + 1, + 2). */
+    if (tasks && wr && !rank_lost && n < all->size && n > 1 &&
+        comm_group_new(ctx, FINALIZE_GID, tasks, wr, n, true, &g))
+        g = NULL;
+    pthread_mutex_unlock(&ctx->lock);
+    free(tasks);
+    free(wr);
+    return g;
+}
+
 int whale_finalize(whale_ctx *ctx)
 {
     if (!ctx)
         return 0;
     int rc = 0;
     bool clean = true;
+    whale_group *live = NULL;
     comm_transports_fini(ctx);
     if (ctx->all && ctx->all->size > 1) {
         /* Nobody closes endpoints while a peer may still talk to it. The
@@ -309,6 +349,11 @@ int whale_finalize(whale_ctx *ctx)
          * the barrier with WHALE_EPEER. The PMIx fence (outside UCX, the
          * progress thread still serving UCX meanwhile) holds every rank
          * until all have left the UCX barrier. */
+        /* a dead idle spare still in ctx->all: the live members fence
+         * (the waiting spares among them too, so that none of them sees
+         * the working ranks vanish before it learnt that the step ended) */
+        if (ctx->el)
+            live = live_group(ctx);
         bool lost = false;
         for (int t = 0; t < ctx->boot.ntasks; t++)
             lost |= ctx->dead[t];
@@ -319,7 +364,8 @@ int whale_finalize(whale_ctx *ctx)
             comm_member->step_done(ctx);
             pthread_mutex_unlock(&ctx->lock);
         }
-        if (whale_barrier(ctx->all)) {
+        whale_group *fin = live ? live : ctx->all;
+        if (whale_barrier(fin)) {
             clean = false;
             rc = WHALE_EPEER;
         } else {
@@ -333,7 +379,7 @@ int whale_finalize(whale_ctx *ctx)
                 /* PMIx fences hang while a task of the step is dead: a
                  * second UCX barrier narrows the window instead (its
                  * failure only means a peer already left). */
-                whale_barrier(ctx->all);
+                whale_barrier(fin);
                 ctx->fenced = true;
             } else if (boot_fence(&ctx->boot)) {
                 clean = false;
@@ -344,6 +390,7 @@ int whale_finalize(whale_ctx *ctx)
         }
     }
     comm_thread_stop(ctx);
+    comm_group_destroy(live); /* internal: destroy_groups leaves it */
     if (ctx->nactive)
         whale_warn("finalize with %d operation(s) still pending", ctx->nactive);
     if (ctx->el)

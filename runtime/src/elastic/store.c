@@ -145,14 +145,19 @@ int whale_red_every_from_env(int dflt, int *every)
     *every = dflt;
     if (!s || !*s || !strcmp(s, "auto"))
         return 0;
+    /* auto:MIN (testing): adaptive, K at least MIN from its first
+     * evaluation on (K starts at 1 all the same) */
+    const bool floor = !strncmp(s, "auto:", 5);
     char *end;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || v < 0 || v > 1000000) {
+    long v = strtol(floor ? s + 5 : s, &end, 10);
+    if (end == (floor ? s + 5 : s) || *end || v < (floor ? 1 : 0) || v > (floor ? 16 : 1000000)) {
         whale_error("WHALE_REDUNDANCY_EVERY=%s: expected an integer in 0..1000000 (steps between "
-                    "refreshes of the in-memory copy; 0 disables it) or auto", s);
+                    "refreshes of the in-memory copy; 0 disables it), auto or auto:MIN (MIN 1..16)",
+                    s);
         return WHALE_EINVAL;
     }
-    *every = (int)v;
+    if (!floor)
+        *every = (int)v;
     return 0;
 }
 

@@ -77,7 +77,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_RANK", "contract", "", "logical rank of this task (-1 for a spare)" },
     { "WHALE_RANKMAP", "contract", "", "logical rank -> task id, compact, or @FILE" },
     { "WHALE_REBALANCE", "spec", "off (auto: 0.15:3)", "re-measure the DP replicas' speeds every step and move micro-batches when a step would be TH faster for K steps: TH[:K] or off (--rebalance overrides)" },
-    { "WHALE_REDUNDANCY_EVERY", "spec", "auto", "elastic steps: refresh the in-memory copy every K steps (0..1000000; 0: local rollback only), or auto: K starts at 1 and rises so that a refresh blocks at most 5 % of a step" },
+    { "WHALE_REDUNDANCY_EVERY", "spec", "auto", "elastic steps: refresh the in-memory copy every K steps (0..1000000; 0: local rollback only), or auto: K starts at 1 and rises so that a refresh blocks at most 5 % of a step; auto:MIN (testing): K at least MIN (1..16) from step 4 on" },
     { "WHALE_REPORT", "contract", "", "FIFO of this node's slurmstepd for failure reports" },
     { "WHALE_RMA_PROTO", "enum", "auto", "one-sided transfers to remote peers: auto (tagged messages for PEER-mode peers), tag or ucx" },
     { "WHALE_SHM", "bool", "1", "allreduce, reduce-scatter and allgather of one-node groups through a shared segment (0: UCX messages only)" },

@@ -57,6 +57,7 @@ struct train_elastic {
     bool elastic;
     int every;
     bool adaptive;           /* WHALE_REDUNDANCY_EVERY unset or auto: K follows the cost */
+    int kmin;                /* auto:MIN: the adaptation never picks a K below MIN */
     double t_last;           /* end of the previous step (adaptive K) */
     double avg_step, avg_cost; /* moving averages: iteration, one refresh */
     bool promoted;
@@ -134,7 +135,8 @@ int te_init(struct train_elastic **out, whale_ctx *ctx)
         return 2;
     }
     const char *el = whale_knob_getenv("WHALE_ELASTIC"), *ev = whale_knob_getenv("WHALE_REDUNDANCY_EVERY");
-    te->adaptive = !ev || !*ev || !strcmp(ev, "auto");
+    te->adaptive = !ev || !*ev || !strncmp(ev, "auto", 4);
+    te->kmin = te->adaptive && ev && ev[4] == ':' ? atoi(ev + 5) : 1; /* checked by the library */
     te->elastic = whale_ntasks(ctx) > whale_world_size(ctx) || (el && !strcmp(el, "1")) ||
                   (ev && *ev && te->every > 0);
     *out = te;
@@ -1052,6 +1054,8 @@ static void te_adapt(struct train_elastic *te, int64_t step, bool refreshed)
     int32_t want = te->avg_step > 0 ? whale_red_adapt_every(te->avg_cost, te->avg_step, TE_TARGET,
                                                             te->every, TE_KMAX)
                                     : te->every;
+    if (want < te->kmin)
+        want = te->kmin;
     if (whale_allreduce(whale_world(te->ctx), &want, &want, 1, WHALE_INT32, WHALE_MAX))
         return; /* a failure: it shows in the next step */
     if (want == te->every)
@@ -1317,7 +1321,17 @@ int te_recover(struct train_elastic *te, whale_ctx *ctx, struct train_job *job, 
     } else {
         te_attach(te, *job->rank, whale_task_id(ctx));
     }
+    /* A new store holds nothing yet: it takes step R at once, whatever K
+     * (R is a multiple of the K it was copied under, not necessarily of
+     * the K now, up to 16 under load), so that a failure before the next
+     * multiple of K finds R in every survivor's image and in the new
+     * holders' copies instead of nothing. */
+    const bool fresh = !strcmp(src, "disk") || ev.kind == WHALE_RECOVERY_SHRUNK;
+    if (fresh)
+        whale_red_set_every(te->red, 1);
     whale_red_snapshot(te->red, *job->e);
+    if (fresh)
+        whale_red_set_every(te->red, te->every > 0 ? te->every : 1);
     whale_red_get_stats(te->red, &te->prev);
     te->last_done = R;
     te->pending = true;

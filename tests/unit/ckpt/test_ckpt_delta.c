@@ -176,12 +176,13 @@ static void test_missing_or_damaged_base(void **st)
 
 /* Values that move by ~1e-4 relative (an optimizer step or ten): the
  * delta writes well under half the bytes of a full save, and restores
- * exactly. */
-static void test_small_moves_compress(void **st)
+ * exactly; stored as int8 (weights mode `w`), the codes mostly stay, so
+ * the delta of the codes is small too, and restores the codes exactly. */
+static void small_moves(enum whale_ckpt_wstore wm)
 {
-    (void)st;
     char *root = ckpt_test_root("delta");
     whale_ckpt_config c = cfg_for(root);
+    c.weights = wm;
     c.delta_every = 2;
     c.chunk_bytes = 1 << 20;
     whale_ckpt *ck;
@@ -219,12 +220,145 @@ static void test_small_moves_compress(void **st)
     whale_ckpt_reader *r;
     assert_int_equal(whale_ckpt_reader_open(d, &r), 0);
     assert_int_equal(whale_ckpt_read(r, &q, 1), 0);
+    if (wm == WHALE_CKPT_WEIGHTS_INT8) { /* what a full int8 save restores */
+        void *e = malloc(ckpt_enc_size(CKPT_ENC_Q8, WHALE_FLOAT32, N, c.quant_block));
+        assert_non_null(e);
+        ckpt_encode(CKPT_ENC_Q8, WHALE_FLOAT32, x, N, c.quant_block, e);
+        ckpt_decode(CKPT_ENC_Q8, WHALE_FLOAT32, e, N, c.quant_block, x);
+        free(e);
+    }
     assert_memory_equal(x, y, N * sizeof *x);
     whale_ckpt_reader_close(r);
     free(x);
     free(y);
     ckpt_rm_rf(root);
     free(root);
+}
+
+static void test_small_moves_compress(void **st)
+{
+    (void)st;
+    small_moves(WHALE_CKPT_WEIGHTS_EXACT);
+    small_moves(WHALE_CKPT_WEIGHTS_INT8);
+}
+
+/* Saves steps first..last of the tiny model under c (one rank). */
+static void save_steps(whale_ckpt_config *c, int first, int last)
+{
+    whale_ckpt *ck;
+    assert_int_equal(whale_ckpt_open(c, &ck), 0);
+    struct synth_layout l;
+    synth_layout_of(1, 1, 1, 0, 0, &l);
+    for (int s = first; s <= last; s++) {
+        whale_ckpt_piece *p;
+        size_t n;
+        assert_int_equal(synth_pieces(&tiny, &l, true, true, s, &p, &n), 0);
+        whale_ckpt_meta m = {.step = s};
+        assert_int_equal(whale_ckpt_save(ck, &m, p, n, NULL), 0);
+        assert_int_equal(whale_ckpt_wait(ck), 0);
+        synth_free(p, n);
+    }
+    assert_int_equal(whale_ckpt_close(ck), 0);
+}
+
+/* How many chunks of a manifest are deltas stored in encoding `enc`. */
+static int delta_chunks_in(const char *dir, const char *enc)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/rank-00000.json", dir);
+    json_t *m = json_load_file(p, 0, NULL);
+    if (!m) { /* the index may live only in the manifest */
+        snprintf(p, sizeof p, "%s/manifest.json", dir);
+        m = json_load_file(p, 0, NULL);
+    }
+    assert_non_null(m);
+    int k = 0;
+    const char *key;
+    json_t *v;
+    /* chunk records are objects with "enc" and "delta_base", wherever they sit */
+    json_t *stack[64];
+    int sp = 0;
+    stack[sp++] = m;
+    while (sp) {
+        json_t *o = stack[--sp];
+        if (json_is_object(o)) {
+            const char *e = json_string_value(json_object_get(o, "enc"));
+            if (e && !strcmp(e, enc) && json_object_get(o, "delta_base"))
+                k++;
+            json_object_foreach(o, key, v) if ((json_is_object(v) || json_is_array(v)) && sp < 63)
+                stack[sp++] = v;
+        } else if (json_is_array(o)) {
+            size_t i;
+            json_array_foreach(o, i, v) if ((json_is_object(v) || json_is_array(v)) && sp < 63)
+                stack[sp++] = v;
+        }
+    }
+    json_decref(m);
+    return k;
+}
+
+/* Lossy storage modes chain too: a delta of the int8 (bf16) codes against
+ * the base's codes. Step 3 restored through its chain (a full save at 1,
+ * deltas at 2 and 3) equals, bit for bit, a full save of step 3 in the same
+ * mode, and verify checks the chain. */
+static void test_lossy_chain_equals_full(void **st)
+{
+    (void)st;
+    static const struct {
+        bool qm;
+        enum whale_ckpt_wstore w;
+        const char *enc; /* an encoding whose chunks must be deltas */
+    } modes[] = {
+        {true, WHALE_CKPT_WEIGHTS_EXACT, "q8"},
+        {true, WHALE_CKPT_WEIGHTS_INT8, "q8"},
+        {false, WHALE_CKPT_WEIGHTS_BF16, "bf16"},
+    };
+    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+        char *ra = ckpt_test_root("delta-lossy"), *rb = ckpt_test_root("delta-lossy-full");
+        whale_ckpt_config ca = cfg_for(ra), cb = cfg_for(rb);
+        ca.quantize_moments = cb.quantize_moments = modes[mi].qm;
+        ca.weights = cb.weights = modes[mi].w;
+        ca.delta_every = 3;
+        save_steps(&ca, 1, 3);
+        save_steps(&cb, 3, 3);
+        char da[4096], db[4096];
+        snprintf(da, sizeof da, "%s/step-00000003", ra);
+        snprintf(db, sizeof db, "%s/step-00000003", rb);
+        assert_string_equal(base_of(ra, "step-00000003"), "step-00000001");
+        assert_true(delta_chunks_in(da, modes[mi].enc) > 0);
+
+        struct synth_layout l;
+        synth_layout_of(1, 1, 1, 0, 0, &l);
+        whale_ckpt_piece *pa, *pb;
+        size_t na, nb;
+        assert_int_equal(synth_pieces(&tiny, &l, false, false, 3, &pa, &na), 0);
+        assert_int_equal(synth_pieces(&tiny, &l, false, false, 3, &pb, &nb), 0);
+        whale_ckpt_reader *r;
+        assert_int_equal(whale_ckpt_reader_open(da, &r), 0);
+        int bad = -1;
+        assert_int_equal(whale_ckpt_verify(r, &bad), 0);
+        assert_int_equal(bad, 0);
+        assert_int_equal(whale_ckpt_read(r, pa, na), 0);
+        whale_ckpt_reader_close(r);
+        assert_int_equal(whale_ckpt_reader_open(db, &r), 0);
+        assert_int_equal(whale_ckpt_read(r, pb, nb), 0);
+        whale_ckpt_reader_close(r);
+        assert_int_equal(na, nb);
+        for (size_t i = 0; i < na; i++) {
+            int64_t ne = 1;
+            for (int d = 0; d < pa[i].ndim; d++)
+                ne *= pa[i].count[d];
+            if (pa[i].flat)
+                ne = pa[i].flat_end - pa[i].flat_begin;
+            assert_memory_equal(pa[i].data, pb[i].data, (size_t)ne * ckpt_dtype_size(pa[i].dtype));
+        }
+        synth_free(pa, na);
+        synth_free(pb, nb);
+        ckpt_rm_rf(ra);
+        ckpt_rm_rf(rb);
+        free(ra);
+        free(rb);
+    }
 }
 
 static void test_codec_roundtrip(void **st)
@@ -255,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_chain_restore_verify_retention),
         cmocka_unit_test(test_missing_or_damaged_base),
         cmocka_unit_test(test_small_moves_compress),
+        cmocka_unit_test(test_lossy_chain_equals_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,11 +133,14 @@ check "--rebalance with a bad threshold refused, naming the option and the range
 # in-memory copy and every survivor's shards are re-cut for DP 3 (no
 # checkpoint directory: nothing on disk to fall back to); the survivors set
 # up new holders, so a second failure (DP 3 -> 2) restores from memory too;
-# whale-run needs no --keep-going for an elastic step
+# whale-run needs no --keep-going for an elastic step. K is 1 up to step 4
+# and 16 from there (auto:16, as a loaded machine may make it): the first
+# shrink restores step 4, which is no multiple of the K now, and the new
+# holders must get that step at once for the second shrink to find it
 for z in 1 3; do
   "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/ref4z.jsonl" >/dev/null 2>&1
-  out=$(WHALE_ELASTIC=1 WHALE_FAULT="kill:rank=3:step=8;kill:rank=2:step=14" timeout 300 \
-        "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
+  out=$(WHALE_ELASTIC=1 WHALE_REDUNDANCY_EVERY=auto:16 \
+        WHALE_FAULT="kill:rank=3:step=8;kill:rank=2:step=14" timeout 300 "$RUN" -n 4 "$TRAIN" "${el[@]}" --zero $z --metrics "$T/k4z.jsonl" 2>&1)
   d=$(reldiff "$T/ref4z.jsonl" "$T/k4z.jsonl")
   check "elastic shrinks DP 4 -> 3 -> 2 at ZeRO $z: shards re-cut from memory both times, same losses (max rel diff $d)" \
     'within "$d" 1e-5 && [[ "$out" == *"re-cut for DP 3 from memory"* ]] &&
