@@ -62,7 +62,7 @@ nothing_left() {
   run env WHALE_FAULT="kill:rank=1:step=3;explode:rank=0:step=1" "$RUN" -n 1 "$TRAIN" $(targs)
   [ "$status" -ne 0 ]
   echo "$output" | grep -q "WHALE_FAULT item 'explode:rank=0:step=1': unknown action 'explode'"
-  ! echo "$output" | grep -q '^0: step 1/'
+  ! echo "$output" | grep -q '^0: step 1/' || false
   run env WHALE_FAULT="kill:rank=1:step=3:phase=lunch" "$RUN" -n 1 "$TRAIN" $(targs)
   [ "$status" -ne 0 ]
   echo "$output" | grep -q "phase=lunch: expected start, forward, backward, collective, optimizer or ckpt"

@@ -160,7 +160,7 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   survivors_done $(seq 0 7 | grep -vx "$victim")
   grep -q "1 replaced task(s) do not count: exit status 0" "$D/out"
   # the channel is slurmstepd's, not the task's
-  ! grep -q SLURM_WHALE_RESULT "$D/out"
+  ! grep -q SLURM_WHALE_RESULT "$D/out" || false
   nothing_left
 }
 
@@ -278,7 +278,7 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   finish_step 0
   grep -q "ignored failure report 'node1 node 3 3'.*task 3 does not run on 'node1'" "$D/out"
   grep -q "ignored failure report 'node1 melt 0 0'.*kind 'melt'" "$D/out"
-  ! sinfo -h -N -o %t | grep -q '^dr'
+  ! sinfo -h -N -o %t | grep -q '^dr' || false
   nothing_left
 }
 
@@ -294,7 +294,7 @@ task_of() { sed -n "s/^start \([0-9]*\) $1 .*/\1/p" "$D/out" | sort -n | tr '\n'
   wait_for bash -c "[ ! -e '$D/report.$sibling' ] && [ ! -e '$D/report.$reporter' ]"
   wait_for grep -q "slurmd of node3 answers" "$D/out"
   wait_for grep -q "task $victim still runs here" "$D/out"
-  ! sinfo -h -N -o %t | grep -q '^dr'
+  ! sinfo -h -N -o %t | grep -q '^dr' || false
   kill -0 "$(cat "$D/pid.$victim")"
   finish_step 0
   grep -q "^done $victim\$" "$D/out"

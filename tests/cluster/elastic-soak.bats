@@ -68,7 +68,7 @@ load1() { awk '{ printf "%d\n", $1 + 0.5 }' /proc/loadavg; }
   grep -E "wall time|failures recovered" "$TMPD/soak.out" || tail -n 5 "$TMPD/soak.out"
   [ "${RC:-0}" -eq 0 ]
   [ "$(grep -c '^{"step"' "$TMPD/soak.jsonl")" -eq 200 ]
-  ! grep -q '"event":"recovery"' "$TMPD/soak.jsonl"
-  ! grep -E "failed or is unreachable|elastic: epoch|elastic: .*waiting up to" "$TMPD/soak.out"
+  ! grep -q '"event":"recovery"' "$TMPD/soak.jsonl" || false
+  ! grep -E "failed or is unreachable|elastic: epoch|elastic: .*waiting up to" "$TMPD/soak.out" || false
   nothing_left
 }

@@ -67,7 +67,7 @@ teardown() { "$MC" -i $I down >/dev/null 2>&1 || true; }
   [ "$status" -eq 0 ]
   for p in $pids; do [ ! -d "/proc/$p" ]; done
   [ -z "$(ip netns list | grep "^wmc$I-")" ]
-  ! ip link show wmc${I}br >/dev/null 2>&1
+  ! ip link show wmc${I}br >/dev/null 2>&1 || false
   [ -z "$(ip -o link show | grep "wmc${I}v")" ]
 }
 
@@ -77,8 +77,8 @@ teardown() { "$MC" -i $I down >/dev/null 2>&1 || true; }
   [[ "$output" == *"slurmd for node2 did not start"* ]]
   [[ "$output" == *"not-in-config"* ]]   # the tail of its log
   [ -z "$(ip netns list | grep "^wmc$I-")" ]
-  ! ip link show wmc${I}br >/dev/null 2>&1
-  ! pgrep -f "whale-minicluster-$I/slurm.conf" >/dev/null
+  ! ip link show wmc${I}br >/dev/null 2>&1 || false
+  ! pgrep -f "whale-minicluster-$I/slurm.conf" >/dev/null || false
   run "$MC" -i $I status
   [ "$status" -ne 0 ]
 }
@@ -129,7 +129,7 @@ alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; 
   run "$MC" -i $I kill-node node2
   [ "$status" -eq 0 ]
   [ -z "$(ip netns pids wmc$I-node2)" ]
-  ! alive "$slurmd2"
+  ! alive "$slurmd2" || false
   # node1 is untouched: its slurmd and its task still run
   [ -n "$(ip netns pids wmc$I-node1 | xargs -r ps -o comm= -p | grep '^sleep')" ]
   run "$MC" -i $I kill-node 2
@@ -152,7 +152,7 @@ alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:.*Z' "/proc/$1/status"; 
   timeout 5 bash -c "echo > /dev/tcp/$addr/$port"
   run "$MC" -i $I link-down node2
   [ "$status" -eq 0 ]
-  ! timeout 3 bash -c "echo > /dev/tcp/$addr/$port" 2>/dev/null
+  ! timeout 3 bash -c "echo > /dev/tcp/$addr/$port" 2>/dev/null || false
   [ -n "$(ip netns pids wmc$I-node2 | xargs -r ps -o comm= -p | grep '^slurmd')" ]
   run "$MC" -i $I link-down node2
   [ "$status" -eq 0 ]

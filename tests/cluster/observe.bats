@@ -161,7 +161,7 @@ PY
   [ "$status" -eq 0 ]
   [ "$(head -c 8 "$TMPD/page.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ]
   # nothing to fetch: no http(s) URL in any src/href
-  ! grep -Eq '(src|href)="https?:' "$TMPD/report.html"
+  ! grep -Eq '(src|href)="https?:' "$TMPD/report.html" || false
   for f in loss throughput mfu split memory system ranks events trace; do
     [ -s "$TMPD/svg/$f.svg" ]
   done

@@ -97,6 +97,16 @@ int whale_backend_open(const struct whale_backend_opts *o, whale_backend **out)
             free(b);
             return WHALE_EINVAL;
         }
+        if (k_fp32_gemm_mode() < 0) {
+            whale_error("WHALE_FP32_GEMM=%s: not an fp32 GEMM library (openblas or onednn)",
+                        whale_knob_getenv("WHALE_FP32_GEMM"));
+            pthread_mutex_destroy(&b->lock);
+            free(b);
+            return WHALE_EINVAL;
+        }
+        if (k_fp32_gemm_mode() == K_FP32_GEMM_ONEDNN && !k_fp32_gemm_onednn())
+            whale_warn("WHALE_FP32_GEMM=onednn: this libwhale was built without oneDNN "
+                       "(libdnnl-dev); the fp32 GEMMs use OpenBLAS");
         rc = bk_cpu_open(o, b);
     } else {
 #ifdef WHALE_HAVE_CUDA_BACKEND

@@ -249,10 +249,46 @@ static inline int k_team_id(void)
 #endif
 }
 
+/* The whole product as one oneDNN sgemm (WHALE_FP32_GEMM=onednn), which
+ * splits it over the OpenMP pool itself; the hooks run before and after it,
+ * rows split over the pool. Nonzero where oneDNN refused the call. */
+static int gemm_onednn(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                       int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                       const struct k_gemm_hooks *h)
+{
+    int par = !gemm_serial(M, N, K);
+    if (h && h->pre) {
+#pragma omp parallel num_threads(k_nthreads) if (par)
+        {
+            int nt = k_team_size(), id = k_team_id(), per = (M + nt - 1) / nt;
+            int r0 = id * per < M ? id * per : M, r1 = r0 + per < M ? r0 + per : M;
+            if (r0 < r1)
+                h->pre(h, r0, r1, 0, N);
+        }
+    }
+    if (k_sgemm_onednn(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+        return -1;
+    if (h && h->post) {
+#pragma omp parallel num_threads(k_nthreads) if (par)
+        {
+            int nt = k_team_size(), id = k_team_id(), per = (M + nt - 1) / nt;
+            int r0 = id * per < M ? id * per : M, r1 = r0 + per < M ? r0 + per : M;
+            if (r0 < r1)
+                h->post(h, r0, r1, 0, N);
+        }
+    }
+    return 0;
+}
+
 static void k_gemm_blocks(int transA, int transB, int M, int N, int K, float alpha,
                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
                           int ldc, const struct k_gemm_hooks *h)
 {
+    /* where oneDNN refuses the call, OpenBLAS does it: the pre hook (the
+     * bias fill) then runs twice, writing the same values */
+    if (k_fp32_gemm_onednn() && !k_in_parallel() &&
+        !gemm_onednn(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, h))
+        return;
     if (gemm_serial(M, N, K)) {
         gemm_whole(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, h);
         return;
@@ -392,7 +428,7 @@ void k_linear_bwd_gelu(enum whale_dtype mm, float *dinp, const float *pre, float
      * same bits. A GEMM too small to split runs whole on thread 0. The GELU
      * pass after an accumulated input gradient needs all of it: not here. */
     if (mm == WHALE_FLOAT32 && k_nthreads > 1 && !k_in_parallel() && !(pre && acc) &&
-        !(dinp && dinp == inp)) {
+        !(dinp && dinp == inp) && !k_fp32_gemm_onednn()) {
         struct k_gemm_hooks h = { .post = hook_gelu_bwd, .c = dinp, .x = pre, .ld = IC };
         const struct k_gemm_hooks *hd = pre ? &h : NULL;
         int sd = dinp && gemm_serial(N, IC, OC), sw = dw && gemm_serial(OC, IC, N);

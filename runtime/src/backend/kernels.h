@@ -43,6 +43,17 @@ bool k_bf16_gemm_available(void);
 enum { K_BF16_GEMM_AUTO, K_BF16_GEMM_ONEDNN, K_BF16_GEMM_SGEMM };
 int k_bf16_gemm_mode(void);
 
+/* kernels_sgemm.c: WHALE_FP32_GEMM, the library of the fp32 GEMMs: openblas
+ * (default) or onednn; -1 for any other value. k_fp32_gemm_onednn: whether
+ * k_gemm takes oneDNN's sgemm (asked for and built with oneDNN).
+ * k_sgemm_onednn: one row-major sgemm through oneDNN, threaded over the
+ * OpenMP pool when called outside a parallel region; 0 or -1. */
+enum { K_FP32_GEMM_OPENBLAS, K_FP32_GEMM_ONEDNN };
+int k_fp32_gemm_mode(void);
+bool k_fp32_gemm_onednn(void);
+int k_sgemm_onednn(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* The linear layers take the GEMM operand type mm (see k_gemm_mm). */
 /* out (N,OC) = inp (N,IC) @ w (OC,IC)^T + b (OC) ; b may be NULL */
 void k_linear_fwd(enum whale_dtype mm, float *out, const float *inp, const float *w,

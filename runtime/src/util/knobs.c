@@ -49,6 +49,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_EP", "contract", "", "expert-parallel degree: divides DP, expert groups of EP consecutive DP ranks" },
     { "WHALE_FAULT", "spec", "", "testing: kill|hang:rank=R:step=S[:phase=P][;...] fails a rank (see whale-train(1))" },
     { "WHALE_FLUSH_DENORMALS", "bool", "1", "CPU kernels flush subnormal floats to zero (FTZ/DAZ; 0: keep IEEE subnormals, slower where values near 0 occur)" },
+    { "WHALE_FP32_GEMM", "enum", "openblas", "the library of the CPU's fp32 GEMMs (linear layers, LM head): openblas (sgemm split over whale's threads) or onednn (oneDNN's sgemm, threaded by oneDNN; builds with libdnnl-dev; other rounding in the last bits)" },
     { "WHALE_GENERATE_REEXEC", "contract", "", "internal: whale-generate re-executed itself with OMP_WAIT_POLICY=passive" },
     { "WHALE_GRAD_ACCUM", "int", "the plan's num_micro_batches, else 1", "micro-batches per step (--grad-accum overrides)" },
     { "WHALE_HANG_TIMEOUT", "number", "0 (off)", "seconds a computing rank's progress may stand still before it is failed as hung" },
