@@ -7,6 +7,7 @@
 #include "moe_ep.h"
 #include "moe.h"
 #include "device.h"
+#include "step.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -610,6 +611,8 @@ int eng_create_groups(const struct whale_engine_config *c, whale_ctx *ctx,
     e->off.mode = c->offload;
     e->off.prefetch = c->offload_prefetch > 0 ? c->offload_prefetch : 1;
     if (!rc)
+        rc = whale_env_bool("WHALE_ZERO_LATE_GATHER", false, &e->late_gather);
+    if (!rc)
         rc = eng_dev_open(e, c);
     if (!rc) {
         struct whale_arena_backend ab;
@@ -717,6 +720,8 @@ void whale_engine_destroy(whale_engine *e)
             e->buckets[b].comm->wait(e->buckets[b].comm, e->buckets[b].greq);
         if (e->buckets[b].wreq)
             e->buckets[b].comm->wait(e->buckets[b].comm, e->buckets[b].wreq);
+        if (e->buckets[b].agreq)
+            e->buckets[b].comm->wait(e->buckets[b].comm, e->buckets[b].agreq);
     }
     eng_off_quiesce(e);
     for (int b = 0; b < e->nb && e->arena; b++) {
@@ -908,6 +913,11 @@ int whale_engine_tensors(whale_engine *e, whale_tensor_fn fn, void *user)
 int whale_engine_tensors_then(whale_engine *e, whale_tensor_fn fn, whale_tensor_done_fn done,
                               void *user)
 {
+    /* ZeRO 1/2: the last step's gathers of the updated weights have landed
+     * (a save reads them, a restore overwrites them) */
+    int grc = eng_w_settle_all(e);
+    if (grc)
+        return grc;
     /* offload: moves finished, and the caller may write the pieces (restore):
      * the host master is refreshed from the weights before the next update */
     eng_off_quiesce(e);

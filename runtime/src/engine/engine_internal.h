@@ -27,6 +27,9 @@ struct eng_bucket {
     float *wbuf;        /* ZeRO 3 or 16-bit params: the bucket's fp32 compute weights */
     uint16_t *wbuf16;   /* ZeRO 3 with 16-bit params: the gathered 16-bit weights */
     void *wreq;
+    void *agreq;        /* ZeRO 1/2: the allgather of the updated weights, in flight from
+                           the optimizer until the bucket's next use (eng_w_settle) */
+    bool ag_late;       /* testing: that gather is issued only when the bucket is used */
     int wref;
     int chunk;          /* model chunk whose backward fills it (-1: the tied wte copy) */
     bool tied_defer;    /* PP > 1: holds wte; reduced after the step's pipeline, once the
@@ -158,6 +161,7 @@ struct whale_engine {
     struct whale_lr_schedule sched;
     struct whale_adamw adam;
     bool inject_overflow;
+    bool late_gather;        /* WHALE_ZERO_LATE_GATHER (step_optim.c: ag_poison) */
     whale_engine_phase_fn phase_fn; /* fault injection (whale_engine_set_phase_hook) */
     void *phase_user;
 

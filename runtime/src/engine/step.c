@@ -193,6 +193,9 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     if (!rc)
         rc = eng_grads_finish(e);
     if (rc) {
+        /* the last step's weight gathers a failed forward did not reach
+         * complete (or fail) before the caller reads or frees the weights */
+        (void)eng_w_settle_all(e);
         whale_error("step %lld failed: %s", (long long)e->step + 1, whale_strerror(rc));
         return rc;
     }
@@ -242,7 +245,9 @@ int whale_engine_eval(whale_engine *e, const int32_t *inputs, const int32_t *tar
                       double *loss)
 {
     double loss_sum = 0, tokens;
-    int rc = step_tokens(e, targets, &tokens);
+    int rc = eng_w_settle_all(e); /* the weights the last step updated, all of them */
+    if (!rc)
+        rc = step_tokens(e, targets, &tokens);
     if (!rc)
         rc = eng_dev_tokens(e, &inputs, &targets);
     if (!rc)

@@ -36,6 +36,10 @@ int eng_g_poll(whale_engine *e);
 void eng_grad_stats(whale_engine *e, double *sumsq, bool *bad);
 int  eng_apply_adamw(whale_engine *e, float grad_mul);
 int  eng_allgather_weights(whale_engine *e);
+/* ZeRO 1/2: wait for bucket b's (every bucket's) gather of the weights the
+ * last step updated; before anything reads them. */
+int  eng_w_settle(whale_engine *e, int b);
+int  eng_w_settle_all(whale_engine *e);
 void eng_zero_grads(whale_engine *e);
 
 #endif

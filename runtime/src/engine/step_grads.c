@@ -43,6 +43,48 @@ static bool g_reduce_16(const whale_engine *e, const struct eng_bucket *bk)
            g->ireduce_scatter16;
 }
 
+/* ZeRO 1: the optimizer reads only this rank's block of the summed
+ * gradient, so a reduce-scatter (half an allreduce's traffic) suffices.
+ * The block lands in a scratch buffer (16 bits: after the bucket in g16)
+ * and eng_g_finish copies it to its place in G; the other blocks of G keep
+ * this rank's local sums, which nothing reads before they are zeroed. */
+static int g_reduce_scatter_z1(whale_engine *e, struct eng_bucket *bk)
+{
+    const size_t sb = bk->n / bk->comm->size;
+    int rc;
+    if (g_reduce_16(e, bk)) {
+        if (!(bk->g16 = (uint16_t *)eng_scratch_alloc(e, WHALE_MEM_GRAD, (bk->n + sb) / 2, false)))
+            return WHALE_ENOMEM;
+        eng_lp_store(e, bk->g16, e->G + bk->flat, bk->n);
+        rc = bk->comm->ireduce_scatter16(bk->comm, bk->g16, bk->g16 + bk->n, sb, e->lp, &bk->greq);
+    } else {
+        if (!(bk->rs_tmp = eng_scratch_alloc(e, WHALE_MEM_GRAD, sb, false)))
+            return WHALE_ENOMEM;
+        rc = bk->comm->ireduce_scatter(bk->comm, e->G + bk->flat, bk->rs_tmp, sb, &bk->greq);
+    }
+    if (!rc) {
+        eng_comm_started(e);
+        eng_phase(e, WHALE_ENGINE_COLLECTIVE);
+    }
+    return rc;
+}
+
+/* ZeRO 1: the reduced block from the scratch buffer into G. */
+static void g_finish_z1(whale_engine *e, struct eng_bucket *bk)
+{
+    const size_t sb = bk->n / bk->comm->size;
+    float *own = e->G + bk->flat + (size_t)bk->comm->rank * sb;
+    if (bk->g16) {
+        eng_lp_load(e, own, bk->g16 + bk->n, sb);
+        float *f = (float *)bk->g16;
+        eng_scratch_free(e, WHALE_MEM_GRAD, &f, (bk->n + sb) / 2);
+        bk->g16 = NULL;
+    } else if (bk->rs_tmp) {
+        memcpy(own, bk->rs_tmp, sb * sizeof(float));
+        eng_scratch_free(e, WHALE_MEM_GRAD, &bk->rs_tmp, sb);
+    }
+}
+
 /* Bucket b has all gradients of this micro-batch: reduce it. */
 int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
 {
@@ -54,6 +96,8 @@ int eng_g_reduce(whale_engine *e, int b, bool first_micro, bool last_micro)
         /* full gradients stay local until the last micro-batch (no_sync) */
         if (!last_micro || bk->comm->size == 1)
             return 0;
+        if (z == 1)
+            return g_reduce_scatter_z1(e, bk);
         if (g_reduce_16(e, bk)) {
             /* round the fp32 sum to 16 bits, reduce, widen back in eng_g_finish */
             if (!(bk->g16 = (uint16_t *)eng_scratch_alloc(e, WHALE_MEM_GRAD, bk->n / 2, false)))
@@ -109,7 +153,9 @@ int eng_g_finish(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     int rc = eng_req_wait(e, &bk->greq);
     const size_t sb = bk->n / bk->comm->size;
-    if (bk->g16) {
+    if (e->cfg.zero_stage == 1 && bk->comm->size > 1) {
+        g_finish_z1(e, bk);
+    } else if (bk->g16) {
         if (e->cfg.zero_stage < 2) {
             eng_lp_load(e, e->G + bk->flat, bk->g16, bk->n);
             float *f = (float *)bk->g16;

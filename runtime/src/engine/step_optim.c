@@ -1,6 +1,7 @@
 /* The optimizer's part of a step on this rank's range: the global gradient
- * norm's local sum and inf/NaN check, AdamW in one backend call, the ZeRO
- * 1/2 allgather of the updated shards, and zeroing the gradients. */
+ * norm's local sum and inf/NaN check, AdamW in one backend call (per
+ * bucket under ZeRO 1/2), the ZeRO 1/2 allgather of the updated shards,
+ * and zeroing the gradients. */
 #include "step.h"
 
 #include <math.h>
@@ -81,21 +82,22 @@ void eng_grad_stats(whale_engine *e, double *sumsq, bool *bad)
     *bad = b;
 }
 
-/* AdamW over every (param, range) this rank updates, in ONE backend call:
- * on cpu that is one parallel region over all tensors (optim/adamw_multi.c)
- * instead of one per parameter, on cuda one launch per 32 pieces. The
- * pieces are independent, so the bits are those of the per-piece calls. */
-int eng_apply_adamw(whale_engine *e, float grad_mul)
+/* AdamW over every (param, range) of buckets [k0, k1) this rank updates, in
+ * ONE backend call: on cpu that is one parallel region over all tensors
+ * (optim/adamw_multi.c) instead of one per parameter, on cuda one launch
+ * per 32 pieces. The pieces are independent, so the bits are those of the
+ * per-piece calls. */
+static int adamw_buckets(whale_engine *e, float grad_mul, int k0, int k1)
 {
     struct eng_pieces it;
     size_t cap = 1;
-    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_UPDATE); eng_pieces_next(&it);)
+    for (eng_pieces_init(&it, e, k0, k1, ENG_RANGE_UPDATE); eng_pieces_next(&it);)
         cap++;
     struct whale_adamw_piece *pc = malloc(cap * sizeof *pc);
     if (!pc)
         return WHALE_ENOMEM;
     int np = 0;
-    for (eng_pieces_init(&it, e, 0, e->nb, ENG_RANGE_UPDATE); eng_pieces_next(&it);) {
+    for (eng_pieces_init(&it, e, k0, k1, ENG_RANGE_UPDATE); eng_pieces_next(&it);) {
         size_t o = eng_mvoff(e, it.bk, it.lo, it.a);
         pc[np++] = (struct whale_adamw_piece){ .w = eng_wptr(e, it.bk, it.lo, it.a),
                                                .g = eng_gptr(e, it.bk, it.lo, it.a),
@@ -103,52 +105,126 @@ int eng_apply_adamw(whale_engine *e, float grad_mul)
                                                .w16 = eng_w16ptr(e, it.bk, it.lo, it.a),
                                                .n = it.z - it.a, .decay = it.p->decay };
     }
-    int rc = whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, pc, np,
-                           eng_lp(e) ? e->lp : WHALE_BFLOAT16);
+    int rc = np ? whale_k_adamw(e->bk, NULL, &e->adam, e->adam_t, grad_mul, pc, np,
+                                eng_lp(e) ? e->lp : WHALE_BFLOAT16)
+                : 0;
     free(pc);
     return rc;
 }
 
-/* ZeRO 1/2: every rank gets everybody's updated shard. */
+/* ZeRO 1/2 over DP > 1 without offload: the gather of a bucket's updated
+ * weights can start as soon as that bucket is updated and finish while
+ * later buckets update and the next forward runs (eng_w_settle waits for
+ * it right before the bucket's first layer). */
+static bool gather_early(const whale_engine *e)
+{
+    const int z = e->cfg.zero_stage;
+    return (z == 1 || z == 2) && !e->off.mode;
+}
+
+/* Bucket k's allgather of the updated shards, left in flight in bk->agreq.
+ * With offload the mover brings the updated shard back first. */
+static int ag_issue(whale_engine *e, struct eng_bucket *bk)
+{
+    size_t sb = bk->n / bk->comm->size;
+    int rc;
+    if (eng_lp(e)) {
+        /* the 16-bit params travel (as sb/2 fp32 words: a gather only copies) */
+        uint16_t *own = (uint16_t *)e->agtmp + bk->shard_off;
+        if (e->off.mode) /* offload: the mover brings the updated shard back */
+            eng_move_wait(e, &bk->wup);
+        memcpy(own, e->W16 + bk->flat + (size_t)bk->comm->rank * sb, sb * sizeof(uint16_t));
+        rc = bk->comm->iallgather(bk->comm, (const float *)own, (float *)(e->W16 + bk->flat),
+                                  sb / 2, &bk->agreq);
+    } else {
+        if (e->off.mode) /* offload: the mover put the updated shard there */
+            eng_move_wait(e, &bk->wup);
+        else
+            memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)bk->comm->rank * sb,
+                   sb * sizeof(float));
+        rc = bk->comm->iallgather(bk->comm, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
+                                  &bk->agreq);
+    }
+    if (!rc)
+        eng_comm_started(e);
+    return rc;
+}
+
+/* Testing (WHALE_ZERO_LATE_GATHER): the other ranks' blocks of the bucket
+ * become NaN and the gather is issued only by eng_w_settle, so any read of
+ * the weights that does not wait for the gather first sees NaN. */
+static void ag_poison(whale_engine *e, struct eng_bucket *bk)
+{
+    const size_t sb = bk->n / bk->comm->size, esz = eng_lp(e) ? 2 : 4;
+    char *w = eng_lp(e) ? (char *)(e->W16 + bk->flat) : (char *)(e->W + bk->flat);
+    for (int r = 0; r < bk->comm->size; r++)
+        if (r != bk->comm->rank) /* all ones: NaN in fp32, bf16 and fp16 */
+            memset(w + (size_t)r * sb * esz, 0xff, sb * esz);
+    bk->ag_late = true;
+}
+
+static int ag_start(whale_engine *e, struct eng_bucket *bk)
+{
+    if (bk->comm->size == 1)
+        return 0;
+    if (e->late_gather) {
+        ag_poison(e, bk);
+        return 0;
+    }
+    return ag_issue(e, bk);
+}
+
+/* The update of this rank's range; under ZeRO 1/2 the gather of each
+ * bucket starts right after the bucket's update, in bucket order (the
+ * order the next forward needs them). */
+int eng_apply_adamw(whale_engine *e, float grad_mul)
+{
+    if (!gather_early(e))
+        return adamw_buckets(e, grad_mul, 0, e->nb);
+    int rc = 0;
+    for (int k = 0; k < e->nb && !rc; k++)
+        if (!(rc = adamw_buckets(e, grad_mul, k, k + 1)))
+            rc = ag_start(e, &e->buckets[k]);
+    return rc;
+}
+
+/* ZeRO 1/2 with offload (eng_off_apply updated the shards): every rank
+ * gets everybody's updated shard before the step returns. Without offload
+ * eng_apply_adamw has started the gathers already. */
 int eng_allgather_weights(whale_engine *e)
 {
     const int z = e->cfg.zero_stage;
-    if (z != 1 && z != 2)
+    if ((z != 1 && z != 2) || gather_early(e))
         return 0;
     int rc = 0;
-    void **reqs = calloc(e->nb > 0 ? (size_t)e->nb : 1, sizeof *reqs);
-    if (!reqs)
-        return WHALE_ENOMEM;
-    for (int k = 0; k < e->nb && !rc; k++) {
-        struct eng_bucket *bk = &e->buckets[k];
-        if (bk->comm->size == 1)
-            continue;
-        size_t sb = bk->n / bk->comm->size;
-        if (eng_lp(e)) {
-            /* the 16-bit params travel (as sb/2 fp32 words: a gather only copies) */
-            uint16_t *own = (uint16_t *)e->agtmp + bk->shard_off;
-            if (e->off.mode) /* offload: the mover brings the updated shard back */
-                eng_move_wait(e, &bk->wup);
-            memcpy(own, e->W16 + bk->flat + (size_t)bk->comm->rank * sb, sb * sizeof(uint16_t));
-            rc = bk->comm->iallgather(bk->comm, (const float *)own, (float *)(e->W16 + bk->flat),
-                                  sb / 2, &reqs[k]);
-        } else {
-            if (e->off.mode) /* offload: the mover put the updated shard there */
-                eng_move_wait(e, &bk->wup);
-            else
-                memcpy(e->agtmp + bk->shard_off, e->W + bk->flat + (size_t)bk->comm->rank * sb,
-                       sb * sizeof(float));
-            rc = bk->comm->iallgather(bk->comm, e->agtmp + bk->shard_off, e->W + bk->flat, sb,
-                                  &reqs[k]);
-        }
-        if (!rc)
-            eng_comm_started(e);
+    for (int k = 0; k < e->nb && !rc; k++)
+        if (e->buckets[k].comm->size > 1)
+            rc = ag_issue(e, &e->buckets[k]);
+    int r2 = eng_w_settle_all(e);
+    return rc ? rc : r2;
+}
+
+/* Bucket b's weights as updated by the last step: waits for its gather
+ * (issues it first under WHALE_ZERO_LATE_GATHER). */
+int eng_w_settle(whale_engine *e, int b)
+{
+    struct eng_bucket *bk = &e->buckets[b];
+    if (bk->ag_late) {
+        bk->ag_late = false;
+        int rc = ag_issue(e, bk);
+        if (rc)
+            return rc;
     }
-    for (int k = 0; k < e->nb; k++) {
-        int r2 = eng_req_wait(e, &reqs[k]);
+    return eng_req_wait(e, &bk->agreq);
+}
+
+int eng_w_settle_all(whale_engine *e)
+{
+    int rc = 0;
+    for (int b = 0; b < e->nb; b++) {
+        int r2 = eng_w_settle(e, b);
         rc = rc ? rc : r2;
     }
-    free(reqs);
     return rc;
 }
 

@@ -33,6 +33,15 @@ int eng_w_acquire(whale_engine *e, int b)
     struct eng_bucket *bk = &e->buckets[b];
     if (bk->wref++ > 0)
         return 0;
+    /* ZeRO 1/2: the 16-bit weights are widened below, so the last step's
+     * gather of them must have landed */
+    if (lp && e->cfg.zero_stage < 3) {
+        int rc = eng_w_settle(e, b);
+        if (rc) {
+            bk->wref--;
+            return rc;
+        }
+    }
     if (!(bk->wbuf = eng_scratch_alloc(e, WHALE_MEM_PARAM, bk->n, false)))
         return WHALE_ENOMEM;
     size_t sb = bk->n / bk->comm->size;
@@ -95,6 +104,8 @@ int eng_w_acquire(whale_engine *e, int b)
 
 int eng_w_ready(whale_engine *e, int b)
 {
+    if (e->cfg.zero_stage == 1 || e->cfg.zero_stage == 2)
+        return eng_w_settle(e, b); /* the last step's gather of the updated weights */
     if (e->cfg.zero_stage != 3)
         return 0;
     struct eng_bucket *bk = &e->buckets[b];

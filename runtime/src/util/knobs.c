@@ -100,6 +100,7 @@ const struct whale_knob whale_knobs[] = {
     { "WHALE_UCX_PEER_MODE", "bool", "0", "1: UCX peer error handling for every endpoint, also on this node" },
     { "WHALE_WORLD", "contract", "", "working ranks = TP x PP x DP" },
     { "WHALE_ZERO", "int", "the plan's zero, else 0", "ZeRO stage 0..3 (--zero overrides)" },
+    { "WHALE_ZERO_LATE_GATHER", "bool", "0", "testing: ZeRO 1/2 gather each bucket's updated weights only when a layer waits for them, the other ranks' weights NaN until then (a read that does not wait shows as a NaN loss)" },
     { NULL, NULL, NULL, NULL },
 };
 
