@@ -206,13 +206,16 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
         e->inject_overflow = false;
     }
 
-    double t0 = eng_now();
     uint64_t opt_t0 = whale_trace_now();
     double red[3], norm;
     float lr;
     bool skip;
+    /* the scalars' reduction is a wait for the slowest rank, not compute:
+     * left out of tc like the other collective waits (a fast replica would
+     * otherwise carry a slow one's time and --dp-shares=auto see no gap) */
     if ((rc = step_reduce(e, loss_sum, red)))
         return rc;
+    double t0 = eng_now(), w0 = e->t_wait;
     rc = step_update(e, red, &norm, &lr, &skip);
     eng_off_grads_down(e); /* gradients read before zeroing */
     /* host-access point (device.c): the host zeroes the gradients, and what
@@ -222,7 +225,7 @@ int whale_engine_step(whale_engine *e, const int32_t *inputs, const int32_t *tar
     if (hrc && !rc)
         rc = hrc;
     eng_zero_grads(e);
-    tc += eng_now() - t0;
+    tc += eng_now() - t0 - (e->t_wait - w0); /* less the weight gathers' waits */
     if (whale_trace_on())
         whale_trace_span("optimizer", "optimizer", opt_t0, -1, -1);
     e->step++;

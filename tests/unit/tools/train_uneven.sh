@@ -177,8 +177,11 @@ for z in 0 2; do
   out=$(WHALE_SLOWDOWN=rank=1:factor=3 "$RUN" -n 4 --pp 2 "$TRAIN" "${pp[@]}" --grad-accum $ga \
         --zero $z --dp-shares=auto --metrics "$T/u.jsonl" 2>&1); rc=$?
   d=$(reldiff "$T/one.jsonl" "$T/u.jsonl")
-  check "PP 2 x DP 2 ZeRO $z --dp-shares=auto: a rebalance after step 3, same losses as one rank (max rel diff $d <= 1e-6)" \
-    '[ $rc -eq 0 ] && within "$d" 1e-6 && [[ "$out" == *"rebalance after step 3 (calibration): "* ]]'
+  # the move away from the slowed replica (rank 1 is in replica 1): usually
+  # the calibration after step 3; on a loaded machine the first steps' ms-scale
+  # times can hide the gap and the drift detector moves a few steps later
+  check "PP 2 x DP 2 ZeRO $z --dp-shares=auto: shares move away from the slowed replica, same losses as one rank (max rel diff $d <= 1e-6)" \
+    '[ $rc -eq 0 ] && within "$d" 1e-6 && [[ "$out" == *"rebalance after step "*" (calibration): "* || "$out" == *"rebalance after step "*" (drift): "* ]] && [[ "$out" =~ \"dp_shares_final\":\[([0-9]+),([0-9]+)\] ]] && (( BASH_REMATCH[1] > BASH_REMATCH[2] ))'
 done
 # a checkpoint written with 3+1 layers per stage resumes with 1+3 (parameters
 # are named by their global layer): the last 10 steps equal one rank's
