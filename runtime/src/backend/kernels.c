@@ -249,6 +249,21 @@ static inline int k_team_id(void)
 #endif
 }
 
+/* One of a GEMM's hooks over all M rows of C, the rows split over the
+ * OpenMP pool (par) in contiguous blocks. */
+static void hook_rows(const struct k_gemm_hooks *h,
+                      void (*fn)(const struct k_gemm_hooks *, int, int, int, int), int M, int N,
+                      int par)
+{
+#pragma omp parallel num_threads(k_nthreads) if (par)
+    {
+        int nt = k_team_size(), id = k_team_id(), per = (M + nt - 1) / nt;
+        int r0 = id * per < M ? id * per : M, r1 = r0 + per < M ? r0 + per : M;
+        if (r0 < r1)
+            fn(h, r0, r1, 0, N);
+    }
+}
+
 /* The whole product as one oneDNN sgemm (WHALE_FP32_GEMM=onednn), which
  * splits it over the OpenMP pool itself; the hooks run before and after it,
  * rows split over the pool. Nonzero where oneDNN refused the call. */
@@ -257,26 +272,12 @@ static int gemm_onednn(int transA, int transB, int M, int N, int K, float alpha,
                        const struct k_gemm_hooks *h)
 {
     int par = !gemm_serial(M, N, K);
-    if (h && h->pre) {
-#pragma omp parallel num_threads(k_nthreads) if (par)
-        {
-            int nt = k_team_size(), id = k_team_id(), per = (M + nt - 1) / nt;
-            int r0 = id * per < M ? id * per : M, r1 = r0 + per < M ? r0 + per : M;
-            if (r0 < r1)
-                h->pre(h, r0, r1, 0, N);
-        }
-    }
+    if (h && h->pre)
+        hook_rows(h, h->pre, M, N, par);
     if (k_sgemm_onednn(transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return -1;
-    if (h && h->post) {
-#pragma omp parallel num_threads(k_nthreads) if (par)
-        {
-            int nt = k_team_size(), id = k_team_id(), per = (M + nt - 1) / nt;
-            int r0 = id * per < M ? id * per : M, r1 = r0 + per < M ? r0 + per : M;
-            if (r0 < r1)
-                h->post(h, r0, r1, 0, N);
-        }
-    }
+    if (h && h->post)
+        hook_rows(h, h->post, M, N, par);
     return 0;
 }
 
