@@ -318,18 +318,22 @@ static int cma_job(whale_group *g, struct comm_shm *sh, const struct comm_a2a *a
      * only rendezvous left is the final one (no peer reads my buffer any
      * more). Peers are visited from the next rank on, so that the members
      * do not all start on one peer. */
-    uint64_t todo = 0;
+    /* peers still to visit, one bit each (a node may hold more than 64) */
+    uint64_t pending[(p + 63) / 64];
+    memset(pending, 0, sizeof pending);
     for (int k = 1; k < p; k++)
-        todo |= 1ull << k;
+        pending[k / 64] |= 1ull << (k % 64);
+    int left = p - 1;
     unsigned idle_n = 0;
-    while (todo && !err) {
+    while (left > 0 && !err) {
         uint32_t seen = __atomic_load_n(&sh->door->bell, __ATOMIC_SEQ_CST);
         bool moved = false;
         for (int k = 1; k < p && !err; k++) {
             int q = (r + k) % p;
-            if (!((todo >> k) & 1) || ld(&sh->flags[q].cin) < gen)
+            if (!((pending[k / 64] >> (k % 64)) & 1) || ld(&sh->flags[q].cin) < gen)
                 continue;
-            todo &= ~(1ull << k);
+            pending[k / 64] &= ~(1ull << (k % 64));
+            left--;
             moved = true;
             err = peer_job(g, sh, a, gen, q, push, stream, &bad, &bad_len);
         }
